@@ -1,0 +1,1 @@
+//! devmem-nic (sans-IO engine).

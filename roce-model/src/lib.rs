@@ -1,0 +1,1 @@
+//! roce-model (sans-IO engine).

@@ -1,0 +1,1 @@
+//! siw (sans-IO engine).
