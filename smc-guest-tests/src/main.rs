@@ -1,1 +1,346 @@
-fn main() {}
+//! `smc-guest-tests`: command-line front end. See README.md.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use smc_guest_tests::size::parse_size;
+use smc_guest_tests::smcnl::{normalize_ueid, SmcNl};
+use smc_guest_tests::sock::{parse_ip, Proto};
+use smc_guest_tests::stream::{self, CloseOrder, Direction, ExpectMode, Role, StreamConfig};
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "smc-guest-tests",
+    version,
+    about = "SMC-R / TCP guest tests for vhost-rdma"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Data-verified stream test (run `server` in one guest, `client` in the other).
+    Stream(StreamArgs),
+    /// SMC configuration through the SMC_GEN_NETLINK family.
+    Smc {
+        #[command(subcommand)]
+        cmd: SmcCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum SmcCmd {
+    /// User EID table (SMCv2 needs the same UEID on both peers on x86/arm64).
+    Ueid {
+        #[command(subcommand)]
+        cmd: UeidCmd,
+    },
+    /// List RDMA devices SMC-R can use.
+    Devices {
+        /// Fail unless at least one device has an active port.
+        #[arg(long)]
+        require_smcr: bool,
+    },
+    /// SMC system info (version, release, SMC-Rv2 capability).
+    Info,
+}
+
+#[derive(Subcommand)]
+enum UeidCmd {
+    /// Add a user EID (upper-cased, blank-padded to 32).
+    Add { eid: String },
+    /// Remove a user EID.
+    Del { eid: String },
+    /// List user EIDs.
+    List,
+    /// Remove all user EIDs.
+    Flush,
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(format!("{s:?}: must be a non-negative number of seconds"));
+    }
+    Ok(v)
+}
+
+#[derive(Args)]
+struct StreamArgs {
+    /// server or client.
+    #[arg(value_enum)]
+    role: Role,
+    /// Transport: tcp, or smc (AF_SMC; fails on TCP fallback unless --allow-fallback).
+    #[arg(long, value_enum, default_value = "tcp")]
+    proto: Proto,
+    /// Server: address to bind (default 0.0.0.0); client: server address (required).
+    #[arg(long)]
+    addr: Option<String>,
+    /// TCP port.
+    #[arg(long, default_value_t = 7777)]
+    port: u16,
+    /// Bytes per connection and direction (suffixes K, M, G, T: binary).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    bytes: u64,
+    /// Parallel connections.
+    #[arg(long, default_value_t = 1)]
+    conns: u32,
+    /// Pattern seed (must match on both sides).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write chunk size.
+    #[arg(long, default_value = "128K", value_parser = parse_size)]
+    msg_size: u64,
+    /// Data direction.
+    #[arg(long, value_enum, default_value = "c2s")]
+    direction: Direction,
+    /// Which side half-closes first.
+    #[arg(long, value_enum, default_value = "client-first")]
+    close_order: CloseOrder,
+    /// Client: keep retrying connect for this many seconds (the server guest may boot later).
+    #[arg(long, default_value = "60", value_parser = parse_secs)]
+    connect_timeout: f64,
+    /// Socket read/write timeout in seconds (0: none).
+    #[arg(long, default_value = "120", value_parser = parse_secs)]
+    io_timeout: f64,
+    /// Server: fail a round if connections do not arrive within this many seconds (0: wait forever).
+    #[arg(long, default_value = "0", value_parser = parse_secs)]
+    accept_timeout: f64,
+    /// Server: serve one round of --conns connections, then exit with its status.
+    #[arg(long, conflicts_with = "rounds")]
+    once: bool,
+    /// Server: number of rounds before exiting (0: forever, the default without --once).
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// smc: report a TCP fallback instead of failing on it.
+    #[arg(long)]
+    allow_fallback: bool,
+    /// smc: required mode (any = SMC-R or SMC-D).
+    #[arg(long, value_enum, default_value = "any")]
+    expect_mode: ExpectMode,
+    /// Print one JSON object on stdout (human lines go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Testing aid: flip one bit at this offset of connection 0's sent data.
+    #[arg(long, hide = true)]
+    inject_corruption: Option<u64>,
+}
+
+fn secs_opt(v: f64) -> Option<Duration> {
+    (v > 0.0).then(|| Duration::from_secs_f64(v))
+}
+
+fn run_stream(a: StreamArgs) -> Result<ExitCode> {
+    if a.conns == 0 {
+        bail!("--conns must be at least 1");
+    }
+    if a.msg_size == 0 || a.msg_size > (256 << 20) {
+        bail!("--msg-size must be between 1 byte and 256M");
+    }
+    let addr: IpAddr = match (&a.addr, a.role) {
+        (Some(s), _) => parse_ip(s).map_err(anyhow::Error::msg)?,
+        (None, Role::Server) => IpAddr::from([0, 0, 0, 0]),
+        (None, Role::Client) => bail!("stream client needs --addr SERVER_IP"),
+    };
+    let cfg = StreamConfig {
+        proto: a.proto,
+        addr,
+        port: a.port,
+        bytes: a.bytes,
+        conns: a.conns,
+        seed: a.seed,
+        msg_size: a.msg_size as usize,
+        direction: a.direction,
+        close_order: a.close_order,
+        connect_timeout: Duration::from_secs_f64(a.connect_timeout),
+        io_timeout: secs_opt(a.io_timeout),
+        accept_timeout: secs_opt(a.accept_timeout),
+        allow_fallback: a.allow_fallback,
+        expect_mode: a.expect_mode,
+        corrupt_at: a.inject_corruption,
+    };
+    let human = |line: &str| {
+        if a.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    let emit = |r: &stream::RunReport| {
+        for l in r.conn_lines() {
+            human(&l);
+        }
+        human(&r.summary_line());
+        if a.json {
+            eprintln!("{}", r.result_line());
+            println!("{}", r.to_json());
+        } else {
+            println!("{}", r.result_line());
+        }
+    };
+    match a.role {
+        Role::Client => {
+            let r = stream::run_client(&cfg);
+            emit(&r);
+            Ok(if r.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Role::Server => {
+            let l = stream::bind_server(&cfg).with_context(|| {
+                format!("listen on {}:{} ({})", cfg.addr, cfg.port, cfg.proto.name())
+            })?;
+            let rounds = if a.once { 1 } else { a.rounds.unwrap_or(0) };
+            human(&format!(
+                "listening on {} proto={} conns={} bytes={} direction={} rounds={}",
+                l.local_addr(),
+                cfg.proto.name(),
+                cfg.conns,
+                cfg.bytes,
+                a.direction_name(),
+                if rounds == 0 {
+                    "forever".to_string()
+                } else {
+                    rounds.to_string()
+                }
+            ));
+            let mut all_ok = true;
+            let mut n = 0u32;
+            loop {
+                let r = stream::serve_round(&l, &cfg);
+                emit(&r);
+                all_ok &= r.ok();
+                n += 1;
+                if rounds != 0 && n >= rounds {
+                    break;
+                }
+            }
+            Ok(if all_ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+impl StreamArgs {
+    fn direction_name(&self) -> &'static str {
+        match self.direction {
+            Direction::C2s => "c2s",
+            Direction::S2c => "s2c",
+            Direction::Both => "both",
+        }
+    }
+}
+
+fn run_smc(cmd: SmcCmd) -> Result<ExitCode> {
+    // Reject a malformed EID before touching netlink, with the kernel's rules.
+    if let SmcCmd::Ueid {
+        cmd: UeidCmd::Add { eid } | UeidCmd::Del { eid },
+    } = &cmd
+    {
+        normalize_ueid(eid)?;
+    }
+    let mut nl = SmcNl::open()?;
+    match cmd {
+        SmcCmd::Ueid { cmd } => match cmd {
+            UeidCmd::Add { eid } => {
+                nl.ueid_add(&eid)?;
+                println!("added UEID {}", eid.to_ascii_uppercase());
+            }
+            UeidCmd::Del { eid } => {
+                nl.ueid_del(&eid)?;
+                println!("removed UEID {}", eid.to_ascii_uppercase());
+            }
+            UeidCmd::Flush => {
+                nl.ueid_flush()?;
+                println!("flushed UEID table");
+            }
+            UeidCmd::List => {
+                let l = nl.ueid_list()?;
+                if l.is_empty() {
+                    println!("(no user EIDs)");
+                }
+                for e in l {
+                    println!("{e}");
+                }
+            }
+        },
+        SmcCmd::Info => {
+            let i = nl.sys_info()?;
+            let o = |v: Option<u8>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+            println!(
+                "smc version={} release={} smcr_v2={} ism_v2={} host={} seid={}",
+                o(i.version),
+                o(i.release),
+                o(i.is_smcr_v2),
+                o(i.is_ism_v2),
+                i.local_host.as_deref().unwrap_or("-").trim(),
+                i.seid.as_deref().unwrap_or("-").trim()
+            );
+        }
+        SmcCmd::Devices { require_smcr } => {
+            let devs = nl.smcr_devices()?;
+            for d in &devs {
+                println!(
+                    "smcr-device {} pci={} critical={} usable={}",
+                    d.ib_name,
+                    d.pci_id.as_deref().unwrap_or("-"),
+                    u8::from(d.is_critical),
+                    u8::from(d.usable())
+                );
+                for p in &d.ports {
+                    println!(
+                        "  port {} valid={} active={} netdev={} (ifindex {}) pnetid={} links={}",
+                        p.port,
+                        u8::from(p.valid),
+                        u8::from(p.active),
+                        p.netdev.as_deref().unwrap_or("-"),
+                        p.netdev_ifindex,
+                        if p.pnetid.is_empty() { "-" } else { &p.pnetid },
+                        p.link_count
+                    );
+                }
+            }
+            let usable = devs.iter().filter(|d| d.usable()).count();
+            println!("SMCR-DEVICES total={} usable={}", devs.len(), usable);
+            if require_smcr && usable == 0 {
+                if devs.is_empty() {
+                    bail!(
+                        "no RDMA device is registered with SMC-R: add one, e.g. \
+                         `rdma link add rxe0 type rxe netdev eth0` (siw does not count: \
+                         SMC-R only uses IB/RoCE devices, node type IB_CA)"
+                    );
+                }
+                bail!(
+                    "{} RDMA device(s) known to SMC-R but none has an active port: \
+                     is the underlying netdev up (ip link set eth0 up)?",
+                    devs.len()
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Stream(a) => run_stream(a),
+        Cmd::Smc { cmd } => run_smc(cmd),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,19 @@
+//! vhost-rdma daemon library: ports (vhost-user virtio-net devices), the
+//! fabric (an L2 learning switch between them), and the server that runs them.
+//!
+//! The data path is event-driven: each queue pair has a worker thread that
+//! sleeps in epoll on the guest's kick eventfds and on a wake eventfd the
+//! fabric writes when frames are queued for it.
 
+pub mod config;
+pub mod control;
+pub mod fabric;
+pub mod offload;
+pub mod port;
+pub mod server;
+pub mod stats;
+pub mod virtio_net;
+
+pub use config::{DaemonConfig, DeviceForm, MacAddr, PortConfig};
+pub use server::Server;
+pub use stats::{PortStats, QueueStats};

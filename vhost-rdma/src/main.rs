@@ -1,1 +1,138 @@
-fn main() {}
+//! `vhost-rdma`: the daemon (`serve`) and its control client (`ctl`).
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use vhost_rdma::config::{DaemonConfig, PortConfig};
+use vhost_rdma::control::{request, Request};
+use vhost_rdma::Server;
+
+#[derive(Parser)]
+#[command(name = "vhost-rdma", version, about = "vhost-user virtio-net fabric for RDMA/SMC-R testing with unmodified guests")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve ports until SIGINT/SIGTERM; removes the sockets on exit.
+    Serve {
+        /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]
+        #[arg(long = "port", value_name = "SPEC")]
+        ports: Vec<PortConfig>,
+        /// TOML configuration file (ports from flags are added to it).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Control socket for `vhost-rdma ctl`.
+        #[arg(long)]
+        control: Option<PathBuf>,
+    },
+    /// Talk to a running daemon.
+    Ctl {
+        /// The daemon's control socket.
+        #[arg(long)]
+        control: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        cmd: CtlCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlCmd {
+    /// Ports, negotiated features, queues and counters.
+    Status,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VHOST_RDMA_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Serve { ports, config, control } => serve(ports, config, control),
+        Cmd::Ctl { control, json, cmd } => ctl(&control, json, cmd),
+    }
+}
+
+fn serve(ports: Vec<PortConfig>, config: Option<PathBuf>, control: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut cfg = match &config {
+        Some(p) => DaemonConfig::from_file(p)?,
+        None => DaemonConfig::default(),
+    };
+    cfg.ports.extend(ports);
+    if control.is_some() {
+        cfg.control = control;
+    }
+    // Block the signals in every thread; the main thread waits for them.
+    let set = signal_set();
+    // SAFETY: plain libc calls on a valid, initialised sigset.
+    unsafe {
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            bail!("cannot block signals");
+        }
+    }
+    let server = Server::start(cfg.clone()).context("starting the daemon")?;
+    for p in &cfg.ports {
+        tracing::info!(port = %p.name, socket = %p.socket.display(), mac = %p.mac, queues = p.queue_pairs, form = ?p.form, "port ready");
+    }
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is initialised and `sig` is a valid out pointer.
+    unsafe { libc::sigwait(&set, &mut sig) };
+    tracing::info!(signal = sig, "shutting down");
+    server.shutdown()
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the zeroed set before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
+}
+
+fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
+    match cmd {
+        CtlCmd::Status => {
+            let r = request(control, &Request::Status)?;
+            if !r.ok {
+                bail!("daemon refused: {}", r.error.unwrap_or_default());
+            }
+            let s = r.status.context("reply without status")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+                return Ok(());
+            }
+            println!(
+                "{:<10} {:<9} {:<8} {:<17} {:>3} {:>12} {:>14} {:>12} {:>14} {:>8} {:>8}",
+                "port", "connected", "form", "mac", "qps", "tx_frames", "tx_bytes", "rx_frames", "rx_bytes", "drops", "errors"
+            );
+            for p in s.ports {
+                println!(
+                    "{:<10} {:<9} {:<8} {:<17} {:>1}/{:<1} {:>12} {:>14} {:>12} {:>14} {:>8} {:>8}",
+                    p.name,
+                    if p.connected { "yes" } else { "no" },
+                    p.form,
+                    p.mac,
+                    p.active_queue_pairs,
+                    p.queue_pairs,
+                    p.tx_frames,
+                    p.tx_bytes,
+                    p.rx_frames,
+                    p.rx_bytes,
+                    p.rx_drops,
+                    p.tx_errors + p.rx_errors + p.ctrl_errors
+                );
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! Complete frames: Ethernet + (IPv4 | IPv6) + UDP 4791 + BTH..ICRC (RoCEv2),
+//! Ethernet 0x8915 + GRH + BTH..ICRC (RoCEv1), and native InfiniBand
+//! LRH [+ GRH] + BTH..ICRC [+ VCRC].
+
+use crate::error::{CodecError, Result};
+use crate::icrc::IcrcScope;
+use crate::packet::{PacketBuilder, RocePacket};
+use crate::wire::{
+    udp6_checksum, EthernetHeader, Grh, Ipv4Header, Ipv6Header, Lrh, UdpHeader, ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, GRH_NEXT_HEADER_BTH, IPPROTO_UDP, ROCE_V2_PORT,
+};
+
+/// The network layer below the BTH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetLayer<'a> {
+    /// RoCEv2 over IPv4.
+    Ipv4 {
+        /// Parsed IPv4 header.
+        ip: Ipv4Header,
+        /// Parsed UDP header.
+        udp: UdpHeader,
+        /// Raw IPv4 header bytes (with options).
+        ip_raw: &'a [u8],
+        /// Raw UDP header bytes.
+        udp_raw: &'a [u8],
+    },
+    /// RoCEv2 over IPv6.
+    Ipv6 {
+        /// Parsed IPv6 header.
+        ip: Ipv6Header,
+        /// Parsed UDP header.
+        udp: UdpHeader,
+        /// Raw IPv6 header bytes.
+        ip_raw: &'a [u8],
+        /// Raw UDP header bytes.
+        udp_raw: &'a [u8],
+    },
+    /// RoCEv1: GRH directly after Ethernet.
+    Grh {
+        /// Parsed GRH.
+        grh: Grh,
+        /// Raw GRH bytes.
+        grh_raw: &'a [u8],
+    },
+}
+
+impl<'a> NetLayer<'a> {
+    /// ICRC scope for this network layer.
+    pub fn icrc_scope(&self) -> IcrcScope<'a> {
+        match *self {
+            NetLayer::Ipv4 {
+                ip_raw, udp_raw, ..
+            } => IcrcScope::Ipv4 {
+                ip: ip_raw,
+                udp: udp_raw,
+            },
+            NetLayer::Ipv6 {
+                ip_raw, udp_raw, ..
+            } => IcrcScope::Ipv6 {
+                ip: ip_raw,
+                udp: udp_raw,
+            },
+            NetLayer::Grh { grh_raw, .. } => IcrcScope::Grh(grh_raw),
+        }
+    }
+}
+
+/// A parsed RoCE (v1 or v2) Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoceFrame<'a> {
+    /// Ethernet header.
+    pub eth: EthernetHeader,
+    /// IP/UDP or GRH.
+    pub net: NetLayer<'a>,
+    /// Transport packet.
+    pub packet: RocePacket<'a>,
+}
+
+impl<'a> RoceFrame<'a> {
+    /// Parse an Ethernet frame (no FCS). Trailing Ethernet padding beyond the
+    /// IP / GRH length is ignored. RoCEv2 requires UDP destination port 4791.
+    /// The ICRC is not checked here: see [`RoceFrame::verify_icrc`].
+    pub fn parse(frame: &'a [u8]) -> Result<RoceFrame<'a>> {
+        let (eth, off) = EthernetHeader::parse(frame)?;
+        let rest = &frame[off..];
+        let (net, bth_on) = match eth.ethertype {
+            ETHERTYPE_IPV4 => {
+                let (ip, ihl) = Ipv4Header::parse(rest)?;
+                if ip.protocol != IPPROTO_UDP {
+                    return Err(CodecError::NotRoce("IP protocol is not UDP"));
+                }
+                if ip.flags_frag & 0x3fff != 0 {
+                    return Err(CodecError::NotRoce("fragmented IPv4"));
+                }
+                let total = usize::from(ip.total_len);
+                if total < ihl || total > rest.len() {
+                    return Err(CodecError::LengthMismatch {
+                        what: "IPv4 total",
+                        declared: total,
+                        actual: rest.len(),
+                    });
+                }
+                let (ip_raw, l4) = rest[..total].split_at(ihl);
+                let (udp, udp_raw, bth_on) = parse_udp(l4)?;
+                (
+                    NetLayer::Ipv4 {
+                        ip,
+                        udp,
+                        ip_raw,
+                        udp_raw,
+                    },
+                    bth_on,
+                )
+            }
+            ETHERTYPE_IPV6 => {
+                let ip = Ipv6Header::parse(rest)?;
+                if ip.next_header != IPPROTO_UDP {
+                    return Err(CodecError::NotRoce("IPv6 next header is not UDP"));
+                }
+                let (ip_raw, l4) = rest.split_at(Ipv6Header::LEN);
+                let pl = usize::from(ip.payload_len);
+                let l4 = l4.get(..pl).ok_or(CodecError::LengthMismatch {
+                    what: "IPv6 payload",
+                    declared: pl,
+                    actual: l4.len(),
+                })?;
+                let (udp, udp_raw, bth_on) = parse_udp(l4)?;
+                (
+                    NetLayer::Ipv6 {
+                        ip,
+                        udp,
+                        ip_raw,
+                        udp_raw,
+                    },
+                    bth_on,
+                )
+            }
+            ETHERTYPE_ROCE_V1 => {
+                let grh = Grh::parse(rest)?;
+                if grh.next_header != GRH_NEXT_HEADER_BTH {
+                    return Err(CodecError::NotRoce("GRH next header is not BTH"));
+                }
+                let (grh_raw, after) = rest.split_at(Ipv6Header::LEN);
+                let pl = usize::from(grh.payload_len);
+                let bth_on = after.get(..pl).ok_or(CodecError::LengthMismatch {
+                    what: "GRH payload",
+                    declared: pl,
+                    actual: after.len(),
+                })?;
+                (NetLayer::Grh { grh, grh_raw }, bth_on)
+            }
+            _ => return Err(CodecError::NotRoce("ethertype")),
+        };
+        let packet = RocePacket::parse(bth_on)?;
+        Ok(RoceFrame { eth, net, packet })
+    }
+
+    /// ICRC scope of this frame.
+    pub fn icrc_scope(&self) -> IcrcScope<'a> {
+        self.net.icrc_scope()
+    }
+
+    /// Check the packet's ICRC.
+    pub fn verify_icrc(&self) -> Result<()> {
+        self.packet.verify_icrc(&self.icrc_scope())
+    }
+}
+
+fn parse_udp(l4: &[u8]) -> Result<(UdpHeader, &[u8], &[u8])> {
+    let udp = UdpHeader::parse(l4)?;
+    if udp.dst_port != ROCE_V2_PORT {
+        return Err(CodecError::NotRoce("UDP destination port is not 4791"));
+    }
+    let ul = usize::from(udp.len);
+    if ul != l4.len() {
+        return Err(CodecError::LengthMismatch {
+            what: "UDP",
+            declared: ul,
+            actual: l4.len(),
+        });
+    }
+    let (raw, rest) = l4.split_at(UdpHeader::LEN);
+    Ok((udp, raw, rest))
+}
+
+/// Network-layer parameters for [`FrameBuilder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetParams {
+    /// RoCEv2 / IPv4 (DF set, UDP checksum 0).
+    Ipv4 {
+        /// Source address.
+        src: [u8; 4],
+        /// Destination address.
+        dst: [u8; 4],
+        /// DSCP/ECN byte.
+        tos: u8,
+        /// TTL.
+        ttl: u8,
+        /// IP identification.
+        ident: u16,
+        /// UDP source port (flow entropy).
+        udp_src_port: u16,
+    },
+    /// RoCEv2 / IPv6 (UDP checksum computed).
+    Ipv6 {
+        /// Source address.
+        src: [u8; 16],
+        /// Destination address.
+        dst: [u8; 16],
+        /// Traffic class.
+        traffic_class: u8,
+        /// Flow label (20 bits).
+        flow_label: u32,
+        /// Hop limit.
+        hop_limit: u8,
+        /// UDP source port (flow entropy).
+        udp_src_port: u16,
+    },
+    /// RoCEv1 (Ethertype 0x8915) with a GRH.
+    Grh {
+        /// Source GID.
+        sgid: [u8; 16],
+        /// Destination GID.
+        dgid: [u8; 16],
+        /// Traffic class.
+        traffic_class: u8,
+        /// Flow label (20 bits).
+        flow_label: u32,
+        /// Hop limit.
+        hop_limit: u8,
+    },
+}
+
+/// Builds complete Ethernet frames around a [`PacketBuilder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameBuilder {
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+    /// Optional 802.1Q TCI.
+    pub vlan_tci: Option<u16>,
+    /// Network layer.
+    pub net: NetParams,
+}
+
+impl FrameBuilder {
+    /// Emit the whole frame (no FCS) with lengths, IPv4 checksum, IPv6 UDP
+    /// checksum and ICRC filled in.
+    pub fn build(&self, pkt: &PacketBuilder<'_>) -> Result<Vec<u8>> {
+        let mut body = pkt.build_unsealed()?;
+        let ethertype = match self.net {
+            NetParams::Ipv4 { .. } => ETHERTYPE_IPV4,
+            NetParams::Ipv6 { .. } => ETHERTYPE_IPV6,
+            NetParams::Grh { .. } => ETHERTYPE_ROCE_V1,
+        };
+        let eth = EthernetHeader {
+            dst: self.dst_mac,
+            src: self.src_mac,
+            vlan_tci: self.vlan_tci,
+            ethertype,
+        };
+        let mut out = Vec::with_capacity(eth.len() + 48 + body.len());
+        eth.emit(&mut out);
+        let too_long = |n: usize| CodecError::FieldRange {
+            field: "frame length",
+            value: n as u64,
+            bits: 16,
+        };
+        match self.net {
+            NetParams::Ipv4 {
+                src,
+                dst,
+                tos,
+                ttl,
+                ident,
+                udp_src_port,
+            } => {
+                let udp_len = body.len() + UdpHeader::LEN;
+                let total = u16::try_from(udp_len + 20).map_err(|_| too_long(udp_len + 20))?;
+                let ip = Ipv4Header {
+                    tos,
+                    total_len: total,
+                    ident,
+                    flags_frag: Ipv4Header::DF,
+                    ttl,
+                    protocol: IPPROTO_UDP,
+                    checksum: 0,
+                    src,
+                    dst,
+                }
+                .emit();
+                let udp = UdpHeader {
+                    src_port: udp_src_port,
+                    dst_port: ROCE_V2_PORT,
+                    len: udp_len as u16,
+                    checksum: 0,
+                }
+                .emit();
+                IcrcScope::Ipv4 { ip: &ip, udp: &udp }.seal(&mut body)?;
+                out.extend_from_slice(&ip);
+                out.extend_from_slice(&udp);
+            }
+            NetParams::Ipv6 {
+                src,
+                dst,
+                traffic_class,
+                flow_label,
+                hop_limit,
+                udp_src_port,
+            } => {
+                let udp_len = u16::try_from(body.len() + UdpHeader::LEN)
+                    .map_err(|_| too_long(body.len() + UdpHeader::LEN))?;
+                let ip = Ipv6Header {
+                    version: 6,
+                    traffic_class,
+                    flow_label,
+                    payload_len: udp_len,
+                    next_header: IPPROTO_UDP,
+                    hop_limit,
+                    src,
+                    dst,
+                }
+                .emit();
+                let mut udp = UdpHeader {
+                    src_port: udp_src_port,
+                    dst_port: ROCE_V2_PORT,
+                    len: udp_len,
+                    checksum: 0,
+                };
+                IcrcScope::Ipv6 {
+                    ip: &ip,
+                    udp: &udp.emit(),
+                }
+                .seal(&mut body)?;
+                let mut l4 = Vec::with_capacity(usize::from(udp_len));
+                l4.extend_from_slice(&udp.emit());
+                l4.extend_from_slice(&body);
+                udp.checksum = udp6_checksum(&src, &dst, &l4);
+                out.extend_from_slice(&ip);
+                out.extend_from_slice(&udp.emit());
+            }
+            NetParams::Grh {
+                sgid,
+                dgid,
+                traffic_class,
+                flow_label,
+                hop_limit,
+            } => {
+                let pl = u16::try_from(body.len()).map_err(|_| too_long(body.len()))?;
+                let grh = Grh {
+                    version: 6,
+                    traffic_class,
+                    flow_label,
+                    payload_len: pl,
+                    next_header: GRH_NEXT_HEADER_BTH,
+                    hop_limit,
+                    src: sgid,
+                    dst: dgid,
+                }
+                .emit();
+                IcrcScope::Grh(&grh).seal(&mut body)?;
+                out.extend_from_slice(&grh);
+            }
+        }
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+}
+
+/// A parsed native InfiniBand packet (LRH first; as captured in ERF type 21).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IbFrame<'a> {
+    /// Local route header.
+    pub lrh: Lrh,
+    /// Global route header if LNH = 3.
+    pub grh: Option<Grh>,
+    /// Transport packet.
+    pub packet: RocePacket<'a>,
+    /// Variant CRC (2 bytes after the ICRC) if present in the buffer.
+    pub vcrc: Option<[u8; 2]>,
+    lrh_raw: &'a [u8],
+    grh_raw: Option<&'a [u8]>,
+    lrh_to_icrc: &'a [u8],
+}
+
+impl<'a> IbFrame<'a> {
+    /// Parse LRH [GRH] BTH .. ICRC [VCRC]. The LRH packet length delimits the
+    /// packet; 2 more bytes, if present, are taken as the VCRC.
+    pub fn parse(buf: &'a [u8]) -> Result<IbFrame<'a>> {
+        let lrh = Lrh::parse(buf)?;
+        let plen = usize::from(lrh.pkt_len) * 4;
+        let pkt = buf.get(..plen).ok_or(CodecError::LengthMismatch {
+            what: "LRH packet",
+            declared: plen,
+            actual: buf.len(),
+        })?;
+        if plen < Lrh::LEN {
+            return Err(CodecError::LengthMismatch {
+                what: "LRH packet",
+                declared: plen,
+                actual: Lrh::LEN,
+            });
+        }
+        let vcrc = buf.get(plen..plen + 2).map(|v| [v[0], v[1]]);
+        let (lrh_raw, after) = pkt.split_at(Lrh::LEN);
+        let (grh, grh_raw, bth_on) = match lrh.lnh {
+            Lrh::LNH_IBA_LOCAL => (None, None, after),
+            Lrh::LNH_IBA_GLOBAL => {
+                let g = Grh::parse(after)?;
+                if g.next_header != GRH_NEXT_HEADER_BTH {
+                    return Err(CodecError::NotRoce("GRH next header is not BTH"));
+                }
+                let (raw, rest) = after.split_at(Ipv6Header::LEN);
+                (Some(g), Some(raw), rest)
+            }
+            _ => return Err(CodecError::NotRoce("LRH LNH is raw/IP, not IBA transport")),
+        };
+        let packet = RocePacket::parse(bth_on)?;
+        Ok(IbFrame {
+            lrh,
+            grh,
+            packet,
+            vcrc,
+            lrh_raw,
+            grh_raw,
+            lrh_to_icrc: pkt,
+        })
+    }
+
+    /// ICRC scope of this packet.
+    pub fn icrc_scope(&self) -> IcrcScope<'a> {
+        IcrcScope::Ib {
+            lrh: self.lrh_raw,
+            grh: self.grh_raw,
+        }
+    }
+
+    /// Check the ICRC.
+    pub fn verify_icrc(&self) -> Result<()> {
+        self.packet.verify_icrc(&self.icrc_scope())
+    }
+
+    /// Check the VCRC (`Ok(false)` if the buffer did not include one).
+    pub fn verify_vcrc(&self) -> Result<bool> {
+        let Some(v) = self.vcrc else {
+            return Ok(false);
+        };
+        let found = u16::from_le_bytes(v);
+        let computed = crate::icrc::vcrc(self.lrh_to_icrc);
+        if computed == found {
+            Ok(true)
+        } else {
+            Err(CodecError::VcrcMismatch { computed, found })
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Daemon configuration: the `--port` flag syntax and the TOML file.
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// An Ethernet MAC address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+    }
+}
+
+impl FromStr for MacAddr {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let parts: Vec<&str> = s.split(':').collect();
+        if parts.len() != 6 {
+            bail!("MAC address {s:?} must have six colon-separated hex bytes");
+        }
+        let mut m = [0u8; 6];
+        for (i, p) in parts.iter().enumerate() {
+            m[i] = u8::from_str_radix(p, 16).with_context(|| format!("bad byte {p:?} in MAC {s:?}"))?;
+        }
+        if m[0] & 1 != 0 {
+            bail!("MAC address {s} is a multicast address");
+        }
+        Ok(MacAddr(m))
+    }
+}
+
+impl MacAddr {
+    /// A stable locally administered MAC derived from a port name (52:54:00 is
+    /// QEMU's prefix; guests treat it as ordinary).
+    pub fn from_name(name: &str) -> Self {
+        let mut h: u32 = 0x811c_9dc5;
+        for b in name.bytes() {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        let b = h.to_be_bytes();
+        MacAddr([0x52, 0x54, 0x00, b[1], b[2], b[3]])
+    }
+}
+
+/// How QEMU presents the device to the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeviceForm {
+    /// `virtio-net-pci` + `-netdev vhost-user`: QEMU owns config space and control queue.
+    #[default]
+    VirtioNetPci,
+    /// `vhost-user-test-device-pci,virtio-id=1`: the daemon owns config space and control queue.
+    TestDevice,
+}
+
+impl FromStr for DeviceForm {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "pci" | "virtio-net-pci" => Ok(DeviceForm::VirtioNetPci),
+            "testdev" | "test-device" | "vhost-user-test-device-pci" => Ok(DeviceForm::TestDevice),
+            _ => bail!("unknown device form {s:?}: use pci or testdev"),
+        }
+    }
+}
+
+/// Default bound of each queue pair's pending queue (frames).
+pub const DEFAULT_RX_QUEUE_FRAMES: usize = 1024;
+/// Most queue pairs a port may have (virtio-net allows 0x8000; QEMU and our
+/// one-thread-per-queue-pair design want far fewer).
+pub const MAX_QUEUE_PAIRS: u16 = 16;
+
+/// One port: a vhost-user socket presenting one virtio-net device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    pub name: String,
+    pub socket: PathBuf,
+    pub mac: MacAddr,
+    pub queue_pairs: u16,
+    pub form: DeviceForm,
+    /// Bound of the per-queue-pair pending queue towards the guest.
+    pub rx_queue_frames: usize,
+}
+
+impl PortConfig {
+    /// A port with defaults for everything but name and socket.
+    pub fn new(name: &str, socket: impl Into<PathBuf>) -> Self {
+        PortConfig {
+            name: name.to_string(),
+            socket: socket.into(),
+            mac: MacAddr::from_name(name),
+            queue_pairs: 1,
+            form: DeviceForm::VirtioNetPci,
+            rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
+        }
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            bail!("port name {:?} must be non-empty ASCII letters, digits, '-' or '_'", self.name);
+        }
+        if self.queue_pairs == 0 || self.queue_pairs > MAX_QUEUE_PAIRS {
+            bail!("port {}: queues={} must be between 1 and {MAX_QUEUE_PAIRS}", self.name, self.queue_pairs);
+        }
+        if self.rx_queue_frames == 0 || self.rx_queue_frames > 1 << 20 {
+            bail!("port {}: rx-queue-frames must be between 1 and 1048576", self.name);
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for PortConfig {
+    type Err = anyhow::Error;
+    /// `NAME=SOCKET[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]`
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let mut parts = s.split(',');
+        let head = parts.next().unwrap_or_default();
+        let Some((name, sock)) = head.split_once('=') else {
+            bail!("--port {s:?}: expected NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev]");
+        };
+        if sock.is_empty() {
+            bail!("--port {s:?}: empty socket path");
+        }
+        let mut p = PortConfig::new(name, sock);
+        for kv in parts {
+            let Some((k, v)) = kv.split_once('=') else { bail!("--port {s:?}: option {kv:?} is not key=value") };
+            match k {
+                "mac" => p.mac = v.parse()?,
+                "queues" => p.queue_pairs = v.parse().with_context(|| format!("queues={v}"))?,
+                "form" => p.form = v.parse()?,
+                "rx-queue-frames" => p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?,
+                _ => bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, rx-queue-frames)"),
+            }
+        }
+        p.check()?;
+        Ok(p)
+    }
+}
+
+/// Whole daemon configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DaemonConfig {
+    pub ports: Vec<PortConfig>,
+    pub control: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    control: Option<PathBuf>,
+    #[serde(default, rename = "port")]
+    ports: Vec<FilePort>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FilePort {
+    name: String,
+    socket: PathBuf,
+    mac: Option<String>,
+    queues: Option<u16>,
+    form: Option<String>,
+    rx_queue_frames: Option<usize>,
+}
+
+impl DaemonConfig {
+    /// Parses the TOML configuration file format (see the README).
+    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
+        let f: FileConfig = toml::from_str(text)?;
+        let mut cfg = DaemonConfig { control: f.control, ports: Vec::new() };
+        for fp in f.ports {
+            let mut p = PortConfig::new(&fp.name, fp.socket);
+            if let Some(m) = fp.mac {
+                p.mac = m.parse()?;
+            }
+            if let Some(q) = fp.queues {
+                p.queue_pairs = q;
+            }
+            if let Some(form) = fp.form {
+                p.form = form.parse()?;
+            }
+            if let Some(n) = fp.rx_queue_frames {
+                p.rx_queue_frames = n;
+            }
+            p.check()?;
+            cfg.ports.push(p);
+        }
+        Ok(cfg)
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Checks names, sockets and MACs are unique and at least one port exists.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.ports.is_empty() {
+            bail!("no ports configured: give at least one --port NAME=SOCKET_PATH");
+        }
+        for (i, a) in self.ports.iter().enumerate() {
+            a.check()?;
+            for b in &self.ports[i + 1..] {
+                if a.name == b.name {
+                    bail!("two ports are named {}", a.name);
+                }
+                if a.socket == b.socket {
+                    bail!("ports {} and {} use the same socket {}", a.name, b.name, a.socket.display());
+                }
+                if a.mac == b.mac {
+                    bail!("ports {} and {} have the same MAC {}", a.name, b.name, a.mac);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_flag_parses_all_options() {
+        let p: PortConfig = "a=/tmp/a.sock,mac=52:54:00:00:00:0a,queues=2,form=testdev".parse().unwrap();
+        assert_eq!(p.name, "a");
+        assert_eq!(p.socket, PathBuf::from("/tmp/a.sock"));
+        assert_eq!(p.mac.to_string(), "52:54:00:00:00:0a");
+        assert_eq!(p.queue_pairs, 2);
+        assert_eq!(p.form, DeviceForm::TestDevice);
+    }
+
+    #[test]
+    fn bad_port_flags_give_clear_errors() {
+        for bad in ["a", "a=", "a=/s,queues=0", "a=/s,queues=99", "a=/s,mac=01:00:00:00:00:00", "a=/s,foo=1", "a=/s,mac=zz"] {
+            assert!(bad.parse::<PortConfig>().is_err(), "{bad} should fail");
+        }
+    }
+
+    #[test]
+    fn toml_matches_flags() {
+        let c = DaemonConfig::from_toml(
+            "control = \"/tmp/c.sock\"\n[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\nqueues = 2\nform = \"testdev\"\nmac = \"52:54:00:00:00:0a\"\n",
+        )
+        .unwrap();
+        let p: PortConfig = "a=/tmp/a.sock,mac=52:54:00:00:00:0a,queues=2,form=testdev".parse().unwrap();
+        assert_eq!(c.ports, vec![p]);
+        assert!(DaemonConfig::from_toml("[[port]]\nname=\"a\"\nsocket=\"/x\"\nbogus=1\n").is_err());
+    }
+
+    #[test]
+    fn duplicates_are_refused() {
+        let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
+        let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
+        let cfg = DaemonConfig { ports: vec![a.clone(), b.clone()], control: None };
+        assert!(cfg.validate().is_err());
+        b.socket = "/tmp/b.sock".into();
+        assert!(DaemonConfig { ports: vec![a, b], control: None }.validate().is_ok());
+    }
+}

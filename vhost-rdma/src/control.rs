@@ -1,0 +1,122 @@
+//! The control socket: one JSON request per line, one JSON reply per line.
+//! `{"cmd":"status"}` returns every port's counters.
+
+use crate::fabric::Fabric;
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A control request.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    /// Ports and counters.
+    Status,
+}
+
+/// A control reply.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+}
+
+/// Reply to `status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    pub ports: Vec<crate::PortStats>,
+    pub mac_table_full: u64,
+}
+
+/// Longest request line accepted.
+const MAX_REQUEST: usize = 64 * 1024;
+
+/// The control socket server thread.
+pub struct ControlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Listens on `path` (replacing a stale socket).
+    pub fn start(path: &Path, fabric: Arc<Fabric>) -> anyhow::Result<Self> {
+        let _ = std::fs::remove_file(path);
+        let l = UnixListener::bind(path).with_context(|| format!("control socket {}", path.display()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new().name("control".into()).spawn(move || {
+            for conn in l.incoming() {
+                if s.load(SeqCst) {
+                    break;
+                }
+                if let Ok(c) = conn {
+                    let f = fabric.clone();
+                    let _ = std::thread::Builder::new().name("control-conn".into()).spawn(move || serve(c, &f));
+                }
+            }
+        })?;
+        Ok(ControlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
+    }
+
+    /// Stops and removes the socket.
+    pub fn stop(mut self) {
+        self.stop.store(true, SeqCst);
+        let _ = UnixStream::connect(&self.path);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(c: UnixStream, fabric: &Fabric) {
+    let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
+    let Ok(mut w) = c.try_clone() else { return };
+    let mut r = BufReader::new(c);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match (&mut r).take(MAX_REQUEST as u64).read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let reply = match serde_json::from_str::<Request>(line.trim()) {
+            Ok(Request::Status) => Reply {
+                ok: true,
+                error: None,
+                status: Some(Status {
+                    ports: fabric.ports.iter().map(|p| p.stats()).collect(),
+                    mac_table_full: fabric.mac_table_full.load(std::sync::atomic::Ordering::Relaxed),
+                }),
+            },
+            Err(e) => Reply { ok: false, error: Some(format!("bad request: {e}")), status: None },
+        };
+        let Ok(mut out) = serde_json::to_string(&reply) else { return };
+        out.push('\n');
+        if w.write_all(out.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends one request and returns the reply (client side of `vhost-rdma ctl`).
+pub fn request(path: &Path, req: &Request) -> anyhow::Result<Reply> {
+    let mut c = UnixStream::connect(path).with_context(|| format!("connecting to control socket {}", path.display()))?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut s = serde_json::to_string(req)?;
+    s.push('\n');
+    c.write_all(s.as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(c).read_line(&mut line)?;
+    serde_json::from_str(&line).context("parsing control reply")
+}

@@ -1,0 +1,329 @@
+//! The fabric: an L2 learning switch between ports, with a bounded pending
+//! queue per destination queue pair. It knows nothing of virtio rings; ports
+//! hand it frames and it hands frames to ports' pending queues.
+
+use crate::config::{DeviceForm, MacAddr, PortConfig};
+use crate::offload;
+use crate::stats::{LogLimiter, PortStats, QueueCounters};
+use crate::virtio_net::{bit, NetHdr};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, RwLock};
+use virtio_bindings::bindings::virtio_net::*;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+/// A frame in flight: the Ethernet frame and its offload description.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    pub hdr: NetHdr,
+    pub data: Vec<u8>,
+}
+
+/// Frames waiting for RX buffers of one queue pair of a port.
+#[derive(Debug)]
+pub struct RxQueue {
+    pending: Mutex<VecDeque<Frame>>,
+    limit: usize,
+    /// Wakes the port's worker thread for this queue pair.
+    pub wake: EventFd,
+    wake_armed: AtomicBool,
+    /// The guest enabled this RX vring (set by the worker).
+    pub enabled: AtomicBool,
+    pub counters: QueueCounters,
+}
+
+impl RxQueue {
+    fn new(limit: usize) -> std::io::Result<Self> {
+        Ok(RxQueue {
+            pending: Mutex::new(VecDeque::new()),
+            limit,
+            wake: EventFd::new(EFD_NONBLOCK)?,
+            wake_armed: AtomicBool::new(false),
+            enabled: AtomicBool::new(false),
+            counters: QueueCounters::default(),
+        })
+    }
+
+    /// Queues a frame; drops (counted) when the queue is full.
+    fn push(&self, f: Frame) -> bool {
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.len() >= self.limit {
+                QueueCounters::add(&self.counters.rx_drops, 1);
+                return false;
+            }
+            p.push_back(f);
+        }
+        if !self.wake_armed.swap(true, AcqRel) {
+            let _ = self.wake.write(1);
+        }
+        true
+    }
+
+    /// Called by the worker before draining, so that a later push wakes it again.
+    pub fn disarm(&self) {
+        let _ = self.wake.read();
+        self.wake_armed.store(false, Release);
+    }
+
+    /// Takes the next frame.
+    pub fn pop(&self) -> Option<Frame> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+    }
+
+    /// Puts back a frame that found no RX buffer.
+    pub fn unpop(&self, f: Frame) {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).push_front(f);
+    }
+
+    /// Drops everything pending (guest gone); returns how many.
+    pub fn clear(&self) -> usize {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let n = p.len();
+        p.clear();
+        n
+    }
+
+    /// Frames waiting.
+    pub fn len(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// State of one port shared by the fabric and the port's vhost-user backend;
+/// it outlives guest connections.
+#[derive(Debug)]
+pub struct PortShared {
+    pub index: usize,
+    pub cfg: PortConfig,
+    pub connected: AtomicBool,
+    pub connections: AtomicU64,
+    /// Virtio features acked by the connected guest.
+    pub features: AtomicU64,
+    /// Queue pairs the guest uses (control queue MQ command; all in the pci form).
+    pub active_qps: AtomicU16,
+    /// The MAC the guest set through the control queue (test-device form).
+    pub mac: Mutex<MacAddr>,
+    pub rxq: Vec<RxQueue>,
+    pub ctrl_errors: AtomicU64,
+    pub log: LogLimiter,
+}
+
+impl PortShared {
+    /// Creates the shared state of a port from its configuration.
+    pub fn new(index: usize, cfg: PortConfig) -> std::io::Result<Self> {
+        let qps = usize::from(cfg.queue_pairs.max(1));
+        let rxq = (0..qps).map(|_| RxQueue::new(cfg.rx_queue_frames.max(1))).collect::<Result<_, _>>()?;
+        Ok(PortShared {
+            index,
+            mac: Mutex::new(cfg.mac),
+            active_qps: AtomicU16::new(qps as u16),
+            cfg,
+            connected: AtomicBool::new(false),
+            connections: AtomicU64::new(0),
+            features: AtomicU64::new(0),
+            rxq,
+            ctrl_errors: AtomicU64::new(0),
+            log: LogLimiter::default(),
+        })
+    }
+
+    fn has(&self, f: u32) -> bool {
+        self.features.load(Relaxed) & bit(f) != 0
+    }
+
+    /// Turns a frame into what this port's guest accepts: passes offloaded
+    /// frames through when the guest negotiated the matching feature, and
+    /// finishes them in software otherwise.
+    pub fn adapt(&self, f: &Frame) -> Result<Vec<Frame>, offload::OffloadError> {
+        let h = f.hdr;
+        if h.gso_kind() != VIRTIO_NET_HDR_GSO_NONE as u8 {
+            let ok = match u32::from(h.gso_kind()) {
+                VIRTIO_NET_HDR_GSO_TCPV4 => self.has(VIRTIO_NET_F_GUEST_TSO4),
+                VIRTIO_NET_HDR_GSO_TCPV6 => self.has(VIRTIO_NET_F_GUEST_TSO6),
+                _ => false,
+            } && (!h.gso_ecn() || self.has(VIRTIO_NET_F_GUEST_ECN))
+                && self.has(VIRTIO_NET_F_GUEST_CSUM);
+            if ok {
+                return Ok(vec![f.clone()]);
+            }
+            let segs = offload::segment_tcp(&f.data, &h)?;
+            return Ok(segs.into_iter().map(|data| Frame { hdr: NetHdr::default(), data }).collect());
+        }
+        if h.needs_csum() && !self.has(VIRTIO_NET_F_GUEST_CSUM) {
+            let mut data = f.data.clone();
+            offload::finish_csum(&mut data, h.csum_start, h.csum_offset)?;
+            return Ok(vec![Frame { hdr: NetHdr::default(), data }]);
+        }
+        let mut out = f.clone();
+        if !self.has(VIRTIO_NET_F_GUEST_CSUM) {
+            out.hdr = NetHdr::default();
+        }
+        Ok(vec![out])
+    }
+
+    /// Chooses the RX queue pair for a frame: a flow hash over the enabled,
+    /// active queue pairs, so one flow stays on one queue.
+    fn pick_queue(&self, data: &[u8]) -> usize {
+        let active = usize::from(self.active_qps.load(Relaxed)).clamp(1, self.rxq.len());
+        if active == 1 {
+            return 0;
+        }
+        let q = (flow_hash(data) as usize) % active;
+        if self.rxq[q].enabled.load(Relaxed) {
+            q
+        } else {
+            0
+        }
+    }
+
+    /// Counter snapshot.
+    pub fn stats(&self) -> PortStats {
+        let mut s = PortStats {
+            name: self.cfg.name.clone(),
+            socket: self.cfg.socket.display().to_string(),
+            mac: self.mac.lock().map(|m| m.to_string()).unwrap_or_default(),
+            form: match self.cfg.form {
+                DeviceForm::VirtioNetPci => "pci".into(),
+                DeviceForm::TestDevice => "testdev".into(),
+            },
+            connected: self.connected.load(Relaxed),
+            connections: self.connections.load(Relaxed),
+            features: self.features.load(Relaxed),
+            queue_pairs: self.cfg.queue_pairs,
+            active_queue_pairs: self.active_qps.load(Relaxed),
+            ctrl_errors: self.ctrl_errors.load(Relaxed),
+            queues: self.rxq.iter().map(|q| q.counters.snapshot()).collect(),
+            ..Default::default()
+        };
+        s.sum_queues();
+        s
+    }
+}
+
+/// FNV-1a over IP addresses and L4 ports (0 for non-IP): keeps a flow on one
+/// queue.
+pub fn flow_hash(f: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    let mut eat = |b: &[u8]| {
+        for &x in b {
+            h ^= u32::from(x);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    };
+    let et = match f.get(12..14) {
+        Some(e) => u16::from_be_bytes([e[0], e[1]]),
+        None => return 0,
+    };
+    let (addrs, l4, proto) = match et {
+        0x0800 => {
+            let ihl = usize::from(f.get(14).copied().unwrap_or(0) & 0xf) * 4;
+            (f.get(26..34), 14 + ihl, f.get(23).copied())
+        }
+        0x86dd => (f.get(22..54), 54, f.get(20).copied()),
+        _ => return 0,
+    };
+    if let Some(a) = addrs {
+        eat(a);
+    }
+    if matches!(proto, Some(6) | Some(17)) {
+        if let Some(p) = f.get(l4..l4 + 4) {
+            eat(p);
+        }
+    }
+    h
+}
+
+/// Limit of the MAC learning table.
+const MAC_TABLE_LIMIT: usize = 4096;
+
+/// The L2 switch.
+#[derive(Debug)]
+pub struct Fabric {
+    pub ports: Vec<Arc<PortShared>>,
+    macs: RwLock<HashMap<[u8; 6], usize>>,
+    /// Source MACs not learned because the table was full.
+    pub mac_table_full: AtomicU64,
+}
+
+impl Fabric {
+    /// A fabric over the given ports.
+    pub fn new(ports: Vec<Arc<PortShared>>) -> Self {
+        Fabric { ports, macs: RwLock::new(HashMap::new()), mac_table_full: AtomicU64::new(0) }
+    }
+
+    /// Forgets what was learned on a port (its guest went away).
+    pub fn forget_port(&self, port: usize) {
+        if let Ok(mut m) = self.macs.write() {
+            m.retain(|_, p| *p != port);
+        }
+    }
+
+    fn learn(&self, src: [u8; 6], port: usize) {
+        if src[0] & 1 != 0 {
+            return;
+        }
+        if let Ok(m) = self.macs.read() {
+            if m.get(&src) == Some(&port) {
+                return;
+            }
+        }
+        if let Ok(mut m) = self.macs.write() {
+            if m.len() >= MAC_TABLE_LIMIT && !m.contains_key(&src) {
+                self.mac_table_full.fetch_add(1, Relaxed);
+                return;
+            }
+            m.insert(src, port);
+        }
+    }
+
+    /// Switches a frame a guest sent on port `src`. Returns how many copies
+    /// were queued.
+    pub fn forward(&self, src: usize, frame: Frame) -> usize {
+        if frame.data.len() < 14 {
+            return 0;
+        }
+        let mut dst = [0u8; 6];
+        dst.copy_from_slice(&frame.data[0..6]);
+        let mut smac = [0u8; 6];
+        smac.copy_from_slice(&frame.data[6..12]);
+        self.learn(smac, src);
+        let known = if dst[0] & 1 == 0 {
+            self.macs.read().ok().and_then(|m| m.get(&dst).copied())
+        } else {
+            None
+        };
+        match known {
+            Some(p) if p == src => 0,
+            Some(p) => self.deliver(p, &frame),
+            None => (0..self.ports.len())
+                .filter(|&p| p != src)
+                .map(|p| self.deliver(p, &frame))
+                .sum(),
+        }
+    }
+
+    fn deliver(&self, port: usize, frame: &Frame) -> usize {
+        let Some(dst) = self.ports.get(port) else { return 0 };
+        if !dst.connected.load(Relaxed) {
+            return 0;
+        }
+        let frames = match dst.adapt(frame) {
+            Ok(f) => f,
+            Err(e) => {
+                // Validated at TX already; this would be our own bug. Count it.
+                let q = &dst.rxq[0];
+                QueueCounters::add(&q.counters.rx_drops, 1);
+                crate::guest_warn!(dst.log, port = %dst.cfg.name, "cannot finish offloads of frame: {e}");
+                return 0;
+            }
+        };
+        let q = dst.pick_queue(&frame.data);
+        frames.into_iter().map(|f| usize::from(dst.rxq[q].push(f))).sum()
+    }
+}

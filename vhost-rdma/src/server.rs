@@ -1,0 +1,188 @@
+//! The running daemon: one listener thread per port, each accepting guest
+//! connections one after another for as long as the daemon runs.
+
+use crate::config::DaemonConfig;
+use crate::control::ControlServer;
+use crate::fabric::{Fabric, PortShared};
+use crate::port::PortBackend;
+use crate::stats::PortStats;
+use anyhow::Context;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tracing::{info, warn};
+use vhost::vhost_user::Listener;
+use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+struct PortRunner {
+    socket: PathBuf,
+    thread: Option<JoinHandle<()>>,
+    conn: Arc<Mutex<Option<ShutdownHandle>>>,
+}
+
+/// A running daemon.
+pub struct Server {
+    fabric: Arc<Fabric>,
+    runners: Vec<PortRunner>,
+    stop: Arc<AtomicBool>,
+    control: Option<ControlServer>,
+}
+
+impl Server {
+    /// Creates every port's socket and starts serving; returns once all
+    /// sockets listen.
+    pub fn start(cfg: DaemonConfig) -> anyhow::Result<Server> {
+        cfg.validate()?;
+        let shared = cfg
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PortShared::new(i, p.clone()).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .context("creating port state")?;
+        let fabric = Arc::new(Fabric::new(shared.clone()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut runners = Vec::new();
+        for port in shared {
+            let sock = port.cfg.socket.clone();
+            if let Some(dir) = sock.parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                }
+            }
+            let listener = Listener::new(&sock, true)
+                .map_err(|e| anyhow::anyhow!("port {}: cannot listen on {}: {e}", port.cfg.name, sock.display()))?;
+            let conn = Arc::new(Mutex::new(None));
+            let (f, s, c) = (fabric.clone(), stop.clone(), conn.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("port-{}", port.cfg.name))
+                .spawn(move || serve_port(port, f, listener, s, c))
+                .context("spawning port thread")?;
+            runners.push(PortRunner { socket: sock, thread: Some(thread), conn });
+        }
+        let mut server = Server { fabric, runners, stop, control: None };
+        if let Some(path) = &cfg.control {
+            let fabric = server.fabric.clone();
+            server.control = Some(ControlServer::start(path, fabric)?);
+        }
+        Ok(server)
+    }
+
+    /// Snapshot of every port's counters.
+    pub fn stats(&self) -> Vec<PortStats> {
+        self.fabric.ports.iter().map(|p| p.stats()).collect()
+    }
+
+    /// The fabric (for in-process observers and tests).
+    pub fn fabric(&self) -> &Arc<Fabric> {
+        &self.fabric
+    }
+
+    /// Stops serving, disconnects guests and removes the sockets.
+    pub fn shutdown(mut self) -> anyhow::Result<()> {
+        self.stop_all();
+        Ok(())
+    }
+
+    fn stop_all(&mut self) {
+        self.stop.store(true, SeqCst);
+        if let Some(c) = self.control.take() {
+            c.stop();
+        }
+        for r in &mut self.runners {
+            if let Some(h) = r.conn.lock().ok().and_then(|c| c.clone()) {
+                h.shutdown();
+            }
+            // Unblock a pending accept() with a connection of our own.
+            let _ = UnixStream::connect(&r.socket);
+            if let Some(t) = r.thread.take() {
+                let _ = t.join();
+            }
+            let _ = std::fs::remove_file(&r.socket);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+fn serve_port(
+    port: Arc<PortShared>,
+    fabric: Arc<Fabric>,
+    mut listener: Listener,
+    stop: Arc<AtomicBool>,
+    conn: Arc<Mutex<Option<ShutdownHandle>>>,
+) {
+    let name = port.cfg.name.clone();
+    info!(port = %name, socket = %port.cfg.socket.display(), "listening");
+    while !stop.load(SeqCst) {
+        let backend = match PortBackend::new(port.clone(), fabric.clone()) {
+            Ok(b) => Arc::new(b),
+            Err(e) => {
+                warn!(port = %name, "cannot create backend: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let mut daemon = match VhostUserDaemon::new(format!("vhost-rdma-{name}"), backend.clone(), mem) {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(port = %name, "cannot create vhost-user daemon: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        for (t, h) in daemon.get_epoll_handlers().iter().enumerate() {
+            if let Some(q) = port.rxq.get(t) {
+                if let Err(e) = h.register_listener(q.wake.as_raw_fd(), EventSet::IN, backend.wake_event_id(t)) {
+                    warn!(port = %name, "cannot register wake event: {e}");
+                }
+            }
+        }
+        if let Err(e) = daemon.start(&mut listener) {
+            if !stop.load(SeqCst) {
+                warn!(port = %name, "accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            backend.signal_exit();
+            continue;
+        }
+        if let Ok(mut c) = conn.lock() {
+            *c = daemon.shutdown_handle();
+        }
+        if stop.load(SeqCst) {
+            daemon.request_shutdown();
+        }
+        port.connected.store(true, SeqCst);
+        let n = port.connections.fetch_add(1, SeqCst) + 1;
+        info!(port = %name, connection = n, "guest connected");
+        let result = daemon.wait();
+        port.connected.store(false, SeqCst);
+        if let Ok(mut c) = conn.lock() {
+            *c = None;
+        }
+        fabric.forget_port(port.index);
+        let dropped: usize = port.rxq.iter().map(|q| q.clear()).sum();
+        match result {
+            Ok(()) => info!(port = %name, dropped_pending = dropped, "guest disconnected"),
+            Err(e) => info!(port = %name, dropped_pending = dropped, "guest connection ended: {e}"),
+        }
+        backend.signal_exit();
+        drop(daemon);
+        for q in &port.rxq {
+            q.enabled.store(false, SeqCst);
+        }
+        port.features.store(0, SeqCst);
+    }
+    info!(port = %name, "stopped");
+}

@@ -1,0 +1,134 @@
+//! Counters kept per port and per queue, and rate-limited logging of guest
+//! errors (a hostile guest must not be able to flood the log).
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Live counters of one queue pair (atomics, updated on the data path).
+#[derive(Debug, Default)]
+pub struct QueueCounters {
+    pub tx_frames: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub tx_errors: AtomicU64,
+    pub rx_frames: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub rx_drops: AtomicU64,
+    pub rx_errors: AtomicU64,
+}
+
+impl QueueCounters {
+    /// Adds `v` to one counter.
+    pub fn add(c: &AtomicU64, v: u64) {
+        c.fetch_add(v, Relaxed);
+    }
+
+    /// A plain copy of the counters.
+    pub fn snapshot(&self) -> QueueStats {
+        QueueStats {
+            tx_frames: self.tx_frames.load(Relaxed),
+            tx_bytes: self.tx_bytes.load(Relaxed),
+            tx_errors: self.tx_errors.load(Relaxed),
+            rx_frames: self.rx_frames.load(Relaxed),
+            rx_bytes: self.rx_bytes.load(Relaxed),
+            rx_drops: self.rx_drops.load(Relaxed),
+            rx_errors: self.rx_errors.load(Relaxed),
+        }
+    }
+}
+
+/// Counters of one queue pair. `tx` is guest-to-fabric, `rx` fabric-to-guest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct QueueStats {
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Malformed chains or frames refused on this TX queue.
+    pub tx_errors: u64,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    /// Frames lost towards the guest: pending queue full, or no RX buffer fit.
+    pub rx_drops: u64,
+    /// Malformed RX chains the guest posted.
+    pub rx_errors: u64,
+}
+
+/// Counters of one port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PortStats {
+    pub name: String,
+    pub socket: String,
+    pub mac: String,
+    pub form: String,
+    pub connected: bool,
+    /// Connections accepted since start.
+    pub connections: u64,
+    /// Virtio features acked by the current (or last) guest.
+    pub features: u64,
+    pub queue_pairs: u16,
+    pub active_queue_pairs: u16,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub rx_drops: u64,
+    pub rx_errors: u64,
+    /// Control-queue commands refused (test-device form).
+    pub ctrl_errors: u64,
+    pub queues: Vec<QueueStats>,
+}
+
+impl PortStats {
+    /// Fills the port totals from the per-queue counters.
+    pub fn sum_queues(&mut self) {
+        let q = &self.queues;
+        self.tx_frames = q.iter().map(|q| q.tx_frames).sum();
+        self.tx_bytes = q.iter().map(|q| q.tx_bytes).sum();
+        self.tx_errors = q.iter().map(|q| q.tx_errors).sum();
+        self.rx_frames = q.iter().map(|q| q.rx_frames).sum();
+        self.rx_bytes = q.iter().map(|q| q.rx_bytes).sum();
+        self.rx_drops = q.iter().map(|q| q.rx_drops).sum();
+        self.rx_errors = q.iter().map(|q| q.rx_errors).sum();
+    }
+}
+
+/// Allows `burst` log lines per second, then counts the suppressed ones and
+/// reports them with the next line that gets through.
+#[derive(Debug, Default)]
+pub struct LogLimiter {
+    second: AtomicU64,
+    count: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl LogLimiter {
+    const BURST: u64 = 5;
+
+    /// Returns `Some(suppressed_since_last)` when a line may be logged now.
+    pub fn allow(&self) -> Option<u64> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        if self.second.swap(now, Relaxed) != now {
+            self.count.store(0, Relaxed);
+        }
+        if self.count.fetch_add(1, Relaxed) < Self::BURST {
+            Some(self.suppressed.swap(0, Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Relaxed);
+            None
+        }
+    }
+}
+
+/// Logs a warning about a guest error through a [`LogLimiter`].
+#[macro_export]
+macro_rules! guest_warn {
+    ($limiter:expr, $($arg:tt)+) => {
+        if let Some(suppressed) = $limiter.allow() {
+            if suppressed > 0 {
+                tracing::warn!(suppressed, $($arg)+);
+            } else {
+                tracing::warn!($($arg)+);
+            }
+        }
+    };
+}

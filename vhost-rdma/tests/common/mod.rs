@@ -1,0 +1,186 @@
+//! Shared test harness: an in-process vhost-user frontend with a hand-written
+//! virtio-net guest driver ([`guest::TestGuest`]), packet builders/checkers
+//! ([`packet`]) and a helper that runs a daemon with N ports in a temp dir
+//! ([`TestFabric`]).
+#![allow(dead_code)]
+
+pub mod guest;
+pub mod packet;
+
+#[allow(unused_imports)]
+pub use guest::{feat, GuestOpts, Layout, NetHdr, RawDesc, RxFrame, TestGuest, TxOpts};
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use vhost_rdma::{DaemonConfig, DeviceForm, MacAddr, PortConfig, PortStats, Server};
+
+/// Time allowed for something that must happen.
+pub const ARRIVE: Duration = Duration::from_secs(5);
+/// Time we wait to conclude that something does not happen.
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// A unique temporary directory, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "vhr-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The MAC of port `i` in a [`TestFabric`].
+pub fn port_mac(i: usize) -> [u8; 6] {
+    packet::mac(0x10 + i as u8)
+}
+
+/// A daemon with N ports, each with a socket in its own temp dir.
+pub struct TestFabric {
+    pub server: Option<Server>,
+    pub ports: Vec<PortConfig>,
+    dir: TempDir,
+}
+
+impl TestFabric {
+    pub fn port_config(dir: &Path, i: usize, queue_pairs: u16) -> PortConfig {
+        PortConfig {
+            name: format!("p{i}"),
+            socket: dir.join(format!("p{i}.sock")),
+            mac: MacAddr(port_mac(i)),
+            queue_pairs,
+            form: DeviceForm::VirtioNetPci,
+            rx_queue_frames: 256,
+        }
+    }
+
+    /// `n` ports with `queue_pairs` each, VirtioNetPci form.
+    pub fn start(n: usize, queue_pairs: u16) -> TestFabric {
+        Self::start_with(n, |i, dir| Self::port_config(dir, i, queue_pairs))
+    }
+
+    /// `n` ports built by `f(index, dir)`.
+    pub fn start_with(n: usize, f: impl Fn(usize, &Path) -> PortConfig) -> TestFabric {
+        init_logging();
+        let dir = TempDir::new("fabric");
+        let ports: Vec<PortConfig> = (0..n).map(|i| f(i, dir.path())).collect();
+        let server = Server::start(DaemonConfig {
+            ports: ports.clone(),
+            control: None,
+        })
+        .expect("Server::start");
+        for p in &ports {
+            assert!(
+                p.socket.exists(),
+                "Server::start returned but {} does not exist",
+                p.socket.display()
+            );
+        }
+        TestFabric {
+            server: Some(server),
+            ports,
+            dir,
+        }
+    }
+
+    pub fn socket(&self, i: usize) -> &Path {
+        &self.ports[i].socket
+    }
+
+    pub fn mac(&self, i: usize) -> [u8; 6] {
+        self.ports[i].mac.0
+    }
+
+    /// Connects a guest to port `i`, with as many queue pairs as the port has.
+    pub fn connect(&self, i: usize, features: u64) -> TestGuest {
+        TestGuest::connect(self.socket(i), self.ports[i].queue_pairs, features)
+            .unwrap_or_else(|e| panic!("connecting to port {i}: {e:#}"))
+    }
+
+    pub fn stats(&self, i: usize) -> PortStats {
+        let name = &self.ports[i].name;
+        let all = self.server.as_ref().unwrap().stats();
+        all.iter()
+            .find(|s| &s.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no stats for port {name}: {all:?}"))
+    }
+
+    /// Polls the stats of port `i` until `pred` holds; returns the last snapshot
+    /// and whether `pred` held.
+    pub fn wait_stats(
+        &self,
+        i: usize,
+        timeout: Duration,
+        pred: impl Fn(&PortStats) -> bool,
+    ) -> (PortStats, bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.stats(i);
+            if pred(&s) {
+                return (s, true);
+            }
+            if Instant::now() >= deadline {
+                return (s, false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn shutdown(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().expect("Server::shutdown");
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TestFabric {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            let _ = s.shutdown();
+        }
+    }
+}
+
+/// `RUST_LOG=debug cargo test` shows the daemon's logs.
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
