@@ -94,6 +94,7 @@ for p in 1 4; do iperf3 -s -1 >/job/iperf-server-P$p.log 2>&1 || exit 21; done
 EOF
 cat >"$logdir/b.sh" <<EOF
 command -v iperf3 >/dev/null || { echo "BENCH-FAIL no iperf3 in the guest"; exit 20; }
+i=0; while [ "\$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do i=\$((i + 1)); if [ \$i -ge 30 ]; then echo "BENCH-FAIL eth0 has no carrier after 30 s"; exit 10; fi; sleep 1; done
 i=0; until ping -c 1 -W 2 10.77.0.1 >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 60 ] && break; sleep 1; done
 ping -c 3 -W 5 10.77.0.1 || { echo "BENCH-FAIL ping"; exit 12; }
 for p in 1 4; do

@@ -155,7 +155,7 @@ build_kernel() {
         tar -xaf "$work/$tarball" -C "$work"
         rm -rf "$work/usr"
         local src
-        src="$(ls -d "$work"/linux-source-*/ | head -1)"
+        src="$(ls -d "$work"/linux-source-*/ | head -1)"; src="${src%/}"
         [[ -n "$src" && -f "$src/Makefile" ]] || die "unexpected source layout in $srcdeb"
         info "configuring $srcver ($KERNEL_RECIPE)"
         (

@@ -186,6 +186,8 @@ write_job() {  # write_job FILE ROLE SELF PEER QUEUES CONNS
             echo "ethtool -L eth0 combined $q || { echo 'E2E-FAIL ethtool -L'; exit 11; }"
             echo 'ethtool -l eth0'
         fi
+        # link up? (vhost-user: no carrier means the backend is not connected)
+        echo "i=0; while [ \"\$(cat /sys/class/net/eth0/carrier 2>/dev/null)\" != 1 ]; do i=\$((i + 1)); if [ \$i -ge 30 ]; then echo 'E2E-FAIL eth0 has no carrier after 30 s (backend not connected?)'; ip link show eth0; exit 10; fi; sleep 1; done"
         # wait (up to ~2 min) for the peer to come up, then the real check
         echo "i=0; until ping -c 1 -W 2 $peer >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 60 ] && break; sleep 1; done"
         echo "ping -c 3 -W 5 $peer || { echo 'E2E-FAIL ping $peer'; exit 12; }"

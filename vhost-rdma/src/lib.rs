@@ -10,6 +10,7 @@ pub mod control;
 pub mod fabric;
 pub mod offload;
 pub mod port;
+pub mod proxy;
 pub mod server;
 pub mod stats;
 pub mod virtio_net;

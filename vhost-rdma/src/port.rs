@@ -596,6 +596,7 @@ impl VhostUserBackend for PortBackend {
         // end this worker thread.
         let qp = thread_id;
         let wake = self.wake_event_id(thread_id);
+        tracing::trace!(port = %self.shared.cfg.name, device_event, thread_id, "event");
         match u64::from(device_event) {
             0 => {
                 if let Some(v) = vrings.first() {

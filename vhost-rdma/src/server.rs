@@ -15,15 +15,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tracing::{info, warn};
+use std::os::unix::net::UnixListener;
 use vhost::vhost_user::Listener;
-use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 struct PortRunner {
     socket: PathBuf,
+    private_dir: PathBuf,
     thread: Option<JoinHandle<()>>,
-    conn: Arc<Mutex<Option<ShutdownHandle>>>,
+    /// The connected front end's socket, to cut it at shutdown.
+    conn: Arc<Mutex<Option<UnixStream>>>,
 }
 
 /// A running daemon.
@@ -56,15 +59,24 @@ impl Server {
                     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
                 }
             }
-            let listener = Listener::new(&sock, true)
-                .map_err(|e| anyhow::anyhow!("port {}: cannot listen on {}: {e}", port.cfg.name, sock.display()))?;
+            let _ = std::fs::remove_file(&sock);
+            let public = UnixListener::bind(&sock)
+                .with_context(|| format!("port {}: cannot listen on {}", port.cfg.name, sock.display()))?;
+            // The backend listens on a private socket; a relay joins the two
+            // (see `proxy`).
+            let private_dir = std::env::temp_dir().join(format!("vhost-rdma-{}-{}-{}", std::process::id(), port.index, nonce()));
+            std::fs::create_dir_all(&private_dir).with_context(|| format!("creating {}", private_dir.display()))?;
+            let _ = std::fs::set_permissions(&private_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+            let private = private_dir.join("backend.sock");
+            let listener = Listener::new(&private, true)
+                .map_err(|e| anyhow::anyhow!("port {}: cannot listen on {}: {e}", port.cfg.name, private.display()))?;
             let conn = Arc::new(Mutex::new(None));
             let (f, s, c) = (fabric.clone(), stop.clone(), conn.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("port-{}", port.cfg.name))
-                .spawn(move || serve_port(port, f, listener, s, c))
+                .spawn(move || serve_port(port, f, public, listener, private, s, c))
                 .context("spawning port thread")?;
-            runners.push(PortRunner { socket: sock, thread: Some(thread), conn });
+            runners.push(PortRunner { socket: sock, private_dir, thread: Some(thread), conn });
         }
         let mut server = Server { fabric, runners, stop, control: None };
         if let Some(path) = &cfg.control {
@@ -96,8 +108,8 @@ impl Server {
             c.stop();
         }
         for r in &mut self.runners {
-            if let Some(h) = r.conn.lock().ok().and_then(|c| c.clone()) {
-                h.shutdown();
+            if let Some(c) = r.conn.lock().ok().and_then(|c| c.as_ref().and_then(|s| s.try_clone().ok())) {
+                let _ = c.shutdown(std::net::Shutdown::Both);
             }
             // Unblock a pending accept() with a connection of our own.
             let _ = UnixStream::connect(&r.socket);
@@ -105,6 +117,7 @@ impl Server {
                 let _ = t.join();
             }
             let _ = std::fs::remove_file(&r.socket);
+            let _ = std::fs::remove_dir_all(&r.private_dir);
         }
     }
 }
@@ -115,21 +128,37 @@ impl Drop for Server {
     }
 }
 
+fn nonce() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() as u64).unwrap_or(0)
+}
+
 fn serve_port(
     port: Arc<PortShared>,
     fabric: Arc<Fabric>,
+    public: UnixListener,
     mut listener: Listener,
+    private: PathBuf,
     stop: Arc<AtomicBool>,
-    conn: Arc<Mutex<Option<ShutdownHandle>>>,
+    conn: Arc<Mutex<Option<UnixStream>>>,
 ) {
     let name = port.cfg.name.clone();
     info!(port = %name, socket = %port.cfg.socket.display(), "listening");
     while !stop.load(SeqCst) {
+        let front = match public.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                warn!(port = %name, "accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        if stop.load(SeqCst) {
+            break;
+        }
         let backend = match PortBackend::new(port.clone(), fabric.clone()) {
             Ok(b) => Arc::new(b),
             Err(e) => {
                 warn!(port = %name, "cannot create backend: {e}");
-                std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
         };
@@ -138,7 +167,6 @@ fn serve_port(
             Ok(d) => d,
             Err(e) => {
                 warn!(port = %name, "cannot create vhost-user daemon: {e}");
-                std::thread::sleep(Duration::from_millis(200));
                 continue;
             }
         };
@@ -149,24 +177,40 @@ fn serve_port(
                 }
             }
         }
-        if let Err(e) = daemon.start(&mut listener) {
-            if !stop.load(SeqCst) {
-                warn!(port = %name, "accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
+        // The connection is queued in the private listener's backlog, so
+        // start() below accepts it at once.
+        let back = match UnixStream::connect(&private) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(port = %name, "cannot reach backend socket: {e}");
+                backend.signal_exit();
+                continue;
             }
+        };
+        if let Err(e) = daemon.start(&mut listener) {
+            warn!(port = %name, "backend accept failed: {e}");
             backend.signal_exit();
             continue;
         }
         if let Ok(mut c) = conn.lock() {
-            *c = daemon.shutdown_handle();
+            *c = front.try_clone().ok();
         }
         if stop.load(SeqCst) {
-            daemon.request_shutdown();
+            let _ = front.shutdown(std::net::Shutdown::Both);
         }
         port.connected.store(true, SeqCst);
         let n = port.connections.fetch_add(1, SeqCst) + 1;
         info!(port = %name, connection = n, "guest connected");
+        let relay_name = name.clone();
+        let relay = std::thread::Builder::new()
+            .name(format!("vu-{name}"))
+            .spawn(move || crate::proxy::relay(front, back, &relay_name));
         let result = daemon.wait();
+        if let Ok(Ok(r)) = relay.map(|t| t.join()) {
+            if let Err(e) = r {
+                info!(port = %name, "front-end connection: {e}");
+            }
+        }
         port.connected.store(false, SeqCst);
         if let Ok(mut c) = conn.lock() {
             *c = None;
