@@ -287,7 +287,7 @@ run_case() {  # run_case CASE QEMU FORM QUEUES CONNS
     local mib_a mib_b boot
     mib_a="$(sed -n 's/.* mibps=\([0-9.]*\).*/\1/p' <<<"$ra")"
     mib_b="$(sed -n 's/.* mibps=\([0-9.]*\).*/\1/p' <<<"$rb")"
-    boot="$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{g[\"name\"]}={g[\"boot_s\"]}s" for g in d["guests"]), d["accel"])' "$d/summary.json" 2>/dev/null)"
+    boot="$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%s=%ss" % (g["name"], g["boot_s"]) for g in d["guests"]), d["accel"])' "$d/summary.json" 2>/dev/null)"
 
     if ((q > 1)); then
         # informational: did every queue pair carry packets? (flow hashing decides)

@@ -341,29 +341,41 @@ impl PortBackend {
     /// Serves the control queue (test-device form).
     fn process_ctrl(&self, vring: &VringRwLock) {
         let Some(mem) = self.memory() else { return };
+        let event_idx = self.event_idx.load(Relaxed);
         let mut vr = vring.get_mut();
-        let mut used = Vec::new();
-        {
-            let q = vr.get_queue_mut();
-            let Ok(iter) = q.iter(mem.clone()) else { return };
-            for chain in iter {
-                let head = chain.head_index();
-                let (ok, ack) = self.ctrl_command(&mem, chain);
-                if !ok {
-                    self.shared.ctrl_errors.fetch_add(1, Relaxed);
-                }
-                let n = match ack {
-                    Some(addr) => {
-                        let v = if ok { VIRTIO_NET_OK } else { VIRTIO_NET_ERR } as u8;
-                        u32::from(mem.write_slice(&[v], addr).is_ok())
-                    }
-                    None => 0,
-                };
-                used.push((head, n));
+        loop {
+            if event_idx {
+                let _ = vr.disable_notification();
             }
-        }
-        for (h, n) in used {
-            let _ = vr.add_used(h, n);
+            let mut used = Vec::new();
+            {
+                let q = vr.get_queue_mut();
+                let Ok(iter) = q.iter(mem.clone()) else { return };
+                for chain in iter {
+                    let head = chain.head_index();
+                    let (ok, ack) = self.ctrl_command(&mem, chain);
+                    if !ok {
+                        self.shared.ctrl_errors.fetch_add(1, Relaxed);
+                    }
+                    let n = match ack {
+                        Some(addr) => {
+                            let v = if ok { VIRTIO_NET_OK } else { VIRTIO_NET_ERR } as u8;
+                            u32::from(mem.write_slice(&[v], addr).is_ok())
+                        }
+                        None => 0,
+                    };
+                    used.push((head, n));
+                }
+            }
+            for (h, n) in used {
+                let _ = vr.add_used(h, n);
+            }
+            // With EVENT_IDX the driver kicks only when it passes the
+            // avail_event we publish here; without re-arming we would miss
+            // its next command.
+            if !event_idx || !matches!(vr.enable_notification(), Ok(true)) {
+                break;
+            }
         }
         if vr.needs_notification().unwrap_or(true) {
             let _ = vr.signal_used_queue();
@@ -391,6 +403,7 @@ impl PortBackend {
             }
         }
         let r = self.ctrl_execute(&cmd);
+        tracing::debug!(port = %self.shared.cfg.name, cmd = ?&cmd[..cmd.len().min(16)], ok = r.is_ok(), ack = ?ack, "control command");
         if let Err(e) = &r {
             guest_warn!(self.shared.log, port = %self.shared.cfg.name, "control command refused: {e}");
         }
@@ -534,6 +547,7 @@ impl VhostUserBackend for PortBackend {
     }
 
     fn acked_features(&self, features: u64) {
+        tracing::debug!(port = %self.shared.cfg.name, features = format_args!("{features:#x}"), "features acked");
         *self.acked.lock().unwrap_or_else(|e| e.into_inner()) = features;
         self.shared.features.store(features, Relaxed);
         if !self.owns_device() {

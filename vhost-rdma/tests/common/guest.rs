@@ -114,7 +114,7 @@ impl NetHdr {
         }
     }
 
-    pub fn to_bytes(&self) -> [u8; 12] {
+    pub fn to_bytes(self) -> [u8; 12] {
         let mut b = [0u8; 12];
         b[0] = self.flags;
         b[1] = self.gso_type;
@@ -222,6 +222,9 @@ pub struct GuestOpts {
     pub ctrl_queue: bool,
     /// Request REPLY_ACK (makes every set_* synchronous).
     pub reply_ack: bool,
+    /// Initial avail/used index of every ring (SET_VRING_BASE plus the used
+    /// index in memory), e.g. 65530 to test 16-bit index wrap-around.
+    pub initial_idx: u16,
 }
 
 impl GuestOpts {
@@ -233,6 +236,7 @@ impl GuestOpts {
             mem_size: 32 << 20,
             ctrl_queue: false,
             reply_ack: true,
+            initial_idx: 0,
         }
     }
 }
@@ -407,7 +411,7 @@ impl TestGuest {
             queue_pairs: opts.queue_pairs,
         };
         for i in 0..nq {
-            g.setup_queue(i, opts.queue_size)
+            g.setup_queue(i, opts.queue_size, opts.initial_idx)
                 .with_context(|| format!("starting vring {i}"))?;
         }
         if features & feat::PROTOCOL_FEATURES != 0 {
@@ -423,13 +427,19 @@ impl TestGuest {
         gpa - GPA_BASE + self.host_base
     }
 
-    fn setup_queue(&mut self, index: usize, size: u16) -> anyhow::Result<()> {
+    fn setup_queue(&mut self, index: usize, size: u16, base: u16) -> anyhow::Result<()> {
         let n = size as u64;
         let desc = self.alloc.alloc(16 * n, 4096);
         let avail = self.alloc.alloc(6 + 2 * n, 4096);
         let used = self.alloc.alloc(6 + 8 * n, 4096);
+        self.mem
+            .write_obj(base.to_le(), GuestAddress(avail + 2))
+            .unwrap();
+        self.mem
+            .write_obj(base.to_le(), GuestAddress(used + 2))
+            .unwrap();
         self.fe.set_vring_num(index, size)?;
-        self.fe.set_vring_base(index, 0)?;
+        self.fe.set_vring_base(index, base)?;
         let cfg = VringConfigData {
             queue_max_size: size,
             queue_size: size,
@@ -451,8 +461,8 @@ impl TestGuest {
             avail,
             used,
             free: (0..size).rev().collect(),
-            avail_idx: 0,
-            last_used: 0,
+            avail_idx: base,
+            last_used: base,
             inflight: HashMap::new(),
             partial: None,
             kick,
@@ -524,6 +534,11 @@ impl TestGuest {
         self.queues[queue].avail_idx
     }
 
+    /// How many used entries of a queue the driver consumed so far (mod 2^16).
+    pub fn used_seen(&self, queue: usize) -> u16 {
+        self.queues[queue].last_used
+    }
+
     // ---- ring mechanics ----------------------------------------------------
 
     fn write_desc(&self, q: usize, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
@@ -580,7 +595,11 @@ impl TestGuest {
         }
         fence(Ordering::Release);
         self.mem
-            .store(vq.avail_idx.to_le(), GuestAddress(vq.avail + 2), Ordering::Release)
+            .store(
+                vq.avail_idx.to_le(),
+                GuestAddress(vq.avail + 2),
+                Ordering::Release,
+            )
             .unwrap();
         fence(Ordering::SeqCst);
         let kick = if self.features & feat::EVENT_IDX != 0 {
@@ -1065,6 +1084,52 @@ impl TestGuest {
                 next: None,
             }],
         )
+    }
+
+    // ---- control queue (TestDevice form) -----------------------------------
+
+    /// Sends a control command (`class`, `cmd`, `data`) on the control queue
+    /// (index 2N) and returns the device's ack byte (0 = VIRTIO_NET_OK), or
+    /// None if the device did not answer within `timeout`.
+    pub fn ctrl(&mut self, class: u8, cmd: u8, data: &[u8], timeout: Duration) -> Option<u8> {
+        let q = 2 * self.queue_pairs as usize;
+        assert!(
+            q < self.queues.len(),
+            "guest connected without the control queue"
+        );
+        let mut bytes = vec![class, cmd];
+        bytes.extend_from_slice(data);
+        let a = self.raw_buffer(&bytes);
+        let ack = self.raw_buffer(&[0xee]);
+        self.send_raw_on(
+            q,
+            &[
+                RawDesc {
+                    addr: a,
+                    len: bytes.len() as u32,
+                    flags: DESC_F_NEXT,
+                    next: Some(1),
+                },
+                RawDesc {
+                    addr: ack,
+                    len: 1,
+                    flags: DESC_F_WRITE,
+                    next: None,
+                },
+            ],
+        );
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((len, _)) = self.pop_used(q) {
+                assert_eq!(len, 1, "control queue: used len {len} for a 1-byte ack");
+                let mut b = [0u8];
+                self.mem.read_slice(&mut b, GuestAddress(ack)).unwrap();
+                return Some(b[0]);
+            }
+            if !self.wait_queues(&[q], deadline) {
+                return None;
+            }
+        }
     }
 
     // ---- RX ----------------------------------------------------------------

@@ -412,6 +412,3 @@ pub fn complete_csum(frame: &[u8], hdr: &NetHdr) -> Vec<u8> {
     f[off..off + 2].copy_from_slice(&c.to_be_bytes());
     f
 }
-
-#[cfg(test)]
-mod tests {}
