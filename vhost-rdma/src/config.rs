@@ -13,7 +13,11 @@ pub struct MacAddr(pub [u8; 6]);
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
     }
 }
 
@@ -26,7 +30,8 @@ impl FromStr for MacAddr {
         }
         let mut m = [0u8; 6];
         for (i, p) in parts.iter().enumerate() {
-            m[i] = u8::from_str_radix(p, 16).with_context(|| format!("bad byte {p:?} in MAC {s:?}"))?;
+            m[i] = u8::from_str_radix(p, 16)
+                .with_context(|| format!("bad byte {p:?} in MAC {s:?}"))?;
         }
         if m[0] & 1 != 0 {
             bail!("MAC address {s} is a multicast address");
@@ -102,14 +107,29 @@ impl PortConfig {
     }
 
     fn check(&self) -> anyhow::Result<()> {
-        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            bail!("port name {:?} must be non-empty ASCII letters, digits, '-' or '_'", self.name);
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!(
+                "port name {:?} must be non-empty ASCII letters, digits, '-' or '_'",
+                self.name
+            );
         }
         if self.queue_pairs == 0 || self.queue_pairs > MAX_QUEUE_PAIRS {
-            bail!("port {}: queues={} must be between 1 and {MAX_QUEUE_PAIRS}", self.name, self.queue_pairs);
+            bail!(
+                "port {}: queues={} must be between 1 and {MAX_QUEUE_PAIRS}",
+                self.name,
+                self.queue_pairs
+            );
         }
         if self.rx_queue_frames == 0 || self.rx_queue_frames > 1 << 20 {
-            bail!("port {}: rx-queue-frames must be between 1 and 1048576", self.name);
+            bail!(
+                "port {}: rx-queue-frames must be between 1 and 1048576",
+                self.name
+            );
         }
         Ok(())
     }
@@ -122,20 +142,28 @@ impl FromStr for PortConfig {
         let mut parts = s.split(',');
         let head = parts.next().unwrap_or_default();
         let Some((name, sock)) = head.split_once('=') else {
-            bail!("--port {s:?}: expected NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev]");
+            bail!(
+                "--port {s:?}: expected NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev]"
+            );
         };
         if sock.is_empty() {
             bail!("--port {s:?}: empty socket path");
         }
         let mut p = PortConfig::new(name, sock);
         for kv in parts {
-            let Some((k, v)) = kv.split_once('=') else { bail!("--port {s:?}: option {kv:?} is not key=value") };
+            let Some((k, v)) = kv.split_once('=') else {
+                bail!("--port {s:?}: option {kv:?} is not key=value")
+            };
             match k {
                 "mac" => p.mac = v.parse()?,
                 "queues" => p.queue_pairs = v.parse().with_context(|| format!("queues={v}"))?,
                 "form" => p.form = v.parse()?,
-                "rx-queue-frames" => p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?,
-                _ => bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, rx-queue-frames)"),
+                "rx-queue-frames" => {
+                    p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?
+                }
+                _ => {
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, rx-queue-frames)")
+                }
             }
         }
         p.check()?;
@@ -173,7 +201,10 @@ impl DaemonConfig {
     /// Parses the TOML configuration file format (see the README).
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
         let f: FileConfig = toml::from_str(text)?;
-        let mut cfg = DaemonConfig { control: f.control, ports: Vec::new() };
+        let mut cfg = DaemonConfig {
+            control: f.control,
+            ports: Vec::new(),
+        };
         for fp in f.ports {
             let mut p = PortConfig::new(&fp.name, fp.socket);
             if let Some(m) = fp.mac {
@@ -196,7 +227,8 @@ impl DaemonConfig {
 
     /// Reads and parses a TOML file.
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
     }
 
@@ -212,10 +244,20 @@ impl DaemonConfig {
                     bail!("two ports are named {}", a.name);
                 }
                 if a.socket == b.socket {
-                    bail!("ports {} and {} use the same socket {}", a.name, b.name, a.socket.display());
+                    bail!(
+                        "ports {} and {} use the same socket {}",
+                        a.name,
+                        b.name,
+                        a.socket.display()
+                    );
                 }
                 if a.mac == b.mac {
-                    bail!("ports {} and {} have the same MAC {}", a.name, b.name, a.mac);
+                    bail!(
+                        "ports {} and {} have the same MAC {}",
+                        a.name,
+                        b.name,
+                        a.mac
+                    );
                 }
             }
         }
@@ -229,7 +271,9 @@ mod tests {
 
     #[test]
     fn port_flag_parses_all_options() {
-        let p: PortConfig = "a=/tmp/a.sock,mac=52:54:00:00:00:0a,queues=2,form=testdev".parse().unwrap();
+        let p: PortConfig = "a=/tmp/a.sock,mac=52:54:00:00:00:0a,queues=2,form=testdev"
+            .parse()
+            .unwrap();
         assert_eq!(p.name, "a");
         assert_eq!(p.socket, PathBuf::from("/tmp/a.sock"));
         assert_eq!(p.mac.to_string(), "52:54:00:00:00:0a");
@@ -239,7 +283,15 @@ mod tests {
 
     #[test]
     fn bad_port_flags_give_clear_errors() {
-        for bad in ["a", "a=", "a=/s,queues=0", "a=/s,queues=99", "a=/s,mac=01:00:00:00:00:00", "a=/s,foo=1", "a=/s,mac=zz"] {
+        for bad in [
+            "a",
+            "a=",
+            "a=/s,queues=0",
+            "a=/s,queues=99",
+            "a=/s,mac=01:00:00:00:00:00",
+            "a=/s,foo=1",
+            "a=/s,mac=zz",
+        ] {
             assert!(bad.parse::<PortConfig>().is_err(), "{bad} should fail");
         }
     }
@@ -250,7 +302,9 @@ mod tests {
             "control = \"/tmp/c.sock\"\n[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\nqueues = 2\nform = \"testdev\"\nmac = \"52:54:00:00:00:0a\"\n",
         )
         .unwrap();
-        let p: PortConfig = "a=/tmp/a.sock,mac=52:54:00:00:00:0a,queues=2,form=testdev".parse().unwrap();
+        let p: PortConfig = "a=/tmp/a.sock,mac=52:54:00:00:00:0a,queues=2,form=testdev"
+            .parse()
+            .unwrap();
         assert_eq!(c.ports, vec![p]);
         assert!(DaemonConfig::from_toml("[[port]]\nname=\"a\"\nsocket=\"/x\"\nbogus=1\n").is_err());
     }
@@ -259,9 +313,17 @@ mod tests {
     fn duplicates_are_refused() {
         let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
-        let cfg = DaemonConfig { ports: vec![a.clone(), b.clone()], control: None };
+        let cfg = DaemonConfig {
+            ports: vec![a.clone(), b.clone()],
+            control: None,
+        };
         assert!(cfg.validate().is_err());
         b.socket = "/tmp/b.sock".into();
-        assert!(DaemonConfig { ports: vec![a, b], control: None }.validate().is_ok());
+        assert!(DaemonConfig {
+            ports: vec![a, b],
+            control: None
+        }
+        .validate()
+        .is_ok());
     }
 }

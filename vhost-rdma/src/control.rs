@@ -51,21 +51,30 @@ impl ControlServer {
     /// Listens on `path` (replacing a stale socket).
     pub fn start(path: &Path, fabric: Arc<Fabric>) -> anyhow::Result<Self> {
         let _ = std::fs::remove_file(path);
-        let l = UnixListener::bind(path).with_context(|| format!("control socket {}", path.display()))?;
+        let l = UnixListener::bind(path)
+            .with_context(|| format!("control socket {}", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
-        let thread = std::thread::Builder::new().name("control".into()).spawn(move || {
-            for conn in l.incoming() {
-                if s.load(SeqCst) {
-                    break;
+        let thread = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || {
+                for conn in l.incoming() {
+                    if s.load(SeqCst) {
+                        break;
+                    }
+                    if let Ok(c) = conn {
+                        let f = fabric.clone();
+                        let _ = std::thread::Builder::new()
+                            .name("control-conn".into())
+                            .spawn(move || serve(c, &f));
+                    }
                 }
-                if let Ok(c) = conn {
-                    let f = fabric.clone();
-                    let _ = std::thread::Builder::new().name("control-conn".into()).spawn(move || serve(c, &f));
-                }
-            }
-        })?;
-        Ok(ControlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
+            })?;
+        Ok(ControlServer {
+            path: path.to_path_buf(),
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Stops and removes the socket.
@@ -96,12 +105,20 @@ fn serve(c: UnixStream, fabric: &Fabric) {
                 error: None,
                 status: Some(Status {
                     ports: fabric.ports.iter().map(|p| p.stats()).collect(),
-                    mac_table_full: fabric.mac_table_full.load(std::sync::atomic::Ordering::Relaxed),
+                    mac_table_full: fabric
+                        .mac_table_full
+                        .load(std::sync::atomic::Ordering::Relaxed),
                 }),
             },
-            Err(e) => Reply { ok: false, error: Some(format!("bad request: {e}")), status: None },
+            Err(e) => Reply {
+                ok: false,
+                error: Some(format!("bad request: {e}")),
+                status: None,
+            },
         };
-        let Ok(mut out) = serde_json::to_string(&reply) else { return };
+        let Ok(mut out) = serde_json::to_string(&reply) else {
+            return;
+        };
         out.push('\n');
         if w.write_all(out.as_bytes()).is_err() {
             return;
@@ -111,7 +128,8 @@ fn serve(c: UnixStream, fabric: &Fabric) {
 
 /// Sends one request and returns the reply (client side of `vhost-rdma ctl`).
 pub fn request(path: &Path, req: &Request) -> anyhow::Result<Reply> {
-    let mut c = UnixStream::connect(path).with_context(|| format!("connecting to control socket {}", path.display()))?;
+    let mut c = UnixStream::connect(path)
+        .with_context(|| format!("connecting to control socket {}", path.display()))?;
     c.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut s = serde_json::to_string(req)?;
     s.push('\n');

@@ -68,12 +68,18 @@ impl RxQueue {
 
     /// Takes the next frame.
     pub fn pop(&self) -> Option<Frame> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
     }
 
     /// Puts back a frame that found no RX buffer.
     pub fn unpop(&self, f: Frame) {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).push_front(f);
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_front(f);
     }
 
     /// Drops everything pending (guest gone); returns how many.
@@ -118,7 +124,9 @@ impl PortShared {
     /// Creates the shared state of a port from its configuration.
     pub fn new(index: usize, cfg: PortConfig) -> std::io::Result<Self> {
         let qps = usize::from(cfg.queue_pairs.max(1));
-        let rxq = (0..qps).map(|_| RxQueue::new(cfg.rx_queue_frames.max(1))).collect::<Result<_, _>>()?;
+        let rxq = (0..qps)
+            .map(|_| RxQueue::new(cfg.rx_queue_frames.max(1)))
+            .collect::<Result<_, _>>()?;
         Ok(PortShared {
             index,
             mac: Mutex::new(cfg.mac),
@@ -153,12 +161,21 @@ impl PortShared {
                 return Ok(vec![f.clone()]);
             }
             let segs = offload::segment_tcp(&f.data, &h)?;
-            return Ok(segs.into_iter().map(|data| Frame { hdr: NetHdr::default(), data }).collect());
+            return Ok(segs
+                .into_iter()
+                .map(|data| Frame {
+                    hdr: NetHdr::default(),
+                    data,
+                })
+                .collect());
         }
         if h.needs_csum() && !self.has(VIRTIO_NET_F_GUEST_CSUM) {
             let mut data = f.data.clone();
             offload::finish_csum(&mut data, h.csum_start, h.csum_offset)?;
-            return Ok(vec![Frame { hdr: NetHdr::default(), data }]);
+            return Ok(vec![Frame {
+                hdr: NetHdr::default(),
+                data,
+            }]);
         }
         let mut out = f.clone();
         if !self.has(VIRTIO_NET_F_GUEST_CSUM) {
@@ -254,7 +271,11 @@ pub struct Fabric {
 impl Fabric {
     /// A fabric over the given ports.
     pub fn new(ports: Vec<Arc<PortShared>>) -> Self {
-        Fabric { ports, macs: RwLock::new(HashMap::new()), mac_table_full: AtomicU64::new(0) }
+        Fabric {
+            ports,
+            macs: RwLock::new(HashMap::new()),
+            mac_table_full: AtomicU64::new(0),
+        }
     }
 
     /// Forgets what was learned on a port (its guest went away).
@@ -309,7 +330,9 @@ impl Fabric {
     }
 
     fn deliver(&self, port: usize, frame: &Frame) -> usize {
-        let Some(dst) = self.ports.get(port) else { return 0 };
+        let Some(dst) = self.ports.get(port) else {
+            return 0;
+        };
         if !dst.connected.load(Relaxed) {
             return 0;
         }
@@ -324,6 +347,9 @@ impl Fabric {
             }
         };
         let q = dst.pick_queue(&frame.data);
-        frames.into_iter().map(|f| usize::from(dst.rxq[q].push(f))).sum()
+        frames
+            .into_iter()
+            .map(|f| usize::from(dst.rxq[q].push(f)))
+            .sum()
     }
 }

@@ -8,7 +8,11 @@ use vhost_rdma::control::{request, Request};
 use vhost_rdma::Server;
 
 #[derive(Parser)]
-#[command(name = "vhost-rdma", version, about = "vhost-user virtio-net fabric for RDMA/SMC-R testing with unmodified guests")]
+#[command(
+    name = "vhost-rdma",
+    version,
+    about = "vhost-user virtio-net fabric for RDMA/SMC-R testing with unmodified guests"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -50,17 +54,26 @@ enum CtlCmd {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VHOST_RDMA_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("VHOST_RDMA_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().cmd {
-        Cmd::Serve { ports, config, control } => serve(ports, config, control),
+        Cmd::Serve {
+            ports,
+            config,
+            control,
+        } => serve(ports, config, control),
         Cmd::Ctl { control, json, cmd } => ctl(&control, json, cmd),
     }
 }
 
-fn serve(ports: Vec<PortConfig>, config: Option<PathBuf>, control: Option<PathBuf>) -> anyhow::Result<()> {
+fn serve(
+    ports: Vec<PortConfig>,
+    config: Option<PathBuf>,
+    control: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let mut cfg = match &config {
         Some(p) => DaemonConfig::from_file(p)?,
         None => DaemonConfig::default(),
@@ -113,7 +126,17 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
             }
             println!(
                 "{:<10} {:<9} {:<8} {:<17} {:>3} {:>12} {:>14} {:>12} {:>14} {:>8} {:>8}",
-                "port", "connected", "form", "mac", "qps", "tx_frames", "tx_bytes", "rx_frames", "rx_bytes", "drops", "errors"
+                "port",
+                "connected",
+                "form",
+                "mac",
+                "qps",
+                "tx_frames",
+                "tx_bytes",
+                "rx_frames",
+                "rx_bytes",
+                "drops",
+                "errors"
             );
             for p in s.ports {
                 println!(

@@ -52,11 +52,19 @@ pub fn fold(mut acc: u64) -> u16 {
 /// Finishes a partial checksum as the virtio spec defines it: sum from
 /// `csum_start` to the end (the field already holds the pseudo-header sum) and
 /// store the complement at `csum_start + csum_offset`.
-pub fn finish_csum(frame: &mut [u8], csum_start: u16, csum_offset: u16) -> Result<(), OffloadError> {
+pub fn finish_csum(
+    frame: &mut [u8],
+    csum_start: u16,
+    csum_offset: u16,
+) -> Result<(), OffloadError> {
     let start = usize::from(csum_start);
     let at = start + usize::from(csum_offset);
     if start > frame.len() || at + 2 > frame.len() {
-        return Err(OffloadError::CsumOutOfRange { start: csum_start, offset: csum_offset, len: frame.len() });
+        return Err(OffloadError::CsumOutOfRange {
+            start: csum_start,
+            offset: csum_offset,
+            len: frame.len(),
+        });
     }
     let mut c = !fold(ones_sum(&frame[start..], 0));
     // A UDP checksum of zero means "none"; RFC 768 sends all ones instead.
@@ -105,7 +113,12 @@ pub fn tcp_layout(frame: &[u8]) -> Option<TcpLayout> {
     if doff < 20 || l4 + doff > frame.len() {
         return None;
     }
-    Some(TcpLayout { l3, l4, payload: l4 + doff, ipv6 })
+    Some(TcpLayout {
+        l3,
+        l4,
+        payload: l4 + doff,
+        ipv6,
+    })
 }
 
 fn put16(b: &mut [u8], at: usize, v: u16) {
@@ -145,14 +158,27 @@ pub fn segment_tcp(frame: &[u8], hdr: &NetHdr) -> Result<Vec<Vec<u8>>, OffloadEr
     }
     let lay = tcp_layout(frame).ok_or(OffloadError::GsoHeaders("TCP"))?;
     if lay.ipv6 != want_v6 {
-        return Err(OffloadError::GsoHeaders(if want_v6 { "TCPv6" } else { "TCPv4" }));
+        return Err(OffloadError::GsoHeaders(if want_v6 {
+            "TCPv6"
+        } else {
+            "TCPv4"
+        }));
     }
     let mss = usize::from(hdr.gso_size);
     let headers = &frame[..lay.payload];
     let payload = &frame[lay.payload..];
-    let seq0 = u32::from_be_bytes([frame[lay.l4 + 4], frame[lay.l4 + 5], frame[lay.l4 + 6], frame[lay.l4 + 7]]);
+    let seq0 = u32::from_be_bytes([
+        frame[lay.l4 + 4],
+        frame[lay.l4 + 5],
+        frame[lay.l4 + 6],
+        frame[lay.l4 + 7],
+    ]);
     let flags0 = frame[lay.l4 + 13];
-    let ip_id0 = if lay.ipv6 { 0 } else { u16::from_be_bytes([frame[lay.l3 + 4], frame[lay.l3 + 5]]) };
+    let ip_id0 = if lay.ipv6 {
+        0
+    } else {
+        u16::from_be_bytes([frame[lay.l3 + 4], frame[lay.l3 + 5]])
+    };
     let nseg = payload.len().div_ceil(mss).max(1);
     let mut out = Vec::with_capacity(nseg);
     for i in 0..nseg {
@@ -191,7 +217,11 @@ pub fn validate(frame: &[u8], hdr: &NetHdr) -> Result<(), OffloadError> {
     if hdr.needs_csum() {
         let at = usize::from(hdr.csum_start) + usize::from(hdr.csum_offset);
         if at + 2 > frame.len() {
-            return Err(OffloadError::CsumOutOfRange { start: hdr.csum_start, offset: hdr.csum_offset, len: frame.len() });
+            return Err(OffloadError::CsumOutOfRange {
+                start: hdr.csum_start,
+                offset: hdr.csum_offset,
+                len: frame.len(),
+            });
         }
     }
     match u32::from(hdr.gso_kind()) {
@@ -237,7 +267,11 @@ mod tests {
 
     fn verify_tcp4(seg: &[u8]) {
         let lay = tcp_layout(seg).unwrap();
-        assert_eq!(fold(ones_sum(&seg[lay.l3..lay.l4], 0)), 0xffff, "IP checksum");
+        assert_eq!(
+            fold(ones_sum(&seg[lay.l3..lay.l4], 0)),
+            0xffff,
+            "IP checksum"
+        );
         let tcp_len = (seg.len() - lay.l4) as u64;
         let acc = ones_sum(&seg[lay.l3 + 12..lay.l3 + 20], 0) + tcp_len + 6;
         assert_eq!(fold(ones_sum(&seg[lay.l4..], acc)), 0xffff, "TCP checksum");
@@ -246,7 +280,11 @@ mod tests {
     #[test]
     fn segments_carry_consecutive_sequence_numbers_and_valid_checksums() {
         let f = tcp4_frame(3000);
-        let hdr = NetHdr { gso_type: VIRTIO_NET_HDR_GSO_TCPV4 as u8, gso_size: 1448, ..Default::default() };
+        let hdr = NetHdr {
+            gso_type: VIRTIO_NET_HDR_GSO_TCPV4 as u8,
+            gso_size: 1448,
+            ..Default::default()
+        };
         let segs = segment_tcp(&f, &hdr).unwrap();
         assert_eq!(segs.len(), 3);
         let mut seq = 1000u32;
@@ -279,14 +317,39 @@ mod tests {
     #[test]
     fn bad_offload_requests_are_refused() {
         let f = tcp4_frame(10);
-        let h = NetHdr { flags: 1, csum_start: 60, csum_offset: 16, ..Default::default() };
+        let h = NetHdr {
+            flags: 1,
+            csum_start: 60,
+            csum_offset: 16,
+            ..Default::default()
+        };
         assert!(validate(&f, &h).is_err());
-        let h = NetHdr { gso_type: 3, gso_size: 1000, ..Default::default() };
+        let h = NetHdr {
+            gso_type: 3,
+            gso_size: 1000,
+            ..Default::default()
+        };
         assert_eq!(validate(&f, &h), Err(OffloadError::GsoType(3)));
-        let h = NetHdr { gso_type: 1, gso_size: 1, ..Default::default() };
+        let h = NetHdr {
+            gso_type: 1,
+            gso_size: 1,
+            ..Default::default()
+        };
         assert_eq!(validate(&f, &h), Err(OffloadError::GsoSize(1)));
-        let h = NetHdr { gso_type: 4, gso_size: 1000, ..Default::default() };
+        let h = NetHdr {
+            gso_type: 4,
+            gso_size: 1000,
+            ..Default::default()
+        };
         assert!(validate(&f, &h).is_err());
-        assert!(validate(&[0u8; 20], &NetHdr { gso_type: 1, gso_size: 100, ..Default::default() }).is_err());
+        assert!(validate(
+            &[0u8; 20],
+            &NetHdr {
+                gso_type: 1,
+                gso_size: 100,
+                ..Default::default()
+            }
+        )
+        .is_err());
     }
 }

@@ -21,9 +21,14 @@ use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::bindings::virtio_net::*;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{DescriptorChain, QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
+    GuestMemoryMmap,
+};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
 
 type Mem = GuestMemoryAtomic<GuestMemoryMmap>;
 type MemGuard = GuestMemoryLoadGuard<GuestMemoryMmap>;
@@ -36,7 +41,9 @@ pub const MAX_QUEUE_SIZE: usize = 1024;
 pub enum ChainError {
     #[error("descriptor chain is empty or its indirect table is invalid")]
     Empty,
-    #[error("descriptor chain is cut short (loop, next index out of range, or unreadable descriptor)")]
+    #[error(
+        "descriptor chain is cut short (loop, next index out of range, or unreadable descriptor)"
+    )]
     Broken,
     #[error("device-writable descriptor in a TX chain")]
     WritableInTx,
@@ -118,7 +125,11 @@ impl PortBackend {
     }
 
     /// Reads a TX chain into a frame.
-    fn read_tx_chain(&self, mem: &MemGuard, chain: DescriptorChain<MemGuard>) -> Result<Frame, ChainError> {
+    fn read_tx_chain(
+        &self,
+        mem: &MemGuard,
+        chain: DescriptorChain<MemGuard>,
+    ) -> Result<Frame, ChainError> {
         let mut buf: Vec<u8> = Vec::with_capacity(2048);
         let mut last: Option<Descriptor> = None;
         for desc in chain {
@@ -132,7 +143,10 @@ impl PortBackend {
             }
             buf.resize(start + len, 0);
             mem.read_slice(&mut buf[start..], desc.addr())
-                .map_err(|_| ChainError::OutOfMemory { addr: desc.addr().0, len: desc.len() })?;
+                .map_err(|_| ChainError::OutOfMemory {
+                    addr: desc.addr().0,
+                    len: desc.len(),
+                })?;
             last = Some(desc);
         }
         match last {
@@ -148,7 +162,9 @@ impl PortBackend {
         let hdr = NetHdr::parse(&h);
         buf.drain(..NET_HDR_LEN);
         if hdr.needs_csum() && !self.has(VIRTIO_NET_F_CSUM) {
-            return Err(ChainError::NotNegotiated("NEEDS_CSUM without VIRTIO_NET_F_CSUM"));
+            return Err(ChainError::NotNegotiated(
+                "NEEDS_CSUM without VIRTIO_NET_F_CSUM",
+            ));
         }
         match u32::from(hdr.gso_kind()) {
             VIRTIO_NET_HDR_GSO_TCPV4 if !self.has(VIRTIO_NET_F_HOST_TSO4) => {
@@ -159,7 +175,9 @@ impl PortBackend {
             }
             _ => {}
         }
-        if hdr.gso_kind() == VIRTIO_NET_HDR_GSO_NONE as u8 && buf.len() > MAX_FRAME_LEN - 65535 + 9216 {
+        if hdr.gso_kind() == VIRTIO_NET_HDR_GSO_NONE as u8
+            && buf.len() > MAX_FRAME_LEN - 65535 + 9216
+        {
             // Without GSO a frame must fit a jumbo MTU.
             return Err(ChainError::TooLong(buf.len()));
         }
@@ -225,7 +243,9 @@ impl PortBackend {
 
     /// Moves pending frames of queue pair `qp` into its RX vring.
     fn process_rx(&self, qp: usize, vring: &VringRwLock) {
-        let Some(rxq) = self.shared.rxq.get(qp) else { return };
+        let Some(rxq) = self.shared.rxq.get(qp) else {
+            return;
+        };
         rxq.disarm();
         let Some(mem) = self.memory() else { return };
         let mut vr = vring.get_mut();
@@ -267,7 +287,7 @@ impl PortBackend {
                     let hdr = frame.hdr.to_bytes(1);
                     let total = NET_HDR_LEN + frame.data.len();
                     let mut off = 0usize;
-                    let mut chains: Vec<(u16, u32, Vec<(GuestAddress, u32)>)> = Vec::new();
+                    let mut chains: Vec<RxChain> = Vec::new();
                     while off < total {
                         let Some(chain) = iter.next() else {
                             for _ in 0..chains.len() {
@@ -301,7 +321,11 @@ impl PortBackend {
                         match write_chain(&mem, &descs, &hdr, &frame.data, off) {
                             Ok(n) => {
                                 off += n;
-                                chains.push((head, n as u32, descs));
+                                chains.push(RxChain {
+                                    head,
+                                    len: n as u32,
+                                    descs,
+                                });
                             }
                             Err(e) => {
                                 QueueCounters::add(&c.rx_errors, 1);
@@ -313,11 +337,11 @@ impl PortBackend {
                     if chains.len() > 1 {
                         // num_buffers sits at header offset 10 in the first chain.
                         let nb = (chains.len() as u16).to_le_bytes();
-                        let _ = write_at(&mem, &chains[0].2, 10, &nb);
+                        let _ = write_at(&mem, &chains[0].descs, 10, &nb);
                     }
                     QueueCounters::add(&c.rx_frames, 1);
                     QueueCounters::add(&c.rx_bytes, frame.data.len() as u64);
-                    used.extend(chains.into_iter().map(|(h, n, _)| (h, n)));
+                    used.extend(chains.into_iter().map(|c| (c.head, c.len)));
                 }
             }
             signal |= !used.is_empty();
@@ -350,7 +374,9 @@ impl PortBackend {
             let mut used = Vec::new();
             {
                 let q = vr.get_queue_mut();
-                let Ok(iter) = q.iter(mem.clone()) else { return };
+                let Ok(iter) = q.iter(mem.clone()) else {
+                    return;
+                };
                 for chain in iter {
                     let head = chain.head_index();
                     let (ok, ack) = self.ctrl_command(&mem, chain);
@@ -383,7 +409,11 @@ impl PortBackend {
     }
 
     /// Executes one control command; returns (success, ack address).
-    fn ctrl_command(&self, mem: &MemGuard, chain: DescriptorChain<MemGuard>) -> (bool, Option<GuestAddress>) {
+    fn ctrl_command(
+        &self,
+        mem: &MemGuard,
+        chain: DescriptorChain<MemGuard>,
+    ) -> (bool, Option<GuestAddress>) {
         let mut cmd = Vec::new();
         let mut ack = None;
         for d in chain {
@@ -419,7 +449,10 @@ impl PortBackend {
             (VIRTIO_NET_CTRL_RX, _) if code <= VIRTIO_NET_CTRL_RX_NOBCAST => Ok(()),
             (VIRTIO_NET_CTRL_MAC, VIRTIO_NET_CTRL_MAC_TABLE_SET) => Ok(()),
             (VIRTIO_NET_CTRL_MAC, VIRTIO_NET_CTRL_MAC_ADDR_SET) => {
-                let m: [u8; 6] = data.get(..6).and_then(|m| m.try_into().ok()).ok_or(ChainError::Ctrl("short MAC"))?;
+                let m: [u8; 6] = data
+                    .get(..6)
+                    .and_then(|m| m.try_into().ok())
+                    .ok_or(ChainError::Ctrl("short MAC"))?;
                 if m[0] & 1 != 0 {
                     return Err(ChainError::Ctrl("multicast MAC"));
                 }
@@ -431,7 +464,10 @@ impl PortBackend {
             (VIRTIO_NET_CTRL_VLAN, _) => Ok(()),
             (VIRTIO_NET_CTRL_ANNOUNCE, VIRTIO_NET_CTRL_ANNOUNCE_ACK) => Ok(()),
             (VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET) => {
-                let n = data.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or(ChainError::Ctrl("short MQ"))?;
+                let n = data
+                    .get(..2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .ok_or(ChainError::Ctrl("short MQ"))?;
                 if n == 0 || usize::from(n) > self.qps() {
                     return Err(ChainError::Ctrl("queue pairs out of range"));
                 }
@@ -439,7 +475,9 @@ impl PortBackend {
                 Ok(())
             }
             (VIRTIO_NET_CTRL_GUEST_OFFLOADS, VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET) => {
-                let v = data.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+                let v = data
+                    .get(..8)
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
                 let v = v.ok_or(ChainError::Ctrl("short offloads"))?;
                 let mask = bit(VIRTIO_NET_F_GUEST_CSUM)
                     | bit(VIRTIO_NET_F_GUEST_TSO4)
@@ -458,8 +496,18 @@ impl PortBackend {
     }
 }
 
+/// An RX chain a frame went into: its head, the bytes written, and its
+/// writable buffers (to patch `num_buffers` afterwards).
+struct RxChain {
+    head: u16,
+    len: u32,
+    descs: Vec<(GuestAddress, u32)>,
+}
+
 /// The writable descriptors of an RX chain, checked to be a complete chain.
-fn writable_descs(chain: &DescriptorChain<MemGuard>) -> Result<Vec<(GuestAddress, u32)>, ChainError> {
+fn writable_descs(
+    chain: &DescriptorChain<MemGuard>,
+) -> Result<Vec<(GuestAddress, u32)>, ChainError> {
     let mut out = Vec::new();
     let mut last = None;
     for d in chain.clone() {
@@ -478,16 +526,29 @@ fn writable_descs(chain: &DescriptorChain<MemGuard>) -> Result<Vec<(GuestAddress
 
 /// Writes the logical stream `hdr ++ data`, from offset `off`, into the
 /// buffers; returns how many bytes went in.
-fn write_chain(mem: &MemGuard, descs: &[(GuestAddress, u32)], hdr: &[u8], data: &[u8], mut off: usize) -> Result<usize, ChainError> {
+fn write_chain(
+    mem: &MemGuard,
+    descs: &[(GuestAddress, u32)],
+    hdr: &[u8],
+    data: &[u8],
+    mut off: usize,
+) -> Result<usize, ChainError> {
     let total = hdr.len() + data.len();
     let mut written = 0;
     for &(addr, len) in descs {
         let mut pos = 0usize;
         while pos < len as usize && off < total {
-            let (src, at) = if off < hdr.len() { (hdr, off) } else { (data, off - hdr.len()) };
+            let (src, at) = if off < hdr.len() {
+                (hdr, off)
+            } else {
+                (data, off - hdr.len())
+            };
             let n = (len as usize - pos).min(src.len() - at);
-            let a = addr.checked_add(pos as u64).ok_or(ChainError::OutOfMemory { addr: addr.0, len })?;
-            mem.write_slice(&src[at..at + n], a).map_err(|_| ChainError::OutOfMemory { addr: addr.0, len })?;
+            let a = addr
+                .checked_add(pos as u64)
+                .ok_or(ChainError::OutOfMemory { addr: addr.0, len })?;
+            mem.write_slice(&src[at..at + n], a)
+                .map_err(|_| ChainError::OutOfMemory { addr: addr.0, len })?;
             pos += n;
             off += n;
             written += n;
@@ -500,7 +561,12 @@ fn write_chain(mem: &MemGuard, descs: &[(GuestAddress, u32)], hdr: &[u8], data: 
 }
 
 /// Writes `bytes` at logical offset `at` of a chain's writable buffers.
-fn write_at(mem: &MemGuard, descs: &[(GuestAddress, u32)], mut at: usize, bytes: &[u8]) -> Result<(), ChainError> {
+fn write_at(
+    mem: &MemGuard,
+    descs: &[(GuestAddress, u32)],
+    mut at: usize,
+    bytes: &[u8],
+) -> Result<(), ChainError> {
     let mut i = 0;
     for &(addr, len) in descs {
         if at >= len as usize {
@@ -551,7 +617,9 @@ impl VhostUserBackend for PortBackend {
         *self.acked.lock().unwrap_or_else(|e| e.into_inner()) = features;
         self.shared.features.store(features, Relaxed);
         if !self.owns_device() {
-            self.shared.active_qps.store(self.shared.cfg.queue_pairs, Relaxed);
+            self.shared
+                .active_qps
+                .store(self.shared.cfg.queue_pairs, Relaxed);
         }
     }
 
@@ -568,7 +636,14 @@ impl VhostUserBackend for PortBackend {
             q.clear();
             q.enabled.store(false, Relaxed);
         }
-        self.shared.active_qps.store(if self.owns_device() { 1 } else { self.shared.cfg.queue_pairs }, Relaxed);
+        self.shared.active_qps.store(
+            if self.owns_device() {
+                1
+            } else {
+                self.shared.cfg.queue_pairs
+            },
+            Relaxed,
+        );
     }
 
     fn set_event_idx(&self, enabled: bool) {
@@ -576,7 +651,12 @@ impl VhostUserBackend for PortBackend {
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        let mac = self.shared.mac.lock().map(|m| m.0).unwrap_or(self.shared.cfg.mac.0);
+        let mac = self
+            .shared
+            .mac
+            .lock()
+            .map(|m| m.0)
+            .unwrap_or(self.shared.cfg.mac.0);
         let cfg = config_space(mac, true, self.shared.cfg.queue_pairs, 1500);
         let start = (offset as usize).min(cfg.len());
         let end = start.saturating_add(size as usize).min(cfg.len());
@@ -605,7 +685,13 @@ impl VhostUserBackend for PortBackend {
         Some((c.try_clone().ok()?, n.try_clone().ok()?))
     }
 
-    fn handle_event(&self, device_event: u16, _evset: EventSet, vrings: &[VringRwLock], thread_id: usize) -> io::Result<()> {
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        thread_id: usize,
+    ) -> io::Result<()> {
         // Never return an error for guest-caused trouble: the library would
         // end this worker thread.
         let qp = thread_id;

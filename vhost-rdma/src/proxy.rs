@@ -35,7 +35,10 @@ struct Msg {
 
 impl Msg {
     fn u32_at(&self, at: usize) -> u32 {
-        self.bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
+        self.bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .unwrap_or(0)
     }
     fn u64_payload(&self) -> u64 {
         self.bytes
@@ -50,11 +53,17 @@ impl Msg {
 fn recv_msg(s: &UnixStream) -> io::Result<Option<Msg>> {
     let mut hdr = [0u8; HDR_LEN];
     let mut raw = [-1 as RawFd; MAX_FDS];
-    let mut iov = [libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: HDR_LEN }];
+    let mut iov = [libc::iovec {
+        iov_base: hdr.as_mut_ptr().cast(),
+        iov_len: HDR_LEN,
+    }];
     // SAFETY: the iovec points at `hdr`, which outlives the call.
     let (n, nfds) = unsafe { s.recv_with_fds(&mut iov, &mut raw) }.map_err(io::Error::from)?;
     // SAFETY: recv_with_fds returned `nfds` fresh descriptors that we now own.
-    let fds: Vec<OwnedFd> = raw[..nfds].iter().map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) }).collect();
+    let fds: Vec<OwnedFd> = raw[..nfds]
+        .iter()
+        .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
     if n == 0 {
         return Ok(None);
     }
@@ -64,7 +73,10 @@ fn recv_msg(s: &UnixStream) -> io::Result<Option<Msg>> {
     }
     let size = u32::from_le_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]) as usize;
     if size > MAX_PAYLOAD {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("vhost-user message of {size} bytes")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("vhost-user message of {size} bytes"),
+        ));
     }
     let mut bytes = Vec::with_capacity(HDR_LEN + size);
     bytes.extend_from_slice(&hdr);
@@ -75,7 +87,9 @@ fn recv_msg(s: &UnixStream) -> io::Result<Option<Msg>> {
 
 fn send_msg(s: &UnixStream, m: &Msg) -> io::Result<()> {
     let fds: Vec<RawFd> = m.fds.iter().map(|f| f.as_raw_fd()).collect();
-    let n = s.send_with_fds(&[&m.bytes[..]], &fds).map_err(io::Error::from)?;
+    let n = s
+        .send_with_fds(&[&m.bytes[..]], &fds)
+        .map_err(io::Error::from)?;
     if n < m.bytes.len() {
         let mut w = s;
         w.write_all(&m.bytes[n..])?;
@@ -92,15 +106,17 @@ pub fn relay(front: UnixStream, back: UnixStream, port: &str) -> io::Result<()> 
     let front_for_b = front.try_clone()?;
     let back_for_a = back.try_clone()?;
     // Backend to front end: replies, forwarded verbatim.
-    let replies = std::thread::Builder::new().name(format!("relay-{port}")).spawn(move || {
-        while let Ok(Some(m)) = recv_msg(&back_r) {
-            let w = fw.lock().unwrap_or_else(|e| e.into_inner());
-            if send_msg(&w, &m).is_err() {
-                break;
+    let replies = std::thread::Builder::new()
+        .name(format!("relay-{port}"))
+        .spawn(move || {
+            while let Ok(Some(m)) = recv_msg(&back_r) {
+                let w = fw.lock().unwrap_or_else(|e| e.into_inner());
+                if send_msg(&w, &m).is_err() {
+                    break;
+                }
             }
-        }
-        let _ = front_for_b.shutdown(std::net::Shutdown::Both);
-    })?;
+            let _ = front_for_b.shutdown(std::net::Shutdown::Both);
+        })?;
     let mut features_acked = false;
     let mut reply_ack = false;
     // Last enable state QEMU asked for, per vring index (bounded by QEMU's
@@ -113,7 +129,14 @@ pub fn relay(front: UnixStream, back: UnixStream, port: &str) -> io::Result<()> 
             Err(e) => break Err(e),
         };
         let (req, flags) = (m.u32_at(0), m.u32_at(4));
-        tracing::trace!(port, req, flags, size = m.bytes.len() - HDR_LEN, fds = m.fds.len(), "vhost-user request");
+        tracing::trace!(
+            port,
+            req,
+            flags,
+            size = m.bytes.len() - HDR_LEN,
+            fds = m.fds.len(),
+            "vhost-user request"
+        );
         if req == SET_VRING_ENABLE && enables.len() < 1024 {
             enables.insert(m.u32_at(HDR_LEN), m.u32_at(HDR_LEN + 4));
         }
@@ -131,7 +154,13 @@ pub fn relay(front: UnixStream, back: UnixStream, port: &str) -> io::Result<()> 
                         b.extend_from_slice(&8u32.to_le_bytes());
                         b.extend_from_slice(&index.to_le_bytes());
                         b.extend_from_slice(&state.to_le_bytes());
-                        if let Err(e) = send_msg(&back, &Msg { bytes: b, fds: Vec::new() }) {
+                        if let Err(e) = send_msg(
+                            &back,
+                            &Msg {
+                                bytes: b,
+                                fds: Vec::new(),
+                            },
+                        ) {
                             return finish(back_for_a, front, replies, Err(e));
                         }
                     }
@@ -140,7 +169,10 @@ pub fn relay(front: UnixStream, back: UnixStream, port: &str) -> io::Result<()> 
             }
             SET_PROTOCOL_FEATURES => reply_ack = m.u64_payload() & PROTOCOL_F_REPLY_ACK != 0,
             SET_VRING_ENABLE if !features_acked => {
-                debug!(port, "answering early SET_VRING_ENABLE (QEMU re-sends it after SET_FEATURES)");
+                debug!(
+                    port,
+                    "answering early SET_VRING_ENABLE (QEMU re-sends it after SET_FEATURES)"
+                );
                 if flags & FLAG_NEED_REPLY != 0 && reply_ack {
                     let mut ack = Vec::with_capacity(HDR_LEN + 8);
                     ack.extend_from_slice(&SET_VRING_ENABLE.to_le_bytes());
@@ -148,7 +180,13 @@ pub fn relay(front: UnixStream, back: UnixStream, port: &str) -> io::Result<()> 
                     ack.extend_from_slice(&8u32.to_le_bytes());
                     ack.extend_from_slice(&0u64.to_le_bytes());
                     let w = front_w.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Err(e) = send_msg(&w, &Msg { bytes: ack, fds: Vec::new() }) {
+                    if let Err(e) = send_msg(
+                        &w,
+                        &Msg {
+                            bytes: ack,
+                            fds: Vec::new(),
+                        },
+                    ) {
                         break Err(e);
                     }
                 }
@@ -163,7 +201,12 @@ pub fn relay(front: UnixStream, back: UnixStream, port: &str) -> io::Result<()> 
     finish(back_for_a, front, replies, result)
 }
 
-fn finish(back: UnixStream, front: UnixStream, replies: std::thread::JoinHandle<()>, result: io::Result<()>) -> io::Result<()> {
+fn finish(
+    back: UnixStream,
+    front: UnixStream,
+    replies: std::thread::JoinHandle<()>,
+    result: io::Result<()>,
+) -> io::Result<()> {
     let _ = back.shutdown(std::net::Shutdown::Both);
     let _ = front.shutdown(std::net::Shutdown::Both);
     let _ = replies.join();

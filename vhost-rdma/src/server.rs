@@ -8,6 +8,7 @@ use crate::port::PortBackend;
 use crate::stats::PortStats;
 use anyhow::Context;
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -15,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tracing::{info, warn};
-use std::os::unix::net::UnixListener;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
@@ -56,29 +56,59 @@ impl Server {
             let sock = port.cfg.socket.clone();
             if let Some(dir) = sock.parent() {
                 if !dir.as_os_str().is_empty() {
-                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
                 }
             }
             let _ = std::fs::remove_file(&sock);
-            let public = UnixListener::bind(&sock)
-                .with_context(|| format!("port {}: cannot listen on {}", port.cfg.name, sock.display()))?;
+            let public = UnixListener::bind(&sock).with_context(|| {
+                format!(
+                    "port {}: cannot listen on {}",
+                    port.cfg.name,
+                    sock.display()
+                )
+            })?;
             // The backend listens on a private socket; a relay joins the two
             // (see `proxy`).
-            let private_dir = std::env::temp_dir().join(format!("vhost-rdma-{}-{}-{}", std::process::id(), port.index, nonce()));
-            std::fs::create_dir_all(&private_dir).with_context(|| format!("creating {}", private_dir.display()))?;
-            let _ = std::fs::set_permissions(&private_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+            let private_dir = std::env::temp_dir().join(format!(
+                "vhost-rdma-{}-{}-{}",
+                std::process::id(),
+                port.index,
+                nonce()
+            ));
+            std::fs::create_dir_all(&private_dir)
+                .with_context(|| format!("creating {}", private_dir.display()))?;
+            let _ = std::fs::set_permissions(
+                &private_dir,
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            );
             let private = private_dir.join("backend.sock");
-            let listener = Listener::new(&private, true)
-                .map_err(|e| anyhow::anyhow!("port {}: cannot listen on {}: {e}", port.cfg.name, private.display()))?;
+            let listener = Listener::new(&private, true).map_err(|e| {
+                anyhow::anyhow!(
+                    "port {}: cannot listen on {}: {e}",
+                    port.cfg.name,
+                    private.display()
+                )
+            })?;
             let conn = Arc::new(Mutex::new(None));
             let (f, s, c) = (fabric.clone(), stop.clone(), conn.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("port-{}", port.cfg.name))
                 .spawn(move || serve_port(port, f, public, listener, private, s, c))
                 .context("spawning port thread")?;
-            runners.push(PortRunner { socket: sock, private_dir, thread: Some(thread), conn });
+            runners.push(PortRunner {
+                socket: sock,
+                private_dir,
+                thread: Some(thread),
+                conn,
+            });
         }
-        let mut server = Server { fabric, runners, stop, control: None };
+        let mut server = Server {
+            fabric,
+            runners,
+            stop,
+            control: None,
+        };
         if let Some(path) = &cfg.control {
             let fabric = server.fabric.clone();
             server.control = Some(ControlServer::start(path, fabric)?);
@@ -108,7 +138,12 @@ impl Server {
             c.stop();
         }
         for r in &mut self.runners {
-            if let Some(c) = r.conn.lock().ok().and_then(|c| c.as_ref().and_then(|s| s.try_clone().ok())) {
+            if let Some(c) = r
+                .conn
+                .lock()
+                .ok()
+                .and_then(|c| c.as_ref().and_then(|s| s.try_clone().ok()))
+            {
                 let _ = c.shutdown(std::net::Shutdown::Both);
             }
             // Unblock a pending accept() with a connection of our own.
@@ -129,7 +164,10 @@ impl Drop for Server {
 }
 
 fn nonce() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0)
 }
 
 fn serve_port(
@@ -163,16 +201,19 @@ fn serve_port(
             }
         };
         let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let mut daemon = match VhostUserDaemon::new(format!("vhost-rdma-{name}"), backend.clone(), mem) {
-            Ok(d) => d,
-            Err(e) => {
-                warn!(port = %name, "cannot create vhost-user daemon: {e}");
-                continue;
-            }
-        };
+        let mut daemon =
+            match VhostUserDaemon::new(format!("vhost-rdma-{name}"), backend.clone(), mem) {
+                Ok(d) => d,
+                Err(e) => {
+                    warn!(port = %name, "cannot create vhost-user daemon: {e}");
+                    continue;
+                }
+            };
         for (t, h) in daemon.get_epoll_handlers().iter().enumerate() {
             if let Some(q) = port.rxq.get(t) {
-                if let Err(e) = h.register_listener(q.wake.as_raw_fd(), EventSet::IN, backend.wake_event_id(t)) {
+                if let Err(e) =
+                    h.register_listener(q.wake.as_raw_fd(), EventSet::IN, backend.wake_event_id(t))
+                {
                     warn!(port = %name, "cannot register wake event: {e}");
                 }
             }
@@ -206,10 +247,8 @@ fn serve_port(
             .name(format!("vu-{name}"))
             .spawn(move || crate::proxy::relay(front, back, &relay_name));
         let result = daemon.wait();
-        if let Ok(Ok(r)) = relay.map(|t| t.join()) {
-            if let Err(e) = r {
-                info!(port = %name, "front-end connection: {e}");
-            }
+        if let Ok(Ok(Err(e))) = relay.map(|t| t.join()) {
+            info!(port = %name, "front-end connection: {e}");
         }
         port.connected.store(false, SeqCst);
         if let Ok(mut c) = conn.lock() {

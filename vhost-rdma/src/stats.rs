@@ -106,7 +106,10 @@ impl LogLimiter {
 
     /// Returns `Some(suppressed_since_last)` when a line may be logged now.
     pub fn allow(&self) -> Option<u64> {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         if self.second.swap(now, Relaxed) != now {
             self.count.store(0, Relaxed);
         }

@@ -3,7 +3,9 @@
 
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_net::*;
-use virtio_bindings::bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_bindings::bindings::virtio_ring::{
+    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
+};
 
 /// Size of `struct virtio_net_hdr_mrg_rxbuf`: with VERSION_1 every frame carries
 /// it, whether or not MRG_RXBUF was negotiated.
@@ -107,10 +109,19 @@ impl NetHdr {
 pub const CONFIG_SPACE_LEN: usize = 24;
 
 /// Builds `struct virtio_net_config` for the test-device form.
-pub fn config_space(mac: [u8; 6], link_up: bool, max_queue_pairs: u16, mtu: u16) -> [u8; CONFIG_SPACE_LEN] {
+pub fn config_space(
+    mac: [u8; 6],
+    link_up: bool,
+    max_queue_pairs: u16,
+    mtu: u16,
+) -> [u8; CONFIG_SPACE_LEN] {
     let mut c = [0u8; CONFIG_SPACE_LEN];
     c[0..6].copy_from_slice(&mac);
-    let status: u16 = if link_up { VIRTIO_NET_S_LINK_UP as u16 } else { 0 };
+    let status: u16 = if link_up {
+        VIRTIO_NET_S_LINK_UP as u16
+    } else {
+        0
+    };
     c[6..8].copy_from_slice(&status.to_le_bytes());
     c[8..10].copy_from_slice(&max_queue_pairs.to_le_bytes());
     c[10..12].copy_from_slice(&mtu.to_le_bytes());
