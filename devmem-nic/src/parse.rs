@@ -1,0 +1,429 @@
+//! Frame parsing for classification: Ethernet (+ one VLAN tag), IPv4 (with
+//! options and fragments), IPv6 (with extension headers), TCP and UDP.
+//!
+//! [`parse`] never panics and never fails: it returns whatever layers it could
+//! validate. A layer that is truncated or malformed is reported as absent
+//! (`None`), and so is every layer above it.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Ethernet header length without VLAN tag.
+pub const ETH_HLEN: usize = 14;
+/// 802.1Q customer VLAN TPID.
+pub const ETHERTYPE_VLAN: u16 = 0x8100;
+/// 802.1ad service VLAN TPID (accepted as the single tag too).
+pub const ETHERTYPE_QINQ: u16 = 0x88a8;
+/// IPv4 ethertype.
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// IPv6 ethertype.
+pub const ETHERTYPE_IPV6: u16 = 0x86dd;
+/// IP protocol number of TCP.
+pub const IPPROTO_TCP: u8 = 6;
+/// IP protocol number of UDP.
+pub const IPPROTO_UDP: u8 = 17;
+
+/// How many IPv6 extension headers are walked before giving up.
+const MAX_EXT_HEADERS: usize = 16;
+/// IPv6 Home Address destination option (RFC 6275 section 6.3).
+const OPT_HOME_ADDRESS: u8 = 201;
+
+/// A VLAN tag (one tag is parsed; a second tag stops parsing at L2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VlanTag {
+    /// Tag protocol identifier (0x8100 or 0x88a8).
+    pub tpid: u16,
+    /// Tag control information (PCP, DEI, VID).
+    pub tci: u16,
+}
+
+impl VlanTag {
+    /// The 12-bit VLAN id.
+    pub fn vid(&self) -> u16 {
+        self.tci & 0x0fff
+    }
+}
+
+/// The Ethernet layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L2 {
+    /// Destination MAC address.
+    pub dst: [u8; 6],
+    /// Source MAC address.
+    pub src: [u8; 6],
+    /// The VLAN tag, if one was present.
+    pub vlan: Option<VlanTag>,
+    /// The ethertype after the (optional) VLAN tag.
+    pub ethertype: u16,
+    /// Offset of the first byte after the Ethernet header (and tag).
+    pub header_len: usize,
+}
+
+/// IPv4 header facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Info {
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// The protocol field.
+    pub protocol: u8,
+    /// Header length in bytes (IHL * 4, options included).
+    pub header_len: usize,
+    /// True if MF is set or the fragment offset is non-zero.
+    pub fragment: bool,
+}
+
+/// IPv6 header and extension-header facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Info {
+    /// Source address from the fixed header.
+    pub src: Ipv6Addr,
+    /// Destination address from the fixed header.
+    pub dst: Ipv6Addr,
+    /// The upper-layer protocol (the last next-header value reached).
+    pub protocol: u8,
+    /// Bytes of the fixed header plus all extension headers walked.
+    pub header_len: usize,
+    /// True if at least one extension header was present.
+    pub has_ext_headers: bool,
+    /// Home address from a Home Address option in a Destination Options header.
+    pub home_address: Option<Ipv6Addr>,
+    /// The address carried by a type 2 Routing header.
+    pub rt2_address: Option<Ipv6Addr>,
+    /// True if a Fragment header marks a fragment (offset != 0 or M set).
+    pub fragment: bool,
+    /// True if the extension-header chain was truncated or too long: the
+    /// upper-layer header is then unknown.
+    pub ext_truncated: bool,
+}
+
+/// The IP layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L3 {
+    /// IPv4.
+    V4(Ipv4Info),
+    /// IPv6.
+    V6(Ipv6Info),
+}
+
+impl L3 {
+    /// The upper-layer protocol number.
+    pub fn protocol(&self) -> u8 {
+        match self {
+            L3::V4(i) => i.protocol,
+            L3::V6(i) => i.protocol,
+        }
+    }
+
+    /// True if this datagram is a fragment (ports are then never read).
+    pub fn is_fragment(&self) -> bool {
+        match self {
+            L3::V4(i) => i.fragment,
+            L3::V6(i) => i.fragment,
+        }
+    }
+
+    /// Length of the IP header(s), IPv6 extension headers included.
+    pub fn header_len(&self) -> usize {
+        match self {
+            L3::V4(i) => i.header_len,
+            L3::V6(i) => i.header_len,
+        }
+    }
+}
+
+/// Transport protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L4Proto {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// The transport layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L4 {
+    /// TCP or UDP.
+    pub proto: L4Proto,
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Header length (TCP data offset * 4, or 8 for UDP).
+    pub header_len: usize,
+}
+
+/// Everything [`parse`] learned about a frame, with absolute offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ParsedFrame {
+    /// Ethernet layer; `None` if the frame is shorter than 14 bytes (or 18
+    /// with a tag).
+    pub l2: Option<L2>,
+    /// IP layer; `None` for non-IP or malformed IP.
+    pub l3: Option<L3>,
+    /// Offset of the IP header in the frame (valid if `l3` is `Some`).
+    pub l3_offset: usize,
+    /// Offset one past the IP datagram (total/payload length, clamped to the
+    /// frame); Ethernet padding lies beyond it.
+    pub l3_end: usize,
+    /// Transport layer; `None` for fragments, other protocols or malformed.
+    pub l4: Option<L4>,
+    /// Offset of the transport header (valid if `l4` is `Some`).
+    pub l4_offset: usize,
+}
+
+impl ParsedFrame {
+    /// Offset one past all IP headers (IPv6 extension headers included).
+    pub fn l3_header_end(&self) -> Option<usize> {
+        self.l3.map(|l3| self.l3_offset + l3.header_len())
+    }
+
+    /// Offset one past the transport header.
+    pub fn l4_header_end(&self) -> Option<usize> {
+        self.l4.map(|l4| self.l4_offset + l4.header_len)
+    }
+
+    /// Where header/data split cuts this frame: the end of the TCP/UDP header,
+    /// else the end of the IP headers for other IP, else `None` (non-IP).
+    pub fn split_point(&self) -> Option<usize> {
+        self.l4_header_end().or_else(|| self.l3_header_end())
+    }
+
+    /// Upper-layer payload length from the IP length fields (excludes
+    /// Ethernet padding), counted from [`split_point`](Self::split_point).
+    pub fn l4_payload_len(&self) -> Option<usize> {
+        self.split_point()
+            .map(|split| self.l3_end.saturating_sub(split))
+    }
+}
+
+fn be16(b: &[u8], off: usize) -> Option<u16> {
+    let s = b.get(off..off.checked_add(2)?)?;
+    Some(u16::from_be_bytes([s[0], s[1]]))
+}
+
+fn addr16(b: &[u8], off: usize) -> Option<Ipv6Addr> {
+    let s: [u8; 16] = b.get(off..off.checked_add(16)?)?.try_into().ok()?;
+    Some(Ipv6Addr::from(s))
+}
+
+/// Parses `frame` as far as it is valid. Never panics.
+pub fn parse(frame: &[u8]) -> ParsedFrame {
+    let mut out = ParsedFrame::default();
+    let Some(l2) = parse_l2(frame) else {
+        return out;
+    };
+    out.l2 = Some(l2);
+    let off = l2.header_len;
+    match l2.ethertype {
+        ETHERTYPE_IPV4 => parse_ipv4(frame, off, &mut out),
+        ETHERTYPE_IPV6 => parse_ipv6(frame, off, &mut out),
+        _ => {}
+    }
+    if let Some(l3) = out.l3 {
+        if !l3.is_fragment() {
+            let l4_off = out.l3_offset + l3.header_len();
+            if let Some(l4) = parse_l4(frame, l4_off, out.l3_end, l3.protocol()) {
+                out.l4 = Some(l4);
+                out.l4_offset = l4_off;
+            }
+        }
+    }
+    out
+}
+
+fn parse_l2(frame: &[u8]) -> Option<L2> {
+    let dst: [u8; 6] = frame.get(0..6)?.try_into().ok()?;
+    let src: [u8; 6] = frame.get(6..12)?.try_into().ok()?;
+    let ty = be16(frame, 12)?;
+    if ty == ETHERTYPE_VLAN || ty == ETHERTYPE_QINQ {
+        let tci = be16(frame, 14)?;
+        let inner = be16(frame, 16)?;
+        return Some(L2 {
+            dst,
+            src,
+            vlan: Some(VlanTag { tpid: ty, tci }),
+            ethertype: inner,
+            header_len: ETH_HLEN + 4,
+        });
+    }
+    Some(L2 {
+        dst,
+        src,
+        vlan: None,
+        ethertype: ty,
+        header_len: ETH_HLEN,
+    })
+}
+
+fn parse_ipv4(frame: &[u8], off: usize, out: &mut ParsedFrame) {
+    let Some(h) = frame.get(off..off + 20) else {
+        return;
+    };
+    if h[0] >> 4 != 4 {
+        return;
+    }
+    let header_len = usize::from(h[0] & 0x0f) * 4;
+    let total_len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let avail = frame.len() - off;
+    if header_len < 20 || header_len > avail || total_len < header_len {
+        return;
+    }
+    let frag = u16::from_be_bytes([h[6], h[7]]);
+    let info = Ipv4Info {
+        src: Ipv4Addr::new(h[12], h[13], h[14], h[15]),
+        dst: Ipv4Addr::new(h[16], h[17], h[18], h[19]),
+        protocol: h[9],
+        header_len,
+        fragment: frag & 0x2000 != 0 || frag & 0x1fff != 0,
+    };
+    out.l3 = Some(L3::V4(info));
+    out.l3_offset = off;
+    out.l3_end = off + total_len.min(avail);
+}
+
+fn parse_ipv6(frame: &[u8], off: usize, out: &mut ParsedFrame) {
+    let Some(h) = frame.get(off..off + 40) else {
+        return;
+    };
+    if h[0] >> 4 != 6 {
+        return;
+    }
+    let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+    let avail = frame.len() - off;
+    // Payload length 0 with a Hop-by-Hop header may be a jumbogram (RFC
+    // 2675): then the frame end bounds the datagram.
+    let end = if payload_len == 0 && h[6] == 0 {
+        frame.len()
+    } else {
+        off + (40 + payload_len).min(avail)
+    };
+    let (Some(src), Some(dst)) = (addr16(h, 8), addr16(h, 24)) else {
+        return;
+    };
+    let mut info = Ipv6Info {
+        src,
+        dst,
+        protocol: h[6],
+        header_len: 40,
+        has_ext_headers: false,
+        home_address: None,
+        rt2_address: None,
+        fragment: false,
+        ext_truncated: false,
+    };
+    walk_ext_headers(frame, off + 40, end, &mut info);
+    out.l3 = Some(L3::V6(info));
+    out.l3_offset = off;
+    out.l3_end = end;
+}
+
+fn walk_ext_headers(frame: &[u8], mut pos: usize, end: usize, info: &mut Ipv6Info) {
+    let start = pos - 40;
+    let region = frame.get(..end).unwrap_or(frame);
+    for _ in 0..MAX_EXT_HEADERS {
+        let nh = info.protocol;
+        let len = match nh {
+            // Hop-by-Hop, Routing, Destination Options, Mobility, HIP, Shim6:
+            // (Hdr Ext Len + 1) * 8 bytes.
+            0 | 43 | 60 | 135 | 139 | 140 => {
+                let Some(&l) = region.get(pos + 1) else {
+                    info.ext_truncated = true;
+                    return;
+                };
+                (usize::from(l) + 1) * 8
+            }
+            // Fragment header: fixed 8 bytes.
+            44 => 8,
+            // Authentication Header: (Payload Len + 2) * 4 bytes.
+            51 => {
+                let Some(&l) = region.get(pos + 1) else {
+                    info.ext_truncated = true;
+                    return;
+                };
+                (usize::from(l) + 2) * 4
+            }
+            _ => return,
+        };
+        let Some(ext) = region.get(pos..pos + len) else {
+            info.ext_truncated = true;
+            return;
+        };
+        info.has_ext_headers = true;
+        match nh {
+            60 => {
+                if info.home_address.is_none() {
+                    info.home_address = find_home_address(&ext[2..]);
+                }
+            }
+            43 => {
+                // Type 2 routing header (RFC 6275 6.4): Hdr Ext Len 2,
+                // Segments Left 1, 4 reserved bytes, one address.
+                if ext[2] == 2 && len >= 24 && info.rt2_address.is_none() {
+                    info.rt2_address = addr16(ext, 8);
+                }
+            }
+            44 => {
+                let fo = u16::from_be_bytes([ext[2], ext[3]]);
+                if fo >> 3 != 0 || fo & 1 != 0 {
+                    info.fragment = true;
+                }
+            }
+            _ => {}
+        }
+        info.protocol = ext[0];
+        pos += len;
+        info.header_len = pos - start;
+        if info.fragment {
+            return;
+        }
+    }
+    // Too many extension headers: give up on the upper layer.
+    info.ext_truncated = true;
+}
+
+fn find_home_address(mut opts: &[u8]) -> Option<Ipv6Addr> {
+    while let Some(&ty) = opts.first() {
+        if ty == 0 {
+            opts = &opts[1..];
+            continue;
+        }
+        let len = usize::from(*opts.get(1)?);
+        let data = opts.get(2..2 + len)?;
+        if ty == OPT_HOME_ADDRESS && len == 16 {
+            return addr16(data, 0);
+        }
+        opts = &opts[2 + len..];
+    }
+    None
+}
+
+fn parse_l4(frame: &[u8], off: usize, end: usize, protocol: u8) -> Option<L4> {
+    let region = frame.get(..end)?;
+    match protocol {
+        IPPROTO_TCP => {
+            let h = region.get(off..off + 20)?;
+            let header_len = usize::from(h[12] >> 4) * 4;
+            if header_len < 20 || region.len() < off + header_len {
+                return None;
+            }
+            Some(L4 {
+                proto: L4Proto::Tcp,
+                src_port: u16::from_be_bytes([h[0], h[1]]),
+                dst_port: u16::from_be_bytes([h[2], h[3]]),
+                header_len,
+            })
+        }
+        IPPROTO_UDP => {
+            let h = region.get(off..off + 8)?;
+            Some(L4 {
+                proto: L4Proto::Udp,
+                src_port: u16::from_be_bytes([h[0], h[1]]),
+                dst_port: u16::from_be_bytes([h[2], h[3]]),
+                header_len: 8,
+            })
+        }
+        _ => None,
+    }
+}

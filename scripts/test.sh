@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The project's test command (what .ci/run runs). On a fresh machine it
+# installs what it needs (apt, cargo), then runs, in order:
+#   1. cargo fmt --check and cargo clippy -D warnings
+#   2. cargo test --workspace (unit, codec and no-VM vhost-user tests)
+#   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
+#      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
+#      both QEMU forms, QEMU 11.1 and the stock 7.2)
+# and ends with one line "N passed, M failed, K skipped" counting every
+# step, test and case. A step that cannot run here prints SKIPPED and why.
+#
+#   scripts/test.sh [--no-e2e] [--e2e-case NAME]...
+#
+# Downloads and builds are cached under ${VHOST_RDMA_CACHE:-~/.cache/vhost-rdma}
+# (cargo's target dir too, unless CARGO_TARGET_DIR is set); a warm run
+# downloads nothing.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
+cd "$ROOT"
+CACHE="${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
+e2e=1 e2e_args=()
+while (($#)); do
+    case "$1" in
+        --no-e2e) e2e=0; shift ;;
+        --e2e-case) e2e_args+=(--case "$2"); shift 2 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+passed=0 failed=0 skipped=0
+say() { printf '\n=== %s\n' "$*"; }
+step() { # step NAME CMD...: run a step that counts as one test
+    local name="$1"; shift
+    say "$name"
+    if "$@"; then
+        passed=$((passed + 1)); echo "--- PASS $name"
+    else
+        failed=$((failed + 1)); echo "--- FAIL $name"
+    fi
+}
+
+# --- prerequisites -----------------------------------------------------------
+say "prerequisites"
+"$ROOT/scripts/install-deps.sh" || { echo "install-deps failed"; exit 1; }
+
+# --- static checks -----------------------------------------------------------
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+# --- cargo tests ---------------------------------------------------------------
+say "cargo test --workspace"
+log="$(mktemp)"
+cargo test --workspace --all-features 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+# Count the libtest summaries ("test result: ok. 12 passed; 0 failed; 1 ignored").
+read -r tp tf ti < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1); if ($(i) ~ /^ignored;?$/) g += $(i-1) } } END { print p+0, f+0, g+0 }' "$log")
+rm -f "$log"
+passed=$((passed + tp)); failed=$((failed + tf)); skipped=$((skipped + ti))
+if [[ $rc -ne 0 && $tf -eq 0 ]]; then
+    failed=$((failed + 1)); echo "--- FAIL cargo test exited $rc (build failure?)"
+fi
+[[ $ti -gt 0 ]] && echo "SKIPPED: $ti ignored cargo tests (see above)"
+
+# --- guest end-to-end tier -----------------------------------------------------------
+if [[ $e2e -eq 1 ]]; then
+    say "guest end-to-end: scripts/e2e-fabric.sh ${e2e_args[*]}"
+    log="$(mktemp)"
+    "$ROOT/scripts/e2e-fabric.sh" "${e2e_args[@]}" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
+    rm -f "$log"
+    if [[ -n $line ]]; then
+        read -r ep ef es < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
+        passed=$((passed + ep)); failed=$((failed + ef)); skipped=$((skipped + ${es:-0}))
+    else
+        failed=$((failed + 1)); echo "--- FAIL e2e-fabric printed no summary (rc=$rc)"
+    fi
+else
+    skipped=$((skipped + 1)); echo "SKIPPED guest end-to-end tier: --no-e2e given"
+fi
+
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+[[ $failed -eq 0 ]]
