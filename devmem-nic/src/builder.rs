@@ -34,7 +34,7 @@ pub enum Transport {
 /// An IPv6 extension header to insert between the fixed header and L4.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ipv6Ext {
-    /// Hop-by-Hop options with `n` bytes of PadN-filled body.
+    /// An 8-byte Hop-by-Hop options header holding one PadN option.
     HopByHop,
     /// Destination Options carrying a Home Address option.
     HomeAddress(Ipv6Addr),
@@ -116,9 +116,7 @@ impl FrameBuilder {
                 options,
             } => {
                 let mut opts = options.clone();
-                while opts.len() % 4 != 0 {
-                    opts.push(0);
-                }
+                opts.resize(opts.len().div_ceil(4) * 4, 0);
                 let doff = (20 + opts.len()) / 4;
                 l4.extend_from_slice(&src_port.to_be_bytes());
                 l4.extend_from_slice(&dst_port.to_be_bytes());
@@ -154,9 +152,7 @@ impl FrameBuilder {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 f.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
                 let mut opts = self.ipv4_options.clone();
-                while opts.len() % 4 != 0 {
-                    opts.push(0);
-                }
+                opts.resize(opts.len().div_ceil(4) * 4, 0);
                 let hl = 20 + opts.len();
                 let total = (hl + l4.len()).min(65535) as u16;
                 let (fo, mf) = self.ipv4_fragment;
@@ -178,11 +174,7 @@ impl FrameBuilder {
                 let mut ext = Vec::new();
                 let mut kinds = Vec::new();
                 for (i, e) in self.ipv6_ext.iter().enumerate() {
-                    let next = self
-                        .ipv6_ext
-                        .get(i + 1)
-                        .map(ext_kind)
-                        .unwrap_or(proto);
+                    let next = self.ipv6_ext.get(i + 1).map(ext_kind).unwrap_or(proto);
                     kinds.push(ext_kind(e));
                     ext.extend_from_slice(&ext_bytes(e, next));
                 }
@@ -215,9 +207,8 @@ fn ext_bytes(e: &Ipv6Ext, next: u8) -> Vec<u8> {
     match e {
         // 8 bytes: next, len 0, PadN(4 bytes body).
         Ipv6Ext::HopByHop => vec![next, 0, 1, 4, 0, 0, 0, 0],
-        // 24 bytes: next, len 2, PadN(2) = [1,0]... then HAO type 201 len 16.
-        // Layout: [next, 2, 1, 0, 201, 16, addr(16), 1, 0]? keep 8n: use
-        // Pad1 x2 before the option so the address is 8n+6 aligned as RFC 6275 asks.
+        // 24 bytes: next, len 2, Pad1, Pad1, HAO (type 201, len 16, address:
+        // 8n+6 aligned as RFC 6275 asks), PadN with an empty body.
         Ipv6Ext::HomeAddress(a) => {
             let mut v = vec![next, 2, 0, 0, 201, 16];
             v.extend_from_slice(&a.octets());

@@ -352,23 +352,17 @@ fn walk_ext_headers(frame: &[u8], mut pos: usize, end: usize, info: &mut Ipv6Inf
         };
         info.has_ext_headers = true;
         match nh {
-            60 => {
-                if info.home_address.is_none() {
-                    info.home_address = find_home_address(&ext[2..]);
-                }
+            60 if info.home_address.is_none() => {
+                info.home_address = find_home_address(&ext[2..]);
             }
-            43 => {
-                // Type 2 routing header (RFC 6275 6.4): Hdr Ext Len 2,
-                // Segments Left 1, 4 reserved bytes, one address.
-                if ext[2] == 2 && len >= 24 && info.rt2_address.is_none() {
-                    info.rt2_address = addr16(ext, 8);
-                }
+            // Type 2 routing header (RFC 6275 6.4): Hdr Ext Len 2, Segments
+            // Left 1, 4 reserved bytes, one address.
+            43 if ext[2] == 2 && len >= 24 && info.rt2_address.is_none() => {
+                info.rt2_address = addr16(ext, 8);
             }
             44 => {
                 let fo = u16::from_be_bytes([ext[2], ext[3]]);
-                if fo >> 3 != 0 || fo & 1 != 0 {
-                    info.fragment = true;
-                }
+                info.fragment = fo >> 3 != 0 || fo & 1 != 0;
             }
             _ => {}
         }
@@ -425,5 +419,141 @@ fn parse_l4(frame: &[u8], off: usize, end: usize, protocol: u8) -> Option<L4> {
             })
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::{FrameBuilder, Ipv6Ext};
+
+    fn tcp4() -> Vec<u8> {
+        FrameBuilder::tcp(
+            "10.0.0.1".parse().unwrap(),
+            1,
+            "10.0.0.2".parse().unwrap(),
+            2,
+        )
+        .build(b"abc")
+    }
+
+    #[test]
+    fn layers_and_offsets() {
+        let f = tcp4();
+        let p = parse(&f);
+        assert_eq!(p.l2.unwrap().ethertype, ETHERTYPE_IPV4);
+        assert_eq!((p.l3_offset, p.l3_end), (14, f.len()));
+        assert_eq!((p.l4_offset, p.split_point()), (34, Some(54)));
+        assert_eq!(p.l4_payload_len(), Some(3));
+        assert_eq!(p.l4.unwrap().proto, L4Proto::Tcp);
+    }
+
+    #[test]
+    fn malformed_layers_are_absent() {
+        let f = tcp4();
+        // Truncated TCP header: IP stays, L4 goes.
+        let p = parse(&f[..14 + 20 + 19]);
+        assert!(p.l3.is_some() && p.l4.is_none());
+        // TCP data offset < 5.
+        let mut g = f.clone();
+        g[34 + 12] = 0x40;
+        assert!(parse(&g).l4.is_none());
+        // TCP data offset beyond the datagram.
+        g[34 + 12] = 0xf0;
+        assert!(parse(&g).l4.is_none());
+        // IHL < 5, wrong version, total length < header.
+        let mut g = f.clone();
+        g[14] = 0x44;
+        assert!(parse(&g).l3.is_none());
+        g[14] = 0x55;
+        assert!(parse(&g).l3.is_none());
+        let mut g = f.clone();
+        g[16..18].copy_from_slice(&10u16.to_be_bytes());
+        assert!(parse(&g).l3.is_none());
+        // Total length longer than the frame: clamped.
+        let mut g = f.clone();
+        g[16..18].copy_from_slice(&9000u16.to_be_bytes());
+        assert_eq!(parse(&g).l3_end, f.len());
+        // Short frames.
+        assert_eq!(parse(&f[..13]), ParsedFrame::default());
+        assert!(parse(&f[..14]).l3.is_none());
+    }
+
+    #[test]
+    fn double_vlan_stops_at_l2() {
+        let mut f = tcp4();
+        // Insert two tags.
+        f.splice(12..12, [0x88, 0xa8, 0, 1, 0x81, 0x00, 0, 2]);
+        let p = parse(&f);
+        let l2 = p.l2.unwrap();
+        assert_eq!(l2.vlan.unwrap().vid(), 1);
+        assert_eq!(l2.ethertype, ETHERTYPE_VLAN);
+        assert!(p.l3.is_none());
+    }
+
+    #[test]
+    fn ipv6_extension_headers() {
+        let home: Ipv6Addr = "2001:db8::aa".parse().unwrap();
+        let care: Ipv6Addr = "2001:db8::bb".parse().unwrap();
+        let mut b = FrameBuilder::udp(
+            "2001:db8::1".parse().unwrap(),
+            1,
+            "2001:db8::2".parse().unwrap(),
+            2,
+        );
+        b.ipv6_ext = vec![
+            Ipv6Ext::HopByHop,
+            Ipv6Ext::Routing2(care),
+            Ipv6Ext::HomeAddress(home),
+        ];
+        let f = b.build(b"xyz");
+        let p = parse(&f);
+        let Some(L3::V6(ip)) = p.l3 else {
+            panic!("no v6")
+        };
+        assert!(ip.has_ext_headers && !ip.fragment && !ip.ext_truncated);
+        assert_eq!((ip.home_address, ip.rt2_address), (Some(home), Some(care)));
+        assert_eq!(
+            (ip.protocol, ip.header_len),
+            (IPPROTO_UDP, 40 + 8 + 24 + 24)
+        );
+        assert_eq!(p.l4.unwrap().dst_port, 2);
+        // Truncating inside the chain drops L4 and flags it.
+        let p = parse(&f[..14 + 40 + 8 + 10]);
+        let Some(L3::V6(ip)) = p.l3 else {
+            panic!("no v6")
+        };
+        assert!(ip.ext_truncated && p.l4.is_none());
+        // A chain of 17 Hop-by-Hop-shaped headers is too long.
+        b.ipv6_ext = vec![Ipv6Ext::HopByHop; 17];
+        let p = parse(&b.build(b""));
+        let Some(L3::V6(ip)) = p.l3 else {
+            panic!("no v6")
+        };
+        assert!(ip.ext_truncated && p.l4.is_none());
+        // Atomic fragment (offset 0, M clear) still exposes L4.
+        b.ipv6_ext = vec![Ipv6Ext::Fragment {
+            offset: 0,
+            more: false,
+        }];
+        assert!(parse(&b.build(b"")).l4.is_some());
+        b.ipv6_ext = vec![Ipv6Ext::Fragment {
+            offset: 1,
+            more: false,
+        }];
+        let p = parse(&b.build(b""));
+        assert!(p.l3.unwrap().is_fragment() && p.l4.is_none());
+    }
+
+    #[test]
+    fn home_address_option_scan() {
+        let a: Ipv6Addr = "::1".parse().unwrap();
+        let mut opts = vec![0, 1, 2, 0, 0, 201, 16];
+        opts.extend_from_slice(&a.octets());
+        assert_eq!(find_home_address(&opts), Some(a));
+        // Wrong length, truncated option, no option.
+        assert_eq!(find_home_address(&[201, 4, 0, 0, 0, 0]), None);
+        assert_eq!(find_home_address(&[201, 16, 0]), None);
+        assert_eq!(find_home_address(&[0, 0, 1, 0]), None);
     }
 }

@@ -30,9 +30,8 @@ pub fn toeplitz_hash(key: &[u8], input: &[u8]) -> u32 {
     for i in 0..8 {
         window = (window << 8) | key_byte(i);
     }
-    let mut next_key = 8;
     let mut result: u32 = 0;
-    for &byte in input {
+    for (next_key, &byte) in (8..).zip(input) {
         for bit in (0..8).rev() {
             if byte & (1 << bit) != 0 {
                 result ^= (window >> 32) as u32;
@@ -41,7 +40,6 @@ pub fn toeplitz_hash(key: &[u8], input: &[u8]) -> u32 {
         }
         // After 8 shifts the low byte is empty: refill it from the key.
         window |= key_byte(next_key);
-        next_key += 1;
     }
     result
 }
@@ -58,21 +56,66 @@ mod tests {
     // Suite"). Both copies were read and agree value for value.
     // Columns: source addr, source port, destination addr, destination port,
     // expected IPv4/IPv6-only hash, expected hash with TCP ports.
-    pub(crate) const V4: [([u8; 4], u16, [u8; 4], u16, u32, u32); 5] = [
-        ([66, 9, 149, 187], 2794, [161, 142, 100, 80], 1766, 0x323e8fc2, 0x51ccc178),
-        ([199, 92, 111, 2], 14230, [65, 69, 140, 83], 4739, 0xd718262a, 0xc626b0ea),
-        ([24, 19, 198, 95], 12898, [12, 22, 207, 184], 38024, 0xd2d0a5de, 0x5c2b394a),
-        ([38, 27, 205, 30], 48228, [209, 142, 163, 6], 2217, 0x82989176, 0xafc7327f),
-        ([153, 39, 163, 191], 44251, [202, 188, 127, 2], 1303, 0x5d1809c5, 0x10e828a2),
+    /// (source, source port, destination, destination port, IP hash, TCP hash)
+    type Vector<A> = (A, u16, A, u16, u32, u32);
+
+    const V4: [Vector<[u8; 4]>; 5] = [
+        (
+            [66, 9, 149, 187],
+            2794,
+            [161, 142, 100, 80],
+            1766,
+            0x323e8fc2,
+            0x51ccc178,
+        ),
+        (
+            [199, 92, 111, 2],
+            14230,
+            [65, 69, 140, 83],
+            4739,
+            0xd718262a,
+            0xc626b0ea,
+        ),
+        (
+            [24, 19, 198, 95],
+            12898,
+            [12, 22, 207, 184],
+            38024,
+            0xd2d0a5de,
+            0x5c2b394a,
+        ),
+        (
+            [38, 27, 205, 30],
+            48228,
+            [209, 142, 163, 6],
+            2217,
+            0x82989176,
+            0xafc7327f,
+        ),
+        (
+            [153, 39, 163, 191],
+            44251,
+            [202, 188, 127, 2],
+            1303,
+            0x5d1809c5,
+            0x10e828a2,
+        ),
     ];
 
     fn v6(s: &str) -> [u8; 16] {
         s.parse::<std::net::Ipv6Addr>().unwrap().octets()
     }
 
-    fn v6_vectors() -> [([u8; 16], u16, [u8; 16], u16, u32, u32); 3] {
+    fn v6_vectors() -> [Vector<[u8; 16]>; 3] {
         [
-            (v6("3ffe:2501:200:1fff::7"), 2794, v6("3ffe:2501:200:3::1"), 1766, 0x2cc18cd5, 0x40207d3d),
+            (
+                v6("3ffe:2501:200:1fff::7"),
+                2794,
+                v6("3ffe:2501:200:3::1"),
+                1766,
+                0x2cc18cd5,
+                0x40207d3d,
+            ),
             (
                 v6("3ffe:501:8::260:97ff:fe40:efab"),
                 14230,
@@ -135,6 +178,9 @@ mod tests {
         let b = [0xf0u8, 0x0f, 0x55, 0xaa, 0, 1, 2, 3, 4, 5, 6, 7];
         let x: Vec<u8> = a.iter().zip(b.iter()).map(|(p, q)| p ^ q).collect();
         let k = &DEFAULT_RSS_KEY;
-        assert_eq!(toeplitz_hash(k, &x), toeplitz_hash(k, &a) ^ toeplitz_hash(k, &b));
+        assert_eq!(
+            toeplitz_hash(k, &x),
+            toeplitz_hash(k, &a) ^ toeplitz_hash(k, &b)
+        );
     }
 }
