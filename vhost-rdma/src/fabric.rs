@@ -8,9 +8,21 @@ use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 use virtio_bindings::bindings::virtio_net::*;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use vmm_sys_util::timerfd::TimerFd;
+
+/// A receiver whose frames have waited this long for an RX buffer counts as
+/// stalled: senders stop waiting for it and drop instead.
+pub const STALL_MS: u64 = 500;
+
+/// Milliseconds on a process-wide monotonic clock.
+pub fn now_ms() -> u64 {
+    static T0: OnceLock<Instant> = OnceLock::new();
+    T0.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
 
 /// A frame in flight: the Ethernet frame and its offload description.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,6 +42,11 @@ pub struct RxQueue {
     /// The guest enabled this RX vring (set by the worker).
     pub enabled: AtomicBool,
     pub counters: QueueCounters,
+    /// Since when (`now_ms`) frames wait here with no RX buffer; 0 = not.
+    starved_since_ms: AtomicU64,
+    /// Senders paused because this queue was full (back-pressure), woken
+    /// when it drains to half.
+    waiters: Mutex<Vec<Arc<EventFd>>>,
 }
 
 impl RxQueue {
@@ -41,6 +58,8 @@ impl RxQueue {
             wake_armed: AtomicBool::new(false),
             enabled: AtomicBool::new(false),
             counters: QueueCounters::default(),
+            starved_since_ms: AtomicU64::new(0),
+            waiters: Mutex::new(Vec::new()),
         })
     }
 
@@ -72,6 +91,49 @@ impl RxQueue {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop_front()
+    }
+
+    /// Whether a sender should wait for this queue instead of dropping: it is
+    /// full, and its guest has not been out of RX buffers for longer than
+    /// [`STALL_MS`] (a guest that stopped reading only loses its own frames).
+    pub fn congested(&self) -> bool {
+        if self.len() < self.limit {
+            return false;
+        }
+        let since = self.starved_since_ms.load(Relaxed);
+        since == 0 || now_ms().saturating_sub(since) < STALL_MS
+    }
+
+    /// The worker found frames pending but no RX buffer.
+    pub fn mark_starved(&self) {
+        let _ = self
+            .starved_since_ms
+            .compare_exchange(0, now_ms().max(1), Relaxed, Relaxed);
+    }
+
+    /// The worker delivered a frame: the guest is reading.
+    pub fn mark_fed(&self) {
+        self.starved_since_ms.store(0, Relaxed);
+    }
+
+    /// Registers a paused sender's resume eventfd.
+    pub fn add_waiter(&self, w: &Arc<EventFd>) {
+        let mut ws = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if !ws.iter().any(|x| Arc::ptr_eq(x, w)) {
+            ws.push(w.clone());
+        }
+    }
+
+    /// Wakes paused senders once the queue has drained to half (called by the
+    /// worker after a batch).
+    pub fn wake_waiters(&self) {
+        if self.len() > self.limit / 2 {
+            return;
+        }
+        let ws = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in ws {
+            let _ = w.write(1);
+        }
     }
 
     /// Puts back a frame that found no RX buffer.
@@ -118,6 +180,12 @@ pub struct PortShared {
     pub rxq: Vec<RxQueue>,
     pub ctrl_errors: AtomicU64,
     pub log: LogLimiter,
+    /// Per queue pair: wakes the TX side after back-pressure.
+    pub tx_resume: Vec<Arc<EventFd>>,
+    /// Per queue pair: retries a paused TX side in case its receiver stalls.
+    pub tx_timer: Vec<Mutex<TimerFd>>,
+    /// Times this port's TX paused for a full receiver.
+    pub tx_pauses: AtomicU64,
 }
 
 impl PortShared {
@@ -126,6 +194,12 @@ impl PortShared {
         let qps = usize::from(cfg.queue_pairs.max(1));
         let rxq = (0..qps)
             .map(|_| RxQueue::new(cfg.rx_queue_frames.max(1)))
+            .collect::<Result<_, _>>()?;
+        let tx_resume = (0..qps)
+            .map(|_| EventFd::new(EFD_NONBLOCK).map(Arc::new))
+            .collect::<Result<_, _>>()?;
+        let tx_timer = (0..qps)
+            .map(|_| TimerFd::new().map(Mutex::new))
             .collect::<Result<_, _>>()?;
         Ok(PortShared {
             index,
@@ -138,6 +212,9 @@ impl PortShared {
             rxq,
             ctrl_errors: AtomicU64::new(0),
             log: LogLimiter::default(),
+            tx_resume,
+            tx_timer,
+            tx_pauses: AtomicU64::new(0),
         })
     }
 
@@ -215,6 +292,7 @@ impl PortShared {
             queue_pairs: self.cfg.queue_pairs,
             active_queue_pairs: self.active_qps.load(Relaxed),
             ctrl_errors: self.ctrl_errors.load(Relaxed),
+            tx_pauses: self.tx_pauses.load(Relaxed),
             queues: self.rxq.iter().map(|q| q.counters.snapshot()).collect(),
             ..Default::default()
         };
@@ -301,6 +379,22 @@ impl Fabric {
             }
             m.insert(src, port);
         }
+    }
+
+    /// The receive queue a unicast frame from `src` would wait for, if that
+    /// queue is congested (back-pressure). Flooded frames never wait.
+    pub fn congested_queue(&self, src: usize, data: &[u8]) -> Option<&RxQueue> {
+        let dst: [u8; 6] = data.get(0..6)?.try_into().ok()?;
+        if dst[0] & 1 != 0 {
+            return None;
+        }
+        let p = self.macs.read().ok()?.get(&dst).copied()?;
+        let port = self.ports.get(p).filter(|_| p != src)?;
+        if !port.connected.load(Relaxed) {
+            return None;
+        }
+        let q = &port.rxq[port.pick_queue(data)];
+        q.congested().then_some(q)
     }
 
     /// Switches a frame a guest sent on port `src`. Returns how many copies

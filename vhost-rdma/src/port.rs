@@ -190,7 +190,7 @@ impl PortBackend {
         let Some(mem) = self.memory() else { return };
         let c = self.counters(qp);
         let event_idx = self.event_idx.load(Relaxed);
-        let mut frames = Vec::new();
+        let mut paused = false;
         let mut vr = vring.get_mut();
         loop {
             if event_idx {
@@ -207,10 +207,34 @@ impl PortBackend {
                         return;
                     }
                 };
-                for chain in iter {
+                let mut iter = iter;
+                while let Some(chain) = iter.next() {
                     let head = chain.head_index();
                     match self.read_tx_chain(&mem, chain) {
-                        Ok(f) => frames.push(f),
+                        Ok(f) => {
+                            // Back-pressure: leave the chain in the ring while
+                            // its receiver is full but alive; its drain (or
+                            // the stall timer) resumes us.
+                            if let Some(q) = self.fabric.congested_queue(self.shared.index, &f.data)
+                            {
+                                // Register first, then look again: a drain
+                                // between the two cannot be missed.
+                                q.add_waiter(&self.shared.tx_resume[qp]);
+                                if q.congested() {
+                                    iter.go_to_previous_position();
+                                    self.arm_tx_timer(qp);
+                                    self.shared.tx_pauses.fetch_add(1, Relaxed);
+                                    tracing::trace!(port = %self.shared.cfg.name, qp, "tx paused");
+                                    paused = true;
+                                    break;
+                                }
+                            }
+                            // Forward at once, so the next frame's congestion
+                            // check sees this one queued.
+                            QueueCounters::add(&c.tx_frames, 1);
+                            QueueCounters::add(&c.tx_bytes, f.data.len() as u64);
+                            self.fabric.forward(self.shared.index, f);
+                        }
                         Err(e) => {
                             QueueCounters::add(&c.tx_errors, 1);
                             guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX chain {head} refused: {e}");
@@ -222,7 +246,7 @@ impl PortBackend {
             for head in used {
                 let _ = vr.add_used(head, 0);
             }
-            if !event_idx {
+            if !event_idx || paused {
                 break;
             }
             match vr.enable_notification() {
@@ -233,12 +257,26 @@ impl PortBackend {
         if vr.needs_notification().unwrap_or(true) {
             let _ = vr.signal_used_queue();
         }
-        drop(vr);
-        for f in frames {
-            QueueCounters::add(&c.tx_frames, 1);
-            QueueCounters::add(&c.tx_bytes, f.data.len() as u64);
-            self.fabric.forward(self.shared.index, f);
+    }
+
+    fn arm_tx_timer(&self, qp: usize) {
+        if let Some(t) = self.shared.tx_timer.get(qp) {
+            let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = t.reset(
+                std::time::Duration::from_millis(crate::fabric::STALL_MS),
+                None,
+            );
         }
+    }
+
+    /// The epoll id of worker `thread`'s TX resume eventfd.
+    pub fn resume_event_id(&self, thread: usize) -> u64 {
+        self.wake_event_id(thread) + 1
+    }
+
+    /// The epoll id of worker `thread`'s TX stall timer.
+    pub fn timer_event_id(&self, thread: usize) -> u64 {
+        self.wake_event_id(thread) + 2
     }
 
     /// Moves pending frames of queue pair `qp` into its RX vring.
@@ -294,6 +332,7 @@ impl PortBackend {
                                 iter.go_to_previous_position();
                             }
                             rxq.unpop(frame);
+                            rxq.mark_starved();
                             starved = true;
                             break 'frames;
                         };
@@ -341,6 +380,7 @@ impl PortBackend {
                     }
                     QueueCounters::add(&c.rx_frames, 1);
                     QueueCounters::add(&c.rx_bytes, frame.data.len() as u64);
+                    rxq.mark_fed();
                     used.extend(chains.into_iter().map(|c| (c.head, c.len)));
                 }
             }
@@ -360,6 +400,9 @@ impl PortBackend {
         if signal && vr.needs_notification().unwrap_or(true) {
             let _ = vr.signal_used_queue();
         }
+        drop(vr);
+        tracing::trace!(port = %self.shared.cfg.name, qp, pending = rxq.len(), "rx batch done");
+        rxq.wake_waiters();
     }
 
     /// Serves the control queue (test-device form).
@@ -718,6 +761,23 @@ impl VhostUserBackend for PortBackend {
             e if e == wake => {
                 if let Some(v) = vrings.first() {
                     self.process_rx(qp, v);
+                }
+            }
+            e if e == self.resume_event_id(thread_id) || e == self.timer_event_id(thread_id) => {
+                if let Some(r) = self.shared.tx_resume.get(qp) {
+                    let _ = r.read();
+                }
+                if e == self.timer_event_id(thread_id) {
+                    if let Some(t) = self.shared.tx_timer.get(qp) {
+                        // Disarm (and consume an expiry) without blocking.
+                        let _ = t
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .reset(std::time::Duration::ZERO, None);
+                    }
+                }
+                if let Some(v) = vrings.get(1) {
+                    self.process_tx(qp, v);
                 }
             }
             _ => {}

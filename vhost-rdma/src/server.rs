@@ -217,6 +217,19 @@ fn serve_port(
                     warn!(port = %name, "cannot register wake event: {e}");
                 }
             }
+            if let Some(r) = port.tx_resume.get(t) {
+                if let Err(e) =
+                    h.register_listener(r.as_raw_fd(), EventSet::IN, backend.resume_event_id(t))
+                {
+                    warn!(port = %name, "cannot register TX resume event: {e}");
+                }
+            }
+            if let Some(tm) = port.tx_timer.get(t) {
+                let fd = tm.lock().map(|t| t.as_raw_fd()).unwrap_or(-1);
+                if let Err(e) = h.register_listener(fd, EventSet::IN, backend.timer_event_id(t)) {
+                    warn!(port = %name, "cannot register TX timer: {e}");
+                }
+            }
         }
         // The connection is queued in the private listener's backlog, so
         // start() below accepts it at once.

@@ -75,6 +75,8 @@ pub struct PortStats {
     pub rx_errors: u64,
     /// Control-queue commands refused (test-device form).
     pub ctrl_errors: u64,
+    /// Times the port's TX paused because its receiver was full (back-pressure).
+    pub tx_pauses: u64,
     pub queues: Vec<QueueStats>,
 }
 

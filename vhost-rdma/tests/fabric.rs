@@ -529,6 +529,98 @@ fn full_rx_ring_counts_drops_and_keeps_delivered_frames_intact() {
     expect_cross(&mut a, &mut b, &f, &TxOpts::default(), "after drops");
 }
 
+/// Back-pressure: a receiver that is slow but keeps reading makes the sender
+/// wait (its TX chains stay in the ring) instead of losing frames; a
+/// receiver that stops reading does not stall a third port.
+#[test]
+fn slow_receiver_gets_back_pressure_not_drops() {
+    const FRAMES: u64 = 600;
+    let fab = TestFabric::start_with(3, |i, dir| {
+        let mut p = TestFabric::port_config(dir, i, 1);
+        p.rx_queue_frames = 16;
+        p
+    });
+    let mut a = fab.connect(0, feat::ALL);
+    let mut b = fab.connect(1, feat::ALL);
+    let mut c = fab.connect(2, feat::ALL);
+    let (ma, mb, mc) = (fab.mac(0), fab.mac(1), fab.mac(2));
+    // Let the switch learn A, B and C so A's frames are unicast.
+    a.post_rx(0, 16, 2048);
+    a.send(
+        0,
+        &tagged_frame(BROADCAST, ma, 900_002, 100),
+        &TxOpts::default(),
+    );
+    b.post_rx(0, 4, 2048);
+    c.post_rx(0, 4, 2048);
+    assert!(
+        b.recv(0, ARRIVE).is_some() && c.recv(0, ARRIVE).is_some(),
+        "broadcast from A"
+    );
+    b.send(0, &tagged_frame(ma, mb, 900_000, 100), &TxOpts::default());
+    c.send(0, &tagged_frame(ma, mc, 900_001, 100), &TxOpts::default());
+    assert_eq!(a.recv_n(0, 2, ARRIVE).len(), 2, "learning frames");
+    let frames: Vec<Vec<u8>> = (0..FRAMES).map(|t| tagged_frame(mb, ma, t, 700)).collect();
+    assert!(
+        b.drain_all(QUIET).is_empty(),
+        "B got frames before the test"
+    );
+    // B reads in small steps, far slower than A sends (like a guest, it has
+    // buffers posted from the start).
+    b.post_rx(0, 8, 2048);
+    let mut got = Vec::new();
+    let mut sent = 0usize;
+    while (got.len() as u64) < FRAMES {
+        if sent < frames.len() {
+            // Never let A's ring fill up: this one thread plays both guests,
+            // and a blocked send would stop B from reading.
+            let n = (frames.len() - sent).min(30);
+            a.reap_tx(0);
+            if a.tx_outstanding(0) < 60 {
+                a.send_burst(0, &frames[sent..sent + n], &TxOpts::default());
+                sent += n;
+            }
+        }
+        let r = b.recv_n(0, 8, ARRIVE);
+        b.post_rx(0, r.len(), 2048);
+        assert!(
+            !r.is_empty(),
+            "B stopped receiving after {} frames: {:?} / A: {:?}",
+            got.len(),
+            fab.stats(1),
+            fab.stats(0)
+        );
+        got.extend(r);
+    }
+    let (sb, sa) = (fab.stats(1), fab.stats(0));
+    assert_eq!(
+        sb.rx_drops, 0,
+        "a slow but live receiver must not lose frames: {sb:?}"
+    );
+    assert!(sa.tx_pauses > 0, "the sender never paused: {sa:?}");
+    for (i, r) in got.iter().enumerate() {
+        assert!(r.data == frames[i], "frame {i} corrupted or out of order");
+    }
+    assert!(a.wait_tx(0, ARRIVE), "A's TX chains not all returned");
+    // C never reads: A keeps flowing to B regardless (C stalls only itself).
+    let to_c: Vec<Vec<u8>> = (0..64)
+        .map(|t| tagged_frame(mc, ma, 10_000 + t, 700))
+        .collect();
+    a.send_burst(0, &to_c, &TxOpts::default());
+    let f = tagged_frame(mb, ma, 20_000, 300);
+    a.send(0, &f, &TxOpts::default());
+    b.post_rx(0, 8, 2048);
+    let r = b
+        .recv(0, ARRIVE)
+        .expect("A->B blocked by a receiver that stopped reading");
+    assert!(r.data == f);
+    let (sc, _) = fab.wait_stats(2, ARRIVE, |s| s.rx_drops > 0);
+    assert!(
+        sc.rx_drops > 0,
+        "frames to the stalled receiver must be dropped and counted: {sc:?}"
+    );
+}
+
 /// Sends one frame B->C and C->B and checks both arrive (the first ones may
 /// also be flooded to A; A has no RX buffers posted so they are dropped there).
 fn b_c_traffic(fab: &TestFabric, b: &mut TestGuest, c: &mut TestGuest, tag: u64) {

@@ -505,6 +505,12 @@ impl TestGuest {
         self.queues[Self::tx_index(qp)].inflight.len()
     }
 
+    /// Collects the TX chains the device has returned so far (no waiting);
+    /// returns how many.
+    pub fn reap_tx(&mut self, qp: u16) -> usize {
+        self.reap(Self::tx_index(qp))
+    }
+
     /// Reads `len` bytes of device config space (CONFIG protocol feature).
     pub fn read_config(&mut self, offset: u32, len: u32) -> anyhow::Result<Vec<u8>> {
         let buf = vec![0u8; len as usize];
