@@ -51,8 +51,8 @@ cat >"$run/a.sh" <<JOB
 $lq
 ip -br addr show eth0
 ping -c 3 -W 5 10.77.0.2 || exit 1
-iperf3 -s -1 -D
 smc-guest-tests stream server --proto tcp --port 7777 --bytes $bytes --seed 1 --once --accept-timeout 300 || exit 2
+timeout 120 iperf3 -s -1 || exit 3
 rdma link add rxe0 type rxe netdev eth0 && rdma link show
 JOB
 cat >"$run/b.sh" <<JOB
@@ -60,7 +60,7 @@ $lq
 i=0; until ping -c 1 -W 2 10.77.0.1 >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 60 ] && break; sleep 1; done
 ping -c 3 -W 5 10.77.0.1 || exit 1
 smc-guest-tests stream client --proto tcp --addr 10.77.0.1 --port 7777 --bytes $bytes --seed 1 --connect-timeout 120 || exit 2
-sleep 1; iperf3 -c 10.77.0.1 -t 5 || exit 3
+i=0; until iperf3 -c 10.77.0.1 -t 5; do i=\$((i+1)); [ \$i -ge 20 ] && exit 3; sleep 1; done
 JOB
 say "booting two guests (TCG unless KVM really boots them)"
 rc=0

@@ -7,7 +7,6 @@
 //! Run: `cargo bench -p vhost-rdma --bench fabric`
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use common::packet::tagged_frame;
