@@ -39,6 +39,8 @@ pub struct Status {
 
 /// Longest request line accepted.
 const MAX_REQUEST: usize = 64 * 1024;
+/// Control connections served at once; more are refused with an error reply.
+const MAX_CONNECTIONS: usize = 16;
 
 /// The control socket server thread.
 pub struct ControlServer {
@@ -55,6 +57,7 @@ impl ControlServer {
             .with_context(|| format!("control socket {}", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let thread = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
@@ -62,11 +65,23 @@ impl ControlServer {
                     if s.load(SeqCst) {
                         break;
                     }
-                    if let Ok(c) = conn {
-                        let f = fabric.clone();
-                        let _ = std::thread::Builder::new()
-                            .name("control-conn".into())
-                            .spawn(move || serve(c, &f));
+                    let Ok(mut c) = conn else { continue };
+                    if active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
+                        active.fetch_sub(1, SeqCst);
+                        let _ = c.write_all(
+                            b"{\"ok\":false,\"error\":\"too many control connections\"}\n",
+                        );
+                        continue;
+                    }
+                    let (f, a) = (fabric.clone(), active.clone());
+                    let spawned = std::thread::Builder::new()
+                        .name("control-conn".into())
+                        .spawn(move || {
+                            serve(c, &f);
+                            a.fetch_sub(1, SeqCst);
+                        });
+                    if spawned.is_err() {
+                        active.fetch_sub(1, SeqCst);
                     }
                 }
             })?;
