@@ -569,7 +569,11 @@ pub fn write_fpdu(out: &mut Vec<u8>, hdr: &[u8], payload: &[u8], crc: bool) {
     out.extend_from_slice(hdr);
     out.extend_from_slice(payload);
     out.extend_from_slice(&[0u8; 3][..pad_len(ulen)]);
-    let c = if crc { crc32c::crc32c(&out[start..]) } else { 0 };
+    let c = if crc {
+        crc32c::crc32c(&out[start..])
+    } else {
+        0
+    };
     out.extend_from_slice(&c.to_le_bytes());
 }
 
@@ -681,7 +685,10 @@ mod tests {
     #[test]
     fn crc_byte_order_matches_iscsi_vector() {
         // RFC 3720 B.4: 32 bytes of zeros -> aa 36 91 8a on the wire.
-        assert_eq!(crc32c::crc32c(&[0u8; 32]).to_le_bytes(), [0xaa, 0x36, 0x91, 0x8a]);
+        assert_eq!(
+            crc32c::crc32c(&[0u8; 32]).to_le_bytes(),
+            [0xaa, 0x36, 0x91, 0x8a]
+        );
     }
 
     #[test]
@@ -711,7 +718,10 @@ mod tests {
             crc_strict: true,
             ..MpaConfig::default()
         };
-        assert_eq!(responder_evaluate(&strict, &req), Err(NegotiationError::Crc));
+        assert_eq!(
+            responder_evaluate(&strict, &req),
+            Err(NegotiationError::Crc)
+        );
         let n = responder_evaluate(&MpaConfig::default(), &req).unwrap();
         assert!(n.crc);
     }
