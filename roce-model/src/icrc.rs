@@ -16,16 +16,17 @@
 //! the ConnectX-4 CNP in the test data computes to `0x2a00_fd82` and carries
 //! the bytes `82 fd 00 2a`.
 
-use crc::{Algorithm, Crc, Digest, CRC_32_ISO_HDLC};
+use crc::{Algorithm, Crc, Digest, Table, CRC_32_ISO_HDLC};
 
 use crate::error::{need, CodecError, Result};
 
 /// Size of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
 
-const CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
+/// Slice-by-16 tables: several times faster than the bytewise default.
+const CRC32: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISO_HDLC);
 
-struct Icrc(Digest<'static, u32>);
+struct Icrc(Digest<'static, u32, Table<16>>);
 
 impl Icrc {
     fn new() -> Self {

@@ -9,7 +9,11 @@
 //! * [`icrc`]: the invariant CRC for RoCEv2 (IPv4/IPv6), RoCEv1 and native IB.
 //! * [`wire`] and [`frame`]: minimal Ethernet/IP/UDP/GRH/LRH to parse and build
 //!   whole frames ([`RoceFrame`], [`FrameBuilder`], [`IbFrame`]).
-//! * [`psn`]: 24-bit PSN arithmetic for the RC engine that will sit on top.
+//! * [`psn`]: 24-bit PSN arithmetic.
+//! * [`mr`]: protection domains, memory regions, keys and access checks.
+//! * [`rc`]: the sans-IO RC queue-pair engine (requester, completer,
+//!   responder) with `handle_packet` / `poll_transmit` / `poll_timeout` /
+//!   `handle_timeout` / `poll_completion`.
 //!
 //! Parsing never panics on arbitrary input; errors are [`CodecError`].
 
@@ -20,9 +24,11 @@ pub mod error;
 pub mod frame;
 pub mod headers;
 pub mod icrc;
+pub mod mr;
 pub mod opcode;
 pub mod packet;
 pub mod psn;
+pub mod rc;
 pub mod wire;
 
 pub use error::CodecError;
@@ -32,9 +38,14 @@ pub use headers::{
     Header, Ieth, ImmDt, NakCode, Reth,
 };
 pub use icrc::{icrc_grh, icrc_ib, icrc_ipv4, icrc_ipv6, vcrc, IcrcScope, ICRC_LEN};
+pub use mr::{Access, MemError, Memory, MemoryAccess, MemoryRegion, MrKeys, ProtectionDomain};
 pub use opcode::{HeaderSet, OpKind, Opcode, OpcodeInfo, PayloadRule, Position, Transport};
 pub use packet::{ExtHeaders, PacketBuilder, RocePacket};
 pub use psn::{psn_compare, Psn, PSN_MASK};
+pub use rc::{
+    Completion, Mtu, QpAttr, QpCaps, QpError, QpState, QpStats, QueuePair, RecvWr, SendOp, SendWr,
+    Sge, SharedReceiveQueue, WcOpcode, WcStatus,
+};
 
 /// Compiles the README example as a doctest.
 #[doc = include_str!("../README.md")]
