@@ -69,7 +69,7 @@ rc=0
     --guest "a,ip=10.77.0.1/24,sock=$run/a.sock,mac=52:54:00:00:00:0a,cmd=$run/a.sh" \
     --guest "b,ip=10.77.0.2/24,sock=$run/b.sock,mac=52:54:00:00:00:0b,cmd=$run/b.sh" || rc=$?
 say "what the guests measured"
-grep -h "STREAM-RESULT\|receiver$\|sender$" "$run"/logs/*.console.log || true
+grep -hE "STREAM-RESULT|sender|receiver" "$run"/logs/*.console.log || true
 say "daemon counters (vhost-rdma ctl --control $run/ctl.sock status)"
 "$BIN/vhost-rdma" ctl --control "$run/ctl.sock" status
 say "logs: $run (daemon.log, logs/*.console.log)"
