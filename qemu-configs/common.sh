@@ -20,6 +20,8 @@ DIR="${DIR:-/tmp/vr-qemu}"
 MEM="${MEM:-512}" SMP="${SMP:-1}" QUEUES="${QUEUES:-1}" ACCEL="${ACCEL:-tcg}"
 CONFIG_SIZE="${CONFIG_SIZE:-24}" PRINT="${PRINT:-0}"
 FORM="${FORM:-pci}"
+VR_QEMU_MAJOR="$("$QEMU" --version 2>/dev/null | sed -n '1s/.*version \([0-9]*\)\..*/\1/p')"
+VR_QEMU_MAJOR="${VR_QEMU_MAJOR:-99}"
 mkdir -p "$DIR"
 
 vr_pids=() vr_guest_pids=()
@@ -88,7 +90,13 @@ vr_qemu_args() {
         QARGS+=(-device "vhost-user-test-device-pci,chardev=c0,virtio-id=1,num_vqs=$((2 * QUEUES + 1)),vq_size=256,config_size=$CONFIG_SIZE")
     else
         local dev="virtio-net-pci,netdev=n0,mac=$(vr_mac "$i"),romfile="
-        ((QUEUES > 1)) && dev+=",mq=on,vectors=$((2 * QUEUES + 2))"
+        if ((VR_QEMU_MAJOR < 8)) && [[ $ACCEL != kvm ]]; then
+            # QEMU 7.2 under TCG segfaults in vhost_net_start with MSI-X: use INTx
+            dev+=",vectors=0"
+            ((QUEUES > 1)) && dev+=",mq=on"
+        elif ((QUEUES > 1)); then
+            dev+=",mq=on,vectors=$((2 * QUEUES + 2))"
+        fi
         QARGS+=(-netdev "vhost-user,id=n0,chardev=c0,queues=$QUEUES" -device "$dev")
     fi
 }

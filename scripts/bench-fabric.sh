@@ -90,7 +90,7 @@ qver="$("$qemu" --version | head -n 1)"
 # ---- guest jobs: A serves twice (-1: one test each), B runs P1 then P4
 cat >"$logdir/a.sh" <<'EOF'
 command -v iperf3 >/dev/null || { echo "BENCH-FAIL no iperf3 in the guest"; exit 20; }
-for p in 1 4; do iperf3 -s -1 >/job/iperf-server-P$p.log 2>&1 || exit 21; done
+for p in 1 4; do iperf3 -s -1 >/job/iperf-server-P$p.log 2>&1 || { echo "iperf3 server (-P $p) failed"; exit 21; }; done
 EOF
 cat >"$logdir/b.sh" <<EOF
 command -v iperf3 >/dev/null || { echo "BENCH-FAIL no iperf3 in the guest"; exit 20; }
@@ -100,7 +100,11 @@ ping -c 3 -W 5 10.77.0.1 || { echo "BENCH-FAIL ping"; exit 12; }
 for p in 1 4; do
     ok=0
     for try in \$(seq 30); do
-        if iperf3 -c 10.77.0.1 -t $secs -P \$p -J >/job/iperf-P\$p.json 2>/job/iperf-P\$p.err; then ok=1; break; fi
+        # bounded: a stalled data path must not hang the whole benchmark
+        timeout $((secs + 60)) iperf3 -c 10.77.0.1 -t $secs -P \$p -J >/job/iperf-P\$p.json 2>/job/iperf-P\$p.err
+        r=\$?
+        if [ \$r = 0 ]; then ok=1; break; fi
+        if [ \$r = 124 ] || [ \$r = 143 ]; then echo "BENCH-FAIL iperf3 -P \$p stalled (killed after $((secs + 60)) s)"; exit 14; fi
         sleep 1   # the server restarts between the two tests
     done
     [ \$ok = 1 ] || { echo "BENCH-FAIL iperf3 -P \$p"; cat /job/iperf-P\$p.err /job/iperf-P\$p.json | tail -5; exit 13; }
@@ -116,7 +120,7 @@ run_path() {  # run_path NAME -> logs in $logdir/NAME
     local ga="a,ip=10.77.0.1/24,mac=$maca,cmd=$logdir/a.sh" gb="b,ip=10.77.0.2/24,mac=$macb,cmd=$logdir/b.sh"
     if [[ $p == daemon ]]; then
         NO_COLOR=1 "$DAEMON" serve --port "a=$d/a.sock,mac=$maca,queues=$queues,form=$form" \
-            --port "b=$d/b.sock,mac=$macb,queues=$queues,form=$form" >"$d/daemon.log" 2>&1 &
+            --port "b=$d/b.sock,mac=$macb,queues=$queues,form=$form" --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
         DAEMON_PID=$!
         args+=(--net vhost-user --form "$form" --queues "$queues")
         ga+=",sock=$d/a.sock" gb+=",sock=$d/b.sock"
@@ -128,6 +132,7 @@ run_path() {  # run_path NAME -> logs in $logdir/NAME
     local rc=$?
     if [[ $p == daemon ]]; then
         kill -0 "$DAEMON_PID" 2>/dev/null || say "path $p: the daemon died (see $d/daemon.log)"
+        "$DAEMON" ctl --control "$d/ctl.sock" status >"$d/ctl-status.txt" 2>&1 || true
         stop_daemon
     fi
     if ((rc != 0)); then

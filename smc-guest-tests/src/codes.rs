@@ -60,7 +60,9 @@ pub const DECLINE_CODES: &[(u32, &str, &str)] = &[
     (
         0x0303_0007,
         "SMC_CLC_DECL_NOSMCD2DEV",
-        "no SMC-Dv2 device found",
+        "no SMC-Dv2 device found; a server keeps the first error, so this also \
+         masks a later SMC-Rv2 failure such as a UEID mismatch when the client \
+         proposed SMC-Dv2 too (e.g. its loopback-ism device)",
     ),
     (
         0x0303_0008,

@@ -89,11 +89,18 @@ impl SmcSockInfo {
 impl fmt::Display for SmcSockInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "mode={}", self.mode.name())?;
+        // Values carry no blanks: result lines prefix every token (smc_...).
         if self.mode == SmcMode::FallbackTcp || self.fallback_reason != 0 {
-            write!(f, " fallback_reason={}", codes::short(self.fallback_reason))?;
+            write!(f, " fallback_reason=0x{:08x}", self.fallback_reason)?;
+            if let Some((name, _)) = codes::lookup(self.fallback_reason) {
+                write!(f, " fallback_name={name}")?;
+            }
         }
         if self.peer_diagnosis != 0 {
-            write!(f, " peer_diagnosis={}", codes::short(self.peer_diagnosis))?;
+            write!(f, " peer_diagnosis=0x{:08x}", self.peer_diagnosis)?;
+            if let Some((name, _)) = codes::lookup(self.peer_diagnosis) {
+                write!(f, " peer_diagnosis_name={name}")?;
+            }
         }
         if let Some(d) = &self.ib_dev {
             write!(f, " ibdev={d}:{}", self.ib_port.unwrap_or(0))?;
@@ -234,7 +241,15 @@ mod tests {
         assert_eq!(info.mode, SmcMode::FallbackTcp);
         assert!(!info.is_smc());
         let s = info.to_string();
-        assert!(s.contains("SMC_CLC_DECL_PEERDECL"), "{s}");
-        assert!(s.contains("0x03030008 (SMC_CLC_DECL_NOUEID)"), "{s}");
+        assert!(
+            s.contains("fallback_reason=0x05000000 fallback_name=SMC_CLC_DECL_PEERDECL"),
+            "{s}"
+        );
+        assert!(
+            s.contains("peer_diagnosis=0x03030008 peer_diagnosis_name=SMC_CLC_DECL_NOUEID"),
+            "{s}"
+        );
+        // every token is key=value (the CONN line prefixes each with smc_)
+        assert!(s.split(' ').all(|t| t.contains('=')), "{s}");
     }
 }

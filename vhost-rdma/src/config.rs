@@ -91,6 +91,8 @@ pub struct PortConfig {
     pub form: DeviceForm,
     /// Bound of the per-queue-pair pending queue towards the guest.
     pub rx_queue_frames: usize,
+    /// Flow steering rules installed at start (`[[port.flow-rule]]`).
+    pub flow_rules: Vec<crate::steering::FlowRuleSpec>,
 }
 
 impl PortConfig {
@@ -103,6 +105,7 @@ impl PortConfig {
             queue_pairs: 1,
             form: DeviceForm::VirtioNetPci,
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
+            flow_rules: Vec::new(),
         }
     }
 
@@ -130,6 +133,10 @@ impl PortConfig {
                 "port {}: rx-queue-frames must be between 1 and 1048576",
                 self.name
             );
+        }
+        if !self.flow_rules.is_empty() {
+            crate::steering::PortSteering::new(self.queue_pairs, &self.flow_rules)
+                .map_err(|e| anyhow::anyhow!("port {}: flow rule: {e}", self.name))?;
         }
         Ok(())
     }
@@ -195,6 +202,8 @@ struct FilePort {
     queues: Option<u16>,
     form: Option<String>,
     rx_queue_frames: Option<usize>,
+    #[serde(default)]
+    flow_rule: Vec<crate::steering::FlowRuleSpec>,
 }
 
 impl DaemonConfig {
@@ -219,6 +228,7 @@ impl DaemonConfig {
             if let Some(n) = fp.rx_queue_frames {
                 p.rx_queue_frames = n;
             }
+            p.flow_rules = fp.flow_rule;
             p.check()?;
             cfg.ports.push(p);
         }
@@ -307,6 +317,32 @@ mod tests {
             .unwrap();
         assert_eq!(c.ports, vec![p]);
         assert!(DaemonConfig::from_toml("[[port]]\nname=\"a\"\nsocket=\"/x\"\nbogus=1\n").is_err());
+    }
+
+    #[test]
+    fn toml_flow_rules() {
+        let c = DaemonConfig::from_toml(
+            "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\nqueues = 4\n\
+             [[port.flow-rule]]\nproto = \"tcp\"\ndst-port = 5201\nqueue = 3\n\
+             [[port.flow-rule]]\nid = 9\nsrc-ip = \"10.0.0.0/8\"\ndrop = true\npriority = 1\n",
+        )
+        .unwrap();
+        let r = &c.ports[0].flow_rules;
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].queue, Some(3));
+        assert_eq!(r[1].id, Some(9));
+        assert!(r[1].drop);
+        for bad in [
+            "queue = 4\n",                     // beyond the port's queues
+            "queue = 1\ndrop = true\n",        // both actions
+            "dst-ip = \"1.2.3\"\ndrop = true\n", // bad address
+            "bogus = 1\ndrop = true\n",        // unknown key
+        ] {
+            let t = format!(
+                "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\nqueues = 4\n[[port.flow-rule]]\n{bad}"
+            );
+            assert!(DaemonConfig::from_toml(&t).is_err(), "{bad}");
+        }
     }
 
     #[test]

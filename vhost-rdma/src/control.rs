@@ -18,16 +18,40 @@ use std::time::Duration;
 pub enum Request {
     /// Ports and counters.
     Status,
+    /// Adds a flow rule to a port (`steering`).
+    FlowRuleAdd {
+        port: String,
+        rule: crate::steering::FlowRuleSpec,
+    },
+    /// A port's flow rules.
+    FlowRuleList { port: String },
+    /// Removes a flow rule.
+    FlowRuleDel { port: String, id: u32 },
+    /// A port's RSS state and steering counters, and where the model sends
+    /// the given flows (`SRC:SPORT-DST:DPORT/tcp|udp`).
+    Rss {
+        port: String,
+        #[serde(default)]
+        predict: Vec<String>,
+        #[serde(default)]
+        clear_flows: bool,
+    },
 }
 
 /// A control reply.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Reply {
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss: Option<crate::steering::RssStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<crate::steering::RuleInfo>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_id: Option<u32>,
 }
 
 /// Reply to `status`.
@@ -124,11 +148,13 @@ fn serve(c: UnixStream, fabric: &Fabric) {
                         .mac_table_full
                         .load(std::sync::atomic::Ordering::Relaxed),
                 }),
+                ..Reply::default()
             },
+            Ok(req) => crate::steering::handle(fabric, &req),
             Err(e) => Reply {
                 ok: false,
                 error: Some(format!("bad request: {e}")),
-                status: None,
+                ..Reply::default()
             },
         };
         let Ok(mut out) = serde_json::to_string(&reply) else {

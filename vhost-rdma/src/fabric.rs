@@ -186,6 +186,8 @@ pub struct PortShared {
     pub tx_timer: Vec<Mutex<TimerFd>>,
     /// Times this port's TX paused for a full receiver.
     pub tx_pauses: AtomicU64,
+    /// Flow rules, RSS and hash reporting (`steering`).
+    pub steering: crate::steering::PortSteering,
 }
 
 impl PortShared {
@@ -201,7 +203,10 @@ impl PortShared {
         let tx_timer = (0..qps)
             .map(|_| TimerFd::new().map(Mutex::new))
             .collect::<Result<_, _>>()?;
+        let steering = crate::steering::PortSteering::new(qps as u16, &cfg.flow_rules)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         Ok(PortShared {
+            steering,
             index,
             mac: Mutex::new(cfg.mac),
             active_qps: AtomicU16::new(qps as u16),
@@ -261,19 +266,15 @@ impl PortShared {
         Ok(vec![out])
     }
 
-    /// Chooses the RX queue pair for a frame: a flow hash over the enabled,
-    /// active queue pairs, so one flow stays on one queue.
-    fn pick_queue(&self, data: &[u8]) -> usize {
-        let active = usize::from(self.active_qps.load(Relaxed)).clamp(1, self.rxq.len());
-        if active == 1 {
-            return 0;
-        }
-        let q = (flow_hash(data) as usize) % active;
-        if self.rxq[q].enabled.load(Relaxed) {
-            q
-        } else {
-            0
-        }
+    /// Chooses the RX queue pair for a frame (`None`: a flow rule drops
+    /// it): flow rules, then RSS when the guest configured it, else a flow
+    /// hash over the enabled, active queue pairs, so one flow stays on one
+    /// queue. Also gives the hash for the RX header.
+    pub fn steer(&self, data: &[u8]) -> crate::steering::Steer {
+        let active = usize::from(self.active_qps.load(Relaxed));
+        self.steering.steer(data, active, |q| {
+            self.rxq.get(q).is_some_and(|r| r.enabled.load(Relaxed))
+        })
     }
 
     /// Counter snapshot.
@@ -393,7 +394,7 @@ impl Fabric {
         if !port.connected.load(Relaxed) {
             return None;
         }
-        let q = &port.rxq[port.pick_queue(data)];
+        let q = port.rxq.get(port.steer(data).queue?)?;
         q.congested().then_some(q)
     }
 
@@ -430,6 +431,12 @@ impl Fabric {
         if !dst.connected.load(Relaxed) {
             return 0;
         }
+        let s = dst.steer(&frame.data);
+        let report = dst.has(VIRTIO_NET_F_HASH_REPORT);
+        dst.steering.record(&s, report && s.hash_report != 0);
+        let Some(q) = s.queue else {
+            return 0;
+        };
         let frames = match dst.adapt(frame) {
             Ok(f) => f,
             Err(e) => {
@@ -440,10 +447,15 @@ impl Fabric {
                 return 0;
             }
         };
-        let q = dst.pick_queue(&frame.data);
         frames
             .into_iter()
-            .map(|f| usize::from(dst.rxq[q].push(f)))
+            .map(|mut f| {
+                if report {
+                    f.hdr.hash_value = s.hash_value;
+                    f.hdr.hash_report = s.hash_report;
+                }
+                dst.rxq.get(q).map_or(0, |r| usize::from(r.push(f)))
+            })
             .sum()
     }
 }

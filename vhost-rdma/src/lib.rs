@@ -13,6 +13,7 @@ pub mod port;
 pub mod proxy;
 pub mod server;
 pub mod stats;
+pub mod steering;
 pub mod virtio_net;
 
 pub use config::{DaemonConfig, DeviceForm, MacAddr, PortConfig};

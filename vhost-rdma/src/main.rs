@@ -49,6 +49,14 @@ enum Cmd {
 enum CtlCmd {
     /// Ports, negotiated features, queues and counters.
     Status,
+    /// Flow steering rules of a port (applied before RSS).
+    FlowRule {
+        #[command(subcommand)]
+        op: vhost_rdma::steering::cli::FlowRuleCmd,
+    },
+    /// RSS state of a port: key, indirection table, hash types, per-queue
+    /// steering counters, flows seen; --predict shows where a flow goes.
+    Rss(vhost_rdma::steering::cli::RssArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -114,6 +122,8 @@ fn signal_set() -> libc::sigset_t {
 
 fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
     match cmd {
+        CtlCmd::FlowRule { op } => vhost_rdma::steering::cli::flow_rule(control, json, op),
+        CtlCmd::Rss(a) => vhost_rdma::steering::cli::rss(control, json, a),
         CtlCmd::Status => {
             let r = request(control, &Request::Status)?;
             if !r.ok {

@@ -13,7 +13,7 @@ use crate::offload;
 use crate::stats::QueueCounters;
 use crate::virtio_net::*;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{fence, AtomicBool, Ordering, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock};
 use thiserror::Error;
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
@@ -79,6 +79,8 @@ impl PortBackend {
         let exits = (0..threads)
             .map(|_| new_event_consumer_and_notifier(EventFlag::NONBLOCK))
             .collect::<Result<Vec<_>, _>>()?;
+        // A new guest starts without RSS / hash configuration.
+        shared.steering.reset_guest_config();
         Ok(PortBackend {
             shared,
             fabric,
@@ -120,6 +122,12 @@ impl PortBackend {
         *self.acked.lock().unwrap_or_else(|e| e.into_inner()) & bit(f) != 0
     }
 
+    /// The virtio-net header length of this connection (20 bytes with
+    /// HASH_REPORT, else 12), on TX and RX alike.
+    fn hdr_len(&self) -> usize {
+        net_hdr_len(*self.acked.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     fn counters(&self, qp: usize) -> &QueueCounters {
         &self.shared.rxq[qp.min(self.shared.rxq.len() - 1)].counters
     }
@@ -130,6 +138,7 @@ impl PortBackend {
         mem: &MemGuard,
         chain: DescriptorChain<MemGuard>,
     ) -> Result<Frame, ChainError> {
+        let hl = self.hdr_len();
         let mut buf: Vec<u8> = Vec::with_capacity(2048);
         let mut last: Option<Descriptor> = None;
         for desc in chain {
@@ -138,7 +147,7 @@ impl PortBackend {
             }
             let len = desc.len() as usize;
             let start = buf.len();
-            if start + len > NET_HDR_LEN + MAX_FRAME_LEN {
+            if start + len > hl + MAX_FRAME_LEN {
                 return Err(ChainError::TooLong(start + len));
             }
             buf.resize(start + len, 0);
@@ -154,13 +163,14 @@ impl PortBackend {
             Some(d) if d.has_next() => return Err(ChainError::Broken),
             _ => {}
         }
-        if buf.len() < NET_HDR_LEN + MIN_FRAME_LEN {
+        if buf.len() < hl + MIN_FRAME_LEN {
             return Err(ChainError::TooShort(buf.len()));
         }
         let mut h = [0u8; NET_HDR_LEN];
         h.copy_from_slice(&buf[..NET_HDR_LEN]);
+        // The hash fields of a TX header carry nothing for the device.
         let hdr = NetHdr::parse(&h);
-        buf.drain(..NET_HDR_LEN);
+        buf.drain(..hl);
         if hdr.needs_csum() && !self.has(VIRTIO_NET_F_CSUM) {
             return Err(ChainError::NotNegotiated(
                 "NEEDS_CSUM without VIRTIO_NET_F_CSUM",
@@ -305,12 +315,15 @@ impl PortBackend {
         }
         rxq.enabled.store(true, Relaxed);
         let mrg = self.has(VIRTIO_NET_F_MRG_RXBUF);
+        let hl = self.hdr_len();
         let event_idx = self.event_idx.load(Relaxed);
         let c = &rxq.counters;
         let mut signal = false;
         loop {
             let mut used: Vec<(u16, u32)> = Vec::new();
             let mut starved = false;
+            let ring_size = vr.get_queue().size();
+            let Ok(seen) = vr.get_queue().avail_idx(&*mem, Ordering::Acquire) else { return };
             {
                 let q = vr.get_queue_mut();
                 let mut iter = match q.iter(mem.clone()) {
@@ -322,8 +335,9 @@ impl PortBackend {
                     }
                 };
                 'frames: while let Some(frame) = rxq.pop() {
-                    let hdr = frame.hdr.to_bytes(1);
-                    let total = NET_HDR_LEN + frame.data.len();
+                    let hb = frame.hdr.to_hash_bytes(1);
+                    let hdr = &hb[..hl];
+                    let total = hl + frame.data.len();
                     let mut off = 0usize;
                     let mut chains: Vec<RxChain> = Vec::new();
                     while off < total {
@@ -331,18 +345,39 @@ impl PortBackend {
                             for _ in 0..chains.len() {
                                 iter.go_to_previous_position();
                             }
+                            if chains.len() >= usize::from(ring_size) {
+                                // Even the whole ring cannot hold it.
+                                QueueCounters::add(&c.rx_drops, 1);
+                                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "{total}-byte frame does not fit the whole RX ring: dropped");
+                                continue 'frames;
+                            }
                             rxq.unpop(frame);
                             rxq.mark_starved();
                             starved = true;
                             break 'frames;
                         };
                         let head = chain.head_index();
-                        let descs = match writable_descs(&chain) {
+                        let descs = writable_descs(&chain).and_then(|d| {
+                            if d.iter().any(|x| x.1 > 0) {
+                                Ok(d)
+                            } else {
+                                Err(ChainError::Empty)
+                            }
+                        });
+                        let descs = match descs {
                             Ok(d) => d,
                             Err(e) => {
                                 QueueCounters::add(&c.rx_errors, 1);
                                 guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX chain {head} refused: {e}");
                                 used.push((head, 0));
+                                if !chains.is_empty() {
+                                    // The frame's earlier buffers cannot be
+                                    // given back behind this one: return them
+                                    // empty and drop the frame.
+                                    used.extend(chains.drain(..).map(|c| (c.head, 0)));
+                                    QueueCounters::add(&c.rx_drops, 1);
+                                    continue 'frames;
+                                }
                                 continue;
                             }
                         };
@@ -357,7 +392,7 @@ impl PortBackend {
                             guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX buffer of {cap} bytes too small for a {total}-byte frame: dropped");
                             continue 'frames;
                         }
-                        match write_chain(&mem, &descs, &hdr, &frame.data, off) {
+                        match write_chain(&mem, &descs, hdr, &frame.data, off) {
                             Ok(n) => {
                                 off += n;
                                 chains.push(RxChain {
@@ -391,9 +426,16 @@ impl PortBackend {
             if !starved || !event_idx {
                 break;
             }
-            // Out of buffers: ask for a kick, unless buffers arrived meanwhile.
-            match vr.enable_notification() {
-                Ok(true) => continue,
+            // Out of buffers: ask the driver to kick when it adds a buffer
+            // beyond those we saw. (virtio-queue's enable_notification would
+            // publish next_avail, which after a rewind lies behind buffers
+            // already seen: the driver would never kick and we would spin.)
+            if !arm_avail_event(&mem, vr.get_queue(), seen.0) {
+                break;
+            }
+            fence(Ordering::SeqCst);
+            match vr.get_queue().avail_idx(&*mem, Ordering::Acquire) {
+                Ok(now) if now != seen => continue,
                 _ => break,
             }
         }
@@ -517,6 +559,36 @@ impl PortBackend {
                 self.shared.active_qps.store(n, Relaxed);
                 Ok(())
             }
+            (VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_RSS_CONFIG) => {
+                if !self.has(VIRTIO_NET_F_RSS) {
+                    return Err(ChainError::Ctrl("RSS_CONFIG without VIRTIO_NET_F_RSS"));
+                }
+                let r = self
+                    .shared
+                    .steering
+                    .set_rss_from_guest(data, self.qps() as u16);
+                match r {
+                    Ok(max_tx_vq) => {
+                        // The device takes its queue pair count from max_tx_vq.
+                        self.shared.active_qps.store(max_tx_vq, Relaxed);
+                        tracing::info!(port = %self.shared.cfg.name, max_tx_vq, "RSS configured by the guest");
+                        Ok(())
+                    }
+                    Err(e) => {
+                        guest_warn!(self.shared.log, port = %self.shared.cfg.name, "{e}");
+                        Err(ChainError::Ctrl("bad RSS_CONFIG"))
+                    }
+                }
+            }
+            (VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_HASH_CONFIG) => {
+                if !self.has(VIRTIO_NET_F_HASH_REPORT) {
+                    return Err(ChainError::Ctrl("HASH_CONFIG without VIRTIO_NET_F_HASH_REPORT"));
+                }
+                self.shared.steering.set_hash_from_guest(data).map_err(|e| {
+                    guest_warn!(self.shared.log, port = %self.shared.cfg.name, "{e}");
+                    ChainError::Ctrl("bad HASH_CONFIG")
+                })
+            }
             (VIRTIO_NET_CTRL_GUEST_OFFLOADS, VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET) => {
                 let v = data
                     .get(..8)
@@ -537,6 +609,13 @@ impl PortBackend {
             _ => Err(ChainError::Ctrl("unsupported class/command")),
         }
     }
+}
+
+/// With EVENT_IDX, publishes `avail_event = idx`: the driver kicks once it
+/// makes buffers available past `idx`.
+fn arm_avail_event(mem: &MemGuard, q: &virtio_queue::Queue, idx: u16) -> bool {
+    let at = q.used_ring() + 4 + 8 * u64::from(q.size());
+    mem.store(idx.to_le(), GuestAddress(at), Ordering::Release).is_ok()
 }
 
 /// An RX chain a frame went into: its head, the bytes written, and its
@@ -675,6 +754,7 @@ impl VhostUserBackend for PortBackend {
     }
 
     fn reset_device(&self) {
+        self.shared.steering.reset_guest_config();
         for q in &self.shared.rxq {
             q.clear();
             q.enabled.store(false, Relaxed);

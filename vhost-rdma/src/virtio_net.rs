@@ -11,6 +11,28 @@ use virtio_bindings::bindings::virtio_ring::{
 /// it, whether or not MRG_RXBUF was negotiated.
 pub const NET_HDR_LEN: usize = 12;
 
+/// Size of `struct virtio_net_hdr_v1_hash`: the header on both TX and RX once
+/// VIRTIO_NET_F_HASH_REPORT is negotiated (`hash_value` le32 at 12,
+/// `hash_report` le16 at 16, padding le16 at 18).
+pub const NET_HDR_HASH_LEN: usize = 20;
+
+/// The virtio-net header length for a negotiated feature set.
+pub fn net_hdr_len(features: u64) -> usize {
+    if features & bit(VIRTIO_NET_F_HASH_REPORT) != 0 {
+        NET_HDR_HASH_LEN
+    } else {
+        NET_HDR_LEN
+    }
+}
+
+/// `rss_max_key_size` served in the config space.
+pub const RSS_MAX_KEY_SIZE: u8 = 40;
+/// `rss_max_indirection_table_length` served in the config space.
+pub const RSS_MAX_INDIRECTION_TABLE_LEN: u16 = 128;
+/// `supported_hash_types`: every `VIRTIO_NET_RSS_HASH_TYPE_*` (devmem-nic
+/// implements all nine).
+pub const RSS_SUPPORTED_HASH_TYPES: u32 = (1 << 9) - 1;
+
 /// Largest frame (without virtio-net header) we accept from a guest: a 64 KiB
 /// GSO packet plus Ethernet and VLAN headers.
 pub const MAX_FRAME_LEN: usize = 65535 + 14 + 4;
@@ -47,7 +69,9 @@ pub const OWNED_DEVICE_FEATURES: u64 = bit(VIRTIO_NET_F_CTRL_VQ)
     | bit(VIRTIO_NET_F_CTRL_MAC_ADDR)
     | bit(VIRTIO_NET_F_CTRL_GUEST_OFFLOADS)
     | bit(VIRTIO_NET_F_MTU)
-    | bit(VIRTIO_NET_F_SPEED_DUPLEX);
+    | bit(VIRTIO_NET_F_SPEED_DUPLEX)
+    | bit(VIRTIO_NET_F_RSS)
+    | bit(VIRTIO_NET_F_HASH_REPORT);
 
 /// Flags and offload fields of a virtio-net header (the part that describes the
 /// frame; `num_buffers` is an RX-side detail of the port).
@@ -59,6 +83,11 @@ pub struct NetHdr {
     pub gso_size: u16,
     pub csum_start: u16,
     pub csum_offset: u16,
+    /// RX only, with HASH_REPORT: the steering hash for this frame's
+    /// receiver (set by the fabric; never read from a TX header).
+    pub hash_value: u32,
+    /// RX only, with HASH_REPORT: `VIRTIO_NET_HASH_REPORT_*`.
+    pub hash_report: u16,
 }
 
 impl NetHdr {
@@ -72,6 +101,7 @@ impl NetHdr {
             gso_size: le(4),
             csum_start: le(6),
             csum_offset: le(8),
+            ..NetHdr::default()
         }
     }
 
@@ -85,6 +115,15 @@ impl NetHdr {
         b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
         b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
         b[10..12].copy_from_slice(&num_buffers.to_le_bytes());
+        b
+    }
+
+    /// Serialises as `struct virtio_net_hdr_v1_hash` (HASH_REPORT negotiated).
+    pub fn to_hash_bytes(&self, num_buffers: u16) -> [u8; NET_HDR_HASH_LEN] {
+        let mut b = [0u8; NET_HDR_HASH_LEN];
+        b[..NET_HDR_LEN].copy_from_slice(&self.to_bytes(num_buffers));
+        b[12..16].copy_from_slice(&self.hash_value.to_le_bytes());
+        b[16..18].copy_from_slice(&self.hash_report.to_le_bytes());
         b
     }
 
@@ -128,5 +167,10 @@ pub fn config_space(
     // speed in Mbit/s, duplex full
     c[12..16].copy_from_slice(&100_000u32.to_le_bytes());
     c[16] = 1;
+    // RSS / hash report limits (meaningful with VIRTIO_NET_F_RSS or
+    // VIRTIO_NET_F_HASH_REPORT, which only this form offers)
+    c[17] = RSS_MAX_KEY_SIZE;
+    c[18..20].copy_from_slice(&RSS_MAX_INDIRECTION_TABLE_LEN.to_le_bytes());
+    c[20..24].copy_from_slice(&RSS_SUPPORTED_HASH_TYPES.to_le_bytes());
     c
 }

@@ -47,6 +47,8 @@ pub mod feat {
     pub const EVENT_IDX: u64 = 1 << 29;
     pub const PROTOCOL_FEATURES: u64 = 1 << 30;
     pub const VERSION_1: u64 = 1 << 32;
+    pub const HASH_REPORT: u64 = 1 << 57;
+    pub const RSS: u64 = 1 << 60;
 
     /// What the daemon is specified to offer on every port.
     pub const DAEMON_OFFERS: u64 = VERSION_1
@@ -198,6 +200,9 @@ pub struct RxFrame {
     pub buffers: usize,
     /// Used length of each buffer, as reported by the device.
     pub used_lens: Vec<u32>,
+    /// `hash_value`, `hash_report` of a 20-byte header (HASH_REPORT
+    /// negotiated), else None.
+    pub hash: Option<(u32, u16)>,
 }
 
 /// A raw descriptor for malformed-input tests; `next` is an index into the
@@ -281,6 +286,7 @@ struct Inflight {
 
 struct Partial {
     hdr: NetHdr,
+    hash: Option<(u32, u16)>,
     data: Vec<u8>,
     remaining: u16,
     buffers: usize,
@@ -475,6 +481,15 @@ impl TestGuest {
     }
 
     // ---- accessors ---------------------------------------------------------
+
+    /// The virtio-net header length: 20 with HASH_REPORT, else 12.
+    pub fn hdr_len(&self) -> usize {
+        if self.features & feat::HASH_REPORT != 0 {
+            20
+        } else {
+            NetHdr::LEN
+        }
+    }
 
     pub fn has(&self, f: u64) -> bool {
         self.features & f == f
@@ -763,7 +778,7 @@ impl TestGuest {
 
     // ---- TX ----------------------------------------------------------------
 
-    fn pieces(total: usize, layout: &Layout) -> Vec<usize> {
+    fn pieces(total: usize, layout: &Layout, hl: usize) -> Vec<usize> {
         let split = |n: usize| {
             let n = n.clamp(1, total.max(1));
             let base = total / n;
@@ -773,7 +788,7 @@ impl TestGuest {
         };
         match layout {
             Layout::Single => vec![total],
-            Layout::HdrSeparate => vec![NetHdr::LEN, total - NetHdr::LEN],
+            Layout::HdrSeparate => vec![hl, total - hl],
             Layout::Chained(n) | Layout::Indirect(n) => split(*n),
             Layout::Pieces(p) => {
                 let mut v = Vec::new();
@@ -817,8 +832,10 @@ impl TestGuest {
         let q = Self::tx_index(qp);
         self.reap(q);
         let mut bytes = opts.hdr.to_bytes().to_vec();
+        // struct virtio_net_hdr_v1_hash: hash fields are zero on TX.
+        bytes.resize(self.hdr_len(), 0);
         bytes.extend_from_slice(frame);
-        let pieces = Self::pieces(bytes.len(), &opts.layout);
+        let pieces = Self::pieces(bytes.len(), &opts.layout, self.hdr_len());
         let mut infl = Inflight::default();
         let mut bufs = Vec::new();
         let mut off = 0;
@@ -1224,11 +1241,19 @@ impl TestGuest {
         if self.queues[q].partial.is_none() {
             let (len, infl) = self.pop_used(q)?;
             let bytes = self.read_chain(q, &infl, len);
+            let hl = self.hdr_len();
             assert!(
-                bytes.len() >= NetHdr::LEN,
-                "rx queue {q}: used len {len} is shorter than the virtio-net header"
+                bytes.len() >= hl,
+                "rx queue {q}: used len {len} is shorter than the {hl}-byte virtio-net header"
             );
             let hdr = NetHdr::from_bytes(&bytes[..NetHdr::LEN]);
+            let hash = (hl > NetHdr::LEN).then(|| {
+                let b = &bytes[NetHdr::LEN..hl];
+                (
+                    u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                    u16::from_le_bytes([b[4], b[5]]),
+                )
+            });
             let n = if mrg { hdr.num_buffers } else { 1 };
             assert!(
                 n >= 1,
@@ -1236,7 +1261,8 @@ impl TestGuest {
             );
             self.queues[q].partial = Some(Partial {
                 hdr,
-                data: bytes[NetHdr::LEN..].to_vec(),
+                hash,
+                data: bytes[hl..].to_vec(),
                 remaining: n - 1,
                 buffers: 1,
                 used_lens: vec![len],
@@ -1254,6 +1280,7 @@ impl TestGuest {
         let p = self.queues[q].partial.take().unwrap();
         Some(RxFrame {
             qp,
+            hash: p.hash,
             hdr: p.hdr,
             data: p.data,
             buffers: p.buffers,

@@ -68,6 +68,7 @@ impl TestFabric {
             queue_pairs,
             form: DeviceForm::VirtioNetPci,
             rx_queue_frames: 256,
+            flow_rules: Vec::new(),
         }
     }
 
@@ -78,12 +79,22 @@ impl TestFabric {
 
     /// `n` ports built by `f(index, dir)`.
     pub fn start_with(n: usize, f: impl Fn(usize, &Path) -> PortConfig) -> TestFabric {
+        Self::start_full(n, f, false)
+    }
+
+    /// Like [`start_with`](Self::start_with), optionally with a control
+    /// socket at [`control_socket`](Self::control_socket).
+    pub fn start_full(
+        n: usize,
+        f: impl Fn(usize, &Path) -> PortConfig,
+        control: bool,
+    ) -> TestFabric {
         init_logging();
         let dir = TempDir::new("fabric");
         let ports: Vec<PortConfig> = (0..n).map(|i| f(i, dir.path())).collect();
         let server = Server::start(DaemonConfig {
             ports: ports.clone(),
-            control: None,
+            control: control.then(|| dir.path().join("ctl.sock")),
         })
         .expect("Server::start");
         for p in &ports {
@@ -152,6 +163,11 @@ impl TestFabric {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The control socket (with [`start_full`](Self::start_full)`(.., true)`).
+    pub fn control_socket(&self) -> PathBuf {
+        self.dir.path().join("ctl.sock")
     }
 }
 

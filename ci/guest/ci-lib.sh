@@ -1,0 +1,457 @@
+# shellcheck shell=sh
+# ci-lib.sh: guest side of the RDMA / SMC-R test matrix (ci/matrix.sh).
+#
+# Sourced by the per-guest job script that ci/matrix.py writes (run by
+# vr-init with /bin/sh = dash, in /job, PATH starting with /opt/vr/bin). The
+# job sets
+#     ROLE=server|client  SELF=<own IPv4>  PEER=<peer IPv4>  CELL=<cell name>
+# and calls one of the cell_* functions at the end of this file.
+#
+# Every test prints exactly one line per guest:
+#     CI-TEST test=NAME role=ROLE status=PASS|FAIL|SKIP secs=N [bw=MiB/s] reason="..."
+# The host combines the two guests' lines: FAIL if either side failed, SKIP if
+# both skipped, PASS otherwise. Tool output goes to /job/<test>.<role>.log and
+# is echoed (tail) to the console when a test fails.
+#
+# The two guests keep in step with barriers: a zero-byte `smc-guest-tests
+# stream --proto tcp` round on port 9100+N (the server side listens, the
+# client side retries its connect), so neither guest starts a phase before the
+# other has finished the previous one. A lost barrier (peer dead) aborts the
+# job: the host reports the tests without a result as FAIL.
+
+: "${ROLE:?}" "${SELF:?}" "${PEER:?}" "${CELL:=cell}"
+CI_BARRIER_TIMEOUT=${CI_BARRIER_TIMEOUT:-300}
+CI_TOOL_TIMEOUT=${CI_TOOL_TIMEOUT:-180}
+CI_LOGDIR=${CI_LOGDIR:-/job}
+CI_UEID=${CI_UEID:-VHOST-RDMA-CI}
+CI_STREAM_TIMEOUT=${CI_STREAM_TIMEOUT:-1800}
+CI_SMC_BYTES=${CI_SMC_BYTES:-64M}
+CI_PERFTEST_ITERS=${CI_PERFTEST_ITERS:-500}
+ci_barrier_n=0
+
+say() { echo "[ci $CELL/$ROLE] $*"; }
+
+# result TEST STATUS SECS BW REASON
+result() {
+    _bw=
+    [ -n "$4" ] && _bw=" bw=$4"
+    # keep the reason on one line, without double quotes
+    _r=$(printf '%s' "$5" | tr '\n"' "  " | cut -c1-400)
+    echo "CI-TEST test=$1 role=$ROLE status=$2 secs=$3$_bw reason=\"$_r\""
+}
+
+now() { date +%s; }
+
+# show_log FILE: the tail of a tool's output, indented (for failures)
+show_log() {
+    echo "----- tail of $1"
+    tail -n "${2:-25}" "$1" 2>/dev/null | sed 's/^/    | /'
+    echo "-----"
+}
+
+# barrier LABEL: both guests reach this point, or the job aborts.
+barrier() {
+    ci_barrier_n=$((ci_barrier_n + 1))
+    _bport=$((9100 + ci_barrier_n))
+    _blog=$CI_LOGDIR/barrier-$ci_barrier_n.$ROLE.log
+    if [ "$ROLE" = server ]; then
+        smc-guest-tests stream server --proto tcp --addr "$SELF" --port "$_bport" --bytes 0 \
+            --once --accept-timeout "$CI_BARRIER_TIMEOUT" >"$_blog" 2>&1
+    else
+        smc-guest-tests stream client --proto tcp --addr "$PEER" --port "$_bport" --bytes 0 \
+            --connect-timeout "$CI_BARRIER_TIMEOUT" >"$_blog" 2>&1
+    fi
+    _brc=$?
+    if [ $_brc -ne 0 ]; then
+        say "BARRIER $ci_barrier_n ($1) FAILED (rc=$_brc): the peer guest did not arrive within ${CI_BARRIER_TIMEOUT}s"
+        show_log "$_blog" 10
+        echo "CI-ABORT barrier=$ci_barrier_n label=$1"
+        exit 0
+    fi
+    say "barrier $ci_barrier_n ($1) passed"
+}
+
+# wait_carrier: eth0 up with carrier and the peer pingable
+net_up() {
+    _i=0
+    while [ "$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do
+        _i=$((_i + 1))
+        if [ $_i -ge 30 ]; then
+            say "eth0 has no carrier after 30 s (vhost-user backend not connected?)"
+            ip link show eth0
+            echo "CI-ABORT reason=no-carrier"
+            exit 0
+        fi
+        sleep 1
+    done
+    _i=0
+    until ping -c 1 -W 2 "$PEER" >/dev/null 2>&1; do
+        _i=$((_i + 1))
+        [ $_i -ge 60 ] && break
+        sleep 1
+    done
+    if ! ping -c 3 -W 5 "$PEER"; then
+        say "cannot ping $PEER"
+        echo "CI-ABORT reason=no-ping"
+        exit 0
+    fi
+}
+
+# rdma_dev_up TYPE DEV: rdma link add DEV type TYPE netdev eth0, wait for ACTIVE
+rdma_dev_up() {
+    _t0=$(now)
+    _log=$CI_LOGDIR/link-add.$ROLE.log
+    if ! rdma link add "$2" type "$1" netdev eth0 >"$_log" 2>&1; then
+        result "link-add-$1" FAIL $(($(now) - _t0)) "" "rdma link add $2 type $1 netdev eth0: $(cat "$_log")"
+        return 1
+    fi
+    _i=0
+    until rdma link show "$2/1" 2>/dev/null | grep -q 'state ACTIVE'; do
+        _i=$((_i + 1))
+        if [ $_i -ge 30 ]; then
+            rdma link show >>"$_log" 2>&1
+            result "link-add-$1" FAIL $(($(now) - _t0)) "" "$2 port 1 not ACTIVE after 30 s: $(rdma link show "$2/1" 2>&1)"
+            return 1
+        fi
+        sleep 1
+    done
+    rdma link show "$2/1"
+    ibv_devices
+    result "link-add-$1" PASS $(($(now) - _t0)) "" "$(rdma link show "$2/1" 2>&1)"
+}
+
+# roce_gid_index DEV IP: index of the RoCE v2 GID ::ffff:IP on port 1 (stdout)
+roce_gid_index() {
+    _want=$(echo "$2" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
+    _i=0
+    while [ $_i -lt 20 ]; do
+        for _f in /sys/class/infiniband/"$1"/ports/1/gids/*; do
+            _n=${_f##*/}
+            [ "$(cat "$_f" 2>/dev/null)" = "$_want" ] || continue
+            _ty=$(cat /sys/class/infiniband/"$1"/ports/1/gid_attrs/types/"$_n" 2>/dev/null)
+            case "$_ty" in *v2*|*V2*) echo "$_n"; return 0 ;; esac
+        done
+        _i=$((_i + 1))
+        sleep 0.5
+    done
+    return 1
+}
+
+# wait_listen tcp|cm PORT: until something listens on PORT (TCP socket or
+# rdma_cm id). Best effort: after 30 s it gives up and lets the client try.
+wait_listen() {
+    _i=0
+    while [ $_i -lt 60 ]; do
+        case "$1" in
+            tcp) ss -ltnH "sport = :$2" 2>/dev/null | grep -q . && return 0 ;;
+            cm) rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -Eq ":$2( |$)" && return 0 ;;
+        esac
+        # the server died early: no point in waiting
+        [ -n "${srv_pid:-}" ] && ! kill -0 "$srv_pid" 2>/dev/null && return 1
+        _i=$((_i + 1))
+        sleep 0.5
+    done
+    say "warning: no $1 listener on port $2 after 30 s"
+    return 1
+}
+
+# perftest_bw LOG: "BW average[MiB/sec]" of the first result row, in MiB/s
+# (perftest 25 prints MiB/sec; older ones MB/sec, converted)
+perftest_bw() {
+    awk '/BW average\[MiB/ { h = 1; f = 1; next }
+         /BW average\[MB/ { h = 1; f = 1000000 / 1048576; next }
+         h && NF >= 4 && $1 ~ /^[0-9]+$/ { printf "%.2f\n", $4 * f; exit }' "$1"
+}
+
+# ---------------------------------------------------------------------------
+# two-sided test runner
+#
+# tool_test NAME LISTEN PORT 'SERVER CMD' 'CLIENT CMD' CHECK
+#   LISTEN: tcp|cm (how the server side's readiness is detected)
+#   CHECK: a function called as CHECK LOG RC that prints "PASS|FAIL reason"
+#          on stdout (may also print "BW=x" on a second line)
+# Sequence: barrier; server starts its side in the background and waits for
+# its listener; barrier; client runs; both judge their own output; barrier.
+tool_test() {
+    _name=$1 _lkind=$2 _port=$3 _scmd=$4 _ccmd=$5 _check=$6
+    _log=$CI_LOGDIR/$_name.$ROLE.log
+    barrier "$_name start"
+    _t0=$(now)
+    if [ "$ROLE" = server ]; then
+        say "$_name server: $_scmd"
+        echo "+ $_scmd" >"$_log"
+        # shellcheck disable=SC2086
+        timeout -k 5 "$CI_TOOL_TIMEOUT" $_scmd >>"$_log" 2>&1 &
+        srv_pid=$!
+        wait_listen "$_lkind" "$_port"
+        barrier "$_name listening"
+        wait "$srv_pid"
+        _rc=$?
+        srv_pid=
+    else
+        barrier "$_name listening"
+        say "$_name client: $_ccmd"
+        echo "+ $_ccmd" >"$_log"
+        # shellcheck disable=SC2086
+        timeout -k 5 "$CI_TOOL_TIMEOUT" $_ccmd >>"$_log" 2>&1
+        _rc=$?
+    fi
+    _secs=$(($(now) - _t0))
+    echo "rc=$_rc" >>"$_log"
+    _verdict=$("$_check" "$_log" "$_rc")
+    _st=$(echo "$_verdict" | head -n 1 | cut -d' ' -f1)
+    _why=$(echo "$_verdict" | head -n 1 | cut -d' ' -f2-)
+    _bw=$(echo "$_verdict" | sed -n 's/^BW=//p')
+    [ "$_rc" = 124 ] && _why="timed out after ${CI_TOOL_TIMEOUT}s; $_why"
+    result "$_name" "$_st" "$_secs" "$_bw" "$_why"
+    [ "$_st" = PASS ] || show_log "$_log"
+    barrier "$_name done"
+}
+
+# skip_test NAME REASON: both sides print the same SKIP line
+skip_test() {
+    say "SKIPPED $1: $2"
+    result "$1" SKIP 0 "" "$2"
+}
+
+# ---- checks (print "STATUS reason" [+ "BW=x"])
+rc_str() { [ "$1" = 0 ] && echo "rc=0" || echo "rc=$1"; }
+
+check_pingpong() {
+    _l=$(grep -E '[0-9]+ iters in [0-9.]+ seconds' "$1" | tail -n 1)
+    if [ "$2" = 0 ] && [ -n "$_l" ]; then
+        echo "PASS $(grep -E 'bytes in .* Mbit/sec' "$1" | tail -n 1); $_l"
+        # Mbit/s (10^6 bit) -> MiB/s
+        grep -E 'bytes in .* Mbit/sec' "$1" | tail -n 1 | awk '{ printf "BW=%.3f\n", $(NF-1) * 1e6 / 8 / 1048576 }'
+    else
+        echo "FAIL $(rc_str "$2"), no 'iters in' line; $(grep -iE 'fail|error|couldn' "$1" | head -n 2 | tr '\n' ' ')"
+    fi
+}
+
+check_rping() {
+    _n=$(grep -c 'ping data: rdma-ping-' "$1")
+    _want=${RPING_COUNT:-10}
+    # the server prints one "server ping data" line per ping it answered
+    if [ "$_n" -ge "$_want" ]; then
+        echo "PASS $_n verified pings ($(rc_str "$2"))"
+    else
+        echo "FAIL only $_n of $_want 'ping data: rdma-ping-' lines ($(rc_str "$2")); $(grep -iE 'error|fail|reject|unreach' "$1" | head -n 2 | tr '\n' ' ')"
+    fi
+}
+
+check_perftest() {
+    _bw=$(perftest_bw "$1")
+    if [ "$2" = 0 ] && [ -n "$_bw" ]; then
+        echo "PASS BW average ${_bw} MiB/s"
+        echo "BW=$_bw"
+    elif [ "$2" = 0 ] && [ "$ROLE" = server ]; then
+        # write/read servers print no result row: rc=0 is their verdict
+        echo "PASS server side rc=0"
+    else
+        echo "FAIL $(rc_str "$2"), BW row: ${_bw:-none}; $(grep -iE 'fail|error|couldn|unable' "$1" | head -n 2 | tr '\n' ' ')"
+    fi
+}
+
+check_ucmatose() {
+    if [ "$2" = 0 ] && grep -q 'test complete' "$1"; then
+        echo "PASS test complete ($(grep -E 'return status' "$1" | tail -n 1))"
+    else
+        echo "FAIL $(rc_str "$2"); $(grep -iE 'fail|error|reject|unreach|return status' "$1" | head -n 3 | tr '\n' ' ')"
+    fi
+}
+
+# diag DEV: RDMA and netdev counters (retransmissions, drops) for the logs
+diag() {
+    echo "== CI-DIAG $ROLE: rdma statistic show link $1/1"
+    rdma statistic show link "$1/1" 2>&1 | tr '\n' ' ' |
+        awk '{ for (i = 3; i < NF; i += 2) if ($(i + 1) != "0") printf "    %s %s\n", $i, $(i + 1) }'
+    echo "== CI-DIAG $ROLE: ip -s link show eth0"
+    ip -s link show eth0 2>&1 | sed 's/^/    /'
+}
+
+# ---------------------------------------------------------------------------
+# cells
+
+# cell_verbs rxe|siw
+cell_verbs() {
+    vtype=$1
+    vdev=${vtype}0
+    net_up
+    if ! rdma_dev_up "$vtype" "$vdev"; then
+        echo "CI-ABORT reason=link-add"
+        # keep the peer's barriers from hanging for long: it aborts too
+        exit 0
+    fi
+    barrier "devices up"
+
+    if [ "$vtype" = rxe ]; then
+        gidx=$(roce_gid_index "$vdev" "$SELF")
+        if [ -z "$gidx" ]; then
+            say "no RoCE v2 GID for $SELF on $vdev:"
+            for f in /sys/class/infiniband/"$vdev"/ports/1/gids/*; do echo "  ${f##*/} $(cat "$f")"; done
+            gidx=1
+        fi
+        say "RoCE v2 GID index of $SELF on $vdev: $gidx"
+        tool_test ibv_rc_pingpong tcp 18601 \
+            "ibv_rc_pingpong -d $vdev -g $gidx -p 18601 -n 200" \
+            "ibv_rc_pingpong -d $vdev -g $gidx -p 18601 -n 200 $PEER" check_pingpong
+        pt="-d $vdev -x $gidx"
+        ptl=tcp
+    else
+        if [ -n "${CI_TRY_UNSUPPORTED:-}" ]; then
+            # evidence mode: run it anyway (expected to fail)
+            CI_TOOL_TIMEOUT=40 tool_test ibv_rc_pingpong-siw-try tcp 18601 \
+                "ibv_rc_pingpong -d $vdev -g 0 -p 18601 -n 10" \
+                "ibv_rc_pingpong -d $vdev -g 0 -p 18601 -n 10 $PEER" check_pingpong
+        fi
+        skip_test ibv_rc_pingpong "iWARP (siw) QPs can only be connected by the iw_cm (rdma_cm) over a TCP connection; ibv_rc_pingpong moves the QP to RTR/RTS by hand with ibv_modify_qp and has no rdma_cm mode"
+        pt="-d $vdev -R"
+        ptl=cm
+    fi
+
+    RPING_COUNT=10 tool_test rping cm 18602 \
+        "rping -s -a $SELF -p 18602 -C 10 -v -V" \
+        "rping -c -a $PEER -p 18602 -C 10 -v -V" check_rping
+
+    pport=18610
+    for t in send write read; do
+        pport=$((pport + 1))
+        tool_test "ib_${t}_bw" "$ptl" "$pport" \
+            "ib_${t}_bw $pt -n $CI_PERFTEST_ITERS -p $pport" \
+            "ib_${t}_bw $pt -n $CI_PERFTEST_ITERS -p $pport $PEER" check_perftest
+    done
+
+    tool_test ucmatose cm 18620 \
+        "ucmatose -p 18620" \
+        "ucmatose -s $PEER -p 18620" check_ucmatose
+    diag "$vdev"
+    say "cell done"
+}
+
+# smc_setup yes|no: rxe0 + (optionally) the UEID; SMC info and device checks
+smc_setup() {
+    net_up
+    if ! rdma_dev_up rxe rxe0; then
+        echo "CI-ABORT reason=link-add"
+        exit 0
+    fi
+    _t0=$(now)
+    _log=$CI_LOGDIR/smc-setup.$ROLE.log
+    : >"$_log"
+    if [ "$1" = yes ]; then
+        if ! smc-guest-tests smc ueid add "$CI_UEID" >>"$_log" 2>&1; then
+            result smc-ueid FAIL $(($(now) - _t0)) "" "smc ueid add $CI_UEID: $(tail -n 2 "$_log")"
+            show_log "$_log"
+            echo "CI-ABORT reason=ueid"
+            exit 0
+        fi
+    fi
+    smc-guest-tests smc ueid list >>"$_log" 2>&1
+    smc-guest-tests smc info >>"$_log" 2>&1
+    cat "$_log"
+    if [ "$1" = yes ]; then
+        result smc-ueid PASS $(($(now) - _t0)) "" "$(grep -v '^added' "$_log" | head -n 1)"
+    fi
+    _t0=$(now)
+    _log=$CI_LOGDIR/smc-devices.$ROLE.log
+    if smc-guest-tests smc devices --require-smcr >"$_log" 2>&1; then
+        cat "$_log"
+        result smc-devices PASS $(($(now) - _t0)) "" "$(grep SMCR-DEVICES "$_log")"
+    else
+        result smc-devices FAIL $(($(now) - _t0)) "" "$(tail -n 2 "$_log")"
+        show_log "$_log"
+    fi
+}
+
+# smc_stream NAME EXPECT BYTES CONNS DIRECTION PORT
+#   EXPECT=smcr: rc 0, verified, smc_mode=smcr
+#   EXPECT=decline:CODE: the tool must FAIL and name CODE (e.g. 0x03030008)
+smc_stream() {
+    _name=$1 _exp=$2 _bytes=$3 _conns=$4 _dir=$5 _port=$6
+    _log=$CI_LOGDIR/$_name.$ROLE.log
+    _common="--proto smc --port $_port --bytes $_bytes --conns $_conns --direction $_dir --seed 3 --io-timeout 120"
+    [ "$_exp" = smcr ] && _common="$_common --expect-mode smcr"
+    barrier "$_name start"
+    _t0=$(now)
+    if [ "$ROLE" = server ]; then
+        _cmd="smc-guest-tests stream server --addr $SELF $_common --once --accept-timeout 300"
+    else
+        _cmd="smc-guest-tests stream client --addr $PEER $_common --connect-timeout 120"
+    fi
+    say "$_name: $_cmd"
+    echo "+ $_cmd" >"$_log"
+    # shellcheck disable=SC2086
+    timeout -k 5 "$CI_STREAM_TIMEOUT" $_cmd >>"$_log" 2>&1
+    _rc=$?
+    _secs=$(($(now) - _t0))
+    echo "rc=$_rc" >>"$_log"
+    _res=$(grep '^STREAM-RESULT' "$_log" | tail -n 1)
+    _mib=$(echo "$_res" | sed -n 's/.* mibps=\([0-9.]*\).*/\1/p')
+    case "$_exp" in
+        smcr)
+            if [ "$_rc" = 0 ] && echo "$_res" | grep -q 'verified=1' && echo "$_res" | grep -q 'status=pass' &&
+                echo "$_res" | grep -q 'smc_mode=smcr'; then
+                result "$_name" PASS "$_secs" "$_mib" "$(grep '^summary' "$_log" | tail -n 1)"
+            else
+                result "$_name" FAIL "$_secs" "$_mib" "rc=$_rc ${_res:-no STREAM-RESULT}; $(grep -E 'error|fallback' "$_log" | head -n 2 | tr '\n' ' ')"
+                show_log "$_log" 40
+            fi
+            ;;
+        decline:*)
+            _code=${_exp#decline:}
+            if [ "$_rc" != 0 ] && grep -qiE "$_code" "$_log"; then
+                result "$_name" PASS "$_secs" "" "failed as expected (rc=$_rc) naming $_code: $(grep -oE 'error="[^"]*"' "$_log" | head -n 1 | cut -c1-300)"
+            elif [ "$_rc" = 0 ]; then
+                result "$_name" FAIL "$_secs" "" "expected a failure naming $_code, but the tool PASSED: ${_res:-no STREAM-RESULT}"
+                show_log "$_log" 40
+            else
+                result "$_name" FAIL "$_secs" "" "the tool failed (rc=$_rc) but does not name $_code: $(grep -E 'error|fallback|0x' "$_log" | head -n 2 | tr '\n' ' ')"
+                show_log "$_log" 40
+            fi
+            ;;
+    esac
+    # an SMC-R close and the link group teardown can take a while: let both
+    # sides finish before anything else happens
+    barrier "$_name done"
+}
+
+cell_smcr() {
+    smc_setup yes
+    barrier "smc ready"
+    smc_stream smc-stream smcr "$CI_SMC_BYTES" 4 both 7781
+    diag rxe0
+    say "cell done"
+}
+
+# negative, two phases in one boot (kernel: net/smc/af_smc.c):
+#  1. UEID on the server only: the client proposes SMCv2 without an EID, the
+#     server's smc_listen_v2_check() declines SMC_CLC_DECL_NOUEID (0x03030008);
+#     the client sees PEERDECL (0x05000000) + peer diagnosis 0x03030008.
+#  2. UEID on the client only: the server's EID match fails silently in
+#     smc_find_rdma_v2_device_serv(), so the decline carries the first error
+#     stored before it: 0x03030007 (NOSMCD2DEV, from the SMC-Dv2 check: the
+#     client also proposes its loopback-ism SMC-D device) on kernels with
+#     CONFIG_SMC_LO, else NOUEID or NOSMCDEV. Here the tool must fail naming
+#     one of those codes.
+# Both stream tools must FAIL (fallback to TCP is an error) and name the code.
+cell_smc_noueid() {
+    if [ "$ROLE" = server ]; then smc_setup yes; else smc_setup no; fi
+    barrier "smc ready"
+    smc_stream smc-noueid-client decline:0x03030008 1M 1 both 7782
+    _t0=$(now)
+    _log=$CI_LOGDIR/smc-ueid-swap.$ROLE.log
+    if [ "$ROLE" = server ]; then
+        smc-guest-tests smc ueid del "$CI_UEID" >"$_log" 2>&1
+    else
+        smc-guest-tests smc ueid add "$CI_UEID" >"$_log" 2>&1
+    fi
+    _rc=$?
+    smc-guest-tests smc ueid list >>"$_log" 2>&1
+    if [ $_rc = 0 ]; then
+        result smc-ueid-swap PASS $(($(now) - _t0)) "" "$(head -n 1 "$_log"); now: $(tail -n 1 "$_log")"
+    else
+        result smc-ueid-swap FAIL $(($(now) - _t0)) "" "$(cat "$_log")"
+    fi
+    smc_stream smc-noueid-server 'decline:0x0303000[078]' 1M 1 both 7783
+    say "cell done"
+}

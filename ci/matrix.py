@@ -1,0 +1,556 @@
+#!/usr/bin/env python3
+"""Guest RDMA / SMC-R test matrix for vhost-rdma (run through ci/matrix.sh).
+
+Cells = guest kernel x {rxe, siw, smcr, smc-noueid}. Every cell starts its own
+vhost-rdma daemon (two vhost-user ports), boots two guests A (server side,
+10.77.0.1) and B (client side, 10.77.0.2) with scripts/run-guests and runs the
+cell's tests inside them (guest side: ci/guest/ci-lib.sh). Cells run one after
+the other: never more than two guests at a time.
+
+Python 3 standard library only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+KERNELS = ["7.3", "6.12"]
+
+# test name -> roles expected to report it
+VERBS_TESTS = ["ibv_rc_pingpong", "rping", "ib_send_bw", "ib_write_bw", "ib_read_bw", "ucmatose"]
+BOTH = ("server", "client")
+CELLS = {
+    "rxe": {
+        "what": "rdma_rxe (RoCEv2) on eth0 in both guests; ibv_rc_pingpong (-g RoCEv2 GID), "
+                "rping -V, ib_send/write/read_bw (-x GID index, TCP out-of-band), ucmatose",
+        "call": "cell_verbs rxe",
+        "tests": [("link-add-rxe", BOTH)] + [(t, BOTH) for t in VERBS_TESTS],
+        "timeout": 1500,
+    },
+    "siw": {
+        "what": "siw (iWARP) on eth0 in both guests; rping -V, ib_send/write/read_bw -R (rdma_cm), "
+                "ucmatose; ibv_rc_pingpong SKIPPED (no rdma_cm mode, iWARP needs iw_cm)",
+        "call": "cell_verbs siw",
+        "tests": [("link-add-siw", BOTH)] + [(t, BOTH) for t in VERBS_TESTS],
+        "timeout": 1500,
+    },
+    "smcr": {
+        "what": "SMC-Rv2 over rxe: UEID on both, smc devices --require-smcr, "
+                "stream --proto smc 64 MiB x 4 conns, both directions, verified, no fallback (smc_mode=smcr)",
+        "call": "cell_smcr",
+        "tests": [("link-add-rxe", BOTH), ("smc-ueid", BOTH), ("smc-devices", BOTH), ("smc-stream", BOTH)],
+        "timeout": 1200,
+    },
+    "smc-noueid": {
+        "what": "negative: stream --proto smc with a UEID on one side only must FAIL on both sides "
+                "naming the decline code: server-only UEID -> 0x03030008 NOUEID (client: PEERDECL + "
+                "peer diagnosis); client-only UEID -> 0x03030007 NOSMCD2DEV (or 0x03030008/0x03030000)",
+        "call": "cell_smc_noueid",
+        "tests": [("link-add-rxe", BOTH), ("smc-ueid", ("server",)), ("smc-devices", BOTH),
+                  ("smc-noueid-client", BOTH), ("smc-ueid-swap", BOTH), ("smc-noueid-server", BOTH)],
+        "timeout": 900,
+    },
+}
+CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"]
+QUICK = [("7.3", "rxe"), ("7.3", "smcr")]
+GUESTS = {  # role -> (name, ip, mac)
+    "server": ("a", "10.77.0.1", "52:54:00:77:01:0a"),
+    "client": ("b", "10.77.0.2", "52:54:00:77:01:0b"),
+}
+TEST_RE = re.compile(r'^CI-TEST test=(\S+) role=(\S+) status=(\S+) secs=(\d+)(?: bw=(\S*))? reason="(.*)"\s*$')
+
+
+def say(msg):
+    print(f"[matrix] {msg}", file=sys.stderr, flush=True)
+
+
+def last_line(cmd, log):
+    """Run a provisioning script, stderr to log (and our stderr), return its last stdout line."""
+    with open(log, "w") as lf:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out_lines = []
+
+        import threading
+
+        def pump():
+            for line in p.stderr:
+                lf.write(line)
+                lf.flush()
+                sys.stderr.write("    " + line)
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        for line in p.stdout:
+            out_lines.append(line.rstrip("\n"))
+        p.wait()
+        t.join(5)
+    if p.returncode != 0 or not out_lines:
+        return None
+    return out_lines[-1].strip()
+
+
+class Daemon:
+    def __init__(self, binary, d):
+        self.binary, self.d, self.p = binary, d, None
+
+    def start(self):
+        args = [self.binary, "serve"]
+        for role in BOTH:
+            name, _, mac = GUESTS[role]
+            args += ["--port", f"{name}={self.d}/{name}.sock,mac={mac},queues=1,form=pci"]
+        args += ["--control", f"{self.d}/ctl.sock"]
+        env = dict(os.environ, NO_COLOR="1")
+        self.log = open(f"{self.d}/daemon.log", "w")
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        for _ in range(100):
+            if all(os.path.exists(f"{self.d}/{GUESTS[r][0]}.sock") for r in BOTH):
+                return None
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        return "daemon did not create its sockets (see daemon.log)"
+
+    def alive(self):
+        return self.p is not None and self.p.poll() is None
+
+    def stop(self):
+        """Returns None or a problem description."""
+        if self.p is None:
+            return None
+        prob = None
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                rc = self.p.wait(10)
+                if rc != 0:
+                    prob = f"daemon exited {rc} on SIGTERM"
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+                prob = "daemon did not stop within 10 s of SIGTERM"
+        self.log.close()
+        self.p = None
+        return prob
+
+
+JOB_ENV = {}  # CI_* variables for ci-lib.sh
+
+
+def job_script(role, cell, kernel):
+    _, self_ip, _ = GUESTS[role]
+    peer_ip = GUESTS["client" if role == "server" else "server"][1]
+    extra = ""
+    for var, val in JOB_ENV.items():
+        if val:
+            extra += f"{var}={val}; export {var}\n"
+    return (
+        f"ROLE={role} SELF={self_ip} PEER={peer_ip} CELL={kernel}/{cell}\n"
+        "export ROLE SELF PEER CELL\n"
+        f"{extra}"
+        'echo "CI-KERNEL $(uname -r)"\n'
+        ". /opt/vr/ci/ci-lib.sh\n"
+        f"{CELLS[cell]['call']}\n"
+        "exit 0\n"
+    )
+
+
+def parse_guest(out_log):
+    lines, aborted, kernel = [], None, None
+    try:
+        with open(out_log, errors="replace") as f:
+            for raw in f:
+                line = raw.rstrip("\r\n")
+                m = TEST_RE.match(line)
+                if m:
+                    lines.append({
+                        "test": m.group(1), "role": m.group(2), "status": m.group(3),
+                        "secs": int(m.group(4)), "bw": m.group(5) or "", "reason": m.group(6),
+                    })
+                elif line.startswith("CI-ABORT"):
+                    aborted = line
+                elif line.startswith("CI-KERNEL "):
+                    kernel = line.split(" ", 1)[1].strip()
+    except OSError:
+        pass
+    return lines, aborted, kernel
+
+
+def combine(cell, per_role, aborted):
+    """per_role: role -> list of CI-TEST dicts. Returns the list of test rows."""
+    rows = []
+    names = [t for t, _ in CELLS[cell]["tests"]]
+    # extra tests the guests reported (e.g. evidence runs)
+    for role in BOTH:
+        for r in per_role[role]:
+            if r["test"] not in names:
+                names.append(r["test"])
+    roles_of = dict(CELLS[cell]["tests"])
+    for name in names:
+        want = roles_of.get(name, tuple(r for r in BOTH if any(x["test"] == name for x in per_role[r])))
+        got = {r: next((x for x in per_role[r] if x["test"] == name), None) for r in want}
+        missing = [r for r in want if got[r] is None]
+        present = [got[r] for r in want if got[r] is not None]
+        status, why = "PASS", []
+        if missing:
+            status = "FAIL"
+            ab = "; ".join(f"{r}: {aborted[r]}" for r in missing if aborted.get(r))
+            why.append(f"no result from {', '.join(missing)}" + (f" ({ab})" if ab else " (guest died or timed out)"))
+        if any(x["status"] == "FAIL" for x in present):
+            status = "FAIL"
+        elif not missing and present and all(x["status"] == "SKIP" for x in present):
+            status = "SKIP"
+        for x in present:
+            if x["status"] != "PASS" or status == "PASS":
+                why.append(f"{x['role']}: {x['status']} {x['reason']}")
+        bws = [x["bw"] for x in present if x["bw"]]
+        cl = got.get("client")
+        bw = (cl["bw"] if cl and cl["bw"] else (bws[0] if bws else ""))
+        rows.append({
+            "test": name, "status": status,
+            "secs": max([x["secs"] for x in present], default=0),
+            "bw": bw, "detail": " | ".join(why),
+        })
+    return rows
+
+
+def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir):
+    d = os.path.join(workroot, f"{kernel}-{cell}")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    spec = CELLS[cell]
+    print(f"\n== cell {kernel}/{cell}: {spec['what']}", flush=True)
+    t0 = time.monotonic()
+    res = {"kernel": kernel, "cell": cell, "what": spec["what"], "status": "FAIL", "wall_s": 0,
+           "boot_s": {}, "guest_kernel": {}, "tests": [], "problems": [], "logs": None}
+    dm = Daemon(daemon_bin, d)
+    err = dm.start()
+    if err:
+        res["problems"].append(err)
+        res["tests"] = [{"test": t, "status": "FAIL", "secs": 0, "bw": "", "detail": err}
+                        for t, _ in spec["tests"]]
+    else:
+        args = [os.path.join(ROOT, "scripts", "run-guests"), "--qemu", qemu, "--image", image,
+                "--accel", a.accel, "--timeout", str(a.timeout or spec["timeout"]),
+                "--guest-bin", vrbin, "--net", "vhost-user", "--form", "pci", "--queues", "1",
+                "--logdir", d]
+        for role in BOTH:
+            name, ip, mac = GUESTS[role]
+            with open(f"{d}/{name}.sh", "w") as f:
+                f.write(job_script(role, cell, kernel))
+            args += ["--guest", f"{name},ip={ip}/24,sock={d}/{name}.sock,mac={mac},cmd={d}/{name}.sh"]
+        with open(f"{d}/run-guests.log", "w") as rl:
+            p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            try:
+                for line in p.stdout:
+                    rl.write(line)
+                    if a.verbose or "CI-TEST" in line or "FAIL" in line or "BARRIER" in line or "SKIPPED" in line:
+                        sys.stdout.write("    " + line)
+                        sys.stdout.flush()
+                rg = p.wait()
+            except BaseException:
+                # interrupted: stop the guests (run-guests kills its QEMUs on SIGTERM) and the daemon
+                p.terminate()
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                dm.stop()
+                raise
+        if rg != 0:
+            res["problems"].append(f"run-guests exit {rg}")
+        if not dm.alive():
+            res["problems"].append("daemon died during the run")
+        prob = dm.stop()
+        if prob:
+            res["problems"].append(prob)
+        try:
+            with open(f"{d}/daemon.log", errors="replace") as f:
+                bad = [ln.rstrip() for ln in f if re.search(r"panicked|ERROR", ln)]
+            if any("panicked" in ln for ln in bad):
+                res["problems"].append("daemon panicked")
+            if bad:
+                res["daemon_errors"] = bad[-10:]
+        except OSError:
+            pass
+        per_role, aborted = {}, {}
+        for role in BOTH:
+            name = GUESTS[role][0]
+            lines, ab, gk = parse_guest(f"{d}/{name}.job/out.log")
+            per_role[role] = [x for x in lines if x["role"] == role]
+            if ab:
+                aborted[role] = ab
+            if gk:
+                res["guest_kernel"][name] = gk
+        res["tests"] = combine(cell, per_role, aborted)
+        try:
+            with open(f"{d}/summary.json") as f:
+                sj = json.load(f)
+            res["accel"] = sj.get("accel")
+            for g in sj.get("guests", []):
+                res["boot_s"][g["name"]] = g.get("boot_s")
+        except (OSError, ValueError):
+            pass
+        for gname, gk in res["guest_kernel"].items():
+            if not gk.startswith(kernel + "."):
+                res["problems"].append(f"guest {gname} runs kernel {gk}, not {kernel}")
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    failed = any(t["status"] == "FAIL" for t in res["tests"]) or res["problems"]
+    res["status"] = "FAIL" if failed else "PASS"
+    for t in res["tests"]:
+        if t["status"] == "SKIP":
+            print(f"\n*** SKIPPED {kernel}/{cell} {t['test']}: {t['detail']} ***\n", flush=True)
+    if failed or a.keep_logs:
+        dest = os.path.join(logsdir, f"{kernel}-{cell}")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.makedirs(dest)
+        for fn in ["a.console.log", "b.console.log", "daemon.log", "run-guests.log", "summary.json",
+                   "a.sh", "b.sh"]:
+            if os.path.exists(f"{d}/{fn}"):
+                shutil.copy(f"{d}/{fn}", dest)
+        for gname in ("a", "b"):
+            jd = f"{d}/{gname}.job"
+            if os.path.isdir(jd):
+                shutil.copytree(jd, f"{dest}/{gname}.job", dirs_exist_ok=True)
+        res["logs"] = os.path.relpath(dest, os.path.dirname(logsdir))
+        if failed:
+            for gname in ("a", "b"):
+                cl = f"{d}/{gname}.console.log"
+                if os.path.exists(cl):
+                    print(f"--- {gname} console tail ({dest}/{gname}.console.log):")
+                    with open(cl, errors="replace") as f:
+                        for ln in f.readlines()[-30:]:
+                            print("    " + ln.rstrip())
+    shutil.rmtree(d, ignore_errors=True)
+    st = res["status"]
+    nt = {s: sum(1 for t in res["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+    print(f"{st} {kernel}/{cell}: {nt['PASS']} passed, {nt['FAIL']} failed, {nt['SKIP']} skipped, "
+          f"wall {res['wall_s']}s" + (f"; problems: {'; '.join(res['problems'])}" if res["problems"] else ""),
+          flush=True)
+    for t in res["tests"]:
+        bw = f" {t['bw']} MiB/s" if t["bw"] else ""
+        print(f"    {t['status']:4} {t['test']:16} {t['secs']:4}s{bw}  {t['detail'][:200]}")
+    return res
+
+
+def fmt_md(results, meta):
+    out = [f"# vhost-rdma guest RDMA / SMC-R matrix, {meta['date']}", ""]
+    out.append(f"Host: {meta['host']}; accel {meta['accel']}; QEMU {meta['qemu_version']}; "
+               f"commit {meta['commit']}; command `{meta['command']}`")
+    out.append("")
+    out.append("## Cells")
+    out.append("")
+    out.append("| cell | status | wall s | boot s (a/b) | tests pass/fail/skip | throughput |")
+    out.append("|---|---|---|---|---|---|")
+    for r in results:
+        nt = {s: sum(1 for t in r["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+        tp = ", ".join(f"{t['test']} {t['bw']} {'MiB/s'}"
+                       for t in r["tests"] if t["bw"])
+        boot = "/".join(str(r["boot_s"].get(g, "?")) for g in ("a", "b"))
+        out.append(f"| {r['kernel']}/{r['cell']} | **{r['status']}** | {r['wall_s']} | {boot} | "
+                   f"{nt['PASS']}/{nt['FAIL']}/{nt['SKIP']} | {tp or '-'} |")
+    out.append("")
+    out.append("## Tests")
+    out.append("")
+    out.append("| cell | test | status | secs | BW | detail |")
+    out.append("|---|---|---|---|---|---|")
+    for r in results:
+        for t in r["tests"]:
+            unit = "MiB/s"
+            bw = f"{t['bw']} {unit}" if t["bw"] else ""
+            det = t["detail"].replace("|", "/")
+            out.append(f"| {r['kernel']}/{r['cell']} | {t['test']} | {t['status']} | {t['secs']} | {bw} | {det} |")
+    probs = [(r, p) for r in results for p in r["problems"]]
+    if probs:
+        out += ["", "## Cell problems", ""]
+        out += [f"- {r['kernel']}/{r['cell']}: {p}" for r, p in probs]
+    logs = [r for r in results if r.get("logs")]
+    if logs:
+        out += ["", "## Logs kept", ""]
+        out += [f"- {r['kernel']}/{r['cell']} ({r['status']}): `{r['logs']}/`" for r in logs]
+    out += ["", meta["summary"], ""]
+    return "\n".join(out)
+
+
+def _terminate(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main():
+    signal.signal(signal.SIGTERM, _terminate)
+    ap = argparse.ArgumentParser(
+        prog="ci/matrix.sh",
+        description="Guest RDMA / SMC-R test matrix: kernel x {rxe, siw, smcr, smc-noueid}, "
+                    "two guests per cell through the vhost-rdma daemon.",
+        epilog="Cells: " + "; ".join(f"{c}: {CELLS[c]['what']}" for c in CELL_ORDER)
+               + ". Ends with 'N passed, M failed, K skipped' (tests); exit 1 if any failed.")
+    ap.add_argument("--kernel", default="all", choices=KERNELS + ["all"], help="guest kernel(s) (default all)")
+    ap.add_argument("--cells", default="", help="comma list of " + ",".join(CELL_ORDER)
+                    + " or KERNEL/CELL (default: all cells)")
+    ap.add_argument("--quick", action="store_true", help="CI tier: 7.3/rxe and 7.3/smcr only")
+    ap.add_argument("--image-7.3", dest="image_7_3", help="guest image dir for 7.3 (default: build-guest-image.sh)")
+    ap.add_argument("--image-6.12", dest="image_6_12", help="guest image dir for 6.12 (default: build-guest-image.sh)")
+    ap.add_argument("--qemu", help="QEMU 11.1 (default: scripts/setup-qemu.sh)")
+    ap.add_argument("--accel", default="auto", choices=["auto", "kvm", "tcg"])
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build")
+    ap.add_argument("--profile", default="release")
+    ap.add_argument("--timeout", type=int, default=0, help="per guest seconds, boot to result (default per cell)")
+    ap.add_argument("--results", help="results dir (default ci/results/<date>)")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the logs of passed cells too")
+    ap.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    ap.add_argument("--verbose", "-v", action="store_true", help="echo all guest output")
+    ap.add_argument("--smc-bytes", default="64M", help="smcr cell: bytes per connection and direction (64M)")
+    ap.add_argument("--perftest-iters", type=int, default=500, help="perftest -n (500 x 64 KiB)")
+    ap.add_argument("--tool-timeout", type=int, default=180, help="guest: seconds per RDMA tool run (180)")
+    ap.add_argument("--try-unsupported", action="store_true",
+                    help="siw: also run ibv_rc_pingpong (expected to fail) as evidence for its SKIP")
+    a = ap.parse_args()
+    if not re.fullmatch(r"[0-9]+[KMGkmg]?", a.smc_bytes):
+        ap.error("--smc-bytes: a number with an optional K/M/G suffix")
+    JOB_ENV.update(CI_SMC_BYTES=a.smc_bytes, CI_PERFTEST_ITERS=str(a.perftest_iters),
+                   CI_TOOL_TIMEOUT=str(a.tool_timeout),
+                   CI_TRY_UNSUPPORTED="1" if a.try_unsupported or os.environ.get("CI_TRY_UNSUPPORTED") else "")
+
+    if a.quick:
+        sel = list(QUICK)
+    else:
+        kernels = KERNELS if a.kernel == "all" else [a.kernel]
+        cells = [c for c in a.cells.split(",") if c] or CELL_ORDER
+        sel = []
+        for c in cells:
+            if "/" in c:
+                k, c2 = c.split("/", 1)
+                if k not in KERNELS or c2 not in CELLS:
+                    ap.error(f"unknown cell {c}")
+                sel.append((k, c2))
+            else:
+                if c not in CELLS:
+                    ap.error(f"unknown cell {c} (have {', '.join(CELL_ORDER)})")
+                sel += [(k, c) for k in kernels]
+        sel = sorted(set(sel), key=lambda kc: (KERNELS.index(kc[0]), CELL_ORDER.index(kc[1])))
+    if a.dry_run:
+        for k, c in sel:
+            print(f"{k}/{c}: {CELLS[c]['what']}")
+        return 0
+
+    date = datetime.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    resdir = os.path.abspath(a.results or os.path.join(HERE, "results", date))
+    os.makedirs(resdir, exist_ok=True)
+    logsdir = os.path.join(resdir, "logs")
+    work = tempfile.mkdtemp(prefix="vr-matrix.")
+    say(f"results: {resdir}; work dir: {work}")
+    say("cells: " + " ".join(f"{k}/{c}" for k, c in sel))
+
+    results = []
+
+    def fail_all(kc_list, why):
+        for k, c in kc_list:
+            results.append({"kernel": k, "cell": c, "what": CELLS[c]["what"], "status": "FAIL", "wall_s": 0,
+                            "boot_s": {}, "guest_kernel": {}, "problems": [why], "logs": None,
+                            "tests": [{"test": t, "status": "FAIL", "secs": 0, "bw": "", "detail": why}
+                                      for t, _ in CELLS[c]["tests"]]})
+            print(f"FAIL {k}/{c}: {why}", flush=True)
+
+    tdir = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), a.profile)
+    setup_err = None
+    if not a.no_build:
+        say(f"cargo build --profile {a.profile} -p vhost-rdma -p smc-guest-tests")
+        with open(os.path.join(work, "build.log"), "w") as bl:
+            rc = subprocess.call(["cargo", "build", "--profile", a.profile, "-p", "vhost-rdma",
+                                  "-p", "smc-guest-tests"], cwd=ROOT, stdout=bl, stderr=subprocess.STDOUT)
+        if rc != 0:
+            os.makedirs(logsdir, exist_ok=True)
+            shutil.copy(os.path.join(work, "build.log"), logsdir)
+            setup_err = f"cargo build failed (logs/build.log)"
+    daemon_bin, sgt = os.path.join(tdir, "vhost-rdma"), os.path.join(tdir, "smc-guest-tests")
+    if not setup_err:
+        for b in (daemon_bin, sgt):
+            if not os.access(b, os.X_OK):
+                setup_err = f"missing binary {b}"
+    qemu = a.qemu
+    if not setup_err and not qemu:
+        say("QEMU 11.1: scripts/setup-qemu.sh")
+        qemu = last_line([os.path.join(ROOT, "scripts", "setup-qemu.sh")], os.path.join(work, "qemu.log"))
+        if not qemu or not os.access(qemu, os.X_OK):
+            setup_err = "scripts/setup-qemu.sh failed"
+    if setup_err:
+        fail_all(sel, setup_err)
+    else:
+        vrbin = os.path.join(work, "vrbin")
+        os.makedirs(os.path.join(vrbin, "bin"))
+        os.makedirs(os.path.join(vrbin, "ci"))
+        shutil.copy(sgt, os.path.join(vrbin, "bin", "smc-guest-tests"))
+        shutil.copy(os.path.join(HERE, "guest", "ci-lib.sh"), os.path.join(vrbin, "ci", "ci-lib.sh"))
+        interrupted = False
+        images = {"7.3": a.image_7_3, "6.12": a.image_6_12}
+        for k in KERNELS:
+            kc = [x for x in sel if x[0] == k]
+            if not kc:
+                continue
+            img = images[k]
+            if not img:
+                say(f"guest image {k}: scripts/build-guest-image.sh --kernel {k} (a first build takes 30+ min)")
+                img = last_line([os.path.join(ROOT, "scripts", "build-guest-image.sh"), "--kernel", k],
+                                os.path.join(work, f"image-{k}.log"))
+            if not img or not (os.path.isfile(f"{img}/bzImage") and os.path.isfile(f"{img}/rootfs.ext4")):
+                fail_all(kc, f"no guest image for kernel {k} ({img!r})")
+                continue
+            say(f"image {k}: {img}")
+            for _, c in kc:
+                try:
+                    results.append(run_cell(a, k, c, img, qemu, daemon_bin, vrbin, work, logsdir))
+                except KeyboardInterrupt:
+                    interrupted = True
+                    fail_all([(k, c)], "interrupted")
+                    break
+            if interrupted:
+                break
+
+    n = {s: sum(1 for r in results for t in r["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+    summary = f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped"
+    cells_failed = [f"{r['kernel']}/{r['cell']}" for r in results if r["status"] == "FAIL"]
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    qv = ""
+    if qemu:
+        try:
+            qv = subprocess.run([qemu, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        except OSError:
+            pass
+    meta = {"date": date, "host": os.uname().nodename, "commit": commit, "qemu_version": qv,
+            "accel": next((r.get("accel") for r in results if r.get("accel")), a.accel),
+            "command": " ".join(["ci/matrix.sh"] + sys.argv[1:]), "summary": summary,
+            "cells_failed": cells_failed}
+    with open(os.path.join(resdir, "results.json"), "w") as f:
+        json.dump({"meta": meta, "cells": results}, f, indent=1)
+    with open(os.path.join(resdir, "results.md"), "w") as f:
+        f.write(fmt_md(results, meta))
+    shutil.rmtree(work, ignore_errors=True)
+
+    print("\n== matrix summary")
+    for r in results:
+        nt = {s: sum(1 for t in r["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+        print(f"{r['status']} {r['kernel']}/{r['cell']}: {nt['PASS']}/{nt['FAIL']}/{nt['SKIP']} "
+              f"pass/fail/skip, wall {r['wall_s']}s")
+    print(f"results: {resdir}/results.md")
+    if cells_failed:
+        print(f"logs of failed cells: {logsdir}")
+    print(summary)
+    return 1 if n["FAIL"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
