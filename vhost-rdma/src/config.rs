@@ -333,10 +333,10 @@ mod tests {
         assert_eq!(r[1].id, Some(9));
         assert!(r[1].drop);
         for bad in [
-            "queue = 4\n",                     // beyond the port's queues
-            "queue = 1\ndrop = true\n",        // both actions
+            "queue = 4\n",                       // beyond the port's queues
+            "queue = 1\ndrop = true\n",          // both actions
             "dst-ip = \"1.2.3\"\ndrop = true\n", // bad address
-            "bogus = 1\ndrop = true\n",        // unknown key
+            "bogus = 1\ndrop = true\n",          // unknown key
         ] {
             let t = format!(
                 "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\nqueues = 4\n[[port.flow-rule]]\n{bad}"

@@ -323,7 +323,9 @@ impl PortBackend {
             let mut used: Vec<(u16, u32)> = Vec::new();
             let mut starved = false;
             let ring_size = vr.get_queue().size();
-            let Ok(seen) = vr.get_queue().avail_idx(&*mem, Ordering::Acquire) else { return };
+            let Ok(seen) = vr.get_queue().avail_idx(&*mem, Ordering::Acquire) else {
+                return;
+            };
             {
                 let q = vr.get_queue_mut();
                 let mut iter = match q.iter(mem.clone()) {
@@ -582,7 +584,9 @@ impl PortBackend {
             }
             (VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_HASH_CONFIG) => {
                 if !self.has(VIRTIO_NET_F_HASH_REPORT) {
-                    return Err(ChainError::Ctrl("HASH_CONFIG without VIRTIO_NET_F_HASH_REPORT"));
+                    return Err(ChainError::Ctrl(
+                        "HASH_CONFIG without VIRTIO_NET_F_HASH_REPORT",
+                    ));
                 }
                 self.shared.steering.set_hash_from_guest(data).map_err(|e| {
                     guest_warn!(self.shared.log, port = %self.shared.cfg.name, "{e}");
@@ -615,7 +619,8 @@ impl PortBackend {
 /// makes buffers available past `idx`.
 fn arm_avail_event(mem: &MemGuard, q: &virtio_queue::Queue, idx: u16) -> bool {
     let at = q.used_ring() + 4 + 8 * u64::from(q.size());
-    mem.store(idx.to_le(), GuestAddress(at), Ordering::Release).is_ok()
+    mem.store(idx.to_le(), GuestAddress(at), Ordering::Release)
+        .is_ok()
 }
 
 /// An RX chain a frame went into: its head, the bytes written, and its

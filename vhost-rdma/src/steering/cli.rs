@@ -196,7 +196,14 @@ fn print_status(s: &RssStatus) {
     }
     println!(
         "{:>5} {:>12} {:>9} {:>10} {:>10} {:>12} {:>10} {:>13}",
-        "queue", "rx_frames", "rx_drops", "rss", "rule", "unclassified", "flow_hash", "hash_reported"
+        "queue",
+        "rx_frames",
+        "rx_drops",
+        "rss",
+        "rule",
+        "unclassified",
+        "flow_hash",
+        "hash_reported"
     );
     for q in &s.queues {
         println!(
@@ -211,7 +218,10 @@ fn print_status(s: &RssStatus) {
             q.hash_reported
         );
     }
-    println!("flow rules: {}, frames dropped by rules: {}", s.rules, s.rule_drops);
+    println!(
+        "flow rules: {}, frames dropped by rules: {}",
+        s.rules, s.rule_drops
+    );
     if !s.flows.is_empty() {
         println!("flows seen (last decision):");
         for f in &s.flows {
@@ -227,7 +237,10 @@ fn print_status(s: &RssStatus) {
             );
         }
         if s.flows_untracked > 0 {
-            println!("  ({} frames of further flows not tracked)", s.flows_untracked);
+            println!(
+                "  ({} frames of further flows not tracked)",
+                s.flows_untracked
+            );
         }
     }
     for p in &s.predictions {

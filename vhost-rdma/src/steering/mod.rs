@@ -87,7 +87,13 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 
 fn parse_ip(s: &str) -> Result<IpMatch, String> {
     let (a, prefix) = match s.split_once('/') {
-        Some((a, p)) => (a, Some(p.parse::<u8>().map_err(|_| format!("bad prefix in {s:?}"))?)),
+        Some((a, p)) => (
+            a,
+            Some(
+                p.parse::<u8>()
+                    .map_err(|_| format!("bad prefix in {s:?}"))?,
+            ),
+        ),
         None => (s, None),
     };
     match a.parse::<IpAddr>().map_err(|e| format!("{s:?}: {e}"))? {
@@ -275,6 +281,8 @@ struct State {
     max_tx_vq: u16,
     rss_configs: u64,
     hash_configs: u64,
+    /// The last HASH_CONFIG (what reports use while RSS is off).
+    hash_only: Option<HashConfig>,
 }
 
 /// Steering state of a port (lives as long as the port; the guest's RSS
@@ -322,6 +330,7 @@ impl PortSteering {
                 max_tx_vq: 0,
                 rss_configs: 0,
                 hash_configs: 0,
+                hash_only: None,
             }),
             active: AtomicBool::new(false),
             rule_drops: AtomicU64::new(0),
@@ -409,8 +418,9 @@ impl PortSteering {
         let h = HashConfig::from_virtio_bytes(payload).map_err(|e| format!("HASH_CONFIG: {e}"))?;
         let mut st = self.state.write().unwrap_or_else(lock_err);
         st.nic
-            .set_hash_config(Some(h))
+            .set_hash_config(Some(h.clone()))
             .map_err(|e| format!("HASH_CONFIG: {e}"))?;
+        st.hash_only = Some(h);
         st.hash_configs += 1;
         self.update_active(&st);
         Ok(())
@@ -423,6 +433,7 @@ impl PortSteering {
         let _ = st.nic.set_hash_config(None);
         st.max_tx_vq = 0;
         st.hash_configs = 0;
+        st.hash_only = None;
         self.update_active(&st);
     }
 
@@ -482,7 +493,11 @@ impl PortSteering {
                 flow_hash(data) as usize % active
             }
         });
-        s.queue = Some(if q < n && (q == 0 || enabled(q)) { q } else { 0 });
+        s.queue = Some(if q < n && (q == 0 || enabled(q)) {
+            q
+        } else {
+            0
+        });
         s
     }
 
@@ -716,7 +731,11 @@ pub fn status(port: &PortShared) -> RssStatus {
     } else {
         "off"
     };
-    let hash = rss.as_ref().map(|r| r.hash.clone()).unwrap_or_default();
+    let hash = rss
+        .as_ref()
+        .map(|r| r.hash.clone())
+        .or_else(|| st.hash_only.clone())
+        .unwrap_or_default();
     let hash_types = if mode == "off" { 0 } else { hash.hash_types };
     let mut flows: Vec<FlowInfo> = st_
         .flows
@@ -837,10 +856,7 @@ pub fn handle(fabric: &Fabric, req: &crate::control::Request) -> Reply {
                     .iter()
                     .map(|f| predict(p, f))
                     .collect::<Result<_, _>>()?;
-                Reply {
-                    rss: Some(s),
-                    ..ok
-                }
+                Reply { rss: Some(s), ..ok }
             }
         })
     })();
@@ -864,7 +880,10 @@ mod tests {
         assert_eq!(r.id, 7);
         assert_eq!(r.action, Action::Queue(3));
         assert_eq!(r.matcher.ip_proto, Some(6));
-        assert_eq!(s.describe(), "proto tcp dst-ip 10.0.0.0/8 dst-port 5201 -> queue 3");
+        assert_eq!(
+            s.describe(),
+            "proto tcp dst-ip 10.0.0.0/8 dst-port 5201 -> queue 3"
+        );
         for bad in [
             FlowRuleSpec::default(),
             FlowRuleSpec {
