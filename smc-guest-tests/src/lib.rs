@@ -6,6 +6,7 @@ pub mod codes;
 pub mod diag;
 pub mod netlink;
 pub mod pattern;
+pub mod qstats;
 pub mod size;
 pub mod smcnl;
 pub mod sock;

@@ -30,6 +30,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: SmcCmd,
     },
+    /// Per-queue packet counters of an interface (netdev netlink qstats):
+    /// one line per queue, `rx|tx QUEUE packets N bytes N`.
+    Qstats {
+        #[arg(long, default_value = "eth0")]
+        dev: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -330,11 +336,36 @@ fn run_smc(cmd: SmcCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn run_qstats(dev: &str) -> anyhow::Result<ExitCode> {
+    let name = std::ffi::CString::new(dev)?;
+    // SAFETY: a valid NUL-terminated string.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        bail!("no interface {dev}");
+    }
+    let qs = smc_guest_tests::qstats::queue_stats(ifindex)
+        .map_err(|e| anyhow::anyhow!("netdev qstats-get for {dev}: {e}"))?;
+    if qs.is_empty() {
+        bail!("{dev} reports no per-queue statistics");
+    }
+    for q in qs {
+        println!(
+            "{} {} packets {} bytes {}",
+            if q.rx { "rx" } else { "tx" },
+            q.queue,
+            q.packets,
+            q.bytes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Stream(a) => run_stream(a),
         Cmd::Smc { cmd } => run_smc(cmd),
+        Cmd::Qstats { dev } => run_qstats(&dev),
     };
     match r {
         Ok(c) => c,
