@@ -5,7 +5,8 @@
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
-#      both QEMU forms, QEMU 11.1 and the stock 7.2)
+#      both QEMU forms, QEMU 11.1 and the stock 7.2) and scripts/e2e-rss.sh
+#      (RSS, hash report and flow rules with 4 queue pairs)
 # and ends with one line "N passed, M failed, K skipped" counting every
 # step, test and case. A step that cannot run here prints SKIPPED and why.
 #
@@ -77,8 +78,21 @@ if [[ $e2e -eq 1 ]]; then
     else
         failed=$((failed + 1)); echo "--- FAIL e2e-fabric printed no summary (rc=$rc)"
     fi
+    # Steering, RSS and hash report in a guest (test-device form, 4 queue pairs).
+    say "guest end-to-end: scripts/e2e-rss.sh"
+    log="$(mktemp)"
+    "$ROOT/scripts/e2e-rss.sh" --no-build 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if grep -q '^SKIPPED e2e-rss' "$log"; then
+        skipped=$((skipped + 1))
+    elif [[ $rc -eq 0 ]] && grep -q '^PASS e2e-rss' "$log"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1)); echo "--- FAIL e2e-rss (rc=$rc)"
+    fi
+    rm -f "$log"
 else
-    skipped=$((skipped + 1)); echo "SKIPPED guest end-to-end tier: --no-e2e given"
+    skipped=$((skipped + 2)); echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss): --no-e2e given"
 fi
 
 echo
