@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +39,7 @@ CELLS = {
         "timeout": 1500,
     },
     "siw": {
-        "what": "siw (iWARP) on eth0 in both guests; rping -V, ib_send/write/read_bw -R (rdma_cm), "
+        "what": "siw (iWARP) on eth0 in both guests; rping -V, ib_send/write/read_bw -R (rdma_cm; read with -o 16), "
                 "ucmatose; ibv_rc_pingpong SKIPPED (no rdma_cm mode, iWARP needs iw_cm)",
         "call": "cell_verbs siw",
         "tests": [("link-add-siw", BOTH)] + [(t, BOTH) for t in VERBS_TESTS],
@@ -79,8 +80,6 @@ def last_line(cmd, log):
     with open(log, "w") as lf:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out_lines = []
-
-        import threading
 
         def pump():
             for line in p.stderr:
@@ -147,6 +146,41 @@ class Daemon:
 JOB_ENV = {}  # CI_* variables for ci-lib.sh
 
 
+class ConsoleWatch(threading.Thread):
+    """Echoes the guests' CI-TEST / SKIPPED / BARRIER / CI-ABORT console lines while a cell runs."""
+
+    KEYS = ("CI-TEST", "SKIPPED", "BARRIER", "CI-ABORT", "VR-RESULT")
+
+    def __init__(self, d, verbose):
+        super().__init__(daemon=True)
+        self.d, self.verbose, self.done = d, verbose, threading.Event()
+        self.pos = {}
+
+    def poll(self):
+        for g in ("a", "b"):
+            fn = f"{self.d}/{g}.console.log"
+            try:
+                with open(fn, "rb") as f:
+                    f.seek(self.pos.get(g, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            cut = data.rfind(b"\n") + 1  # only complete lines
+            self.pos[g] = self.pos.get(g, 0) + cut
+            for line in data[:cut].decode("utf-8", "replace").splitlines():
+                if self.verbose or any(k in line for k in self.KEYS):
+                    print(f"    [{g}] {line.rstrip()[:300]}", flush=True)
+
+    def run(self):
+        while not self.done.wait(2):
+            self.poll()
+        self.poll()
+
+    def stop(self):
+        self.done.set()
+        self.join(5)
+
+
 def job_script(role, cell, kernel):
     _, self_ip, _ = GUESTS[role]
     peer_ip = GUESTS["client" if role == "server" else "server"][1]
@@ -166,11 +200,33 @@ def job_script(role, cell, kernel):
 
 
 def parse_guest(out_log):
-    lines, aborted, kernel = [], None, None
+    """CI-TEST lines, the CI-ABORT line, the kernel and the CI-DIAG counters of one guest."""
+    lines, aborted, kernel, diag = [], None, None, {}
+    section, hdr = None, None
     try:
         with open(out_log, errors="replace") as f:
             for raw in f:
                 line = raw.rstrip("\r\n")
+                if line.startswith("== CI-DIAG"):
+                    section = "rdma" if "rdma statistic" in line else "link"
+                    continue
+                if section == "rdma" and re.match(r"^    \S+ \d+$", line):
+                    k, v = line.split()
+                    diag[k] = int(v)
+                    continue
+                if section == "link":
+                    m = re.match(r"^\s+(RX|TX):\s+(.*)$", line)
+                    if m:
+                        hdr = (m.group(1), m.group(2).split())
+                        continue
+                    if hdr and re.match(r"^\s+[\d\s]+$", line):
+                        for k, v in zip(hdr[1], line.split()):
+                            if k in ("packets", "errors", "dropped", "missed"):
+                                diag[f"eth0_{hdr[0].lower()}_{k}"] = int(v)
+                        hdr = None
+                        continue
+                if not line.startswith("    "):
+                    section = None if not line.startswith(" ") else section
                 m = TEST_RE.match(line)
                 if m:
                     lines.append({
@@ -183,7 +239,7 @@ def parse_guest(out_log):
                     kernel = line.split(" ", 1)[1].strip()
     except OSError:
         pass
-    return lines, aborted, kernel
+    return lines, aborted, kernel, diag
 
 
 def combine(cell, per_role, aborted):
@@ -249,16 +305,20 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
             with open(f"{d}/{name}.sh", "w") as f:
                 f.write(job_script(role, cell, kernel))
             args += ["--guest", f"{name},ip={ip}/24,sock={d}/{name}.sock,mac={mac},cmd={d}/{name}.sh"]
+        watch = ConsoleWatch(d, a.verbose)
+        watch.start()
         with open(f"{d}/run-guests.log", "w") as rl:
             p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             try:
                 for line in p.stdout:
                     rl.write(line)
-                    if a.verbose or "CI-TEST" in line or "FAIL" in line or "BARRIER" in line or "SKIPPED" in line:
+                    if a.verbose:
                         sys.stdout.write("    " + line)
                         sys.stdout.flush()
                 rg = p.wait()
+                watch.stop()
             except BaseException:
+                watch.stop()
                 # interrupted: stop the guests (run-guests kills its QEMUs on SIGTERM) and the daemon
                 p.terminate()
                 try:
@@ -286,7 +346,9 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         per_role, aborted = {}, {}
         for role in BOTH:
             name = GUESTS[role][0]
-            lines, ab, gk = parse_guest(f"{d}/{name}.job/out.log")
+            lines, ab, gk, dg = parse_guest(f"{d}/{name}.job/out.log")
+            if dg:
+                res.setdefault("counters", {})[name] = dg
             per_role[role] = [x for x in lines if x["role"] == role]
             if ab:
                 aborted[role] = ab
@@ -370,6 +432,16 @@ def fmt_md(results, meta):
             bw = f"{t['bw']} {unit}" if t["bw"] else ""
             det = t["detail"].replace("|", "/")
             out.append(f"| {r['kernel']}/{r['cell']} | {t['test']} | {t['status']} | {t['secs']} | {bw} | {det} |")
+    cnt = [r for r in results if r.get("counters")]
+    if cnt:
+        out += ["", "## Guest counters at the end of each cell", "",
+                "`rdma statistic show link` (non-zero; duplicate_request / out_of_seq_request / *retry* "
+                "point at retransmissions) and eth0 drops, A = server side, B = client side.", ""]
+        for r in cnt:
+            for g, c in sorted(r["counters"].items()):
+                kv = " ".join(f"{k}={v}" for k, v in c.items()
+                              if not k.startswith("eth0_") or k.endswith(("dropped", "errors", "missed")))
+                out.append(f"- {r['kernel']}/{r['cell']} {g}: {kv}")
     probs = [(r, p) for r in results for p in r["problems"]]
     if probs:
         out += ["", "## Cell problems", ""]
@@ -412,13 +484,15 @@ def main():
     ap.add_argument("--smc-bytes", default="64M", help="smcr cell: bytes per connection and direction (64M)")
     ap.add_argument("--perftest-iters", type=int, default=500, help="perftest -n (500 x 64 KiB)")
     ap.add_argument("--tool-timeout", type=int, default=180, help="guest: seconds per RDMA tool run (180)")
+    ap.add_argument("--siw-read-outs", type=int, default=16,
+                    help="siw: ib_read_bw -o N (16; 0 = perftest's default 128, which fails, see README)")
     ap.add_argument("--try-unsupported", action="store_true",
                     help="siw: also run ibv_rc_pingpong (expected to fail) as evidence for its SKIP")
     a = ap.parse_args()
     if not re.fullmatch(r"[0-9]+[KMGkmg]?", a.smc_bytes):
         ap.error("--smc-bytes: a number with an optional K/M/G suffix")
     JOB_ENV.update(CI_SMC_BYTES=a.smc_bytes, CI_PERFTEST_ITERS=str(a.perftest_iters),
-                   CI_TOOL_TIMEOUT=str(a.tool_timeout),
+                   CI_TOOL_TIMEOUT=str(a.tool_timeout), CI_SIW_READ_OUTS=str(a.siw_read_outs),
                    CI_TRY_UNSUPPORTED="1" if a.try_unsupported or os.environ.get("CI_TRY_UNSUPPORTED") else "")
 
     if a.quick:
