@@ -62,7 +62,16 @@ CELLS = {
         "timeout": 900,
     },
 }
+# not run by default (diagnostics): --cells siw-conn
+CELLS["siw-conn"] = {
+    "what": "siw connection-setup stress (diagnostics): N rounds of ucmatose and ib_read_bw -R (default -o), "
+            "siw kprobe trace; --siw-conn-rounds N",
+    "call": "cell_siw_conn",
+    "tests": [("link-add-siw", BOTH)],
+    "timeout": 2400,
+}
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"]
+EXTRA_CELLS = ["siw-conn"]
 QUICK = [("7.3", "rxe"), ("7.3", "smcr")]
 GUESTS = {  # role -> (name, ip, mac)
     "server": ("a", "10.77.0.1", "52:54:00:77:01:0a"),
@@ -143,6 +152,19 @@ class Daemon:
         return prob
 
 
+class NoDaemon:
+    """--net stream: the guests are linked by QEMU's -netdev stream, no daemon."""
+
+    def start(self):
+        return None
+
+    def alive(self):
+        return True
+
+    def stop(self):
+        return None
+
+
 JOB_ENV = {}  # CI_* variables for ci-lib.sh
 
 
@@ -208,9 +230,10 @@ def parse_guest(out_log):
             for raw in f:
                 line = raw.rstrip("\r\n")
                 if line.startswith("== CI-DIAG"):
-                    section = "rdma" if "rdma statistic" in line else "link"
+                    section = ("rdma" if "rdma statistic" in line else "tcp" if "tcp counters" in line
+                               else "link" if "ip -s link" in line else "other")
                     continue
-                if section == "rdma" and re.match(r"^    \S+ \d+$", line):
+                if section in ("rdma", "tcp") and re.match(r"^    \S+ \d+$", line):
                     k, v = line.split()
                     diag[k] = int(v)
                     continue
@@ -280,6 +303,20 @@ def combine(cell, per_role, aborted):
     return rows
 
 
+def daemon_counters(daemon_bin, d):
+    """`vhost-rdma ctl status` of the cell's daemon (saved as daemon-status.json): per-port error counters."""
+    try:
+        out = subprocess.run([daemon_bin, "ctl", "--json", "--control", f"{d}/ctl.sock", "status"],
+                             capture_output=True, text=True, timeout=20).stdout
+        st = json.loads(out)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    with open(f"{d}/daemon-status.json", "w") as f:
+        json.dump(st, f, indent=1)
+    keys = ("tx_frames", "rx_frames", "rx_drops", "rx_errors", "tx_errors", "tx_pauses", "ctrl_errors")
+    return {p["name"]: {k: p.get(k) for k in keys} for p in st.get("ports", [])}
+
+
 def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir):
     d = os.path.join(workroot, f"{kernel}-{cell}")
     shutil.rmtree(d, ignore_errors=True)
@@ -289,7 +326,10 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     t0 = time.monotonic()
     res = {"kernel": kernel, "cell": cell, "what": spec["what"], "status": "FAIL", "wall_s": 0,
            "boot_s": {}, "guest_kernel": {}, "tests": [], "problems": [], "logs": None}
-    dm = Daemon(daemon_bin, d)
+    net = getattr(a, "net", "vhost-user")
+    res["net"] = net
+    # --net stream: QEMU's own virtio-net + -netdev stream (no daemon), to tell daemon issues from guest ones
+    dm = Daemon(daemon_bin, d) if net == "vhost-user" else NoDaemon()
     err = dm.start()
     if err:
         res["problems"].append(err)
@@ -298,13 +338,14 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     else:
         args = [os.path.join(ROOT, "scripts", "run-guests"), "--qemu", qemu, "--image", image,
                 "--accel", a.accel, "--timeout", str(a.timeout or spec["timeout"]),
-                "--guest-bin", vrbin, "--net", "vhost-user", "--form", "pci", "--queues", "1",
+                "--guest-bin", vrbin, "--net", net, "--form", "pci", "--queues", "1",
                 "--logdir", d]
         for role in BOTH:
             name, ip, mac = GUESTS[role]
             with open(f"{d}/{name}.sh", "w") as f:
                 f.write(job_script(role, cell, kernel))
-            args += ["--guest", f"{name},ip={ip}/24,sock={d}/{name}.sock,mac={mac},cmd={d}/{name}.sh"]
+            sock = f"sock={d}/{name}.sock," if net == "vhost-user" else ""
+            args += ["--guest", f"{name},ip={ip}/24,{sock}mac={mac},cmd={d}/{name}.sh"]
         watch = ConsoleWatch(d, a.verbose)
         watch.start()
         with open(f"{d}/run-guests.log", "w") as rl:
@@ -329,6 +370,9 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 raise
         if rg != 0:
             res["problems"].append(f"run-guests exit {rg}")
+        dc = daemon_counters(daemon_bin, d)
+        if dc:
+            res["daemon_counters"] = dc
         if not dm.alive():
             res["problems"].append("daemon died during the run")
         prob = dm.stop()
@@ -376,7 +420,7 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         dest = os.path.join(logsdir, f"{kernel}-{cell}")
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
-        for fn in ["a.console.log", "b.console.log", "daemon.log", "run-guests.log", "summary.json",
+        for fn in ["a.console.log", "b.console.log", "daemon.log", "daemon-status.json", "run-guests.log", "summary.json",
                    "a.sh", "b.sh"]:
             if os.path.exists(f"{d}/{fn}"):
                 shutil.copy(f"{d}/{fn}", dest)
@@ -407,6 +451,9 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
 
 def fmt_md(results, meta):
     out = [f"# vhost-rdma guest RDMA / SMC-R matrix, {meta['date']}", ""]
+    out.append(f"Guest link: {', '.join(sorted({r.get('net', 'vhost-user') for r in results})) or '-'} "
+               "(vhost-user = through the vhost-rdma daemon; stream = QEMU -netdev stream, no daemon)")
+    out.append("")
     out.append(f"Host: {meta['host']}; accel {meta['accel']}; QEMU {meta['qemu_version']}; "
                f"commit {meta['commit']}; command `{meta['command']}`")
     out.append("")
@@ -442,6 +489,13 @@ def fmt_md(results, meta):
                 kv = " ".join(f"{k}={v}" for k, v in c.items()
                               if not k.startswith("eth0_") or k.endswith(("dropped", "errors", "missed")))
                 out.append(f"- {r['kernel']}/{r['cell']} {g}: {kv}")
+    dcs = [r for r in results if r.get("daemon_counters")]
+    if dcs:
+        out += ["", "## Daemon counters at the end of each cell", "",
+                "`vhost-rdma ctl status` per port (a = server guest, b = client guest).", ""]
+        for r in dcs:
+            for port, c in sorted(r["daemon_counters"].items()):
+                out.append(f"- {r['kernel']}/{r['cell']} port {port}: " + " ".join(f"{k}={v}" for k, v in c.items()))
     probs = [(r, p) for r in results for p in r["problems"]]
     if probs:
         out += ["", "## Cell problems", ""]
@@ -474,6 +528,9 @@ def main():
     ap.add_argument("--image-6.12", dest="image_6_12", help="guest image dir for 6.12 (default: build-guest-image.sh)")
     ap.add_argument("--qemu", help="QEMU 11.1 (default: scripts/setup-qemu.sh)")
     ap.add_argument("--accel", default="auto", choices=["auto", "kvm", "tcg"])
+    ap.add_argument("--net", default="vhost-user", choices=["vhost-user", "stream"],
+                    help="guest link: vhost-user = through the vhost-rdma daemon (default); stream = QEMU's own "
+                         "virtio-net + -netdev stream, no daemon (to check whether a failure involves the daemon)")
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build")
     ap.add_argument("--profile", default="release")
     ap.add_argument("--timeout", type=int, default=0, help="per guest seconds, boot to result (default per cell)")
@@ -486,6 +543,10 @@ def main():
     ap.add_argument("--tool-timeout", type=int, default=180, help="guest: seconds per RDMA tool run (180)")
     ap.add_argument("--siw-read-outs", type=int, default=16,
                     help="siw: ib_read_bw -o N (16; 0 = perftest's default 128, which fails, see README)")
+    ap.add_argument("--siw-trace", type=int, default=1, choices=[0, 1],
+                    help="siw cell: kprobes on siw connection management + tcp reset/retransmit tracepoints in the "
+                         "guests, failures echoed in the console (CI-DIAG), full trace in /job/siw-trace.ROLE.log (1)")
+    ap.add_argument("--siw-conn-rounds", type=int, default=5, help="siw-conn cell: rounds (5)")
     ap.add_argument("--try-unsupported", action="store_true",
                     help="siw: also run ibv_rc_pingpong (expected to fail) as evidence for its SKIP")
     a = ap.parse_args()
@@ -493,8 +554,11 @@ def main():
         ap.error("--smc-bytes: a number with an optional K/M/G suffix")
     JOB_ENV.update(CI_SMC_BYTES=a.smc_bytes, CI_PERFTEST_ITERS=str(a.perftest_iters),
                    CI_TOOL_TIMEOUT=str(a.tool_timeout), CI_SIW_READ_OUTS=str(a.siw_read_outs),
+                   CI_SIW_TRACE=str(a.siw_trace), CI_SIW_CONN_ROUNDS=str(a.siw_conn_rounds),
                    CI_TRY_UNSUPPORTED="1" if a.try_unsupported or os.environ.get("CI_TRY_UNSUPPORTED") else "")
 
+    CELLS["siw-conn"]["tests"] = [("link-add-siw", BOTH)] + [
+        (f"{t}-{r}", BOTH) for r in range(1, a.siw_conn_rounds + 1) for t in ("ucmatose", "ib_read_bw")]
     if a.quick:
         sel = list(QUICK)
     else:
@@ -511,7 +575,7 @@ def main():
                 if c not in CELLS:
                     ap.error(f"unknown cell {c} (have {', '.join(CELL_ORDER)})")
                 sel += [(k, c) for k in kernels]
-        sel = sorted(set(sel), key=lambda kc: (KERNELS.index(kc[0]), CELL_ORDER.index(kc[1])))
+        sel = sorted(set(sel), key=lambda kc: (KERNELS.index(kc[0]), (CELL_ORDER + EXTRA_CELLS).index(kc[1])))
     if a.dry_run:
         for k, c in sel:
             print(f"{k}/{c}: {CELLS[c]['what']}")

@@ -53,7 +53,7 @@ step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --all-fea
 # --- cargo tests ---------------------------------------------------------------
 say "cargo test --workspace"
 log="$(mktemp)"
-cargo test --workspace --all-features 2>&1 | tee "$log"
+cargo test --workspace --all-features --no-fail-fast 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 # Count the libtest summaries ("test result: ok. 12 passed; 0 failed; 1 ignored").
 read -r tp tf ti < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1); if ($(i) ~ /^ignored;?$/) g += $(i-1) } } END { print p+0, f+0, g+0 }' "$log")

@@ -176,6 +176,7 @@ tool_test() {
     _name=$1 _lkind=$2 _port=$3 _scmd=$4 _ccmd=$5 _check=$6
     _log=$CI_LOGDIR/$_name.$ROLE.log
     barrier "$_name start"
+    siw_trace_mark "$_name start"
     _t0=$(now)
     if [ "$ROLE" = server ]; then
         say "$_name server: $_scmd"
@@ -183,6 +184,15 @@ tool_test() {
         # shellcheck disable=SC2086
         timeout -k 5 "$CI_TOOL_TIMEOUT" $_scmd >>"$_log" 2>&1 &
         srv_pid=$!
+        # a server still running at half its timeout is probably hung: snapshot its
+        # TCP sockets (siw runs its QPs on kernel TCP sockets: a non-zero Recv-Q
+        # there = data the QP never consumed) and the siw trace so far
+        ( sleep $((CI_TOOL_TIMEOUT / 2)); kill -0 "$srv_pid" 2>/dev/null || exit 0
+          { echo "== $_name server still running after $((CI_TOOL_TIMEOUT / 2))s: ss -tnoie"; ss -tnoie
+            echo "== rdma resource show cm_id / qp"; rdma resource show cm_id; rdma resource show qp
+          } >"$CI_LOGDIR/$_name.$ROLE.hung.log" 2>&1
+          say "$_name: server still running after $((CI_TOOL_TIMEOUT / 2))s, sockets:"
+          sed 's/^/    | /' "$CI_LOGDIR/$_name.$ROLE.hung.log" ) &
         wait_listen "$_lkind" "$_port"
         barrier "$_name listening"
         wait "$srv_pid"
@@ -267,6 +277,75 @@ diag() {
         awk '{ for (i = 3; i < NF; i += 2) if ($(i + 1) != "0") printf "    %s %s\n", $i, $(i + 1) }'
     echo "== CI-DIAG $ROLE: ip -s link show eth0"
     ip -s link show eth0 2>&1 | sed 's/^/    /'
+    echo "== CI-DIAG $ROLE: tcp counters"
+    tcp_counters
+    echo "== CI-DIAG $ROLE: dmesg (rdma/siw/rxe/tcp)"
+    dmesg 2>/dev/null | grep -iE 'siw|rxe|infiniband|rdma|tcp|mpa' | grep -vE 'hash table|Hash tables' | tail -n 30 | sed 's/^/    /'
+}
+
+# tcp_counters: TCP retransmission / reset / timeout counters (nstat -az or /proc/net)
+tcp_counters() {
+    if command -v nstat >/dev/null 2>&1; then
+        nstat -az 2>/dev/null | awk '$1 ~ /^(TcpRetransSegs|TcpExtTCPTimeouts|TcpExtTCPLostRetransmit|TcpOutRsts|TcpEstabResets|TcpAttemptFails|TcpExtTCPAbortOnData|TcpExtTCPAbortOnClose|TcpExtTCPAbortOnTimeout|TcpExtTCPSynRetrans|TcpExtListenDrops|TcpExtTCPBacklogDrop|TcpInErrs|TcpExtTCPOFOQueue)$/ { printf "    %s %s\n", $1, $2 }'
+    else
+        grep -A1 '^Tcp:' /proc/net/snmp | sed 's/^/    /'
+    fi
+}
+
+# siw_trace_on: kprobes on siw connection-management internals, to see why a
+# connection or a QP fails (the 7.3 guest kernel has no dynamic debug, and siw
+# reports these only with siw_dbg). Best effort: probes that do not attach
+# (inlined functions) are listed and skipped. Dump: siw_trace_dump.
+#   siw_cm_upcall reason: 1 CONNECT_REQUEST 2 CONNECT_REPLY 3 ESTABLISHED 4 DISCONNECT 5 CLOSE
+siw_trace_on() {
+    _T=/sys/kernel/tracing
+    [ -d $_T/events ] || mount -t tracefs nodev $_T 2>/dev/null
+    [ -w $_T/kprobe_events ] || { say "siw trace: no tracefs"; return 0; }
+    echo 8192 >$_T/buffer_size_kb 2>/dev/null
+    for _p in \
+        'r:siw_recv_mpa_rr siw_recv_mpa_rr ret=$retval:s32' \
+        'r:siw_proc_mpareply siw_proc_mpareply ret=$retval:s32' \
+        'r:siw_proc_mpareq siw_proc_mpareq ret=$retval:s32' \
+        'p:siw_cm_upcall siw_cm_upcall reason=%si:s32 status=%dx:s32' \
+        'p:siw_init_terminate siw_init_terminate layer=%si:u8 etype=%dx:u8 ecode=%cx:u8' \
+        'p:siw_send_terminate siw_send_terminate' \
+        'p:siw_qp_cm_drop siw_qp_cm_drop schedule=%si:s32' \
+        'p:siw_qp_llp_close siw_qp_llp_close' \
+        'r:siw_qp_sq_process siw_qp_sq_process ret=$retval:s32' \
+        'p:siw_cm_llp_state_change siw_cm_llp_state_change' \
+        'p:siw_cm_llp_data_ready siw_cm_llp_data_ready' \
+        'p:siw_qp_llp_data_ready siw_qp_llp_data_ready' \
+        'r:siw_send_mpareqrep siw_send_mpareqrep ret=$retval:s32' \
+        'r:siw_qp_mpa_rts siw_qp_mpa_rts ret=$retval:s32' \
+        'r:siw_accept siw_accept ret=$retval:s32' \
+        'r:siw_connect siw_connect ret=$retval:s32'; do
+        echo "$_p" >>$_T/kprobe_events 2>/dev/null || say "siw trace: cannot probe: $_p"
+    done
+    # per-WQE: errors only (-EAGAIN is the normal "socket full")
+    echo 'ret < 0 && ret != -11' >$_T/events/kprobes/siw_qp_sq_process/filter 2>/dev/null
+    echo 1 >$_T/events/kprobes/enable 2>/dev/null
+    for _e in tcp/tcp_retransmit_skb tcp/tcp_send_reset tcp/tcp_receive_reset; do
+        echo 1 >$_T/events/$_e/enable 2>/dev/null
+    done
+    echo 1 >$_T/tracing_on
+    say "siw trace on: $(grep -c . $_T/kprobe_events) kprobes"
+}
+
+# siw_trace_mark TEXT: a marker line in the trace
+siw_trace_mark() {
+    [ -w /sys/kernel/tracing/trace_marker ] && echo "CI-MARK $*" >/sys/kernel/tracing/trace_marker
+    return 0
+}
+
+# siw_trace_dump: the whole trace to /job/siw-trace.<role>.log; failures
+# (negative ret/status, terminate, resets, retransmits) to the console
+siw_trace_dump() {
+    _T=/sys/kernel/tracing
+    [ -r $_T/trace ] || return 0
+    cat $_T/trace >"$CI_LOGDIR/siw-trace.$ROLE.log" 2>/dev/null
+    echo "== CI-DIAG $ROLE: siw trace (failures; all in siw-trace.$ROLE.log)"
+    grep -E 'CI-MARK|ret=-|status=-|terminate|tcp_send_reset|tcp_receive_reset|tcp_retransmit|qp_cm_drop|llp_close' \
+        "$CI_LOGDIR/siw-trace.$ROLE.log" | sed 's/^ *//' | tail -n 120 | sed 's/^/    /'
 }
 
 # ---------------------------------------------------------------------------
@@ -282,6 +361,7 @@ cell_verbs() {
         # keep the peer's barriers from hanging for long: it aborts too
         exit 0
     fi
+    [ "$vtype" = siw ] && [ "${CI_SIW_TRACE:-1}" != 0 ] && siw_trace_on
     barrier "devices up"
 
     if [ "$vtype" = rxe ]; then
@@ -332,6 +412,33 @@ cell_verbs() {
         "ucmatose -p 18620" \
         "ucmatose -s $PEER -p 18620" check_ucmatose
     diag "$vdev"
+    [ "$vtype" = siw ] && siw_trace_dump
+    say "cell done"
+}
+
+# cell_siw_conn: connection-setup stress on siw (diagnostics for the siw cell's
+# flaky ib_read_bw -R / ucmatose): CI_SIW_CONN_ROUNDS rounds of ucmatose and
+# ib_read_bw -R (perftest's default outstanding reads), siw trace on.
+cell_siw_conn() {
+    net_up
+    if ! rdma_dev_up siw siw0; then
+        echo "CI-ABORT reason=link-add"
+        exit 0
+    fi
+    [ "${CI_SIW_TRACE:-1}" != 0 ] && siw_trace_on
+    barrier "devices up"
+    siw_round=0
+    while [ $siw_round -lt "${CI_SIW_CONN_ROUNDS:-5}" ]; do
+        siw_round=$((siw_round + 1))
+        tool_test "ucmatose-$siw_round" cm $((18700 + siw_round)) \
+            "ucmatose -p $((18700 + siw_round))" \
+            "ucmatose -s $PEER -p $((18700 + siw_round))" check_ucmatose
+        tool_test "ib_read_bw-$siw_round" cm $((18800 + siw_round)) \
+            "ib_read_bw -d siw0 -R -n 50 -p $((18800 + siw_round))" \
+            "ib_read_bw -d siw0 -R -n 50 -p $((18800 + siw_round)) $PEER" check_perftest
+    done
+    diag siw0
+    siw_trace_dump
     say "cell done"
 }
 

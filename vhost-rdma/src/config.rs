@@ -179,10 +179,12 @@ impl FromStr for PortConfig {
 }
 
 /// Whole daemon configuration.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DaemonConfig {
     pub ports: Vec<PortConfig>,
     pub control: Option<PathBuf>,
+    /// Fault rules installed at start (`[[fault]]`).
+    pub faults: Vec<crate::faults::FaultSpec>,
 }
 
 #[derive(Deserialize)]
@@ -191,6 +193,8 @@ struct FileConfig {
     control: Option<PathBuf>,
     #[serde(default, rename = "port")]
     ports: Vec<FilePort>,
+    #[serde(default, rename = "fault")]
+    faults: Vec<crate::faults::FaultSpec>,
 }
 
 #[derive(Deserialize)]
@@ -213,6 +217,7 @@ impl DaemonConfig {
         let mut cfg = DaemonConfig {
             control: f.control,
             ports: Vec::new(),
+            faults: f.faults,
         };
         for fp in f.ports {
             let mut p = PortConfig::new(&fp.name, fp.socket);
@@ -352,12 +357,14 @@ mod tests {
         let cfg = DaemonConfig {
             ports: vec![a.clone(), b.clone()],
             control: None,
+            faults: Vec::new(),
         };
         assert!(cfg.validate().is_err());
         b.socket = "/tmp/b.sock".into();
         assert!(DaemonConfig {
             ports: vec![a, b],
-            control: None
+            control: None,
+            faults: Vec::new(),
         }
         .validate()
         .is_ok());

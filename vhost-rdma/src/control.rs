@@ -36,6 +36,26 @@ pub enum Request {
         #[serde(default)]
         clear_flows: bool,
     },
+    /// Adds a fault rule (`faults`).
+    FaultAdd { rule: Box<crate::faults::FaultSpec> },
+    /// Fault rules with counters, and link states.
+    FaultList,
+    /// Removes a fault rule.
+    FaultDel { id: u32 },
+    /// Sets a port's link down or up.
+    Link { port: String, up: bool },
+    /// Starts a pcapng capture of one port or of all.
+    CaptureStart {
+        file: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snaplen: Option<u32>,
+    },
+    /// Stops the capture.
+    CaptureStop,
+    /// The running (or last) capture.
+    CaptureStatus,
 }
 
 /// A control reply.
@@ -52,6 +72,12 @@ pub struct Reply {
     pub rules: Option<Vec<crate::steering::RuleInfo>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<crate::faults::FaultsStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<crate::capture::CaptureStatus>,
 }
 
 /// Reply to `status`.
@@ -150,6 +176,15 @@ fn serve(c: UnixStream, fabric: &Fabric) {
                 }),
                 ..Reply::default()
             },
+            Ok(
+                req @ (Request::FaultAdd { .. }
+                | Request::FaultList
+                | Request::FaultDel { .. }
+                | Request::Link { .. }
+                | Request::CaptureStart { .. }
+                | Request::CaptureStop
+                | Request::CaptureStatus),
+            ) => crate::faults::handle(fabric, &req),
             Ok(req) => crate::steering::handle(fabric, &req),
             Err(e) => Reply {
                 ok: false,

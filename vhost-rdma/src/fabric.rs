@@ -345,15 +345,51 @@ pub struct Fabric {
     macs: RwLock<HashMap<[u8; 6], usize>>,
     /// Source MACs not learned because the table was full.
     pub mac_table_full: AtomicU64,
+    /// Fault injection rules and link states (`faults`).
+    pub faults: crate::faults::Faults,
+    /// pcapng capture point (`capture`).
+    pub capture: crate::capture::Capture,
 }
 
 impl Fabric {
     /// A fabric over the given ports.
     pub fn new(ports: Vec<Arc<PortShared>>) -> Self {
         Fabric {
+            faults: crate::faults::Faults::new(&ports),
+            capture: crate::capture::Capture::default(),
             ports,
             macs: RwLock::new(HashMap::new()),
             mac_table_full: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts the thread that releases delayed and reordered frames (the
+    /// server does; without it such rules drop what they would hold).
+    pub fn start_fault_timer(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let me = self.clone();
+        self.faults.timer_started();
+        std::thread::Builder::new()
+            .name("fault-timer".into())
+            .spawn(move || me.faults.run_timer(|r| me.resume(r)))
+    }
+
+    /// Ends the fault timer thread.
+    pub fn stop_fault_timer(&self) {
+        self.faults.stop_timer();
+    }
+
+    /// A frame a fault rule held comes back.
+    fn resume(&self, r: crate::faults::Released) {
+        let (port, dir) = (r.port, r.dir);
+        for f in self.faults.apply_after(r) {
+            match dir {
+                crate::faults::Dir::Egress => {
+                    self.deliver_now(port, &f);
+                }
+                _ => {
+                    self.switch(port, f);
+                }
+            }
         }
     }
 
@@ -404,6 +440,21 @@ impl Fabric {
         if frame.data.len() < 14 {
             return 0;
         }
+        self.capture
+            .record(src, crate::faults::Dir::Ingress, &frame.data);
+        if self.faults.active() {
+            return self
+                .faults
+                .apply(src, crate::faults::Dir::Ingress, frame)
+                .into_iter()
+                .map(|f| self.switch(src, f))
+                .sum();
+        }
+        self.switch(src, frame)
+    }
+
+    /// Switches a frame past ingress faults.
+    fn switch(&self, src: usize, frame: Frame) -> usize {
         let mut dst = [0u8; 6];
         dst.copy_from_slice(&frame.data[0..6]);
         let mut smac = [0u8; 6];
@@ -425,6 +476,26 @@ impl Fabric {
     }
 
     fn deliver(&self, port: usize, frame: &Frame) -> usize {
+        if self.faults.active() {
+            if !self
+                .ports
+                .get(port)
+                .is_some_and(|p| p.connected.load(Relaxed))
+            {
+                return 0;
+            }
+            return self
+                .faults
+                .apply(port, crate::faults::Dir::Egress, frame.clone())
+                .iter()
+                .map(|f| self.deliver_now(port, f))
+                .sum();
+        }
+        self.deliver_now(port, frame)
+    }
+
+    /// Queues a frame for a port past egress faults.
+    fn deliver_now(&self, port: usize, frame: &Frame) -> usize {
         let Some(dst) = self.ports.get(port) else {
             return 0;
         };
@@ -454,6 +525,8 @@ impl Fabric {
                     f.hdr.hash_value = s.hash_value;
                     f.hdr.hash_report = s.hash_report;
                 }
+                self.capture
+                    .record(port, crate::faults::Dir::Egress, &f.data);
                 dst.rxq.get(q).map_or(0, |r| usize::from(r.push(f)))
             })
             .sum()

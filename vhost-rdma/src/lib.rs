@@ -5,9 +5,11 @@
 //! sleeps in epoll on the guest's kick eventfds and on a wake eventfd the
 //! fabric writes when frames are queued for it.
 
+pub mod capture;
 pub mod config;
 pub mod control;
 pub mod fabric;
+pub mod faults;
 pub mod offload;
 pub mod port;
 pub mod proxy;

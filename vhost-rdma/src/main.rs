@@ -57,6 +57,22 @@ enum CtlCmd {
     /// RSS state of a port: key, indirection table, hash types, per-queue
     /// steering counters, flows seen; --predict shows where a flow goes.
     Rss(vhost_rdma::steering::cli::RssArgs),
+    /// Fault injection rules: add, list (with counters), del.
+    Faults {
+        #[command(subcommand)]
+        op: vhost_rdma::faults::cli::FaultsCmd,
+    },
+    /// Take a port's link down (frames to and from it dropped, counted) or up.
+    Link {
+        state: vhost_rdma::faults::cli::LinkState,
+        #[arg(long)]
+        port: String,
+    },
+    /// pcapng captures of one port or the whole fabric.
+    Capture {
+        #[command(subcommand)]
+        op: vhost_rdma::faults::cli::CaptureCmd,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -124,6 +140,9 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
     match cmd {
         CtlCmd::FlowRule { op } => vhost_rdma::steering::cli::flow_rule(control, json, op),
         CtlCmd::Rss(a) => vhost_rdma::steering::cli::rss(control, json, a),
+        CtlCmd::Faults { op } => vhost_rdma::faults::cli::faults(control, json, op),
+        CtlCmd::Link { state, port } => vhost_rdma::faults::cli::link(control, json, port, state),
+        CtlCmd::Capture { op } => vhost_rdma::faults::cli::capture(control, json, op),
         CtlCmd::Status => {
             let r = request(control, &Request::Status)?;
             if !r.ok {

@@ -762,7 +762,8 @@ impl VhostUserBackend for PortBackend {
         self.shared.steering.reset_guest_config();
         for q in &self.shared.rxq {
             q.clear();
-            q.enabled.store(false, Relaxed);
+            // See serve_port: usable until the worker finds it disabled.
+            q.enabled.store(true, Relaxed);
         }
         self.shared.active_qps.store(
             if self.owns_device() {
@@ -785,7 +786,10 @@ impl VhostUserBackend for PortBackend {
             .lock()
             .map(|m| m.0)
             .unwrap_or(self.shared.cfg.mac.0);
-        let cfg = config_space(mac, true, self.shared.cfg.queue_pairs, 1500);
+        // `ctl link down` shows here (no config-change interrupt is sent:
+        // the guest sees it when it next reads the status).
+        let link_up = self.fabric.faults.link_up(self.shared.index);
+        let cfg = config_space(mac, link_up, self.shared.cfg.queue_pairs, 1500);
         let start = (offset as usize).min(cfg.len());
         let end = start.saturating_add(size as usize).min(cfg.len());
         let mut v = cfg[start..end].to_vec();

@@ -35,6 +35,7 @@ pub struct Server {
     runners: Vec<PortRunner>,
     stop: Arc<AtomicBool>,
     control: Option<ControlServer>,
+    fault_timer: Option<JoinHandle<()>>,
 }
 
 impl Server {
@@ -50,6 +51,17 @@ impl Server {
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
         let fabric = Arc::new(Fabric::new(shared.clone()));
+        for spec in &cfg.faults {
+            fabric
+                .faults
+                .add(spec.clone())
+                .map_err(|e| anyhow::anyhow!("fault rule for port {}: {e}", spec.port))?;
+        }
+        let fault_timer = Some(
+            fabric
+                .start_fault_timer()
+                .context("spawning the fault timer")?,
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let mut runners = Vec::new();
         for port in shared {
@@ -108,6 +120,7 @@ impl Server {
             runners,
             stop,
             control: None,
+            fault_timer,
         };
         if let Some(path) = &cfg.control {
             let fabric = server.fabric.clone();
@@ -136,6 +149,13 @@ impl Server {
         self.stop.store(true, SeqCst);
         if let Some(c) = self.control.take() {
             c.stop();
+        }
+        if self.fabric.capture.active() {
+            let _ = self.fabric.capture.stop();
+        }
+        self.fabric.stop_fault_timer();
+        if let Some(t) = self.fault_timer.take() {
+            let _ = t.join();
         }
         for r in &mut self.runners {
             if let Some(c) = r
@@ -251,6 +271,12 @@ fn serve_port(
         }
         if stop.load(SeqCst) {
             let _ = front.shutdown(std::net::Shutdown::Both);
+        }
+        // Assume every RX queue usable until its worker finds the vring
+        // disabled (it then hands the frames to queue pair 0); waiting for
+        // the enable event instead races with the first frames.
+        for q in &port.rxq {
+            q.enabled.store(true, SeqCst);
         }
         port.connected.store(true, SeqCst);
         let n = port.connections.fetch_add(1, SeqCst) + 1;

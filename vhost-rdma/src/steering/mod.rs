@@ -818,7 +818,6 @@ pub fn handle(fabric: &Fabric, req: &crate::control::Request) -> Reply {
             ..Reply::default()
         };
         Ok(match req {
-            R::Status => return Err("not a steering request".into()),
             R::FlowRuleAdd { port, rule } => {
                 let p = find_port(fabric, port)?;
                 let id = p.steering.add_rule(rule.clone())?;
@@ -858,6 +857,7 @@ pub fn handle(fabric: &Fabric, req: &crate::control::Request) -> Reply {
                     .collect::<Result<_, _>>()?;
                 Reply { rss: Some(s), ..ok }
             }
+            _ => return Err("not a steering request".into()),
         })
     })();
     r.unwrap_or_else(err)

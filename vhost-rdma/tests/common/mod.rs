@@ -95,6 +95,7 @@ impl TestFabric {
         let server = Server::start(DaemonConfig {
             ports: ports.clone(),
             control: control.then(|| dir.path().join("ctl.sock")),
+            ..DaemonConfig::default()
         })
         .expect("Server::start");
         for p in &ports {

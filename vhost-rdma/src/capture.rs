@@ -1,0 +1,364 @@
+//! Captures (issue 6): pcapng of one port or of the whole fabric, started
+//! and stopped at runtime.
+//!
+//! One interface (IDB) per captured port, named after the port, link type
+//! Ethernet, nanosecond timestamps. Each frame is an Enhanced Packet Block
+//! whose `epb_flags` give the direction as the fabric's port sees it:
+//! inbound = the guest sent it (fault *ingress*), outbound = towards the
+//! guest (fault *egress*). Ingress frames are recorded as the guest sent them
+//! (before faults), egress frames as the guest gets them (after faults and
+//! offload finishing).
+//!
+//! The data path never blocks on the file: records go through a bounded
+//! channel to a writer thread; when it is full the record is dropped and
+//! counted.
+
+use crate::faults::Dir;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Records queued towards the writer thread at most.
+pub const CHANNEL_RECORDS: usize = 4096;
+/// Largest frame length a capture keeps (also the default snap length).
+pub const MAX_SNAPLEN: u32 = 65535 + 14;
+
+/// pcapng blocks (little endian).
+pub mod pcapng {
+    /// Link type Ethernet.
+    pub const LINKTYPE_ETHERNET: u16 = 1;
+    /// `epb_flags` direction: inbound.
+    pub const FLAG_INBOUND: u32 = 1;
+    /// `epb_flags` direction: outbound.
+    pub const FLAG_OUTBOUND: u32 = 2;
+
+    fn pad4(v: &mut Vec<u8>) {
+        while !v.len().is_multiple_of(4) {
+            v.push(0);
+        }
+    }
+
+    fn option(v: &mut Vec<u8>, code: u16, val: &[u8]) {
+        v.extend_from_slice(&code.to_le_bytes());
+        v.extend_from_slice(&(val.len() as u16).to_le_bytes());
+        v.extend_from_slice(val);
+        pad4(v);
+    }
+
+    fn block(kind: u32, body: &[u8]) -> Vec<u8> {
+        let len = (12 + body.len()) as u32;
+        let mut v = Vec::with_capacity(len as usize);
+        v.extend_from_slice(&kind.to_le_bytes());
+        v.extend_from_slice(&len.to_le_bytes());
+        v.extend_from_slice(body);
+        v.extend_from_slice(&len.to_le_bytes());
+        v
+    }
+
+    /// Section Header Block (section length unknown).
+    pub fn shb(app: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&(-1i64).to_le_bytes());
+        option(&mut b, 4, app.as_bytes()); // shb_userappl
+        option(&mut b, 0, &[]);
+        block(0x0a0d_0d0a, &b)
+    }
+
+    /// Interface Description Block: Ethernet, `if_name`, nanosecond
+    /// timestamps (`if_tsresol` 9).
+    pub fn idb(name: &str, snaplen: u32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&snaplen.to_le_bytes());
+        option(&mut b, 2, name.as_bytes()); // if_name
+        option(&mut b, 9, &[9]); // if_tsresol: 10^-9
+        option(&mut b, 0, &[]);
+        block(1, &b)
+    }
+
+    /// Enhanced Packet Block with `epb_flags`.
+    pub fn epb(iface: u32, ts_ns: u64, data: &[u8], orig_len: u32, flags: u32) -> Vec<u8> {
+        let mut b = Vec::with_capacity(data.len() + 40);
+        b.extend_from_slice(&iface.to_le_bytes());
+        b.extend_from_slice(&((ts_ns >> 32) as u32).to_le_bytes());
+        b.extend_from_slice(&(ts_ns as u32).to_le_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        b.extend_from_slice(&orig_len.to_le_bytes());
+        b.extend_from_slice(data);
+        pad4(&mut b);
+        option(&mut b, 2, &flags.to_le_bytes()); // epb_flags
+        option(&mut b, 0, &[]);
+        block(6, &b)
+    }
+}
+
+/// State and counters of the current (or last) capture.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureStatus {
+    pub running: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Captured ports (interface order).
+    pub ports: Vec<String>,
+    pub snaplen: u32,
+    /// Frames written.
+    pub records: u64,
+    /// Bytes written to the file.
+    pub bytes: u64,
+    /// Records dropped because the writer fell behind (channel full).
+    pub dropped: u64,
+    /// The first write error, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+struct Rec {
+    iface: u32,
+    ts_ns: u64,
+    flags: u32,
+    orig_len: u32,
+    data: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    records: AtomicU64,
+    bytes: AtomicU64,
+    dropped: AtomicU64,
+    error: Mutex<Option<String>>,
+}
+
+struct Running {
+    tx: SyncSender<Rec>,
+    file: PathBuf,
+    /// Port index -> interface id.
+    ifaces: Vec<Option<u32>>,
+    ports: Vec<String>,
+    snaplen: u32,
+    counters: Arc<Counters>,
+    thread: JoinHandle<()>,
+}
+
+/// The fabric's capture point.
+#[derive(Default)]
+pub struct Capture {
+    active: AtomicBool,
+    run: RwLock<Option<Running>>,
+    last: Mutex<Option<CaptureStatus>>,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capture")
+            .field("active", &self.active)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Running {
+    fn status(&self) -> CaptureStatus {
+        status_of(&self.counters, true, &self.file, &self.ports, self.snaplen)
+    }
+}
+
+fn status_of(
+    c: &Counters,
+    running: bool,
+    file: &Path,
+    ports: &[String],
+    snaplen: u32,
+) -> CaptureStatus {
+    CaptureStatus {
+        running,
+        file: Some(file.display().to_string()),
+        ports: ports.to_vec(),
+        snaplen,
+        records: c.records.load(Relaxed),
+        bytes: c.bytes.load(Relaxed),
+        dropped: c.dropped.load(Relaxed),
+        error: c.error.lock().ok().and_then(|e| e.clone()),
+    }
+}
+
+impl Capture {
+    /// Whether a capture runs.
+    pub fn active(&self) -> bool {
+        self.active.load(Relaxed)
+    }
+
+    /// Starts capturing `ports` (index, name) of the fabric with `names.len()`
+    /// ports into `file` (created or truncated).
+    pub fn start(
+        &self,
+        file: &Path,
+        names: &[String],
+        only: Option<usize>,
+        snaplen: Option<u32>,
+    ) -> Result<CaptureStatus, String> {
+        let snaplen = snaplen.unwrap_or(MAX_SNAPLEN);
+        if snaplen == 0 || snaplen > MAX_SNAPLEN {
+            return Err(format!("snaplen must be 1..={MAX_SNAPLEN}"));
+        }
+        let mut run = self.run.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = run.as_ref() {
+            return Err(format!(
+                "a capture into {} runs already; stop it first",
+                r.file.display()
+            ));
+        }
+        let f = File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut w = BufWriter::new(f);
+        let mut ifaces = vec![None; names.len()];
+        let mut ports = Vec::new();
+        let mut head = pcapng::shb(concat!("vhost-rdma ", env!("CARGO_PKG_VERSION")));
+        for (i, n) in names.iter().enumerate() {
+            if only.is_some_and(|o| o != i) {
+                continue;
+            }
+            ifaces[i] = Some(ports.len() as u32);
+            ports.push(n.clone());
+            head.extend(pcapng::idb(n, snaplen));
+        }
+        w.write_all(&head)
+            .and_then(|_| w.flush())
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        let counters = Arc::new(Counters::default());
+        counters.bytes.store(head.len() as u64, Relaxed);
+        let (tx, rx) = sync_channel::<Rec>(CHANNEL_RECORDS);
+        let c = counters.clone();
+        let thread = std::thread::Builder::new()
+            .name("capture".into())
+            .spawn(move || {
+                let fail = |e: std::io::Error| {
+                    let mut x = c.error.lock().unwrap_or_else(|e| e.into_inner());
+                    if x.is_none() {
+                        *x = Some(e.to_string());
+                    }
+                };
+                loop {
+                    match rx.recv_timeout(Duration::from_millis(200)) {
+                        Ok(r) => {
+                            let b = pcapng::epb(r.iface, r.ts_ns, &r.data, r.orig_len, r.flags);
+                            match w.write_all(&b) {
+                                Ok(()) => {
+                                    c.records.fetch_add(1, Relaxed);
+                                    c.bytes.fetch_add(b.len() as u64, Relaxed);
+                                }
+                                Err(e) => {
+                                    c.dropped.fetch_add(1, Relaxed);
+                                    fail(e);
+                                }
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {
+                            if let Err(e) = w.flush() {
+                                fail(e);
+                            }
+                        }
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                if let Err(e) = w.flush() {
+                    fail(e);
+                }
+            })
+            .map_err(|e| format!("capture thread: {e}"))?;
+        let r = Running {
+            tx,
+            file: file.to_path_buf(),
+            ifaces,
+            ports,
+            snaplen,
+            counters,
+            thread,
+        };
+        let st = r.status();
+        *run = Some(r);
+        self.active.store(true, SeqCst);
+        Ok(st)
+    }
+
+    /// Stops the capture, writes what is queued and closes the file.
+    pub fn stop(&self) -> Result<CaptureStatus, String> {
+        let r = self
+            .run
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or("no capture runs")?;
+        self.active.store(false, SeqCst);
+        let Running {
+            tx,
+            file,
+            ports,
+            snaplen,
+            counters,
+            thread,
+            ..
+        } = r;
+        drop(tx);
+        let _ = thread.join();
+        let st = status_of(&counters, false, &file, &ports, snaplen);
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(st.clone());
+        Ok(st)
+    }
+
+    /// The running capture, else the last one, else an empty status.
+    pub fn status(&self) -> CaptureStatus {
+        if let Some(r) = self.run.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return r.status();
+        }
+        self.last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// Records a frame of `port` (cheap when no capture runs).
+    pub fn record(&self, port: usize, dir: Dir, data: &[u8]) {
+        if !self.active() {
+            return;
+        }
+        let run = self.run.read().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = run.as_ref() else { return };
+        let Some(iface) = r.ifaces.get(port).copied().flatten() else {
+            return;
+        };
+        let keep = data.len().min(r.snaplen as usize);
+        let rec = Rec {
+            iface,
+            ts_ns: now_ns(),
+            flags: if dir == Dir::Egress {
+                pcapng::FLAG_OUTBOUND
+            } else {
+                pcapng::FLAG_INBOUND
+            },
+            orig_len: data.len() as u32,
+            data: data[..keep].to_vec(),
+        };
+        match r.tx.try_send(rec) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                r.counters.dropped.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,1595 @@
+//! Fault injection (issue 6): rules that drop, duplicate, reorder, delay,
+//! corrupt or rate-limit frames of one port and direction, and link down/up.
+//!
+//! * *Ingress* is what a guest sent (applied before switching), *egress*
+//!   what goes towards a guest (applied per destination port, before its
+//!   pending queue).
+//! * Rules of a port run in insertion order; a frame leaving one rule (also a
+//!   delayed or reordered one, when it is released) goes through the rules
+//!   after it.
+//! * Every random decision comes from the rule's own PRNG (splitmix64 seeded
+//!   with `seed`, default the rule id): the same seed and the same frame
+//!   sequence give the same decisions.
+//! * Held frames (delay, reorder) live in one bounded timer queue served by
+//!   one thread (`Fabric::start_fault_timer`); beyond the bound they are
+//!   dropped and counted (`overflow`).
+//! * With no rule and every link up the data path reads one atomic.
+
+use crate::control::Reply;
+use crate::fabric::{Frame, PortShared};
+use crate::steering::FlowRuleSpec;
+use devmem_nic::parse::{parse, L4Proto};
+use roce_model::headers::Header;
+use roce_model::{Bth, Opcode};
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Fault rules in the whole daemon.
+pub const MAX_FAULT_RULES: usize = 64;
+/// Frames held (delayed or waiting for reordering) per port.
+pub const MAX_HELD_PER_PORT: usize = 4096;
+/// Largest reorder window.
+pub const MAX_WINDOW: usize = 1024;
+/// Largest delay or jitter.
+pub const MAX_DELAY_MS: u64 = 60_000;
+/// RoCEv2 UDP port.
+const ROCE_PORT: u16 = 4791;
+
+/// Which frames of a port a rule sees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dir {
+    /// Frames the guest sent.
+    Ingress,
+    /// Frames towards the guest.
+    Egress,
+    /// Both.
+    #[default]
+    Both,
+}
+
+impl Dir {
+    fn covers(self, d: Dir) -> bool {
+        self == Dir::Both || self == d
+    }
+}
+
+impl std::str::FromStr for Dir {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ingress" | "in" => Ok(Dir::Ingress),
+            "egress" | "out" => Ok(Dir::Egress),
+            "both" => Ok(Dir::Both),
+            _ => Err(format!("direction {s:?}: use ingress, egress or both")),
+        }
+    }
+}
+
+/// What a rule does to the frames it selects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultAction {
+    #[default]
+    Drop,
+    /// Deliver `copies` extra copies (default 1).
+    Dup,
+    /// Hold `window` frames (default 4) and release them shuffled; a partial
+    /// window is released after `hold-ms` (default 100).
+    Reorder,
+    /// Deliver after `delay-ms` plus a uniform 0..=`jitter-ms`.
+    Delay,
+    /// XOR `xor` (default 0xff) into the byte at `offset`, into the ICRC
+    /// (`icrc = true`, RoCEv2 frames), or into a random byte.
+    Corrupt,
+    /// Token bucket: `fps` frames/s or `bps` bytes/s, `burst` deep; the
+    /// excess is dropped.
+    Rate,
+    /// Drop everything matched, as a cut link would.
+    LinkDown,
+}
+
+impl std::str::FromStr for FaultAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "drop" => FaultAction::Drop,
+            "dup" | "duplicate" => FaultAction::Dup,
+            "reorder" => FaultAction::Reorder,
+            "delay" => FaultAction::Delay,
+            "corrupt" => FaultAction::Corrupt,
+            "rate" | "rate-limit" => FaultAction::Rate,
+            "link-down" => FaultAction::LinkDown,
+            _ => {
+                return Err(format!(
+                    "action {s:?}: use drop, dup, reorder, delay, corrupt, rate or link-down"
+                ))
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for FaultAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FaultAction::Drop => "drop",
+            FaultAction::Dup => "dup",
+            FaultAction::Reorder => "reorder",
+            FaultAction::Delay => "delay",
+            FaultAction::Corrupt => "corrupt",
+            FaultAction::Rate => "rate",
+            FaultAction::LinkDown => "link-down",
+        })
+    }
+}
+
+/// A fault rule as the control socket and the config file (`[[fault]]`)
+/// spell it. Every given match field must match.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FaultSpec {
+    /// Rule id (unique); chosen by the daemon when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+    pub port: String,
+    #[serde(default)]
+    pub dir: Dir,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ethertype: Option<u16>,
+    /// `ADDR` or `ADDR/PREFIX`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_ip: Option<String>,
+    /// `tcp`, `udp` or a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proto: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_port: Option<u16>,
+    /// RoCEv2 BTH opcode: a number or a name (`RC_SEND_ONLY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opcode: Option<String>,
+    /// RoCEv2 destination QP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qpn: Option<u32>,
+    /// RoCEv2 PSN `N` or `LO-HI` (inclusive; LO > HI wraps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psn: Option<String>,
+    pub action: FaultAction,
+    /// Act on a matched frame with this probability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prob: Option<f64>,
+    /// Act on every Nth matched frame (the Nth, 2Nth, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// dup: extra copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<u32>,
+    /// reorder: frames per shuffled batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
+    /// reorder: longest hold of a partial batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<u64>,
+    /// corrupt: byte offset in the Ethernet frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<usize>,
+    /// corrupt: the RoCEv2 ICRC.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub icrc: bool,
+    /// corrupt: value XORed in (default 0xff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xor: Option<u8>,
+    /// rate: frames per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fps: Option<f64>,
+    /// rate: bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bps: Option<f64>,
+    /// rate: bucket depth (frames or bytes; default one second's worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<f64>,
+}
+
+fn parse_opcode(s: &str) -> Result<u8, String> {
+    let n = match s.strip_prefix("0x") {
+        Some(h) => u8::from_str_radix(h, 16).ok(),
+        None => s.parse::<u8>().ok(),
+    };
+    if let Some(n) = n {
+        return Ok(n);
+    }
+    let want = s.to_ascii_uppercase().replace('-', "_");
+    Opcode::ALL
+        .iter()
+        .find(|o| o.info().name == want)
+        .map(|o| o.as_u8())
+        .ok_or_else(|| format!("opcode {s:?}: a number or a name such as RC_SEND_ONLY"))
+}
+
+fn parse_psn(s: &str) -> Result<(u32, u32), String> {
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&v| v <= 0xff_ffff)
+            .ok_or_else(|| format!("PSN {x:?}: a number up to 16777215"))
+    };
+    match s.split_once('-') {
+        Some((a, b)) => Ok((num(a)?, num(b)?)),
+        None => {
+            let v = num(s)?;
+            Ok((v, v))
+        }
+    }
+}
+
+impl FaultSpec {
+    fn check(&self) -> Result<(), String> {
+        use FaultAction::*;
+        if let Some(p) = self.prob {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("prob {p} is not in 0..=1"));
+            }
+        }
+        if self.every == Some(0) {
+            return Err("every must be at least 1".into());
+        }
+        if self.prob.is_some() && self.every.is_some() {
+            return Err("give at most one of prob and every".into());
+        }
+        let only = |ok: &[Option<()>], name: &str| -> Result<(), String> {
+            if ok.iter().any(|o| o.is_some()) {
+                Err(format!("{name} does not apply to action {}", self.action))
+            } else {
+                Ok(())
+            }
+        };
+        let c = self.copies.map(|_| ());
+        let w = self.window.or(self.hold_ms.map(|x| x as usize)).map(|_| ());
+        let d = self.delay_ms.or(self.jitter_ms).map(|_| ());
+        let x = self
+            .offset
+            .map(|_| ())
+            .or(self.icrc.then_some(()))
+            .or(self.xor.map(|_| ()));
+        let r = self.fps.or(self.bps).or(self.burst).map(|_| ());
+        match self.action {
+            Drop | LinkDown => only(&[c, w, d, x, r], "copies/window/delay/corrupt/rate options")?,
+            Dup => {
+                only(&[w, d, x, r], "window/delay/corrupt/rate options")?;
+                if !(1..=16).contains(&self.copies.unwrap_or(1)) {
+                    return Err("copies must be 1..=16".into());
+                }
+            }
+            Reorder => {
+                only(&[c, d, x, r], "copies/delay/corrupt/rate options")?;
+                let win = self.window.unwrap_or(4);
+                if !(2..=MAX_WINDOW).contains(&win) {
+                    return Err(format!("window must be 2..={MAX_WINDOW}"));
+                }
+                if self.hold_ms.unwrap_or(0) > MAX_DELAY_MS {
+                    return Err(format!("hold-ms above {MAX_DELAY_MS}"));
+                }
+            }
+            Delay => {
+                only(&[c, w, x, r], "copies/window/corrupt/rate options")?;
+                if self.delay_ms.is_none() {
+                    return Err("delay needs delay-ms".into());
+                }
+                if self.delay_ms.unwrap_or(0) > MAX_DELAY_MS
+                    || self.jitter_ms.unwrap_or(0) > MAX_DELAY_MS
+                {
+                    return Err(format!("delay-ms and jitter-ms are at most {MAX_DELAY_MS}"));
+                }
+            }
+            Corrupt => {
+                only(&[c, w, d, r], "copies/window/delay/rate options")?;
+                if self.icrc && self.offset.is_some() {
+                    return Err("give at most one of offset and icrc".into());
+                }
+                if self.xor == Some(0) {
+                    return Err("xor 0 changes nothing".into());
+                }
+            }
+            Rate => {
+                only(&[c, w, d, x], "copies/window/delay/corrupt options")?;
+                if self.prob.is_some() || self.every.is_some() {
+                    return Err("rate takes neither prob nor every".into());
+                }
+                match (self.fps, self.bps) {
+                    (Some(v), None) | (None, Some(v)) if v > 0.0 && v.is_finite() => {}
+                    _ => return Err("rate needs exactly one of fps and bps, above 0".into()),
+                }
+                if self.burst.is_some_and(|b| !(b >= 1.0 && b.is_finite())) {
+                    return Err("burst must be at least 1".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One-line description, e.g. `p0 egress proto udp every 2 -> drop`.
+    pub fn describe(&self) -> String {
+        let mut v = vec![
+            self.port.clone(),
+            format!("{:?}", self.dir).to_ascii_lowercase(),
+        ];
+        let mut f = |k: &str, x: Option<String>| {
+            if let Some(x) = x {
+                v.push(format!("{k} {x}"));
+            }
+        };
+        f("src-mac", self.src_mac.clone());
+        f("dst-mac", self.dst_mac.clone());
+        f("ethertype", self.ethertype.map(|e| format!("{e:#06x}")));
+        f("proto", self.proto.clone());
+        f("src-ip", self.src_ip.clone());
+        f("src-port", self.src_port.map(|p| p.to_string()));
+        f("dst-ip", self.dst_ip.clone());
+        f("dst-port", self.dst_port.map(|p| p.to_string()));
+        f("opcode", self.opcode.clone());
+        f("qpn", self.qpn.map(|q| q.to_string()));
+        f("psn", self.psn.clone());
+        f("prob", self.prob.map(|p| p.to_string()));
+        f("every", self.every.map(|p| p.to_string()));
+        let mut a = self.action.to_string();
+        let mut g = |k: &str, x: Option<String>| {
+            if let Some(x) = x {
+                a.push_str(&format!(" {k} {x}"));
+            }
+        };
+        g("copies", self.copies.map(|x| x.to_string()));
+        g("window", self.window.map(|x| x.to_string()));
+        g("hold-ms", self.hold_ms.map(|x| x.to_string()));
+        g("delay-ms", self.delay_ms.map(|x| x.to_string()));
+        g("jitter-ms", self.jitter_ms.map(|x| x.to_string()));
+        g("offset", self.offset.map(|x| x.to_string()));
+        g("icrc", self.icrc.then(String::new));
+        g("xor", self.xor.map(|x| format!("{x:#04x}")));
+        g("fps", self.fps.map(|x| x.to_string()));
+        g("bps", self.bps.map(|x| x.to_string()));
+        g("burst", self.burst.map(|x| x.to_string()));
+        format!("{} -> {}", v.join(" "), a.trim_end())
+    }
+}
+
+/// Compiled match of a rule.
+#[derive(Debug)]
+struct Matcher {
+    flow: Option<devmem_nic::FlowMatch>,
+    opcode: Option<u8>,
+    qpn: Option<u32>,
+    psn: Option<(u32, u32)>,
+}
+
+impl Matcher {
+    fn new(s: &FaultSpec) -> Result<Self, String> {
+        let fs = FlowRuleSpec {
+            src_mac: s.src_mac.clone(),
+            dst_mac: s.dst_mac.clone(),
+            ethertype: s.ethertype,
+            src_ip: s.src_ip.clone(),
+            dst_ip: s.dst_ip.clone(),
+            proto: s.proto.clone(),
+            src_port: s.src_port,
+            dst_port: s.dst_port,
+            drop: true,
+            ..FlowRuleSpec::default()
+        };
+        let any_flow = fs.src_mac.is_some()
+            || fs.dst_mac.is_some()
+            || fs.ethertype.is_some()
+            || fs.src_ip.is_some()
+            || fs.dst_ip.is_some()
+            || fs.proto.is_some()
+            || fs.src_port.is_some()
+            || fs.dst_port.is_some();
+        let qpn = s.qpn;
+        if qpn.is_some_and(|q| q > 0xff_ffff) {
+            return Err("qpn is 24 bits".into());
+        }
+        Ok(Matcher {
+            flow: if any_flow {
+                Some(fs.to_rule(0)?.matcher)
+            } else {
+                None
+            },
+            opcode: s.opcode.as_deref().map(parse_opcode).transpose()?,
+            qpn,
+            psn: s.psn.as_deref().map(parse_psn).transpose()?,
+        })
+    }
+
+    fn roce(&self) -> bool {
+        self.opcode.is_some() || self.qpn.is_some() || self.psn.is_some()
+    }
+
+    fn matches(&self, data: &[u8]) -> bool {
+        if self.flow.is_none() && !self.roce() {
+            return true;
+        }
+        let p = parse(data);
+        if let Some(m) = &self.flow {
+            if !m.matches(&p) {
+                return false;
+            }
+        }
+        if !self.roce() {
+            return true;
+        }
+        if !p
+            .l4
+            .is_some_and(|l| l.proto == L4Proto::Udp && l.dst_port == ROCE_PORT)
+        {
+            return false;
+        }
+        let Some(Ok(bth)) = data.get(p.l4_offset + 8..).map(Bth::parse) else {
+            return false;
+        };
+        if self.opcode.is_some_and(|o| o != bth.opcode.as_u8()) {
+            return false;
+        }
+        if self.qpn.is_some_and(|q| q != bth.dest_qp) {
+            return false;
+        }
+        if let Some((lo, hi)) = self.psn {
+            let ok = if lo <= hi {
+                (lo..=hi).contains(&bth.psn)
+            } else {
+                bth.psn >= lo || bth.psn <= hi
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Offset of the ICRC of a RoCEv2 frame.
+pub fn icrc_offset(data: &[u8]) -> Option<usize> {
+    roce_model::RoceFrame::parse(data).ok()?;
+    let p = parse(data);
+    let l4 = p.l4?;
+    (l4.proto == L4Proto::Udp && l4.dst_port == ROCE_PORT && p.l3_end >= 4)
+        .then(|| p.l3_end - roce_model::ICRC_LEN)
+}
+
+/// splitmix64.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RuleState {
+    rng: Rng,
+    matched: u64,
+    held: Vec<(Dir, Frame)>,
+    batch: u64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+/// One installed rule.
+#[derive(Debug)]
+struct Rule {
+    id: u32,
+    port: usize,
+    spec: FaultSpec,
+    matcher: Matcher,
+    state: Mutex<RuleState>,
+    matched: AtomicU64,
+    acted: AtomicU64,
+    overflow: AtomicU64,
+}
+
+/// A rule and its counters (`faults list`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultInfo {
+    pub id: u32,
+    pub seed: u64,
+    pub description: String,
+    pub rule: FaultSpec,
+    /// Frames that matched.
+    pub matched: u64,
+    /// Frames acted on (dropped, duplicated, held, corrupted, rate-dropped).
+    pub acted: u64,
+    /// Frames dropped because the port's held-frame bound was reached.
+    pub overflow: u64,
+    /// Frames held for reordering now.
+    pub held: usize,
+}
+
+/// A port's link state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkInfo {
+    pub port: String,
+    pub up: bool,
+    /// Frames dropped to or from the port while its link was down.
+    pub drops: u64,
+}
+
+/// Reply to `faults list` and friends.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultsStatus {
+    pub rules: Vec<FaultInfo>,
+    pub links: Vec<LinkInfo>,
+    /// Frames waiting in the timer queue (delayed, or reordered and released).
+    pub delayed: usize,
+}
+
+#[derive(Debug)]
+struct Link {
+    down: AtomicBool,
+    drops: AtomicU64,
+}
+
+/// Something the timer does when due.
+#[derive(Debug)]
+enum Job {
+    /// Hand `frame` on at `port`/`dir`, through the rules after `after`.
+    Release {
+        port: usize,
+        dir: Dir,
+        after: u32,
+        frame: Frame,
+        /// Counted in `held` (a delayed frame).
+        counted: bool,
+    },
+    /// Release what a reorder rule holds if its batch is still `batch`.
+    Flush { rule: u32, batch: u64 },
+}
+
+#[derive(Debug)]
+struct Timed {
+    due: Instant,
+    seq: u64,
+    job: Job,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, o: &Self) -> bool {
+        self.due == o.due && self.seq == o.seq
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, o: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timed {
+    /// Reversed: the earliest is the greatest (max-heap).
+    fn cmp(&self, o: &Self) -> CmpOrdering {
+        o.due.cmp(&self.due).then(o.seq.cmp(&self.seq))
+    }
+}
+
+#[derive(Debug, Default)]
+struct TimerQ {
+    heap: BinaryHeap<Timed>,
+    seq: u64,
+}
+
+/// A frame the timer hands back to the fabric.
+#[derive(Debug)]
+pub struct Released {
+    pub port: usize,
+    pub dir: Dir,
+    /// Continue with the rules after this one.
+    pub after: u32,
+    pub frame: Frame,
+}
+
+/// The fault rules and link states of a fabric.
+#[derive(Debug)]
+pub struct Faults {
+    names: Vec<String>,
+    active: AtomicBool,
+    rules: RwLock<Vec<Arc<Rule>>>,
+    links: Vec<Link>,
+    timer: Mutex<TimerQ>,
+    timer_cv: Condvar,
+    /// Frames held per port (timer queue and reorder batches).
+    held: Vec<AtomicUsize>,
+    timer_running: AtomicBool,
+    stop: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Faults {
+    /// No rules, every link up, for these ports.
+    pub fn new(ports: &[Arc<PortShared>]) -> Self {
+        Faults {
+            names: ports.iter().map(|p| p.cfg.name.clone()).collect(),
+            active: AtomicBool::new(false),
+            rules: RwLock::new(Vec::new()),
+            links: ports
+                .iter()
+                .map(|_| Link {
+                    down: AtomicBool::new(false),
+                    drops: AtomicU64::new(0),
+                })
+                .collect(),
+            timer: Mutex::new(TimerQ::default()),
+            timer_cv: Condvar::new(),
+            held: ports.iter().map(|_| AtomicUsize::new(0)).collect(),
+            timer_running: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether anything is configured (else the fabric skips [`apply`](Self::apply)).
+    pub fn active(&self) -> bool {
+        self.active.load(Relaxed)
+    }
+
+    fn update_active(&self, rules: &[Arc<Rule>]) {
+        let on = !rules.is_empty() || self.links.iter().any(|l| l.down.load(Relaxed));
+        self.active.store(on, Relaxed);
+    }
+
+    fn port_index(&self, name: &str) -> Result<usize, String> {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| format!("no port named {name:?}"))
+    }
+
+    /// Adds a rule; returns its id.
+    pub fn add(&self, mut spec: FaultSpec) -> Result<u32, String> {
+        let port = self.port_index(&spec.port)?;
+        spec.check()?;
+        let matcher = Matcher::new(&spec)?;
+        let mut rules = self.rules.write().unwrap_or_else(|e| e.into_inner());
+        if rules.len() >= MAX_FAULT_RULES {
+            return Err(format!(
+                "too many fault rules (at most {MAX_FAULT_RULES}); delete some first"
+            ));
+        }
+        let id = match spec.id {
+            Some(0) => return Err("rule id 0 is reserved".into()),
+            Some(id) if rules.iter().any(|r| r.id == id) => {
+                return Err(format!("fault rule {id} exists already"))
+            }
+            Some(id) => id,
+            None => rules.iter().map(|r| r.id).max().unwrap_or(0) + 1,
+        };
+        spec.id = Some(id);
+        let seed = spec.seed.unwrap_or(u64::from(id));
+        let burst = spec
+            .burst
+            .unwrap_or_else(|| spec.fps.or(spec.bps).unwrap_or(1.0).max(1.0));
+        rules.push(Arc::new(Rule {
+            id,
+            port,
+            matcher,
+            state: Mutex::new(RuleState {
+                rng: Rng(seed),
+                matched: 0,
+                held: Vec::new(),
+                batch: 0,
+                tokens: burst,
+                refilled: Instant::now(),
+            }),
+            spec,
+            matched: AtomicU64::new(0),
+            acted: AtomicU64::new(0),
+            overflow: AtomicU64::new(0),
+        }));
+        self.update_active(&rules);
+        Ok(id)
+    }
+
+    /// Removes a rule; frames it holds for reordering are released at once.
+    pub fn del(&self, id: u32) -> Result<(), String> {
+        let mut rules = self.rules.write().unwrap_or_else(|e| e.into_inner());
+        let i = rules
+            .iter()
+            .position(|r| r.id == id)
+            .ok_or_else(|| format!("no fault rule {id}"))?;
+        let r = rules.remove(i);
+        self.update_active(&rules);
+        drop(rules);
+        let held = std::mem::take(&mut lock(&r.state).held);
+        for (dir, frame) in held {
+            self.held[r.port].fetch_sub(1, Relaxed);
+            self.schedule_release(r.port, dir, id, frame, Duration::ZERO);
+        }
+        Ok(())
+    }
+
+    /// Sets a port's link up or down.
+    pub fn set_link(&self, port: &str, up: bool) -> Result<(), String> {
+        let i = self.port_index(port)?;
+        self.links[i].down.store(!up, Relaxed);
+        let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        self.update_active(&rules);
+        Ok(())
+    }
+
+    /// Whether a port's link is up (`link down` not in force).
+    pub fn link_up(&self, port: usize) -> bool {
+        !self.links.get(port).is_some_and(|l| l.down.load(Relaxed))
+    }
+
+    /// Rules with counters, and link states.
+    pub fn status(&self) -> FaultsStatus {
+        let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        FaultsStatus {
+            rules: rules
+                .iter()
+                .map(|r| FaultInfo {
+                    id: r.id,
+                    seed: r.spec.seed.unwrap_or(u64::from(r.id)),
+                    description: r.spec.describe(),
+                    rule: r.spec.clone(),
+                    matched: r.matched.load(Relaxed),
+                    acted: r.acted.load(Relaxed),
+                    overflow: r.overflow.load(Relaxed),
+                    held: lock(&r.state).held.len(),
+                })
+                .collect(),
+            links: self
+                .names
+                .iter()
+                .zip(&self.links)
+                .map(|(n, l)| LinkInfo {
+                    port: n.clone(),
+                    up: !l.down.load(Relaxed),
+                    drops: l.drops.load(Relaxed),
+                })
+                .collect(),
+            delayed: lock(&self.timer).heap.len(),
+        }
+    }
+
+    /// Runs a frame of `port` in direction `dir` (ingress or egress) through
+    /// the link state and the port's rules; returns what passes now.
+    pub fn apply(&self, port: usize, dir: Dir, frame: Frame) -> Vec<Frame> {
+        if !self.link_up(port) {
+            self.links[port].drops.fetch_add(1, Relaxed);
+            return Vec::new();
+        }
+        self.run(port, dir, 0, frame)
+    }
+
+    /// Continues a released frame through the rules after rule `after` (none
+    /// if that rule is gone: the frame was past it already).
+    pub fn apply_after(&self, r: Released) -> Vec<Frame> {
+        if !self.link_up(r.port) {
+            self.links[r.port].drops.fetch_add(1, Relaxed);
+            return Vec::new();
+        }
+        self.run(r.port, r.dir, r.after, r.frame)
+    }
+
+    fn run(&self, port: usize, dir: Dir, after: u32, frame: Frame) -> Vec<Frame> {
+        let rules: Vec<Arc<Rule>> = {
+            let all = self.rules.read().unwrap_or_else(|e| e.into_inner());
+            let start = if after == 0 {
+                0
+            } else {
+                match all.iter().position(|r| r.id == after) {
+                    Some(i) => i + 1,
+                    None => all.len(),
+                }
+            };
+            all[start..]
+                .iter()
+                .filter(|r| r.port == port && r.spec.dir.covers(dir))
+                .cloned()
+                .collect()
+        };
+        let mut cur = vec![frame];
+        for r in rules {
+            let mut next = Vec::with_capacity(cur.len());
+            for f in cur {
+                self.run_rule(&r, dir, f, &mut next);
+            }
+            cur = next;
+            if cur.is_empty() {
+                break;
+            }
+        }
+        cur
+    }
+
+    fn run_rule(&self, r: &Rule, dir: Dir, mut f: Frame, out: &mut Vec<Frame>) {
+        if !r.matcher.matches(&f.data) {
+            out.push(f);
+            return;
+        }
+        r.matched.fetch_add(1, Relaxed);
+        let s = &r.spec;
+        let mut st = lock(&r.state);
+        st.matched += 1;
+        if s.action == FaultAction::Rate {
+            let now = Instant::now();
+            let dt = now.duration_since(st.refilled).as_secs_f64();
+            st.refilled = now;
+            let rate = s.fps.or(s.bps).unwrap_or(1.0);
+            let burst = s.burst.unwrap_or(rate.max(1.0));
+            st.tokens = (st.tokens + dt * rate).min(burst);
+            let cost = if s.fps.is_some() {
+                1.0
+            } else {
+                f.data.len() as f64
+            };
+            if st.tokens >= cost {
+                st.tokens -= cost;
+                out.push(f);
+            } else {
+                r.acted.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        let go = match (s.every, s.prob) {
+            (Some(n), _) => st.matched.is_multiple_of(n),
+            (_, Some(p)) => st.rng.unit() < p,
+            _ => true,
+        };
+        if !go {
+            out.push(f);
+            return;
+        }
+        match s.action {
+            FaultAction::Drop | FaultAction::LinkDown | FaultAction::Rate => {}
+            FaultAction::Dup => {
+                for _ in 0..s.copies.unwrap_or(1) {
+                    out.push(f.clone());
+                }
+                out.push(f);
+            }
+            FaultAction::Corrupt => {
+                let x = s.xor.unwrap_or(0xff);
+                let at = if s.icrc {
+                    icrc_offset(&f.data).map(|o| (o, 4))
+                } else if let Some(o) = s.offset {
+                    (o < f.data.len()).then_some((o, 1))
+                } else {
+                    let len = f.data.len() as u64;
+                    Some((st.rng.below(len) as usize, 1))
+                };
+                match at {
+                    Some((o, n)) => {
+                        for b in &mut f.data[o..o + n] {
+                            *b ^= x;
+                        }
+                    }
+                    None => {
+                        // Nothing to corrupt (not RoCE, or short): passes.
+                        out.push(f);
+                        return;
+                    }
+                }
+                out.push(f);
+            }
+            FaultAction::Delay => {
+                let j = s.jitter_ms.unwrap_or(0);
+                let ms = s.delay_ms.unwrap_or(0) + st.rng.below(j + 1);
+                drop(st);
+                if !self.reserve(r) {
+                    return;
+                }
+                let job = Job::Release {
+                    port: r.port,
+                    dir,
+                    after: r.id,
+                    frame: f,
+                    counted: true,
+                };
+                self.schedule(job, Duration::from_millis(ms));
+            }
+            FaultAction::Reorder => {
+                if !self.reserve(r) {
+                    return;
+                }
+                st.held.push((dir, f));
+                if st.held.len() == 1 {
+                    st.batch += 1;
+                    let job = Job::Flush {
+                        rule: r.id,
+                        batch: st.batch,
+                    };
+                    self.schedule(job, Duration::from_millis(s.hold_ms.unwrap_or(100)));
+                }
+                if st.held.len() >= s.window.unwrap_or(4) {
+                    let batch = shuffle(&mut st);
+                    drop(st);
+                    for (d, f) in batch {
+                        self.held[r.port].fetch_sub(1, Relaxed);
+                        if d == dir {
+                            out.push(f);
+                        } else {
+                            self.schedule_release(r.port, d, r.id, f, Duration::ZERO);
+                        }
+                    }
+                }
+            }
+        }
+        r.acted.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a frame held for `port`; false (dropped, counted) beyond the bound.
+    fn reserve(&self, r: &Rule) -> bool {
+        let port = r.port;
+        if !self.timer_running.load(Relaxed) {
+            // No timer thread (a bare fabric): nothing could release it.
+            r.overflow.fetch_add(1, Relaxed);
+            return false;
+        }
+        if self.held[port].fetch_add(1, Relaxed) >= MAX_HELD_PER_PORT {
+            self.held[port].fetch_sub(1, Relaxed);
+            r.overflow.fetch_add(1, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn schedule_release(&self, port: usize, dir: Dir, after: u32, frame: Frame, d: Duration) {
+        self.schedule(
+            Job::Release {
+                port,
+                dir,
+                after,
+                frame,
+                counted: false,
+            },
+            d,
+        );
+    }
+
+    fn schedule(&self, job: Job, d: Duration) {
+        let mut q = lock(&self.timer);
+        q.seq += 1;
+        let seq = q.seq;
+        let due = Instant::now() + d;
+        let wake = q.heap.peek().is_none_or(|t| due < t.due);
+        q.heap.push(Timed { due, seq, job });
+        drop(q);
+        if wake {
+            self.timer_cv.notify_one();
+        }
+    }
+
+    /// Marks the timer thread as started (before it runs, so that frames
+    /// held right away are not refused).
+    pub fn timer_started(&self) {
+        self.stop.store(false, SeqCst);
+        self.timer_running.store(true, SeqCst);
+    }
+
+    /// The timer thread's loop: hands due frames to `deliver` until
+    /// [`stop_timer`](Self::stop_timer).
+    pub fn run_timer(&self, deliver: impl Fn(Released)) {
+        self.timer_running.store(true, SeqCst);
+        while !self.stop.load(SeqCst) {
+            let mut due = Vec::new();
+            {
+                let mut q = lock(&self.timer);
+                let now = Instant::now();
+                while q.heap.peek().is_some_and(|t| t.due <= now) {
+                    if let Some(t) = q.heap.pop() {
+                        due.push(t.job);
+                    }
+                }
+                if due.is_empty() {
+                    let wait = q
+                        .heap
+                        .peek()
+                        .map_or(Duration::from_millis(200), |t| t.due - now)
+                        .min(Duration::from_millis(200));
+                    let _ = self
+                        .timer_cv
+                        .wait_timeout(q, wait)
+                        .unwrap_or_else(|e| e.into_inner());
+                    continue;
+                }
+            }
+            for job in due {
+                match job {
+                    Job::Release {
+                        port,
+                        dir,
+                        after,
+                        frame,
+                        counted,
+                    } => {
+                        if counted {
+                            self.held[port].fetch_sub(1, Relaxed);
+                        }
+                        deliver(Released {
+                            port,
+                            dir,
+                            after,
+                            frame,
+                        });
+                    }
+                    Job::Flush { rule, batch } => {
+                        let r = {
+                            let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+                            rules.iter().find(|r| r.id == rule).cloned()
+                        };
+                        let Some(r) = r else { continue };
+                        let frames = {
+                            let mut st = lock(&r.state);
+                            if st.batch != batch || st.held.is_empty() {
+                                continue;
+                            }
+                            shuffle(&mut st)
+                        };
+                        for (dir, frame) in frames {
+                            self.held[r.port].fetch_sub(1, Relaxed);
+                            deliver(Released {
+                                port: r.port,
+                                dir,
+                                after: r.id,
+                                frame,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        self.timer_running.store(false, SeqCst);
+    }
+
+    /// Makes [`run_timer`](Self::run_timer) return.
+    pub fn stop_timer(&self) {
+        self.stop.store(true, SeqCst);
+        self.timer_cv.notify_all();
+    }
+}
+
+/// Takes a reorder batch in a seeded shuffled order that differs from the
+/// arrival order (when it has two frames or more).
+fn shuffle(st: &mut RuleState) -> Vec<(Dir, Frame)> {
+    let v = std::mem::take(&mut st.held);
+    let n = v.len();
+    let mut idx: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = st.rng.below(i as u64 + 1) as usize;
+        idx.swap(i, j);
+    }
+    if n >= 2 && idx.iter().enumerate().all(|(i, &x)| i == x) {
+        idx.swap(0, 1);
+    }
+    let mut slots: Vec<Option<(Dir, Frame)>> = v.into_iter().map(Some).collect();
+    idx.into_iter().filter_map(|i| slots[i].take()).collect()
+}
+
+/// Serves the fault, link and capture requests of the control socket.
+pub fn handle(fabric: &crate::fabric::Fabric, req: &crate::control::Request) -> Reply {
+    use crate::control::Request as R;
+    let r = (|| -> Result<Reply, String> {
+        let ok = Reply {
+            ok: true,
+            ..Reply::default()
+        };
+        let f = &fabric.faults;
+        Ok(match req {
+            R::FaultAdd { rule } => {
+                let id = f.add((**rule).clone())?;
+                tracing::info!(id, rule = %rule.describe(), "fault rule added");
+                Reply {
+                    fault_id: Some(id),
+                    faults: Some(f.status()),
+                    ..ok
+                }
+            }
+            R::FaultDel { id } => {
+                f.del(*id)?;
+                tracing::info!(id, "fault rule removed");
+                Reply {
+                    faults: Some(f.status()),
+                    ..ok
+                }
+            }
+            R::FaultList => Reply {
+                faults: Some(f.status()),
+                ..ok
+            },
+            R::Link { port, up } => {
+                f.set_link(port, *up)?;
+                tracing::info!(port = %port, up, "link set");
+                Reply {
+                    faults: Some(f.status()),
+                    ..ok
+                }
+            }
+            R::CaptureStart {
+                file,
+                port,
+                snaplen,
+            } => {
+                let only = port.as_deref().map(|p| f.port_index(p)).transpose()?;
+                let st = fabric.capture.start(file, &f.names, only, *snaplen)?;
+                tracing::info!(file = %file.display(), ports = ?st.ports, "capture started");
+                Reply {
+                    capture: Some(st),
+                    ..ok
+                }
+            }
+            R::CaptureStop => {
+                let st = fabric.capture.stop()?;
+                tracing::info!(
+                    records = st.records,
+                    dropped = st.dropped,
+                    "capture stopped"
+                );
+                Reply {
+                    capture: Some(st),
+                    ..ok
+                }
+            }
+            R::CaptureStatus => Reply {
+                capture: Some(fabric.capture.status()),
+                ..ok
+            },
+            _ => return Err("not a fault or capture request".into()),
+        })
+    })();
+    r.unwrap_or_else(|e| Reply {
+        ok: false,
+        error: Some(e),
+        ..Reply::default()
+    })
+}
+
+/// `vhost-rdma ctl faults|link|capture ...`.
+pub mod cli {
+    use super::{Dir, FaultAction, FaultSpec, FaultsStatus};
+    use crate::capture::CaptureStatus;
+    use crate::control::{request, Reply, Request};
+    use anyhow::{bail, Context};
+    use std::path::{Path, PathBuf};
+
+    /// `ctl faults` subcommands.
+    #[derive(clap::Subcommand, Debug)]
+    pub enum FaultsCmd {
+        /// Add a rule: frames of PORT in DIR matching every given field get
+        /// ACTION (on every matched frame, or with --prob / --every).
+        Add(Box<FaultAddArgs>),
+        /// Rules with matched/acted counters, and link states.
+        List,
+        /// Remove a rule by id.
+        Del { id: u32 },
+    }
+
+    /// Options of `ctl faults add`.
+    #[derive(clap::Args, Debug)]
+    pub struct FaultAddArgs {
+        #[arg(long)]
+        pub port: String,
+        /// ingress (frames the guest sent), egress (towards it) or both.
+        #[arg(long, default_value = "both")]
+        pub dir: Dir,
+        /// drop, dup, reorder, delay, corrupt, rate or link-down.
+        #[arg(long)]
+        pub action: FaultAction,
+        /// Rule id (default: the next free one).
+        #[arg(long)]
+        pub id: Option<u32>,
+        #[arg(long, value_name = "MAC")]
+        pub src_mac: Option<String>,
+        #[arg(long, value_name = "MAC")]
+        pub dst_mac: Option<String>,
+        #[arg(long, value_parser = parse_u16_any)]
+        pub ethertype: Option<u16>,
+        #[arg(long, value_name = "IP[/LEN]")]
+        pub src_ip: Option<String>,
+        #[arg(long, value_name = "IP[/LEN]")]
+        pub dst_ip: Option<String>,
+        /// tcp, udp or a protocol number.
+        #[arg(long)]
+        pub proto: Option<String>,
+        #[arg(long)]
+        pub src_port: Option<u16>,
+        #[arg(long)]
+        pub dst_port: Option<u16>,
+        /// RoCEv2 BTH opcode (number or name, e.g. RC_SEND_ONLY).
+        #[arg(long)]
+        pub opcode: Option<String>,
+        /// RoCEv2 destination QP (decimal or 0x hex).
+        #[arg(long, value_parser = parse_u32_any)]
+        pub qpn: Option<u32>,
+        /// RoCEv2 PSN or inclusive range LO-HI.
+        #[arg(long)]
+        pub psn: Option<String>,
+        /// Act with this probability.
+        #[arg(long, conflicts_with = "every")]
+        pub prob: Option<f64>,
+        /// Act on every Nth matched frame.
+        #[arg(long)]
+        pub every: Option<u64>,
+        /// PRNG seed (default: the rule id).
+        #[arg(long)]
+        pub seed: Option<u64>,
+        /// dup: extra copies (default 1).
+        #[arg(long)]
+        pub copies: Option<u32>,
+        /// reorder: frames per shuffled batch (default 4).
+        #[arg(long)]
+        pub window: Option<usize>,
+        /// reorder: release a partial batch after this long (default 100).
+        #[arg(long)]
+        pub hold_ms: Option<u64>,
+        /// delay: milliseconds.
+        #[arg(long)]
+        pub delay_ms: Option<u64>,
+        /// delay: extra uniform 0..=J milliseconds.
+        #[arg(long)]
+        pub jitter_ms: Option<u64>,
+        /// corrupt: byte offset in the Ethernet frame (default: random).
+        #[arg(long, conflicts_with = "icrc")]
+        pub offset: Option<usize>,
+        /// corrupt: the RoCEv2 ICRC.
+        #[arg(long)]
+        pub icrc: bool,
+        /// corrupt: value XORed in (default 0xff).
+        #[arg(long, value_parser = parse_u8_any)]
+        pub xor: Option<u8>,
+        /// rate: frames per second.
+        #[arg(long, conflicts_with = "bps")]
+        pub fps: Option<f64>,
+        /// rate: bytes per second.
+        #[arg(long)]
+        pub bps: Option<f64>,
+        /// rate: bucket depth (default one second's worth).
+        #[arg(long)]
+        pub burst: Option<f64>,
+    }
+
+    fn parse_u16_any(s: &str) -> Result<u16, String> {
+        match s.strip_prefix("0x") {
+            Some(h) => u16::from_str_radix(h, 16),
+            None => s.parse(),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    fn parse_u32_any(s: &str) -> Result<u32, String> {
+        match s.strip_prefix("0x") {
+            Some(h) => u32::from_str_radix(h, 16),
+            None => s.parse(),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    fn parse_u8_any(s: &str) -> Result<u8, String> {
+        match s.strip_prefix("0x") {
+            Some(h) => u8::from_str_radix(h, 16),
+            None => s.parse(),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// `ctl link down|up`.
+    #[derive(clap::ValueEnum, Clone, Copy, Debug)]
+    pub enum LinkState {
+        Down,
+        Up,
+    }
+
+    /// `ctl capture` subcommands.
+    #[derive(clap::Subcommand, Debug)]
+    pub enum CaptureCmd {
+        /// Start writing pcapng: one port, or every port (one interface each).
+        Start {
+            #[arg(long)]
+            file: PathBuf,
+            #[arg(long)]
+            port: Option<String>,
+            /// Keep at most N bytes of each frame.
+            #[arg(long)]
+            snaplen: Option<u32>,
+        },
+        /// Stop and close the file.
+        Stop,
+        /// The running (or last) capture's counters.
+        Status,
+    }
+
+    fn call(control: &Path, req: &Request) -> anyhow::Result<Reply> {
+        let r = request(control, req)?;
+        if !r.ok {
+            bail!("daemon refused: {}", r.error.unwrap_or_default());
+        }
+        Ok(r)
+    }
+
+    fn print_faults(s: &FaultsStatus) {
+        if s.rules.is_empty() {
+            println!("no fault rules");
+        } else {
+            println!(
+                "{:>4} {:>10} {:>10} {:>8} {:>5} {:>20}  rule",
+                "id", "matched", "acted", "overflow", "held", "seed"
+            );
+            for r in &s.rules {
+                println!(
+                    "{:>4} {:>10} {:>10} {:>8} {:>5} {:>20}  {}",
+                    r.id, r.matched, r.acted, r.overflow, r.held, r.seed, r.description
+                );
+            }
+        }
+        let links: Vec<String> = s
+            .links
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {}{}",
+                    l.port,
+                    if l.up { "up" } else { "DOWN" },
+                    if l.drops > 0 {
+                        format!(" ({} dropped)", l.drops)
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect();
+        println!("links: {}", links.join(", "));
+        if s.delayed > 0 {
+            println!("frames waiting in the delay queue: {}", s.delayed);
+        }
+    }
+
+    /// Runs `ctl faults ...`.
+    pub fn faults(control: &Path, json: bool, cmd: FaultsCmd) -> anyhow::Result<()> {
+        let req = match cmd {
+            FaultsCmd::Add(a) => {
+                let a = *a;
+                Request::FaultAdd {
+                    rule: Box::new(FaultSpec {
+                        id: a.id,
+                        port: a.port,
+                        dir: a.dir,
+                        src_mac: a.src_mac,
+                        dst_mac: a.dst_mac,
+                        ethertype: a.ethertype,
+                        src_ip: a.src_ip,
+                        dst_ip: a.dst_ip,
+                        proto: a.proto,
+                        src_port: a.src_port,
+                        dst_port: a.dst_port,
+                        opcode: a.opcode,
+                        qpn: a.qpn,
+                        psn: a.psn,
+                        action: a.action,
+                        prob: a.prob,
+                        every: a.every,
+                        seed: a.seed,
+                        copies: a.copies,
+                        window: a.window,
+                        hold_ms: a.hold_ms,
+                        delay_ms: a.delay_ms,
+                        jitter_ms: a.jitter_ms,
+                        offset: a.offset,
+                        icrc: a.icrc,
+                        xor: a.xor,
+                        fps: a.fps,
+                        bps: a.bps,
+                        burst: a.burst,
+                    }),
+                }
+            }
+            FaultsCmd::List => Request::FaultList,
+            FaultsCmd::Del { id } => Request::FaultDel { id },
+        };
+        let r = call(control, &req)?;
+        let s = r.faults.context("reply without faults")?;
+        if json {
+            let v = serde_json::json!({ "fault_id": r.fault_id, "faults": s });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            return Ok(());
+        }
+        if let Some(id) = r.fault_id {
+            println!("added fault rule {id}");
+        }
+        print_faults(&s);
+        Ok(())
+    }
+
+    /// Runs `ctl link down|up --port P`.
+    pub fn link(control: &Path, json: bool, port: String, state: LinkState) -> anyhow::Result<()> {
+        let up = matches!(state, LinkState::Up);
+        let r = call(control, &Request::Link { port, up })?;
+        let s = r.faults.context("reply without faults")?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&s.links)?);
+            return Ok(());
+        }
+        print_faults(&s);
+        Ok(())
+    }
+
+    fn print_capture(s: &CaptureStatus) {
+        match &s.file {
+            None => println!("no capture has run"),
+            Some(f) => {
+                println!(
+                    "capture {}: {} (ports {}, snaplen {})",
+                    if s.running { "running" } else { "stopped" },
+                    f,
+                    s.ports.join(","),
+                    s.snaplen
+                );
+                println!(
+                    "records {}, bytes {}, dropped {}",
+                    s.records, s.bytes, s.dropped
+                );
+                if let Some(e) = &s.error {
+                    println!("write error: {e}");
+                }
+            }
+        }
+    }
+
+    /// Runs `ctl capture ...`.
+    pub fn capture(control: &Path, json: bool, cmd: CaptureCmd) -> anyhow::Result<()> {
+        let req = match cmd {
+            CaptureCmd::Start {
+                file,
+                port,
+                snaplen,
+            } => {
+                // The daemon opens the file: make a relative path absolute.
+                let file = if file.is_relative() {
+                    std::env::current_dir()?.join(file)
+                } else {
+                    file
+                };
+                Request::CaptureStart {
+                    file,
+                    port,
+                    snaplen,
+                }
+            }
+            CaptureCmd::Stop => Request::CaptureStop,
+            CaptureCmd::Status => Request::CaptureStatus,
+        };
+        let r = call(control, &req)?;
+        let s = r.capture.context("reply without capture")?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+            return Ok(());
+        }
+        print_capture(&s);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcodes_and_psns_parse() {
+        assert_eq!(parse_opcode("4"), Ok(4));
+        assert_eq!(parse_opcode("0x11"), Ok(0x11));
+        assert_eq!(parse_opcode("rc-send-only"), Ok(4));
+        assert_eq!(parse_opcode("RC_ACKNOWLEDGE"), Ok(0x11));
+        assert!(parse_opcode("RC_NOPE").is_err());
+        assert_eq!(parse_psn("5"), Ok((5, 5)));
+        assert_eq!(parse_psn("100-200"), Ok((100, 200)));
+        assert!(parse_psn("1-16777216").is_err());
+    }
+
+    #[test]
+    fn specs_are_checked() {
+        let ok = |s: FaultSpec| s.check().map(|_| ());
+        let base = FaultSpec {
+            port: "a".into(),
+            ..FaultSpec::default()
+        };
+        assert!(ok(base.clone()).is_ok());
+        for bad in [
+            FaultSpec {
+                prob: Some(0.5),
+                every: Some(2),
+                ..base.clone()
+            },
+            FaultSpec {
+                every: Some(0),
+                ..base.clone()
+            },
+            FaultSpec {
+                action: FaultAction::Delay,
+                ..base.clone()
+            },
+            FaultSpec {
+                action: FaultAction::Reorder,
+                window: Some(1),
+                ..base.clone()
+            },
+            FaultSpec {
+                action: FaultAction::Rate,
+                ..base.clone()
+            },
+            FaultSpec {
+                action: FaultAction::Corrupt,
+                icrc: true,
+                offset: Some(3),
+                ..base.clone()
+            },
+            FaultSpec {
+                delay_ms: Some(3),
+                ..base.clone()
+            },
+        ] {
+            assert!(ok(bad.clone()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn shuffles_are_seeded_and_never_identity() {
+        let run = |seed| {
+            let mut st = RuleState {
+                rng: Rng(seed),
+                matched: 0,
+                held: (0..2u8)
+                    .map(|i| {
+                        (
+                            Dir::Egress,
+                            Frame {
+                                data: vec![i],
+                                ..Frame::default()
+                            },
+                        )
+                    })
+                    .collect(),
+                batch: 0,
+                tokens: 0.0,
+                refilled: Instant::now(),
+            };
+            shuffle(&mut st)
+                .into_iter()
+                .map(|(_, f)| f.data[0])
+                .collect::<Vec<_>>()
+        };
+        for seed in 0..20 {
+            assert_eq!(run(seed), vec![1, 0]);
+        }
+    }
+}

@@ -1,0 +1,720 @@
+//! No-VM tests of fault injection and captures (issue 6): in-process guests
+//! on a two-port fabric, rules installed through the fabric or the control
+//! socket, captures parsed by a small pcapng reader (and by tshark when it
+//! is installed).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::packet::{frame_tag, tagged_frame};
+use common::{feat, TestFabric, TestGuest, TxOpts, ARRIVE, QUIET};
+use roce_model::{FrameBuilder, NetParams, Opcode, PacketBuilder, RoceFrame};
+use vhost_rdma::control::{request, Request};
+use vhost_rdma::fabric::Fabric;
+use vhost_rdma::faults::{Dir, FaultAction, FaultSpec};
+
+fn fabric_of(f: &TestFabric) -> Arc<Fabric> {
+    f.server.as_ref().unwrap().fabric().clone()
+}
+
+/// Two ports with guests; `b` has RX buffers posted.
+fn setup(control: bool) -> (TestFabric, TestGuest, TestGuest) {
+    let fab = TestFabric::start_full(2, |i, d| TestFabric::port_config(d, i, 1), control);
+    let mut a = fab.connect(0, feat::ALL);
+    let mut b = fab.connect(1, feat::ALL);
+    a.post_rx(0, 128, 2048);
+    b.post_rx(0, 128, 2048);
+    (fab, a, b)
+}
+
+fn spec(port: &str, dir: Dir, action: FaultAction) -> FaultSpec {
+    FaultSpec {
+        port: port.into(),
+        dir,
+        action,
+        ..FaultSpec::default()
+    }
+}
+
+/// Sends tagged frames `tags` from `a` to port 1's MAC, one at a time.
+fn send_tags(fab: &TestFabric, a: &mut TestGuest, tags: impl IntoIterator<Item = u64>) {
+    for t in tags {
+        let f = tagged_frame(fab.mac(1), fab.mac(0), t, 200);
+        a.send(0, &f, &TxOpts::default());
+        assert!(a.wait_tx(0, ARRIVE), "TX of frame {t} not returned");
+    }
+}
+
+/// Tags of everything that arrives within `wait`.
+fn recv_tags(g: &mut TestGuest, wait: Duration) -> Vec<u64> {
+    g.drain_all(wait)
+        .iter()
+        .filter_map(|r| frame_tag(&r.data))
+        .collect()
+}
+
+fn rule_counters(fab: &Fabric, id: u32) -> (u64, u64) {
+    let s = fab.faults.status();
+    let r = s.rules.iter().find(|r| r.id == id).expect("rule listed");
+    (r.matched, r.acted)
+}
+
+#[test]
+fn drop_every_second_frame() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    let id = f
+        .faults
+        .add(FaultSpec {
+            every: Some(2),
+            ..spec("p1", Dir::Egress, FaultAction::Drop)
+        })
+        .unwrap();
+    send_tags(&fab, &mut a, 0..20);
+    let got = recv_tags(&mut b, QUIET * 2);
+    assert_eq!(got, (0..20).step_by(2).collect::<Vec<_>>());
+    assert_eq!(rule_counters(&f, id), (20, 10));
+    // The guest's own frames are not egress of p1.
+    assert_eq!(fab.stats(1).rx_frames, 10);
+}
+
+fn prob_run(seed: u64) -> Vec<u64> {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    let id = f
+        .faults
+        .add(FaultSpec {
+            prob: Some(0.3),
+            seed: Some(seed),
+            ..spec("p0", Dir::Ingress, FaultAction::Drop)
+        })
+        .unwrap();
+    send_tags(&fab, &mut a, 0..60);
+    let got = recv_tags(&mut b, QUIET * 2);
+    let (m, acted) = rule_counters(&f, id);
+    assert_eq!(m, 60);
+    assert_eq!(got.len() as u64, 60 - acted);
+    got
+}
+
+#[test]
+fn probabilistic_drop_is_reproducible() {
+    let one = prob_run(42);
+    let two = prob_run(42);
+    assert_eq!(one, two, "same seed, same frames: same drops");
+    assert!(
+        one.len() > 20 && one.len() < 58,
+        "30 % loss of 60 frames left {}",
+        one.len()
+    );
+    let other = prob_run(7);
+    assert_ne!(one, other, "another seed drops other frames");
+}
+
+#[test]
+fn duplicate_delivers_twice() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    let id = f
+        .faults
+        .add(spec("p1", Dir::Egress, FaultAction::Dup))
+        .unwrap();
+    send_tags(&fab, &mut a, 0..5);
+    let got = recv_tags(&mut b, QUIET * 2);
+    assert_eq!(got, vec![0, 0, 1, 1, 2, 2, 3, 3, 4, 4]);
+    assert_eq!(rule_counters(&f, id), (5, 5));
+}
+
+#[test]
+fn reorder_window_shuffles_without_loss() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    f.faults
+        .add(FaultSpec {
+            window: Some(4),
+            hold_ms: Some(1500),
+            seed: Some(3),
+            ..spec("p1", Dir::Egress, FaultAction::Reorder)
+        })
+        .unwrap();
+    // 18 frames: four full windows and a partial one released by hold-ms.
+    let t0 = Instant::now();
+    send_tags(&fab, &mut a, 0..18);
+    let mut got = Vec::new();
+    while got.len() < 18 && t0.elapsed() < ARRIVE {
+        got.extend(recv_tags(&mut b, Duration::from_millis(100)));
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1500),
+        "the partial batch waits for hold-ms"
+    );
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        (0..18).collect::<Vec<_>>(),
+        "all arrive once: {got:?}"
+    );
+    assert_ne!(got, sorted, "order changed");
+    for w in got[..16].chunks(4).enumerate() {
+        let (i, c) = w;
+        let mut c = c.to_vec();
+        c.sort();
+        let want: Vec<u64> = (i as u64 * 4..i as u64 * 4 + 4).collect();
+        assert_eq!(c, want, "reordering stays within a window");
+    }
+}
+
+#[test]
+fn delay_holds_frames() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    f.faults
+        .add(FaultSpec {
+            delay_ms: Some(250),
+            jitter_ms: Some(20),
+            ..spec("p1", Dir::Egress, FaultAction::Delay)
+        })
+        .unwrap();
+    let t0 = Instant::now();
+    send_tags(&fab, &mut a, 0..3);
+    let early = recv_tags(&mut b, Duration::from_millis(150));
+    assert!(early.is_empty(), "arrived before the delay: {early:?}");
+    let mut got = Vec::new();
+    while got.len() < 3 && t0.elapsed() < ARRIVE {
+        got.extend(recv_tags(&mut b, Duration::from_millis(50)));
+    }
+    let el = t0.elapsed();
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2]);
+    assert!(el >= Duration::from_millis(250), "arrived after {el:?}");
+}
+
+fn roce_frame(fab: &TestFabric, qpn: u32, psn: u32, payload: &[u8]) -> Vec<u8> {
+    roce_frame_op(fab, Opcode::RcSendOnly, qpn, psn, payload)
+}
+
+fn roce_frame_op(fab: &TestFabric, op: Opcode, qpn: u32, psn: u32, payload: &[u8]) -> Vec<u8> {
+    let b = FrameBuilder {
+        dst_mac: fab.mac(1),
+        src_mac: fab.mac(0),
+        vlan_tci: None,
+        net: NetParams::Ipv4 {
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 0, 2],
+            tos: 0,
+            ttl: 64,
+            ident: 1,
+            udp_src_port: 49152,
+        },
+    };
+    let mut p = PacketBuilder::new(op, qpn, psn).payload(payload);
+    if op == Opcode::RcAcknowledge {
+        p = PacketBuilder::new(op, qpn, psn).aeth(roce_model::Aeth {
+            syndrome: roce_model::AethSyndrome::Ack { credits: 31 },
+            msn: 1,
+        });
+    }
+    b.build(&p).expect("RoCE frame")
+}
+
+#[test]
+fn corrupt_icrc_of_matching_roce_frames() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    let id = f
+        .faults
+        .add(FaultSpec {
+            opcode: Some("RC_SEND_ONLY".into()),
+            qpn: Some(0x11),
+            psn: Some("100-200".into()),
+            icrc: true,
+            ..spec("p1", Dir::Egress, FaultAction::Corrupt)
+        })
+        .unwrap();
+    let hit = roce_frame(&fab, 0x11, 150, &[7u8; 64]);
+    let other_qp = roce_frame(&fab, 0x12, 150, &[7u8; 64]);
+    let other_psn = roce_frame(&fab, 0x11, 5, &[7u8; 64]);
+    for x in [&hit, &other_qp, &other_psn] {
+        RoceFrame::parse(x).unwrap().verify_icrc().unwrap();
+        a.send(0, x, &TxOpts::default());
+        assert!(a.wait_tx(0, ARRIVE));
+    }
+    let got = b.drain_all(QUIET * 2);
+    assert_eq!(got.len(), 3);
+    let r = &got[0].data;
+    assert_eq!(r.len(), hit.len());
+    let icrc = hit.len() - 4;
+    assert_eq!(r[..icrc], hit[..icrc], "bytes before the ICRC intact");
+    assert_ne!(r[icrc..], hit[icrc..], "ICRC changed");
+    assert!(
+        RoceFrame::parse(r).unwrap().verify_icrc().is_err(),
+        "ICRC must fail"
+    );
+    assert!(got[1].data == other_qp, "other QP untouched");
+    assert!(got[2].data == other_psn, "PSN outside the range untouched");
+    assert_eq!(rule_counters(&f, id), (1, 1));
+}
+
+#[test]
+fn corrupt_offset_flips_one_byte() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    f.faults
+        .add(FaultSpec {
+            offset: Some(30),
+            xor: Some(0x01),
+            ..spec("p0", Dir::Ingress, FaultAction::Corrupt)
+        })
+        .unwrap();
+    let frame = tagged_frame(fab.mac(1), fab.mac(0), 9, 100);
+    a.send(0, &frame, &TxOpts::default());
+    let r = b.recv_any(ARRIVE).expect("frame");
+    let diff: Vec<usize> = (0..frame.len())
+        .filter(|&i| frame[i] != r.data[i])
+        .collect();
+    assert_eq!(diff, vec![30]);
+    assert_eq!(r.data[30], frame[30] ^ 1);
+}
+
+#[test]
+fn rate_limit_drops_the_excess() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    let id = f
+        .faults
+        .add(FaultSpec {
+            fps: Some(0.5),
+            burst: Some(5.0),
+            ..spec("p0", Dir::Ingress, FaultAction::Rate)
+        })
+        .unwrap();
+    let frames: Vec<Vec<u8>> = (0..30)
+        .map(|t| tagged_frame(fab.mac(1), fab.mac(0), t, 100))
+        .collect();
+    a.send_burst(0, &frames, &TxOpts::default());
+    assert!(a.wait_tx(0, ARRIVE));
+    let got = recv_tags(&mut b, QUIET * 2);
+    assert!(
+        (5..=7).contains(&got.len()),
+        "burst 5 at 0.5/s: {} passed",
+        got.len()
+    );
+    assert_eq!(rule_counters(&f, id), (30, 30 - got.len() as u64));
+}
+
+#[test]
+fn link_down_and_up_through_the_control_socket() {
+    let (fab, mut a, mut b) = setup(true);
+    let sock = fab.control_socket();
+    let r = request(
+        &sock,
+        &Request::Link {
+            port: "p1".into(),
+            up: false,
+        },
+    )
+    .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    send_tags(&fab, &mut a, 0..5);
+    // And the other way: frames p1's guest sends are cut too.
+    let back = tagged_frame(fab.mac(0), fab.mac(1), 99, 100);
+    b.send(0, &back, &TxOpts::default());
+    assert!(b.wait_tx(0, ARRIVE));
+    assert!(recv_tags(&mut b, QUIET).is_empty());
+    assert!(recv_tags(&mut a, QUIET).is_empty());
+    let st = request(&sock, &Request::FaultList).unwrap().faults.unwrap();
+    let l = st.links.iter().find(|l| l.port == "p1").unwrap();
+    assert!(!l.up);
+    assert_eq!(l.drops, 6, "5 towards it, 1 from it");
+    let r = request(
+        &sock,
+        &Request::Link {
+            port: "p1".into(),
+            up: true,
+        },
+    )
+    .unwrap();
+    assert!(r.ok);
+    send_tags(&fab, &mut a, 10..13);
+    assert_eq!(recv_tags(&mut b, QUIET), vec![10, 11, 12]);
+    assert!(
+        !request(
+            &sock,
+            &Request::Link {
+                port: "nope".into(),
+                up: true
+            }
+        )
+        .unwrap()
+        .ok
+    );
+}
+
+#[test]
+fn control_socket_adds_lists_and_deletes_rules() {
+    let (fab, mut a, mut b) = setup(true);
+    let sock = fab.control_socket();
+    let r = request(
+        &sock,
+        &Request::FaultAdd {
+            rule: Box::new(FaultSpec {
+                every: Some(1),
+                ..spec("p1", Dir::Both, FaultAction::LinkDown)
+            }),
+        },
+    )
+    .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let id = r.fault_id.unwrap();
+    send_tags(&fab, &mut a, 0..2);
+    assert!(recv_tags(&mut b, QUIET).is_empty());
+    let l = request(&sock, &Request::FaultList).unwrap().faults.unwrap();
+    assert_eq!(l.rules.len(), 1);
+    assert_eq!((l.rules[0].matched, l.rules[0].acted), (2, 2));
+    assert!(l.rules[0].description.contains("link-down"));
+    let r = request(&sock, &Request::FaultDel { id }).unwrap();
+    assert!(r.ok && r.faults.unwrap().rules.is_empty());
+    send_tags(&fab, &mut a, 5..6);
+    assert_eq!(recv_tags(&mut b, QUIET), vec![5]);
+    // Bad rules are refused with a reason.
+    for bad in [
+        FaultSpec {
+            prob: Some(1.5),
+            ..spec("p1", Dir::Both, FaultAction::Drop)
+        },
+        spec("nope", Dir::Both, FaultAction::Drop),
+        spec("p1", Dir::Both, FaultAction::Delay),
+        FaultSpec {
+            opcode: Some("NOT_AN_OPCODE".into()),
+            ..spec("p1", Dir::Both, FaultAction::Drop)
+        },
+    ] {
+        let r = request(
+            &sock,
+            &Request::FaultAdd {
+                rule: Box::new(bad.clone()),
+            },
+        )
+        .unwrap();
+        assert!(!r.ok && r.error.is_some(), "{bad:?} accepted");
+    }
+}
+
+#[test]
+fn rules_are_bounded() {
+    let (fab, _a, _b) = setup(false);
+    let f = fabric_of(&fab);
+    for _ in 0..vhost_rdma::faults::MAX_FAULT_RULES {
+        f.faults
+            .add(FaultSpec {
+                dst_port: Some(1),
+                ..spec("p0", Dir::Both, FaultAction::Drop)
+            })
+            .unwrap();
+    }
+    let e = f
+        .faults
+        .add(spec("p0", Dir::Both, FaultAction::Drop))
+        .unwrap_err();
+    assert!(e.contains("too many fault rules"), "{e}");
+}
+
+#[test]
+fn faults_from_the_config_file_apply_at_start() {
+    let dir = common::TempDir::new("faultcfg");
+    let text = format!(
+        "[[port]]\nname = \"p0\"\nsocket = \"{0}/p0.sock\"\nmac = \"52:54:00:00:00:10\"\n\
+         [[port]]\nname = \"p1\"\nsocket = \"{0}/p1.sock\"\nmac = \"52:54:00:00:00:11\"\n\
+         [[fault]]\nport = \"p1\"\ndir = \"egress\"\naction = \"drop\"\nevery = 3\nseed = 5\n",
+        dir.path().display()
+    );
+    let cfg = vhost_rdma::DaemonConfig::from_toml(&text).unwrap();
+    assert_eq!(cfg.faults.len(), 1);
+    let server = vhost_rdma::Server::start(cfg).unwrap();
+    let st = server.fabric().faults.status();
+    assert_eq!(st.rules.len(), 1);
+    assert_eq!(st.rules[0].seed, 5);
+    assert_eq!(st.rules[0].rule.every, Some(3));
+    server.shutdown().unwrap();
+    let bad = text.replace("every = 3", "every = 3\nbogus = 1");
+    assert!(vhost_rdma::DaemonConfig::from_toml(&bad).is_err());
+}
+
+// ---- captures ----
+
+#[derive(Debug, Default)]
+struct Pcapng {
+    /// (if_name, snaplen, linktype)
+    ifaces: Vec<(String, u32, u16)>,
+    /// (iface, flags, orig_len, data, ts_ns)
+    packets: Vec<(u32, u32, u32, Vec<u8>, u64)>,
+}
+
+fn le32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+
+fn le16(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
+}
+
+/// Options in `b` as (code, value).
+fn options(b: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    let mut v = Vec::new();
+    let mut o = 0;
+    while o + 4 <= b.len() {
+        let (code, len) = (le16(b, o), le16(b, o + 2) as usize);
+        if code == 0 {
+            break;
+        }
+        v.push((code, b[o + 4..o + 4 + len].to_vec()));
+        o += 4 + len.div_ceil(4) * 4;
+    }
+    v
+}
+
+/// A tiny pcapng reader (little-endian sections only, as we write them).
+fn read_pcapng(path: &Path) -> Pcapng {
+    let b = std::fs::read(path).unwrap();
+    let mut out = Pcapng::default();
+    let mut o = 0;
+    let mut first = true;
+    while o < b.len() {
+        let kind = le32(&b, o);
+        let len = le32(&b, o + 4) as usize;
+        assert!(
+            len >= 12 && len.is_multiple_of(4) && o + len <= b.len(),
+            "block at {o}"
+        );
+        assert_eq!(
+            le32(&b, o + len - 4) as usize,
+            len,
+            "trailing length at {o}"
+        );
+        let body = &b[o + 8..o + len - 4];
+        if first {
+            assert_eq!(kind, 0x0a0d_0d0a, "first block is an SHB");
+            assert_eq!(le32(body, 0), 0x1a2b_3c4d, "byte-order magic");
+            assert_eq!(le16(body, 4), 1, "major version");
+            first = false;
+        }
+        match kind {
+            1 => {
+                let name = options(&body[8..])
+                    .into_iter()
+                    .find(|(c, _)| *c == 2)
+                    .map(|(_, v)| String::from_utf8(v).unwrap())
+                    .unwrap_or_default();
+                out.ifaces.push((name, le32(body, 4), le16(body, 0)));
+            }
+            6 => {
+                let (iface, hi, lo, cap, orig) = (
+                    le32(body, 0),
+                    le32(body, 4),
+                    le32(body, 8),
+                    le32(body, 12) as usize,
+                    le32(body, 16),
+                );
+                let data = body[20..20 + cap].to_vec();
+                let flags = options(&body[20 + cap.div_ceil(4) * 4..])
+                    .into_iter()
+                    .find(|(c, _)| *c == 2)
+                    .map(|(_, v)| le32(&v, 0))
+                    .unwrap_or(0);
+                assert!((iface as usize) < out.ifaces.len(), "EPB before its IDB");
+                let ts = (u64::from(hi) << 32) | u64::from(lo);
+                out.packets.push((iface, flags, orig, data, ts));
+            }
+            _ => {}
+        }
+        o += len;
+    }
+    out
+}
+
+fn capture_start(sock: &Path, file: &Path, port: Option<&str>, snaplen: Option<u32>) {
+    let r = request(
+        sock,
+        &Request::CaptureStart {
+            file: file.to_path_buf(),
+            port: port.map(String::from),
+            snaplen,
+        },
+    )
+    .unwrap();
+    assert!(r.ok, "capture start: {:?}", r.error);
+}
+
+fn capture_stop(sock: &Path) -> vhost_rdma::capture::CaptureStatus {
+    let r = request(sock, &Request::CaptureStop).unwrap();
+    assert!(r.ok, "capture stop: {:?}", r.error);
+    r.capture.unwrap()
+}
+
+#[test]
+fn capture_of_the_whole_fabric_parses() {
+    let (fab, mut a, mut b) = setup(true);
+    let sock = fab.control_socket();
+    let file = fab.dir().join("all.pcapng");
+    capture_start(&sock, &file, None, None);
+    // A second start is refused while one runs.
+    let r = request(
+        &sock,
+        &Request::CaptureStart {
+            file: fab.dir().join("x.pcapng"),
+            port: None,
+            snaplen: None,
+        },
+    )
+    .unwrap();
+    assert!(!r.ok);
+    let f1 = tagged_frame(fab.mac(1), fab.mac(0), 1, 300);
+    let f2 = tagged_frame(fab.mac(0), fab.mac(1), 2, 400);
+    a.send(0, &f1, &TxOpts::default());
+    assert!(b.recv_any(ARRIVE).is_some());
+    b.send(0, &f2, &TxOpts::default());
+    assert!(a.recv_any(ARRIVE).is_some());
+    let st = capture_stop(&sock);
+    assert!(!st.running);
+    assert_eq!((st.records, st.dropped), (4, 0));
+    let status = request(&sock, &Request::CaptureStatus)
+        .unwrap()
+        .capture
+        .unwrap();
+    assert_eq!(status.records, 4);
+    let p = read_pcapng(&file);
+    let names: Vec<&str> = p.ifaces.iter().map(|i| i.0.as_str()).collect();
+    assert_eq!(names, vec!["p0", "p1"]);
+    assert!(p.ifaces.iter().all(|i| i.2 == 1), "Ethernet link type");
+    // f1: in on p0, out on p1; f2: in on p1, out on p0.
+    let want = [(0, 1, &f1), (1, 2, &f1), (1, 1, &f2), (0, 2, &f2)];
+    assert_eq!(p.packets.len(), 4);
+    for (pk, (iface, flags, data)) in p.packets.iter().zip(want) {
+        assert_eq!((pk.0, pk.1), (iface, flags));
+        assert!(pk.3 == *data, "frame bytes");
+        assert_eq!(pk.2 as usize, data.len());
+    }
+    assert!(p.packets.windows(2).all(|w| w[0].4 <= w[1].4), "timestamps");
+}
+
+#[test]
+fn capture_of_one_port_with_snaplen() {
+    let (fab, mut a, mut b) = setup(true);
+    let sock = fab.control_socket();
+    let file = fab.dir().join("p1.pcapng");
+    capture_start(&sock, &file, Some("p1"), Some(32));
+    send_tags(&fab, &mut a, 0..3);
+    assert_eq!(recv_tags(&mut b, QUIET).len(), 3);
+    capture_stop(&sock);
+    let p = read_pcapng(&file);
+    assert_eq!(p.ifaces, vec![("p1".to_string(), 32, 1)]);
+    assert_eq!(p.packets.len(), 3, "only p1's egress");
+    for (i, pk) in p.packets.iter().enumerate() {
+        assert_eq!(pk.1, 2, "outbound");
+        assert_eq!(pk.2, 200, "original length");
+        let full = tagged_frame(fab.mac(1), fab.mac(0), i as u64, 200);
+        assert_eq!(pk.3, full[..32].to_vec());
+    }
+}
+
+fn tshark() -> Option<std::path::PathBuf> {
+    ["/usr/bin/tshark", "/usr/local/bin/tshark"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+}
+
+#[test]
+fn tshark_decodes_captured_roce() {
+    let Some(ts) = tshark() else {
+        eprintln!(
+            "\n*** SKIPPED tshark_decodes_captured_roce: tshark is not installed \
+             (apt-get install -y tshark) ***\n"
+        );
+        return;
+    };
+    let (fab, mut a, mut b) = setup(true);
+    let sock = fab.control_socket();
+    let file = fab.dir().join("roce.pcapng");
+    capture_start(&sock, &file, None, None);
+    let frames = [
+        roce_frame_op(&fab, Opcode::RcSendOnly, 0x11, 1, &[1u8; 64]),
+        roce_frame_op(&fab, Opcode::RcSendFirst, 0x11, 2, &[2u8; 256]),
+        roce_frame_op(&fab, Opcode::RcSendLast, 0x11, 3, &[3u8; 16]),
+        roce_frame_op(&fab, Opcode::RcAcknowledge, 0x12, 3, &[]),
+    ];
+    for f in &frames {
+        a.send(0, f, &TxOpts::default());
+        assert!(b.recv_any(ARRIVE).is_some());
+    }
+    capture_stop(&sock);
+    let out = std::process::Command::new(ts)
+        .arg("-r")
+        .arg(&file)
+        .arg("-V")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "tshark failed: {err}");
+    assert!(!text.contains("Malformed"), "malformed packets:\n{text}");
+    assert!(
+        !text.contains("Expert Info (Error"),
+        "dissector errors:\n{text}"
+    );
+    let per: BTreeMap<&str, usize> = [
+        "InfiniBand",
+        "Base Transport Header",
+        "Interface name: p0",
+        "Interface name: p1",
+    ]
+    .iter()
+    .map(|k| (*k, text.matches(k).count()))
+    .collect();
+    assert!(
+        per["InfiniBand"] >= 8,
+        "InfiniBand decoded in every frame: {per:?}\n{err}"
+    );
+    assert!(per["Base Transport Header"] >= 8, "{per:?}");
+    assert!(
+        per["Interface name: p0"] >= 4 && per["Interface name: p1"] >= 4,
+        "{per:?}"
+    );
+    for op in [
+        "SEND Only",
+        "SEND First",
+        "SEND Last",
+        "Acknowledge",
+        "(inbound)",
+        "(outbound)",
+    ] {
+        assert!(text.contains(op), "opcode {op} decoded:\n{text}");
+    }
+}
+
+#[test]
+fn link_down_shows_in_test_device_config_space() {
+    let fab = TestFabric::start_with(1, |i, dir| {
+        let mut p = TestFabric::port_config(dir, i, 1);
+        p.form = vhost_rdma::DeviceForm::TestDevice;
+        p
+    });
+    let mut opts = common::GuestOpts::new(1, feat::ALL | feat::CTRL_VQ);
+    opts.ctrl_queue = true;
+    let mut g = TestGuest::connect_with(fab.socket(0), opts).expect("connect");
+    let status = |g: &mut TestGuest| {
+        let c = g.read_config(6, 2).expect("GET_CONFIG status");
+        u16::from_le_bytes([c[0], c[1]]) & 1
+    };
+    assert_eq!(status(&mut g), 1, "VIRTIO_NET_S_LINK_UP");
+    let f = fabric_of(&fab);
+    f.faults.set_link("p0", false).unwrap();
+    assert_eq!(status(&mut g), 0, "link down clears LINK_UP");
+    f.faults.set_link("p0", true).unwrap();
+    assert_eq!(status(&mut g), 1, "link up sets it again");
+}
