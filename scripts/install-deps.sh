@@ -3,7 +3,8 @@
 # host: apt packages (only those missing; apt-get update only when something
 # is missing) and the Rust components. Idempotent; a warm machine does nothing.
 set -euo pipefail
-pkgs=(python3 e2fsprogs iproute2 util-linux xz-utils zstd cpio ca-certificates curl gnupg debian-archive-keyring qemu-system-x86 qemu-utils)
+pkgs=(python3 e2fsprogs iproute2 util-linux xz-utils zstd cpio ca-certificates curl gnupg debian-archive-keyring qemu-system-x86 qemu-utils
+      tshark)  # tshark: vhost-rdma/tests/faults.rs decodes captures with it (skips loudly without)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

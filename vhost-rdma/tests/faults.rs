@@ -718,3 +718,30 @@ fn link_down_shows_in_test_device_config_space() {
     f.faults.set_link("p0", true).unwrap();
     assert_eq!(status(&mut g), 1, "link up sets it again");
 }
+
+#[test]
+fn released_frames_continue_through_later_rules() {
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    f.faults
+        .add(FaultSpec {
+            delay_ms: Some(100),
+            ..spec("p1", Dir::Egress, FaultAction::Delay)
+        })
+        .unwrap();
+    let dup = f
+        .faults
+        .add(spec("p1", Dir::Egress, FaultAction::Dup))
+        .unwrap();
+    let t0 = Instant::now();
+    send_tags(&fab, &mut a, 0..2);
+    let mut got = Vec::new();
+    while got.len() < 4 && t0.elapsed() < ARRIVE {
+        got.extend(recv_tags(&mut b, Duration::from_millis(50)));
+    }
+    assert!(t0.elapsed() >= Duration::from_millis(100));
+    got.sort();
+    assert_eq!(got, vec![0, 0, 1, 1], "delayed, then duplicated");
+    assert_eq!(rule_counters(&f, dup), (2, 2));
+    assert_eq!(f.faults.status().delayed, 0);
+}
