@@ -421,7 +421,7 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
         for fn in ["a.console.log", "b.console.log", "daemon.log", "daemon-status.json", "run-guests.log", "summary.json",
-                   "a.sh", "b.sh"]:
+                   "a.sh", "b.sh", "a.qemu-cmd.sh", "b.qemu-cmd.sh"]:
             if os.path.exists(f"{d}/{fn}"):
                 shutil.copy(f"{d}/{fn}", dest)
         for gname in ("a", "b"):

@@ -213,6 +213,18 @@ tool_test() {
     _why=$(echo "$_verdict" | head -n 1 | cut -d' ' -f2-)
     _bw=$(echo "$_verdict" | sed -n 's/^BW=//p')
     [ "$_rc" = 124 ] && _why="timed out after ${CI_TOOL_TIMEOUT}s; $_why"
+    # server hung with unread bytes on its (siw) connection while the QP is RTS:
+    # the siw_accept() lost-wakeup race (ci/README.md, "siw: rdma_cm connection setup")
+    if [ "$_st" != PASS ] && [ -f "$CI_LOGDIR/$_name.$ROLE.hung.log" ]; then
+        _rq=$(awk -v p=":$_port" '$1 == "ESTAB" && $4 ~ p"$" && $2 > 0 { print $2; exit }' "$CI_LOGDIR/$_name.$ROLE.hung.log")
+        [ -n "$_rq" ] && _why="server hung with $_rq unread bytes on its TCP connection (port $_port) while the QP is RTS: the QP never consumed the peer's first message (siw_accept lost-wakeup race, see ci/README.md); $_why"
+    fi
+    # active side rejected the MPA reply because the peer's first FPDU came with it
+    if [ "$_st" != PASS ] && [ -r /sys/kernel/tracing/trace ] &&
+        awk -v m="CI-MARK $_name start" 'index($0, m) { on = 1; next } on' /sys/kernel/tracing/trace |
+        grep -q 'siw_recv_mpa_rr.*ret=-71'; then
+        _why="siw rejected the MPA reply with -EPROTO (siw_recv_mpa_rr: the server's first message arrived right behind the MPA reply; siw race, see ci/README.md); $_why"
+    fi
     result "$_name" "$_st" "$_secs" "$_bw" "$_why"
     [ "$_st" = PASS ] || show_log "$_log"
     barrier "$_name done"
@@ -302,6 +314,7 @@ siw_trace_on() {
     [ -d $_T/events ] || mount -t tracefs nodev $_T 2>/dev/null
     [ -w $_T/kprobe_events ] || { say "siw trace: no tracefs"; return 0; }
     echo 8192 >$_T/buffer_size_kb 2>/dev/null
+    # shellcheck disable=SC2016  # $retval is kprobe syntax, not shell
     for _p in \
         'r:siw_recv_mpa_rr siw_recv_mpa_rr ret=$retval:s32' \
         'r:siw_proc_mpareply siw_proc_mpareply ret=$retval:s32' \
@@ -343,9 +356,12 @@ siw_trace_dump() {
     _T=/sys/kernel/tracing
     [ -r $_T/trace ] || return 0
     cat $_T/trace >"$CI_LOGDIR/siw-trace.$ROLE.log" 2>/dev/null
+    # hits and misses per probe (a kprobe hit while another kprobe runs is missed, not traced)
+    cat $_T/kprobe_profile >"$CI_LOGDIR/siw-kprobe-profile.$ROLE.log" 2>/dev/null
     echo "== CI-DIAG $ROLE: siw trace (failures; all in siw-trace.$ROLE.log)"
-    grep -E 'CI-MARK|ret=-|status=-|terminate|tcp_send_reset|tcp_receive_reset|tcp_retransmit|qp_cm_drop|llp_close' \
-        "$CI_LOGDIR/siw-trace.$ROLE.log" | sed 's/^ *//' | tail -n 120 | sed 's/^/    /'
+    # (resets with reason=NO_SOCKET are the barrier clients' connect retries: noise)
+    grep -E 'CI-MARK|ret=-|status=-|tcp_send_reset|tcp_receive_reset|tcp_retransmit' \
+        "$CI_LOGDIR/siw-trace.$ROLE.log" | grep -vE 'reason=NO_SOCKET|tcp_receive_reset: .* dport=91[0-9][0-9] ' | sed 's/^ *//' | tail -n 120 | sed 's/^/    /'
 }
 
 # ---------------------------------------------------------------------------
