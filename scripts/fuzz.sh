@@ -7,7 +7,8 @@
 #
 # Installs cargo-fuzz (cargo install, cached in ~/.cargo/bin) if missing,
 # builds every target once, runs each for N seconds (default 50; 13 targets
-# -> ~11 minutes), and prints a table: target, runs, corpus size, crashes.
+# -> ~11 minutes), and prints a table: target, runs, coverage (libFuzzer's
+# "cov" edge count), corpus size (seeds + discovered), crashes.
 # Exits 1 if any target crashed (reproducers in fuzz/artifacts/<target>/).
 #
 # Seeds come from fuzz/corpus/<target>/ (committed, read-only here); what
@@ -70,14 +71,15 @@ for t in "${targets[@]}"; do
         -max_total_time="$secs" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 >"$log" 2>&1
     rc=$?
     runs=$(awk '/stat::number_of_executed_units/ {s += $2} END {print s + 0}' "$log")
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
     corpus=$(find "fuzz/work/$t" "fuzz/corpus/$t" -type f | wc -l)
     after=$(find "fuzz/artifacts/$t" -type f | wc -l)
     crashes=$((after - before))
     if ((rc != 0 && crashes == 0)); then crashes=1; fi
     ((crashes)) && { failed=1; echo "[fuzz.sh] $t FAILED (exit $rc), see $log and fuzz/artifacts/$t/" >&2; }
-    rows+=("$(printf '%-16s %12s %8s %8s' "$t" "$runs" "$corpus" "$crashes")")
+    rows+=("$(printf '%-16s %12s %8s %8s %8s' "$t" "$runs" "${cov:-?}" "$corpus" "$crashes")")
 done
 
-printf '\n%-16s %12s %8s %8s\n' target runs corpus crashes
+printf '\n%-16s %12s %8s %8s %8s\n' target runs cov corpus crashes
 for r in "${rows[@]}"; do echo "$r"; done
 exit "$failed"

@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let enc = serde_json::to_string(&req).expect("a decoded request encodes");
     let again: Request = serde_json::from_str(&enc).expect("re-encoded request decodes");
-    assert_eq!(serde_json::to_string(&again).unwrap(), enc, "serde round trip");
+    assert_eq!(
+        serde_json::to_string(&again).unwrap(),
+        enc,
+        "serde round trip"
+    );
     match req {
         Request::FlowRuleAdd { rule, .. } => {
             let _ = rule.describe();

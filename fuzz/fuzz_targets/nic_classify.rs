@@ -9,19 +9,23 @@
 //! ending at `split_at` when split; counters add up; placed buffers recycle.
 #![no_main]
 
-use libfuzzer_sys::arbitrary::{Result, Unstructured};
-use libfuzzer_sys::fuzz_target;
 use devmem_nic::{
     parse, Action, Delivery, FlowMatch, FlowRule, HashConfig, HdsConfig, Masked, Nic, NicConfig,
     QueueConfig, Reason, RssConfig,
 };
+use libfuzzer_sys::arbitrary::{Result, Unstructured};
+use libfuzzer_sys::fuzz_target;
 
 fn check_parsed(frame: &[u8]) {
     let p = parse(frame);
     if p.l3.is_some() {
         assert!(p.l3_offset <= p.l3_end && p.l3_end <= frame.len(), "{p:?}");
         let h = p.l3_header_end().unwrap();
-        assert!(h <= frame.len(), "IP header end {h} beyond frame {}: {p:?}", frame.len());
+        assert!(
+            h <= frame.len(),
+            "IP header end {h} beyond frame {}: {p:?}",
+            frame.len()
+        );
     }
     if p.l4.is_some() {
         assert!(p.l3.is_some());
@@ -81,7 +85,11 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                 ethertype: u.arbitrary()?,
                 ..FlowMatch::default()
             },
-            action: if u.arbitrary()? { Action::Drop } else { Action::Queue(q) },
+            action: if u.arbitrary()? {
+                Action::Drop
+            } else {
+                Action::Queue(q)
+            },
         };
         let _ = nic.add_rule(rule);
     }

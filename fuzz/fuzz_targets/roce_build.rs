@@ -85,9 +85,14 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
     assert_eq!(f.packet.payload, payload);
     assert_eq!(f.packet.to_builder().payload, payload);
     // The transport part alone also round-trips.
-    let unsealed = b.build_unsealed().expect("packet builds when the frame did");
+    let unsealed = b
+        .build_unsealed()
+        .expect("packet builds when the frame did");
     assert_eq!(unsealed.len(), b.wire_len());
-    assert_eq!(&unsealed[..unsealed.len() - 4], &f.packet.raw[..f.packet.raw.len() - 4]);
+    assert_eq!(
+        &unsealed[..unsealed.len() - 4],
+        &f.packet.raw[..f.packet.raw.len() - 4]
+    );
     Ok(())
 }
 

@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_model::{IbFrame, RocePacket, RoceFrame, ICRC_LEN};
+use roce_model::{IbFrame, RoceFrame, RocePacket, ICRC_LEN};
 
 fn within(outer: &[u8], inner: &[u8]) -> Option<usize> {
     let o = outer.as_ptr() as usize;
@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(f) = IbFrame::parse(data) {
         within(data, f.packet.raw).expect("packet inside frame");
-        assert_eq!(RocePacket::parse(f.packet.raw).expect("re-parses"), f.packet);
+        assert_eq!(
+            RocePacket::parse(f.packet.raw).expect("re-parses"),
+            f.packet
+        );
         let _ = f.verify_icrc();
         let _ = f.verify_vcrc();
         let _ = f.icrc_scope();

@@ -19,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(p.pad.len(), usize::from(p.bth.pad_cnt));
     assert_eq!((p.payload.len() + p.pad.len()) % 4, 0);
     assert_eq!(p.ext.present(), info.headers);
-    p.ext.check_for(p.bth.opcode).expect("parsed headers match the opcode");
+    p.ext
+        .check_for(p.bth.opcode)
+        .expect("parsed headers match the opcode");
     if let Some(n) = info.payload.fixed_len() {
         assert_eq!(p.payload.len(), n);
     }
@@ -52,6 +54,9 @@ fuzz_target!(|data: &[u8]| {
         let at = data.len() - ICRC_LEN - p.pad.len() - 1;
         sealed[at] ^= 0x01;
         let s = RocePacket::parse(&sealed).expect("still parses");
-        assert!(s.verify_icrc(&scope).is_err(), "ICRC misses a payload bit flip");
+        assert!(
+            s.verify_icrc(&scope).is_err(),
+            "ICRC misses a payload bit flip"
+        );
     }
 });

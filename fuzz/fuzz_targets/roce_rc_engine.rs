@@ -108,7 +108,9 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                 let sge = Sge::new(IOVA + off, len, keys.lkey);
                 let op = match u.int_in_range(0u8..=6)? {
                     0 => SendOp::Send,
-                    1 => SendOp::SendWithImm { imm: u.arbitrary()? },
+                    1 => SendOp::SendWithImm {
+                        imm: u.arbitrary()?,
+                    },
                     2 => SendOp::RdmaWrite {
                         remote_addr: u.arbitrary()?,
                         rkey: u.arbitrary()?,
@@ -122,7 +124,9 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                         remote_addr: u.arbitrary()?,
                         rkey: u.arbitrary()?,
                     },
-                    5 => SendOp::SendWithInv { rkey: u.arbitrary()? },
+                    5 => SendOp::SendWithInv {
+                        rkey: u.arbitrary()?,
+                    },
                     _ => SendOp::Send,
                 };
                 let sg = if u.arbitrary()? { vec![sge] } else { vec![] };
@@ -134,7 +138,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                 let off = u.int_in_range(0u64..=LEN as u64)?;
                 let len = (u.int_in_range(0u32..=4096)?).min((LEN as u64 - off) as u32);
                 if qp
-                    .post_recv(RecvWr::new(posted, vec![Sge::new(IOVA + off, len, keys.lkey)]))
+                    .post_recv(RecvWr::new(
+                        posted,
+                        vec![Sge::new(IOVA + off, len, keys.lkey)],
+                    ))
                     .is_ok()
                 {
                     posted += 1;
@@ -163,7 +170,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         while qp.poll_completion().is_some() {
             completed += 1;
         }
-        assert!(completed <= posted, "{completed} completions for {posted} WRs");
+        assert!(
+            completed <= posted,
+            "{completed} completions for {posted} WRs"
+        );
     }
     let _ = rx_ok_calls;
     let _ = qp.is_idle();

@@ -88,7 +88,10 @@ fuzz_target!(|data: &[u8]| {
             let total = mpa::fpdu_len(p.len());
             let pad = mpa::pad_len(p.len());
             assert_eq!(&re[off..off + 2 + p.len()], &stream[off..off + 2 + p.len()]);
-            if stream[off + 2 + p.len()..off + 2 + p.len() + pad].iter().all(|&b| b == 0) {
+            if stream[off + 2 + p.len()..off + 2 + p.len() + pad]
+                .iter()
+                .all(|&b| b == 0)
+            {
                 assert_eq!(&re[off..off + total], &stream[off..off + total]);
             }
             off += total;

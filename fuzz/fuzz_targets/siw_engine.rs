@@ -93,9 +93,15 @@ fuzz_target!(|data: &[u8]| {
     let stag = b.register_mr(vec![0u8; 4096], Access::ALL);
     let mut posted = 0u64;
     for i in 0..4u64 {
-        if b
-            .post_recv(i, Sge { stag, addr: i * 1024, len: 1024 })
-            .is_ok()
+        if b.post_recv(
+            i,
+            Sge {
+                stag,
+                addr: i * 1024,
+                len: 1024,
+            },
+        )
+        .is_ok()
         {
             posted += 1;
         }
@@ -105,7 +111,11 @@ fuzz_target!(|data: &[u8]| {
         let _ = b.post_send(
             100,
             WorkRequest::Read {
-                local: Sge { stag, addr: 0, len: 512 },
+                local: Sge {
+                    stag,
+                    addr: 0,
+                    len: 512,
+                },
                 remote_stag: a_stag,
                 remote_addr: 0,
             },

@@ -43,7 +43,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                 let active = u.int_in_range(0usize..=20)?;
                 let s = st.steer(frame, active, enabled);
                 let t = st.steer(frame, active, enabled);
-                assert_eq!((s.queue, s.hash_value, s.hash_report), (t.queue, t.hash_value, t.hash_report));
+                assert_eq!(
+                    (s.queue, s.hash_value, s.hash_report),
+                    (t.queue, t.hash_value, t.hash_report)
+                );
                 if let Some(q) = s.queue {
                     assert!(q < usize::from(qps), "queue {q} of {qps}");
                     assert!(q == 0 || enabled(q), "queue {q} not enabled");

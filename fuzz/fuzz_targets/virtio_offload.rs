@@ -89,7 +89,11 @@ fuzz_target!(|data: &[u8]| {
                 } else {
                     let tot = u16::from_be_bytes([s[lay.l3 + 2], s[lay.l3 + 3]]);
                     assert_eq!(usize::from(tot), s.len() - lay.l3);
-                    assert_eq!(fold(ones_sum(&s[lay.l3..lay.l4], 0)), 0xffff, "IPv4 checksum");
+                    assert_eq!(
+                        fold(ones_sum(&s[lay.l3..lay.l4], 0)),
+                        0xffff,
+                        "IPv4 checksum"
+                    );
                 }
             }
             assert_eq!(joined, payload, "segments lost or reordered payload");
