@@ -1194,24 +1194,10 @@ impl Connection {
             }) => {
                 let chunk = ((local.len - e.sent) as usize).min(maxp_u);
                 let last = e.sent as usize + chunk == local.len as usize;
-                let payload: &[u8] = if chunk == 0 {
-                    &[]
-                } else {
-                    match self
-                        .mem
-                        .read(local.stag, local.addr + e.sent as u64, chunk, Access::NONE)
-                    {
-                        Ok(p) => p,
-                        Err(_) => {
-                            e.state = SqState::Done(WcStatus::LocalProtection);
-                            let te = TermError::rdmap(
-                                rdmap_etype::CATASTROPHIC,
-                                rdmap_ecode::UNSPECIFIED,
-                            );
-                            self.fail(ConnError::LocalProtection, Some(Terminate::new(te)));
-                            return None;
-                        }
-                    }
+                let Some(payload) = local_chunk(&self.mem, &local, e.sent, chunk) else {
+                    e.state = SqState::Done(WcStatus::LocalProtection);
+                    self.fail_local_protection();
+                    return None;
                 };
                 let op = match (solicited, invalidate.is_some()) {
                     (false, false) => Opcode::Send,
@@ -1238,24 +1224,10 @@ impl Connection {
             }) => {
                 let chunk = ((local.len - e.sent) as usize).min(maxp_t);
                 let last = e.sent as usize + chunk == local.len as usize;
-                let payload: &[u8] = if chunk == 0 {
-                    &[]
-                } else {
-                    match self
-                        .mem
-                        .read(local.stag, local.addr + e.sent as u64, chunk, Access::NONE)
-                    {
-                        Ok(p) => p,
-                        Err(_) => {
-                            e.state = SqState::Done(WcStatus::LocalProtection);
-                            let te = TermError::rdmap(
-                                rdmap_etype::CATASTROPHIC,
-                                rdmap_ecode::UNSPECIFIED,
-                            );
-                            self.fail(ConnError::LocalProtection, Some(Terminate::new(te)));
-                            return None;
-                        }
-                    }
+                let Some(payload) = local_chunk(&self.mem, &local, e.sent, chunk) else {
+                    e.state = SqState::Done(WcStatus::LocalProtection);
+                    self.fail_local_protection();
+                    return None;
                 };
                 Header::tagged(
                     Opcode::Write,
@@ -1335,6 +1307,12 @@ impl Connection {
 
     /// Moves to the error state: optional Terminate to send, an error event,
     /// flushed work requests, then [`Event::Closed`].
+    /// A local buffer could not be read: catastrophic Terminate, connection error.
+    fn fail_local_protection(&mut self) {
+        let te = TermError::rdmap(rdmap_etype::CATASTROPHIC, rdmap_ecode::UNSPECIFIED);
+        self.fail(ConnError::LocalProtection, Some(Terminate::new(te)));
+    }
+
     fn fail(&mut self, err: ConnError, term: Option<Terminate>) {
         if matches!(self.state, State::Error | State::Closed) {
             return;
@@ -1346,4 +1324,14 @@ impl Connection {
         self.flush();
         self.events.push_back(Event::Closed);
     }
+}
+
+/// The next `chunk` bytes of a work request's local buffer from offset
+/// `sent`; `None` when the memory table refuses the read.
+fn local_chunk<'a>(mem: &'a MemTable, local: &Sge, sent: u32, chunk: usize) -> Option<&'a [u8]> {
+    if chunk == 0 {
+        return Some(&[]);
+    }
+    mem.read(local.stag, local.addr + sent as u64, chunk, Access::NONE)
+        .ok()
 }
