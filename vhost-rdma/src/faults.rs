@@ -393,24 +393,14 @@ impl Matcher {
             drop: true,
             ..FlowRuleSpec::default()
         };
-        let any_flow = fs.src_mac.is_some()
-            || fs.dst_mac.is_some()
-            || fs.ethertype.is_some()
-            || fs.src_ip.is_some()
-            || fs.dst_ip.is_some()
-            || fs.proto.is_some()
-            || fs.src_port.is_some()
-            || fs.dst_port.is_some();
         let qpn = s.qpn;
         if qpn.is_some_and(|q| q > 0xff_ffff) {
             return Err("qpn is 24 bits".into());
         }
+        // An empty match (no L2-L4 field given) matches everything.
+        let flow = fs.to_rule(0)?.matcher;
         Ok(Matcher {
-            flow: if any_flow {
-                Some(fs.to_rule(0)?.matcher)
-            } else {
-                None
-            },
+            flow: (flow != devmem_nic::FlowMatch::default()).then_some(flow),
             opcode: s.opcode.as_deref().map(parse_opcode).transpose()?,
             qpn,
             psn: s.psn.as_deref().map(parse_psn).transpose()?,
