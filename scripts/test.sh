@@ -6,7 +6,9 @@
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
 #      both QEMU forms, QEMU 11.1 and the stock 7.2) and scripts/e2e-rss.sh
-#      (RSS, hash report and flow rules with 4 queue pairs)
+#      (RSS, hash report and flow rules with 4 queue pairs), then the quick
+#      tier of the guest RDMA matrix: ci/matrix.sh --quick (7.3: rxe tools,
+#      SMC-R streams)
 # and ends with one line "N passed, M failed, K skipped" counting every
 # step, test and case. A step that cannot run here prints SKIPPED and why.
 #
@@ -25,7 +27,7 @@ while (($#)); do
     case "$1" in
         --no-e2e) e2e=0; shift ;;
         --e2e-case) e2e_args+=(--case "$2"); shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -91,8 +93,26 @@ if [[ $e2e -eq 1 ]]; then
         failed=$((failed + 1)); echo "--- FAIL e2e-rss (rc=$rc)"
     fi
     rm -f "$log"
+    # RDMA and SMC-R between two guests: the quick tier of the guest matrix
+    # (7.3/rxe: the rdma-core tools; 7.3/smcr: SMC-R streams, every byte
+    # verified). The whole matrix (6.12, siw, negative SMC cell) is the
+    # second tier: ci/matrix.sh (ci/README.md, results in ci/RESULTS.md).
+    say "guest matrix quick tier: ci/matrix.sh --quick"
+    log="$(mktemp)"
+    "$ROOT/ci/matrix.sh" --quick 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
+    rm -f "$log"
+    if [[ -n $line ]]; then
+        read -r mp mf ms < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
+        passed=$((passed + mp)); failed=$((failed + mf)); skipped=$((skipped + ${ms:-0}))
+        [[ $rc -ne 0 && $mf -eq 0 ]] && { failed=$((failed + 1)); echo "--- FAIL ci/matrix.sh exited $rc"; }
+    else
+        failed=$((failed + 1)); echo "--- FAIL ci/matrix.sh --quick printed no summary (rc=$rc)"
+    fi
 else
-    skipped=$((skipped + 2)); echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss): --no-e2e given"
+    skipped=$((skipped + 3))
+    echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, ci/matrix.sh --quick): --no-e2e given"
 fi
 
 echo

@@ -26,6 +26,8 @@ CI_LOGDIR=${CI_LOGDIR:-/job}
 CI_UEID=${CI_UEID:-VHOST-RDMA-CI}
 CI_STREAM_TIMEOUT=${CI_STREAM_TIMEOUT:-1800}
 CI_SMC_BYTES=${CI_SMC_BYTES:-64M}
+CI_SMC_BIG_BYTES=${CI_SMC_BIG_BYTES:-256M}
+CI_SMC_MANY_BYTES=${CI_SMC_MANY_BYTES:-256K}
 CI_PERFTEST_ITERS=${CI_PERFTEST_ITERS:-500}
 ci_barrier_n=0
 
@@ -493,13 +495,14 @@ smc_setup() {
     fi
 }
 
-# smc_stream NAME EXPECT BYTES CONNS DIRECTION PORT
+# smc_stream NAME EXPECT BYTES CONNS DIRECTION PORT [CLOSE_ORDER]
+#   CLOSE_ORDER: client-first (default) | server-first
 #   EXPECT=smcr: rc 0, verified, smc_mode=smcr
 #   EXPECT=decline:CODE: the tool must FAIL and name CODE (e.g. 0x03030008)
 smc_stream() {
-    _name=$1 _exp=$2 _bytes=$3 _conns=$4 _dir=$5 _port=$6
+    _name=$1 _exp=$2 _bytes=$3 _conns=$4 _dir=$5 _port=$6 _close=${7:-client-first}
     _log=$CI_LOGDIR/$_name.$ROLE.log
-    _common="--proto smc --port $_port --bytes $_bytes --conns $_conns --direction $_dir --seed 3 --io-timeout 120"
+    _common="--proto smc --port $_port --bytes $_bytes --conns $_conns --direction $_dir --close-order $_close --seed 3 --io-timeout 120"
     [ "$_exp" = smcr ] && _common="$_common --expect-mode smcr"
     barrier "$_name start"
     _t0=$(now)
@@ -548,7 +551,13 @@ smc_stream() {
 cell_smcr() {
     smc_setup yes
     barrier "smc ready"
+    # The ranges: 1 B .. 256 MiB per connection, 1 .. 64 parallel
+    # connections, both directions, both close orders; every byte verified
+    # and every connection proven SMC-R (sock_diag), a fallback fails.
+    smc_stream smc-1byte smcr 1 1 c2s 7784
+    smc_stream smc-64conns smcr "$CI_SMC_MANY_BYTES" 64 both 7785 server-first
     smc_stream smc-stream smcr "$CI_SMC_BYTES" 4 both 7781
+    smc_stream smc-big-s2c smcr "$CI_SMC_BIG_BYTES" 1 s2c 7786 server-first
     diag rxe0
     say "cell done"
 }
@@ -567,7 +576,7 @@ cell_smcr() {
 cell_smc_noueid() {
     if [ "$ROLE" = server ]; then smc_setup yes; else smc_setup no; fi
     barrier "smc ready"
-    smc_stream smc-noueid-client decline:0x03030008 1M 1 both 7782
+    smc_stream smc-noueid-client "decline:${CI_NOUEID_CODE:-0x03030008}" 1M 1 both 7782
     _t0=$(now)
     _log=$CI_LOGDIR/smc-ueid-swap.$ROLE.log
     if [ "$ROLE" = server ]; then
