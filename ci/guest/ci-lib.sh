@@ -28,6 +28,7 @@ CI_STREAM_TIMEOUT=${CI_STREAM_TIMEOUT:-1800}
 CI_SMC_BYTES=${CI_SMC_BYTES:-64M}
 CI_SMC_BIG_BYTES=${CI_SMC_BIG_BYTES:-256M}
 CI_SMC_MANY_BYTES=${CI_SMC_MANY_BYTES:-256K}
+CI_FAILOVER_BYTES=${CI_FAILOVER_BYTES:-192M}
 CI_PERFTEST_ITERS=${CI_PERFTEST_ITERS:-500}
 ci_barrier_n=0
 
@@ -103,8 +104,9 @@ net_up() {
 rdma_dev_up() {
     _t0=$(now)
     _log=$CI_LOGDIR/link-add.$ROLE.log
-    if ! rdma link add "$2" type "$1" netdev eth0 >"$_log" 2>&1; then
-        result "link-add-$1" FAIL $(($(now) - _t0)) "" "rdma link add $2 type $1 netdev eth0: $(cat "$_log")"
+    _nd=${3:-eth0}
+    if ! rdma link add "$2" type "$1" netdev "$_nd" >"$_log" 2>&1; then
+        result "link-add-$1" FAIL $(($(now) - _t0)) "" "rdma link add $2 type $1 netdev $_nd: $(cat "$_log")"
         return 1
     fi
     _i=0
@@ -559,6 +561,41 @@ cell_smcr() {
     smc_stream smc-stream smcr "$CI_SMC_BYTES" 4 both 7781
     smc_stream smc-big-s2c smcr "$CI_SMC_BIG_BYTES" 1 s2c 7786 server-first
     diag rxe0
+    say "cell done"
+}
+
+# SMC-R link failover (issue 6): two NICs per guest (eth0, eth1) on two daemon
+# ports each, in the same IPv4 subnet (an SMC-Rv2 alternate link needs a
+# device whose netdev is in the link group's source subnet:
+# smc_ib_determine_gid), rxe0 on eth0 and rxe1 on eth1. The link group adds
+# a second link over rxe1 (empty PNET IDs match, smc_pnet_match). The host
+# takes the daemon port of the busiest link down in the middle of the stream
+# (ci/matrix.py FailoverDriver); the stream must complete verified over the
+# other link. arp_ignore=1 / arp_announce=2: both NICs share one L2 fabric,
+# each must answer ARP only for its own address, or RoCE frames for one
+# rxe device reach the other.
+cell_smcr_failover() {
+    sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 2>/dev/null ||
+        { echo 1 >/proc/sys/net/ipv4/conf/all/arp_ignore; echo 2 >/proc/sys/net/ipv4/conf/all/arp_announce; }
+    smc_setup yes
+    if ! rdma_dev_up rxe rxe1 eth1; then
+        echo "CI-ABORT reason=link-add-rxe1"
+        exit 0
+    fi
+    _n=$(smc-guest-tests smc devices 2>&1 | sed -n 's/^SMCR-DEVICES total=[0-9]* usable=\([0-9]*\).*/\1/p')
+    if [ "${_n:-0}" -ge 2 ]; then
+        result smc-two-devices PASS 0 "" "SMC-R usable devices: $_n"
+    else
+        result smc-two-devices FAIL 0 "" "expected 2 usable SMC-R devices, have ${_n:-0}: $(smc-guest-tests smc devices 2>&1 | tr '\n' ' ')"
+    fi
+    barrier "smc ready"
+    # the host waits for this stream's traffic, then takes one link down
+    echo "CI-EVENT failover-stream-start"
+    smc_stream smc-failover-stream smcr "$CI_FAILOVER_BYTES" 1 c2s 7787
+    say "smc kernel messages:"
+    dmesg 2>/dev/null | grep -iE 'smc' | tail -n 20 | sed 's/^/    /'
+    diag rxe0
+    diag rxe1
     say "cell done"
 }
 
