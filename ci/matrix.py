@@ -528,7 +528,8 @@ def tshark_test(pcap, protos):
         return row
     row["secs"] = round(time.monotonic() - t0)
     if phs.returncode != 0 or mal.returncode != 0:
-        row["detail"] = f"tshark failed: {(phs.stderr or mal.stderr).strip()[:300]}"
+        err = [ln for ln in (phs.stderr + mal.stderr).splitlines() if ln.strip() and "Running as user" not in ln]
+        row["detail"] = f"tshark failed (rc {phs.returncode}/{mal.returncode}): {' '.join(err)[:300]}"
         return row
     frames = {}
     for m in re.finditer(r"^\s*(\S+)\s+frames:(\d+)", phs.stdout, re.M):
