@@ -27,6 +27,9 @@ CI_UEID=${CI_UEID:-VHOST-RDMA-CI}
 CI_STREAM_TIMEOUT=${CI_STREAM_TIMEOUT:-1800}
 CI_SMC_BYTES=${CI_SMC_BYTES:-64M}
 CI_PERFTEST_ITERS=${CI_PERFTEST_ITERS:-500}
+CI_VERBS_SIZE=${CI_VERBS_SIZE:-61441}
+CI_VERBS_ITERS=${CI_VERBS_ITERS:-8}
+CI_VERBS_TESTS="send send_imm write write_imm read cas faa"
 ci_barrier_n=0
 
 say() { echo "[ci $CELL/$ROLE] $*"; }
@@ -230,6 +233,67 @@ tool_test() {
     barrier "$_name done"
 }
 
+# verbs_test DEV: `smc-guest-tests verbs` (ibverbs crate; QP info over TCP,
+# iWARP connected through rdma_cm on port+1): every verbs test in one run, one
+# CI-TEST line per test (verbs-send, verbs-write, ...) from the tool's
+# VERBS-RESULT lines (both sides print the combined verdict of both sides). A
+# test without a result line (setup failure, crash, timeout) is a FAIL.
+verbs_test() {
+    _dev=$1 _port=18650
+    _log=$CI_LOGDIR/verbs.$ROLE.log
+    barrier "verbs start"
+    siw_trace_mark "verbs start"
+    _t0=$(now)
+    if [ "$ROLE" = server ]; then
+        _cmd="smc-guest-tests verbs server --dev $_dev --addr $SELF --port $_port --accept-timeout $CI_TOOL_TIMEOUT"
+        say "verbs server: $_cmd"
+        echo "+ $_cmd" >"$_log"
+        # shellcheck disable=SC2086
+        timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1 &
+        srv_pid=$!
+        wait_listen tcp "$_port"
+        barrier "verbs listening"
+        wait "$srv_pid"
+        _rc=$?
+        srv_pid=
+    else
+        barrier "verbs listening"
+        _cmd="smc-guest-tests verbs client --dev $_dev --peer $PEER --port $_port --tests all --size $CI_VERBS_SIZE --iters $CI_VERBS_ITERS --connect-timeout 60"
+        say "verbs client: $_cmd"
+        echo "+ $_cmd" >"$_log"
+        # shellcheck disable=SC2086
+        timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1
+        _rc=$?
+    fi
+    echo "rc=$_rc" >>"$_log"
+    _secs=$(($(now) - _t0))
+    _err=$(grep -E '^error:' "$_log" | tail -n 1)
+    [ "$_rc" = 124 ] && _err="timed out after ${CI_TOOL_TIMEOUT}s; $_err"
+    _bad=0
+    for _t in $CI_VERBS_TESTS; do
+        _l=$(grep "^VERBS-RESULT .* test=$_t " "$_log" | tail -n 1)
+        if [ -z "$_l" ]; then
+            result "verbs-$_t" FAIL "$_secs" "" "no VERBS-RESULT line (rc=$_rc): $_err"
+            _bad=1
+            continue
+        fi
+        _st=$(echo "$_l" | sed -n 's/.* status=\([A-Z]*\) .*/\1/p')
+        _ts=$(echo "$_l" | sed -n 's/.* secs=\([0-9]*\).*/\1/p')
+        _mib=$(echo "$_l" | sed -n 's/.* mibps=\([0-9.]*\) .*/\1/p')
+        _why=$(echo "$_l" | sed -n 's/.* reason="\(.*\)"$/\1/p')
+        case "$_t" in cas | faa) _mib= ;; esac
+        [ "$_st" = SKIP ] && _mib=
+        if [ "$_st" = PASS ]; then
+            _why="$(echo "$_l" | sed -n 's/.* \(ops=[0-9]* bytes=[0-9]*\) .*/\1/p') verified on both sides"
+        fi
+        [ "$_st" = FAIL ] && _bad=1
+        [ "$_st" = SKIP ] && say "SKIPPED verbs-$_t: $_why"
+        result "verbs-$_t" "$_st" "${_ts:-0}" "$_mib" "$_why"
+    done
+    [ $_bad = 0 ] || show_log "$_log" 40
+    barrier "verbs done"
+}
+
 # skip_test NAME REASON: both sides print the same SKIP line
 skip_test() {
     say "SKIPPED $1: $2"
@@ -427,6 +491,7 @@ cell_verbs() {
     tool_test ucmatose cm 18620 \
         "ucmatose -p 18620" \
         "ucmatose -s $PEER -p 18620" check_ucmatose
+    verbs_test "$vdev"
     diag "$vdev"
     [ "$vtype" = siw ] && siw_trace_dump
     say "cell done"
