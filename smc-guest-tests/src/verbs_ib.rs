@@ -14,6 +14,7 @@ use ibverbs_sys as ffi;
 use std::ffi::CStr;
 use std::io;
 use std::marker::PhantomData;
+use std::path::Path;
 use std::ptr::{self, NonNull};
 use std::time::{Duration, Instant};
 
@@ -64,10 +65,14 @@ impl Device {
         let ctx = unsafe {
             let list = ffi::ibv_get_device_list(&mut n);
             if list.is_null() {
-                bail!(
-                    "ibv_get_device_list: {} (is rdma-core / ibverbs-providers installed?)",
-                    io::Error::last_os_error()
-                );
+                let e = io::Error::last_os_error();
+                if !Path::new("/sys/class/infiniband").is_dir() {
+                    bail!(
+                        "no RDMA devices at all (ibv_get_device_list: {e}; /sys/class/infiniband is missing): \
+                         add one with `rdma link add {name} type rxe|siw netdev eth0`"
+                    );
+                }
+                bail!("ibv_get_device_list: {e} (are rdma-core / ibverbs-providers installed?)");
             }
             let found = (0..n.max(0) as usize)
                 .map(|i| *list.add(i))
