@@ -30,7 +30,7 @@ KERNELS = ["7.3", "6.12"]
 # test name -> roles expected to report it
 VERBS_TESTS = ["ibv_rc_pingpong", "rping", "ib_send_bw", "ib_write_bw", "ib_read_bw", "ucmatose"] + [
     # smc-guest-tests verbs (ibverbs crate), one run, one row per test
-    f"verbs-{t}" for t in ("send", "send_imm", "write", "write_imm", "read", "cas", "faa")]
+    f"verbs-{t}" for t in ("send", "send_imm", "write", "write_imm", "read", "cas", "faa", "corrupt")]
 BOTH = ("server", "client")
 CELLS = {
     "rxe": {

@@ -238,28 +238,31 @@ tool_test() {
 # CI-TEST line per test (verbs-send, verbs-write, ...) from the tool's
 # VERBS-RESULT lines (both sides print the combined verdict of both sides). A
 # test without a result line (setup failure, crash, timeout) is a FAIL.
-verbs_test() {
-    _dev=$1 _port=18650
-    _log=$CI_LOGDIR/verbs.$ROLE.log
-    barrier "verbs start"
-    siw_trace_mark "verbs start"
+# verbs_run NAME PORT [CLIENT ARGS]: one server/client run of the verbs tool
+# between barriers; output in $CI_LOGDIR/NAME.$ROLE.log, rc in $_rc, seconds in $_secs
+verbs_run() {
+    _name=$1 _port=$2
+    shift 2
+    _log=$CI_LOGDIR/$_name.$ROLE.log
+    barrier "$_name start"
+    siw_trace_mark "$_name start"
     _t0=$(now)
     if [ "$ROLE" = server ]; then
         _cmd="smc-guest-tests verbs server --dev $_dev --addr $SELF --port $_port --accept-timeout $CI_TOOL_TIMEOUT"
-        say "verbs server: $_cmd"
+        say "$_name server: $_cmd"
         echo "+ $_cmd" >"$_log"
         # shellcheck disable=SC2086
         timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1 &
         srv_pid=$!
         wait_listen tcp "$_port"
-        barrier "verbs listening"
+        barrier "$_name listening"
         wait "$srv_pid"
         _rc=$?
         srv_pid=
     else
-        barrier "verbs listening"
-        _cmd="smc-guest-tests verbs client --dev $_dev --peer $PEER --port $_port --tests all --size $CI_VERBS_SIZE --iters $CI_VERBS_ITERS --connect-timeout 60"
-        say "verbs client: $_cmd"
+        barrier "$_name listening"
+        _cmd="smc-guest-tests verbs client --dev $_dev --peer $PEER --port $_port --tests all --size $CI_VERBS_SIZE --iters $CI_VERBS_ITERS --connect-timeout 60 $*"
+        say "$_name client: $_cmd"
         echo "+ $_cmd" >"$_log"
         # shellcheck disable=SC2086
         timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1
@@ -267,6 +270,11 @@ verbs_test() {
     fi
     echo "rc=$_rc" >>"$_log"
     _secs=$(($(now) - _t0))
+}
+
+verbs_test() {
+    _dev=$1
+    verbs_run verbs 18650
     _err=$(grep -E '^error:' "$_log" | tail -n 1)
     [ "$_rc" = 124 ] && _err="timed out after ${CI_TOOL_TIMEOUT}s; $_err"
     _bad=0
@@ -292,6 +300,22 @@ verbs_test() {
     done
     [ $_bad = 0 ] || show_log "$_log" 40
     barrier "verbs done"
+
+    # negative: the client spoils the last request of every test (flipped
+    # data byte, wrong immediate, READ address + 1, wrong compare, wrong
+    # addend); every test that runs must FAIL naming what was wrong, on both
+    # sides, and the tool must exit 1
+    verbs_run verbs-corrupt 18652 --inject-corruption all
+    _nrun=$(grep -cE '^VERBS-RESULT .* status=(PASS|FAIL) ' "$_log")
+    _nfail=$(grep -c '^VERBS-RESULT .* status=FAIL ' "$_log")
+    _nskip=$(grep -c '^VERBS-RESULT .* status=SKIP ' "$_log")
+    if [ "$_rc" = 1 ] && [ "$_nrun" -gt 0 ] && [ "$_nfail" = "$_nrun" ] && [ $((_nrun + _nskip)) = 7 ]; then
+        result verbs-corrupt PASS "$_secs" "" "all $_nfail tests that ran detected the spoiled request ($_nskip skipped): $(grep -o 'test=[a-z_]* status=FAIL.*reason="[^;"]*' "$_log" | sed 's/^test=//; s/ status=FAIL.*reason="/: /' | cut -c1-70 | tr '\n' ';')"
+    else
+        result verbs-corrupt FAIL "$_secs" "" "expected rc=1 and every non-skipped test FAIL; got rc=$_rc, $_nfail FAIL of $_nrun run, $_nskip skipped: $(grep -E '^error:|status=PASS' "$_log" | head -n 2 | tr '\n' ' ')"
+        show_log "$_log" 40
+    fi
+    barrier "verbs-corrupt done"
 }
 
 # skip_test NAME REASON: both sides print the same SKIP line
