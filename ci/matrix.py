@@ -28,19 +28,23 @@ ROOT = os.path.dirname(HERE)
 KERNELS = ["7.3", "6.12"]
 
 # test name -> roles expected to report it
-VERBS_TESTS = ["ibv_rc_pingpong", "rping", "ib_send_bw", "ib_write_bw", "ib_read_bw", "ucmatose"]
+VERBS_TESTS = ["ibv_rc_pingpong", "rping", "ib_send_bw", "ib_write_bw", "ib_read_bw", "ucmatose"] + [
+    # smc-guest-tests verbs (ibverbs crate), one run, one row per test
+    f"verbs-{t}" for t in ("send", "send_imm", "write", "write_imm", "read", "cas", "faa", "corrupt")]
 BOTH = ("server", "client")
 CELLS = {
     "rxe": {
         "what": "rdma_rxe (RoCEv2) on eth0 in both guests; ibv_rc_pingpong (-g RoCEv2 GID), "
-                "rping -V, ib_send/write/read_bw (-x GID index, TCP out-of-band), ucmatose",
+                "rping -V, ib_send/write/read_bw (-x GID index, TCP out-of-band), ucmatose; "
+                "smc-guest-tests verbs (ibverbs): SEND, SEND+imm, WRITE(+imm), READ, CAS, FAA, data verified",
         "call": "cell_verbs rxe",
         "tests": [("link-add-rxe", BOTH)] + [(t, BOTH) for t in VERBS_TESTS],
         "timeout": 1500,
     },
     "siw": {
         "what": "siw (iWARP) on eth0 in both guests; rping -V, ib_send/write/read_bw -R (rdma_cm; read with -o 16), "
-                "ucmatose; ibv_rc_pingpong SKIPPED (no rdma_cm mode, iWARP needs iw_cm)",
+                "ucmatose; ibv_rc_pingpong SKIPPED (no rdma_cm mode, iWARP needs iw_cm); smc-guest-tests verbs "
+                "(ibverbs QP connected via rdma_cm): SEND, WRITE, READ verified; imm and atomics SKIPPED (iWARP has none)",
         "call": "cell_verbs siw",
         "tests": [("link-add-siw", BOTH)] + [(t, BOTH) for t in VERBS_TESTS],
         "timeout": 1500,
@@ -930,6 +934,9 @@ def main():
     ap.add_argument("--smc-many-bytes", default="256K",
                     help="smcr cell: bytes per connection and direction of the 64-connection stream (256K)")
     ap.add_argument("--perftest-iters", type=int, default=500, help="perftest -n (500 x 64 KiB)")
+    ap.add_argument("--verbs-size", type=int, default=61441,
+                    help="smc-guest-tests verbs --size: bytes per SEND/WRITE/READ (61441 = 15 pages + 1 byte)")
+    ap.add_argument("--verbs-iters", type=int, default=8, help="smc-guest-tests verbs --iters (8)")
     ap.add_argument("--tool-timeout", type=int, default=180, help="guest: seconds per RDMA tool run (180)")
     ap.add_argument("--siw-read-outs", type=int, default=16,
                     help="siw: ib_read_bw -o N (16; 0 = perftest's default 128, which fails, see README)")
@@ -960,7 +967,9 @@ def main():
     for opt in ("smc_bytes", "smc_big_bytes", "smc_many_bytes"):
         if not re.fullmatch(r"[0-9]+[KMGkmg]?", getattr(a, opt)):
             ap.error(f"--{opt.replace('_', '-')}: a number with an optional K/M/G suffix")
-    JOB_ENV.update(CI_SMC_BYTES=a.smc_bytes, CI_SMC_BIG_BYTES=a.smc_big_bytes, CI_SMC_MANY_BYTES=a.smc_many_bytes, CI_PERFTEST_ITERS=str(a.perftest_iters),
+    JOB_ENV.update(CI_SMC_BYTES=a.smc_bytes, CI_SMC_BIG_BYTES=a.smc_big_bytes, CI_SMC_MANY_BYTES=a.smc_many_bytes,
+                   CI_PERFTEST_ITERS=str(a.perftest_iters),
+                   CI_VERBS_SIZE=str(a.verbs_size), CI_VERBS_ITERS=str(a.verbs_iters),
                    CI_TOOL_TIMEOUT=str(a.tool_timeout), CI_SIW_READ_OUTS=str(a.siw_read_outs),
                    CI_SIW_TRACE=str(a.siw_trace), CI_SIW_CONN_ROUNDS=str(a.siw_conn_rounds),
                    CI_TRY_UNSUPPORTED="1" if a.try_unsupported or os.environ.get("CI_TRY_UNSUPPORTED") else "")

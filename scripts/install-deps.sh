@@ -4,7 +4,11 @@
 # is missing) and the Rust components. Idempotent; a warm machine does nothing.
 set -euo pipefail
 pkgs=(python3 e2fsprogs iproute2 util-linux xz-utils zstd cpio ca-certificates curl gnupg debian-archive-keyring qemu-system-x86 qemu-utils
-      tshark)  # tshark: vhost-rdma/tests/faults.rs decodes captures with it (skips loudly without)
+      tshark   # tshark: vhost-rdma/tests/faults.rs decodes captures with it (skips loudly without)
+      # smc-guest-tests `verbs` (ibverbs crate): ibverbs-sys runs cmake on its vendored
+      # rdma-core (needs libnl) and bindgen (libclang) to make its bindings; the binary
+      # links the system libibverbs and librdmacm (-dev for the .so link names)
+      cmake pkg-config gcc libc6-dev libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev librdmacm-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

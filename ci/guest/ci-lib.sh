@@ -30,6 +30,9 @@ CI_SMC_BIG_BYTES=${CI_SMC_BIG_BYTES:-256M}
 CI_SMC_MANY_BYTES=${CI_SMC_MANY_BYTES:-256K}
 CI_FAILOVER_BYTES=${CI_FAILOVER_BYTES:-192M}
 CI_PERFTEST_ITERS=${CI_PERFTEST_ITERS:-500}
+CI_VERBS_SIZE=${CI_VERBS_SIZE:-61441}
+CI_VERBS_ITERS=${CI_VERBS_ITERS:-8}
+CI_VERBS_TESTS="send send_imm write write_imm read cas faa"
 ci_barrier_n=0
 
 say() { echo "[ci $CELL/$ROLE] $*"; }
@@ -234,6 +237,91 @@ tool_test() {
     barrier "$_name done"
 }
 
+# verbs_test DEV: `smc-guest-tests verbs` (ibverbs crate; QP info over TCP,
+# iWARP connected through rdma_cm on port+1): every verbs test in one run, one
+# CI-TEST line per test (verbs-send, verbs-write, ...) from the tool's
+# VERBS-RESULT lines (both sides print the combined verdict of both sides). A
+# test without a result line (setup failure, crash, timeout) is a FAIL.
+# verbs_run NAME PORT [CLIENT ARGS]: one server/client run of the verbs tool
+# between barriers; output in $CI_LOGDIR/NAME.$ROLE.log, rc in $_rc, seconds in $_secs
+verbs_run() {
+    _name=$1 _port=$2
+    shift 2
+    _log=$CI_LOGDIR/$_name.$ROLE.log
+    barrier "$_name start"
+    siw_trace_mark "$_name start"
+    _t0=$(now)
+    if [ "$ROLE" = server ]; then
+        _cmd="smc-guest-tests verbs server --dev $_dev --addr $SELF --port $_port --accept-timeout $CI_TOOL_TIMEOUT"
+        say "$_name server: $_cmd"
+        echo "+ $_cmd" >"$_log"
+        # shellcheck disable=SC2086
+        timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1 &
+        srv_pid=$!
+        wait_listen tcp "$_port"
+        barrier "$_name listening"
+        wait "$srv_pid"
+        _rc=$?
+        srv_pid=
+    else
+        barrier "$_name listening"
+        _cmd="smc-guest-tests verbs client --dev $_dev --peer $PEER --port $_port --tests all --size $CI_VERBS_SIZE --iters $CI_VERBS_ITERS --connect-timeout 60 $*"
+        say "$_name client: $_cmd"
+        echo "+ $_cmd" >"$_log"
+        # shellcheck disable=SC2086
+        timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1
+        _rc=$?
+    fi
+    echo "rc=$_rc" >>"$_log"
+    _secs=$(($(now) - _t0))
+}
+
+verbs_test() {
+    _dev=$1
+    verbs_run verbs 18650
+    _err=$(grep -E '^error:' "$_log" | tail -n 1)
+    [ "$_rc" = 124 ] && _err="timed out after ${CI_TOOL_TIMEOUT}s; $_err"
+    _bad=0
+    for _t in $CI_VERBS_TESTS; do
+        _l=$(grep "^VERBS-RESULT .* test=$_t " "$_log" | tail -n 1)
+        if [ -z "$_l" ]; then
+            result "verbs-$_t" FAIL "$_secs" "" "no VERBS-RESULT line (rc=$_rc): $_err"
+            _bad=1
+            continue
+        fi
+        _st=$(echo "$_l" | sed -n 's/.* status=\([A-Z]*\) .*/\1/p')
+        _ts=$(echo "$_l" | sed -n 's/.* secs=\([0-9]*\).*/\1/p')
+        _mib=$(echo "$_l" | sed -n 's/.* mibps=\([0-9.]*\) .*/\1/p')
+        _why=$(echo "$_l" | sed -n 's/.* reason="\(.*\)"$/\1/p')
+        case "$_t" in cas | faa) _mib= ;; esac
+        [ "$_st" = SKIP ] && _mib=
+        if [ "$_st" = PASS ]; then
+            _why="$(echo "$_l" | sed -n 's/.* \(ops=[0-9]* bytes=[0-9]*\) .*/\1/p') verified on both sides"
+        fi
+        [ "$_st" = FAIL ] && _bad=1
+        [ "$_st" = SKIP ] && say "SKIPPED verbs-$_t: $_why"
+        result "verbs-$_t" "$_st" "${_ts:-0}" "$_mib" "$_why"
+    done
+    [ $_bad = 0 ] || show_log "$_log" 40
+    barrier "verbs done"
+
+    # negative: the client spoils the last request of every test (flipped
+    # data byte, wrong immediate, READ address + 1, wrong compare, wrong
+    # addend); every test that runs must FAIL naming what was wrong, on both
+    # sides, and the tool must exit 1
+    verbs_run verbs-corrupt 18652 --inject-corruption all
+    _nrun=$(grep -cE '^VERBS-RESULT .* status=(PASS|FAIL) ' "$_log")
+    _nfail=$(grep -c '^VERBS-RESULT .* status=FAIL ' "$_log")
+    _nskip=$(grep -c '^VERBS-RESULT .* status=SKIP ' "$_log")
+    if [ "$_rc" = 1 ] && [ "$_nrun" -gt 0 ] && [ "$_nfail" = "$_nrun" ] && [ $((_nrun + _nskip)) = 7 ]; then
+        result verbs-corrupt PASS "$_secs" "" "all $_nfail tests that ran detected the spoiled request ($_nskip skipped): $(grep -o 'test=[a-z_]* status=FAIL.*reason="[^;"]*' "$_log" | sed 's/^test=//; s/ status=FAIL.*reason="/: /' | cut -c1-70 | tr '\n' ';')"
+    else
+        result verbs-corrupt FAIL "$_secs" "" "expected rc=1 and every non-skipped test FAIL; got rc=$_rc, $_nfail FAIL of $_nrun run, $_nskip skipped: $(grep -E '^error:|status=PASS' "$_log" | head -n 2 | tr '\n' ' ')"
+        show_log "$_log" 40
+    fi
+    barrier "verbs-corrupt done"
+}
+
 # skip_test NAME REASON: both sides print the same SKIP line
 skip_test() {
     say "SKIPPED $1: $2"
@@ -431,6 +519,7 @@ cell_verbs() {
     tool_test ucmatose cm 18620 \
         "ucmatose -p 18620" \
         "ucmatose -s $PEER -p 18620" check_ucmatose
+    verbs_test "$vdev"
     diag "$vdev"
     [ "$vtype" = siw ] && siw_trace_dump
     say "cell done"

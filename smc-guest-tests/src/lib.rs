@@ -1,6 +1,7 @@
 //! Guest-side test tools for vhost-rdma: a data-verified TCP/SMC stream test
-//! with SMC fallback detection, and SMC generic netlink helpers (user EIDs,
-//! SMC-R devices). Runs inside unmodified Linux guests; needs only glibc.
+//! with SMC fallback detection, SMC generic netlink helpers (user EIDs,
+//! SMC-R devices), and data-verified RDMA verbs tests (feature `verbs`:
+//! libibverbs + librdmacm). Runs inside unmodified Linux guests.
 
 pub mod codes;
 pub mod diag;
@@ -11,3 +12,10 @@ pub mod size;
 pub mod smcnl;
 pub mod sock;
 pub mod stream;
+pub mod verbs;
+#[cfg(feature = "verbs")]
+pub mod verbs_cm;
+#[cfg(feature = "verbs")]
+pub mod verbs_ib;
+#[cfg(feature = "verbs")]
+pub mod verbs_run;

@@ -36,6 +36,138 @@ enum Cmd {
         #[arg(long, default_value = "eth0")]
         dev: String,
     },
+    /// RC verbs tests (libibverbs; iWARP connects through rdma_cm): SEND, SEND
+    /// with immediate, RDMA WRITE (+imm), RDMA READ, atomic CAS / fetch-add,
+    /// data verified. Run `server` in one guest, `client` in the other.
+    Verbs(VerbsCli),
+}
+
+#[derive(Args, Debug)]
+struct VerbsCli {
+    /// server (responder; adopts the client's tests/size/iters/seed) or client (requester).
+    #[arg(value_enum)]
+    role: Role,
+    /// RDMA device, e.g. rxe0 or siw0.
+    #[arg(long)]
+    dev: String,
+    /// RoCE GID index (default: the IPv4-mapped RoCE v2 GID from sysfs).
+    #[arg(long)]
+    gid_index: Option<u32>,
+    /// Server: IPv4 address to bind (default 0.0.0.0).
+    #[arg(long)]
+    addr: Option<String>,
+    /// Client: the server's IPv4 address.
+    #[arg(long)]
+    peer: Option<String>,
+    /// TCP port of the QP info exchange; iWARP's rdma_cm uses PORT+1.
+    #[arg(long, default_value_t = 18650)]
+    port: u16,
+    /// Comma list of send,send_imm,write,write_imm,read,cas,faa or all (client default: all).
+    #[arg(long)]
+    tests: Option<String>,
+    /// Bytes per SEND / WRITE / READ message (suffixes K, M; default 64K).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Messages (atomics: operations) per test (default 8).
+    #[arg(long)]
+    iters: Option<u32>,
+    /// Pattern seed (default 1).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Client: keep retrying the TCP connect for this many seconds.
+    #[arg(long, default_value = "120", value_parser = parse_secs)]
+    connect_timeout: f64,
+    /// Server: give up if no client comes within this many seconds (0: wait forever).
+    #[arg(long, default_value = "0", value_parser = parse_secs)]
+    accept_timeout: f64,
+    /// Per test: seconds to wait for completions, data and the peer.
+    #[arg(long, default_value = "60", value_parser = parse_secs)]
+    op_timeout: f64,
+    /// Testing aid (client): spoil the last request of these tests (comma list); they must FAIL.
+    #[arg(long, hide = true)]
+    inject_corruption: Option<String>,
+}
+
+impl VerbsCli {
+    /// The runner's arguments (everything checked that can be without a device).
+    fn to_args(&self) -> Result<verbs_args::VerbsArgsLite> {
+        use smc_guest_tests::verbs::{parse_tests, ExpectedConfig, VerbsConfig, MAX_SIZE};
+        let ipv4 = |s: &str, what: &str| -> Result<std::net::Ipv4Addr> {
+            s.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "{what} {s:?}: not an IPv4 address (RoCEv2 GIDs here are IPv4-mapped)"
+                )
+            })
+        };
+        let size = match self.size {
+            Some(v) if v == 0 || v > u64::from(MAX_SIZE) => {
+                bail!("--size must be 1 byte .. {} MiB", MAX_SIZE >> 20)
+            }
+            v => v.map(|v| v as u32),
+        };
+        let tests = self
+            .tests
+            .as_deref()
+            .map(parse_tests)
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        match self.role {
+            Role::Client => {
+                if self.addr.is_some() {
+                    bail!(
+                        "verbs client: use --peer SERVER_IP (--addr is the server's bind address)"
+                    );
+                }
+                let peer = self
+                    .peer
+                    .as_deref()
+                    .ok_or_else(|| anyhow::anyhow!("verbs client needs --peer SERVER_IP"))?;
+                let cfg = VerbsConfig {
+                    tests: tests.unwrap_or_else(|| smc_guest_tests::verbs::VerbsTest::ALL.to_vec()),
+                    size: size.unwrap_or(64 << 10),
+                    iters: self.iters.unwrap_or(8),
+                    seed: self.seed.unwrap_or(1),
+                };
+                cfg.validate().map_err(anyhow::Error::msg)?;
+                Ok(verbs_args::VerbsArgsLite {
+                    server: false,
+                    addr: ipv4(peer, "--peer")?,
+                    cfg: Some(cfg),
+                    expect: ExpectedConfig::default(),
+                })
+            }
+            Role::Server => {
+                if self.peer.is_some() {
+                    bail!("verbs server: --peer is for the client (the server takes the client's QP info)");
+                }
+                Ok(verbs_args::VerbsArgsLite {
+                    server: true,
+                    addr: ipv4(self.addr.as_deref().unwrap_or("0.0.0.0"), "--addr")?,
+                    cfg: None,
+                    expect: ExpectedConfig {
+                        tests,
+                        size,
+                        iters: self.iters,
+                        seed: self.seed,
+                    },
+                })
+            }
+        }
+    }
+}
+
+/// The device-independent half of the verbs arguments (so the CLI checks
+/// build and test without the `verbs` feature).
+mod verbs_args {
+    use smc_guest_tests::verbs::{ExpectedConfig, VerbsConfig};
+    #[derive(Debug)]
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub struct VerbsArgsLite {
+        pub server: bool,
+        pub addr: std::net::Ipv4Addr,
+        pub cfg: Option<VerbsConfig>,
+        pub expect: ExpectedConfig,
+    }
 }
 
 #[derive(Subcommand)]
@@ -360,12 +492,77 @@ fn run_qstats(dev: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(feature = "verbs")]
+fn run_verbs(v: VerbsCli) -> Result<ExitCode> {
+    use smc_guest_tests::verbs::Status;
+    use smc_guest_tests::verbs_run::{run, VerbsArgs, VerbsRole};
+    let lite = v.to_args()?;
+    let args = VerbsArgs {
+        role: if lite.server {
+            VerbsRole::Server
+        } else {
+            VerbsRole::Client
+        },
+        dev: v.dev.clone(),
+        gid_index: v.gid_index,
+        addr: lite.addr,
+        port: v.port,
+        cfg: lite.cfg,
+        expect: lite.expect,
+        connect_timeout: Duration::from_secs_f64(v.connect_timeout),
+        accept_timeout: secs_opt(v.accept_timeout),
+        op_timeout: Duration::from_secs_f64(v.op_timeout.max(1.0)),
+        sysfs: "/sys".into(),
+        corrupt: match &v.inject_corruption {
+            None => Vec::new(),
+            Some(t) => smc_guest_tests::verbs::parse_tests(t).map_err(anyhow::Error::msg)?,
+        },
+    };
+    let role = if lite.server { "server" } else { "client" };
+    let results = run(&args)?;
+    let (mut pass, mut fail, mut skip) = (0, 0, 0);
+    for r in &results {
+        match r.status {
+            Status::Pass => pass += 1,
+            Status::Fail(_) => fail += 1,
+            Status::Skip(_) => {
+                skip += 1;
+                eprintln!(
+                    "*** SKIPPED verbs {}: {} ***",
+                    r.test,
+                    match &r.status {
+                        Status::Skip(w) => w.as_str(),
+                        _ => "",
+                    }
+                );
+            }
+        }
+        println!("{}", r.line(role, &v.dev));
+    }
+    println!(
+        "VERBS-SUMMARY role={role} dev={} pass={pass} fail={fail} skip={skip}",
+        v.dev
+    );
+    Ok(if fail == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(not(feature = "verbs"))]
+fn run_verbs(v: VerbsCli) -> Result<ExitCode> {
+    v.to_args()?;
+    bail!("this smc-guest-tests was built without the `verbs` feature (libibverbs)")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Stream(a) => run_stream(a),
         Cmd::Smc { cmd } => run_smc(cmd),
         Cmd::Qstats { dev } => run_qstats(&dev),
+        Cmd::Verbs(v) => run_verbs(v),
     };
     match r {
         Ok(c) => c,
@@ -373,5 +570,101 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smc_guest_tests::verbs::VerbsTest;
+
+    fn verbs(args: &[&str]) -> Result<verbs_args::VerbsArgsLite> {
+        let mut v = vec!["smc-guest-tests", "verbs"];
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v)?.cmd {
+            Cmd::Verbs(v) => v.to_args(),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn verbs_client_cli() {
+        let a = verbs(&[
+            "client",
+            "--dev",
+            "rxe0",
+            "--peer",
+            "10.77.0.1",
+            "--tests",
+            "write,cas",
+            "--size",
+            "4K",
+            "--iters",
+            "3",
+        ])
+        .unwrap();
+        assert!(!a.server);
+        assert_eq!(a.addr, std::net::Ipv4Addr::new(10, 77, 0, 1));
+        let c = a.cfg.unwrap();
+        assert_eq!(
+            (c.tests, c.size, c.iters, c.seed),
+            (vec![VerbsTest::Write, VerbsTest::Cas], 4096, 3, 1)
+        );
+        // defaults: every test, 64K x 8
+        let c = verbs(&["client", "--dev", "siw0", "--peer", "10.0.0.2"])
+            .unwrap()
+            .cfg
+            .unwrap();
+        assert_eq!((c.tests.len(), c.size, c.iters), (7, 65536, 8));
+        // errors
+        assert!(verbs(&["client", "--dev", "rxe0"])
+            .unwrap_err()
+            .to_string()
+            .contains("--peer"));
+        assert!(verbs(&["client", "--dev", "rxe0", "--peer", "fe80::1"])
+            .unwrap_err()
+            .to_string()
+            .contains("IPv4"));
+        assert!(
+            verbs(&["client", "--dev", "rxe0", "--peer", "10.0.0.1", "--tests", "bogus"]).is_err()
+        );
+        assert!(verbs(&["client", "--dev", "rxe0", "--peer", "10.0.0.1", "--iters", "0"]).is_err());
+        assert!(verbs(&["client", "--dev", "rxe0", "--peer", "10.0.0.1", "--size", "0"]).is_err());
+        assert!(verbs(&[
+            "client", "--dev", "rxe0", "--peer", "10.0.0.1", "--size", "16M", "--iters", "1000"
+        ])
+        .is_err());
+        assert!(
+            verbs(&["client", "--dev", "rxe0", "--peer", "10.0.0.1", "--addr", "10.0.0.2"])
+                .is_err()
+        );
+        assert!(
+            verbs(&["client", "--peer", "10.0.0.1"]).is_err(),
+            "--dev is required"
+        );
+    }
+
+    #[test]
+    fn verbs_server_cli() {
+        let a = verbs(&["server", "--dev", "rxe0", "--port", "9000"]).unwrap();
+        assert!(a.server && a.cfg.is_none());
+        assert_eq!(a.addr, std::net::Ipv4Addr::UNSPECIFIED);
+        assert_eq!(a.expect, Default::default());
+        let a = verbs(&[
+            "server",
+            "--dev",
+            "rxe0",
+            "--addr",
+            "10.77.0.1",
+            "--tests",
+            "send",
+            "--iters",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(a.addr, std::net::Ipv4Addr::new(10, 77, 0, 1));
+        assert_eq!(a.expect.tests, Some(vec![VerbsTest::Send]));
+        assert_eq!((a.expect.iters, a.expect.size), (Some(2), None));
+        assert!(verbs(&["server", "--dev", "rxe0", "--peer", "10.0.0.1"]).is_err());
     }
 }
