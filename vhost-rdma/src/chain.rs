@@ -27,6 +27,8 @@ pub const MAX_CTRL_LEN: usize = 4096;
 pub enum ChainError {
     #[error("descriptor chain is empty or its indirect table is invalid")]
     Empty,
+    #[error("available ring names head {head}, outside the {size}-entry ring")]
+    BadHead { head: u16, size: u16 },
     #[error(
         "descriptor chain is cut short (loop, next index out of range, or unreadable descriptor)"
     )]
@@ -151,17 +153,26 @@ pub fn drain_tx<M>(
 where
     M: Deref<Target = GuestMemoryMmap> + Clone,
 {
+    use virtio_queue::QueueT;
+    let size = queue.size();
     let mut out = TxDrain::default();
     let mut iter = queue.iter(mem.clone())?;
     while let Some(chain) = iter.next() {
         let head = chain.head_index();
-        let r = read_tx_chain(&mem, chain, acked);
+        let r = if head >= size {
+            Err(ChainError::BadHead { head, size })
+        } else {
+            read_tx_chain(&mem, chain, acked)
+        };
         if each(head, r) == TxStep::Pause {
             iter.go_to_previous_position();
             out.paused = true;
             break;
         }
-        out.used.push(head);
+        // A head outside the ring has no used slot to return it in.
+        if head < size {
+            out.used.push(head);
+        }
     }
     Ok(out)
 }
@@ -241,19 +252,28 @@ where
                 break 'frames;
             };
             let head = chain.head_index();
-            let descs = writable_descs(&chain).and_then(|d| {
-                if d.iter().any(|x| x.1 > 0) {
-                    Ok(d)
-                } else {
-                    Err(ChainError::Empty)
-                }
-            });
+            let descs = if head >= ring_size {
+                Err(ChainError::BadHead {
+                    head,
+                    size: ring_size,
+                })
+            } else {
+                writable_descs(&chain).and_then(|d| {
+                    if d.iter().any(|x| x.1 > 0) {
+                        Ok(d)
+                    } else {
+                        Err(ChainError::Empty)
+                    }
+                })
+            };
             let descs = match descs {
                 Ok(d) => d,
                 Err(e) => {
                     QueueCounters::add(&c.rx_errors, 1);
                     crate::guest_warn!(ctx.log, port = %port, qp, "RX chain {head} refused: {e}");
-                    out.used.push((head, 0));
+                    if head < ring_size {
+                        out.used.push((head, 0));
+                    }
                     if !chains.is_empty() {
                         // The frame's earlier buffers cannot be given back
                         // behind this one: return them empty and drop the frame.
