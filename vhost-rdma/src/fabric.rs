@@ -186,6 +186,8 @@ pub struct PortShared {
     pub tx_timer: Vec<Mutex<TimerFd>>,
     /// Times this port's TX paused for a full receiver.
     pub tx_pauses: AtomicU64,
+    /// vhost-user connections ended by a refused or malformed request.
+    pub protocol_errors: AtomicU64,
     /// Flow rules, RSS and hash reporting (`steering`).
     pub steering: crate::steering::PortSteering,
 }
@@ -220,6 +222,7 @@ impl PortShared {
             tx_resume,
             tx_timer,
             tx_pauses: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
         })
     }
 
@@ -294,6 +297,7 @@ impl PortShared {
             active_queue_pairs: self.active_qps.load(Relaxed),
             ctrl_errors: self.ctrl_errors.load(Relaxed),
             tx_pauses: self.tx_pauses.load(Relaxed),
+            protocol_errors: self.protocol_errors.load(Relaxed),
             queues: self.rxq.iter().map(|q| q.counters.snapshot()).collect(),
             ..Default::default()
         };

@@ -113,6 +113,11 @@ impl PortBackend {
         let c = self.counters(qp);
         let event_idx = self.event_idx.load(Relaxed);
         let mut vr = vring.get_mut();
+        // A resume or stall-timer event may come after the front end disabled
+        // the ring (SET_VRING_ENABLE 0 / GET_VRING_BASE): leave it alone then.
+        if !vr.is_enabled() || !vr.get_queue().ready() {
+            return;
+        }
         loop {
             if event_idx {
                 let _ = vr.disable_notification();
