@@ -50,7 +50,7 @@ impl Server {
             .map(|(i, p)| PortShared::new(i, p.clone()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
-        let fabric = Arc::new(Fabric::new(shared.clone()));
+        let fabric = Arc::new(Fabric::with_limits(shared.clone(), cfg.limits.clone()));
         for spec in &cfg.faults {
             fabric
                 .faults
