@@ -197,6 +197,9 @@ pub struct Limits {
     /// Flow-steering rules per port; more are refused, counted in
     /// `flow_rules_refused`. Default 256 (also the most allowed).
     pub flow_rules: usize,
+    /// Largest capture file in bytes; later records are dropped, counted in
+    /// the capture status's `limited`. Default 1 GiB.
+    pub capture_max_bytes: u64,
 }
 
 /// Largest value of each [`Limits`] field.
@@ -205,6 +208,7 @@ pub const LIMITS_MAX: Limits = Limits {
     control_connections: 1024,
     fault_rules: 4096,
     flow_rules: crate::steering::MAX_RULES,
+    capture_max_bytes: 1 << 40,
 };
 
 impl Default for Limits {
@@ -214,6 +218,7 @@ impl Default for Limits {
             control_connections: 16,
             fault_rules: crate::faults::MAX_FAULT_RULES,
             flow_rules: crate::steering::MAX_RULES,
+            capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
         }
     }
 }
@@ -234,6 +239,11 @@ impl Limits {
             if v == 0 || v > max {
                 bail!("[limits] {name} = {v} must be between 1 and {max}");
             }
+        }
+        // At least the file header of a 16-port capture.
+        let (v, max) = (self.capture_max_bytes, LIMITS_MAX.capture_max_bytes);
+        if !(4096..=max).contains(&v) {
+            bail!("[limits] capture-max-bytes = {v} must be between 4096 and {max}");
         }
         Ok(())
     }
@@ -441,7 +451,8 @@ mod tests {
                 mac_table: 10,
                 control_connections: 2,
                 fault_rules: 3,
-                flow_rules: 4
+                flow_rules: 4,
+                capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
             }
         );
         let d =

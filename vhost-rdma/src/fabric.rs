@@ -368,9 +368,11 @@ impl Fabric {
     pub fn with_limits(ports: Vec<Arc<PortShared>>, limits: crate::config::Limits) -> Self {
         let faults = crate::faults::Faults::new(&ports);
         faults.set_max_rules(limits.fault_rules);
+        let capture = crate::capture::Capture::default();
+        capture.set_max_bytes(limits.capture_max_bytes);
         Fabric {
             faults,
-            capture: crate::capture::Capture::default(),
+            capture,
             ports,
             macs: RwLock::new(HashMap::new()),
             mac_table_full: AtomicU64::new(0),

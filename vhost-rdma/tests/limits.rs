@@ -193,3 +193,55 @@ fn flow_rule_limit() {
         "{e}"
     );
 }
+
+#[test]
+fn capture_file_limit() {
+    let limits = Limits {
+        capture_max_bytes: 4096,
+        ..Limits::default()
+    };
+    let fab = fabric(2, limits);
+    let file = fab.dir().join("cap.pcapng");
+    let sock = fab.control_socket();
+    let r = request(
+        &sock,
+        &Request::CaptureStart {
+            file: file.clone(),
+            port: None,
+            snaplen: None,
+        },
+    )
+    .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let mut a = fab.connect(0, feat::ALL);
+    let mut b = fab.connect(1, feat::ALL);
+    b.post_rx(0, 64, 2048);
+    b.post_rx(1, 64, 2048);
+    for i in 0..10 {
+        a.send(
+            0,
+            &tagged_frame(fab.mac(1), fab.mac(0), i, 1000),
+            &TxOpts::default(),
+        );
+    }
+    assert!(a.wait_tx(0, ARRIVE));
+    assert_eq!(
+        b.recv_from(&[0, 1], 10, ARRIVE).len(),
+        10,
+        "capture limit cost frames"
+    );
+    let r = request(&sock, &Request::CaptureStop).unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let st = r.capture.expect("capture status");
+    assert!(st.limited > 0, "{st:?}");
+    let e = st.error.clone().unwrap_or_default();
+    assert!(
+        e.contains("capture file reached [limits] capture-max-bytes = 4096"),
+        "{e}"
+    );
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert!(
+        len <= 4096 && len == st.bytes,
+        "file {len} bytes, status {st:?}"
+    );
+}
