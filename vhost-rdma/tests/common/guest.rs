@@ -1,8 +1,8 @@
 //! `TestGuest`: an in-process vhost-user frontend plus a hand-written split
 //! virtqueue driver for virtio-net, playing the part of QEMU and the guest kernel.
 //!
-//! Guest memory is a memfd mapped once in this process and passed to the backend
-//! with `SET_MEM_TABLE`. Guest physical addresses start at [`GPA_BASE`]; ring
+//! Guest memory is a memfd mapped in this process between PROT_NONE guard
+//! pages ([`GuardedMap`]) and passed to the backend with `SET_MEM_TABLE`. Guest physical addresses start at [`GPA_BASE`]; ring
 //! addresses are given to the backend as our own virtual addresses (like QEMU).
 //!
 //! The driver is strict on purpose: it follows the notification rules
