@@ -225,6 +225,76 @@ priority = 1
 ''')
     put("config_toml", "cli-port", b"a=/tmp/a.sock,mac=52:54:00:00:00:0a,queues=4,form=testdev,rx-queue-frames=64")
     put("config_toml", "mac", b"52:54:00:12:34:56")
+    chains_seeds()
+
+
+# ---- virtio_chains: 32-byte control header + guest memory region 0 ----------
+F_NEXT, F_WRITE, F_INDIRECT = 1, 2, 4
+
+
+def chains_seed(size_log2, bits, descs, avail, mem_blobs, next_avail=0, pause=0,
+                rx_lens=(1, 24, 3), rings=None):
+    hdr = bytearray(32)
+    hdr[0] = size_log2
+    hdr[1] = bits
+    hdr[2:4] = struct.pack("<H", next_avail)
+    hdr[4] = pause
+    hdr[5:8] = bytes(rx_lens)
+    if rings:
+        hdr[8:32] = struct.pack("<QQQ", *rings)
+    mem = bytearray(0x7000)
+    for i, (addr, ln, flags, nxt) in enumerate(descs):
+        mem[16 * i:16 * i + 16] = struct.pack("<QIHH", addr, ln, flags, nxt)
+    idx = (next_avail + len(avail)) & 0xFFFF
+    mem[0x1000:0x1004] = struct.pack("<HH", 0, idx)
+    for i, h in enumerate(avail):
+        slot = (next_avail + i) % (1 << size_log2)
+        mem[0x1004 + 2 * slot:0x1006 + 2 * slot] = struct.pack("<H", h)
+    for addr, blob in mem_blobs:
+        mem[addr:addr + len(blob)] = blob
+    return bytes(hdr) + bytes(mem)
+
+
+def chains_seeds():
+    frame = bytes(12) + tcp4_frame(b"hostile guest")
+    fl = len(frame)
+    t = "virtio_chains"
+    put(t, "tx-single", chains_seed(8, 0, [(0x3000, fl, 0, 0)], [0], [(0x3000, frame)]))
+    put(t, "tx-chain-indirect", chains_seed(
+        8, 0,
+        [(0x4000, 32, F_INDIRECT, 0), (0x3000, 12, F_NEXT, 2), (0x300C, fl - 12, 0, 0)],
+        [0, 1],
+        [(0x3000, frame),
+         (0x4000, struct.pack("<QIHH", 0x3000, 12, F_NEXT, 1) + struct.pack("<QIHH", 0x300C, fl - 12, 0, 0))]))
+    put(t, "rx-mrg", chains_seed(
+        8, 0x02 | 0x01,
+        [(0x5000, 2048, F_WRITE, 0), (0x5800, 100, F_WRITE | F_NEXT, 2), (0x6000, 4000, F_WRITE, 0),
+         (0x4000, 32, F_INDIRECT, 0)],
+        [0, 1, 3],
+        [(0x4000, struct.pack("<QIHH", 0x6800, 64, F_WRITE | F_NEXT, 1) + struct.pack("<QIHH", 0x6840, 0, F_WRITE, 0))]))
+    put(t, "rx-small", chains_seed(
+        4, 0, [(0x5000, 64, F_WRITE, 0), (0x5800, 0, F_WRITE, 0)], [0, 1], [], rx_lens=(1, 1, 1)))
+    put(t, "loop", chains_seed(8, 0, [(0x3000, 12, F_NEXT, 1), (0x300C, 60, F_NEXT, 0)], [0], [(0x3000, frame)]))
+    put(t, "huge-zero-len", chains_seed(
+        8, 0, [(0x3000, 0xFFFFFFFF, 0, 0), (0x3000, 0, F_NEXT, 2), (0x3000, 0, 0, 0)], [0, 1], [(0x3000, frame)]))
+    put(t, "out-of-bounds", chains_seed(
+        8, 0,
+        [(0xFFF0, 0x100, 0, 0), (0x18000, 64, 0, 0), (0x20000, 0x4000, 0, 0), (0x23FF0, 0x20, F_WRITE, 0),
+         (0xFFFFFFFFFFFFFFF0, 0x40, 0, 0)],
+        [0, 1, 2, 3, 4, 77], [(0x3000, frame)]))
+    put(t, "rings-elsewhere", chains_seed(
+        3, 0x40 | 0x01, [], [], [], rings=(0x20000, 0xFFFE, 0x21000)))
+    put(t, "ctrl", chains_seed(
+        8, 0, [(0x3000, 4, F_NEXT, 1), (0x3100, 1, F_WRITE, 0)], [0],
+        [(0x3000, bytes([4, 0, 2, 0]))]))
+    put(t, "tx-pause", chains_seed(
+        8, 0x80 | 0x08, [(0x3000, fl, 0, 0), (0x3000, fl, 0, 0), (0x3000, fl, 0, 0)], [0, 1, 2],
+        [(0x3000, frame)], pause=1))
+    put(t, "wrap-size1", chains_seed(0, 0x01, [(0x3000, fl, 0, 0)], [0], [(0x3000, frame)], next_avail=0xFFFF))
+    put(t, "bad-size", chains_seed(0x80 | 3, 0, [(0x3000, fl, 0, 0)], [0], [(0x3000, frame)]))
+    put(t, "tx-hash-tso", chains_seed(
+        8, 0x04 | 0x08 | 0x10, [(0x3000, fl + 8, 0, 0)], [0],
+        [(0x3000, nethdr(1, 1, 54, 4, 34, 16) + bytes(8) + tcp4_frame(b"x" * 200))]))
 
 
 if __name__ == "__main__":

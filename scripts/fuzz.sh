@@ -6,8 +6,8 @@
 #                   [--list]
 #
 # Installs cargo-fuzz (cargo install, cached in ~/.cargo/bin) if missing,
-# builds every target once, runs each for N seconds (default 50; 13 targets
-# -> ~11 minutes), and prints a table: target, runs, coverage (libFuzzer's
+# builds every target once, runs each for N seconds (default 50; 14 targets
+# -> ~12 minutes), and prints a table: target, runs, coverage (libFuzzer's
 # "cov" edge count), corpus size (seeds + discovered), crashes.
 # Exits 1 if any target crashed (reproducers in fuzz/artifacts/<target>/).
 #

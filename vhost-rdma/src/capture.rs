@@ -117,6 +117,9 @@ pub struct CaptureStatus {
     pub bytes: u64,
     /// Records dropped because the writer fell behind (channel full).
     pub dropped: u64,
+    /// Records dropped because the file reached `[limits] capture-max-bytes`.
+    #[serde(default)]
+    pub limited: u64,
     /// The first write error, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -135,6 +138,7 @@ struct Counters {
     records: AtomicU64,
     bytes: AtomicU64,
     dropped: AtomicU64,
+    limited: AtomicU64,
     error: Mutex<Option<String>>,
 }
 
@@ -149,12 +153,27 @@ struct Running {
     thread: JoinHandle<()>,
 }
 
+/// Default of `[limits] capture-max-bytes`: the largest capture file.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
 /// The fabric's capture point.
-#[derive(Default)]
 pub struct Capture {
     active: AtomicBool,
     run: RwLock<Option<Running>>,
     last: Mutex<Option<CaptureStatus>>,
+    /// Largest capture file (`[limits] capture-max-bytes`).
+    max_bytes: AtomicU64,
+}
+
+impl Default for Capture {
+    fn default() -> Self {
+        Capture {
+            active: AtomicBool::new(false),
+            run: RwLock::new(None),
+            last: Mutex::new(None),
+            max_bytes: AtomicU64::new(DEFAULT_MAX_BYTES),
+        }
+    }
 }
 
 impl std::fmt::Debug for Capture {
@@ -192,12 +211,19 @@ fn status_of(
         snaplen,
         records: c.records.load(Relaxed),
         bytes: c.bytes.load(Relaxed),
+        limited: c.limited.load(Relaxed),
         dropped: c.dropped.load(Relaxed),
         error: c.error.lock().ok().and_then(|e| e.clone()),
     }
 }
 
 impl Capture {
+    /// Sets the largest capture file (`[limits] capture-max-bytes`); records
+    /// that would grow the file beyond it are dropped and counted.
+    pub fn set_max_bytes(&self, n: u64) {
+        self.max_bytes.store(n, Relaxed);
+    }
+
     /// Whether a capture runs.
     pub fn active(&self) -> bool {
         self.active.load(Relaxed)
@@ -243,6 +269,7 @@ impl Capture {
         counters.bytes.store(head.len() as u64, Relaxed);
         let (tx, rx) = sync_channel::<Rec>(CHANNEL_RECORDS);
         let c = counters.clone();
+        let max_bytes = self.max_bytes.load(Relaxed);
         let thread = std::thread::Builder::new()
             .name("capture".into())
             .spawn(move || {
@@ -256,6 +283,14 @@ impl Capture {
                     match rx.recv_timeout(Duration::from_millis(200)) {
                         Ok(r) => {
                             let b = pcapng::epb(r.iface, r.ts_ns, &r.data, r.orig_len, r.flags);
+                            if c.bytes.load(Relaxed) + b.len() as u64 > max_bytes {
+                                if c.limited.fetch_add(1, Relaxed) == 0 {
+                                    fail(std::io::Error::other(format!(
+                                        "capture file reached [limits] capture-max-bytes = {max_bytes}; later records dropped"
+                                    )));
+                                }
+                                continue;
+                            }
                             match w.write_all(&b) {
                                 Ok(()) => {
                                     c.records.fetch_add(1, Relaxed);

@@ -178,6 +178,77 @@ impl FromStr for PortConfig {
     }
 }
 
+/// Bounds on the tables guests and control clients can grow (`[limits]` in
+/// the configuration file). Reaching one gives a clear error (control
+/// replies) or a rate-limited warning (data path), and a counter.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+pub struct Limits {
+    /// Entries of the fabric's MAC learning table (all ports together);
+    /// source MACs beyond it are not learned (their frames still flood),
+    /// counted in `mac_table_full`. Default 4096.
+    pub mac_table: usize,
+    /// Control-socket connections served at once; more get an error reply,
+    /// counted in `control_refused`. Default 16.
+    pub control_connections: usize,
+    /// Fault rules installed at once; more are refused, counted in
+    /// `fault_rules_refused`. Default 64.
+    pub fault_rules: usize,
+    /// Flow-steering rules per port; more are refused, counted in
+    /// `flow_rules_refused`. Default 256 (also the most allowed).
+    pub flow_rules: usize,
+    /// Largest capture file in bytes; later records are dropped, counted in
+    /// the capture status's `limited`. Default 1 GiB.
+    pub capture_max_bytes: u64,
+}
+
+/// Largest value of each [`Limits`] field.
+pub const LIMITS_MAX: Limits = Limits {
+    mac_table: 1 << 20,
+    control_connections: 1024,
+    fault_rules: 4096,
+    flow_rules: crate::steering::MAX_RULES,
+    capture_max_bytes: 1 << 40,
+};
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            mac_table: 4096,
+            control_connections: 16,
+            fault_rules: crate::faults::MAX_FAULT_RULES,
+            flow_rules: crate::steering::MAX_RULES,
+            capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks every limit is between 1 and its [`LIMITS_MAX`] value.
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (name, v, max) in [
+            ("mac-table", self.mac_table, LIMITS_MAX.mac_table),
+            (
+                "control-connections",
+                self.control_connections,
+                LIMITS_MAX.control_connections,
+            ),
+            ("fault-rules", self.fault_rules, LIMITS_MAX.fault_rules),
+            ("flow-rules", self.flow_rules, LIMITS_MAX.flow_rules),
+        ] {
+            if v == 0 || v > max {
+                bail!("[limits] {name} = {v} must be between 1 and {max}");
+            }
+        }
+        // At least the file header of a 16-port capture.
+        let (v, max) = (self.capture_max_bytes, LIMITS_MAX.capture_max_bytes);
+        if !(4096..=max).contains(&v) {
+            bail!("[limits] capture-max-bytes = {v} must be between 4096 and {max}");
+        }
+        Ok(())
+    }
+}
+
 /// Whole daemon configuration.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DaemonConfig {
@@ -185,6 +256,8 @@ pub struct DaemonConfig {
     pub control: Option<PathBuf>,
     /// Fault rules installed at start (`[[fault]]`).
     pub faults: Vec<crate::faults::FaultSpec>,
+    /// Table bounds (`[limits]`).
+    pub limits: Limits,
 }
 
 #[derive(Deserialize)]
@@ -195,6 +268,8 @@ struct FileConfig {
     ports: Vec<FilePort>,
     #[serde(default, rename = "fault")]
     faults: Vec<crate::faults::FaultSpec>,
+    #[serde(default)]
+    limits: Limits,
 }
 
 #[derive(Deserialize)]
@@ -218,7 +293,9 @@ impl DaemonConfig {
             control: f.control,
             ports: Vec::new(),
             faults: f.faults,
+            limits: f.limits,
         };
+        cfg.limits.check()?;
         for fp in f.ports {
             let mut p = PortConfig::new(&fp.name, fp.socket);
             if let Some(m) = fp.mac {
@@ -251,6 +328,17 @@ impl DaemonConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.ports.is_empty() {
             bail!("no ports configured: give at least one --port NAME=SOCKET_PATH");
+        }
+        self.limits.check()?;
+        for p in &self.ports {
+            if p.flow_rules.len() > self.limits.flow_rules {
+                bail!(
+                    "port {}: {} flow rules configured, [limits] flow-rules is {}",
+                    p.name,
+                    p.flow_rules.len(),
+                    self.limits.flow_rules
+                );
+            }
         }
         for (i, a) in self.ports.iter().enumerate() {
             a.check()?;
@@ -351,6 +439,39 @@ mod tests {
     }
 
     #[test]
+    fn limits_section() {
+        let c = DaemonConfig::from_toml(
+            "[limits]\nmac-table = 10\ncontrol-connections = 2\nfault-rules = 3\nflow-rules = 4\n\
+             [[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.limits,
+            Limits {
+                mac_table: 10,
+                control_connections: 2,
+                fault_rules: 3,
+                flow_rules: 4,
+                capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+            }
+        );
+        let d =
+            DaemonConfig::from_toml("[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n").unwrap();
+        assert_eq!(d.limits, Limits::default());
+        for (bad, text) in [
+            ("mac-table = 0", "mac-table = 0 must be between 1 and"),
+            (
+                "flow-rules = 257",
+                "flow-rules = 257 must be between 1 and 256",
+            ),
+            ("bogus = 1", "unknown field"),
+        ] {
+            let e = DaemonConfig::from_toml(&format!("[limits]\n{bad}\n")).unwrap_err();
+            assert!(format!("{e:#}").contains(text), "{bad}: {e:#}");
+        }
+    }
+
+    #[test]
     fn duplicates_are_refused() {
         let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
@@ -358,6 +479,7 @@ mod tests {
             ports: vec![a.clone(), b.clone()],
             control: None,
             faults: Vec::new(),
+            limits: Limits::default(),
         };
         assert!(cfg.validate().is_err());
         b.socket = "/tmp/b.sock".into();
@@ -365,6 +487,7 @@ mod tests {
             ports: vec![a, b],
             control: None,
             faults: Vec::new(),
+            limits: Limits::default(),
         }
         .validate()
         .is_ok());

@@ -85,12 +85,19 @@ pub struct Reply {
 pub struct Status {
     pub ports: Vec<crate::PortStats>,
     pub mac_table_full: u64,
+    /// Control connections refused at `[limits] control-connections`.
+    #[serde(default)]
+    pub control_refused: u64,
+    /// Fault rules refused at `[limits] fault-rules`.
+    #[serde(default)]
+    pub fault_rules_refused: u64,
+    /// Flow rules refused at `[limits] flow-rules`.
+    #[serde(default)]
+    pub flow_rules_refused: u64,
 }
 
 /// Longest request line accepted.
 const MAX_REQUEST: usize = 64 * 1024;
-/// Control connections served at once; more are refused with an error reply.
-const MAX_CONNECTIONS: usize = 16;
 
 /// The control socket server thread.
 pub struct ControlServer {
@@ -116,11 +123,21 @@ impl ControlServer {
                         break;
                     }
                     let Ok(mut c) = conn else { continue };
-                    if active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
+                    let max = fabric.limits.control_connections;
+                    if active.fetch_add(1, SeqCst) >= max {
                         active.fetch_sub(1, SeqCst);
-                        let _ = c.write_all(
-                            b"{\"ok\":false,\"error\":\"too many control connections\"}\n",
-                        );
+                        fabric.control_refused.fetch_add(1, SeqCst);
+                        let reply = Reply {
+                            ok: false,
+                            error: Some(format!(
+                                "too many control connections (at most {max}, [limits] control-connections)"
+                            )),
+                            ..Reply::default()
+                        };
+                        if let Ok(mut out) = serde_json::to_string(&reply) {
+                            out.push('\n');
+                            let _ = c.write_all(out.as_bytes());
+                        }
                         continue;
                     }
                     let (f, a) = (fabric.clone(), active.clone());
@@ -172,6 +189,16 @@ fn serve(c: UnixStream, fabric: &Fabric) {
                     ports: fabric.ports.iter().map(|p| p.stats()).collect(),
                     mac_table_full: fabric
                         .mac_table_full
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    control_refused: fabric
+                        .control_refused
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    fault_rules_refused: fabric
+                        .faults
+                        .refused_at_limit
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    flow_rules_refused: fabric
+                        .flow_rules_refused
                         .load(std::sync::atomic::Ordering::Relaxed),
                 }),
                 ..Reply::default()

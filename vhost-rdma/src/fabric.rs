@@ -186,6 +186,8 @@ pub struct PortShared {
     pub tx_timer: Vec<Mutex<TimerFd>>,
     /// Times this port's TX paused for a full receiver.
     pub tx_pauses: AtomicU64,
+    /// vhost-user connections ended by a refused or malformed request.
+    pub protocol_errors: AtomicU64,
     /// Flow rules, RSS and hash reporting (`steering`).
     pub steering: crate::steering::PortSteering,
 }
@@ -220,6 +222,7 @@ impl PortShared {
             tx_resume,
             tx_timer,
             tx_pauses: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
         })
     }
 
@@ -294,6 +297,7 @@ impl PortShared {
             active_queue_pairs: self.active_qps.load(Relaxed),
             ctrl_errors: self.ctrl_errors.load(Relaxed),
             tx_pauses: self.tx_pauses.load(Relaxed),
+            protocol_errors: self.protocol_errors.load(Relaxed),
             queues: self.rxq.iter().map(|q| q.counters.snapshot()).collect(),
             ..Default::default()
         };
@@ -335,9 +339,6 @@ pub fn flow_hash(f: &[u8]) -> u32 {
     h
 }
 
-/// Limit of the MAC learning table.
-const MAC_TABLE_LIMIT: usize = 4096;
-
 /// The L2 switch.
 #[derive(Debug)]
 pub struct Fabric {
@@ -345,6 +346,12 @@ pub struct Fabric {
     macs: RwLock<HashMap<[u8; 6], usize>>,
     /// Source MACs not learned because the table was full.
     pub mac_table_full: AtomicU64,
+    /// Control connections refused at `limits.control_connections`.
+    pub control_refused: AtomicU64,
+    /// Flow rules refused at `limits.flow_rules`.
+    pub flow_rules_refused: AtomicU64,
+    /// Table bounds (`[limits]`).
+    pub limits: crate::config::Limits,
     /// Fault injection rules and link states (`faults`).
     pub faults: crate::faults::Faults,
     /// pcapng capture point (`capture`).
@@ -352,14 +359,26 @@ pub struct Fabric {
 }
 
 impl Fabric {
-    /// A fabric over the given ports.
+    /// A fabric over the given ports, with default [`Limits`](crate::config::Limits).
     pub fn new(ports: Vec<Arc<PortShared>>) -> Self {
+        Self::with_limits(ports, crate::config::Limits::default())
+    }
+
+    /// A fabric over the given ports with the given table bounds.
+    pub fn with_limits(ports: Vec<Arc<PortShared>>, limits: crate::config::Limits) -> Self {
+        let faults = crate::faults::Faults::new(&ports);
+        faults.set_max_rules(limits.fault_rules);
+        let capture = crate::capture::Capture::default();
+        capture.set_max_bytes(limits.capture_max_bytes);
         Fabric {
-            faults: crate::faults::Faults::new(&ports),
-            capture: crate::capture::Capture::default(),
+            faults,
+            capture,
             ports,
             macs: RwLock::new(HashMap::new()),
             mac_table_full: AtomicU64::new(0),
+            control_refused: AtomicU64::new(0),
+            flow_rules_refused: AtomicU64::new(0),
+            limits,
         }
     }
 
@@ -410,8 +429,13 @@ impl Fabric {
             }
         }
         if let Ok(mut m) = self.macs.write() {
-            if m.len() >= MAC_TABLE_LIMIT && !m.contains_key(&src) {
+            if m.len() >= self.limits.mac_table && !m.contains_key(&src) {
                 self.mac_table_full.fetch_add(1, Relaxed);
+                if let Some(p) = self.ports.get(port) {
+                    crate::guest_warn!(p.log, port = %p.cfg.name,
+                        "MAC table full ([limits] mac-table = {}): {} not learned, its frames flood",
+                        self.limits.mac_table, crate::config::MacAddr(src));
+                }
                 return;
             }
             m.insert(src, port);

@@ -620,6 +620,10 @@ pub struct Faults {
     held: Vec<AtomicUsize>,
     timer_running: AtomicBool,
     stop: AtomicBool,
+    /// Most rules installed at once (`[limits] fault-rules`).
+    max_rules: AtomicUsize,
+    /// Rules refused at `max_rules`.
+    pub refused_at_limit: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -645,7 +649,14 @@ impl Faults {
             held: ports.iter().map(|_| AtomicUsize::new(0)).collect(),
             timer_running: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            max_rules: AtomicUsize::new(MAX_FAULT_RULES),
+            refused_at_limit: AtomicU64::new(0),
         }
+    }
+
+    /// Sets the most rules installed at once (`[limits] fault-rules`).
+    pub fn set_max_rules(&self, n: usize) {
+        self.max_rules.store(n.max(1), Relaxed);
     }
 
     /// Whether anything is configured (else the fabric skips [`apply`](Self::apply)).
@@ -671,9 +682,11 @@ impl Faults {
         spec.check()?;
         let matcher = Matcher::new(&spec)?;
         let mut rules = self.rules.write().unwrap_or_else(|e| e.into_inner());
-        if rules.len() >= MAX_FAULT_RULES {
+        let max = self.max_rules.load(Relaxed);
+        if rules.len() >= max {
+            self.refused_at_limit.fetch_add(1, Relaxed);
             return Err(format!(
-                "too many fault rules (at most {MAX_FAULT_RULES}); delete some first"
+                "too many fault rules (at most {max}, [limits] fault-rules); delete some first"
             ));
         }
         let id = match spec.id {

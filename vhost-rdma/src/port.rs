@@ -6,23 +6,21 @@
 //! also serves the control queue in the test-device form. Every worker sleeps
 //! in epoll on its kick eventfds and on its pending-queue wake eventfd.
 
+use crate::chain::{self, ChainLog, RxSource, TxStep};
 use crate::config::{DeviceForm, MacAddr};
-use crate::fabric::{Fabric, Frame, PortShared};
+use crate::fabric::{Fabric, Frame, PortShared, RxQueue};
 use crate::guest_warn;
-use crate::offload;
 use crate::stats::QueueCounters;
 use crate::virtio_net::*;
 use std::io;
 use std::sync::atomic::{fence, AtomicBool, Ordering, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock};
-use thiserror::Error;
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::bindings::virtio_net::*;
-use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{DescriptorChain, QueueOwnedT, QueueT};
 use vm_memory::{
-    Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
+    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
     GuestMemoryMmap,
 };
 use vmm_sys_util::epoll::EventSet;
@@ -36,30 +34,7 @@ type MemGuard = GuestMemoryLoadGuard<GuestMemoryMmap>;
 /// Largest virtqueue the device accepts.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 
-/// What is wrong with a descriptor chain a guest posted.
-#[derive(Debug, Error)]
-pub enum ChainError {
-    #[error("descriptor chain is empty or its indirect table is invalid")]
-    Empty,
-    #[error(
-        "descriptor chain is cut short (loop, next index out of range, or unreadable descriptor)"
-    )]
-    Broken,
-    #[error("device-writable descriptor in a TX chain")]
-    WritableInTx,
-    #[error("buffer of {addr:#x}+{len} is outside guest memory")]
-    OutOfMemory { addr: u64, len: u32 },
-    #[error("TX chain of {0}+ bytes exceeds the largest frame")]
-    TooLong(usize),
-    #[error("TX chain of {0} bytes is shorter than header plus Ethernet header")]
-    TooShort(usize),
-    #[error("offload request refused: {0}")]
-    Offload(#[from] offload::OffloadError),
-    #[error("offload used without negotiating it: {0}")]
-    NotNegotiated(&'static str),
-    #[error("control message: {0}")]
-    Ctrl(&'static str),
-}
+pub use crate::chain::ChainError;
 
 /// One vhost-user connection's backend for a port.
 pub struct PortBackend {
@@ -132,131 +107,64 @@ impl PortBackend {
         &self.shared.rxq[qp.min(self.shared.rxq.len() - 1)].counters
     }
 
-    /// Reads a TX chain into a frame.
-    fn read_tx_chain(
-        &self,
-        mem: &MemGuard,
-        chain: DescriptorChain<MemGuard>,
-    ) -> Result<Frame, ChainError> {
-        let hl = self.hdr_len();
-        let mut buf: Vec<u8> = Vec::with_capacity(2048);
-        let mut last: Option<Descriptor> = None;
-        for desc in chain {
-            if desc.is_write_only() {
-                return Err(ChainError::WritableInTx);
-            }
-            let len = desc.len() as usize;
-            let start = buf.len();
-            if start + len > hl + MAX_FRAME_LEN {
-                return Err(ChainError::TooLong(start + len));
-            }
-            buf.resize(start + len, 0);
-            mem.read_slice(&mut buf[start..], desc.addr())
-                .map_err(|_| ChainError::OutOfMemory {
-                    addr: desc.addr().0,
-                    len: desc.len(),
-                })?;
-            last = Some(desc);
-        }
-        match last {
-            None => return Err(ChainError::Empty),
-            Some(d) if d.has_next() => return Err(ChainError::Broken),
-            _ => {}
-        }
-        if buf.len() < hl + MIN_FRAME_LEN {
-            return Err(ChainError::TooShort(buf.len()));
-        }
-        let mut h = [0u8; NET_HDR_LEN];
-        h.copy_from_slice(&buf[..NET_HDR_LEN]);
-        // The hash fields of a TX header carry nothing for the device.
-        let hdr = NetHdr::parse(&h);
-        buf.drain(..hl);
-        if hdr.needs_csum() && !self.has(VIRTIO_NET_F_CSUM) {
-            return Err(ChainError::NotNegotiated(
-                "NEEDS_CSUM without VIRTIO_NET_F_CSUM",
-            ));
-        }
-        match u32::from(hdr.gso_kind()) {
-            VIRTIO_NET_HDR_GSO_TCPV4 if !self.has(VIRTIO_NET_F_HOST_TSO4) => {
-                return Err(ChainError::NotNegotiated("TCPv4 GSO without HOST_TSO4"))
-            }
-            VIRTIO_NET_HDR_GSO_TCPV6 if !self.has(VIRTIO_NET_F_HOST_TSO6) => {
-                return Err(ChainError::NotNegotiated("TCPv6 GSO without HOST_TSO6"))
-            }
-            _ => {}
-        }
-        if hdr.gso_kind() == VIRTIO_NET_HDR_GSO_NONE as u8
-            && buf.len() > MAX_FRAME_LEN - 65535 + 9216
-        {
-            // Without GSO a frame must fit a jumbo MTU.
-            return Err(ChainError::TooLong(buf.len()));
-        }
-        offload::validate(&buf, &hdr)?;
-        Ok(Frame { hdr, data: buf })
-    }
-
     /// Drains the TX vring of queue pair `qp` into the fabric.
     fn process_tx(&self, qp: usize, vring: &VringRwLock) {
         let Some(mem) = self.memory() else { return };
         let c = self.counters(qp);
         let event_idx = self.event_idx.load(Relaxed);
-        let mut paused = false;
         let mut vr = vring.get_mut();
+        // A resume or stall-timer event may come after the front end disabled
+        // the ring (SET_VRING_ENABLE 0 / GET_VRING_BASE): leave it alone then.
+        if !vr.is_enabled() || !vr.get_queue().ready() {
+            return;
+        }
         loop {
             if event_idx {
                 let _ = vr.disable_notification();
             }
-            let mut used = Vec::new();
-            {
-                let q = vr.get_queue_mut();
-                let iter = match q.iter(mem.clone()) {
-                    Ok(it) => it,
+            let acked = *self.acked.lock().unwrap_or_else(|e| e.into_inner());
+            let drained = chain::drain_tx(mem.clone(), vr.get_queue_mut(), acked, |head, r| {
+                match r {
+                    Ok(f) => {
+                        // Back-pressure: leave the chain in the ring while
+                        // its receiver is full but alive; its drain (or the
+                        // stall timer) resumes us.
+                        if let Some(q) = self.fabric.congested_queue(self.shared.index, &f.data) {
+                            // Register first, then look again: a drain
+                            // between the two cannot be missed.
+                            q.add_waiter(&self.shared.tx_resume[qp]);
+                            if q.congested() {
+                                self.arm_tx_timer(qp);
+                                self.shared.tx_pauses.fetch_add(1, Relaxed);
+                                tracing::trace!(port = %self.shared.cfg.name, qp, "tx paused");
+                                return TxStep::Pause;
+                            }
+                        }
+                        // Forward at once, so the next frame's congestion
+                        // check sees this one queued.
+                        QueueCounters::add(&c.tx_frames, 1);
+                        QueueCounters::add(&c.tx_bytes, f.data.len() as u64);
+                        self.fabric.forward(self.shared.index, f);
+                    }
                     Err(e) => {
                         QueueCounters::add(&c.tx_errors, 1);
-                        guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX ring unusable: {e}");
-                        return;
+                        guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX chain {head} refused: {e}");
                     }
-                };
-                let mut iter = iter;
-                while let Some(chain) = iter.next() {
-                    let head = chain.head_index();
-                    match self.read_tx_chain(&mem, chain) {
-                        Ok(f) => {
-                            // Back-pressure: leave the chain in the ring while
-                            // its receiver is full but alive; its drain (or
-                            // the stall timer) resumes us.
-                            if let Some(q) = self.fabric.congested_queue(self.shared.index, &f.data)
-                            {
-                                // Register first, then look again: a drain
-                                // between the two cannot be missed.
-                                q.add_waiter(&self.shared.tx_resume[qp]);
-                                if q.congested() {
-                                    iter.go_to_previous_position();
-                                    self.arm_tx_timer(qp);
-                                    self.shared.tx_pauses.fetch_add(1, Relaxed);
-                                    tracing::trace!(port = %self.shared.cfg.name, qp, "tx paused");
-                                    paused = true;
-                                    break;
-                                }
-                            }
-                            // Forward at once, so the next frame's congestion
-                            // check sees this one queued.
-                            QueueCounters::add(&c.tx_frames, 1);
-                            QueueCounters::add(&c.tx_bytes, f.data.len() as u64);
-                            self.fabric.forward(self.shared.index, f);
-                        }
-                        Err(e) => {
-                            QueueCounters::add(&c.tx_errors, 1);
-                            guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX chain {head} refused: {e}");
-                        }
-                    }
-                    used.push(head);
                 }
-            }
-            for head in used {
+                TxStep::Done
+            });
+            let drained = match drained {
+                Ok(d) => d,
+                Err(e) => {
+                    QueueCounters::add(&c.tx_errors, 1);
+                    guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX ring unusable: {e}");
+                    return;
+                }
+            };
+            for head in drained.used {
                 let _ = vr.add_used(head, 0);
             }
-            if !event_idx || paused {
+            if !event_idx || drained.paused {
                 break;
             }
             match vr.enable_notification() {
@@ -320,107 +228,31 @@ impl PortBackend {
         let c = &rxq.counters;
         let mut signal = false;
         loop {
-            let mut used: Vec<(u16, u32)> = Vec::new();
-            let mut starved = false;
-            let ring_size = vr.get_queue().size();
             let Ok(seen) = vr.get_queue().avail_idx(&*mem, Ordering::Acquire) else {
                 return;
             };
-            {
-                let q = vr.get_queue_mut();
-                let mut iter = match q.iter(mem.clone()) {
-                    Ok(it) => it,
-                    Err(e) => {
-                        QueueCounters::add(&c.rx_errors, 1);
-                        guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX ring unusable: {e}");
-                        return;
-                    }
-                };
-                'frames: while let Some(frame) = rxq.pop() {
-                    let hb = frame.hdr.to_hash_bytes(1);
-                    let hdr = &hb[..hl];
-                    let total = hl + frame.data.len();
-                    let mut off = 0usize;
-                    let mut chains: Vec<RxChain> = Vec::new();
-                    while off < total {
-                        let Some(chain) = iter.next() else {
-                            for _ in 0..chains.len() {
-                                iter.go_to_previous_position();
-                            }
-                            if chains.len() >= usize::from(ring_size) {
-                                // Even the whole ring cannot hold it.
-                                QueueCounters::add(&c.rx_drops, 1);
-                                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "{total}-byte frame does not fit the whole RX ring: dropped");
-                                continue 'frames;
-                            }
-                            rxq.unpop(frame);
-                            rxq.mark_starved();
-                            starved = true;
-                            break 'frames;
-                        };
-                        let head = chain.head_index();
-                        let descs = writable_descs(&chain).and_then(|d| {
-                            if d.iter().any(|x| x.1 > 0) {
-                                Ok(d)
-                            } else {
-                                Err(ChainError::Empty)
-                            }
-                        });
-                        let descs = match descs {
-                            Ok(d) => d,
-                            Err(e) => {
-                                QueueCounters::add(&c.rx_errors, 1);
-                                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX chain {head} refused: {e}");
-                                used.push((head, 0));
-                                if !chains.is_empty() {
-                                    // The frame's earlier buffers cannot be
-                                    // given back behind this one: return them
-                                    // empty and drop the frame.
-                                    used.extend(chains.drain(..).map(|c| (c.head, 0)));
-                                    QueueCounters::add(&c.rx_drops, 1);
-                                    continue 'frames;
-                                }
-                                continue;
-                            }
-                        };
-                        let cap: u64 = descs.iter().map(|d| u64::from(d.1)).sum();
-                        if !mrg && cap < total as u64 {
-                            // Without mergeable buffers a frame must fit one chain.
-                            iter.go_to_previous_position();
-                            for _ in 0..chains.len() {
-                                iter.go_to_previous_position();
-                            }
-                            QueueCounters::add(&c.rx_drops, 1);
-                            guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX buffer of {cap} bytes too small for a {total}-byte frame: dropped");
-                            continue 'frames;
-                        }
-                        match write_chain(&mem, &descs, hdr, &frame.data, off) {
-                            Ok(n) => {
-                                off += n;
-                                chains.push(RxChain {
-                                    head,
-                                    len: n as u32,
-                                    descs,
-                                });
-                            }
-                            Err(e) => {
-                                QueueCounters::add(&c.rx_errors, 1);
-                                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX chain {head} refused: {e}");
-                                used.push((head, 0));
-                            }
-                        }
-                    }
-                    if chains.len() > 1 {
-                        // num_buffers sits at header offset 10 in the first chain.
-                        let nb = (chains.len() as u16).to_le_bytes();
-                        let _ = write_at(&mem, &chains[0].descs, 10, &nb);
-                    }
-                    QueueCounters::add(&c.rx_frames, 1);
-                    QueueCounters::add(&c.rx_bytes, frame.data.len() as u64);
-                    rxq.mark_fed();
-                    used.extend(chains.into_iter().map(|c| (c.head, c.len)));
+            let ctx = ChainLog {
+                counters: c,
+                log: &self.shared.log,
+                port: &self.shared.cfg.name,
+                qp,
+            };
+            let mut src = PendingSource(rxq);
+            let (used, starved) = match chain::fill_rx(
+                mem.clone(),
+                vr.get_queue_mut(),
+                &mut src,
+                hl,
+                mrg,
+                ctx,
+            ) {
+                Ok(f) => (f.used, f.starved),
+                Err(e) => {
+                    QueueCounters::add(&c.rx_errors, 1);
+                    guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX ring unusable: {e}");
+                    return;
                 }
-            }
+            };
             signal |= !used.is_empty();
             for (h, n) in used {
                 let _ = vr.add_used(h, n);
@@ -501,24 +333,14 @@ impl PortBackend {
         mem: &MemGuard,
         chain: DescriptorChain<MemGuard>,
     ) -> (bool, Option<GuestAddress>) {
-        let mut cmd = Vec::new();
-        let mut ack = None;
-        for d in chain {
-            if d.is_write_only() {
-                if ack.is_none() && d.len() >= 1 {
-                    ack = Some(d.addr());
-                }
-                continue;
-            }
-            let start = cmd.len();
-            if start + d.len() as usize > 4096 {
+        let (cmd, ack) = chain::read_ctrl_chain(mem, chain);
+        let cmd = match cmd {
+            Ok(c) => c,
+            Err(e) => {
+                guest_warn!(self.shared.log, port = %self.shared.cfg.name, "control command refused: {e}");
                 return (false, ack);
             }
-            cmd.resize(start + d.len() as usize, 0);
-            if mem.read_slice(&mut cmd[start..], d.addr()).is_err() {
-                return (false, ack);
-            }
-        }
+        };
         let r = self.ctrl_execute(&cmd);
         tracing::debug!(port = %self.shared.cfg.name, cmd = ?&cmd[..cmd.len().min(16)], ok = r.is_ok(), ack = ?ack, "control command");
         if let Err(e) = &r {
@@ -623,95 +445,22 @@ fn arm_avail_event(mem: &MemGuard, q: &virtio_queue::Queue, idx: u16) -> bool {
         .is_ok()
 }
 
-/// An RX chain a frame went into: its head, the bytes written, and its
-/// writable buffers (to patch `num_buffers` afterwards).
-struct RxChain {
-    head: u16,
-    len: u32,
-    descs: Vec<(GuestAddress, u32)>,
-}
+/// The port's pending queue as the frame source of an RX pass.
+struct PendingSource<'a>(&'a RxQueue);
 
-/// The writable descriptors of an RX chain, checked to be a complete chain.
-fn writable_descs(
-    chain: &DescriptorChain<MemGuard>,
-) -> Result<Vec<(GuestAddress, u32)>, ChainError> {
-    let mut out = Vec::new();
-    let mut last = None;
-    for d in chain.clone() {
-        if d.is_write_only() {
-            out.push((d.addr(), d.len()));
-        }
-        last = Some(d);
+impl RxSource for PendingSource<'_> {
+    fn pop(&mut self) -> Option<Frame> {
+        self.0.pop()
     }
-    match last {
-        None => Err(ChainError::Empty),
-        Some(d) if d.has_next() => Err(ChainError::Broken),
-        _ if out.is_empty() => Err(ChainError::Empty),
-        _ => Ok(out),
+    fn unpop(&mut self, f: Frame) {
+        self.0.unpop(f)
     }
-}
-
-/// Writes the logical stream `hdr ++ data`, from offset `off`, into the
-/// buffers; returns how many bytes went in.
-fn write_chain(
-    mem: &MemGuard,
-    descs: &[(GuestAddress, u32)],
-    hdr: &[u8],
-    data: &[u8],
-    mut off: usize,
-) -> Result<usize, ChainError> {
-    let total = hdr.len() + data.len();
-    let mut written = 0;
-    for &(addr, len) in descs {
-        let mut pos = 0usize;
-        while pos < len as usize && off < total {
-            let (src, at) = if off < hdr.len() {
-                (hdr, off)
-            } else {
-                (data, off - hdr.len())
-            };
-            let n = (len as usize - pos).min(src.len() - at);
-            let a = addr
-                .checked_add(pos as u64)
-                .ok_or(ChainError::OutOfMemory { addr: addr.0, len })?;
-            mem.write_slice(&src[at..at + n], a)
-                .map_err(|_| ChainError::OutOfMemory { addr: addr.0, len })?;
-            pos += n;
-            off += n;
-            written += n;
-        }
-        if off >= total {
-            break;
-        }
+    fn starved(&mut self) {
+        self.0.mark_starved()
     }
-    Ok(written)
-}
-
-/// Writes `bytes` at logical offset `at` of a chain's writable buffers.
-fn write_at(
-    mem: &MemGuard,
-    descs: &[(GuestAddress, u32)],
-    mut at: usize,
-    bytes: &[u8],
-) -> Result<(), ChainError> {
-    let mut i = 0;
-    for &(addr, len) in descs {
-        if at >= len as usize {
-            at -= len as usize;
-            continue;
-        }
-        while i < bytes.len() && at < len as usize {
-            mem.write_slice(&bytes[i..i + 1], GuestAddress(addr.0 + at as u64))
-                .map_err(|_| ChainError::OutOfMemory { addr: addr.0, len })?;
-            i += 1;
-            at += 1;
-        }
-        at = 0;
-        if i == bytes.len() {
-            return Ok(());
-        }
+    fn fed(&mut self) {
+        self.0.mark_fed()
     }
-    Ok(())
 }
 
 impl VhostUserBackend for PortBackend {

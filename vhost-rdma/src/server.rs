@@ -50,7 +50,7 @@ impl Server {
             .map(|(i, p)| PortShared::new(i, p.clone()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
-        let fabric = Arc::new(Fabric::new(shared.clone()));
+        let fabric = Arc::new(Fabric::with_limits(shared.clone(), cfg.limits.clone()));
         for spec in &cfg.faults {
             fabric
                 .faults
@@ -297,7 +297,13 @@ fn serve_port(
         let dropped: usize = port.rxq.iter().map(|q| q.clear()).sum();
         match result {
             Ok(()) => info!(port = %name, dropped_pending = dropped, "guest disconnected"),
-            Err(e) => info!(port = %name, dropped_pending = dropped, "guest connection ended: {e}"),
+            Err(vhost_user_backend::Error::HandleRequest(
+                vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
+            )) => info!(port = %name, dropped_pending = dropped, "guest disconnected"),
+            Err(e) => {
+                port.protocol_errors.fetch_add(1, SeqCst);
+                info!(port = %name, dropped_pending = dropped, "guest connection ended: {e}")
+            }
         }
         backend.signal_exit();
         drop(daemon);

@@ -77,6 +77,10 @@ pub struct PortStats {
     pub ctrl_errors: u64,
     /// Times the port's TX paused because its receiver was full (back-pressure).
     pub tx_pauses: u64,
+    /// Guest connections the daemon ended because the front end sent a
+    /// request it refused (unoffered features, bad vring parameters, ...).
+    #[serde(default)]
+    pub protocol_errors: u64,
     pub queues: Vec<QueueStats>,
 }
 

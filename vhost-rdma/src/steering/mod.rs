@@ -820,6 +820,13 @@ pub fn handle(fabric: &Fabric, req: &crate::control::Request) -> Reply {
         Ok(match req {
             R::FlowRuleAdd { port, rule } => {
                 let p = find_port(fabric, port)?;
+                let max = fabric.limits.flow_rules;
+                if p.steering.rules().len() >= max {
+                    fabric.flow_rules_refused.fetch_add(1, Relaxed);
+                    return Err(format!(
+                        "too many flow rules on port {port} (at most {max}, [limits] flow-rules); delete some first"
+                    ));
+                }
                 let id = p.steering.add_rule(rule.clone())?;
                 tracing::info!(port = %port, id, rule = %rule.describe(), "flow rule added");
                 Reply {

@@ -1,8 +1,8 @@
 //! `TestGuest`: an in-process vhost-user frontend plus a hand-written split
 //! virtqueue driver for virtio-net, playing the part of QEMU and the guest kernel.
 //!
-//! Guest memory is a memfd mapped once in this process and passed to the backend
-//! with `SET_MEM_TABLE`. Guest physical addresses start at [`GPA_BASE`]; ring
+//! Guest memory is a memfd mapped in this process between PROT_NONE guard
+//! pages ([`GuardedMap`]) and passed to the backend with `SET_MEM_TABLE`. Guest physical addresses start at [`GPA_BASE`]; ring
 //! addresses are given to the backend as our own virtual addresses (like QEMU).
 //!
 //! The driver is strict on purpose: it follows the notification rules
@@ -24,7 +24,7 @@ use vhost::vhost_user::message::{
 };
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
-use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Virtio-net and transport feature bits.
@@ -315,6 +315,11 @@ struct Vq {
 pub struct TestGuest {
     fe: Frontend,
     mem: GuestMemoryMmap,
+    /// The memfd behind guest memory (to map it again for SET_MEM_TABLE).
+    mem_file: File,
+    /// Our mappings of guest memory (the first is `mem`'s), each between
+    /// PROT_NONE guard pages; unmapped on drop.
+    maps: Vec<GuardedMap>,
     mem_size: u64,
     host_base: u64,
     alloc: Allocator,
@@ -336,6 +341,101 @@ fn memfd(size: usize) -> anyhow::Result<File> {
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(size as u64)?;
     Ok(file)
+}
+
+/// A shared mapping of a memfd with a PROT_NONE guard page on each side, so
+/// that a frontend access just outside guest memory faults instead of
+/// touching a neighbouring mapping.
+pub struct GuardedMap {
+    /// Start of the usable (read-write) part.
+    pub base: usize,
+    pub size: usize,
+    reservation: usize,
+    reservation_len: usize,
+}
+
+/// Size of each guard area.
+pub const GUARD: usize = 4096;
+
+impl GuardedMap {
+    pub fn new(file: &File, size: usize) -> anyhow::Result<GuardedMap> {
+        let reservation_len = size + 2 * GUARD;
+        // SAFETY: a fresh anonymous PROT_NONE reservation; nothing aliases it.
+        let r = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reservation_len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if r == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("reserving guarded mapping");
+        }
+        let base = r as usize + GUARD;
+        // SAFETY: maps the memfd over the middle of our own reservation.
+        let m = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if m == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: unmapping the reservation made above.
+            unsafe { libc::munmap(r, reservation_len) };
+            return Err(e).context("mapping guest memory between guard pages");
+        }
+        Ok(GuardedMap {
+            base,
+            size,
+            reservation: r as usize,
+            reservation_len,
+        })
+    }
+
+    /// A `GuestMemoryMmap` over this mapping at `gpa` (it does not own the
+    /// mapping: `self` must outlive it).
+    pub fn guest_memory(&self, gpa: GuestAddress) -> anyhow::Result<GuestMemoryMmap> {
+        // SAFETY: base..base+size is a live read-write shared mapping that we
+        // unmap only when the TestGuest (which owns both) is dropped.
+        let region = unsafe {
+            MmapRegion::build_raw(
+                self.base as *mut u8,
+                self.size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+            )
+        }
+        .context("wrapping the guarded mapping")?;
+        let r = GuestRegionMmap::new(region, gpa).context("guest region overflows")?;
+        GuestMemoryMmap::from_regions(vec![r]).context("guest memory")
+    }
+}
+
+impl Drop for GuardedMap {
+    fn drop(&mut self) {
+        // SAFETY: the reservation (and the memfd mapped inside it) is ours.
+        unsafe { libc::munmap(self.reservation as *mut libc::c_void, self.reservation_len) };
+    }
+}
+
+/// The SET_MEM_TABLE entry of `size` bytes of `file` mapped at `hva`, seen by
+/// the guest at `gpa`.
+pub fn region_info(gpa: u64, size: usize, hva: u64, file: &File) -> VhostUserMemoryRegionInfo {
+    VhostUserMemoryRegionInfo {
+        guest_phys_addr: gpa,
+        memory_size: size as u64,
+        userspace_addr: hva,
+        mmap_offset: 0,
+        mmap_handle: file.as_raw_fd(),
+    }
 }
 
 fn need_event(event: u16, new: u16, old: u16) -> bool {
@@ -385,23 +485,17 @@ impl TestGuest {
 
         let size = opts.mem_size;
         let file = memfd(size)?;
-        let mem = GuestMemoryMmap::<()>::from_ranges_with_files(&[(
-            GuestAddress(GPA_BASE),
-            size,
-            Some(FileOffset::new(file, 0)),
-        )])
-        .context("mapping guest memory")?;
-        let host_base = mem.get_host_address(GuestAddress(GPA_BASE))? as u64;
-        let region = VhostUserMemoryRegionInfo::from_guest_region(
-            mem.find_region(GuestAddress(GPA_BASE))
-                .expect("guest memory region"),
-        )?;
-        ensure!(region.userspace_addr == host_base && region.mmap_handle >= 0);
+        let guarded = GuardedMap::new(&file, size)?;
+        let mem = guarded.guest_memory(GuestAddress(GPA_BASE))?;
+        let host_base = guarded.base as u64;
+        let region = region_info(GPA_BASE, size, host_base, &file);
         fe.set_mem_table(&[region]).context("SET_MEM_TABLE")?;
 
         let mut g = TestGuest {
             fe,
             mem,
+            mem_file: file,
+            maps: vec![guarded],
             mem_size: size as u64,
             host_base,
             alloc: Allocator {
@@ -496,6 +590,11 @@ impl TestGuest {
     }
     pub fn frontend(&mut self) -> &mut Frontend {
         &mut self.fe
+    }
+    /// Our host address range of guest memory (between guard pages).
+    pub fn host_range(&self) -> (u64, u64) {
+        let m = &self.maps[0];
+        (m.base as u64, (m.base + m.size) as u64)
     }
     pub fn mem_end(&self) -> u64 {
         GPA_BASE + self.mem_size
@@ -1134,6 +1233,100 @@ impl TestGuest {
                 next: None,
             }],
         )
+    }
+
+    // ---- hostile driver ------------------------------------------------------
+
+    /// Writes raw descriptors `(slot, addr, len, flags, next)` into the table
+    /// of `queue` and publishes `heads` (any values, even >= the ring size)
+    /// without the driver's bookkeeping: after this the queue belongs to the
+    /// attacker, use [`chaos_used`](Self::chaos_used) to read it.
+    pub fn chaos_publish(
+        &mut self,
+        queue: usize,
+        descs: &[(u16, u64, u32, u16, u16)],
+        heads: &[u16],
+    ) {
+        let size = self.queues[queue].size;
+        for &(slot, addr, len, flags, next) in descs {
+            self.write_desc(queue, slot % size, addr, len, flags, next);
+        }
+        self.queues[queue].inflight.clear();
+        self.publish(queue, heads);
+    }
+
+    /// Used entries `(id, len)` the device published since the last call,
+    /// without checking them against chains in flight.
+    pub fn chaos_used(&mut self, queue: usize) -> Vec<(u32, u32)> {
+        let used_idx = self.used_idx(queue);
+        let vq = &mut self.queues[queue];
+        let mut out = Vec::new();
+        while vq.last_used != used_idx {
+            let slot = (vq.last_used % vq.size) as u64;
+            let mut e = [0u8; 8];
+            self.mem
+                .read_slice(&mut e, GuestAddress(vq.used + 4 + 8 * slot))
+                .unwrap();
+            out.push((
+                u32::from_le_bytes(e[0..4].try_into().unwrap()),
+                u32::from_le_bytes(e[4..8].try_into().unwrap()),
+            ));
+            vq.last_used = vq.last_used.wrapping_add(1);
+        }
+        let _ = vq.call.read();
+        out
+    }
+
+    /// Waits up to `timeout` for the device to signal `queue` (its call
+    /// eventfd); returns whether it did.
+    pub fn chaos_wait(&mut self, queue: usize, timeout: Duration) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.queues[queue].call.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut fd, 1, ms) };
+        r > 0
+    }
+
+    /// The ring size of `queue`.
+    pub fn queue_size(&self, queue: usize) -> u16 {
+        self.queues[queue].size
+    }
+
+    /// Sends SET_MEM_TABLE again with guest memory mapped at a new host
+    /// address (same memfd, so same contents), plus an extra 1 MiB region
+    /// beyond guest memory when `extra`, and without guest memory itself
+    /// when `!main` (the rings then lie outside the table).
+    pub fn replace_mem_table(&mut self, main: bool, extra: bool) -> anyhow::Result<()> {
+        let mut regions = Vec::new();
+        if main {
+            let m = GuardedMap::new(&self.mem_file, self.mem_size as usize)?;
+            regions.push(region_info(
+                GPA_BASE,
+                self.mem_size as usize,
+                m.base as u64,
+                &self.mem_file,
+            ));
+            self.maps.push(m);
+        }
+        let extra_file;
+        if extra {
+            let size = 1 << 20;
+            extra_file = memfd(size)?;
+            let m = GuardedMap::new(&extra_file, size)?;
+            regions.push(region_info(
+                self.mem_end() + (16 << 20),
+                size,
+                m.base as u64,
+                &extra_file,
+            ));
+            self.maps.push(m);
+        }
+        self.fe.set_mem_table(&regions).context("SET_MEM_TABLE")?;
+        Ok(())
     }
 
     // ---- control queue (TestDevice form) -----------------------------------

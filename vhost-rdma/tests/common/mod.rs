@@ -89,12 +89,23 @@ impl TestFabric {
         f: impl Fn(usize, &Path) -> PortConfig,
         control: bool,
     ) -> TestFabric {
+        Self::start_limits(n, f, control, vhost_rdma::config::Limits::default())
+    }
+
+    /// Like [`start_full`](Self::start_full), with the given `[limits]`.
+    pub fn start_limits(
+        n: usize,
+        f: impl Fn(usize, &Path) -> PortConfig,
+        control: bool,
+        limits: vhost_rdma::config::Limits,
+    ) -> TestFabric {
         init_logging();
         let dir = TempDir::new("fabric");
         let ports: Vec<PortConfig> = (0..n).map(|i| f(i, dir.path())).collect();
         let server = Server::start(DaemonConfig {
             ports: ports.clone(),
             control: control.then(|| dir.path().join("ctl.sock")),
+            limits,
             ..DaemonConfig::default()
         })
         .expect("Server::start");

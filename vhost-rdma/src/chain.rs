@@ -1,0 +1,450 @@
+//! Descriptor-chain walking of the data path, over a plain
+//! [`GuestMemoryMmap`] and a [`virtio_queue::Queue`]: reading TX chains into
+//! frames, writing frames into RX chains, reading control commands.
+//!
+//! This is everything the daemon does with guest-posted descriptors; it needs
+//! no vhost-user connection, so the fuzz target `virtio_chains` and the port
+//! worker ([`crate::port`]) run the same code. All guest memory access goes
+//! through vm-memory's checked `read_slice`/`write_slice`, which refuse any
+//! range not wholly inside one registered region.
+
+use crate::fabric::Frame;
+use crate::offload;
+use crate::stats::{LogLimiter, QueueCounters};
+use crate::virtio_net::*;
+use std::ops::Deref;
+use thiserror::Error;
+use virtio_bindings::bindings::virtio_net::*;
+use virtio_queue::desc::split::Descriptor;
+use virtio_queue::{DescriptorChain, Queue, QueueOwnedT};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
+
+/// Longest control command the device reads.
+pub const MAX_CTRL_LEN: usize = 4096;
+
+/// What is wrong with a descriptor chain a guest posted.
+#[derive(Debug, Error)]
+pub enum ChainError {
+    #[error("descriptor chain is empty or its indirect table is invalid")]
+    Empty,
+    #[error("available ring names head {head}, outside the {size}-entry ring")]
+    BadHead { head: u16, size: u16 },
+    #[error(
+        "descriptor chain is cut short (loop, next index out of range, or unreadable descriptor)"
+    )]
+    Broken,
+    #[error("device-writable descriptor in a TX chain")]
+    WritableInTx,
+    #[error("buffer of {addr:#x}+{len} is outside guest memory")]
+    OutOfMemory { addr: u64, len: u32 },
+    #[error("TX chain of {0}+ bytes exceeds the largest frame")]
+    TooLong(usize),
+    #[error("TX chain of {0} bytes is shorter than header plus Ethernet header")]
+    TooShort(usize),
+    #[error("offload request refused: {0}")]
+    Offload(#[from] offload::OffloadError),
+    #[error("offload used without negotiating it: {0}")]
+    NotNegotiated(&'static str),
+    #[error("control message: {0}")]
+    Ctrl(&'static str),
+}
+
+/// Where a chain-walking pass reports refusals: the queue's counters and the
+/// port's rate-limited log.
+#[derive(Clone, Copy)]
+pub struct ChainLog<'a> {
+    pub counters: &'a QueueCounters,
+    pub log: &'a LogLimiter,
+    pub port: &'a str,
+    pub qp: usize,
+}
+
+/// Reads a TX chain into a frame, for a connection that acked `acked`.
+pub fn read_tx_chain<M>(
+    mem: &GuestMemoryMmap,
+    chain: DescriptorChain<M>,
+    acked: u64,
+) -> Result<Frame, ChainError>
+where
+    M: Deref<Target = GuestMemoryMmap>,
+{
+    let has = |f: u32| acked & bit(f) != 0;
+    let hl = net_hdr_len(acked);
+    let mut buf: Vec<u8> = Vec::with_capacity(2048);
+    let mut last: Option<Descriptor> = None;
+    for desc in chain {
+        if desc.is_write_only() {
+            return Err(ChainError::WritableInTx);
+        }
+        let len = desc.len() as usize;
+        let start = buf.len();
+        if start + len > hl + MAX_FRAME_LEN {
+            return Err(ChainError::TooLong(start + len));
+        }
+        buf.resize(start + len, 0);
+        mem.read_slice(&mut buf[start..], desc.addr())
+            .map_err(|_| ChainError::OutOfMemory {
+                addr: desc.addr().0,
+                len: desc.len(),
+            })?;
+        last = Some(desc);
+    }
+    match last {
+        None => return Err(ChainError::Empty),
+        Some(d) if d.has_next() => return Err(ChainError::Broken),
+        _ => {}
+    }
+    if buf.len() < hl + MIN_FRAME_LEN {
+        return Err(ChainError::TooShort(buf.len()));
+    }
+    let mut h = [0u8; NET_HDR_LEN];
+    h.copy_from_slice(&buf[..NET_HDR_LEN]);
+    // The hash fields of a TX header carry nothing for the device.
+    let hdr = NetHdr::parse(&h);
+    buf.drain(..hl);
+    if hdr.needs_csum() && !has(VIRTIO_NET_F_CSUM) {
+        return Err(ChainError::NotNegotiated(
+            "NEEDS_CSUM without VIRTIO_NET_F_CSUM",
+        ));
+    }
+    match u32::from(hdr.gso_kind()) {
+        VIRTIO_NET_HDR_GSO_TCPV4 if !has(VIRTIO_NET_F_HOST_TSO4) => {
+            return Err(ChainError::NotNegotiated("TCPv4 GSO without HOST_TSO4"))
+        }
+        VIRTIO_NET_HDR_GSO_TCPV6 if !has(VIRTIO_NET_F_HOST_TSO6) => {
+            return Err(ChainError::NotNegotiated("TCPv6 GSO without HOST_TSO6"))
+        }
+        _ => {}
+    }
+    if hdr.gso_kind() == VIRTIO_NET_HDR_GSO_NONE as u8 && buf.len() > MAX_FRAME_LEN - 65535 + 9216 {
+        // Without GSO a frame must fit a jumbo MTU.
+        return Err(ChainError::TooLong(buf.len()));
+    }
+    offload::validate(&buf, &hdr)?;
+    Ok(Frame { hdr, data: buf })
+}
+
+/// What the caller of [`drain_tx`] did with one chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxStep {
+    /// Consumed (forwarded or refused): return the chain to the guest.
+    Done,
+    /// Leave this chain in the ring and stop (back-pressure).
+    Pause,
+}
+
+/// The outcome of a [`drain_tx`] pass.
+#[derive(Debug, Default)]
+pub struct TxDrain {
+    /// Heads to put in the used ring (length 0), in order.
+    pub used: Vec<u16>,
+    /// The pass stopped on [`TxStep::Pause`].
+    pub paused: bool,
+}
+
+/// Walks every available TX chain of `queue`, hands each (as a frame or as
+/// the reason it was refused) to `each`, and collects the heads to return.
+pub fn drain_tx<M>(
+    mem: M,
+    queue: &mut Queue,
+    acked: u64,
+    mut each: impl FnMut(u16, Result<Frame, ChainError>) -> TxStep,
+) -> Result<TxDrain, virtio_queue::Error>
+where
+    M: Deref<Target = GuestMemoryMmap> + Clone,
+{
+    use virtio_queue::QueueT;
+    let size = queue.size();
+    let mut out = TxDrain::default();
+    let mut iter = queue.iter(mem.clone())?;
+    while let Some(chain) = iter.next() {
+        let head = chain.head_index();
+        let r = if head >= size {
+            Err(ChainError::BadHead { head, size })
+        } else {
+            read_tx_chain(&mem, chain, acked)
+        };
+        if each(head, r) == TxStep::Pause {
+            iter.go_to_previous_position();
+            out.paused = true;
+            break;
+        }
+        // A head outside the ring has no used slot to return it in.
+        if head < size {
+            out.used.push(head);
+        }
+    }
+    Ok(out)
+}
+
+/// Frames waiting for RX buffers, as seen by [`fill_rx`].
+pub trait RxSource {
+    /// The next frame to deliver.
+    fn pop(&mut self) -> Option<Frame>;
+    /// Puts back a frame that found no buffer (it is delivered first next time).
+    fn unpop(&mut self, f: Frame);
+    /// Frames wait but the guest posted no buffer.
+    fn starved(&mut self) {}
+    /// A frame was delivered.
+    fn fed(&mut self) {}
+}
+
+/// The outcome of a [`fill_rx`] pass.
+#[derive(Debug, Default)]
+pub struct RxFill {
+    /// (head, bytes written) to put in the used ring, in order.
+    pub used: Vec<(u16, u32)>,
+    /// Frames were left waiting for want of buffers.
+    pub starved: bool,
+    /// Frames written into the ring.
+    pub delivered: u64,
+}
+
+/// An RX chain a frame went into: its head, the bytes written, and its
+/// writable buffers (to patch `num_buffers` afterwards).
+struct RxChain {
+    head: u16,
+    len: u32,
+    descs: Vec<(GuestAddress, u32)>,
+}
+
+/// Writes frames from `src` into the available RX chains of `queue`, with a
+/// `hl`-byte virtio-net header, merging buffers when `mrg` (MRG_RXBUF).
+/// Refused chains are returned empty and counted in `ctx.counters.rx_errors`;
+/// frames that cannot fit are dropped and counted in `rx_drops`.
+pub fn fill_rx<M>(
+    mem: M,
+    queue: &mut Queue,
+    src: &mut dyn RxSource,
+    hl: usize,
+    mrg: bool,
+    ctx: ChainLog<'_>,
+) -> Result<RxFill, virtio_queue::Error>
+where
+    M: Deref<Target = GuestMemoryMmap> + Clone,
+{
+    use virtio_queue::QueueT;
+    let c = ctx.counters;
+    let (port, qp) = (ctx.port, ctx.qp);
+    let ring_size = queue.size();
+    let mut out = RxFill::default();
+    let mut iter = queue.iter(mem.clone())?;
+    'frames: while let Some(frame) = src.pop() {
+        let hb = frame.hdr.to_hash_bytes(1);
+        let hdr = &hb[..hl.min(hb.len())];
+        let total = hdr.len() + frame.data.len();
+        let mut off = 0usize;
+        let mut chains: Vec<RxChain> = Vec::new();
+        while off < total {
+            let Some(chain) = iter.next() else {
+                for _ in 0..chains.len() {
+                    iter.go_to_previous_position();
+                }
+                if chains.len() >= usize::from(ring_size) {
+                    // Even the whole ring cannot hold it.
+                    QueueCounters::add(&c.rx_drops, 1);
+                    crate::guest_warn!(ctx.log, port = %port, qp, "{total}-byte frame does not fit the whole RX ring: dropped");
+                    continue 'frames;
+                }
+                src.unpop(frame);
+                src.starved();
+                out.starved = true;
+                break 'frames;
+            };
+            let head = chain.head_index();
+            let descs = if head >= ring_size {
+                Err(ChainError::BadHead {
+                    head,
+                    size: ring_size,
+                })
+            } else {
+                writable_descs(&chain).and_then(|d| {
+                    if d.iter().any(|x| x.1 > 0) {
+                        Ok(d)
+                    } else {
+                        Err(ChainError::Empty)
+                    }
+                })
+            };
+            let descs = match descs {
+                Ok(d) => d,
+                Err(e) => {
+                    QueueCounters::add(&c.rx_errors, 1);
+                    crate::guest_warn!(ctx.log, port = %port, qp, "RX chain {head} refused: {e}");
+                    if head < ring_size {
+                        out.used.push((head, 0));
+                    }
+                    if !chains.is_empty() {
+                        // The frame's earlier buffers cannot be given back
+                        // behind this one: return them empty and drop the frame.
+                        out.used.extend(chains.drain(..).map(|c| (c.head, 0)));
+                        QueueCounters::add(&c.rx_drops, 1);
+                        continue 'frames;
+                    }
+                    continue;
+                }
+            };
+            let cap: u64 = descs.iter().map(|d| u64::from(d.1)).sum();
+            if !mrg && cap < total as u64 {
+                // Without mergeable buffers a frame must fit one chain.
+                iter.go_to_previous_position();
+                for _ in 0..chains.len() {
+                    iter.go_to_previous_position();
+                }
+                QueueCounters::add(&c.rx_drops, 1);
+                crate::guest_warn!(ctx.log, port = %port, qp, "RX buffer of {cap} bytes too small for a {total}-byte frame: dropped");
+                continue 'frames;
+            }
+            match write_chain(&mem, &descs, hdr, &frame.data, off) {
+                Ok(n) => {
+                    off += n;
+                    chains.push(RxChain {
+                        head,
+                        len: n as u32,
+                        descs,
+                    });
+                }
+                Err(e) => {
+                    QueueCounters::add(&c.rx_errors, 1);
+                    crate::guest_warn!(ctx.log, port = %port, qp, "RX chain {head} refused: {e}");
+                    out.used.push((head, 0));
+                }
+            }
+        }
+        if chains.len() > 1 {
+            // num_buffers sits at header offset 10 in the first chain.
+            let nb = (chains.len() as u16).to_le_bytes();
+            let _ = write_at(&mem, &chains[0].descs, 10, &nb);
+        }
+        QueueCounters::add(&c.rx_frames, 1);
+        QueueCounters::add(&c.rx_bytes, frame.data.len() as u64);
+        src.fed();
+        out.delivered += 1;
+        out.used.extend(chains.into_iter().map(|c| (c.head, c.len)));
+    }
+    Ok(out)
+}
+
+/// The writable descriptors of an RX chain, checked to be a complete chain.
+fn writable_descs<M>(chain: &DescriptorChain<M>) -> Result<Vec<(GuestAddress, u32)>, ChainError>
+where
+    M: Deref<Target = GuestMemoryMmap> + Clone,
+{
+    let mut out = Vec::new();
+    let mut last = None;
+    for d in chain.clone() {
+        if d.is_write_only() {
+            out.push((d.addr(), d.len()));
+        }
+        last = Some(d);
+    }
+    match last {
+        None => Err(ChainError::Empty),
+        Some(d) if d.has_next() => Err(ChainError::Broken),
+        _ if out.is_empty() => Err(ChainError::Empty),
+        _ => Ok(out),
+    }
+}
+
+/// Writes the logical stream `hdr ++ data`, from offset `off`, into the
+/// buffers; returns how many bytes went in.
+fn write_chain(
+    mem: &GuestMemoryMmap,
+    descs: &[(GuestAddress, u32)],
+    hdr: &[u8],
+    data: &[u8],
+    mut off: usize,
+) -> Result<usize, ChainError> {
+    let total = hdr.len() + data.len();
+    let mut written = 0;
+    for &(addr, len) in descs {
+        let mut pos = 0usize;
+        while pos < len as usize && off < total {
+            let (src, at) = if off < hdr.len() {
+                (hdr, off)
+            } else {
+                (data, off - hdr.len())
+            };
+            let n = (len as usize - pos).min(src.len() - at);
+            let a = addr
+                .checked_add(pos as u64)
+                .ok_or(ChainError::OutOfMemory { addr: addr.0, len })?;
+            mem.write_slice(&src[at..at + n], a)
+                .map_err(|_| ChainError::OutOfMemory { addr: addr.0, len })?;
+            pos += n;
+            off += n;
+            written += n;
+        }
+        if off >= total {
+            break;
+        }
+    }
+    Ok(written)
+}
+
+/// Writes `bytes` at logical offset `at` of a chain's writable buffers.
+fn write_at(
+    mem: &GuestMemoryMmap,
+    descs: &[(GuestAddress, u32)],
+    mut at: usize,
+    bytes: &[u8],
+) -> Result<(), ChainError> {
+    let mut i = 0;
+    for &(addr, len) in descs {
+        if at >= len as usize {
+            at -= len as usize;
+            continue;
+        }
+        while i < bytes.len() && at < len as usize {
+            let a = addr
+                .checked_add(at as u64)
+                .ok_or(ChainError::OutOfMemory { addr: addr.0, len })?;
+            mem.write_slice(&bytes[i..i + 1], a)
+                .map_err(|_| ChainError::OutOfMemory { addr: addr.0, len })?;
+            i += 1;
+            at += 1;
+        }
+        at = 0;
+        if i == bytes.len() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Reads a control-queue chain: the command bytes (device-readable
+/// descriptors, at most [`MAX_CTRL_LEN`]) and the address of the first
+/// writable byte for the ack.
+pub fn read_ctrl_chain<M>(
+    mem: &GuestMemoryMmap,
+    chain: DescriptorChain<M>,
+) -> (Result<Vec<u8>, ChainError>, Option<GuestAddress>)
+where
+    M: Deref<Target = GuestMemoryMmap>,
+{
+    let mut cmd = Vec::new();
+    let mut ack = None;
+    for d in chain {
+        if d.is_write_only() {
+            if ack.is_none() && d.len() >= 1 {
+                ack = Some(d.addr());
+            }
+            continue;
+        }
+        let start = cmd.len();
+        if start + d.len() as usize > MAX_CTRL_LEN {
+            return (Err(ChainError::Ctrl("command too long")), ack);
+        }
+        cmd.resize(start + d.len() as usize, 0);
+        if mem.read_slice(&mut cmd[start..], d.addr()).is_err() {
+            return (
+                Err(ChainError::OutOfMemory {
+                    addr: d.addr().0,
+                    len: d.len(),
+                }),
+                ack,
+            );
+        }
+    }
+    (Ok(cmd), ack)
+}
