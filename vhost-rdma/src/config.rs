@@ -185,6 +185,8 @@ pub struct DaemonConfig {
     pub control: Option<PathBuf>,
     /// Fault rules installed at start (`[[fault]]`).
     pub faults: Vec<crate::faults::FaultSpec>,
+    /// The protocol checker (`[checker]`).
+    pub checker: crate::checker::CheckerSettings,
 }
 
 #[derive(Deserialize)]
@@ -195,6 +197,8 @@ struct FileConfig {
     ports: Vec<FilePort>,
     #[serde(default, rename = "fault")]
     faults: Vec<crate::faults::FaultSpec>,
+    #[serde(default)]
+    checker: crate::checker::CheckerSettings,
 }
 
 #[derive(Deserialize)]
@@ -218,7 +222,9 @@ impl DaemonConfig {
             control: f.control,
             ports: Vec::new(),
             faults: f.faults,
+            checker: f.checker,
         };
+        cfg.checker.check()?;
         for fp in f.ports {
             let mut p = PortConfig::new(&fp.name, fp.socket);
             if let Some(m) = fp.mac {
@@ -249,6 +255,7 @@ impl DaemonConfig {
 
     /// Checks names, sockets and MACs are unique and at least one port exists.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.checker.check()?;
         if self.ports.is_empty() {
             bail!("no ports configured: give at least one --port NAME=SOCKET_PATH");
         }
@@ -351,6 +358,26 @@ mod tests {
     }
 
     #[test]
+    fn toml_checker_section() {
+        let c = DaemonConfig::from_toml(
+            "[checker]\nenabled = false\nmax-flows = 16\nmax-findings = 8\n",
+        )
+        .unwrap();
+        assert!(!c.checker.enabled);
+        assert_eq!((c.checker.max_flows, c.checker.max_findings), (16, 8));
+        assert!(
+            DaemonConfig::from_toml("").unwrap().checker.enabled,
+            "on by default"
+        );
+        for bad in ["max-flows = 0", "max-findings = 1000000", "bogus = 1"] {
+            assert!(
+                DaemonConfig::from_toml(&format!("[checker]\n{bad}\n")).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn duplicates_are_refused() {
         let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
@@ -358,6 +385,7 @@ mod tests {
             ports: vec![a.clone(), b.clone()],
             control: None,
             faults: Vec::new(),
+            checker: Default::default(),
         };
         assert!(cfg.validate().is_err());
         b.socket = "/tmp/b.sock".into();
@@ -365,6 +393,7 @@ mod tests {
             ports: vec![a, b],
             control: None,
             faults: Vec::new(),
+            checker: Default::default(),
         }
         .validate()
         .is_ok());

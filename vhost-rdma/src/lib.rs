@@ -6,6 +6,7 @@
 //! fabric writes when frames are queued for it.
 
 pub mod capture;
+pub mod checker;
 pub mod config;
 pub mod control;
 pub mod fabric;
