@@ -39,6 +39,10 @@ use std::collections::{HashMap, VecDeque};
 /// Read/atomic requests remembered per half (responder resources in rxe
 /// are at most 128; the newest 64 are enough to check replays).
 const READS_KEPT: usize = 64;
+/// A request PSN this far from the expected one (either way) is taken as a
+/// new connection reusing the QPN (RDMA CM picks a random start PSN), not
+/// as a gap or a retransmission.
+pub const RESTART_DISTANCE: u32 = 1 << 20;
 /// Valid path MTUs.
 const PMTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
@@ -98,6 +102,7 @@ struct Half {
     requests: u64,
     messages: u64,
     retransmits: u64,
+    restarts: u64,
     reads: VecDeque<ReadReq>,
     // Responses to the peer's requests.
     last_ack: Option<Psn>,
@@ -133,6 +138,7 @@ impl Half {
             requests: 0,
             messages: 0,
             retransmits: 0,
+            restarts: 0,
             reads: VecDeque::new(),
             last_ack: None,
             msn: None,
@@ -178,6 +184,9 @@ pub struct RoceHalfView {
     pub messages: u64,
     /// Request packets seen again (PSN before the next expected).
     pub retransmits: u64,
+    /// Times the request PSN jumped by more than [`RESTART_DISTANCE`]: a
+    /// new connection on the same QPN; the state started afresh.
+    pub restarts: u64,
     /// Next request PSN expected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_psn: Option<u32>,
@@ -607,9 +616,39 @@ impl RoceTable {
         }
     }
 
+    /// Half `i` starts a new incarnation of its connection: forget its
+    /// request state, and unpair it (the peer's response state goes too).
+    fn restart(&mut self, i: usize) {
+        let peer = self.get_mut(i).and_then(|h| {
+            h.restarts += 1;
+            h.first_req = None;
+            h.req_next = None;
+            h.req_slack = 0;
+            h.msg = Msg::Unknown;
+            h.pmtu = None;
+            h.reads.clear();
+            h.pair_tries = 0;
+            h.peer.take()
+        });
+        if let Some(p) = peer.and_then(|p| self.get_mut(p)) {
+            p.peer = None;
+            p.pair_tries = 0;
+            p.last_ack = None;
+            p.msn = None;
+            p.rresp = None;
+        }
+    }
+
     fn request(&mut self, i: usize, p: &RocePacket<'_>, is_smc: bool, pending: &mut Vec<Pending>) {
         let info = p.info();
         let psn = Psn::new(p.bth.psn);
+        let far = self
+            .get(i)
+            .and_then(|h| h.req_next)
+            .is_some_and(|n| psn.diff(n).unsigned_abs() > RESTART_DISTANCE);
+        if far {
+            self.restart(i);
+        }
         let pmtu = self.pmtu(i);
         let Some(h) = self.get_mut(i) else { return };
         h.requests += 1;
@@ -1027,6 +1066,7 @@ impl RoceTable {
             requests: h.requests,
             messages: h.messages,
             retransmits: h.retransmits,
+            restarts: h.restarts,
             next_psn: h.req_next.map(Psn::value),
             pmtu: h.pmtu,
             outstanding_reads: h.reads.iter().filter(|r| !r.done).count(),

@@ -367,3 +367,27 @@ fn arbitrary_bytes_never_panic() {
     }
     assert!(c.stats().frames == 20_000);
 }
+
+#[test]
+fn qpn_reuse_with_a_new_start_psn_is_a_restart_not_a_gap() {
+    let mut c = Checker::default();
+    feed(
+        &mut c,
+        &[
+            send_only(100, b"x"),
+            send_only(101, b"x"),
+            ack(101, 500),
+            // A new connection on the same QPNs, random start PSN, MSN from 1.
+            send_only(0x80_0000, b"y"),
+            ack(0x80_0000, 1),
+            send_only(0x80_0001, b"y"),
+            ack(0x80_0001, 2),
+        ],
+    );
+    assert_eq!(c.findings(), vec![]);
+    let v = c.flows();
+    let h = &v.roce[0].halves[0];
+    assert_eq!(h.restarts, 1);
+    assert_eq!(h.next_psn, Some(0x80_0002));
+    assert!(v.roce[0].paired, "paired again by the new ACKs");
+}
