@@ -317,6 +317,25 @@ def daemon_counters(daemon_bin, d):
     return {p["name"]: {k: p.get(k) for k in keys} for p in st.get("ports", [])}
 
 
+def checker_report(daemon_bin, d):
+    """The protocol checker's view of the cell: `ctl --json findings` and `ctl --json flows`, saved as
+    checker-findings.json / checker-flows.json; returns {"findings": N, "rules": {rule: count}} or None."""
+    out = {}
+    for what in ("findings", "flows"):
+        try:
+            r = subprocess.run([daemon_bin, "ctl", "--json", "--control", f"{d}/ctl.sock", what],
+                               capture_output=True, text=True, timeout=20)
+            out[what] = json.loads(r.stdout)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return None
+        with open(f"{d}/checker-{what}.json", "w") as f:
+            json.dump(out[what], f, indent=1)
+    rules = {}
+    for x in out["findings"].get("findings", []):
+        rules[x["rule"]] = rules.get(x["rule"], 0) + 1
+    return {"findings": out["findings"].get("total", 0), "rules": rules}
+
+
 def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir):
     d = os.path.join(workroot, f"{kernel}-{cell}")
     shutil.rmtree(d, ignore_errors=True)
@@ -373,6 +392,11 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         dc = daemon_counters(daemon_bin, d)
         if dc:
             res["daemon_counters"] = dc
+        ck = checker_report(daemon_bin, d)
+        if ck is not None:
+            # Reported, not judged: a finding is a protocol rule broken on the wire.
+            res["checker"] = ck
+            print(f"   checker: {ck['findings']} finding(s) {ck['rules'] or ''}", flush=True)
         if not dm.alive():
             res["problems"].append("daemon died during the run")
         prob = dm.stop()
@@ -420,7 +444,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         dest = os.path.join(logsdir, f"{kernel}-{cell}")
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
-        for fn in ["a.console.log", "b.console.log", "daemon.log", "daemon-status.json", "run-guests.log", "summary.json",
+        for fn in ["a.console.log", "b.console.log", "daemon.log", "daemon-status.json", "checker-findings.json",
+                   "checker-flows.json", "run-guests.log", "summary.json",
                    "a.sh", "b.sh", "a.qemu-cmd.sh", "b.qemu-cmd.sh"]:
             if os.path.exists(f"{d}/{fn}"):
                 shutil.copy(f"{d}/{fn}", dest)
