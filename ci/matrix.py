@@ -585,6 +585,23 @@ def loss_evidence_test(faults, counters):
     if not idle and total_rt > 0:
         row["status"] = "PASS"
     return row
+def checker_report(daemon_bin, d):
+    """The protocol checker's view of the cell: `ctl --json findings` and `ctl --json flows`, saved as
+    checker-findings.json / checker-flows.json; returns {"findings": N, "rules": {rule: count}} or None."""
+    out = {}
+    for what in ("findings", "flows"):
+        try:
+            r = subprocess.run([daemon_bin, "ctl", "--json", "--control", f"{d}/ctl.sock", what],
+                               capture_output=True, text=True, timeout=20)
+            out[what] = json.loads(r.stdout)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return None
+        with open(f"{d}/checker-{what}.json", "w") as f:
+            json.dump(out[what], f, indent=1)
+    rules = {}
+    for x in out["findings"].get("findings", []):
+        rules[x["rule"]] = rules.get(x["rule"], 0) + 1
+    return {"findings": out["findings"].get("total", 0), "rules": rules}
 
 
 def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir):
@@ -671,6 +688,11 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
             ctl_json(daemon_bin, d, "capture", "stop")
             if cap.capped_at:
                 res["capture_capped_at"] = cap.capped_at
+        ck = checker_report(daemon_bin, d)
+        if ck is not None:
+            # Reported, not judged: a finding is a protocol rule broken on the wire.
+            res["checker"] = ck
+            print(f"   checker: {ck['findings']} finding(s) {ck['rules'] or ''}", flush=True)
         if not dm.alive():
             res["problems"].append("daemon died during the run")
         prob = dm.stop()
@@ -738,7 +760,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
         keep = ["a.console.log", "b.console.log", "daemon.log", "daemon-status.json", "run-guests.log", "summary.json",
-                "a.sh", "b.sh", "a.qemu-cmd.sh", "b.qemu-cmd.sh", "faults.json", "daemon.toml"]
+                "a.sh", "b.sh", "a.qemu-cmd.sh", "b.qemu-cmd.sh", "faults.json", "daemon.toml",
+                "checker-findings.json", "checker-flows.json"]
         if any(t["test"] == "tshark" and t["status"] == "FAIL" for t in res["tests"]):
             keep.append("fabric.pcapng")  # for a look at the malformed frames
         for fn in keep:

@@ -258,6 +258,8 @@ pub struct DaemonConfig {
     pub faults: Vec<crate::faults::FaultSpec>,
     /// Table bounds (`[limits]`).
     pub limits: Limits,
+    /// The protocol checker (`[checker]`).
+    pub checker: crate::checker::CheckerSettings,
 }
 
 #[derive(Deserialize)]
@@ -270,6 +272,7 @@ struct FileConfig {
     faults: Vec<crate::faults::FaultSpec>,
     #[serde(default)]
     limits: Limits,
+    checker: crate::checker::CheckerSettings,
 }
 
 #[derive(Deserialize)]
@@ -294,8 +297,10 @@ impl DaemonConfig {
             ports: Vec::new(),
             faults: f.faults,
             limits: f.limits,
+            checker: f.checker,
         };
         cfg.limits.check()?;
+        cfg.checker.check()?;
         for fp in f.ports {
             let mut p = PortConfig::new(&fp.name, fp.socket);
             if let Some(m) = fp.mac {
@@ -326,6 +331,7 @@ impl DaemonConfig {
 
     /// Checks names, sockets and MACs are unique and at least one port exists.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.checker.check()?;
         if self.ports.is_empty() {
             bail!("no ports configured: give at least one --port NAME=SOCKET_PATH");
         }
@@ -472,6 +478,26 @@ mod tests {
     }
 
     #[test]
+    fn toml_checker_section() {
+        let c = DaemonConfig::from_toml(
+            "[checker]\nenabled = false\nmax-flows = 16\nmax-findings = 8\n",
+        )
+        .unwrap();
+        assert!(!c.checker.enabled);
+        assert_eq!((c.checker.max_flows, c.checker.max_findings), (16, 8));
+        assert!(
+            DaemonConfig::from_toml("").unwrap().checker.enabled,
+            "on by default"
+        );
+        for bad in ["max-flows = 0", "max-findings = 1000000", "bogus = 1"] {
+            assert!(
+                DaemonConfig::from_toml(&format!("[checker]\n{bad}\n")).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn duplicates_are_refused() {
         let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
@@ -480,6 +506,7 @@ mod tests {
             control: None,
             faults: Vec::new(),
             limits: Limits::default(),
+            checker: Default::default(),
         };
         assert!(cfg.validate().is_err());
         b.socket = "/tmp/b.sock".into();
@@ -488,6 +515,7 @@ mod tests {
             control: None,
             faults: Vec::new(),
             limits: Limits::default(),
+            checker: Default::default(),
         }
         .validate()
         .is_ok());

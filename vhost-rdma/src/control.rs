@@ -56,6 +56,18 @@ pub enum Request {
     CaptureStop,
     /// The running (or last) capture.
     CaptureStatus,
+    /// Connections the protocol checker has seen, with their state.
+    Flows,
+    /// The checker's findings; `clear` forgets them after replying.
+    Findings {
+        #[serde(default)]
+        clear: bool,
+    },
+    /// Checker settings and counters; `enabled` turns it on or off.
+    Checker {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        enabled: Option<bool>,
+    },
 }
 
 /// A control reply.
@@ -78,6 +90,12 @@ pub struct Reply {
     pub fault_id: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<crate::capture::CaptureStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<wire_checker::FlowsView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<crate::checker::FindingsReply>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checker: Option<crate::checker::CheckerStatus>,
 }
 
 /// Reply to `status`.
@@ -94,6 +112,9 @@ pub struct Status {
     /// Flow rules refused at `[limits] flow-rules`.
     #[serde(default)]
     pub flow_rules_refused: u64,
+    /// Protocol checker counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checker: Option<crate::checker::CheckerStatus>,
 }
 
 /// Longest request line accepted.
@@ -200,6 +221,7 @@ fn serve(c: UnixStream, fabric: &Fabric) {
                     flow_rules_refused: fabric
                         .flow_rules_refused
                         .load(std::sync::atomic::Ordering::Relaxed),
+                    checker: Some(fabric.checker.status()),
                 }),
                 ..Reply::default()
             },
@@ -212,6 +234,9 @@ fn serve(c: UnixStream, fabric: &Fabric) {
                 | Request::CaptureStop
                 | Request::CaptureStatus),
             ) => crate::faults::handle(fabric, &req),
+            Ok(req @ (Request::Flows | Request::Findings { .. } | Request::Checker { .. })) => {
+                crate::checker::handle(fabric, &req)
+            }
             Ok(req) => crate::steering::handle(fabric, &req),
             Err(e) => Reply {
                 ok: false,

@@ -356,6 +356,8 @@ pub struct Fabric {
     pub faults: crate::faults::Faults,
     /// pcapng capture point (`capture`).
     pub capture: crate::capture::Capture,
+    /// Live protocol checker (`checker`), fed at ingress before faults.
+    pub checker: crate::checker::FabricChecker,
 }
 
 impl Fabric {
@@ -373,6 +375,7 @@ impl Fabric {
         Fabric {
             faults,
             capture,
+            checker: crate::checker::FabricChecker::default(),
             ports,
             macs: RwLock::new(HashMap::new()),
             mac_table_full: AtomicU64::new(0),
@@ -466,6 +469,10 @@ impl Fabric {
         }
         self.capture
             .record(src, crate::faults::Dir::Ingress, &frame.data);
+        // The checker sees what the guest sent, before any fault acts.
+        if let Some(p) = self.ports.get(src) {
+            self.checker.observe(&p.cfg.name, &frame.data);
+        }
         if self.faults.active() {
             return self
                 .faults

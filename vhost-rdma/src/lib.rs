@@ -7,6 +7,7 @@
 
 pub mod capture;
 pub mod chain;
+pub mod checker;
 pub mod config;
 pub mod control;
 pub mod fabric;

@@ -73,6 +73,19 @@ enum CtlCmd {
         #[command(subcommand)]
         op: vhost_rdma::faults::cli::CaptureCmd,
     },
+    /// RoCE queue-pair connections, iWARP connections and SMC-R links seen
+    /// by the protocol checker, with their state (PSNs, reads, MSNs, cursors).
+    Flows,
+    /// Protocol rule violations found by the checker.
+    Findings {
+        /// Forget the findings after showing them.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Checker counters; `on` / `off` switches it.
+    Checker {
+        state: Option<vhost_rdma::checker::cli::OnOff>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -143,6 +156,13 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
         CtlCmd::Faults { op } => vhost_rdma::faults::cli::faults(control, json, op),
         CtlCmd::Link { state, port } => vhost_rdma::faults::cli::link(control, json, port, state),
         CtlCmd::Capture { op } => vhost_rdma::faults::cli::capture(control, json, op),
+        CtlCmd::Flows => vhost_rdma::checker::cli::flows(control, json),
+        CtlCmd::Findings { clear } => vhost_rdma::checker::cli::findings(control, json, clear),
+        CtlCmd::Checker { state } => vhost_rdma::checker::cli::checker(
+            control,
+            json,
+            state.map(|s| matches!(s, vhost_rdma::checker::cli::OnOff::On)),
+        ),
         CtlCmd::Status => {
             let r = request(control, &Request::Status)?;
             if !r.ok {
@@ -183,6 +203,9 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                     p.rx_drops,
                     p.tx_errors + p.rx_errors + p.ctrl_errors
                 );
+            }
+            if let Some(c) = &s.checker {
+                vhost_rdma::checker::cli::print_status(c);
             }
             Ok(())
         }

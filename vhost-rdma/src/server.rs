@@ -51,6 +51,7 @@ impl Server {
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
         let fabric = Arc::new(Fabric::with_limits(shared.clone(), cfg.limits.clone()));
+        fabric.checker.configure(cfg.checker);
         for spec in &cfg.faults {
             fabric
                 .faults
