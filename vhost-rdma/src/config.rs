@@ -272,6 +272,7 @@ struct FileConfig {
     faults: Vec<crate::faults::FaultSpec>,
     #[serde(default)]
     limits: Limits,
+    #[serde(default)]
     checker: crate::checker::CheckerSettings,
 }
 
