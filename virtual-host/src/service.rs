@@ -1,0 +1,192 @@
+//! Services: state machines speaking an RDMA tool's application protocol on
+//! top of the host's TCP sockets and RC queue pairs.
+
+use crate::pingpong::{Pingpong, Role};
+use crate::{HostError, RdmaDevice, ServiceCtx};
+use smoltcp::iface::SocketSet;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+/// Which protocol and role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// `ibv_rc_pingpong` server: listens, serves one client after another.
+    PingpongServer,
+    /// `ibv_rc_pingpong` client towards `peer`: one session.
+    PingpongClient,
+}
+
+impl ServiceKind {
+    /// Every kind, for help texts.
+    pub const ALL: [ServiceKind; 2] = [ServiceKind::PingpongServer, ServiceKind::PingpongClient];
+
+    /// Whether the kind connects out (needs a peer).
+    pub fn is_client(self) -> bool {
+        matches!(self, ServiceKind::PingpongClient)
+    }
+}
+
+impl fmt::Display for ServiceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServiceKind::PingpongServer => "pingpong-server",
+            ServiceKind::PingpongClient => "pingpong-client",
+        })
+    }
+}
+
+impl FromStr for ServiceKind {
+    type Err = HostError;
+    fn from_str(s: &str) -> Result<Self, HostError> {
+        ServiceKind::ALL
+            .into_iter()
+            .find(|k| k.to_string() == s)
+            .ok_or_else(|| {
+                HostError::Invalid(format!(
+                    "service {s:?}: known services are pingpong-server, pingpong-client"
+                ))
+            })
+    }
+}
+
+/// A service and its parameters (defaults = the tool's defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSpec {
+    /// Protocol and role.
+    pub kind: ServiceKind,
+    /// The guest to connect to (client kinds).
+    pub peer: Option<Ipv4Addr>,
+    /// TCP port of the exchange (`-p`, 18515).
+    pub port: u16,
+    /// Message size (`-s`, 4096).
+    pub size: u32,
+    /// Iterations (`-n`, 1000).
+    pub iters: u32,
+    /// Receives posted at a time (`-r`, 500).
+    pub rx_depth: u32,
+    /// Path MTU in bytes (`-m`, 1024).
+    pub mtu: u32,
+    /// How long a client keeps trying to reach a server that is not up yet.
+    pub connect_timeout: Duration,
+    /// Behave exactly like the tool: send from the buffer we receive into
+    /// (so we echo the peer) and check nothing. Lets two hosts test each
+    /// other; off by default, where we send patterns and check the echo.
+    pub echo: bool,
+}
+
+/// Largest message a service accepts (memory per session is twice this).
+pub const MAX_MESSAGE: u32 = 1 << 20;
+/// Most receives a service posts at a time.
+pub const MAX_RX_DEPTH: u32 = 4096;
+
+impl ServiceSpec {
+    /// A spec with the tool's defaults.
+    pub fn new(kind: ServiceKind) -> Self {
+        ServiceSpec {
+            kind,
+            peer: None,
+            port: 18515,
+            size: 4096,
+            iters: 1000,
+            rx_depth: 500,
+            mtu: 1024,
+            connect_timeout: Duration::from_secs(120),
+            echo: false,
+        }
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), HostError> {
+        let bad = |m: String| Err(HostError::Invalid(m));
+        if self.kind.is_client() && self.peer.is_none() {
+            return bad(format!("{}: needs a peer address", self.kind));
+        }
+        if self.port == 0 {
+            return bad("port 0".into());
+        }
+        if self.size == 0 || self.size > MAX_MESSAGE {
+            return bad(format!("size {} (1..={MAX_MESSAGE})", self.size));
+        }
+        if self.iters == 0 {
+            return bad("iters 0".into());
+        }
+        if self.rx_depth < 2 || self.rx_depth > MAX_RX_DEPTH {
+            return bad(format!("rx-depth {} (2..={MAX_RX_DEPTH})", self.rx_depth));
+        }
+        if !matches!(self.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return bad(format!("mtu {} (256, 512, 1024, 2048 or 4096)", self.mtu));
+        }
+        Ok(())
+    }
+}
+
+/// Status of one service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceStatus {
+    /// Id.
+    pub id: u32,
+    /// Kind.
+    pub kind: ServiceKind,
+    /// Peer (clients) or current peer (servers).
+    pub peer: Option<Ipv4Addr>,
+    /// TCP port.
+    pub port: u16,
+    /// State word (listening, connecting, running, done, failed).
+    pub state: String,
+    /// Sessions that completed every iteration.
+    pub sessions_ok: u64,
+    /// Sessions that failed.
+    pub sessions_failed: u64,
+    /// Iterations of the last finished session.
+    pub last_iterations: u32,
+    /// Verified messages of the last finished session.
+    pub last_verified: u32,
+    /// Last failure.
+    pub last_error: Option<String>,
+}
+
+/// A running service.
+pub struct Service {
+    id: u32,
+    inner: Pingpong,
+}
+
+impl Service {
+    pub(crate) fn start(
+        id: u32,
+        spec: ServiceSpec,
+        ctx: &mut ServiceCtx<'_>,
+    ) -> Result<Self, HostError> {
+        let role = match spec.kind {
+            ServiceKind::PingpongServer => Role::Server,
+            ServiceKind::PingpongClient => Role::Client,
+        };
+        Ok(Service {
+            id,
+            inner: Pingpong::start(id, role, spec, ctx)?,
+        })
+    }
+
+    /// Id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        self.inner.step(ctx)
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+
+    pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
+        self.inner.teardown(sockets, rdma)
+    }
+
+    pub(crate) fn status(&self) -> ServiceStatus {
+        self.inner.status(self.id)
+    }
+}
