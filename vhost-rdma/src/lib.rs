@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod fabric;
 pub mod faults;
+pub mod hosts;
 pub mod offload;
 pub mod port;
 pub mod proxy;
@@ -18,6 +19,6 @@ pub mod stats;
 pub mod steering;
 pub mod virtio_net;
 
-pub use config::{DaemonConfig, DeviceForm, MacAddr, PortConfig};
+pub use config::{DaemonConfig, DeviceForm, HostSpec, MacAddr, PortConfig};
 pub use server::Server;
 pub use stats::{PortStats, QueueStats};

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use vhost_rdma::config::{DaemonConfig, PortConfig};
+use vhost_rdma::config::{DaemonConfig, HostSpec, PortConfig};
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::Server;
 
@@ -25,6 +25,10 @@ enum Cmd {
         /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]
         #[arg(long = "port", value_name = "SPEC")]
         ports: Vec<PortConfig>,
+        /// Virtual host on the fabric running RDMA tool services:
+        /// NAME=IP/PREFIX[,mac=MAC][,service=pingpong-server|pingpong-client@PEER]...[,max-qps=N][,max-mrs=N][,max-tcp=N]
+        #[arg(long = "host", value_name = "SPEC")]
+        hosts: Vec<HostSpec>,
         /// TOML configuration file (ports from flags are added to it).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -73,6 +77,48 @@ enum CtlCmd {
         #[command(subcommand)]
         op: vhost_rdma::faults::cli::CaptureCmd,
     },
+    /// Virtual hosts: services, counters and recent events.
+    Hosts,
+    /// Start or stop a service on a virtual host.
+    Host {
+        /// The host's name.
+        name: String,
+        #[command(subcommand)]
+        op: HostOp,
+    },
+}
+
+#[derive(Subcommand)]
+enum HostOp {
+    /// Start a service, e.g. `pingpong-client --peer 10.77.0.1` to run
+    /// ibv_rc_pingpong's client role against a guest's server.
+    Start {
+        /// pingpong-server or pingpong-client.
+        kind: String,
+        /// The guest to connect to (client services).
+        #[arg(long)]
+        peer: Option<std::net::Ipv4Addr>,
+        /// TCP port of the tool's exchange (default: the tool's).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Message size (the tool's -s).
+        #[arg(long)]
+        size: Option<u32>,
+        /// Iterations (the tool's -n).
+        #[arg(long)]
+        iters: Option<u32>,
+        /// Receives posted at a time (the tool's -r).
+        #[arg(long)]
+        rx_depth: Option<u32>,
+        /// Path MTU (the tool's -m).
+        #[arg(long)]
+        mtu: Option<u32>,
+        /// Seconds a client keeps retrying while the guest's server is not up.
+        #[arg(long)]
+        connect_timeout: Option<u64>,
+    },
+    /// Stop a service by id.
+    Stop { id: u32 },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,15 +132,17 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Serve {
             ports,
+            hosts,
             config,
             control,
-        } => serve(ports, config, control),
+        } => serve(ports, hosts, config, control),
         Cmd::Ctl { control, json, cmd } => ctl(&control, json, cmd),
     }
 }
 
 fn serve(
     ports: Vec<PortConfig>,
+    hosts: Vec<HostSpec>,
     config: Option<PathBuf>,
     control: Option<PathBuf>,
 ) -> anyhow::Result<()> {
@@ -103,6 +151,7 @@ fn serve(
         None => DaemonConfig::default(),
     };
     cfg.ports.extend(ports);
+    cfg.hosts.extend(hosts);
     if control.is_some() {
         cfg.control = control;
     }
@@ -143,6 +192,61 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
         CtlCmd::Faults { op } => vhost_rdma::faults::cli::faults(control, json, op),
         CtlCmd::Link { state, port } => vhost_rdma::faults::cli::link(control, json, port, state),
         CtlCmd::Capture { op } => vhost_rdma::faults::cli::capture(control, json, op),
+        CtlCmd::Hosts => {
+            let r = request(control, &Request::Hosts)?;
+            if !r.ok {
+                bail!("daemon refused: {}", r.error.unwrap_or_default());
+            }
+            let hosts = r.hosts.unwrap_or_default();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&hosts)?);
+            } else {
+                print_hosts(&hosts);
+            }
+            Ok(())
+        }
+        CtlCmd::Host { name, op } => {
+            let req = match op {
+                HostOp::Start {
+                    kind,
+                    peer,
+                    port,
+                    size,
+                    iters,
+                    rx_depth,
+                    mtu,
+                    connect_timeout,
+                } => Request::HostStart {
+                    host: name.clone(),
+                    service: vhost_rdma::hosts::ServiceRequest {
+                        kind,
+                        peer,
+                        port,
+                        size,
+                        iters,
+                        rx_depth,
+                        mtu,
+                        connect_timeout_secs: connect_timeout,
+                    },
+                },
+                HostOp::Stop { id } => Request::HostStop {
+                    host: name.clone(),
+                    id,
+                },
+            };
+            let r = request(control, &req)?;
+            if !r.ok {
+                bail!("daemon refused: {}", r.error.unwrap_or_default());
+            }
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else if let Some(id) = r.service_id {
+                println!("host {name}: service {id} started");
+            } else {
+                println!("ok");
+            }
+            Ok(())
+        }
         CtlCmd::Status => {
             let r = request(control, &Request::Status)?;
             if !r.ok {
@@ -184,7 +288,54 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                     p.tx_errors + p.rx_errors + p.ctrl_errors
                 );
             }
+            if !s.hosts.is_empty() {
+                println!();
+                print_hosts(&s.hosts);
+            }
             Ok(())
+        }
+    }
+}
+
+fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
+    for h in hosts {
+        println!(
+            "host {} {} mac {}: rx {} tx {} frames, roce rx {} tx {} (icrc errors {}, malformed {}, no qp {}, dropped {}), qps {} mrs {} tcp {}",
+            h.name,
+            h.address,
+            h.mac,
+            h.rx_frames,
+            h.tx_frames,
+            h.roce_rx,
+            h.roce_tx,
+            h.roce_icrc_errors,
+            h.roce_malformed,
+            h.roce_no_qp,
+            h.roce_dropped,
+            h.qps,
+            h.mrs,
+            h.tcp_sockets
+        );
+        for s in &h.services {
+            println!(
+                "  service {} {} port {} peer {} state {}: sessions ok {} failed {}, last {} iterations ({} verified){}",
+                s.id,
+                s.kind,
+                s.port,
+                s.peer.as_deref().unwrap_or("-"),
+                s.state,
+                s.sessions_ok,
+                s.sessions_failed,
+                s.last_iterations,
+                s.last_verified,
+                s.last_error
+                    .as_ref()
+                    .map(|e| format!(", last error: {e}"))
+                    .unwrap_or_default()
+            );
+        }
+        for e in &h.events {
+            println!("  event: {e}");
         }
     }
 }
