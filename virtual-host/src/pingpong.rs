@@ -305,6 +305,24 @@ impl Pingpong {
         });
     }
 
+    /// Client: drops the attempt and tries again in a second, until the
+    /// connect deadline.
+    fn retry_later(&mut self, ctx: &mut ServiceCtx<'_>) {
+        if let Some(s) = self.session.take() {
+            free_session(ctx.rdma, &s);
+        }
+        if let Some(h) = self.sock {
+            ctx.sockets.get_mut::<Socket>(h).abort();
+        }
+        self.exchange_deadline = None;
+        if ctx.now + RETRY_INTERVAL < self.connect_deadline {
+            self.retry_at = Some(ctx.now + RETRY_INTERVAL);
+            self.phase = Phase::RetryWait;
+        } else {
+            self.fail(ctx, "could not reach the server".into());
+        }
+    }
+
     /// Ends the current session with an error.
     fn fail(&mut self, ctx: &mut ServiceCtx<'_>, reason: String) {
         let peer = self.session.as_ref().map(|s| s.peer).or(self.spec.peer);
@@ -342,7 +360,12 @@ impl Pingpong {
             .exchange_deadline
             .is_some_and(|d| ctx.now >= d && self.phase != Phase::Running)
         {
-            self.fail(ctx, "TCP exchange timed out".into());
+            if self.phase == Phase::Connecting {
+                // No answer at all (the guest is still booting): try again.
+                self.retry_later(ctx);
+            } else {
+                self.fail(ctx, "TCP exchange timed out".into());
+            }
         }
         match self.phase {
             Phase::Listening => self.step_listen(ctx),
@@ -473,18 +496,7 @@ impl Pingpong {
         match sock.state() {
             State::Closed | State::TimeWait => {
                 // Refused (the tool is not listening yet) or reset: retry.
-                let s = self.session.take();
-                if let Some(s) = s {
-                    free_session(ctx.rdma, &s);
-                }
-                sock.abort();
-                self.exchange_deadline = None;
-                if ctx.now + RETRY_INTERVAL < self.connect_deadline {
-                    self.retry_at = Some(ctx.now + RETRY_INTERVAL);
-                    self.phase = Phase::RetryWait;
-                } else {
-                    self.fail(ctx, "could not reach the server".into());
-                }
+                self.retry_later(ctx);
                 return;
             }
             State::SynSent | State::SynReceived => return,
