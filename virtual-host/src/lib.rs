@@ -15,8 +15,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod iwarp;
 pub mod pingpong;
 pub mod rdma;
+pub mod rping;
 pub mod service;
 
 use smoltcp::iface::{Config, Interface, SocketSet};
@@ -613,5 +615,16 @@ impl VirtualHost {
     /// Counters.
     pub fn counters(&self) -> HostCounters {
         self.counters
+    }
+}
+
+impl VirtualHost {
+    /// iWARP counters summed over the running services.
+    pub fn iwarp_counters(&self) -> iwarp::IwarpCounters {
+        let mut c = iwarp::IwarpCounters::default();
+        for s in &self.services {
+            c.add(&s.iwarp_counters());
+        }
+        c
     }
 }

@@ -2,6 +2,7 @@
 //! top of the host's TCP sockets and RC queue pairs.
 
 use crate::pingpong::{Pingpong, Role};
+use crate::rping::Rping;
 use crate::{HostError, RdmaDevice, ServiceCtx};
 use smoltcp::iface::SocketSet;
 use std::fmt;
@@ -16,15 +17,24 @@ pub enum ServiceKind {
     PingpongServer,
     /// `ibv_rc_pingpong` client towards `peer`: one session.
     PingpongClient,
+    /// `rping -s` over iWARP: listens, serves one client after another.
+    RpingServer,
+    /// `rping -c` over iWARP towards `peer`: one session of `iters` pings.
+    RpingClient,
 }
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 2] = [ServiceKind::PingpongServer, ServiceKind::PingpongClient];
+    pub const ALL: [ServiceKind; 4] = [
+        ServiceKind::PingpongServer,
+        ServiceKind::PingpongClient,
+        ServiceKind::RpingServer,
+        ServiceKind::RpingClient,
+    ];
 
     /// Whether the kind connects out (needs a peer).
     pub fn is_client(self) -> bool {
-        matches!(self, ServiceKind::PingpongClient)
+        matches!(self, ServiceKind::PingpongClient | ServiceKind::RpingClient)
     }
 }
 
@@ -33,6 +43,8 @@ impl fmt::Display for ServiceKind {
         f.write_str(match self {
             ServiceKind::PingpongServer => "pingpong-server",
             ServiceKind::PingpongClient => "pingpong-client",
+            ServiceKind::RpingServer => "rping-server",
+            ServiceKind::RpingClient => "rping-client",
         })
     }
 }
@@ -45,7 +57,7 @@ impl FromStr for ServiceKind {
             .find(|k| k.to_string() == s)
             .ok_or_else(|| {
                 HostError::Invalid(format!(
-                    "service {s:?}: known services are pingpong-server, pingpong-client"
+                    "service {s:?}: known services are pingpong-server, pingpong-client, rping-server, rping-client"
                 ))
             })
     }
@@ -74,6 +86,9 @@ pub struct ServiceSpec {
     /// (so we echo the peer) and check nothing. Lets two hosts test each
     /// other; off by default, where we send patterns and check the echo.
     pub echo: bool,
+    /// iWARP services: ask for MPA CRC (siw `mpa_crc_required`); a peer
+    /// asking for it gets it either way.
+    pub mpa_crc: bool,
 }
 
 /// Largest message a service accepts (memory per session is twice this).
@@ -84,16 +99,26 @@ pub const MAX_RX_DEPTH: u32 = 4096;
 impl ServiceSpec {
     /// A spec with the tool's defaults.
     pub fn new(kind: ServiceKind) -> Self {
+        let rping = matches!(kind, ServiceKind::RpingServer | ServiceKind::RpingClient);
         ServiceSpec {
             kind,
             peer: None,
-            port: 18515,
-            size: 4096,
-            iters: 1000,
+            port: if rping {
+                crate::rping::DEFAULT_PORT
+            } else {
+                18515
+            },
+            size: if rping {
+                crate::rping::DEFAULT_SIZE
+            } else {
+                4096
+            },
+            iters: if rping { 10 } else { 1000 },
             rx_depth: 500,
             mtu: 1024,
             connect_timeout: Duration::from_secs(120),
             echo: false,
+            mpa_crc: false,
         }
     }
 
@@ -150,7 +175,14 @@ pub struct ServiceStatus {
 /// A running service.
 pub struct Service {
     id: u32,
-    inner: Pingpong,
+    inner: Inner,
+}
+
+// A handful of services per host: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Inner {
+    Pingpong(Pingpong),
+    Rping(Rping),
 }
 
 impl Service {
@@ -159,14 +191,21 @@ impl Service {
         spec: ServiceSpec,
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
-        let role = match spec.kind {
-            ServiceKind::PingpongServer => Role::Server,
-            ServiceKind::PingpongClient => Role::Client,
+        let inner = match spec.kind {
+            ServiceKind::PingpongServer => {
+                Inner::Pingpong(Pingpong::start(id, Role::Server, spec, ctx)?)
+            }
+            ServiceKind::PingpongClient => {
+                Inner::Pingpong(Pingpong::start(id, Role::Client, spec, ctx)?)
+            }
+            ServiceKind::RpingServer => {
+                Inner::Rping(Rping::start(id, crate::rping::Role::Server, spec, ctx)?)
+            }
+            ServiceKind::RpingClient => {
+                Inner::Rping(Rping::start(id, crate::rping::Role::Client, spec, ctx)?)
+            }
         };
-        Ok(Service {
-            id,
-            inner: Pingpong::start(id, role, spec, ctx)?,
-        })
+        Ok(Service { id, inner })
     }
 
     /// Id.
@@ -175,18 +214,38 @@ impl Service {
     }
 
     pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
-        self.inner.step(ctx)
+        match &mut self.inner {
+            Inner::Pingpong(p) => p.step(ctx),
+            Inner::Rping(r) => r.step(ctx),
+        }
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
+        match &self.inner {
+            Inner::Pingpong(p) => p.poll_timeout(),
+            Inner::Rping(r) => r.poll_timeout(),
+        }
     }
 
     pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
-        self.inner.teardown(sockets, rdma)
+        match &mut self.inner {
+            Inner::Pingpong(p) => p.teardown(sockets, rdma),
+            Inner::Rping(r) => r.teardown(sockets, rdma),
+        }
     }
 
     pub(crate) fn status(&self) -> ServiceStatus {
-        self.inner.status(self.id)
+        match &self.inner {
+            Inner::Pingpong(p) => p.status(self.id),
+            Inner::Rping(r) => r.status(self.id),
+        }
+    }
+
+    /// iWARP counters (zero for RoCE services).
+    pub fn iwarp_counters(&self) -> crate::iwarp::IwarpCounters {
+        match &self.inner {
+            Inner::Rping(r) => r.counters(),
+            Inner::Pingpong(_) => Default::default(),
+        }
     }
 }
