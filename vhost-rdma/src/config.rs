@@ -342,6 +342,7 @@ struct FileService {
     rx_depth: Option<u32>,
     mtu: Option<u32>,
     connect_timeout_secs: Option<u64>,
+    mpa_crc: Option<bool>,
 }
 
 impl FileService {
@@ -367,6 +368,9 @@ impl FileService {
         }
         if let Some(v) = self.connect_timeout_secs {
             s.connect_timeout = std::time::Duration::from_secs(v);
+        }
+        if let Some(v) = self.mpa_crc {
+            s.mpa_crc = v;
         }
         Ok(s)
     }

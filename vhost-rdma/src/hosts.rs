@@ -83,6 +83,9 @@ pub struct ServiceRequest {
     pub mtu: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_secs: Option<u64>,
+    /// iWARP services: ask for MPA CRC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpa_crc: Option<bool>,
 }
 
 impl ServiceRequest {
@@ -108,6 +111,9 @@ impl ServiceRequest {
         }
         if let Some(v) = self.connect_timeout_secs {
             s.connect_timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = self.mpa_crc {
+            s.mpa_crc = v;
         }
         s.validate().map_err(|e| e.to_string())?;
         Ok(s)

@@ -93,7 +93,7 @@ enum HostOp {
     /// Start a service, e.g. `pingpong-client --peer 10.77.0.1` to run
     /// ibv_rc_pingpong's client role against a guest's server.
     Start {
-        /// pingpong-server or pingpong-client.
+        /// pingpong-server, pingpong-client, rping-server or rping-client.
         kind: String,
         /// The guest to connect to (client services).
         #[arg(long)]
@@ -116,6 +116,9 @@ enum HostOp {
         /// Seconds a client keeps retrying while the guest's server is not up.
         #[arg(long)]
         connect_timeout: Option<u64>,
+        /// iWARP services (rping-*): ask for MPA CRC.
+        #[arg(long)]
+        mpa_crc: bool,
     },
     /// Stop a service by id.
     Stop { id: u32 },
@@ -216,6 +219,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                     rx_depth,
                     mtu,
                     connect_timeout,
+                    mpa_crc,
                 } => Request::HostStart {
                     host: name.clone(),
                     service: vhost_rdma::hosts::ServiceRequest {
@@ -227,6 +231,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                         rx_depth,
                         mtu,
                         connect_timeout_secs: connect_timeout,
+                        mpa_crc: mpa_crc.then_some(true),
                     },
                 },
                 HostOp::Stop { id } => Request::HostStop {

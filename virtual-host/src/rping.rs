@@ -46,6 +46,12 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a finished connection may take to get its last bytes out.
 const LINGER: Duration = Duration::from_secs(2);
+/// Client: pause between the MPA Reply and the first SEND. Linux siw's
+/// `siw_accept()` sends its MPA Reply before it hooks the QP to the socket;
+/// an FPDU arriving in that window is never read (the server hangs, see
+/// ci/README.md "siw: rdma_cm connection setup is flaky"). The real tool
+/// is slow enough not to hit it; we wait a little instead.
+pub const FIRST_SEND_DELAY: Duration = Duration::from_millis(300);
 
 const WR_RECV: u64 = 1;
 const WR_SEND: u64 = 2;
@@ -156,6 +162,7 @@ struct Session {
     last_progress: Instant,
     error: Option<String>,
     closing: bool,
+    first_ping_at: Option<Instant>,
 }
 
 /// One rping service.
@@ -257,7 +264,8 @@ impl Rping {
             .filter(|_| self.phase == Phase::Running)
             .map(|s| s.last_progress + IDLE_TIMEOUT);
         let setup = s.and_then(|s| s.ep.poll_timeout());
-        [self.retry_at, idle, setup, self.linger_until]
+        let first = s.and_then(|s| s.first_ping_at);
+        [self.retry_at, idle, setup, self.linger_until, first]
             .into_iter()
             .flatten()
             .min()
@@ -424,6 +432,7 @@ impl Rping {
             last_progress: ctx.now,
             error: None,
             closing: false,
+            first_ping_at: None,
         };
         if let Err(e) = post_recv(&mut s.ep, stags.recv) {
             s.error = Some(e);
@@ -440,6 +449,12 @@ impl Rping {
         };
         s.ep.handle_timeout(ctx.now);
         let mut moved = false;
+        if s.first_ping_at.is_some_and(|t| ctx.now >= t) && s.error.is_none() {
+            s.first_ping_at = None;
+            s.last_progress = ctx.now;
+            self.client_ping(&mut s);
+            moved = true;
+        }
         let mut closed = false;
         for _ in 0..64 {
             let mut round = s.ep.pump(ctx.sockets);
@@ -465,7 +480,7 @@ impl Rping {
                             },
                         );
                         if self.role == Role::Client {
-                            self.client_ping(&mut s);
+                            s.first_ping_at = Some(ctx.now + FIRST_SEND_DELAY);
                         }
                     }
                     Event::Rejected { .. } => {
