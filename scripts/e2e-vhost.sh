@@ -34,11 +34,12 @@ Usage: ${0##*/} [options]
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture)
   -h, --help
 EOF
 }
 
-build=1 profile=debug image="" qemu="" accel=auto iters=1000 timeout=900 logdir="" keep_logs=0
+build=1 profile=debug image="" qemu="" accel=auto iters=1000 timeout=900 logdir="" keep_logs=0 capture=0
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -50,6 +51,7 @@ while (($#)); do
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
+        --capture) capture=1; keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -173,6 +175,10 @@ for ((i = 0; i < 100; i++)); do
     sleep 0.1
 done
 [[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
+if ((capture)); then
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 128 ||
+        say "capture did not start"
+fi
 # The host's client towards the guest's server: started now through the
 # control socket; it retries until the guest's tool listens.
 if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start pingpong-client --peer "$GUEST_IP" \
