@@ -163,10 +163,20 @@ rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
 
-# ---- daemon with one port and one virtual host
+# ---- daemon with one port and one virtual host; the host and its server
+# service come from the config file (the iterations must match the tool's -n,
+# which rc_pingpong does not exchange).
+cat >"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh"
+address = "$HOST_IP/24"
+[[host.service]]
+kind = "pingpong-server"
+iters = $iters
+EOF
 NO_COLOR=1 "$DAEMON" serve \
+    --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
-    --host "vh=$HOST_IP/24,service=pingpong-server" \
     --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do

@@ -116,6 +116,10 @@ enum HostOp {
         /// Seconds a client keeps retrying while the guest's server is not up.
         #[arg(long)]
         connect_timeout: Option<u64>,
+        /// Behave like the tool itself (echo what arrives, check nothing);
+        /// for one virtual host against another.
+        #[arg(long)]
+        echo: bool,
     },
     /// Stop a service by id.
     Stop { id: u32 },
@@ -216,6 +220,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                     rx_depth,
                     mtu,
                     connect_timeout,
+                    echo,
                 } => Request::HostStart {
                     host: name.clone(),
                     service: vhost_rdma::hosts::ServiceRequest {
@@ -227,6 +232,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                         rx_depth,
                         mtu,
                         connect_timeout_secs: connect_timeout,
+                        echo,
                     },
                 },
                 HostOp::Stop { id } => Request::HostStop {
@@ -318,12 +324,14 @@ fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
         );
         for s in &h.services {
             println!(
-                "  service {} {} port {} peer {} state {}: sessions ok {} failed {}, last {} iterations ({} verified){}",
+                "  service {} {} port {} peer {} state {} (sent {} received {}): sessions ok {} failed {}, last {} iterations ({} verified){}",
                 s.id,
                 s.kind,
                 s.port,
                 s.peer.as_deref().unwrap_or("-"),
                 s.state,
+                s.sent,
+                s.received,
                 s.sessions_ok,
                 s.sessions_failed,
                 s.last_iterations,
