@@ -34,11 +34,12 @@ Usage: ${0##*/} [options]
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture)
   -h, --help
 EOF
 }
 
-build=1 profile=debug image="" qemu="" accel=auto iters=1000 timeout=900 logdir="" keep_logs=0
+build=1 profile=debug image="" qemu="" accel=auto iters=1000 timeout=900 logdir="" keep_logs=0 capture=0
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -50,6 +51,7 @@ while (($#)); do
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
+        --capture) capture=1; keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -161,10 +163,20 @@ rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
 
-# ---- daemon with one port and one virtual host
+# ---- daemon with one port and one virtual host; the host and its server
+# service come from the config file (the iterations must match the tool's -n,
+# which rc_pingpong does not exchange).
+cat >"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh"
+address = "$HOST_IP/24"
+[[host.service]]
+kind = "pingpong-server"
+iters = $iters
+EOF
 NO_COLOR=1 "$DAEMON" serve \
+    --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
-    --host "vh=$HOST_IP/24,service=pingpong-server" \
     --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do
@@ -173,6 +185,10 @@ for ((i = 0; i < 100; i++)); do
     sleep 0.1
 done
 [[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
+if ((capture)); then
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 128 ||
+        say "capture did not start"
+fi
 # The host's client towards the guest's server: started now through the
 # control socket; it retries until the guest's tool listens.
 if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start pingpong-client --peer "$GUEST_IP" \

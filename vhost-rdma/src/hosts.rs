@@ -39,6 +39,11 @@ pub struct ServiceStats {
     pub last_iterations: u32,
     pub last_verified: u32,
     pub last_error: Option<String>,
+    /// The running session's completed sends and receives.
+    #[serde(default)]
+    pub sent: u32,
+    #[serde(default)]
+    pub received: u32,
 }
 
 /// Status of one virtual host (control socket form).
@@ -86,6 +91,9 @@ pub struct ServiceRequest {
     /// iWARP services: ask for MPA CRC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpa_crc: Option<bool>,
+    /// Behave like the tool (echo, no checks): for host-to-host tests.
+    #[serde(default)]
+    pub echo: bool,
 }
 
 impl ServiceRequest {
@@ -115,6 +123,7 @@ impl ServiceRequest {
         if let Some(v) = self.mpa_crc {
             s.mpa_crc = v;
         }
+        s.echo = self.echo;
         s.validate().map_err(|e| e.to_string())?;
         Ok(s)
     }
@@ -262,6 +271,9 @@ impl HostHandle {
                 // Keep the switch moving while a burst is consumed.
                 self.flush(&mut host, fabric, &mut outbox);
             }
+            // Guest TX sides paused on this queue (back-pressure) resume.
+            rxq.mark_fed();
+            rxq.wake_waiters();
             let _ = self.wake.read();
             let cmds: Vec<Command> = self
                 .commands
@@ -378,6 +390,8 @@ fn stats(host: &VirtualHost, history: &VecDeque<String>) -> HostStats {
                 last_iterations: v.last_iterations,
                 last_verified: v.last_verified,
                 last_error: v.last_error,
+                sent: v.progress.0,
+                received: v.progress.1,
             })
             .collect(),
         events: history.iter().cloned().collect(),

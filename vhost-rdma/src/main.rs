@@ -119,6 +119,10 @@ enum HostOp {
         /// iWARP services (rping-*): ask for MPA CRC.
         #[arg(long)]
         mpa_crc: bool,
+        /// Behave like the tool itself (echo what arrives, check nothing);
+        /// for one virtual host against another.
+        #[arg(long)]
+        echo: bool,
     },
     /// Stop a service by id.
     Stop { id: u32 },
@@ -220,6 +224,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                     mtu,
                     connect_timeout,
                     mpa_crc,
+                    echo,
                 } => Request::HostStart {
                     host: name.clone(),
                     service: vhost_rdma::hosts::ServiceRequest {
@@ -232,6 +237,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                         mtu,
                         connect_timeout_secs: connect_timeout,
                         mpa_crc: mpa_crc.then_some(true),
+                        echo,
                     },
                 },
                 HostOp::Stop { id } => Request::HostStop {
@@ -323,12 +329,14 @@ fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
         );
         for s in &h.services {
             println!(
-                "  service {} {} port {} peer {} state {}: sessions ok {} failed {}, last {} iterations ({} verified){}",
+                "  service {} {} port {} peer {} state {} (sent {} received {}): sessions ok {} failed {}, last {} iterations ({} verified){}",
                 s.id,
                 s.kind,
                 s.port,
                 s.peer.as_deref().unwrap_or("-"),
                 s.state,
+                s.sent,
+                s.received,
                 s.sessions_ok,
                 s.sessions_failed,
                 s.last_iterations,

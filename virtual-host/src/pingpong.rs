@@ -295,6 +295,7 @@ impl Pingpong {
             last_iterations: self.last_iterations,
             last_verified: self.last_verified,
             last_error: self.last_error.clone(),
+            progress: self.progress_mark(),
         }
     }
 

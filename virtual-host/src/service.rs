@@ -170,6 +170,8 @@ pub struct ServiceStatus {
     pub last_verified: u32,
     /// Last failure.
     pub last_error: Option<String>,
+    /// The running session's sends and receives completed so far.
+    pub progress: (u32, u32),
 }
 
 /// A running service.

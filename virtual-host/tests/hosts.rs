@@ -416,3 +416,41 @@ fn limits_give_clear_errors() {
     )
     .is_err());
 }
+
+#[test]
+fn client_reaches_a_peer_that_was_silent_for_a_while() {
+    let now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
+    cli.peer = Some(IP_A);
+    cli.iters = 10;
+    cli.echo = true;
+    b.start_service(cli, now).unwrap();
+    // 90 s with nobody on the wire: ARP requests and SYNs go nowhere.
+    let mut t = now;
+    let end = now + Duration::from_secs(90);
+    while t < end {
+        drain(&mut b);
+        t = b
+            .poll_timeout(t)
+            .unwrap_or(end)
+            .max(t + Duration::from_millis(1));
+        b.handle_timeout(t);
+    }
+    let st = b.status().services[0].clone();
+    assert!(st.last_error.is_none(), "{st:?}");
+    let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
+    srv.iters = 10;
+    a.start_service(srv, t).unwrap();
+    // The client retries at least every 21 s (exchange deadline + 1 s), so
+    // it gets there well within 25 s.
+    let (ea, _) = run_pair(&mut a, &mut b, t, Duration::from_secs(25), 0, |ea, eb| {
+        finished(ea).is_some() && finished(eb).is_some()
+    });
+    assert_eq!(finished(&ea), Some((10, 9)));
+    let started = ea
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::SessionStarted { .. }));
+    assert!(started.is_some());
+}
