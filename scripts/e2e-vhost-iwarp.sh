@@ -9,13 +9,18 @@
 #   ping                    the guest pings the virtual host (ARP + ICMP)
 #   rping-guest-client      rping -c -a HOST -C N -v -V in the guest against
 #                           the host's rping-server service (port 7174, --host)
-#   rping-guest-client-crc  the same with the guest's siw asking for MPA CRC
-#                           (/sys/module/siw/parameters/mpa_crc_required = 1)
+#   rping-guest-client-crc  the same against a second host server (port 7175,
+#                           ctl --mpa-crc) that asks for MPA CRC (the 7.3
+#                           guest's siw has no writable mpa_crc_required)
 #   rping-guest-server      rping -s -v -V in the guest (port 7174); the host's
 #                           rping-client service (ctl, started before the boot)
 #                           connects to it and runs N pings
 #   rping-guest-server-crc  the same on port 7175 with the host asking for
 #                           MPA CRC (ctl --mpa-crc)
+#   ucmatose-guest-client   ucmatose -s HOST -C N in the guest against the
+#                           host's ucmatose-server (port 7471, --host)
+#   ucmatose-guest-server   ucmatose -C N in the guest; the host's
+#                           ucmatose-client (ctl) connects to it
 #
 # rping exits 0 even when it never connected, so a case passes only if the
 # guest printed >= N verified ping lines (-V compares every echo) AND the
@@ -27,7 +32,8 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CASES=(ping rping-guest-client rping-guest-client-crc rping-guest-server rping-guest-server-crc)
+CASES=(ping rping-guest-client rping-guest-client-crc rping-guest-server rping-guest-server-crc
+    ucmatose-guest-client ucmatose-guest-server)
 
 usage() {
     cat <<EOF
@@ -147,22 +153,18 @@ i=0; until ping -c 1 -W 2 $HOST_IP >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 
 ping -c 3 -W 5 $HOST_IP; echo "VH-RESULT case=ping rc=\$?"
 rdma link add siw0 type siw netdev eth0 || { echo 'E2E-FAIL rdma link add'; exit 11; }
 i=0; until rdma link show siw0/1 2>/dev/null | grep -q 'state ACTIVE'; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL siw0 not ACTIVE'; exit 12; }; sleep 1; done
-P=/sys/module/siw/parameters
-echo "siw parameters: \$(for f in \$P/*; do printf '%s=%s ' \${f##*/} \$(cat \$f); done)"
 echo "== CASE rping-guest-client"
 timeout 300 rping -c -a $HOST_IP -C $count -S $size -v -V; echo "VH-RESULT case=rping-guest-client rc=\$?"
 echo "== CASE rping-guest-client-crc"
-if [ -w \$P/mpa_crc_required ] && echo 1 >\$P/mpa_crc_required; then
-    echo "mpa_crc_required=\$(cat \$P/mpa_crc_required)"
-    timeout 300 rping -c -a $HOST_IP -C $count -S $size -v -V; echo "VH-RESULT case=rping-guest-client-crc rc=\$?"
-    echo 0 >\$P/mpa_crc_required
-else
-    echo "VH-RESULT case=rping-guest-client-crc rc=skip (no writable \$P/mpa_crc_required)"
-fi
+timeout 300 rping -c -a $HOST_IP -p 7175 -C $count -S $size -v -V; echo "VH-RESULT case=rping-guest-client-crc rc=\$?"
 echo "== CASE rping-guest-server"
 timeout 300 rping -s -a $GUEST_IP -p 7174 -S $size -v -V; echo "VH-RESULT case=rping-guest-server rc=\$?"
 echo "== CASE rping-guest-server-crc"
 timeout 300 rping -s -a $GUEST_IP -p 7175 -S $size -v -V; echo "VH-RESULT case=rping-guest-server-crc rc=\$?"
+echo "== CASE ucmatose-guest-client"
+timeout 300 ucmatose -s $HOST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-client rc=\$?"
+echo "== CASE ucmatose-guest-server"
+timeout 300 ucmatose -b $GUEST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-server rc=\$?"
 echo "== CASE end"
 rdma statistic show link siw0/1 2>/dev/null | head -n 5
 exit 0
@@ -171,7 +173,7 @@ EOF
 # ---- daemon with one port and one virtual host
 NO_COLOR=1 "$DAEMON" serve \
     --port "g=$d/g.sock,mac=$GMAC" \
-    --host "vh=$HOST_IP/24,service=rping-server" \
+    --host "vh=$HOST_IP/24,service=rping-server,service=ucmatose-server" \
     --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do
@@ -182,14 +184,21 @@ done
 [[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
 # The host's clients towards the guest's servers: started now through the
 # control socket; they retry every second until the guest's rping listens.
-for spec in "7174" "7175 --mpa-crc"; do
+# Plus a second rping server that asks for MPA CRC.
+for spec in "rping-client --port 7174 --size $size" "rping-client --port 7175 --size $size --mpa-crc" \
+    "ucmatose-client --port 7471"; do
     # shellcheck disable=SC2086
-    if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start rping-client --peer "$GUEST_IP" \
-            --port $spec --iters "$count" --size "$size" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1; then
+    if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec --peer "$GUEST_IP" \
+            --iters "$count" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1; then
         cat "$d/ctl-start.txt" >&2
-        fail_all "ctl host vh start rping-client --port $spec failed"
+        fail_all "ctl host vh start $spec failed"
     fi
 done
+if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start rping-server --port 7175 --size "$size" --mpa-crc \
+        >>"$d/ctl-start.txt" 2>&1; then
+    cat "$d/ctl-start.txt" >&2
+    fail_all "ctl host vh start rping-server --port 7175 --mpa-crc failed"
+fi
 cat "$d/ctl-start.txt"
 
 t0=$SECONDS
@@ -260,10 +269,28 @@ check_rping() {
 # The guest client prints "ping data: rdma-ping-K: ..." after each compared
 # echo; the guest server prints "server ping data: rdma-ping-K: ..." per ping.
 check_rping rping-guest-client '^ping data: rdma-ping-' rping-server 7174 1 "guest client, host server"
-crc_ok=1; [[ "$(guest_rc rping-guest-client-crc)" == skip ]] && crc_ok=0
-check_rping rping-guest-client-crc '^ping data: rdma-ping-' rping-server 7174 $((1 + crc_ok)) "guest client with MPA CRC, host server"
+check_rping rping-guest-client-crc '^ping data: rdma-ping-' rping-server 7175 1 "guest client, host server asking for MPA CRC"
 check_rping rping-guest-server '^server ping data: rdma-ping-' rping-client 7174 1 "guest server, host client"
 check_rping rping-guest-server-crc '^server ping data: rdma-ping-' rping-client 7175 1 "guest server, host client with MPA CRC"
+# check_ucmatose CASE HOST_KIND WHAT
+check_ucmatose() {
+    local c=$1 kind=$2 what=$3 why=() rc hs ok bad it ver err
+    rc="$(guest_rc "$c")"
+    [[ $rc == 0 ]] || why+=("ucmatose rc=${rc:-none}")
+    case_out "$c" | grep -q 'test complete' || why+=("no 'test complete' line")
+    hs="$(host_service "$kind" 7471)"
+    read -r ok bad it ver err <<<"$hs"
+    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $kind: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
+    [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] || why+=("host $kind: ${it:-0} messages, ${ver:-0} of the right length, want $count")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "$what: test complete; host $kind: $it messages received each of the right length"
+    else
+        local j; printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+check_ucmatose ucmatose-guest-client ucmatose-server "guest client, host server"
+check_ucmatose ucmatose-guest-server ucmatose-client "guest server, host client"
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'

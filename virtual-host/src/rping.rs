@@ -107,6 +107,26 @@ impl BufInfo {
     }
 }
 
+/// Which tool's protocol the service speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// `rping` (RDMA READ / WRITE ping-pong, above).
+    Rping,
+    /// `ucmatose` (librdmacm examples/cmatose.c): both sides post `-C`
+    /// receives of `-S` bytes before connecting; the server SENDs `-C`
+    /// messages, the client answers with as many once it has them all, the
+    /// server disconnects. Contents are not checked by the tool; we check
+    /// every message's length. Port 7471, 10 × 100 bytes.
+    Ucmatose,
+}
+
+/// ucmatose's default port.
+pub const UCMATOSE_PORT: u16 = 7471;
+/// ucmatose's default message size.
+pub const UCMATOSE_SIZE: u32 = 100;
+/// Most ucmatose messages per session (all receives are posted at once).
+pub const UCMATOSE_MAX_COUNT: u32 = 512;
+
 /// Which side we play.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -163,11 +183,14 @@ struct Session {
     error: Option<String>,
     closing: bool,
     first_ping_at: Option<Instant>,
+    /// ucmatose: SENDs completed.
+    sent: u32,
 }
 
 /// One rping service.
 pub struct Rping {
     id: u32,
+    proto: Proto,
     role: Role,
     spec: ServiceSpec,
     sock: Option<SocketHandle>,
@@ -187,19 +210,30 @@ pub struct Rping {
 impl Rping {
     pub(crate) fn start(
         id: u32,
+        proto: Proto,
         role: Role,
         spec: ServiceSpec,
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
-        if spec.size < MIN_SIZE || spec.size > MAX_SIZE {
-            return Err(HostError::Invalid(format!(
-                "rping size {} ({MIN_SIZE}..={MAX_SIZE})",
-                spec.size
-            )));
+        match proto {
+            Proto::Rping if spec.size < MIN_SIZE || spec.size > MAX_SIZE => {
+                return Err(HostError::Invalid(format!(
+                    "rping size {} ({MIN_SIZE}..={MAX_SIZE})",
+                    spec.size
+                )));
+            }
+            Proto::Ucmatose if spec.size > MAX_SIZE || spec.iters > UCMATOSE_MAX_COUNT => {
+                return Err(HostError::Invalid(format!(
+                    "ucmatose size {} (..={MAX_SIZE}) or count {} (..={UCMATOSE_MAX_COUNT})",
+                    spec.size, spec.iters
+                )));
+            }
+            _ => {}
         }
         let sock = ctx.new_tcp_socket()?;
         let mut r = Rping {
             id,
+            proto,
             role,
             connect_deadline: ctx.now + spec.connect_timeout,
             spec,
@@ -301,6 +335,10 @@ impl Rping {
             last_iterations: self.last_iterations,
             last_verified: self.last_verified,
             last_error: self.last_error.clone(),
+            progress: self
+                .session
+                .as_ref()
+                .map_or((0, 0), |s| (s.pings, s.verified)),
         }
     }
 
@@ -361,8 +399,7 @@ impl Rping {
             sock.abort();
             return;
         };
-        let cfg = engine_config(self.spec.mpa_crc, 16, 16);
-        let ep = IwarpEndpoint::responder(h, cfg, ctx.now);
+        let ep = IwarpEndpoint::responder(h, self.engine_config(), ctx.now);
         self.begin(ctx, ep, peer);
     }
 
@@ -379,7 +416,7 @@ impl Rping {
             _ => return,
         }
         let peer = self.spec.peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
-        let cfg = engine_config(self.spec.mpa_crc, 16, 16);
+        let cfg = self.engine_config();
         // rdma_cm over iWARP: the MPA private data is the application's (none).
         match IwarpEndpoint::initiator(h, cfg, &[], ctx.now) {
             Ok(ep) => self.begin(ctx, ep, peer),
@@ -388,6 +425,16 @@ impl Rping {
                 self.phase = Phase::Done;
             }
         }
+    }
+
+    fn engine_config(&self) -> siw::Config {
+        let mut c = engine_config(self.spec.mpa_crc, 16, 16);
+        if self.proto == Proto::Ucmatose {
+            let n = self.spec.iters as usize + 1;
+            c.sq_depth = c.sq_depth.max(n);
+            c.rq_depth = c.rq_depth.max(n);
+        }
+        c
     }
 
     fn retry_later(&mut self, ctx: &mut ServiceCtx<'_>) {
@@ -433,9 +480,32 @@ impl Rping {
             error: None,
             closing: false,
             first_ping_at: None,
+            sent: 0,
         };
-        if let Err(e) = post_recv(&mut s.ep, stags.recv) {
-            s.error = Some(e);
+        match self.proto {
+            Proto::Rping => {
+                if let Err(e) = post_recv(&mut s.ep, stags.recv) {
+                    s.error = Some(e);
+                }
+            }
+            Proto::Ucmatose => {
+                // All of the tool's receives land in one buffer (`rdma`
+                // here); it posts them before connecting.
+                for _ in 0..self.spec.iters {
+                    let r = s.ep.conn().post_recv(
+                        WR_RECV,
+                        Sge {
+                            stag: stags.rdma,
+                            addr: RDMA_VA,
+                            len: self.spec.size,
+                        },
+                    );
+                    if let Err(e) = r {
+                        s.error = Some(format!("post receive: {e}"));
+                        break;
+                    }
+                }
+            }
         }
         s.stags = Some(stags);
         self.session = Some(s);
@@ -452,7 +522,10 @@ impl Rping {
         if s.first_ping_at.is_some_and(|t| ctx.now >= t) && s.error.is_none() {
             s.first_ping_at = None;
             s.last_progress = ctx.now;
-            self.client_ping(&mut s);
+            match self.proto {
+                Proto::Rping => self.client_ping(&mut s),
+                Proto::Ucmatose => self.post_messages(&mut s),
+            }
             moved = true;
         }
         let mut closed = false;
@@ -479,7 +552,14 @@ impl Rping {
                                 remote_qpn: 0,
                             },
                         );
-                        if self.role == Role::Client {
+                        // Whoever sends first waits a little (see FIRST_SEND_DELAY;
+                        // for a ucmatose server the guest's siw would otherwise
+                        // see our FPDU right behind the MPA Reply: -EPROTO).
+                        let sends_first = match self.proto {
+                            Proto::Rping => self.role == Role::Client,
+                            Proto::Ucmatose => self.role == Role::Server,
+                        };
+                        if sends_first {
                             s.first_ping_at = Some(ctx.now + FIRST_SEND_DELAY);
                         }
                     }
@@ -529,10 +609,13 @@ impl Rping {
     fn finish(&mut self, ctx: &mut ServiceCtx<'_>, mut s: Session) {
         // Let the last bytes (our FIN, a Terminate) leave.
         s.ep.pump(ctx.sockets);
-        let ok = match self.role {
-            Role::Client => s.pings >= self.spec.iters && s.error.is_none(),
+        let ok = match (self.proto, self.role) {
+            (Proto::Rping, Role::Client) => s.pings >= self.spec.iters && s.error.is_none(),
             // The client ends a session by disconnecting.
-            Role::Server => s.error.is_none() && s.pings > 0,
+            (Proto::Rping, Role::Server) => s.error.is_none() && s.pings > 0,
+            (Proto::Ucmatose, _) => {
+                s.error.is_none() && s.pings >= self.spec.iters && s.sent >= self.spec.iters
+            }
         };
         if ok {
             self.sessions_ok += 1;
@@ -663,6 +746,74 @@ impl Rping {
         }
     }
 
+    /// ucmatose: post every SEND of the session (the tool's message buffer
+    /// is uninitialised; ours carries a counter pattern).
+    fn post_messages(&mut self, s: &mut Session) {
+        let Some(send_buf) = s.stags.as_ref().map(|t| t.start) else {
+            return;
+        };
+        let size = self.spec.size as usize;
+        let fill: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        if s.ep
+            .conn()
+            .mem_mut()
+            .write(send_buf, START_VA, &fill, Access::NONE)
+            .is_err()
+        {
+            s.error.get_or_insert("local buffer".into());
+            return;
+        }
+        for _ in 0..self.spec.iters {
+            let r = s.ep.conn().post_send(
+                WR_SEND,
+                WorkRequest::Send {
+                    local: Sge {
+                        stag: send_buf,
+                        addr: START_VA,
+                        len: self.spec.size,
+                    },
+                    solicited: false,
+                    invalidate: None,
+                },
+            );
+            if let Err(e) = r {
+                s.error.get_or_insert(format!("post send: {e}"));
+                return;
+            }
+        }
+    }
+
+    fn on_ucmatose_completion(&mut self, s: &mut Session, c: Completion) {
+        let n = self.spec.iters;
+        match c.opcode {
+            WcOpcode::Recv => {
+                if c.byte_len != self.spec.size {
+                    s.error = Some(format!(
+                        "message {} of {} bytes, expected {}",
+                        s.pings, c.byte_len, self.spec.size
+                    ));
+                    return;
+                }
+                s.pings += 1;
+                s.verified += 1;
+                if self.role == Role::Client && s.pings == n {
+                    // The client answers once it has every message.
+                    self.post_messages(s);
+                }
+            }
+            WcOpcode::Send => s.sent += 1,
+            op => {
+                s.error = Some(format!("unexpected {op:?} completion"));
+                return;
+            }
+        }
+        if self.role == Role::Server && s.pings >= n && s.sent >= n && !s.closing {
+            // The server disconnects when both directions are done.
+            s.closing = true;
+            s.ep.conn().close();
+        }
+    }
+
     fn on_completion(&mut self, s: &mut Session, c: Completion) {
         if s.error.is_some() {
             return;
@@ -674,6 +825,10 @@ impl Rping {
         }
         if c.status != WcStatus::Success {
             s.error = Some(format!("{:?} completion: {:?}", c.opcode, c.status));
+            return;
+        }
+        if self.proto == Proto::Ucmatose {
+            self.on_ucmatose_completion(s, c);
             return;
         }
         let Some(st) = s.stags.as_ref() else { return };

@@ -21,20 +21,29 @@ pub enum ServiceKind {
     RpingServer,
     /// `rping -c` over iWARP towards `peer`: one session of `iters` pings.
     RpingClient,
+    /// `ucmatose` server over iWARP (port 7471).
+    UcmatoseServer,
+    /// `ucmatose -s PEER` client over iWARP.
+    UcmatoseClient,
 }
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 4] = [
+    pub const ALL: [ServiceKind; 6] = [
         ServiceKind::PingpongServer,
         ServiceKind::PingpongClient,
         ServiceKind::RpingServer,
         ServiceKind::RpingClient,
+        ServiceKind::UcmatoseServer,
+        ServiceKind::UcmatoseClient,
     ];
 
     /// Whether the kind connects out (needs a peer).
     pub fn is_client(self) -> bool {
-        matches!(self, ServiceKind::PingpongClient | ServiceKind::RpingClient)
+        matches!(
+            self,
+            ServiceKind::PingpongClient | ServiceKind::RpingClient | ServiceKind::UcmatoseClient
+        )
     }
 }
 
@@ -45,6 +54,8 @@ impl fmt::Display for ServiceKind {
             ServiceKind::PingpongClient => "pingpong-client",
             ServiceKind::RpingServer => "rping-server",
             ServiceKind::RpingClient => "rping-client",
+            ServiceKind::UcmatoseServer => "ucmatose-server",
+            ServiceKind::UcmatoseClient => "ucmatose-client",
         })
     }
 }
@@ -57,7 +68,7 @@ impl FromStr for ServiceKind {
             .find(|k| k.to_string() == s)
             .ok_or_else(|| {
                 HostError::Invalid(format!(
-                    "service {s:?}: known services are pingpong-server, pingpong-client, rping-server, rping-client"
+                    "service {s:?}: known services are pingpong-server, pingpong-client, rping-server, rping-client, ucmatose-server, ucmatose-client"
                 ))
             })
     }
@@ -99,21 +110,20 @@ pub const MAX_RX_DEPTH: u32 = 4096;
 impl ServiceSpec {
     /// A spec with the tool's defaults.
     pub fn new(kind: ServiceKind) -> Self {
-        let rping = matches!(kind, ServiceKind::RpingServer | ServiceKind::RpingClient);
+        use crate::rping::{DEFAULT_PORT, DEFAULT_SIZE, UCMATOSE_PORT, UCMATOSE_SIZE};
+        let (port, size, iters) = match kind {
+            ServiceKind::RpingServer | ServiceKind::RpingClient => (DEFAULT_PORT, DEFAULT_SIZE, 10),
+            ServiceKind::UcmatoseServer | ServiceKind::UcmatoseClient => {
+                (UCMATOSE_PORT, UCMATOSE_SIZE, 10)
+            }
+            ServiceKind::PingpongServer | ServiceKind::PingpongClient => (18515, 4096, 1000),
+        };
         ServiceSpec {
             kind,
             peer: None,
-            port: if rping {
-                crate::rping::DEFAULT_PORT
-            } else {
-                18515
-            },
-            size: if rping {
-                crate::rping::DEFAULT_SIZE
-            } else {
-                4096
-            },
-            iters: if rping { 10 } else { 1000 },
+            port,
+            size,
+            iters,
             rx_depth: 500,
             mtu: 1024,
             connect_timeout: Duration::from_secs(120),
@@ -200,11 +210,18 @@ impl Service {
             ServiceKind::PingpongClient => {
                 Inner::Pingpong(Pingpong::start(id, Role::Client, spec, ctx)?)
             }
-            ServiceKind::RpingServer => {
-                Inner::Rping(Rping::start(id, crate::rping::Role::Server, spec, ctx)?)
-            }
-            ServiceKind::RpingClient => {
-                Inner::Rping(Rping::start(id, crate::rping::Role::Client, spec, ctx)?)
+            ServiceKind::RpingServer
+            | ServiceKind::RpingClient
+            | ServiceKind::UcmatoseServer
+            | ServiceKind::UcmatoseClient => {
+                use crate::rping::{Proto, Role as R};
+                let (proto, role) = match spec.kind {
+                    ServiceKind::RpingServer => (Proto::Rping, R::Server),
+                    ServiceKind::RpingClient => (Proto::Rping, R::Client),
+                    ServiceKind::UcmatoseServer => (Proto::Ucmatose, R::Server),
+                    _ => (Proto::Ucmatose, R::Client),
+                };
+                Inner::Rping(Rping::start(id, proto, role, spec, ctx)?)
             }
         };
         Ok(Service { id, inner })

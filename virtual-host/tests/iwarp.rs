@@ -574,3 +574,60 @@ fn a_peer_that_never_speaks_times_out() {
     assert_eq!(a.iwarp_counters().setup_timeouts, 1);
     still_serves(&mut a, &mut now);
 }
+
+#[test]
+fn ucmatose_back_to_back() {
+    for crc in [false, true] {
+        let mut now = Instant::now();
+        let mut a = host("a", MAC_A, IP_A, now);
+        let mut b = host("b", MAC_B, IP_B, now);
+        let mut srv = ServiceSpec::new(ServiceKind::UcmatoseServer);
+        srv.mpa_crc = crc;
+        srv.iters = 20;
+        a.start_service(srv, now).unwrap();
+        let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
+        cli.peer = Some(IP_A);
+        cli.iters = 20;
+        b.start_service(cli, now).unwrap();
+        let (ea, eb) = run(
+            &mut a,
+            &mut b,
+            &mut now,
+            Duration::from_secs(60),
+            0,
+            |ea, eb| {
+                (finished(ea).is_some() && finished(eb).is_some())
+                    || failed(ea).is_some()
+                    || failed(eb).is_some()
+            },
+        );
+        assert_eq!(failed(&ea), None, "server {ea:?}");
+        assert_eq!(failed(&eb), None, "client {eb:?}");
+        // Each side received every message with the right length.
+        assert_eq!(finished(&ea), Some((20, 20)));
+        assert_eq!(finished(&eb), Some((20, 20)));
+    }
+}
+
+#[test]
+fn ucmatose_message_size_mismatch_fails() {
+    let mut now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    a.start_service(ServiceSpec::new(ServiceKind::UcmatoseServer), now)
+        .unwrap();
+    let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
+    cli.peer = Some(IP_A);
+    cli.size = 50;
+    b.start_service(cli, now).unwrap();
+    let (_, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        |_, eb| failed(eb).is_some(),
+    );
+    // The server's 100-byte messages do not fit the client's 50-byte receives.
+    assert!(failed(&eb).is_some(), "{eb:?}");
+}
