@@ -33,7 +33,7 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(ping rping-guest-client rping-guest-client-crc rping-guest-server rping-guest-server-crc
-    ucmatose-guest-client ucmatose-guest-server)
+    mpa-crc-negotiated ucmatose-guest-client ucmatose-guest-server)
 
 usage() {
     cat <<EOF
@@ -289,6 +289,15 @@ check_ucmatose() {
         record FAIL "$c" "${j%; } (logs: $d)"
     fi
 }
+# The two CRC cases must have negotiated CRC: the host counts its
+# connections with CRC (nothing else asks for it).
+crc_conns="$(python3 -c 'import json,sys; print(sum(h.get("iwarp", {}).get("connected-crc", 0) for h in json.load(open(sys.argv[1]))))' "$d/hosts.json" 2>/dev/null)"
+say "host iWARP connections with MPA CRC: ${crc_conns:-?} (want 2)"
+if [[ ${crc_conns:-0} != 2 ]]; then
+    record FAIL mpa-crc-negotiated "host reports ${crc_conns:-no} iWARP connections with CRC, want 2 (logs: $d)"
+else
+    record PASS mpa-crc-negotiated "2 of the host's iWARP connections ran with MPA CRC (the two -crc cases)"
+fi
 check_ucmatose ucmatose-guest-client ucmatose-server "guest client, host server"
 check_ucmatose ucmatose-guest-server ucmatose-client "guest server, host client"
 if ((failed)); then

@@ -66,6 +66,23 @@ pub struct HostStats {
     pub services: Vec<ServiceStats>,
     /// The most recent service events, oldest first.
     pub events: Vec<String>,
+    /// iWARP connections and errors of the running services.
+    #[serde(default)]
+    pub iwarp: IwarpStats,
+}
+
+/// iWARP counters of a host (summed over its running services).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IwarpStats {
+    pub connected: u64,
+    pub connected_crc: u64,
+    pub mpa_errors: u64,
+    pub crc_errors: u64,
+    pub terminates_sent: u64,
+    pub terminates_received: u64,
+    pub setup_timeouts: u64,
+    pub streams_lost: u64,
 }
 
 /// Service parameters as the control socket takes them (unset = the
@@ -395,5 +412,18 @@ fn stats(host: &VirtualHost, history: &VecDeque<String>) -> HostStats {
             })
             .collect(),
         events: history.iter().cloned().collect(),
+        iwarp: {
+            let i = host.iwarp_counters();
+            IwarpStats {
+                connected: i.connected,
+                connected_crc: i.connected_crc,
+                mpa_errors: i.mpa_errors,
+                crc_errors: i.crc_errors,
+                terminates_sent: i.terminates_sent,
+                terminates_received: i.terminates_received,
+                setup_timeouts: i.setup_timeouts,
+                streams_lost: i.streams_lost,
+            }
+        },
     }
 }

@@ -327,6 +327,20 @@ fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
             h.mrs,
             h.tcp_sockets
         );
+        let i = &h.iwarp;
+        if *i != Default::default() {
+            println!(
+                "  iwarp: connected {} (crc {}), mpa errors {}, crc errors {}, terminates sent {} received {}, setup timeouts {}, streams lost {}",
+                i.connected,
+                i.connected_crc,
+                i.mpa_errors,
+                i.crc_errors,
+                i.terminates_sent,
+                i.terminates_received,
+                i.setup_timeouts,
+                i.streams_lost
+            );
+        }
         for s in &h.services {
             println!(
                 "  service {} {} port {} peer {} state {} (sent {} received {}): sessions ok {} failed {}, last {} iterations ({} verified){}",

@@ -53,6 +53,8 @@ pub fn engine_config(crc: bool, ird: u16, ord: u16) -> siw::Config {
 pub struct IwarpCounters {
     /// Connections that reached RTS.
     pub connected: u64,
+    /// Of those, connections with MPA CRC negotiated.
+    pub connected_crc: u64,
     /// Malformed, unexpected or refused MPA Requests/Replies (markers, CRC
     /// policy, IRD, rejects).
     pub mpa_errors: u64,
@@ -90,6 +92,7 @@ impl IwarpCounters {
     /// Adds another set.
     pub fn add(&mut self, o: &IwarpCounters) {
         self.connected += o.connected;
+        self.connected_crc += o.connected_crc;
         self.mpa_errors += o.mpa_errors;
         self.crc_errors += o.crc_errors;
         self.terminates_sent += o.terminates_sent;

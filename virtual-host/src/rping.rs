@@ -541,8 +541,11 @@ impl Rping {
                             s.error.get_or_insert("accept failed".into());
                         }
                     }
-                    Event::Connected { .. } => {
+                    Event::Connected { negotiated, .. } => {
                         self.counters.connected += 1;
+                        if negotiated.crc {
+                            self.counters.connected_crc += 1;
+                        }
                         s.started = ctx.now;
                         self.event(
                             ctx,

@@ -169,6 +169,10 @@ fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_ev
     assert_eq!(sa.services[0].sessions_ok, 1);
     assert_eq!(a.iwarp_counters().connected, 1);
     assert_eq!(b.iwarp_counters().connected, 1);
+    // CRC is on when either side asks for it, on both ends.
+    let crc = u64::from(server_crc || client_crc);
+    assert_eq!(a.iwarp_counters().connected_crc, crc);
+    assert_eq!(b.iwarp_counters().connected_crc, crc);
     let errs = a.iwarp_counters();
     assert_eq!(
         (errs.mpa_errors, errs.crc_errors, errs.terminates_sent),
