@@ -18,11 +18,12 @@
 #   rping-guest-server-crc  the same on port 7175 with the host asking for
 #                           MPA CRC (ctl --mpa-crc)
 #   ucmatose-guest-client   ucmatose -s HOST -C N in the guest against the
-#                           host's ucmatose-server (port 7471, --host)
+#                           host's ucmatose-server (port 7471, ctl --iters N)
 #   ucmatose-guest-server   ucmatose -C N in the guest; the host's
 #                           ucmatose-client (ctl) connects to it
 #
-# rping exits 0 even when it never connected, so a case passes only if the
+# rping exits 0 even when it never connected, and ucmatose counts flushed
+# receives as received, so a case passes only if the
 # guest printed >= N verified ping lines (-V compares every echo) AND the
 # daemon's host service reports finished sessions with N pings, N verified
 # and no failed session (the host server checks each buffer it RDMA READs
@@ -173,7 +174,7 @@ EOF
 # ---- daemon with one port and one virtual host
 NO_COLOR=1 "$DAEMON" serve \
     --port "g=$d/g.sock,mac=$GMAC" \
-    --host "vh=$HOST_IP/24,service=rping-server,service=ucmatose-server" \
+    --host "vh=$HOST_IP/24,service=rping-server" \
     --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do
@@ -194,11 +195,14 @@ for spec in "rping-client --port 7174 --size $size" "rping-client --port 7175 --
         fail_all "ctl host vh start $spec failed"
     fi
 done
-if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start rping-server --port 7175 --size "$size" --mpa-crc \
-        >>"$d/ctl-start.txt" 2>&1; then
-    cat "$d/ctl-start.txt" >&2
-    fail_all "ctl host vh start rping-server --port 7175 --mpa-crc failed"
-fi
+# ucmatose's count must match on both sides, so its server gets --iters too.
+for spec in "rping-server --port 7175 --size $size --mpa-crc" "ucmatose-server --iters $count"; do
+    # shellcheck disable=SC2086
+    if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec >>"$d/ctl-start.txt" 2>&1; then
+        cat "$d/ctl-start.txt" >&2
+        fail_all "ctl host vh start $spec failed"
+    fi
+done
 cat "$d/ctl-start.txt"
 
 t0=$SECONDS

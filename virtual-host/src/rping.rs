@@ -34,10 +34,11 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_PORT: u16 = 7174;
 /// rping's default buffer size.
 pub const DEFAULT_SIZE: u32 = 64;
-/// rping's smallest buffer (`sizeof("2147483647") + sizeof("rdma-ping-%d: ")`).
-pub const MIN_SIZE: u32 = 26;
-/// rping's largest buffer.
-pub const MAX_SIZE: u32 = 64 * 1024;
+/// rping's smallest buffer (`RPING_MIN_BUFSIZE`: what the 7.3 guest's rping
+/// reports, "valid range is 23 to 65536").
+pub const MIN_SIZE: u32 = 23;
+/// rping's largest buffer (it refuses `-S 65536`: `RPING_BUFSIZE - 1`).
+pub const MAX_SIZE: u32 = 64 * 1024 - 1;
 /// Size of the buffer-advertisement message.
 pub const INFO_LEN: usize = 16;
 /// A session without progress for this long fails.
