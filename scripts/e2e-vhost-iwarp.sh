@@ -8,9 +8,10 @@
 # Cases (one guest boot runs all of them, in this order):
 #   ping                    the guest pings the virtual host (ARP + ICMP)
 #   rping-guest-client      rping -c -a HOST -C N -v -V in the guest against
-#                           the host's rping-server service (port 7174, --host)
+#                           the host's rping-server service (port 7174, from
+#                           the daemon's config file)
 #   rping-guest-client-crc  the same against a second host server (port 7175,
-#                           ctl --mpa-crc) that asks for MPA CRC (the 7.3
+#                           mpa-crc = true) that asks for MPA CRC (the 7.3
 #                           guest's siw has no writable mpa_crc_required)
 #   rping-guest-server      rping -s -v -V in the guest (port 7174); the host's
 #                           rping-client service (ctl, started before the boot)
@@ -18,7 +19,7 @@
 #   rping-guest-server-crc  the same on port 7175 with the host asking for
 #                           MPA CRC (ctl --mpa-crc)
 #   ucmatose-guest-client   ucmatose -s HOST -C N in the guest against the
-#                           host's ucmatose-server (port 7471, ctl --iters N)
+#                           host's ucmatose-server (port 7471, iters = N)
 #   ucmatose-guest-server   ucmatose -C N in the guest; the host's
 #                           ucmatose-client (ctl) connects to it
 #
@@ -49,11 +50,12 @@ Usage: ${0##*/} [options]
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture, 128-byte snaplen)
   -h, --help
 EOF
 }
 
-build=1 profile=debug image="" qemu="" accel=auto count=10 size=64 timeout=900 logdir="" keep_logs=0
+build=1 profile=debug image="" qemu="" accel=auto count=10 size=64 timeout=900 logdir="" keep_logs=0 capture=0
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -66,6 +68,7 @@ while (($#)); do
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
+        --capture) capture=1; keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "e2e-vhost-iwarp: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -171,10 +174,28 @@ rdma statistic show link siw0/1 2>/dev/null | head -n 5
 exit 0
 EOF
 
-# ---- daemon with one port and one virtual host
+# ---- daemon with one port and one virtual host; the host and its servers
+# come from the config file (rping's buffer size and ucmatose's count are
+# not exchanged: the servers get the guest's), the clients from ctl.
+cat >"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh"
+address = "$HOST_IP/24"
+[[host.service]]
+kind = "rping-server"
+size = $size
+[[host.service]]
+kind = "rping-server"
+port = 7175
+size = $size
+mpa-crc = true
+[[host.service]]
+kind = "ucmatose-server"
+iters = $count
+EOF
 NO_COLOR=1 "$DAEMON" serve \
+    --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
-    --host "vh=$HOST_IP/24,service=rping-server" \
     --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do
@@ -183,22 +204,17 @@ for ((i = 0; i < 100; i++)); do
     sleep 0.1
 done
 [[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
+if ((capture)); then
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen "${capture_snaplen:-128}" ||
+        say "capture did not start"
+fi
 # The host's clients towards the guest's servers: started now through the
-# control socket; they retry every second until the guest's rping listens.
-# Plus a second rping server that asks for MPA CRC.
+# control socket; they retry every second until the guest's tool listens.
 for spec in "rping-client --port 7174 --size $size" "rping-client --port 7175 --size $size --mpa-crc" \
     "ucmatose-client --port 7471"; do
     # shellcheck disable=SC2086
     if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec --peer "$GUEST_IP" \
             --iters "$count" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1; then
-        cat "$d/ctl-start.txt" >&2
-        fail_all "ctl host vh start $spec failed"
-    fi
-done
-# ucmatose's count must match on both sides, so its server gets --iters too.
-for spec in "rping-server --port 7175 --size $size --mpa-crc" "ucmatose-server --iters $count"; do
-    # shellcheck disable=SC2086
-    if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec >>"$d/ctl-start.txt" 2>&1; then
         cat "$d/ctl-start.txt" >&2
         fail_all "ctl host vh start $spec failed"
     fi
