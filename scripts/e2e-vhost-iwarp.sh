@@ -50,7 +50,8 @@ Usage: ${0##*/} [options]
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
-  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture, 128-byte snaplen)
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture; snaplen
+                     \$capture_snaplen, default 128; 2000 keeps whole frames for MPA CRC checks)
   -h, --help
 EOF
 }
