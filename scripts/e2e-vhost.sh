@@ -10,7 +10,9 @@
 #                        host's pingpong-client service, started through the
 #                        control socket before the guest boots, connects to it
 #   pingpong-guest-client  ibv_rc_pingpong client in the guest towards the host's
-#                        pingpong-server service (port 18515, started by --host)
+#                        pingpong-server service (port 18515, from the config file)
+#   write-bw-guest-client  perftest ib_write_bw client in the guest (-p 18517)
+#                        towards the host's write-bw-server service
 #
 # A pingpong case passes only if the tool exits 0 and prints its throughput
 # line, and the daemon's host service reports a finished session with every
@@ -20,7 +22,7 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CASES=(ping pingpong-guest-server pingpong-guest-client)
+CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client)
 
 usage() {
     cat <<EOF
@@ -31,6 +33,7 @@ Usage: ${0##*/} [options]
   --qemu PATH        QEMU; default: scripts/setup-qemu.sh
   --accel A          auto (default), kvm or tcg (passed to run-guests)
   --iters N          ibv_rc_pingpong iterations (default 1000, the tool's default)
+  --bw-iters N       ib_write_bw iterations (default 200)
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
@@ -39,7 +42,7 @@ Usage: ${0##*/} [options]
 EOF
 }
 
-build=1 profile=debug image="" qemu="" accel=auto iters=1000 timeout=900 logdir="" keep_logs=0 capture=0
+build=1 profile=debug image="" qemu="" accel=auto iters=1000 bw_iters=200 timeout=900 logdir="" keep_logs=0 capture=0
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -48,6 +51,7 @@ while (($#)); do
         --qemu) qemu="$2"; shift 2 ;;
         --accel) accel="$2"; shift 2 ;;
         --iters) iters="$2"; shift 2 ;;
+        --bw-iters) bw_iters="$2"; shift 2 ;;
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
@@ -159,6 +163,8 @@ echo "== pingpong: guest server, virtual host client"
 timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
 echo "== pingpong: guest client, virtual host server"
 timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
+echo "== ib_write_bw: guest client, virtual host server"
+timeout 600 ib_write_bw -d rxe0 -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
 rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
@@ -173,6 +179,10 @@ address = "$HOST_IP/24"
 [[host.service]]
 kind = "pingpong-server"
 iters = $iters
+[[host.service]]
+kind = "write-bw-server"
+port = 18517
+iters = $bw_iters
 EOF
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
@@ -264,6 +274,24 @@ check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
 }
 check_pingpong pingpong-guest-server pingpong-client "guest server, host client"
 check_pingpong pingpong-guest-client pingpong-server "guest client, host server"
+
+# ib_write_bw: the tool's exit status and its result row (size, iterations,
+# BW peak, BW average, message rate), and the host's finished session with
+# at least as many WRITE messages as iterations (the warm-up adds some).
+rc="$(guest_rc write-bw-guest-client)"
+row="$(grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" "$out" 2>/dev/null | tail -n 1 | tr -s ' \t' ' ')"
+read -r ok it ver err <<<"$(host_service write-bw-server)"
+why=()
+[[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+[[ -n $row ]] || why+=("no result row")
+[[ ${ok:-0} -ge 1 ]] || why+=("host write-bw-server: no finished session (${err:-no status})")
+[[ ${it:-0} -ge $bw_iters ]] || why+=("host write-bw-server: ${it:-0} WRITE messages, want >= $bw_iters")
+if ((${#why[@]} == 0)); then
+    record PASS write-bw-guest-client "guest ib_write_bw -n $bw_iters: row '$row'; host accepted $it WRITE messages"
+else
+    printf -v j '%s; ' "${why[@]}"
+    record FAIL write-bw-guest-client "${j%; } (logs: $d)"
+fi
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'

@@ -1,6 +1,7 @@
 //! Services: state machines speaking an RDMA tool's application protocol on
 //! top of the host's TCP sockets and RC queue pairs.
 
+use crate::perftest::WriteBwServer;
 use crate::pingpong::{Pingpong, Role};
 use crate::{HostError, RdmaDevice, ServiceCtx};
 use smoltcp::iface::SocketSet;
@@ -16,11 +17,17 @@ pub enum ServiceKind {
     PingpongServer,
     /// `ibv_rc_pingpong` client towards `peer`: one session.
     PingpongClient,
+    /// perftest `ib_write_bw` server (RC, TCP exchange with a GID).
+    WriteBwServer,
 }
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 2] = [ServiceKind::PingpongServer, ServiceKind::PingpongClient];
+    pub const ALL: [ServiceKind; 3] = [
+        ServiceKind::PingpongServer,
+        ServiceKind::PingpongClient,
+        ServiceKind::WriteBwServer,
+    ];
 
     /// Whether the kind connects out (needs a peer).
     pub fn is_client(self) -> bool {
@@ -33,6 +40,7 @@ impl fmt::Display for ServiceKind {
         f.write_str(match self {
             ServiceKind::PingpongServer => "pingpong-server",
             ServiceKind::PingpongClient => "pingpong-client",
+            ServiceKind::WriteBwServer => "write-bw-server",
         })
     }
 }
@@ -45,7 +53,7 @@ impl FromStr for ServiceKind {
             .find(|k| k.to_string() == s)
             .ok_or_else(|| {
                 HostError::Invalid(format!(
-                    "service {s:?}: known services are pingpong-server, pingpong-client"
+                    "service {s:?}: known services are pingpong-server, pingpong-client, write-bw-server"
                 ))
             })
     }
@@ -84,6 +92,15 @@ pub const MAX_RX_DEPTH: u32 = 4096;
 impl ServiceSpec {
     /// A spec with the tool's defaults.
     pub fn new(kind: ServiceKind) -> Self {
+        if kind == ServiceKind::WriteBwServer {
+            // perftest's defaults: 64 KiB messages, 5000 iterations.
+            return ServiceSpec {
+                size: 65536,
+                iters: 5000,
+                ..ServiceSpec::new(ServiceKind::PingpongServer)
+            }
+            .with_kind(kind);
+        }
         ServiceSpec {
             kind,
             peer: None,
@@ -95,6 +112,11 @@ impl ServiceSpec {
             connect_timeout: Duration::from_secs(120),
             echo: false,
         }
+    }
+
+    fn with_kind(mut self, kind: ServiceKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// Checks ranges.
@@ -149,10 +171,15 @@ pub struct ServiceStatus {
     pub progress: (u32, u32),
 }
 
+enum Inner {
+    Pingpong(Pingpong),
+    WriteBw(WriteBwServer),
+}
+
 /// A running service.
 pub struct Service {
     id: u32,
-    inner: Pingpong,
+    inner: Inner,
 }
 
 impl Service {
@@ -161,14 +188,16 @@ impl Service {
         spec: ServiceSpec,
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
-        let role = match spec.kind {
-            ServiceKind::PingpongServer => Role::Server,
-            ServiceKind::PingpongClient => Role::Client,
+        let inner = match spec.kind {
+            ServiceKind::PingpongServer => {
+                Inner::Pingpong(Pingpong::start(id, Role::Server, spec, ctx)?)
+            }
+            ServiceKind::PingpongClient => {
+                Inner::Pingpong(Pingpong::start(id, Role::Client, spec, ctx)?)
+            }
+            ServiceKind::WriteBwServer => Inner::WriteBw(WriteBwServer::start(id, spec, ctx)?),
         };
-        Ok(Service {
-            id,
-            inner: Pingpong::start(id, role, spec, ctx)?,
-        })
+        Ok(Service { id, inner })
     }
 
     /// Id.
@@ -177,18 +206,30 @@ impl Service {
     }
 
     pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
-        self.inner.step(ctx)
+        match &mut self.inner {
+            Inner::Pingpong(p) => p.step(ctx),
+            Inner::WriteBw(w) => w.step(ctx),
+        }
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
+        match &self.inner {
+            Inner::Pingpong(p) => p.poll_timeout(),
+            Inner::WriteBw(w) => w.poll_timeout(),
+        }
     }
 
     pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
-        self.inner.teardown(sockets, rdma)
+        match &mut self.inner {
+            Inner::Pingpong(p) => p.teardown(sockets, rdma),
+            Inner::WriteBw(w) => w.teardown(sockets, rdma),
+        }
     }
 
     pub(crate) fn status(&self) -> ServiceStatus {
-        self.inner.status(self.id)
+        match &self.inner {
+            Inner::Pingpong(p) => p.status(self.id),
+            Inner::WriteBw(w) => w.status(self.id),
+        }
     }
 }

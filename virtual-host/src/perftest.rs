@@ -1,0 +1,480 @@
+//! perftest (`ib_write_bw`) server over its TCP side channel.
+//!
+//! perftest's exchange (perftest_communication.c, version 6.24 as in Debian
+//! trixie's perftest 25.01) is a strict alternation: for every item the
+//! client writes N bytes and the server, having read exactly N, writes N
+//! bytes back (the tool reads with one `read()` and insists on N). For a
+//! half-duplex `ib_write_bw` over RC with a GID the items are:
+//!
+//! | # | bytes | content |
+//! |---|---|---|
+//! | 0 | 16 | version string (`"6.24"`, NUL padded) |
+//! | 1 | 4 | cycle buffer (page size), big-endian |
+//! | 2 | 4 | cache line size, big-endian |
+//! | 3 | 2 | path MTU enum as text (`"3"` = 1024) |
+//! | 4–6 | 108 | keys: `%04x:%04x:%06x:%06x:%08x:%016llx:` LID, out_reads, QPN, PSN, rkey, vaddr, 16 × `%02x:` GID bytes, `%08x:` SRQN, NUL; three times (exchange, print, after RTR) |
+//! | – | | the client WRITEs into our buffer |
+//! | 7 | 108 | keys again (the client finished) |
+//! | 8–12 | 8 each | reports: size, iterations, peak BW, average BW, message rate |
+//! | 13 | 108 | keys (close) |
+//!
+//! We answer as a 6.24 server would, with a buffer of `2 × max(size, 4096)`
+//! bytes open for remote writes. The tool does not check written data, so
+//! neither do we; the session reports the WRITE messages the QP accepted.
+
+use crate::pingpong::gid_of;
+use crate::service::ServiceSpec;
+use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
+use roce_model::{Access, Mtu, QpAttr, QpCaps};
+use smoltcp::iface::{SocketHandle, SocketSet};
+use smoltcp::socket::tcp::{Socket, State};
+use smoltcp::wire::IpAddress;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+/// Length of a key message with a GID.
+pub const KEY_MSG_LEN: usize = 108;
+/// The version we claim.
+const VERSION: &[u8] = b"6.24";
+/// Our cycle buffer (page size) and cache line.
+const CYCLE_BUFFER: u32 = 4096;
+const CACHE_LINE: u32 = 64;
+/// The exchange items' sizes, in order.
+const SCRIPT: [usize; 14] = [
+    16,
+    4,
+    4,
+    2,
+    KEY_MSG_LEN,
+    KEY_MSG_LEN,
+    KEY_MSG_LEN,
+    KEY_MSG_LEN,
+    8,
+    8,
+    8,
+    8,
+    8,
+    KEY_MSG_LEN,
+];
+/// Item after which the client's keys are known.
+const FIRST_KEYS: usize = 4;
+/// Item the client sends when its WRITEs are done.
+const AFTER_TEST: usize = 7;
+/// A session with no exchange progress for this long fails.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A side's keys as perftest prints them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keys {
+    /// LID.
+    pub lid: u16,
+    /// Outstanding reads.
+    pub out_reads: u32,
+    /// QP number.
+    pub qpn: u32,
+    /// PSN.
+    pub psn: u32,
+    /// rkey of the buffer.
+    pub rkey: u32,
+    /// Address of the buffer.
+    pub vaddr: u64,
+    /// GID.
+    pub gid: [u8; 16],
+    /// SRQ number.
+    pub srqn: u32,
+}
+
+impl Keys {
+    /// The 108-byte wire form.
+    pub fn encode(&self) -> [u8; KEY_MSG_LEN] {
+        let mut s = format!(
+            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
+            self.lid,
+            self.out_reads & 0xffff,
+            self.qpn & 0xff_ffff,
+            self.psn & 0xff_ffff,
+            self.rkey,
+            self.vaddr
+        );
+        for b in self.gid {
+            s.push_str(&format!("{b:02x}:"));
+        }
+        s.push_str(&format!("{:08x}:", self.srqn));
+        let mut out = [0u8; KEY_MSG_LEN];
+        let n = s.len().min(KEY_MSG_LEN - 1);
+        out[..n].copy_from_slice(&s.as_bytes()[..n]);
+        out
+    }
+
+    /// Parses the wire form.
+    pub fn decode(msg: &[u8]) -> Result<Keys, HostError> {
+        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+        let text = std::str::from_utf8(&msg[..end])
+            .map_err(|_| HostError::Invalid("perftest keys are not text".into()))?;
+        let bad = || HostError::Invalid(format!("perftest keys {text:?}"));
+        let f: Vec<&str> = text.split(':').collect();
+        if f.len() < 23 {
+            return Err(bad());
+        }
+        let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+        let mut gid = [0u8; 16];
+        for (i, b) in gid.iter_mut().enumerate() {
+            *b = u8::try_from(hex(f[6 + i])?).map_err(|_| bad())?;
+        }
+        let lim = |v: u64, max: u64| if v > max { Err(bad()) } else { Ok(v) };
+        Ok(Keys {
+            lid: lim(hex(f[0])?, 0xffff)? as u16,
+            out_reads: lim(hex(f[1])?, 0xffff)? as u32,
+            qpn: lim(hex(f[2])?, 0xff_ffff)? as u32,
+            psn: lim(hex(f[3])?, 0xff_ffff)? as u32,
+            rkey: lim(hex(f[4])?, 0xffff_ffff)? as u32,
+            vaddr: hex(f[5])?,
+            gid,
+            srqn: lim(hex(f[22])?, 0xffff_ffff)? as u32,
+        })
+    }
+}
+
+struct Session {
+    peer: Ipv4Addr,
+    qpn: Option<u32>,
+    lkey: Option<u32>,
+    keys: Keys,
+    mtu: Mtu,
+    step: usize,
+    started: Instant,
+    last_progress: Instant,
+}
+
+/// The `ib_write_bw` server service.
+pub struct WriteBwServer {
+    id: u32,
+    spec: ServiceSpec,
+    sock: Option<SocketHandle>,
+    session: Option<Session>,
+    sessions_ok: u64,
+    sessions_failed: u64,
+    last_iterations: u32,
+    last_error: Option<String>,
+}
+
+impl WriteBwServer {
+    pub(crate) fn start(
+        id: u32,
+        spec: ServiceSpec,
+        ctx: &mut ServiceCtx<'_>,
+    ) -> Result<Self, HostError> {
+        let sock = ctx.new_tcp_socket()?;
+        ctx.sockets
+            .get_mut::<Socket>(sock)
+            .listen(spec.port)
+            .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", spec.port)))?;
+        Ok(WriteBwServer {
+            id,
+            spec,
+            sock: Some(sock),
+            session: None,
+            sessions_ok: 0,
+            sessions_failed: 0,
+            last_iterations: 0,
+            last_error: None,
+        })
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.session
+            .as_ref()
+            .map(|s| s.last_progress + STALL_TIMEOUT)
+    }
+
+    pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
+        if let Some(s) = self.session.take() {
+            free(rdma, &s);
+        }
+        if let Some(h) = self.sock.take() {
+            sockets.get_mut::<Socket>(h).abort();
+            sockets.remove(h);
+        }
+    }
+
+    pub(crate) fn status(&self, id: u32) -> ServiceStatus {
+        ServiceStatus {
+            id,
+            kind: self.spec.kind,
+            peer: self.session.as_ref().map(|s| s.peer),
+            port: self.spec.port,
+            state: if self.session.is_some() {
+                "running"
+            } else {
+                "listening"
+            }
+            .into(),
+            sessions_ok: self.sessions_ok,
+            sessions_failed: self.sessions_failed,
+            last_iterations: self.last_iterations,
+            last_verified: 0,
+            last_error: self.last_error.clone(),
+            progress: self.session.as_ref().map_or((0, 0), |s| (s.step as u32, 0)),
+        }
+    }
+
+    fn end(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, String>) {
+        let Some(s) = self.session.take() else { return };
+        free(ctx.rdma, &s);
+        match result {
+            Ok(n) => {
+                self.sessions_ok += 1;
+                self.last_iterations = n;
+                ctx.events.push(HostEvent {
+                    service: self.id,
+                    kind: EventKind::SessionFinished {
+                        peer: s.peer,
+                        iterations: n,
+                        verified: 0,
+                        elapsed: ctx.now.saturating_duration_since(s.started),
+                    },
+                });
+            }
+            Err(reason) => {
+                self.sessions_failed += 1;
+                self.last_error = Some(reason.clone());
+                ctx.events.push(HostEvent {
+                    service: self.id,
+                    kind: EventKind::SessionFailed {
+                        peer: Some(s.peer),
+                        reason,
+                    },
+                });
+            }
+        }
+        if let Some(h) = self.sock {
+            let sock = ctx.sockets.get_mut::<Socket>(h);
+            if sock.state() != State::Listen {
+                sock.close();
+            }
+        }
+    }
+
+    /// Runs the exchange; returns whether anything changed.
+    pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        let Some(h) = self.sock else { return false };
+        let before = self.session.as_ref().map(|s| s.step);
+        let state = ctx.sockets.get_mut::<Socket>(h).state();
+        if self.session.is_none() {
+            match state {
+                State::Closed => {
+                    let _ = ctx.sockets.get_mut::<Socket>(h).listen(self.spec.port);
+                    return false;
+                }
+                State::Established => {
+                    let peer = match ctx.sockets.get_mut::<Socket>(h).remote_endpoint() {
+                        Some(e) => match e.addr {
+                            IpAddress::Ipv4(a) => a,
+                        },
+                        None => return false,
+                    };
+                    self.session = Some(Session {
+                        peer,
+                        qpn: None,
+                        lkey: None,
+                        keys: Keys {
+                            lid: 0,
+                            out_reads: 16,
+                            qpn: 0,
+                            psn: 0,
+                            rkey: 0,
+                            vaddr: 0,
+                            gid: gid_of(ctx.ip),
+                            srqn: 0,
+                        },
+                        mtu: Mtu::Mtu1024,
+                        step: 0,
+                        started: ctx.now,
+                        last_progress: ctx.now,
+                    });
+                }
+                _ => return false,
+            }
+        }
+        while let Some(s) = self.session.as_mut() {
+            if s.step >= SCRIPT.len() {
+                let n = s
+                    .qpn
+                    .and_then(|q| ctx.rdma.qp_stats(q))
+                    .map_or(0, |st| st.messages_received as u32);
+                self.end(ctx, Ok(n));
+                break;
+            }
+            let want = SCRIPT[s.step];
+            let sock = ctx.sockets.get_mut::<Socket>(h);
+            if sock.recv_queue() < want {
+                if !sock.may_recv() {
+                    let msg = format!("client closed at exchange item {}", s.step);
+                    self.end(ctx, Err(msg));
+                } else if ctx.now.saturating_duration_since(s.last_progress) >= STALL_TIMEOUT {
+                    let msg = format!("exchange stalled at item {}", s.step);
+                    self.end(ctx, Err(msg));
+                }
+                break;
+            }
+            let mut msg = vec![0u8; want];
+            if sock.recv_slice(&mut msg) != Ok(want) {
+                self.end(ctx, Err("short read".into()));
+                break;
+            }
+            let reply = match self.answer(ctx, &msg) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.end(ctx, Err(e.to_string()));
+                    break;
+                }
+            };
+            let sock = ctx.sockets.get_mut::<Socket>(h);
+            if sock.send_slice(&reply) != Ok(reply.len()) {
+                self.end(ctx, Err("cannot send".into()));
+                break;
+            }
+            if let Some(s) = self.session.as_mut() {
+                s.step += 1;
+                s.last_progress = ctx.now;
+            }
+        }
+        before != self.session.as_ref().map(|s| s.step)
+    }
+
+    /// Our answer to item `step`, whose client part is `msg`.
+    fn answer(&mut self, ctx: &mut ServiceCtx<'_>, msg: &[u8]) -> Result<Vec<u8>, HostError> {
+        let spec_size = self.spec.size;
+        let iters = self.spec.iters;
+        let s = self
+            .session
+            .as_mut()
+            .ok_or_else(|| HostError::Invalid("no session".into()))?;
+        Ok(match s.step {
+            0 => {
+                let mut v = vec![0u8; 16];
+                v[..VERSION.len()].copy_from_slice(VERSION);
+                v
+            }
+            1 => CYCLE_BUFFER.to_be_bytes().to_vec(),
+            2 => CACHE_LINE.to_be_bytes().to_vec(),
+            3 => {
+                // The client takes the smaller MTU; we offer 1024 (frames
+                // of the fabric are at most 1514 bytes).
+                let theirs = msg
+                    .iter()
+                    .take_while(|&&b| b != 0)
+                    .map(|&b| char::from(b))
+                    .collect::<String>()
+                    .parse::<u8>()
+                    .ok()
+                    .and_then(Mtu::from_code)
+                    .unwrap_or(Mtu::Mtu1024);
+                s.mtu = if theirs.bytes() < 1024 {
+                    theirs
+                } else {
+                    Mtu::Mtu1024
+                };
+                vec![b'0' + s.mtu as u8, 0]
+            }
+            FIRST_KEYS => {
+                let remote = Keys::decode(msg)?;
+                let path = {
+                    let g = remote.gid;
+                    if g[..10] == [0; 10] && g[10] == 0xff && g[11] == 0xff {
+                        Ipv4Addr::new(g[12], g[13], g[14], g[15])
+                    } else {
+                        s.peer
+                    }
+                };
+                let len = 2 * (spec_size.max(CYCLE_BUFFER) as usize);
+                let lkey = ctx
+                    .rdma
+                    .register_mr_access(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                s.lkey = Some(lkey);
+                let qpn = ctx.rdma.create_qp(
+                    path,
+                    QpCaps {
+                        max_send_wr: 4,
+                        max_recv_wr: 4,
+                        max_sge: 1,
+                    },
+                )?;
+                s.qpn = Some(qpn);
+                let psn = (ctx.rng.next_u64() & 0xff_ffff) as u32;
+                ctx.rdma.connect_qp(
+                    qpn,
+                    &QpAttr {
+                        pmtu: s.mtu,
+                        sq_psn: psn,
+                        rq_psn: remote.psn,
+                        dest_qpn: remote.qpn,
+                        timeout: 14,
+                        retry_cnt: 7,
+                        rnr_retry: 7,
+                        min_rnr_timer: 12,
+                        max_rd_atomic: 16,
+                        max_dest_rd_atomic: 16,
+                        access: Access::REMOTE_WRITE,
+                    },
+                )?;
+                s.keys.qpn = qpn;
+                s.keys.psn = psn;
+                s.keys.rkey = lkey;
+                s.keys.vaddr = 0;
+                ctx.events.push(HostEvent {
+                    service: self.id,
+                    kind: EventKind::SessionStarted {
+                        peer: path,
+                        qpn,
+                        remote_qpn: remote.qpn,
+                    },
+                });
+                s.keys.encode().to_vec()
+            }
+            8 => u64::from(spec_size).to_be_bytes().to_vec(),
+            9 => u64::from(iters).to_be_bytes().to_vec(),
+            10..=12 => vec![0u8; 8],
+            AFTER_TEST | 5 | 6 | 13 => s.keys.encode().to_vec(),
+            _ => vec![0u8; msg.len()],
+        })
+    }
+}
+
+fn free(rdma: &mut RdmaDevice, s: &Session) {
+    if let Some(q) = s.qpn {
+        rdma.destroy_qp(q);
+    }
+    if let Some(k) = s.lkey {
+        rdma.deregister_mr(k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_in_perftests_format() {
+        let k = Keys {
+            lid: 0,
+            out_reads: 0x10,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            rkey: 0x1234_5678,
+            vaddr: 0x5555_0000_1000,
+            gid: gid_of(Ipv4Addr::new(10, 77, 0, 1)),
+            srqn: 0,
+        };
+        let m = k.encode();
+        let text = std::str::from_utf8(&m[..107]).unwrap();
+        assert_eq!(
+            text,
+            "0000:0010:000011:abcdef:12345678:0000555500001000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:01:00000000:"
+        );
+        assert_eq!(m[107], 0);
+        assert_eq!(Keys::decode(&m).unwrap(), k);
+        assert!(Keys::decode(b"0000:0010:zz").is_err());
+        assert!(Keys::decode(&[0xff; 108]).is_err());
+    }
+}
