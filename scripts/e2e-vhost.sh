@@ -13,6 +13,8 @@
 #                        pingpong-server service (port 18515, from the config file)
 #   write-bw-guest-client  perftest ib_write_bw client in the guest (-p 18517)
 #                        towards the host's write-bw-server service
+#   send-bw-guest-client   perftest ib_send_bw client in the guest (-p 18518)
+#                        towards the host's send-bw-server service
 #
 # A pingpong case passes only if the tool exits 0 and prints its throughput
 # line, and the daemon's host service reports a finished session with every
@@ -22,7 +24,7 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client)
+CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client)
 
 usage() {
     cat <<EOF
@@ -33,7 +35,7 @@ Usage: ${0##*/} [options]
   --qemu PATH        QEMU; default: scripts/setup-qemu.sh
   --accel A          auto (default), kvm or tcg (passed to run-guests)
   --iters N          ibv_rc_pingpong iterations (default 1000, the tool's default)
-  --bw-iters N       ib_write_bw iterations (default 200)
+  --bw-iters N       ib_write_bw / ib_send_bw iterations (default 200)
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
@@ -165,6 +167,8 @@ echo "== pingpong: guest client, virtual host server"
 timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
 echo "== ib_write_bw: guest client, virtual host server"
 timeout 600 ib_write_bw -d rxe0 -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
+echo "== ib_send_bw: guest client, virtual host server"
+timeout 600 ib_send_bw -d rxe0 -x \$gidx -p 18518 -n $bw_iters $HOST_IP; echo "VH-RESULT case=send-bw-guest-client rc=\$?"
 rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
@@ -182,6 +186,10 @@ iters = $iters
 [[host.service]]
 kind = "write-bw-server"
 port = 18517
+iters = $bw_iters
+[[host.service]]
+kind = "send-bw-server"
+port = 18518
 iters = $bw_iters
 EOF
 NO_COLOR=1 "$DAEMON" serve \
@@ -275,23 +283,30 @@ check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
 check_pingpong pingpong-guest-server pingpong-client "guest server, host client"
 check_pingpong pingpong-guest-client pingpong-server "guest client, host server"
 
-# ib_write_bw: the tool's exit status and its result row (size, iterations,
-# BW peak, BW average, message rate), and the host's finished session with
-# at least as many WRITE messages as iterations (the warm-up adds some).
-rc="$(guest_rc write-bw-guest-client)"
-row="$(grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" "$out" 2>/dev/null | tail -n 1 | tr -s ' \t' ' ')"
-read -r ok it ver err <<<"$(host_service write-bw-server)"
-why=()
-[[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
-[[ -n $row ]] || why+=("no result row")
-[[ ${ok:-0} -ge 1 ]] || why+=("host write-bw-server: no finished session (${err:-no status})")
-[[ ${it:-0} -ge $bw_iters ]] || why+=("host write-bw-server: ${it:-0} WRITE messages, want >= $bw_iters")
-if ((${#why[@]} == 0)); then
-    record PASS write-bw-guest-client "guest ib_write_bw -n $bw_iters: row '$row'; host accepted $it WRITE messages"
-else
-    printf -v j '%s; ' "${why[@]}"
-    record FAIL write-bw-guest-client "${j%; } (logs: $d)"
-fi
+# perftest: the tool's exit status and its result row (size, iterations,
+# BW peak, BW average, message rate) from the tool's section of the output,
+# and the host's finished session with at least as many messages as
+# iterations (ib_write_bw's warm-up may add some).
+check_bw() {  # check_bw CASE HOST_KIND TOOL
+    local c=$1 kind=$2 tool=$3 rc row ok it ver err why=() j
+    rc="$(guest_rc "$c")"
+    row="$(sed -n "/^== $tool:/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
+        grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
+        tail -n 1 | tr -s ' \t' ' ')"
+    read -r ok it ver err <<<"$(host_service "$kind")"
+    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+    [[ -n $row ]] || why+=("no result row")
+    [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
+    [[ ${it:-0} -ge $bw_iters ]] || why+=("host $kind: ${it:-0} messages, want >= $bw_iters")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "guest $tool -n $bw_iters: row '$row'; host $kind accepted $it messages"
+    else
+        printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+check_bw write-bw-guest-client write-bw-server ib_write_bw
+check_bw send-bw-guest-client send-bw-server ib_send_bw
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'

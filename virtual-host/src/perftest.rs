@@ -25,7 +25,7 @@
 use crate::pingpong::gid_of;
 use crate::service::ServiceSpec;
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
-use roce_model::{Access, Mtu, QpAttr, QpCaps};
+use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
 use smoltcp::wire::IpAddress;
@@ -39,8 +39,8 @@ const VERSION: &[u8] = b"6.24";
 /// Our cycle buffer (page size) and cache line.
 const CYCLE_BUFFER: u32 = 4096;
 const CACHE_LINE: u32 = 64;
-/// The exchange items' sizes, in order.
-const SCRIPT: [usize; 14] = [
+/// The `ib_write_bw` exchange items' sizes, in order.
+const WRITE_SCRIPT: [usize; 14] = [
     16,
     4,
     4,
@@ -56,10 +56,22 @@ const SCRIPT: [usize; 14] = [
     8,
     KEY_MSG_LEN,
 ];
+/// The `ib_send_bw` items: three key exchanges (exchange, after connect,
+/// print), one after the server posted its receives, then the client's
+/// SENDs, then one at close.
+const SEND_SCRIPT: [usize; 9] = [
+    16,
+    4,
+    4,
+    2,
+    KEY_MSG_LEN,
+    KEY_MSG_LEN,
+    KEY_MSG_LEN,
+    KEY_MSG_LEN,
+    KEY_MSG_LEN,
+];
 /// Item after which the client's keys are known.
 const FIRST_KEYS: usize = 4;
-/// Item the client sends when its WRITEs are done.
-const AFTER_TEST: usize = 7;
 /// A session with no exchange progress for this long fails.
 const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -146,10 +158,22 @@ struct Session {
     last_progress: Instant,
 }
 
-/// The `ib_write_bw` server service.
-pub struct WriteBwServer {
+/// Which perftest test the server serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// `ib_write_bw`: the client WRITEs into our buffer.
+    Write,
+    /// `ib_send_bw`: the client SENDs into our posted receives.
+    Send,
+}
+
+/// The perftest server service (`ib_write_bw` / `ib_send_bw`).
+pub struct PerftestServer {
     id: u32,
+    verb: Verb,
     spec: ServiceSpec,
+    /// Receives completed in the current session (SEND test).
+    received: u64,
     sock: Option<SocketHandle>,
     session: Option<Session>,
     sessions_ok: u64,
@@ -158,9 +182,17 @@ pub struct WriteBwServer {
     last_error: Option<String>,
 }
 
-impl WriteBwServer {
+impl PerftestServer {
+    fn script(&self) -> &'static [usize] {
+        match self.verb {
+            Verb::Write => &WRITE_SCRIPT,
+            Verb::Send => &SEND_SCRIPT,
+        }
+    }
+
     pub(crate) fn start(
         id: u32,
+        verb: Verb,
         spec: ServiceSpec,
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
@@ -169,8 +201,10 @@ impl WriteBwServer {
             .get_mut::<Socket>(sock)
             .listen(spec.port)
             .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", spec.port)))?;
-        Ok(WriteBwServer {
+        Ok(PerftestServer {
             id,
+            verb,
+            received: 0,
             spec,
             sock: Some(sock),
             session: None,
@@ -255,10 +289,44 @@ impl WriteBwServer {
         }
     }
 
+    /// SEND test: counts and reposts receives.
+    fn poll_receives(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<bool, String> {
+        let Some((qpn, lkey)) = self.session.as_ref().and_then(|s| Some((s.qpn?, s.lkey?))) else {
+            return Ok(false);
+        };
+        let mut any = false;
+        while let Some(c) = ctx.rdma.poll_completion(qpn) {
+            any = true;
+            if c.status != WcStatus::Success {
+                return Err(format!(
+                    "receive {} completed with {:?}",
+                    self.received, c.status
+                ));
+            }
+            if c.is_recv() {
+                self.received += 1;
+                post_recv(ctx.rdma, qpn, lkey, self.spec.size).map_err(|e| e.to_string())?;
+            }
+        }
+        if any {
+            if let Some(s) = self.session.as_mut() {
+                s.last_progress = ctx.now;
+            }
+        }
+        Ok(any)
+    }
+
     /// Runs the exchange; returns whether anything changed.
     pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
         let Some(h) = self.sock else { return false };
         let before = self.session.as_ref().map(|s| s.step);
+        let polled = match self.poll_receives(ctx) {
+            Ok(any) => any,
+            Err(e) => {
+                self.end(ctx, Err(e));
+                return true;
+            }
+        };
         let state = ctx.sockets.get_mut::<Socket>(h).state();
         if self.session.is_none() {
             match state {
@@ -273,6 +341,7 @@ impl WriteBwServer {
                         },
                         None => return false,
                     };
+                    self.received = 0;
                     self.session = Some(Session {
                         peer,
                         qpn: None,
@@ -296,8 +365,9 @@ impl WriteBwServer {
                 _ => return false,
             }
         }
+        let script = self.script();
         while let Some(s) = self.session.as_mut() {
-            if s.step >= SCRIPT.len() {
+            if s.step >= script.len() {
                 let n = s
                     .qpn
                     .and_then(|q| ctx.rdma.qp_stats(q))
@@ -305,7 +375,7 @@ impl WriteBwServer {
                 self.end(ctx, Ok(n));
                 break;
             }
-            let want = SCRIPT[s.step];
+            let want = script[s.step];
             let sock = ctx.sockets.get_mut::<Socket>(h);
             if sock.recv_queue() < want {
                 if !sock.may_recv() {
@@ -339,7 +409,7 @@ impl WriteBwServer {
                 s.last_progress = ctx.now;
             }
         }
-        before != self.session.as_ref().map(|s| s.step)
+        polled || before != self.session.as_ref().map(|s| s.step)
     }
 
     /// Our answer to item `step`, whose client part is `msg`.
@@ -392,15 +462,24 @@ impl WriteBwServer {
                     .rdma
                     .register_mr_access(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
                 s.lkey = Some(lkey);
+                let rx_depth = match self.verb {
+                    Verb::Send => self.spec.rx_depth as usize,
+                    Verb::Write => 0,
+                };
                 let qpn = ctx.rdma.create_qp(
                     path,
                     QpCaps {
                         max_send_wr: 4,
-                        max_recv_wr: 4,
+                        max_recv_wr: rx_depth + 1,
                         max_sge: 1,
                     },
                 )?;
                 s.qpn = Some(qpn);
+                // The tool's server posts its receives before the last
+                // handshake; ours are ready from the start.
+                for _ in 0..rx_depth {
+                    post_recv(ctx.rdma, qpn, lkey, spec_size)?;
+                }
                 let psn = (ctx.rng.next_u64() & 0xff_ffff) as u32;
                 ctx.rdma.connect_qp(
                     qpn,
@@ -415,7 +494,10 @@ impl WriteBwServer {
                         min_rnr_timer: 12,
                         max_rd_atomic: 16,
                         max_dest_rd_atomic: 16,
-                        access: Access::REMOTE_WRITE,
+                        access: match self.verb {
+                            Verb::Write => Access::REMOTE_WRITE,
+                            Verb::Send => Access::NONE,
+                        },
                     },
                 )?;
                 s.keys.qpn = qpn;
@@ -432,13 +514,16 @@ impl WriteBwServer {
                 });
                 s.keys.encode().to_vec()
             }
+            _ if msg.len() == KEY_MSG_LEN => s.keys.encode().to_vec(),
             8 => u64::from(spec_size).to_be_bytes().to_vec(),
             9 => u64::from(iters).to_be_bytes().to_vec(),
-            10..=12 => vec![0u8; 8],
-            AFTER_TEST | 5 | 6 | 13 => s.keys.encode().to_vec(),
             _ => vec![0u8; msg.len()],
         })
     }
+}
+
+fn post_recv(rdma: &mut RdmaDevice, qpn: u32, lkey: u32, size: u32) -> Result<(), HostError> {
+    rdma.post_recv(qpn, RecvWr::new(1, vec![Sge::new(0, size, lkey)]))
 }
 
 fn free(rdma: &mut RdmaDevice, s: &Session) {

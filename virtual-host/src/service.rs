@@ -1,7 +1,7 @@
 //! Services: state machines speaking an RDMA tool's application protocol on
 //! top of the host's TCP sockets and RC queue pairs.
 
-use crate::perftest::WriteBwServer;
+use crate::perftest::{PerftestServer, Verb};
 use crate::pingpong::{Pingpong, Role};
 use crate::{HostError, RdmaDevice, ServiceCtx};
 use smoltcp::iface::SocketSet;
@@ -19,14 +19,17 @@ pub enum ServiceKind {
     PingpongClient,
     /// perftest `ib_write_bw` server (RC, TCP exchange with a GID).
     WriteBwServer,
+    /// perftest `ib_send_bw` server (RC, TCP exchange with a GID).
+    SendBwServer,
 }
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 3] = [
+    pub const ALL: [ServiceKind; 4] = [
         ServiceKind::PingpongServer,
         ServiceKind::PingpongClient,
         ServiceKind::WriteBwServer,
+        ServiceKind::SendBwServer,
     ];
 
     /// Whether the kind connects out (needs a peer).
@@ -41,6 +44,7 @@ impl fmt::Display for ServiceKind {
             ServiceKind::PingpongServer => "pingpong-server",
             ServiceKind::PingpongClient => "pingpong-client",
             ServiceKind::WriteBwServer => "write-bw-server",
+            ServiceKind::SendBwServer => "send-bw-server",
         })
     }
 }
@@ -53,7 +57,7 @@ impl FromStr for ServiceKind {
             .find(|k| k.to_string() == s)
             .ok_or_else(|| {
                 HostError::Invalid(format!(
-                    "service {s:?}: known services are pingpong-server, pingpong-client, write-bw-server"
+                    "service {s:?}: known services are pingpong-server, pingpong-client, write-bw-server, send-bw-server"
                 ))
             })
     }
@@ -92,11 +96,13 @@ pub const MAX_RX_DEPTH: u32 = 4096;
 impl ServiceSpec {
     /// A spec with the tool's defaults.
     pub fn new(kind: ServiceKind) -> Self {
-        if kind == ServiceKind::WriteBwServer {
-            // perftest's defaults: 64 KiB messages, 5000 iterations.
+        if matches!(kind, ServiceKind::WriteBwServer | ServiceKind::SendBwServer) {
+            // perftest's defaults: 64 KiB messages, 5000 iterations, 512
+            // receives.
             return ServiceSpec {
                 size: 65536,
                 iters: 5000,
+                rx_depth: 512,
                 ..ServiceSpec::new(ServiceKind::PingpongServer)
             }
             .with_kind(kind);
@@ -173,7 +179,7 @@ pub struct ServiceStatus {
 
 enum Inner {
     Pingpong(Pingpong),
-    WriteBw(WriteBwServer),
+    Perftest(PerftestServer),
 }
 
 /// A running service.
@@ -195,7 +201,12 @@ impl Service {
             ServiceKind::PingpongClient => {
                 Inner::Pingpong(Pingpong::start(id, Role::Client, spec, ctx)?)
             }
-            ServiceKind::WriteBwServer => Inner::WriteBw(WriteBwServer::start(id, spec, ctx)?),
+            ServiceKind::WriteBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Write, spec, ctx)?)
+            }
+            ServiceKind::SendBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Send, spec, ctx)?)
+            }
         };
         Ok(Service { id, inner })
     }
@@ -208,28 +219,28 @@ impl Service {
     pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
         match &mut self.inner {
             Inner::Pingpong(p) => p.step(ctx),
-            Inner::WriteBw(w) => w.step(ctx),
+            Inner::Perftest(w) => w.step(ctx),
         }
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match &self.inner {
             Inner::Pingpong(p) => p.poll_timeout(),
-            Inner::WriteBw(w) => w.poll_timeout(),
+            Inner::Perftest(w) => w.poll_timeout(),
         }
     }
 
     pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
         match &mut self.inner {
             Inner::Pingpong(p) => p.teardown(sockets, rdma),
-            Inner::WriteBw(w) => w.teardown(sockets, rdma),
+            Inner::Perftest(w) => w.teardown(sockets, rdma),
         }
     }
 
     pub(crate) fn status(&self) -> ServiceStatus {
         match &self.inner {
             Inner::Pingpong(p) => p.status(self.id),
-            Inner::WriteBw(w) => w.status(self.id),
+            Inner::Perftest(w) => w.status(self.id),
         }
     }
 }
