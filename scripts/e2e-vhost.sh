@@ -15,6 +15,8 @@
 #                        towards the host's write-bw-server service
 #   send-bw-guest-client   perftest ib_send_bw client in the guest (-p 18518)
 #                        towards the host's send-bw-server service
+#   read-bw-guest-client   ib_read_bw (-p 18519) towards read-bw-server
+#   atomic-bw-guest-client ib_atomic_bw (-p 18520) towards atomic-bw-server
 #
 # A pingpong case passes only if the tool exits 0 and prints its throughput
 # line, and the daemon's host service reports a finished session with every
@@ -24,7 +26,8 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client)
+CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client
+    read-bw-guest-client atomic-bw-guest-client)
 
 usage() {
     cat <<EOF
@@ -169,6 +172,10 @@ echo "== ib_write_bw: guest client, virtual host server"
 timeout 600 ib_write_bw -d rxe0 -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
 echo "== ib_send_bw: guest client, virtual host server"
 timeout 600 ib_send_bw -d rxe0 -x \$gidx -p 18518 -n $bw_iters $HOST_IP; echo "VH-RESULT case=send-bw-guest-client rc=\$?"
+echo "== ib_read_bw: guest client, virtual host server"
+timeout 600 ib_read_bw -d rxe0 -x \$gidx -p 18519 -n $bw_iters $HOST_IP; echo "VH-RESULT case=read-bw-guest-client rc=\$?"
+echo "== ib_atomic_bw: guest client, virtual host server"
+timeout 600 ib_atomic_bw -d rxe0 -x \$gidx -p 18520 -n $bw_iters $HOST_IP; echo "VH-RESULT case=atomic-bw-guest-client rc=\$?"
 rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
@@ -190,6 +197,14 @@ iters = $bw_iters
 [[host.service]]
 kind = "send-bw-server"
 port = 18518
+iters = $bw_iters
+[[host.service]]
+kind = "read-bw-server"
+port = 18519
+iters = $bw_iters
+[[host.service]]
+kind = "atomic-bw-server"
+port = 18520
 iters = $bw_iters
 EOF
 NO_COLOR=1 "$DAEMON" serve \
@@ -307,6 +322,8 @@ check_bw() {  # check_bw CASE HOST_KIND TOOL
 }
 check_bw write-bw-guest-client write-bw-server ib_write_bw
 check_bw send-bw-guest-client send-bw-server ib_send_bw
+check_bw read-bw-guest-client read-bw-server ib_read_bw
+check_bw atomic-bw-guest-client atomic-bw-server ib_atomic_bw
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'

@@ -1,4 +1,5 @@
-//! perftest (`ib_write_bw`) server over its TCP side channel.
+//! perftest servers (`ib_write_bw`, `ib_send_bw`, `ib_read_bw`,
+//! `ib_atomic_bw`) over the tools' TCP side channel.
 //!
 //! perftest's exchange (perftest_communication.c, version 6.24 as in Debian
 //! trixie's perftest 25.01) is a strict alternation: for every item the
@@ -165,9 +166,13 @@ pub enum Verb {
     Write,
     /// `ib_send_bw`: the client SENDs into our posted receives.
     Send,
+    /// `ib_read_bw`: the client READs our buffer.
+    Read,
+    /// `ib_atomic_bw`: the client runs atomics on our buffer.
+    Atomic,
 }
 
-/// The perftest server service (`ib_write_bw` / `ib_send_bw`).
+/// The perftest server service.
 pub struct PerftestServer {
     id: u32,
     verb: Verb,
@@ -185,7 +190,8 @@ pub struct PerftestServer {
 impl PerftestServer {
     fn script(&self) -> &'static [usize] {
         match self.verb {
-            Verb::Write => &WRITE_SCRIPT,
+            // ib_read_bw and ib_atomic_bw servers wait like ib_write_bw's.
+            Verb::Write | Verb::Read | Verb::Atomic => &WRITE_SCRIPT,
             Verb::Send => &SEND_SCRIPT,
         }
     }
@@ -458,13 +464,11 @@ impl PerftestServer {
                     }
                 };
                 let len = 2 * (spec_size.max(CYCLE_BUFFER) as usize);
-                let lkey = ctx
-                    .rdma
-                    .register_mr_access(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+                let lkey = ctx.rdma.register_mr_access(len, Access::ALL)?;
                 s.lkey = Some(lkey);
                 let rx_depth = match self.verb {
                     Verb::Send => self.spec.rx_depth as usize,
-                    Verb::Write => 0,
+                    _ => 0,
                 };
                 let qpn = ctx.rdma.create_qp(
                     path,
@@ -497,6 +501,8 @@ impl PerftestServer {
                         access: match self.verb {
                             Verb::Write => Access::REMOTE_WRITE,
                             Verb::Send => Access::NONE,
+                            Verb::Read => Access::REMOTE_READ,
+                            Verb::Atomic => Access::REMOTE_ATOMIC,
                         },
                     },
                 )?;

@@ -21,15 +21,21 @@ pub enum ServiceKind {
     WriteBwServer,
     /// perftest `ib_send_bw` server (RC, TCP exchange with a GID).
     SendBwServer,
+    /// perftest `ib_read_bw` server (RC, TCP exchange with a GID).
+    ReadBwServer,
+    /// perftest `ib_atomic_bw` server (RC, TCP exchange with a GID).
+    AtomicBwServer,
 }
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 4] = [
+    pub const ALL: [ServiceKind; 6] = [
         ServiceKind::PingpongServer,
         ServiceKind::PingpongClient,
         ServiceKind::WriteBwServer,
         ServiceKind::SendBwServer,
+        ServiceKind::ReadBwServer,
+        ServiceKind::AtomicBwServer,
     ];
 
     /// Whether the kind connects out (needs a peer).
@@ -45,6 +51,8 @@ impl fmt::Display for ServiceKind {
             ServiceKind::PingpongClient => "pingpong-client",
             ServiceKind::WriteBwServer => "write-bw-server",
             ServiceKind::SendBwServer => "send-bw-server",
+            ServiceKind::ReadBwServer => "read-bw-server",
+            ServiceKind::AtomicBwServer => "atomic-bw-server",
         })
     }
 }
@@ -57,7 +65,7 @@ impl FromStr for ServiceKind {
             .find(|k| k.to_string() == s)
             .ok_or_else(|| {
                 HostError::Invalid(format!(
-                    "service {s:?}: known services are pingpong-server, pingpong-client, write-bw-server, send-bw-server"
+                    "service {s:?}: known services are pingpong-server, pingpong-client, write-bw-server, send-bw-server, read-bw-server, atomic-bw-server"
                 ))
             })
     }
@@ -96,7 +104,13 @@ pub const MAX_RX_DEPTH: u32 = 4096;
 impl ServiceSpec {
     /// A spec with the tool's defaults.
     pub fn new(kind: ServiceKind) -> Self {
-        if matches!(kind, ServiceKind::WriteBwServer | ServiceKind::SendBwServer) {
+        if matches!(
+            kind,
+            ServiceKind::WriteBwServer
+                | ServiceKind::SendBwServer
+                | ServiceKind::ReadBwServer
+                | ServiceKind::AtomicBwServer
+        ) {
             // perftest's defaults: 64 KiB messages, 5000 iterations, 512
             // receives.
             return ServiceSpec {
@@ -206,6 +220,12 @@ impl Service {
             }
             ServiceKind::SendBwServer => {
                 Inner::Perftest(PerftestServer::start(id, Verb::Send, spec, ctx)?)
+            }
+            ServiceKind::ReadBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Read, spec, ctx)?)
+            }
+            ServiceKind::AtomicBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Atomic, spec, ctx)?)
             }
         };
         Ok(Service { id, inner })

@@ -228,3 +228,18 @@ fn send_bw_server_speaks_perftest_6_24() {
     let k = KEY_MSG_LEN;
     exchange(ServiceKind::SendBwServer, 18518, &[k, k, k, k]);
 }
+
+#[test]
+fn read_and_atomic_bw_servers_follow_the_write_exchange() {
+    let k = KEY_MSG_LEN;
+    exchange(
+        ServiceKind::ReadBwServer,
+        18519,
+        &[k, k, k, 8, 8, 8, 8, 8, k],
+    );
+    exchange(
+        ServiceKind::AtomicBwServer,
+        18520,
+        &[k, k, k, 8, 8, 8, 8, 8, k],
+    );
+}
