@@ -26,7 +26,7 @@
 use crate::pingpong::gid_of;
 use crate::service::ServiceSpec;
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
-use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, Sge, WcStatus};
+use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
 use smoltcp::wire::IpAddress;
@@ -567,5 +567,501 @@ mod tests {
         assert_eq!(Keys::decode(&m).unwrap(), k);
         assert!(Keys::decode(b"0000:0010:zz").is_err());
         assert!(Keys::decode(&[0xff; 108]).is_err());
+    }
+}
+
+/// Client retry interval while the tool's server is not up.
+const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// A connection attempt without an answer is retried after this long.
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientPhase {
+    Connecting,
+    RetryWait,
+    Exchange,
+    Running,
+    Done,
+}
+
+/// The perftest client service: runs one test against the tool's server
+/// in a guest (`ib_write_bw -p PORT` etc. without a server name).
+pub struct PerftestClient {
+    id: u32,
+    verb: Verb,
+    spec: ServiceSpec,
+    sock: Option<SocketHandle>,
+    phase: ClientPhase,
+    step: usize,
+    sent: bool,
+    qpn: Option<u32>,
+    lkey: Option<u32>,
+    keys: Keys,
+    remote: Option<Keys>,
+    mtu: Mtu,
+    posted: u32,
+    completed: u32,
+    started: Instant,
+    last_progress: Instant,
+    retry_at: Option<Instant>,
+    connect_deadline: Instant,
+    sessions_ok: u64,
+    sessions_failed: u64,
+    last_iterations: u32,
+    last_error: Option<String>,
+}
+
+impl PerftestClient {
+    fn script(&self) -> &'static [usize] {
+        match self.verb {
+            Verb::Write | Verb::Read | Verb::Atomic => &WRITE_SCRIPT,
+            Verb::Send => &SEND_SCRIPT,
+        }
+    }
+
+    /// The item before which the client runs its operations.
+    fn run_before(&self) -> usize {
+        match self.verb {
+            Verb::Write | Verb::Read | Verb::Atomic => 7,
+            Verb::Send => 8,
+        }
+    }
+
+    /// Operations in flight at most (READ/atomic: the server's out_reads).
+    fn depth(&self) -> u32 {
+        match self.verb {
+            Verb::Read | Verb::Atomic => self.remote.map_or(1, |r| r.out_reads.clamp(1, 16)),
+            Verb::Write | Verb::Send => 64,
+        }
+    }
+
+    pub(crate) fn start(
+        id: u32,
+        verb: Verb,
+        spec: ServiceSpec,
+        ctx: &mut ServiceCtx<'_>,
+    ) -> Result<Self, HostError> {
+        let sock = ctx.new_tcp_socket()?;
+        let mut c = PerftestClient {
+            id,
+            verb,
+            connect_deadline: ctx.now + spec.connect_timeout,
+            spec,
+            sock: Some(sock),
+            phase: ClientPhase::RetryWait,
+            step: 0,
+            sent: false,
+            qpn: None,
+            lkey: None,
+            keys: Keys {
+                lid: 0,
+                out_reads: 16,
+                qpn: 0,
+                psn: 0,
+                rkey: 0,
+                vaddr: 0,
+                gid: gid_of(ctx.ip),
+                srqn: 0,
+            },
+            remote: None,
+            mtu: Mtu::Mtu1024,
+            posted: 0,
+            completed: 0,
+            started: ctx.now,
+            last_progress: ctx.now,
+            retry_at: Some(ctx.now),
+            sessions_ok: 0,
+            sessions_failed: 0,
+            last_iterations: 0,
+            last_error: None,
+        };
+        if let Err(e) = c.connect(ctx) {
+            ctx.sockets.remove(sock);
+            return Err(e);
+        }
+        Ok(c)
+    }
+
+    fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
+        let peer = self
+            .spec
+            .peer
+            .ok_or_else(|| HostError::Invalid("client without peer".into()))?;
+        let h = self
+            .sock
+            .ok_or_else(|| HostError::Tcp("no socket".into()))?;
+        let local_port = 49152 + (ctx.rng.next_u64() % 16384) as u16;
+        ctx.sockets
+            .get_mut::<Socket>(h)
+            .connect(
+                ctx.iface.context(),
+                (IpAddress::Ipv4(peer), self.spec.port),
+                local_port,
+            )
+            .map_err(|e| HostError::Tcp(format!("connect to {peer}: {e}")))?;
+        self.phase = ClientPhase::Connecting;
+        self.step = 0;
+        self.sent = false;
+        self.retry_at = None;
+        self.last_progress = ctx.now;
+        Ok(())
+    }
+
+    fn free(&mut self, rdma: &mut RdmaDevice, now: Instant) {
+        if let Some(q) = self.qpn.take() {
+            rdma.retire_qp(q, now);
+        }
+        if let Some(k) = self.lkey.take() {
+            rdma.deregister_mr(k);
+        }
+        self.remote = None;
+    }
+
+    fn retry_later(&mut self, ctx: &mut ServiceCtx<'_>) {
+        self.free(ctx.rdma, ctx.now);
+        if let Some(h) = self.sock {
+            ctx.sockets.get_mut::<Socket>(h).abort();
+        }
+        if ctx.now + RETRY_INTERVAL < self.connect_deadline {
+            self.retry_at = Some(ctx.now + RETRY_INTERVAL);
+            self.phase = ClientPhase::RetryWait;
+        } else {
+            self.finish(ctx, Err("could not reach the server".into()));
+        }
+    }
+
+    fn finish(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, String>) {
+        self.free(ctx.rdma, ctx.now);
+        if let Some(h) = self.sock {
+            ctx.sockets.get_mut::<Socket>(h).close();
+        }
+        self.phase = ClientPhase::Done;
+        let peer = self.spec.peer;
+        match result {
+            Ok(n) => {
+                self.sessions_ok += 1;
+                self.last_iterations = n;
+                ctx.events.push(HostEvent {
+                    service: self.id,
+                    kind: EventKind::SessionFinished {
+                        peer: peer.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                        iterations: n,
+                        verified: 0,
+                        elapsed: ctx.now.saturating_duration_since(self.started),
+                    },
+                });
+            }
+            Err(reason) => {
+                self.sessions_failed += 1;
+                self.last_error = Some(reason.clone());
+                ctx.events.push(HostEvent {
+                    service: self.id,
+                    kind: EventKind::SessionFailed { peer, reason },
+                });
+            }
+        }
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            ClientPhase::RetryWait => self.retry_at,
+            ClientPhase::Connecting => Some(self.last_progress + CONNECT_ATTEMPT),
+            ClientPhase::Exchange | ClientPhase::Running => {
+                Some(self.last_progress + STALL_TIMEOUT)
+            }
+            ClientPhase::Done => None,
+        }
+    }
+
+    pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
+        if let Some(q) = self.qpn.take() {
+            rdma.destroy_qp(q);
+        }
+        if let Some(k) = self.lkey.take() {
+            rdma.deregister_mr(k);
+        }
+        if let Some(h) = self.sock.take() {
+            sockets.get_mut::<Socket>(h).abort();
+            sockets.remove(h);
+        }
+        self.phase = ClientPhase::Done;
+    }
+
+    pub(crate) fn status(&self, id: u32) -> ServiceStatus {
+        ServiceStatus {
+            id,
+            kind: self.spec.kind,
+            peer: self.spec.peer,
+            port: self.spec.port,
+            state: match self.phase {
+                ClientPhase::Connecting => "connecting",
+                ClientPhase::RetryWait => "waiting-for-server",
+                ClientPhase::Exchange => "exchanging",
+                ClientPhase::Running => "running",
+                ClientPhase::Done if self.sessions_ok > 0 => "done",
+                ClientPhase::Done => "failed",
+            }
+            .into(),
+            sessions_ok: self.sessions_ok,
+            sessions_failed: self.sessions_failed,
+            last_iterations: self.last_iterations,
+            last_verified: 0,
+            last_error: self.last_error.clone(),
+            progress: (self.posted, self.completed),
+        }
+    }
+
+    /// Our part of item `step`.
+    fn our_item(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<Vec<u8>, HostError> {
+        let len = self.script()[self.step];
+        Ok(match self.step {
+            0 => {
+                let mut v = vec![0u8; 16];
+                v[..VERSION.len()].copy_from_slice(VERSION);
+                v
+            }
+            1 => CYCLE_BUFFER.to_be_bytes().to_vec(),
+            2 => CACHE_LINE.to_be_bytes().to_vec(),
+            3 => vec![b'0' + Mtu::Mtu1024 as u8, 0],
+            FIRST_KEYS => {
+                let peer = self
+                    .spec
+                    .peer
+                    .ok_or_else(|| HostError::Invalid("no peer".into()))?;
+                let size = (self.spec.size.max(CYCLE_BUFFER) as usize) * 2;
+                let lkey = ctx.rdma.register_mr_access(size, Access::ALL)?;
+                self.lkey = Some(lkey);
+                let qpn = ctx.rdma.create_qp(
+                    peer,
+                    QpCaps {
+                        max_send_wr: 65,
+                        max_recv_wr: 1,
+                        max_sge: 1,
+                    },
+                )?;
+                self.qpn = Some(qpn);
+                self.keys.qpn = qpn;
+                self.keys.psn = (ctx.rng.next_u64() & 0xff_ffff) as u32;
+                self.keys.rkey = lkey;
+                self.keys.encode().to_vec()
+            }
+            _ if len == KEY_MSG_LEN => self.keys.encode().to_vec(),
+            8 => u64::from(self.spec.size).to_be_bytes().to_vec(),
+            9 => u64::from(self.spec.iters).to_be_bytes().to_vec(),
+            _ => vec![0u8; len],
+        })
+    }
+
+    /// The server's part of item `step`.
+    fn their_item(&mut self, ctx: &mut ServiceCtx<'_>, msg: &[u8]) -> Result<(), HostError> {
+        match self.step {
+            0 => {
+                let v: String = msg
+                    .iter()
+                    .take_while(|&&b| b != 0)
+                    .map(|&b| char::from(b))
+                    .collect();
+                let ver: f64 = v.trim().parse().unwrap_or(0.0);
+                if ver < 5.70 {
+                    return Err(HostError::Invalid(format!(
+                        "server perftest version {v:?} (need >= 5.70)"
+                    )));
+                }
+            }
+            3 => {
+                let theirs = msg
+                    .iter()
+                    .take_while(|&&b| b != 0)
+                    .map(|&b| char::from(b))
+                    .collect::<String>()
+                    .parse::<u8>()
+                    .ok()
+                    .and_then(Mtu::from_code)
+                    .unwrap_or(Mtu::Mtu1024);
+                self.mtu = if theirs.bytes() < 1024 {
+                    theirs
+                } else {
+                    Mtu::Mtu1024
+                };
+            }
+            FIRST_KEYS => {
+                let remote = Keys::decode(msg)?;
+                let qpn = self.qpn.ok_or_else(|| HostError::Invalid("no QP".into()))?;
+                ctx.rdma.connect_qp(
+                    qpn,
+                    &QpAttr {
+                        pmtu: self.mtu,
+                        sq_psn: self.keys.psn,
+                        rq_psn: remote.psn,
+                        dest_qpn: remote.qpn,
+                        timeout: 14,
+                        retry_cnt: 7,
+                        rnr_retry: 7,
+                        min_rnr_timer: 12,
+                        max_rd_atomic: remote.out_reads.clamp(1, 16) as u8,
+                        max_dest_rd_atomic: 16,
+                        access: Access::NONE,
+                    },
+                )?;
+                self.remote = Some(remote);
+                ctx.events.push(HostEvent {
+                    service: self.id,
+                    kind: EventKind::SessionStarted {
+                        peer: self.spec.peer.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                        qpn,
+                        remote_qpn: remote.qpn,
+                    },
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn post_ops(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
+        let (Some(qpn), Some(lkey), Some(r)) = (self.qpn, self.lkey, self.remote) else {
+            return Err(HostError::Invalid("no QP".into()));
+        };
+        let depth = self.depth();
+        while self.posted < self.spec.iters && self.posted - self.completed < depth {
+            let (op, len) = match self.verb {
+                Verb::Send => (SendOp::Send, self.spec.size),
+                Verb::Write => (
+                    SendOp::RdmaWrite {
+                        remote_addr: r.vaddr,
+                        rkey: r.rkey,
+                    },
+                    self.spec.size,
+                ),
+                Verb::Read => (
+                    SendOp::RdmaRead {
+                        remote_addr: r.vaddr,
+                        rkey: r.rkey,
+                    },
+                    self.spec.size,
+                ),
+                Verb::Atomic => (
+                    SendOp::AtomicFetchAndAdd {
+                        remote_addr: r.vaddr,
+                        rkey: r.rkey,
+                        add: 1,
+                    },
+                    8,
+                ),
+            };
+            ctx.rdma.post_send(
+                qpn,
+                SendWr::new(u64::from(self.posted), op, vec![Sge::new(0, len, lkey)]),
+            )?;
+            self.posted += 1;
+        }
+        Ok(())
+    }
+
+    /// Runs the state machine; returns whether anything changed.
+    pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        let before = (self.phase, self.step, self.sent, self.completed);
+        if let Err(e) = self.step_inner(ctx) {
+            self.finish(ctx, Err(e));
+        }
+        before != (self.phase, self.step, self.sent, self.completed)
+    }
+
+    fn step_inner(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), String> {
+        let Some(h) = self.sock else { return Ok(()) };
+        match self.phase {
+            ClientPhase::Done => return Ok(()),
+            ClientPhase::RetryWait => {
+                if self.retry_at.is_some_and(|t| ctx.now >= t) {
+                    self.connect(ctx).map_err(|e| e.to_string())?;
+                }
+                return Ok(());
+            }
+            ClientPhase::Connecting => match ctx.sockets.get_mut::<Socket>(h).state() {
+                State::Closed | State::TimeWait => {
+                    self.retry_later(ctx);
+                    return Ok(());
+                }
+                State::SynSent | State::SynReceived => {
+                    if ctx.now.saturating_duration_since(self.last_progress) >= CONNECT_ATTEMPT {
+                        self.retry_later(ctx);
+                    }
+                    return Ok(());
+                }
+                _ => {
+                    self.phase = ClientPhase::Exchange;
+                    self.started = ctx.now;
+                    self.last_progress = ctx.now;
+                }
+            },
+            ClientPhase::Running => {
+                let qpn = self.qpn.ok_or("no QP")?;
+                while let Some(c) = ctx.rdma.poll_completion(qpn) {
+                    if c.status != WcStatus::Success {
+                        return Err(format!(
+                            "operation {} completed with {:?}",
+                            c.wr_id, c.status
+                        ));
+                    }
+                    self.completed += 1;
+                    self.last_progress = ctx.now;
+                }
+                if self.completed >= self.spec.iters {
+                    self.phase = ClientPhase::Exchange;
+                } else {
+                    self.post_ops(ctx).map_err(|e| e.to_string())?;
+                    if ctx.now.saturating_duration_since(self.last_progress) >= STALL_TIMEOUT {
+                        return Err(format!(
+                            "no completion for {} s ({} of {} done)",
+                            STALL_TIMEOUT.as_secs(),
+                            self.completed,
+                            self.spec.iters
+                        ));
+                    }
+                    return Ok(());
+                }
+            }
+            ClientPhase::Exchange => {}
+        }
+        // The exchange: our item, then the server's, strictly alternating.
+        loop {
+            if self.step >= self.script().len() {
+                let n = self.completed;
+                self.finish(ctx, Ok(n));
+                return Ok(());
+            }
+            if self.step == self.run_before() && self.posted == 0 {
+                self.phase = ClientPhase::Running;
+                self.post_ops(ctx).map_err(|e| e.to_string())?;
+                return Ok(());
+            }
+            let want = self.script()[self.step];
+            if !self.sent {
+                let item = self.our_item(ctx).map_err(|e| e.to_string())?;
+                let sock = ctx.sockets.get_mut::<Socket>(h);
+                if sock.send_slice(&item) != Ok(item.len()) {
+                    return Err("cannot send".into());
+                }
+                self.sent = true;
+            }
+            let sock = ctx.sockets.get_mut::<Socket>(h);
+            if sock.recv_queue() < want {
+                if !sock.may_recv() {
+                    return Err(format!("server closed at exchange item {}", self.step));
+                }
+                if ctx.now.saturating_duration_since(self.last_progress) >= STALL_TIMEOUT {
+                    return Err(format!("exchange stalled at item {}", self.step));
+                }
+                return Ok(());
+            }
+            let mut msg = vec![0u8; want];
+            if sock.recv_slice(&mut msg) != Ok(want) {
+                return Err("short read".into());
+            }
+            self.their_item(ctx, &msg).map_err(|e| e.to_string())?;
+            self.step += 1;
+            self.sent = false;
+            self.last_progress = ctx.now;
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Services: state machines speaking an RDMA tool's application protocol on
 //! top of the host's TCP sockets and RC queue pairs.
 
-use crate::perftest::{PerftestServer, Verb};
+use crate::perftest::{PerftestClient, PerftestServer, Verb};
 use crate::pingpong::{Pingpong, Role};
 use crate::{HostError, RdmaDevice, ServiceCtx};
 use smoltcp::iface::SocketSet;
@@ -25,22 +25,41 @@ pub enum ServiceKind {
     ReadBwServer,
     /// perftest `ib_atomic_bw` server (RC, TCP exchange with a GID).
     AtomicBwServer,
+    /// perftest `ib_write_bw` client towards the tool's server.
+    WriteBwClient,
+    /// perftest `ib_send_bw` client towards the tool's server.
+    SendBwClient,
+    /// perftest `ib_read_bw` client towards the tool's server.
+    ReadBwClient,
+    /// perftest `ib_atomic_bw` client towards the tool's server.
+    AtomicBwClient,
 }
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 6] = [
+    pub const ALL: [ServiceKind; 10] = [
         ServiceKind::PingpongServer,
         ServiceKind::PingpongClient,
         ServiceKind::WriteBwServer,
         ServiceKind::SendBwServer,
         ServiceKind::ReadBwServer,
         ServiceKind::AtomicBwServer,
+        ServiceKind::WriteBwClient,
+        ServiceKind::SendBwClient,
+        ServiceKind::ReadBwClient,
+        ServiceKind::AtomicBwClient,
     ];
 
     /// Whether the kind connects out (needs a peer).
     pub fn is_client(self) -> bool {
-        matches!(self, ServiceKind::PingpongClient)
+        matches!(
+            self,
+            ServiceKind::PingpongClient
+                | ServiceKind::WriteBwClient
+                | ServiceKind::SendBwClient
+                | ServiceKind::ReadBwClient
+                | ServiceKind::AtomicBwClient
+        )
     }
 }
 
@@ -53,6 +72,10 @@ impl fmt::Display for ServiceKind {
             ServiceKind::SendBwServer => "send-bw-server",
             ServiceKind::ReadBwServer => "read-bw-server",
             ServiceKind::AtomicBwServer => "atomic-bw-server",
+            ServiceKind::WriteBwClient => "write-bw-client",
+            ServiceKind::SendBwClient => "send-bw-client",
+            ServiceKind::ReadBwClient => "read-bw-client",
+            ServiceKind::AtomicBwClient => "atomic-bw-client",
         })
     }
 }
@@ -64,8 +87,10 @@ impl FromStr for ServiceKind {
             .into_iter()
             .find(|k| k.to_string() == s)
             .ok_or_else(|| {
+                let known: Vec<String> = ServiceKind::ALL.iter().map(|k| k.to_string()).collect();
                 HostError::Invalid(format!(
-                    "service {s:?}: known services are pingpong-server, pingpong-client, write-bw-server, send-bw-server, read-bw-server, atomic-bw-server"
+                    "service {s:?}: known services are {}",
+                    known.join(", ")
                 ))
             })
     }
@@ -104,12 +129,23 @@ pub const MAX_RX_DEPTH: u32 = 4096;
 impl ServiceSpec {
     /// A spec with the tool's defaults.
     pub fn new(kind: ServiceKind) -> Self {
+        if kind == ServiceKind::AtomicBwClient {
+            // ib_atomic_bw's operations are 8 bytes.
+            return ServiceSpec {
+                size: 8,
+                ..ServiceSpec::new(ServiceKind::WriteBwClient)
+            }
+            .with_kind(kind);
+        }
         if matches!(
             kind,
             ServiceKind::WriteBwServer
                 | ServiceKind::SendBwServer
                 | ServiceKind::ReadBwServer
                 | ServiceKind::AtomicBwServer
+                | ServiceKind::WriteBwClient
+                | ServiceKind::SendBwClient
+                | ServiceKind::ReadBwClient
         ) {
             // perftest's defaults: 64 KiB messages, 5000 iterations, 512
             // receives.
@@ -194,6 +230,7 @@ pub struct ServiceStatus {
 enum Inner {
     Pingpong(Pingpong),
     Perftest(PerftestServer),
+    PerftestClient(PerftestClient),
 }
 
 /// A running service.
@@ -227,6 +264,18 @@ impl Service {
             ServiceKind::AtomicBwServer => {
                 Inner::Perftest(PerftestServer::start(id, Verb::Atomic, spec, ctx)?)
             }
+            ServiceKind::WriteBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Write, spec, ctx)?)
+            }
+            ServiceKind::SendBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Send, spec, ctx)?)
+            }
+            ServiceKind::ReadBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Read, spec, ctx)?)
+            }
+            ServiceKind::AtomicBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Atomic, spec, ctx)?)
+            }
         };
         Ok(Service { id, inner })
     }
@@ -240,6 +289,7 @@ impl Service {
         match &mut self.inner {
             Inner::Pingpong(p) => p.step(ctx),
             Inner::Perftest(w) => w.step(ctx),
+            Inner::PerftestClient(c) => c.step(ctx),
         }
     }
 
@@ -247,6 +297,7 @@ impl Service {
         match &self.inner {
             Inner::Pingpong(p) => p.poll_timeout(),
             Inner::Perftest(w) => w.poll_timeout(),
+            Inner::PerftestClient(c) => c.poll_timeout(),
         }
     }
 
@@ -254,6 +305,7 @@ impl Service {
         match &mut self.inner {
             Inner::Pingpong(p) => p.teardown(sockets, rdma),
             Inner::Perftest(w) => w.teardown(sockets, rdma),
+            Inner::PerftestClient(c) => c.teardown(sockets, rdma),
         }
     }
 
@@ -261,6 +313,7 @@ impl Service {
         match &self.inner {
             Inner::Pingpong(p) => p.status(self.id),
             Inner::Perftest(w) => w.status(self.id),
+            Inner::PerftestClient(c) => c.status(self.id),
         }
     }
 }
