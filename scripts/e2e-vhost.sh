@@ -17,6 +17,10 @@
 #                        towards the host's send-bw-server service
 #   read-bw-guest-client   ib_read_bw (-p 18519) towards read-bw-server
 #   atomic-bw-guest-client ib_atomic_bw (-p 18520) towards atomic-bw-server
+#   {write,send,read,atomic}-bw-guest-server  the tool as server in the guest
+#                        (-p 18521..18524); the host's *-bw-client services,
+#                        started through the control socket before the guest
+#                        boots, connect to it
 #
 # A pingpong case passes only if the tool exits 0 and prints its throughput
 # line, and the daemon's host service reports a finished session with every
@@ -27,7 +31,10 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client
-    read-bw-guest-client atomic-bw-guest-client)
+    read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server
+    read-bw-guest-server atomic-bw-guest-server)
+# tool, port of the guest-server cases
+BW_SERVERS=("write 18521" "send 18522" "read 18523" "atomic 18524")
 
 usage() {
     cat <<EOF
@@ -176,6 +183,11 @@ echo "== ib_read_bw: guest client, virtual host server"
 timeout 600 ib_read_bw -d rxe0 -x \$gidx -p 18519 -n $bw_iters $HOST_IP; echo "VH-RESULT case=read-bw-guest-client rc=\$?"
 echo "== ib_atomic_bw: guest client, virtual host server"
 timeout 600 ib_atomic_bw -d rxe0 -x \$gidx -p 18520 -n $bw_iters $HOST_IP; echo "VH-RESULT case=atomic-bw-guest-client rc=\$?"
+for t in write:18521 send:18522 read:18523 atomic:18524; do
+    v=\${t%%:*}; p=\${t##*:}
+    echo "== ib_\${v}_bw: guest server, virtual host client"
+    timeout 300 ib_\${v}_bw -d rxe0 -x \$gidx -p \$p -n $bw_iters; echo "VH-RESULT case=\$v-bw-guest-server rc=\$?"
+done
 rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
@@ -229,6 +241,12 @@ if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start pingpong-client --peer 
     cat "$d/ctl-start.txt" >&2
     fail_all "ctl host vh start pingpong-client failed"
 fi
+for t in "${BW_SERVERS[@]}"; do
+    read -r v p <<<"$t"
+    "$DAEMON" ctl --control "$d/ctl.sock" host vh start "$v-bw-client" --peer "$GUEST_IP" \
+        --port "$p" --iters "$bw_iters" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
+        fail_all "ctl host vh start $v-bw-client failed: $(tail -n 1 "$d/ctl-start.txt")"
+done
 cat "$d/ctl-start.txt"
 
 t0=$SECONDS
@@ -302,10 +320,10 @@ check_pingpong pingpong-guest-client pingpong-server "guest client, host server"
 # BW peak, BW average, message rate) from the tool's section of the output,
 # and the host's finished session with at least as many messages as
 # iterations (ib_write_bw's warm-up may add some).
-check_bw() {  # check_bw CASE HOST_KIND TOOL
-    local c=$1 kind=$2 tool=$3 rc row ok it ver err why=() j
+check_bw() {  # check_bw CASE HOST_KIND TOOL ROLE ("guest client" or "guest server")
+    local c=$1 kind=$2 tool=$3 role=$4 rc row ok it ver err why=() j
     rc="$(guest_rc "$c")"
-    row="$(sed -n "/^== $tool:/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
+    row="$(sed -n "/^== $tool: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
         grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
         tail -n 1 | tr -s ' \t' ' ')"
     read -r ok it ver err <<<"$(host_service "$kind")"
@@ -320,10 +338,14 @@ check_bw() {  # check_bw CASE HOST_KIND TOOL
         record FAIL "$c" "${j%; } (logs: $d)"
     fi
 }
-check_bw write-bw-guest-client write-bw-server ib_write_bw
-check_bw send-bw-guest-client send-bw-server ib_send_bw
-check_bw read-bw-guest-client read-bw-server ib_read_bw
-check_bw atomic-bw-guest-client atomic-bw-server ib_atomic_bw
+check_bw write-bw-guest-client write-bw-server ib_write_bw "guest client"
+check_bw send-bw-guest-client send-bw-server ib_send_bw "guest client"
+check_bw read-bw-guest-client read-bw-server ib_read_bw "guest client"
+check_bw atomic-bw-guest-client atomic-bw-server ib_atomic_bw "guest client"
+for t in "${BW_SERVERS[@]}"; do
+    read -r v p <<<"$t"
+    check_bw "$v-bw-guest-server" "$v-bw-client" "ib_${v}_bw" "guest server"
+done
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'
