@@ -602,6 +602,9 @@ pub struct PerftestClient {
     posted: u32,
     completed: u32,
     started: Instant,
+    /// When the first operation was posted, and how long all took.
+    run_started: Option<Instant>,
+    run_elapsed: Duration,
     last_progress: Instant,
     retry_at: Option<Instant>,
     connect_deadline: Instant,
@@ -668,6 +671,8 @@ impl PerftestClient {
             posted: 0,
             completed: 0,
             started: ctx.now,
+            run_started: None,
+            run_elapsed: Duration::ZERO,
             last_progress: ctx.now,
             retry_at: Some(ctx.now),
             sessions_ok: 0,
@@ -847,7 +852,19 @@ impl PerftestClient {
             }
             _ if len == KEY_MSG_LEN => self.keys.encode().to_vec(),
             8 => u64::from(self.spec.size).to_be_bytes().to_vec(),
-            9 => u64::from(self.spec.iters).to_be_bytes().to_vec(),
+            9 => u64::from(self.completed).to_be_bytes().to_vec(),
+            // Our measurement, for the tool's server to print: peak and
+            // average MiB/s, then Mpps (doubles, big-endian).
+            10..=12 => {
+                let secs = self.run_elapsed.as_secs_f64().max(1e-9);
+                let n = f64::from(self.completed);
+                let v = if self.step == 12 {
+                    n / secs / 1e6
+                } else {
+                    n * f64::from(self.spec.size) / secs / f64::from(1u32 << 20)
+                };
+                v.to_bits().to_be_bytes().to_vec()
+            }
             _ => vec![0u8; len],
         })
     }
@@ -1008,6 +1025,9 @@ impl PerftestClient {
                 }
                 if self.completed >= self.spec.iters {
                     self.phase = ClientPhase::Exchange;
+                    self.run_elapsed = self
+                        .run_started
+                        .map_or(Duration::ZERO, |t| ctx.now.saturating_duration_since(t));
                 } else {
                     self.post_ops(ctx).map_err(|e| e.to_string())?;
                     if ctx.now.saturating_duration_since(self.last_progress) >= STALL_TIMEOUT {
@@ -1032,6 +1052,7 @@ impl PerftestClient {
             }
             if self.step == self.run_before() && self.posted == 0 {
                 self.phase = ClientPhase::Running;
+                self.run_started = Some(ctx.now);
                 self.post_ops(ctx).map_err(|e| e.to_string())?;
                 return Ok(());
             }
