@@ -185,6 +185,9 @@ pub struct PerftestServer {
     sessions_failed: u64,
     last_iterations: u32,
     last_error: Option<String>,
+    /// Since when the last session's connection is closing; a peer that
+    /// never finishes the close is cut after [`STALL_TIMEOUT`].
+    closing_since: Option<Instant>,
 }
 
 impl PerftestServer {
@@ -211,6 +214,7 @@ impl PerftestServer {
             id,
             verb,
             received: 0,
+            closing_since: None,
             spec,
             sock: Some(sock),
             session: None,
@@ -225,6 +229,7 @@ impl PerftestServer {
         self.session
             .as_ref()
             .map(|s| s.last_progress + STALL_TIMEOUT)
+            .or(self.closing_since.map(|t| t + STALL_TIMEOUT))
     }
 
     pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
@@ -261,6 +266,7 @@ impl PerftestServer {
     fn end(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, String>) {
         let Some(s) = self.session.take() else { return };
         free(ctx.rdma, &s);
+        let failed = result.is_err();
         match result {
             Ok(n) => {
                 self.sessions_ok += 1;
@@ -289,10 +295,13 @@ impl PerftestServer {
         }
         if let Some(h) = self.sock {
             let sock = ctx.sockets.get_mut::<Socket>(h);
-            if sock.state() != State::Listen {
+            if failed {
+                sock.abort();
+            } else if sock.state() != State::Listen {
                 sock.close();
             }
         }
+        self.closing_since = Some(ctx.now);
     }
 
     /// SEND test: counts and reposts receives.
@@ -337,9 +346,24 @@ impl PerftestServer {
         if self.session.is_none() {
             match state {
                 State::Closed => {
+                    self.closing_since = None;
                     let _ = ctx.sockets.get_mut::<Socket>(h).listen(self.spec.port);
                     return false;
                 }
+                State::Listen | State::SynReceived => {}
+                State::Established if self.closing_since.is_none() => {}
+                _ => {
+                    // Still closing the last session's connection.
+                    if self
+                        .closing_since
+                        .is_some_and(|t| ctx.now.saturating_duration_since(t) >= STALL_TIMEOUT)
+                    {
+                        ctx.sockets.get_mut::<Socket>(h).abort();
+                    }
+                    return false;
+                }
+            }
+            match state {
                 State::Established => {
                     let peer = match ctx.sockets.get_mut::<Socket>(h).remote_endpoint() {
                         Some(e) => match e.addr {

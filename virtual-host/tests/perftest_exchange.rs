@@ -243,3 +243,53 @@ fn read_and_atomic_bw_servers_follow_the_write_exchange() {
         &[k, k, k, 8, 8, 8, 8, 8, k],
     );
 }
+
+#[test]
+fn garbage_keys_fail_the_session_and_the_server_listens_again() {
+    let mut now = Instant::now();
+    let mut a = VirtualHost::new(
+        HostConfig {
+            name: "a".into(),
+            mac: [2, 0, 0, 0, 0, 0x0a],
+            ipv4: IP_A,
+            prefix_len: 24,
+            limits: HostLimits::default(),
+            seed: 9,
+        },
+        now,
+    )
+    .unwrap();
+    let mut spec = ServiceSpec::new(ServiceKind::WriteBwServer);
+    spec.port = 18517;
+    a.start_service(spec, now).unwrap();
+    let mut c = Client::new(now);
+    let cx = c.iface.context();
+    c.sockets
+        .get_mut::<tcp::Socket>(c.h)
+        .connect(cx, (IpAddress::Ipv4(IP_A), 18517), 40001)
+        .unwrap();
+    pump(&mut a, &mut c, &mut now);
+    item(
+        &mut a,
+        &mut c,
+        &mut now,
+        &[b'6', b'.', b'2', b'4', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    );
+    item(&mut a, &mut c, &mut now, &[0, 0, 16, 0]);
+    item(&mut a, &mut c, &mut now, &[0, 0, 0, 64]);
+    item(&mut a, &mut c, &mut now, b"3\0");
+    assert_eq!(c.sock().send_slice(&[b'z'; KEY_MSG_LEN]), Ok(KEY_MSG_LEN));
+    for _ in 0..10 {
+        pump(&mut a, &mut c, &mut now);
+    }
+    assert!(!c.sock().is_open(), "the server reset the connection");
+    let st = a.status();
+    assert_eq!(st.services[0].sessions_failed, 1);
+    assert!(st.services[0]
+        .last_error
+        .as_deref()
+        .unwrap_or("")
+        .contains("keys"));
+    assert_eq!(st.services[0].state, "listening");
+    assert_eq!((st.qps, st.mrs), (0, 0));
+}
