@@ -654,10 +654,15 @@ impl PerftestClient {
         }
     }
 
-    /// Operations in flight at most (READ/atomic: the server's out_reads).
+    /// Operations in flight at most. READs go one at a time: a TCG guest
+    /// can pause longer than the ACK timeout in the middle of a train of
+    /// 64 response packets, and with several READs outstanding each
+    /// go-back-N retry makes the tool's responder replay all of them (seen
+    /// as a retransmission storm that starved a 200-READ run).
     fn depth(&self) -> u32 {
         match self.verb {
-            Verb::Read | Verb::Atomic => self.remote.map_or(1, |r| r.out_reads.clamp(1, 16)),
+            Verb::Read => 1,
+            Verb::Atomic => self.remote.map_or(1, |r| r.out_reads.clamp(1, 16)),
             Verb::Write | Verb::Send => 64,
         }
     }
@@ -935,7 +940,9 @@ impl PerftestClient {
                         sq_psn: self.keys.psn,
                         rq_psn: remote.psn,
                         dest_qpn: remote.qpn,
-                        timeout: 14,
+                        // 0.5 s rather than the tools' 67 ms: the peer is often a TCG
+                        // guest on a busy machine.
+                        timeout: 17,
                         retry_cnt: 7,
                         rnr_retry: 7,
                         min_rnr_timer: 12,
