@@ -10,7 +10,17 @@
 #                        host's pingpong-client service, started through the
 #                        control socket before the guest boots, connects to it
 #   pingpong-guest-client  ibv_rc_pingpong client in the guest towards the host's
-#                        pingpong-server service (port 18515, started by --host)
+#                        pingpong-server service (port 18515, from the config file)
+#   write-bw-guest-client  perftest ib_write_bw client in the guest (-p 18517)
+#                        towards the host's write-bw-server service
+#   send-bw-guest-client   perftest ib_send_bw client in the guest (-p 18518)
+#                        towards the host's send-bw-server service
+#   read-bw-guest-client   ib_read_bw (-p 18519) towards read-bw-server
+#   atomic-bw-guest-client ib_atomic_bw (-p 18520) towards atomic-bw-server
+#   {write,send,read,atomic}-bw-guest-server  the tool as server in the guest
+#                        (-p 18521..18524); the host's *-bw-client services,
+#                        started through the control socket before the guest
+#                        boots, connect to it
 #
 # A pingpong case passes only if the tool exits 0 and prints its throughput
 # line, and the daemon's host service reports a finished session with every
@@ -20,7 +30,11 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CASES=(ping pingpong-guest-server pingpong-guest-client)
+CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client
+    read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server
+    read-bw-guest-server atomic-bw-guest-server)
+# tool, port of the guest-server cases
+BW_SERVERS=("write 18521" "send 18522" "read 18523" "atomic 18524")
 
 usage() {
     cat <<EOF
@@ -31,6 +45,7 @@ Usage: ${0##*/} [options]
   --qemu PATH        QEMU; default: scripts/setup-qemu.sh
   --accel A          auto (default), kvm or tcg (passed to run-guests)
   --iters N          ibv_rc_pingpong iterations (default 1000, the tool's default)
+  --bw-iters N       ib_write_bw / ib_send_bw iterations (default 200)
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
@@ -39,7 +54,7 @@ Usage: ${0##*/} [options]
 EOF
 }
 
-build=1 profile=debug image="" qemu="" accel=auto iters=1000 timeout=900 logdir="" keep_logs=0 capture=0
+build=1 profile=debug image="" qemu="" accel=auto iters=1000 bw_iters=200 timeout=900 logdir="" keep_logs=0 capture=0
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -48,6 +63,7 @@ while (($#)); do
         --qemu) qemu="$2"; shift 2 ;;
         --accel) accel="$2"; shift 2 ;;
         --iters) iters="$2"; shift 2 ;;
+        --bw-iters) bw_iters="$2"; shift 2 ;;
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
@@ -159,6 +175,19 @@ echo "== pingpong: guest server, virtual host client"
 timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
 echo "== pingpong: guest client, virtual host server"
 timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
+echo "== ib_write_bw: guest client, virtual host server"
+timeout 600 ib_write_bw -d rxe0 -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
+echo "== ib_send_bw: guest client, virtual host server"
+timeout 600 ib_send_bw -d rxe0 -x \$gidx -p 18518 -n $bw_iters $HOST_IP; echo "VH-RESULT case=send-bw-guest-client rc=\$?"
+echo "== ib_read_bw: guest client, virtual host server"
+timeout 600 ib_read_bw -d rxe0 -x \$gidx -p 18519 -n $bw_iters $HOST_IP; echo "VH-RESULT case=read-bw-guest-client rc=\$?"
+echo "== ib_atomic_bw: guest client, virtual host server"
+timeout 600 ib_atomic_bw -d rxe0 -x \$gidx -p 18520 -n $bw_iters $HOST_IP; echo "VH-RESULT case=atomic-bw-guest-client rc=\$?"
+for t in write:18521 send:18522 read:18523 atomic:18524; do
+    v=\${t%%:*}; p=\${t##*:}
+    echo "== ib_\${v}_bw: guest server, virtual host client"
+    timeout 300 ib_\${v}_bw -d rxe0 -x \$gidx -p \$p -n $bw_iters; echo "VH-RESULT case=\$v-bw-guest-server rc=\$?"
+done
 rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
@@ -173,6 +202,22 @@ address = "$HOST_IP/24"
 [[host.service]]
 kind = "pingpong-server"
 iters = $iters
+[[host.service]]
+kind = "write-bw-server"
+port = 18517
+iters = $bw_iters
+[[host.service]]
+kind = "send-bw-server"
+port = 18518
+iters = $bw_iters
+[[host.service]]
+kind = "read-bw-server"
+port = 18519
+iters = $bw_iters
+[[host.service]]
+kind = "atomic-bw-server"
+port = 18520
+iters = $bw_iters
 EOF
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
@@ -196,6 +241,12 @@ if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start pingpong-client --peer 
     cat "$d/ctl-start.txt" >&2
     fail_all "ctl host vh start pingpong-client failed"
 fi
+for t in "${BW_SERVERS[@]}"; do
+    read -r v p <<<"$t"
+    "$DAEMON" ctl --control "$d/ctl.sock" host vh start "$v-bw-client" --peer "$GUEST_IP" \
+        --port "$p" --iters "$bw_iters" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
+        fail_all "ctl host vh start $v-bw-client failed: $(tail -n 1 "$d/ctl-start.txt")"
+done
 cat "$d/ctl-start.txt"
 
 t0=$SECONDS
@@ -264,6 +315,37 @@ check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
 }
 check_pingpong pingpong-guest-server pingpong-client "guest server, host client"
 check_pingpong pingpong-guest-client pingpong-server "guest client, host server"
+
+# perftest: the tool's exit status and its result row (size, iterations,
+# BW peak, BW average, message rate) from the tool's section of the output,
+# and the host's finished session with at least as many messages as
+# iterations (ib_write_bw's warm-up may add some).
+check_bw() {  # check_bw CASE HOST_KIND TOOL ROLE ("guest client" or "guest server")
+    local c=$1 kind=$2 tool=$3 role=$4 rc row ok it ver err why=() j
+    rc="$(guest_rc "$c")"
+    row="$(sed -n "/^== $tool: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
+        grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
+        tail -n 1 | tr -s ' \t' ' ')"
+    read -r ok it ver err <<<"$(host_service "$kind")"
+    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+    [[ -n $row ]] || why+=("no result row")
+    [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
+    [[ ${it:-0} -ge $bw_iters ]] || why+=("host $kind: ${it:-0} messages, want >= $bw_iters")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "guest $tool -n $bw_iters: row '$row'; host $kind accepted $it messages"
+    else
+        printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+check_bw write-bw-guest-client write-bw-server ib_write_bw "guest client"
+check_bw send-bw-guest-client send-bw-server ib_send_bw "guest client"
+check_bw read-bw-guest-client read-bw-server ib_read_bw "guest client"
+check_bw atomic-bw-guest-client atomic-bw-server ib_atomic_bw "guest client"
+for t in "${BW_SERVERS[@]}"; do
+    read -r v p <<<"$t"
+    check_bw "$v-bw-guest-server" "$v-bw-client" "ib_${v}_bw" "guest server"
+done
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'

@@ -26,7 +26,8 @@ enum Cmd {
         #[arg(long = "port", value_name = "SPEC")]
         ports: Vec<PortConfig>,
         /// Virtual host on the fabric running RDMA tool services:
-        /// NAME=IP/PREFIX[,mac=MAC][,service=pingpong-server|pingpong-client@PEER]...[,max-qps=N][,max-mrs=N][,max-tcp=N]
+        /// NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N];
+        /// KIND: pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server, {write,send,read,atomic}-bw-client
         #[arg(long = "host", value_name = "SPEC")]
         hosts: Vec<HostSpec>,
         /// TOML configuration file (ports from flags are added to it).
@@ -93,7 +94,9 @@ enum HostOp {
     /// Start a service, e.g. `pingpong-client --peer 10.77.0.1` to run
     /// ibv_rc_pingpong's client role against a guest's server.
     Start {
-        /// pingpong-server, pingpong-client, rping-server or rping-client.
+        /// pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server,
+        /// {write,send,read,atomic}-bw-client, rping-server, rping-client,
+        /// ucmatose-server or ucmatose-client.
         kind: String,
         /// The guest to connect to (client services).
         #[arg(long)]

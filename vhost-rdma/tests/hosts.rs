@@ -229,3 +229,97 @@ fn control_socket_starts_and_stops_services_with_clear_errors() {
     assert_eq!(hosts[0].services.len(), 1);
     assert_eq!(hosts[0].qps, 0, "the stopped client's QP is gone");
 }
+
+/// Two virtual hosts in one daemon, switched by the fabric: the host threads,
+/// their timers and the control socket carry whole sessions.
+#[test]
+fn two_virtual_hosts_run_sessions_through_the_daemon() {
+    let dir = TempDir::new("hosts2");
+    let port = TestFabric::port_config(dir.path(), 0, 1);
+    let a: HostSpec = "vha=10.77.0.20/24,service=pingpong-server".parse().unwrap();
+    let b: HostSpec = "vhb=10.77.0.21/24".parse().unwrap();
+    let ctl = dir.path().join("ctl.sock");
+    let server = Server::start(DaemonConfig {
+        ports: vec![port],
+        hosts: vec![a, b],
+        control: Some(ctl.clone()),
+        ..DaemonConfig::default()
+    })
+    .expect("Server::start");
+    let start = |host: &str, kind: &str, peer: Option<Ipv4Addr>, port: Option<u16>, echo: bool| {
+        let r = request(
+            &ctl,
+            &Request::HostStart {
+                host: host.into(),
+                service: ServiceRequest {
+                    kind: kind.into(),
+                    peer,
+                    port,
+                    iters: Some(100),
+                    size: Some(4096),
+                    echo,
+                    ..ServiceRequest::default()
+                },
+            },
+        )
+        .unwrap();
+        assert!(r.ok, "{r:?}");
+    };
+    // vha's pingpong server runs 1000 iterations by default: start one with 100.
+    start("vha", "pingpong-server", None, Some(18600), false);
+    start("vha", "write-bw-server", None, Some(18601), false);
+    start(
+        "vhb",
+        "pingpong-client",
+        Some(Ipv4Addr::new(10, 77, 0, 20)),
+        Some(18600),
+        true,
+    );
+    start(
+        "vhb",
+        "write-bw-client",
+        Some(Ipv4Addr::new(10, 77, 0, 20)),
+        Some(18601),
+        false,
+    );
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let done = |kind: &str, hosts: &[vhost_rdma::hosts::HostStats]| {
+        hosts
+            .iter()
+            .flat_map(|h| h.services.iter())
+            .filter(|s| s.kind == kind && s.sessions_ok >= 1)
+            .map(|s| s.last_iterations)
+            .next()
+    };
+    let mut hosts = Vec::new();
+    while std::time::Instant::now() < end {
+        hosts = request(&ctl, &Request::Hosts).unwrap().hosts.unwrap();
+        if ["pingpong-client", "write-bw-client", "write-bw-server"]
+            .iter()
+            .all(|k| done(k, &hosts).is_some())
+            && hosts[0]
+                .services
+                .iter()
+                .any(|s| s.port == 18600 && s.sessions_ok == 1)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(done("pingpong-client", &hosts), Some(100), "{hosts:#?}");
+    assert_eq!(done("write-bw-client", &hosts), Some(100), "{hosts:#?}");
+    assert_eq!(done("write-bw-server", &hosts), Some(100), "{hosts:#?}");
+    let srv = hosts[0]
+        .services
+        .iter()
+        .find(|s| s.port == 18600)
+        .expect("pingpong server on 18600");
+    assert_eq!(
+        (srv.sessions_ok, srv.last_iterations, srv.last_verified),
+        (1, 100, 99)
+    );
+    assert!(hosts
+        .iter()
+        .all(|h| h.roce_icrc_errors == 0 && h.roce_malformed == 0));
+    server.shutdown().unwrap();
+}

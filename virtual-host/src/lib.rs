@@ -10,12 +10,14 @@
 //! * RoCEv2 (UDP 4791) bypasses smoltcp and goes to roce-model RC queue pairs
 //!   ([`rdma::RdmaDevice`]), with the ICRC checked and sealed here;
 //! * services ([`service`]) speak the RDMA tools' application protocols on top
-//!   (`ibv_rc_pingpong` server and client so far).
+//!   (`ibv_rc_pingpong` and perftest's `ib_{write,send,read,atomic}_bw`,
+//!   each as server and as client).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod iwarp;
+pub mod perftest;
 pub mod pingpong;
 pub mod rdma;
 pub mod rping;

@@ -120,6 +120,12 @@ impl RdmaDevice {
     /// Registers a zeroed region of `len` bytes at iova 0 with local write
     /// access; returns its lkey.
     pub fn register_mr(&mut self, len: usize) -> Result<u32, HostError> {
+        self.register_mr_access(len, Access::LOCAL_WRITE)
+    }
+
+    /// Registers a zeroed region of `len` bytes at iova 0 with `access`;
+    /// returns its lkey (= rkey).
+    pub fn register_mr_access(&mut self, len: usize, access: Access) -> Result<u32, HostError> {
         if self.mrs.len() >= self.limits.max_mrs {
             return Err(HostError::Limit {
                 what: "memory regions",
@@ -135,7 +141,7 @@ impl RdmaDevice {
         }
         let keys = self
             .mem
-            .register(self.pd, 0, vec![0u8; len], Access::LOCAL_WRITE)
+            .register(self.pd, 0, vec![0u8; len], access)
             .map_err(|e| HostError::Rdma(e.to_string()))?;
         self.mrs.push((keys.lkey, len));
         Ok(keys.lkey)
@@ -227,6 +233,11 @@ impl RdmaDevice {
         let e = self.qps.get_mut(&qpn).ok_or(HostError::NoSuchQp(qpn))?;
         e.qp.post_recv(wr)
             .map_err(|e| HostError::Rdma(e.to_string()))
+    }
+
+    /// A QP's counters.
+    pub fn qp_stats(&self, qpn: u32) -> Option<roce_model::QpStats> {
+        self.qps.get(&qpn).map(|e| *e.qp.stats())
     }
 
     /// The next completion of a QP.

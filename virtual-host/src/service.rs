@@ -1,6 +1,7 @@
 //! Services: state machines speaking an RDMA tool's application protocol on
 //! top of the host's TCP sockets and RC queue pairs.
 
+use crate::perftest::{PerftestClient, PerftestServer, Verb};
 use crate::pingpong::{Pingpong, Role};
 use crate::rping::Rping;
 use crate::{HostError, RdmaDevice, ServiceCtx};
@@ -25,13 +26,37 @@ pub enum ServiceKind {
     UcmatoseServer,
     /// `ucmatose -s PEER` client over iWARP.
     UcmatoseClient,
+    /// perftest `ib_write_bw` server (RC, TCP exchange with a GID).
+    WriteBwServer,
+    /// perftest `ib_send_bw` server (RC, TCP exchange with a GID).
+    SendBwServer,
+    /// perftest `ib_read_bw` server (RC, TCP exchange with a GID).
+    ReadBwServer,
+    /// perftest `ib_atomic_bw` server (RC, TCP exchange with a GID).
+    AtomicBwServer,
+    /// perftest `ib_write_bw` client towards the tool's server.
+    WriteBwClient,
+    /// perftest `ib_send_bw` client towards the tool's server.
+    SendBwClient,
+    /// perftest `ib_read_bw` client towards the tool's server.
+    ReadBwClient,
+    /// perftest `ib_atomic_bw` client towards the tool's server.
+    AtomicBwClient,
 }
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 6] = [
+    pub const ALL: [ServiceKind; 14] = [
         ServiceKind::PingpongServer,
         ServiceKind::PingpongClient,
+        ServiceKind::WriteBwServer,
+        ServiceKind::SendBwServer,
+        ServiceKind::ReadBwServer,
+        ServiceKind::AtomicBwServer,
+        ServiceKind::WriteBwClient,
+        ServiceKind::SendBwClient,
+        ServiceKind::ReadBwClient,
+        ServiceKind::AtomicBwClient,
         ServiceKind::RpingServer,
         ServiceKind::RpingClient,
         ServiceKind::UcmatoseServer,
@@ -42,7 +67,13 @@ impl ServiceKind {
     pub fn is_client(self) -> bool {
         matches!(
             self,
-            ServiceKind::PingpongClient | ServiceKind::RpingClient | ServiceKind::UcmatoseClient
+            ServiceKind::PingpongClient
+                | ServiceKind::WriteBwClient
+                | ServiceKind::SendBwClient
+                | ServiceKind::ReadBwClient
+                | ServiceKind::AtomicBwClient
+                | ServiceKind::RpingClient
+                | ServiceKind::UcmatoseClient
         )
     }
 }
@@ -56,6 +87,14 @@ impl fmt::Display for ServiceKind {
             ServiceKind::RpingClient => "rping-client",
             ServiceKind::UcmatoseServer => "ucmatose-server",
             ServiceKind::UcmatoseClient => "ucmatose-client",
+            ServiceKind::WriteBwServer => "write-bw-server",
+            ServiceKind::SendBwServer => "send-bw-server",
+            ServiceKind::ReadBwServer => "read-bw-server",
+            ServiceKind::AtomicBwServer => "atomic-bw-server",
+            ServiceKind::WriteBwClient => "write-bw-client",
+            ServiceKind::SendBwClient => "send-bw-client",
+            ServiceKind::ReadBwClient => "read-bw-client",
+            ServiceKind::AtomicBwClient => "atomic-bw-client",
         })
     }
 }
@@ -67,8 +106,10 @@ impl FromStr for ServiceKind {
             .into_iter()
             .find(|k| k.to_string() == s)
             .ok_or_else(|| {
+                let known: Vec<String> = ServiceKind::ALL.iter().map(|k| k.to_string()).collect();
                 HostError::Invalid(format!(
-                    "service {s:?}: known services are pingpong-server, pingpong-client, rping-server, rping-client, ucmatose-server, ucmatose-client"
+                    "service {s:?}: known services are {}",
+                    known.join(", ")
                 ))
             })
     }
@@ -110,13 +151,41 @@ pub const MAX_RX_DEPTH: u32 = 4096;
 impl ServiceSpec {
     /// A spec with the tool's defaults.
     pub fn new(kind: ServiceKind) -> Self {
+        if kind == ServiceKind::AtomicBwClient {
+            // ib_atomic_bw's operations are 8 bytes.
+            return ServiceSpec {
+                size: 8,
+                ..ServiceSpec::new(ServiceKind::WriteBwClient)
+            }
+            .with_kind(kind);
+        }
+        if matches!(
+            kind,
+            ServiceKind::WriteBwServer
+                | ServiceKind::SendBwServer
+                | ServiceKind::ReadBwServer
+                | ServiceKind::AtomicBwServer
+                | ServiceKind::WriteBwClient
+                | ServiceKind::SendBwClient
+                | ServiceKind::ReadBwClient
+        ) {
+            // perftest's defaults: 64 KiB messages, 5000 iterations, 512
+            // receives.
+            return ServiceSpec {
+                size: 65536,
+                iters: 5000,
+                rx_depth: 512,
+                ..ServiceSpec::new(ServiceKind::PingpongServer)
+            }
+            .with_kind(kind);
+        }
         use crate::rping::{DEFAULT_PORT, DEFAULT_SIZE, UCMATOSE_PORT, UCMATOSE_SIZE};
         let (port, size, iters) = match kind {
             ServiceKind::RpingServer | ServiceKind::RpingClient => (DEFAULT_PORT, DEFAULT_SIZE, 10),
             ServiceKind::UcmatoseServer | ServiceKind::UcmatoseClient => {
                 (UCMATOSE_PORT, UCMATOSE_SIZE, 10)
             }
-            ServiceKind::PingpongServer | ServiceKind::PingpongClient => (18515, 4096, 1000),
+            _ => (18515, 4096, 1000),
         };
         ServiceSpec {
             kind,
@@ -130,6 +199,11 @@ impl ServiceSpec {
             echo: false,
             mpa_crc: false,
         }
+    }
+
+    fn with_kind(mut self, kind: ServiceKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// Checks ranges.
@@ -184,17 +258,19 @@ pub struct ServiceStatus {
     pub progress: (u32, u32),
 }
 
-/// A running service.
-pub struct Service {
-    id: u32,
-    inner: Inner,
-}
-
 // A handful of services per host: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Inner {
     Pingpong(Pingpong),
+    Perftest(PerftestServer),
+    PerftestClient(PerftestClient),
     Rping(Rping),
+}
+
+/// A running service.
+pub struct Service {
+    id: u32,
+    inner: Inner,
 }
 
 impl Service {
@@ -223,6 +299,30 @@ impl Service {
                 };
                 Inner::Rping(Rping::start(id, proto, role, spec, ctx)?)
             }
+            ServiceKind::WriteBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Write, spec, ctx)?)
+            }
+            ServiceKind::SendBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Send, spec, ctx)?)
+            }
+            ServiceKind::ReadBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Read, spec, ctx)?)
+            }
+            ServiceKind::AtomicBwServer => {
+                Inner::Perftest(PerftestServer::start(id, Verb::Atomic, spec, ctx)?)
+            }
+            ServiceKind::WriteBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Write, spec, ctx)?)
+            }
+            ServiceKind::SendBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Send, spec, ctx)?)
+            }
+            ServiceKind::ReadBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Read, spec, ctx)?)
+            }
+            ServiceKind::AtomicBwClient => {
+                Inner::PerftestClient(PerftestClient::start(id, Verb::Atomic, spec, ctx)?)
+            }
         };
         Ok(Service { id, inner })
     }
@@ -236,6 +336,8 @@ impl Service {
         match &mut self.inner {
             Inner::Pingpong(p) => p.step(ctx),
             Inner::Rping(r) => r.step(ctx),
+            Inner::Perftest(w) => w.step(ctx),
+            Inner::PerftestClient(c) => c.step(ctx),
         }
     }
 
@@ -243,6 +345,8 @@ impl Service {
         match &self.inner {
             Inner::Pingpong(p) => p.poll_timeout(),
             Inner::Rping(r) => r.poll_timeout(),
+            Inner::Perftest(w) => w.poll_timeout(),
+            Inner::PerftestClient(c) => c.poll_timeout(),
         }
     }
 
@@ -250,12 +354,16 @@ impl Service {
         match &mut self.inner {
             Inner::Pingpong(p) => p.teardown(sockets, rdma),
             Inner::Rping(r) => r.teardown(sockets, rdma),
+            Inner::Perftest(w) => w.teardown(sockets, rdma),
+            Inner::PerftestClient(c) => c.teardown(sockets, rdma),
         }
     }
 
     pub(crate) fn status(&self) -> ServiceStatus {
         match &self.inner {
             Inner::Pingpong(p) => p.status(self.id),
+            Inner::Perftest(w) => w.status(self.id),
+            Inner::PerftestClient(c) => c.status(self.id),
             Inner::Rping(r) => r.status(self.id),
         }
     }
@@ -264,7 +372,7 @@ impl Service {
     pub fn iwarp_counters(&self) -> crate::iwarp::IwarpCounters {
         match &self.inner {
             Inner::Rping(r) => r.counters(),
-            Inner::Pingpong(_) => Default::default(),
+            _ => Default::default(),
         }
     }
 }

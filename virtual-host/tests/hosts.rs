@@ -454,3 +454,58 @@ fn client_reaches_a_peer_that_was_silent_for_a_while() {
         .position(|e| matches!(e.kind, EventKind::SessionStarted { .. }));
     assert!(started.is_some());
 }
+
+fn perftest_pair(server: ServiceKind, client: ServiceKind, port: u16, drop_every: usize) {
+    let now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    let mut srv = ServiceSpec::new(server);
+    srv.port = port;
+    srv.iters = 40;
+    // 4 KiB messages keep the debug-build test short; the tools' 64 KiB
+    // default runs in the guest test.
+    srv.size = 4096;
+    a.start_service(srv, now).unwrap();
+    let mut cli = ServiceSpec::new(client);
+    cli.port = port;
+    cli.iters = 40;
+    cli.size = cli.size.min(4096);
+    cli.peer = Some(IP_A);
+    b.start_service(cli, now).unwrap();
+    let (ea, eb) = run_pair(
+        &mut a,
+        &mut b,
+        now,
+        Duration::from_secs(300),
+        drop_every,
+        |ea, eb| {
+            (finished(ea).is_some() && finished(eb).is_some())
+                || failed(ea).is_some()
+                || failed(eb).is_some()
+        },
+    );
+    assert_eq!(failed(&ea), None, "{server}: {ea:?}");
+    assert_eq!(failed(&eb), None, "{client}: {eb:?}");
+    let (si, _) = finished(&ea).expect("server finished");
+    let (ci, _) = finished(&eb).expect("client finished");
+    assert_eq!(ci, 40, "{client} completed every operation");
+    assert_eq!(si, 40, "{server} accepted every message");
+    let (sa, sb) = (a.status(), b.status());
+    assert_eq!(sa.mrs + sb.mrs, 0, "buffers released");
+    assert_eq!(sb.services[0].state, "done");
+    assert_eq!(sa.services[0].state, "listening");
+}
+
+#[test]
+fn perftest_clients_against_perftest_servers() {
+    use ServiceKind::*;
+    for (s, c, port) in [
+        (WriteBwServer, WriteBwClient, 18517),
+        (SendBwServer, SendBwClient, 18518),
+        (ReadBwServer, ReadBwClient, 18519),
+        (AtomicBwServer, AtomicBwClient, 18520),
+    ] {
+        perftest_pair(s, c, port, 0);
+        perftest_pair(s, c, port, 29);
+    }
+}
