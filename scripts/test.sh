@@ -8,7 +8,9 @@
 #      both QEMU forms, QEMU 11.1 and the stock 7.2) and scripts/e2e-rss.sh
 #      (RSS, hash report and flow rules with 4 queue pairs) and
 #      scripts/e2e-vhost.sh (a guest's rxe against a virtual host: ping,
-#      ibv_rc_pingpong both roles, ib_write/send/read/atomic_bw)
+#      ibv_rc_pingpong both roles, ib_write/send/read/atomic_bw) and
+#      scripts/e2e-vhost-iwarp.sh (a guest's siw against a virtual host:
+#      rping -V both roles with MPA CRC off and on, ucmatose both roles)
 # and ends with one line "N passed, M failed, K skipped" counting every
 # step, test and case. A step that cannot run here prints SKIPPED and why.
 #
@@ -106,8 +108,21 @@ if [[ $e2e -eq 1 ]]; then
     else
         failed=$((failed + 1)); echo "--- FAIL e2e-vhost printed no summary (rc=$rc)"
     fi
+    # A guest's siw against a virtual host (iWARP).
+    say "guest end-to-end: scripts/e2e-vhost-iwarp.sh"
+    log="$(mktemp)"
+    "$ROOT/scripts/e2e-vhost-iwarp.sh" --no-build --profile release 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
+    rm -f "$log"
+    if [[ -n $line ]]; then
+        read -r ep ef es < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
+        passed=$((passed + ep)); failed=$((failed + ef)); skipped=$((skipped + ${es:-0}))
+    else
+        failed=$((failed + 1)); echo "--- FAIL e2e-vhost-iwarp printed no summary (rc=$rc)"
+    fi
 else
-    skipped=$((skipped + 3)); echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost): --no-e2e given"
+    skipped=$((skipped + 4)); echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost, e2e-vhost-iwarp): --no-e2e given"
 fi
 
 echo
