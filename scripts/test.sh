@@ -6,9 +6,13 @@
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
 #      both QEMU forms, QEMU 11.1 and the stock 7.2) and scripts/e2e-rss.sh
-#      (RSS, hash report and flow rules with 4 queue pairs), then the quick
-#      tier of the guest RDMA matrix: ci/matrix.sh --quick (7.3: rxe tools,
-#      SMC-R streams)
+#      (RSS, hash report and flow rules with 4 queue pairs),
+#      scripts/e2e-vhost.sh (a guest's rxe against a virtual host: ping,
+#      ibv_rc_pingpong both roles, ib_write/send/read/atomic_bw),
+#      scripts/e2e-vhost-iwarp.sh (a guest's siw against a virtual host:
+#      rping -V both roles with MPA CRC off and on, ucmatose both roles)
+#      and the quick tier of the guest RDMA matrix: ci/matrix.sh --quick
+#      (7.3: rxe tools and verbs tests, SMC-R streams, tshark on captures)
 # and ends with one line "N passed, M failed, K skipped" counting every
 # step, test and case. A step that cannot run here prints SKIPPED and why.
 #
@@ -27,7 +31,7 @@ while (($#)); do
     case "$1" in
         --no-e2e) e2e=0; shift ;;
         --e2e-case) e2e_args+=(--case "$2"); shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -67,19 +71,30 @@ fi
 [[ $ti -gt 0 ]] && echo "SKIPPED: $ti ignored cargo tests (see above)"
 
 # --- guest end-to-end tier -----------------------------------------------------------
-if [[ $e2e -eq 1 ]]; then
-    say "guest end-to-end: scripts/e2e-fabric.sh ${e2e_args[*]}"
+# guest_script NAME CMD...: run a guest script and add its closing
+# "N passed, M failed, K skipped" line to the totals.
+guest_script() {
+    local name="$1" log rc line gp gf gs
+    shift
+    say "guest end-to-end: $name"
     log="$(mktemp)"
-    "$ROOT/scripts/e2e-fabric.sh" "${e2e_args[@]}" 2>&1 | tee "$log"
+    "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
     rm -f "$log"
     if [[ -n $line ]]; then
-        read -r ep ef es < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
-        passed=$((passed + ep)); failed=$((failed + ef)); skipped=$((skipped + ${es:-0}))
+        read -r gp gf gs < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
+        passed=$((passed + gp)); failed=$((failed + gf)); skipped=$((skipped + ${gs:-0}))
+        if [[ $rc -ne 0 && $gf -eq 0 ]]; then
+            failed=$((failed + 1)); echo "--- FAIL $name exited $rc"
+        fi
     else
-        failed=$((failed + 1)); echo "--- FAIL e2e-fabric printed no summary (rc=$rc)"
+        failed=$((failed + 1)); echo "--- FAIL $name printed no summary (rc=$rc)"
     fi
+}
+
+if [[ $e2e -eq 1 ]]; then
+    guest_script "scripts/e2e-fabric.sh ${e2e_args[*]}" "$ROOT/scripts/e2e-fabric.sh" "${e2e_args[@]}"
     # Steering, RSS and hash report in a guest (test-device form, 4 queue pairs).
     say "guest end-to-end: scripts/e2e-rss.sh"
     log="$(mktemp)"
@@ -93,26 +108,18 @@ if [[ $e2e -eq 1 ]]; then
         failed=$((failed + 1)); echo "--- FAIL e2e-rss (rc=$rc)"
     fi
     rm -f "$log"
+    # A guest's rxe and siw against virtual hosts (e2e-fabric's release build).
+    guest_script scripts/e2e-vhost.sh "$ROOT/scripts/e2e-vhost.sh" --no-build --profile release
+    guest_script scripts/e2e-vhost-iwarp.sh "$ROOT/scripts/e2e-vhost-iwarp.sh" --no-build --profile release
     # RDMA and SMC-R between two guests: the quick tier of the guest matrix
-    # (7.3/rxe: the rdma-core tools; 7.3/smcr: SMC-R streams, every byte
-    # verified). The whole matrix (6.12, siw, negative SMC cell) is the
+    # (7.3/rxe: the rdma-core tools and the verbs tests; 7.3/smcr: SMC-R
+    # streams, every byte verified; tshark over both cells' captures). The
+    # whole matrix (6.12, siw, loss, failover, negative SMC cell) is the
     # second tier: ci/matrix.sh (ci/README.md, results in ci/RESULTS.md).
-    say "guest matrix quick tier: ci/matrix.sh --quick"
-    log="$(mktemp)"
-    "$ROOT/ci/matrix.sh" --quick 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
-    rm -f "$log"
-    if [[ -n $line ]]; then
-        read -r mp mf ms < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
-        passed=$((passed + mp)); failed=$((failed + mf)); skipped=$((skipped + ${ms:-0}))
-        [[ $rc -ne 0 && $mf -eq 0 ]] && { failed=$((failed + 1)); echo "--- FAIL ci/matrix.sh exited $rc"; }
-    else
-        failed=$((failed + 1)); echo "--- FAIL ci/matrix.sh --quick printed no summary (rc=$rc)"
-    fi
+    guest_script "ci/matrix.sh --quick" "$ROOT/ci/matrix.sh" --quick
 else
-    skipped=$((skipped + 3))
-    echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, ci/matrix.sh --quick): --no-e2e given"
+    skipped=$((skipped + 5))
+    echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost, e2e-vhost-iwarp, ci/matrix.sh --quick): --no-e2e given"
 fi
 
 echo

@@ -249,10 +249,129 @@ impl Limits {
     }
 }
 
+/// A virtual host on the fabric (`virtual-host` crate): an endpoint with a
+/// MAC and an IPv4 address running RDMA tool services.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostSpec {
+    pub name: String,
+    pub mac: MacAddr,
+    pub ipv4: std::net::Ipv4Addr,
+    pub prefix_len: u8,
+    pub limits: virtual_host::HostLimits,
+    /// Services started with the host.
+    pub services: Vec<virtual_host::ServiceSpec>,
+}
+
+impl HostSpec {
+    /// A host with defaults for everything but name and address.
+    pub fn new(name: &str, ipv4: std::net::Ipv4Addr, prefix_len: u8) -> Self {
+        HostSpec {
+            name: name.to_string(),
+            mac: MacAddr::from_name(&format!("host-{name}")),
+            ipv4,
+            prefix_len,
+            limits: virtual_host::HostLimits::default(),
+            services: Vec::new(),
+        }
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!(
+                "host name {:?} must be non-empty ASCII letters, digits, '-' or '_'",
+                self.name
+            );
+        }
+        if self.prefix_len == 0 || self.prefix_len > 32 {
+            bail!("host {}: prefix length must be 1..=32", self.name);
+        }
+        if self.ipv4.is_unspecified() || self.ipv4.is_multicast() || self.ipv4.is_broadcast() {
+            bail!("host {}: {} is not a unicast address", self.name, self.ipv4);
+        }
+        for s in &self.services {
+            s.validate()
+                .map_err(|e| anyhow::anyhow!("host {}: {e}", self.name))?;
+        }
+        Ok(())
+    }
+}
+
+/// `IP/PREFIX`.
+fn parse_cidr(s: &str) -> anyhow::Result<(std::net::Ipv4Addr, u8)> {
+    let (ip, len) = s
+        .split_once('/')
+        .with_context(|| format!("address {s:?} must be IPv4/PREFIX, e.g. 10.77.0.10/24"))?;
+    let ip = ip
+        .parse()
+        .with_context(|| format!("bad IPv4 address {ip:?}"))?;
+    let len = len
+        .parse()
+        .with_context(|| format!("bad prefix length {len:?}"))?;
+    Ok((ip, len))
+}
+
+/// `KIND` or `KIND@PEER` (a client towards PEER).
+fn parse_service(s: &str) -> anyhow::Result<virtual_host::ServiceSpec> {
+    let (kind, peer) = match s.split_once('@') {
+        Some((k, p)) => (k, Some(p)),
+        None => (s, None),
+    };
+    let kind: virtual_host::ServiceKind = kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut spec = virtual_host::ServiceSpec::new(kind);
+    if let Some(p) = peer {
+        spec.peer = Some(p.parse().with_context(|| format!("bad peer {p:?}"))?);
+    }
+    Ok(spec)
+}
+
+impl FromStr for HostSpec {
+    type Err = anyhow::Error;
+    /// `NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N]`
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let mut parts = s.split(',');
+        let head = parts.next().unwrap_or_default();
+        let Some((name, addr)) = head.split_once('=') else {
+            bail!("--host {s:?}: expected NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]");
+        };
+        let (ip, len) = parse_cidr(addr).with_context(|| format!("--host {s:?}"))?;
+        let mut h = HostSpec::new(name, ip, len);
+        for kv in parts {
+            let Some((k, v)) = kv.split_once('=') else {
+                bail!("--host {s:?}: option {kv:?} is not key=value")
+            };
+            match k {
+                "mac" => h.mac = v.parse()?,
+                "service" => h.services.push(parse_service(v)?),
+                "max-qps" => {
+                    h.limits.max_qps = v.parse().with_context(|| format!("max-qps={v}"))?
+                }
+                "max-mrs" => {
+                    h.limits.max_mrs = v.parse().with_context(|| format!("max-mrs={v}"))?
+                }
+                "max-tcp" => {
+                    h.limits.max_tcp_sockets = v.parse().with_context(|| format!("max-tcp={v}"))?
+                }
+                _ => bail!(
+                    "--host {s:?}: unknown option {k:?} (mac, service, max-qps, max-mrs, max-tcp)"
+                ),
+            }
+        }
+        h.check()?;
+        Ok(h)
+    }
+}
+
 /// Whole daemon configuration.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DaemonConfig {
     pub ports: Vec<PortConfig>,
+    /// Virtual hosts (`--host`, `[[host]]`).
+    pub hosts: Vec<HostSpec>,
     pub control: Option<PathBuf>,
     /// Fault rules installed at start (`[[fault]]`).
     pub faults: Vec<crate::faults::FaultSpec>,
@@ -274,6 +393,66 @@ struct FileConfig {
     limits: Limits,
     #[serde(default)]
     checker: crate::checker::CheckerSettings,
+    #[serde(default, rename = "host")]
+    hosts: Vec<FileHost>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileHost {
+    name: String,
+    address: String,
+    mac: Option<String>,
+    max_qps: Option<usize>,
+    max_mrs: Option<usize>,
+    max_tcp_sockets: Option<usize>,
+    #[serde(default)]
+    service: Vec<FileService>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileService {
+    kind: String,
+    peer: Option<std::net::Ipv4Addr>,
+    port: Option<u16>,
+    size: Option<u32>,
+    iters: Option<u32>,
+    rx_depth: Option<u32>,
+    mtu: Option<u32>,
+    connect_timeout_secs: Option<u64>,
+    mpa_crc: Option<bool>,
+}
+
+impl FileService {
+    fn spec(&self) -> anyhow::Result<virtual_host::ServiceSpec> {
+        let kind: virtual_host::ServiceKind =
+            self.kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut s = virtual_host::ServiceSpec::new(kind);
+        s.peer = self.peer;
+        if let Some(v) = self.port {
+            s.port = v;
+        }
+        if let Some(v) = self.size {
+            s.size = v;
+        }
+        if let Some(v) = self.iters {
+            s.iters = v;
+        }
+        if let Some(v) = self.rx_depth {
+            s.rx_depth = v;
+        }
+        if let Some(v) = self.mtu {
+            s.mtu = v;
+        }
+        if let Some(v) = self.connect_timeout_secs {
+            s.connect_timeout = std::time::Duration::from_secs(v);
+        }
+        if let Some(v) = self.mpa_crc {
+            s.mpa_crc = v;
+        }
+        Ok(s)
+    }
 }
 
 #[derive(Deserialize)]
@@ -296,12 +475,35 @@ impl DaemonConfig {
         let mut cfg = DaemonConfig {
             control: f.control,
             ports: Vec::new(),
+            hosts: Vec::new(),
             faults: f.faults,
             limits: f.limits,
             checker: f.checker,
         };
         cfg.limits.check()?;
         cfg.checker.check()?;
+        for fh in f.hosts {
+            let (ip, len) = parse_cidr(&fh.address).with_context(|| format!("host {}", fh.name))?;
+            let mut h = HostSpec::new(&fh.name, ip, len);
+            if let Some(m) = fh.mac {
+                h.mac = m.parse()?;
+            }
+            if let Some(v) = fh.max_qps {
+                h.limits.max_qps = v;
+            }
+            if let Some(v) = fh.max_mrs {
+                h.limits.max_mrs = v;
+            }
+            if let Some(v) = fh.max_tcp_sockets {
+                h.limits.max_tcp_sockets = v;
+            }
+            for fs in &fh.service {
+                h.services
+                    .push(fs.spec().with_context(|| format!("host {}", fh.name))?);
+            }
+            h.check()?;
+            cfg.hosts.push(h);
+        }
         for fp in f.ports {
             let mut p = PortConfig::new(&fp.name, fp.socket);
             if let Some(m) = fp.mac {
@@ -345,6 +547,43 @@ impl DaemonConfig {
                     p.flow_rules.len(),
                     self.limits.flow_rules
                 );
+            }
+        }
+        for (i, h) in self.hosts.iter().enumerate() {
+            h.check()?;
+            for p in &self.ports {
+                if p.name == h.name {
+                    bail!("a port and a host are both named {}", h.name);
+                }
+                if p.mac == h.mac {
+                    bail!(
+                        "port {} and host {} have the same MAC {}",
+                        p.name,
+                        h.name,
+                        h.mac
+                    );
+                }
+            }
+            for o in &self.hosts[i + 1..] {
+                if o.name == h.name {
+                    bail!("two hosts are named {}", h.name);
+                }
+                if o.mac == h.mac {
+                    bail!(
+                        "hosts {} and {} have the same MAC {}",
+                        h.name,
+                        o.name,
+                        h.mac
+                    );
+                }
+                if o.ipv4 == h.ipv4 {
+                    bail!(
+                        "hosts {} and {} have the same address {}",
+                        h.name,
+                        o.name,
+                        h.ipv4
+                    );
+                }
             }
         }
         for (i, a) in self.ports.iter().enumerate() {
@@ -499,6 +738,41 @@ mod tests {
     }
 
     #[test]
+    fn host_flag_and_toml_agree() {
+        let h: HostSpec =
+            "vh=10.77.0.10/24,mac=52:54:00:00:01:0a,service=pingpong-server,service=pingpong-client@10.77.0.1,max-qps=8"
+                .parse()
+                .unwrap();
+        assert_eq!(h.ipv4, std::net::Ipv4Addr::new(10, 77, 0, 10));
+        assert_eq!(h.prefix_len, 24);
+        assert_eq!(h.limits.max_qps, 8);
+        assert_eq!(h.services.len(), 2);
+        assert_eq!(
+            h.services[1].peer,
+            Some(std::net::Ipv4Addr::new(10, 77, 0, 1))
+        );
+        let c = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\nmac = \"52:54:00:00:01:0a\"\nmax-qps = 8\n\
+             [[host.service]]\nkind = \"pingpong-server\"\n\
+             [[host.service]]\nkind = \"pingpong-client\"\npeer = \"10.77.0.1\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.hosts, vec![h]);
+        for bad in [
+            "vh",
+            "vh=10.77.0.10",
+            "vh=10.77.0.10/33",
+            "vh=10.77.0.300/24",
+            "vh=10.77.0.10/24,service=nope",
+            "vh=10.77.0.10/24,service=pingpong-client",
+            "vh=10.77.0.10/24,bogus=1",
+            "v h=10.77.0.10/24",
+        ] {
+            assert!(bad.parse::<HostSpec>().is_err(), "{bad} should fail");
+        }
+    }
+
+    #[test]
     fn duplicates_are_refused() {
         let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
@@ -508,6 +782,7 @@ mod tests {
             faults: Vec::new(),
             limits: Limits::default(),
             checker: Default::default(),
+            hosts: Vec::new(),
         };
         assert!(cfg.validate().is_err());
         b.socket = "/tmp/b.sock".into();
@@ -517,6 +792,7 @@ mod tests {
             faults: Vec::new(),
             limits: Limits::default(),
             checker: Default::default(),
+            hosts: Vec::new(),
         }
         .validate()
         .is_ok());

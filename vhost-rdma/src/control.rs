@@ -68,6 +68,15 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         enabled: Option<bool>,
     },
+    /// Virtual hosts with their services and recent events.
+    Hosts,
+    /// Starts a service on a virtual host (e.g. a client towards a guest).
+    HostStart {
+        host: String,
+        service: crate::hosts::ServiceRequest,
+    },
+    /// Stops a virtual host's service.
+    HostStop { host: String, id: u32 },
 }
 
 /// A control reply.
@@ -96,6 +105,10 @@ pub struct Reply {
     pub findings: Option<crate::checker::FindingsReply>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checker: Option<crate::checker::CheckerStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<crate::hosts::HostStats>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_id: Option<u32>,
 }
 
 /// Reply to `status`.
@@ -115,6 +128,9 @@ pub struct Status {
     /// Protocol checker counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checker: Option<crate::checker::CheckerStatus>,
+    /// Virtual hosts.
+    #[serde(default)]
+    pub hosts: Vec<crate::hosts::HostStats>,
 }
 
 /// Longest request line accepted.
@@ -129,7 +145,7 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Listens on `path` (replacing a stale socket).
-    pub fn start(path: &Path, fabric: Arc<Fabric>) -> anyhow::Result<Self> {
+    pub fn start(path: &Path, fabric: Arc<Fabric>, hosts: Hosts) -> anyhow::Result<Self> {
         let _ = std::fs::remove_file(path);
         let l = UnixListener::bind(path)
             .with_context(|| format!("control socket {}", path.display()))?;
@@ -161,11 +177,11 @@ impl ControlServer {
                         }
                         continue;
                     }
-                    let (f, a) = (fabric.clone(), active.clone());
+                    let (f, a, h) = (fabric.clone(), active.clone(), hosts.clone());
                     let spawned = std::thread::Builder::new()
                         .name("control-conn".into())
                         .spawn(move || {
-                            serve(c, &f);
+                            serve(c, &f, &h);
                             a.fetch_sub(1, SeqCst);
                         });
                     if spawned.is_err() {
@@ -191,7 +207,52 @@ impl ControlServer {
     }
 }
 
-fn serve(c: UnixStream, fabric: &Fabric) {
+/// The daemon's virtual hosts, shared with the control threads.
+pub type Hosts = Arc<Vec<Arc<crate::hosts::HostHandle>>>;
+
+fn host_reply(hosts: &Hosts, req: &Request) -> Reply {
+    let err = |e: String| Reply {
+        ok: false,
+        error: Some(e),
+        ..Reply::default()
+    };
+    let find = |name: &str| {
+        hosts
+            .iter()
+            .find(|h| h.name == name)
+            .ok_or_else(|| format!("no virtual host named {name:?}"))
+    };
+    match req {
+        Request::Hosts => match hosts.iter().map(|h| h.status()).collect() {
+            Ok(v) => Reply {
+                ok: true,
+                hosts: Some(v),
+                ..Reply::default()
+            },
+            Err(e) => err(e),
+        },
+        Request::HostStart { host, service } => {
+            match find(host).and_then(|h| h.start_service(service.spec()?)) {
+                Ok(id) => Reply {
+                    ok: true,
+                    service_id: Some(id),
+                    ..Reply::default()
+                },
+                Err(e) => err(e),
+            }
+        }
+        Request::HostStop { host, id } => match find(host).and_then(|h| h.stop_service(*id)) {
+            Ok(()) => Reply {
+                ok: true,
+                ..Reply::default()
+            },
+            Err(e) => err(e),
+        },
+        _ => err("not a host request".into()),
+    }
+}
+
+fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
     let Ok(mut w) = c.try_clone() else { return };
     let mut r = BufReader::new(c);
@@ -222,6 +283,7 @@ fn serve(c: UnixStream, fabric: &Fabric) {
                         .flow_rules_refused
                         .load(std::sync::atomic::Ordering::Relaxed),
                     checker: Some(fabric.checker.status()),
+                    hosts: hosts.iter().filter_map(|h| h.status().ok()).collect(),
                 }),
                 ..Reply::default()
             },
@@ -236,6 +298,9 @@ fn serve(c: UnixStream, fabric: &Fabric) {
             ) => crate::faults::handle(fabric, &req),
             Ok(req @ (Request::Flows | Request::Findings { .. } | Request::Checker { .. })) => {
                 crate::checker::handle(fabric, &req)
+            }
+            Ok(req @ (Request::Hosts | Request::HostStart { .. } | Request::HostStop { .. })) => {
+                host_reply(hosts, &req)
             }
             Ok(req) => crate::steering::handle(fabric, &req),
             Err(e) => Reply {

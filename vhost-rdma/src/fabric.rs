@@ -190,6 +190,8 @@ pub struct PortShared {
     pub protocol_errors: AtomicU64,
     /// Flow rules, RSS and hash reporting (`steering`).
     pub steering: crate::steering::PortSteering,
+    /// This port is a virtual host's attachment (`hosts`), not a vhost-user socket.
+    pub is_host: bool,
 }
 
 impl PortShared {
@@ -223,7 +225,20 @@ impl PortShared {
             tx_timer,
             tx_pauses: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
+            is_host: false,
         })
+    }
+
+    /// The attachment of a virtual host: one always-connected queue pair
+    /// whose "guest" is the host thread.
+    pub fn new_host(index: usize, name: &str, mac: MacAddr) -> std::io::Result<Self> {
+        let mut cfg = PortConfig::new(name, "");
+        cfg.mac = mac;
+        let mut p = PortShared::new(index, cfg)?;
+        p.is_host = true;
+        p.connected = AtomicBool::new(true);
+        p.rxq[0].enabled.store(true, Relaxed);
+        Ok(p)
     }
 
     fn has(&self, f: u32) -> bool {
@@ -287,6 +302,7 @@ impl PortShared {
             socket: self.cfg.socket.display().to_string(),
             mac: self.mac.lock().map(|m| m.to_string()).unwrap_or_default(),
             form: match self.cfg.form {
+                _ if self.is_host => "host".into(),
                 DeviceForm::VirtioNetPci => "pci".into(),
                 DeviceForm::TestDevice => "testdev".into(),
             },

@@ -12,6 +12,7 @@ pub mod config;
 pub mod control;
 pub mod fabric;
 pub mod faults;
+pub mod hosts;
 pub mod offload;
 pub mod port;
 pub mod proxy;
@@ -20,6 +21,6 @@ pub mod stats;
 pub mod steering;
 pub mod virtio_net;
 
-pub use config::{DaemonConfig, DeviceForm, MacAddr, PortConfig};
+pub use config::{DaemonConfig, DeviceForm, HostSpec, MacAddr, PortConfig};
 pub use server::Server;
 pub use stats::{PortStats, QueueStats};

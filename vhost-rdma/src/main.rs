@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use vhost_rdma::config::{DaemonConfig, PortConfig};
+use vhost_rdma::config::{DaemonConfig, HostSpec, PortConfig};
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::Server;
 
@@ -25,6 +25,11 @@ enum Cmd {
         /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]
         #[arg(long = "port", value_name = "SPEC")]
         ports: Vec<PortConfig>,
+        /// Virtual host on the fabric running RDMA tool services:
+        /// NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N];
+        /// KIND: pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server, {write,send,read,atomic}-bw-client
+        #[arg(long = "host", value_name = "SPEC")]
+        hosts: Vec<HostSpec>,
         /// TOML configuration file (ports from flags are added to it).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -86,6 +91,57 @@ enum CtlCmd {
     Checker {
         state: Option<vhost_rdma::checker::cli::OnOff>,
     },
+    /// Virtual hosts: services, counters and recent events.
+    Hosts,
+    /// Start or stop a service on a virtual host.
+    Host {
+        /// The host's name.
+        name: String,
+        #[command(subcommand)]
+        op: HostOp,
+    },
+}
+
+#[derive(Subcommand)]
+enum HostOp {
+    /// Start a service, e.g. `pingpong-client --peer 10.77.0.1` to run
+    /// ibv_rc_pingpong's client role against a guest's server.
+    Start {
+        /// pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server,
+        /// {write,send,read,atomic}-bw-client, rping-server, rping-client,
+        /// ucmatose-server or ucmatose-client.
+        kind: String,
+        /// The guest to connect to (client services).
+        #[arg(long)]
+        peer: Option<std::net::Ipv4Addr>,
+        /// TCP port of the tool's exchange (default: the tool's).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Message size (the tool's -s).
+        #[arg(long)]
+        size: Option<u32>,
+        /// Iterations (the tool's -n).
+        #[arg(long)]
+        iters: Option<u32>,
+        /// Receives posted at a time (the tool's -r).
+        #[arg(long)]
+        rx_depth: Option<u32>,
+        /// Path MTU (the tool's -m).
+        #[arg(long)]
+        mtu: Option<u32>,
+        /// Seconds a client keeps retrying while the guest's server is not up.
+        #[arg(long)]
+        connect_timeout: Option<u64>,
+        /// iWARP services (rping-*): ask for MPA CRC.
+        #[arg(long)]
+        mpa_crc: bool,
+        /// Behave like the tool itself (echo what arrives, check nothing);
+        /// for one virtual host against another.
+        #[arg(long)]
+        echo: bool,
+    },
+    /// Stop a service by id.
+    Stop { id: u32 },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -99,15 +155,17 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Serve {
             ports,
+            hosts,
             config,
             control,
-        } => serve(ports, config, control),
+        } => serve(ports, hosts, config, control),
         Cmd::Ctl { control, json, cmd } => ctl(&control, json, cmd),
     }
 }
 
 fn serve(
     ports: Vec<PortConfig>,
+    hosts: Vec<HostSpec>,
     config: Option<PathBuf>,
     control: Option<PathBuf>,
 ) -> anyhow::Result<()> {
@@ -116,6 +174,7 @@ fn serve(
         None => DaemonConfig::default(),
     };
     cfg.ports.extend(ports);
+    cfg.hosts.extend(hosts);
     if control.is_some() {
         cfg.control = control;
     }
@@ -163,6 +222,65 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
             json,
             state.map(|s| matches!(s, vhost_rdma::checker::cli::OnOff::On)),
         ),
+        CtlCmd::Hosts => {
+            let r = request(control, &Request::Hosts)?;
+            if !r.ok {
+                bail!("daemon refused: {}", r.error.unwrap_or_default());
+            }
+            let hosts = r.hosts.unwrap_or_default();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&hosts)?);
+            } else {
+                print_hosts(&hosts);
+            }
+            Ok(())
+        }
+        CtlCmd::Host { name, op } => {
+            let req = match op {
+                HostOp::Start {
+                    kind,
+                    peer,
+                    port,
+                    size,
+                    iters,
+                    rx_depth,
+                    mtu,
+                    connect_timeout,
+                    mpa_crc,
+                    echo,
+                } => Request::HostStart {
+                    host: name.clone(),
+                    service: vhost_rdma::hosts::ServiceRequest {
+                        kind,
+                        peer,
+                        port,
+                        size,
+                        iters,
+                        rx_depth,
+                        mtu,
+                        connect_timeout_secs: connect_timeout,
+                        mpa_crc: mpa_crc.then_some(true),
+                        echo,
+                    },
+                },
+                HostOp::Stop { id } => Request::HostStop {
+                    host: name.clone(),
+                    id,
+                },
+            };
+            let r = request(control, &req)?;
+            if !r.ok {
+                bail!("daemon refused: {}", r.error.unwrap_or_default());
+            }
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else if let Some(id) = r.service_id {
+                println!("host {name}: service {id} started");
+            } else {
+                println!("ok");
+            }
+            Ok(())
+        }
         CtlCmd::Status => {
             let r = request(control, &Request::Status)?;
             if !r.ok {
@@ -207,7 +325,70 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
             if let Some(c) = &s.checker {
                 vhost_rdma::checker::cli::print_status(c);
             }
+            if !s.hosts.is_empty() {
+                println!();
+                print_hosts(&s.hosts);
+            }
             Ok(())
+        }
+    }
+}
+
+fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
+    for h in hosts {
+        println!(
+            "host {} {} mac {}: rx {} tx {} frames, roce rx {} tx {} (icrc errors {}, malformed {}, no qp {}, dropped {}), qps {} mrs {} tcp {}",
+            h.name,
+            h.address,
+            h.mac,
+            h.rx_frames,
+            h.tx_frames,
+            h.roce_rx,
+            h.roce_tx,
+            h.roce_icrc_errors,
+            h.roce_malformed,
+            h.roce_no_qp,
+            h.roce_dropped,
+            h.qps,
+            h.mrs,
+            h.tcp_sockets
+        );
+        let i = &h.iwarp;
+        if *i != Default::default() {
+            println!(
+                "  iwarp: connected {} (crc {}), mpa errors {}, crc errors {}, terminates sent {} received {}, setup timeouts {}, streams lost {}",
+                i.connected,
+                i.connected_crc,
+                i.mpa_errors,
+                i.crc_errors,
+                i.terminates_sent,
+                i.terminates_received,
+                i.setup_timeouts,
+                i.streams_lost
+            );
+        }
+        for s in &h.services {
+            println!(
+                "  service {} {} port {} peer {} state {} (sent {} received {}): sessions ok {} failed {}, last {} iterations ({} verified){}",
+                s.id,
+                s.kind,
+                s.port,
+                s.peer.as_deref().unwrap_or("-"),
+                s.state,
+                s.sent,
+                s.received,
+                s.sessions_ok,
+                s.sessions_failed,
+                s.last_iterations,
+                s.last_verified,
+                s.last_error
+                    .as_ref()
+                    .map(|e| format!(", last error: {e}"))
+                    .unwrap_or_default()
+            );
+        }
+        for e in &h.events {
+            println!("  event: {e}");
         }
     }
 }

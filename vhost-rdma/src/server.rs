@@ -4,6 +4,7 @@
 use crate::config::DaemonConfig;
 use crate::control::ControlServer;
 use crate::fabric::{Fabric, PortShared};
+use crate::hosts::HostHandle;
 use crate::port::PortBackend;
 use crate::stats::PortStats;
 use anyhow::Context;
@@ -36,6 +37,7 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     control: Option<ControlServer>,
     fault_timer: Option<JoinHandle<()>>,
+    hosts: Arc<Vec<Arc<HostHandle>>>,
 }
 
 impl Server {
@@ -50,7 +52,17 @@ impl Server {
             .map(|(i, p)| PortShared::new(i, p.clone()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
-        let fabric = Arc::new(Fabric::with_limits(shared.clone(), cfg.limits.clone()));
+        // Virtual hosts attach to the switch as ports after the guests' ports.
+        let host_ports = cfg
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| PortShared::new_host(shared.len() + i, &h.name, h.mac).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .context("creating host state")?;
+        let mut all = shared.clone();
+        all.extend(host_ports.iter().cloned());
+        let fabric = Arc::new(Fabric::with_limits(all, cfg.limits.clone()));
         fabric.checker.configure(cfg.checker);
         for spec in &cfg.faults {
             fabric
@@ -116,16 +128,29 @@ impl Server {
                 conn,
             });
         }
+        let mut hosts = Vec::new();
+        for (spec, port) in cfg.hosts.iter().zip(host_ports) {
+            match HostHandle::start(spec, port, fabric.clone()) {
+                Ok(h) => hosts.push(h),
+                Err(e) => {
+                    for h in &hosts {
+                        h.shutdown();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let mut server = Server {
             fabric,
             runners,
             stop,
             control: None,
             fault_timer,
+            hosts: Arc::new(hosts),
         };
         if let Some(path) = &cfg.control {
             let fabric = server.fabric.clone();
-            server.control = Some(ControlServer::start(path, fabric)?);
+            server.control = Some(ControlServer::start(path, fabric, server.hosts.clone())?);
         }
         Ok(server)
     }
@@ -133,6 +158,11 @@ impl Server {
     /// Snapshot of every port's counters.
     pub fn stats(&self) -> Vec<PortStats> {
         self.fabric.ports.iter().map(|p| p.stats()).collect()
+    }
+
+    /// The virtual hosts.
+    pub fn hosts(&self) -> &[Arc<HostHandle>] {
+        &self.hosts
     }
 
     /// The fabric (for in-process observers and tests).
@@ -150,6 +180,9 @@ impl Server {
         self.stop.store(true, SeqCst);
         if let Some(c) = self.control.take() {
             c.stop();
+        }
+        for h in self.hosts.iter() {
+            h.shutdown();
         }
         if self.fabric.capture.active() {
             let _ = self.fabric.capture.stop();

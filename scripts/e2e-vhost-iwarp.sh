@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# End-to-end test "guest siw against a virtual host": the vhost-rdma daemon
+# serves one port and one virtual host vh (10.77.0.10/24, virtual-host crate,
+# iWARP on smoltcp TCP with the siw crate's engine); one Linux 7.3 guest
+# (10.77.0.1) attaches, creates siw0 on eth0 and runs the unmodified rping
+# (librdmacm) against the host in both roles.
+#
+# Cases (one guest boot runs all of them, in this order):
+#   ping                    the guest pings the virtual host (ARP + ICMP)
+#   rping-guest-client      rping -c -a HOST -C N -v -V in the guest against
+#                           the host's rping-server service (port 7174, from
+#                           the daemon's config file)
+#   rping-guest-client-crc  the same against a second host server (port 7175,
+#                           mpa-crc = true) that asks for MPA CRC (the 7.3
+#                           guest's siw has no writable mpa_crc_required)
+#   rping-guest-server      rping -s -v -V in the guest (port 7174); the host's
+#                           rping-client service (ctl, started before the boot)
+#                           connects to it and runs N pings
+#   rping-guest-server-crc  the same on port 7175 with the host asking for
+#                           MPA CRC (ctl --mpa-crc)
+#   ucmatose-guest-client   ucmatose -s HOST -C N in the guest against the
+#                           host's ucmatose-server (port 7471, iters = N)
+#   ucmatose-guest-server   ucmatose -C N in the guest; the host's
+#                           ucmatose-client (ctl) connects to it
+#
+# rping exits 0 even when it never connected, and ucmatose counts flushed
+# receives as received, so a case passes only if the
+# guest printed >= N verified ping lines (-V compares every echo) AND the
+# daemon's host service reports finished sessions with N pings, N verified
+# and no failed session (the host server checks each buffer it RDMA READs
+# against rping's pattern; the host client checks its sink after each RDMA
+# WRITE). Ends with "N passed, M failed, K skipped".
+set -uo pipefail
+
+HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+CASES=(ping rping-guest-client rping-guest-client-crc rping-guest-server rping-guest-server-crc
+    mpa-crc-negotiated ucmatose-guest-client ucmatose-guest-server)
+
+usage() {
+    cat <<EOF
+Usage: ${0##*/} [options]
+  --no-build         do not run cargo build (use existing binaries)
+  --profile P        debug (default) or release binaries from \$CARGO_TARGET_DIR/P
+  --image DIR        guest image dir (bzImage + rootfs.ext4); default: scripts/build-guest-image.sh --kernel 7.3
+  --qemu PATH        QEMU; default: scripts/setup-qemu.sh
+  --accel A          auto (default), kvm or tcg (passed to run-guests)
+  --count N          rping -C count (default 10)
+  --size N           rping -S size (default 64, the tool's default)
+  --timeout SECS     guest boot to result (default 900)
+  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
+  --keep-logs        keep the logs when everything passed
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture; snaplen
+                     \$capture_snaplen, default 128; 2000 keeps whole frames for MPA CRC checks)
+  -h, --help
+EOF
+}
+
+build=1 profile=debug image="" qemu="" accel=auto count=10 size=64 timeout=900 logdir="" keep_logs=0 capture=0
+while (($#)); do
+    case "$1" in
+        --no-build) build=0; shift ;;
+        --profile) profile="$2"; shift 2 ;;
+        --image) image="$2"; shift 2 ;;
+        --qemu) qemu="$2"; shift 2 ;;
+        --accel) accel="$2"; shift 2 ;;
+        --count) count="$2"; shift 2 ;;
+        --size) size="$2"; shift 2 ;;
+        --timeout) timeout="$2"; shift 2 ;;
+        --logdir) logdir="$2"; shift 2 ;;
+        --keep-logs) keep_logs=1; shift ;;
+        --capture) capture=1; keep_logs=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "e2e-vhost-iwarp: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+say() { printf '[e2e-vhost-iwarp] %s\n' "$*" >&2; }
+logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/e2e-vhost-iwarp.XXXXXX")}"
+mkdir -p "$logdir"
+logdir="$(cd "$logdir" && pwd)"
+say "logs: $logdir"
+
+passed=0 failed=0 skipped=0
+results=()
+record() {  # record STATUS CASE TEXT
+    local line
+    case "$1" in
+        PASS) passed=$((passed + 1)); line="PASS $2: $3" ;;
+        FAIL) failed=$((failed + 1)); line="FAIL $2: $3" ;;
+        SKIP) skipped=$((skipped + 1)); line="SKIPPED $2: $3" ;;
+    esac
+    results+=("$line")
+    printf '%s\n' "$line"
+}
+finish() {
+    echo
+    echo "== e2e-vhost-iwarp summary"
+    local r
+    for r in "${results[@]}"; do echo "$r"; done
+    if ((failed)) || ((keep_logs)); then echo "logs kept in $logdir"; else rm -rf "$logdir"; fi
+    echo "$passed passed, $failed failed, $skipped skipped"
+    ((failed == 0))
+    exit $?
+}
+fail_all() {
+    local c
+    for c in "${CASES[@]}"; do record FAIL "$c" "$1"; done
+    finish
+}
+
+DAEMON_PID=""
+stop_daemon() {
+    [[ -n $DAEMON_PID ]] || return 0
+    kill -TERM "$DAEMON_PID" 2>/dev/null
+    local i
+    for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$DAEMON_PID" 2>/dev/null && kill -KILL "$DAEMON_PID" 2>/dev/null
+    wait "$DAEMON_PID" 2>/dev/null
+    DAEMON_PID=""
+}
+trap 'stop_daemon; exit 130' INT TERM
+trap 'stop_daemon' EXIT
+
+# ---- build
+if ((build)); then
+    say "cargo build ($profile) -p vhost-rdma"
+    bflag=(); [[ $profile == debug ]] || bflag=(--profile "$profile")
+    if ! (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p vhost-rdma) >"$logdir/build.log" 2>&1; then
+        tail -30 "$logdir/build.log" >&2
+        fail_all "cargo build failed (see $logdir/build.log)"
+    fi
+fi
+DAEMON="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/vhost-rdma"
+[[ -x $DAEMON ]] || fail_all "no daemon binary $DAEMON"
+
+# ---- image and QEMU
+if [[ -z $image ]]; then
+    say "guest image: scripts/build-guest-image.sh --kernel 7.3"
+    image="$("$HERE/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || image=""
+fi
+[[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] ||
+    fail_all "no guest image (build-guest-image.sh gave '${image}', see $logdir/image.log)"
+if [[ -z $qemu ]]; then
+    qemu="$("$HERE/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || qemu=""
+fi
+[[ -n $qemu && -x $qemu ]] || fail_all "no QEMU (see $logdir/qemu.log)"
+say "image: $image, qemu: $qemu"
+
+GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 GMAC=52:54:00:77:00:01
+d="$logdir"
+
+# ---- guest job
+cat >"$d/g.sh" <<EOF
+echo "== \$VR_NAME: kernel \$(uname -r)"
+i=0; while [ "\$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL no carrier'; exit 10; }; sleep 1; done
+i=0; until ping -c 1 -W 2 $HOST_IP >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 30 ] && break; sleep 1; done
+ping -c 3 -W 5 $HOST_IP; echo "VH-RESULT case=ping rc=\$?"
+rdma link add siw0 type siw netdev eth0 || { echo 'E2E-FAIL rdma link add'; exit 11; }
+i=0; until rdma link show siw0/1 2>/dev/null | grep -q 'state ACTIVE'; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL siw0 not ACTIVE'; exit 12; }; sleep 1; done
+echo "== CASE rping-guest-client"
+timeout 300 rping -c -a $HOST_IP -C $count -S $size -v -V; echo "VH-RESULT case=rping-guest-client rc=\$?"
+echo "== CASE rping-guest-client-crc"
+timeout 300 rping -c -a $HOST_IP -p 7175 -C $count -S $size -v -V; echo "VH-RESULT case=rping-guest-client-crc rc=\$?"
+echo "== CASE rping-guest-server"
+timeout 300 rping -s -a $GUEST_IP -p 7174 -S $size -v -V; echo "VH-RESULT case=rping-guest-server rc=\$?"
+echo "== CASE rping-guest-server-crc"
+timeout 300 rping -s -a $GUEST_IP -p 7175 -S $size -v -V; echo "VH-RESULT case=rping-guest-server-crc rc=\$?"
+echo "== CASE ucmatose-guest-client"
+timeout 300 ucmatose -s $HOST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-client rc=\$?"
+echo "== CASE ucmatose-guest-server"
+timeout 300 ucmatose -b $GUEST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-server rc=\$?"
+echo "== CASE end"
+rdma statistic show link siw0/1 2>/dev/null | head -n 5
+exit 0
+EOF
+
+# ---- daemon with one port and one virtual host; the host and its servers
+# come from the config file (rping's buffer size and ucmatose's count are
+# not exchanged: the servers get the guest's), the clients from ctl.
+cat >"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh"
+address = "$HOST_IP/24"
+[[host.service]]
+kind = "rping-server"
+size = $size
+[[host.service]]
+kind = "rping-server"
+port = 7175
+size = $size
+mpa-crc = true
+[[host.service]]
+kind = "ucmatose-server"
+iters = $count
+EOF
+NO_COLOR=1 "$DAEMON" serve \
+    --config "$d/vhost.toml" \
+    --port "g=$d/g.sock,mac=$GMAC" \
+    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
+DAEMON_PID=$!
+for ((i = 0; i < 100; i++)); do
+    [[ -S $d/g.sock && -S $d/ctl.sock ]] && break
+    kill -0 "$DAEMON_PID" 2>/dev/null || break
+    sleep 0.1
+done
+[[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
+if ((capture)); then
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen "${capture_snaplen:-128}" ||
+        say "capture did not start"
+fi
+# The host's clients towards the guest's servers: started now through the
+# control socket; they retry every second until the guest's tool listens.
+for spec in "rping-client --port 7174 --size $size" "rping-client --port 7175 --size $size --mpa-crc" \
+    "ucmatose-client --port 7471"; do
+    # shellcheck disable=SC2086
+    if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec --peer "$GUEST_IP" \
+            --iters "$count" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1; then
+        cat "$d/ctl-start.txt" >&2
+        fail_all "ctl host vh start $spec failed"
+    fi
+done
+cat "$d/ctl-start.txt"
+
+t0=$SECONDS
+"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+    --net vhost-user --logdir "$d" \
+    --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
+rg=${PIPESTATUS[0]}
+wall=$((SECONDS - t0))
+say "guest finished (run-guests exit $rg, ${wall}s)"
+
+"$DAEMON" ctl --control "$d/ctl.sock" hosts | tee "$d/hosts.txt"
+"$DAEMON" ctl --control "$d/ctl.sock" --json hosts >"$d/hosts.json" 2>&1
+stop_daemon
+if grep -Eq 'panicked' "$d/daemon.log"; then
+    grep -E 'panicked' "$d/daemon.log" | tail -5
+fi
+
+out="$d/g.job/out.log"
+guest_rc() { sed -n "s/^VH-RESULT case=$1 rc=\([0-9a-z]*\).*/\1/p" "$out" 2>/dev/null | tail -n 1; }
+# case_out CASE: the guest's output of one case
+case_out() { awk -v c="== CASE $1" '$0 == c { on = 1; next } /^== CASE / { on = 0 } on' "$out" 2>/dev/null; }
+# host_service KIND PORT: "sessions_ok sessions_failed last_iterations last_verified last_error"
+host_service() {
+    python3 - "$d/hosts.json" "$1" "$2" <<'PY' 2>/dev/null
+import json, sys
+hosts = json.load(open(sys.argv[1]))
+for h in hosts:
+    for s in h["services"]:
+        if s["kind"] == sys.argv[2] and str(s["port"]) == sys.argv[3]:
+            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
+            sys.exit(0)
+PY
+}
+
+rc="$(guest_rc ping)"
+if [[ $rc == 0 ]]; then
+    record PASS ping "guest pinged $HOST_IP"
+else
+    record FAIL ping "ping rc=${rc:-none} (logs: $d)"
+fi
+
+# check_rping CASE LINE_RE HOST_KIND HOST_PORT WANT_SESSIONS_OK WHAT
+check_rping() {
+    local c=$1 re=$2 kind=$3 port=$4 want_ok=$5 what=$6 why=()
+    local rc n hs ok bad it ver err
+    rc="$(guest_rc "$c")"
+    if [[ $rc == skip ]]; then
+        record SKIP "$c" "$(sed -n "s/^VH-RESULT case=$c rc=skip //p" "$out" | tail -n 1)"
+        return
+    fi
+    n="$(case_out "$c" | grep -Ec "$re")"
+    [[ ${n:-0} -ge $count ]] || why+=("guest printed ${n:-0} of $count verified ping lines (rc=${rc:-none})")
+    if case_out "$c" | grep -Eiq 'data mismatch'; then
+        why+=("guest: $(case_out "$c" | grep -Ei 'data mismatch' | head -n 1)")
+    fi
+    hs="$(host_service "$kind" "$port")"
+    read -r ok bad it ver err <<<"$hs"
+    [[ ${ok:-0} -ge $want_ok ]] || why+=("host $kind:$port: ${ok:-0} finished sessions, want $want_ok (${err:-no status})")
+    [[ ${bad:-1} == 0 ]] || why+=("host $kind:$port: ${bad:-?} failed sessions (${err:-no status})")
+    [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] || why+=("host $kind:$port: last session ${it:-0} pings, ${ver:-0} verified, want $count")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "$what: guest $n verified ping lines; host $kind: $it pings, $ver verified"
+    else
+        local j; printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+# The guest client prints "ping data: rdma-ping-K: ..." after each compared
+# echo; the guest server prints "server ping data: rdma-ping-K: ..." per ping.
+check_rping rping-guest-client '^ping data: rdma-ping-' rping-server 7174 1 "guest client, host server"
+check_rping rping-guest-client-crc '^ping data: rdma-ping-' rping-server 7175 1 "guest client, host server asking for MPA CRC"
+check_rping rping-guest-server '^server ping data: rdma-ping-' rping-client 7174 1 "guest server, host client"
+check_rping rping-guest-server-crc '^server ping data: rdma-ping-' rping-client 7175 1 "guest server, host client with MPA CRC"
+# check_ucmatose CASE HOST_KIND WHAT
+check_ucmatose() {
+    local c=$1 kind=$2 what=$3 why=() rc hs ok bad it ver err
+    rc="$(guest_rc "$c")"
+    [[ $rc == 0 ]] || why+=("ucmatose rc=${rc:-none}")
+    case_out "$c" | grep -q 'test complete' || why+=("no 'test complete' line")
+    hs="$(host_service "$kind" 7471)"
+    read -r ok bad it ver err <<<"$hs"
+    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $kind: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
+    [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] || why+=("host $kind: ${it:-0} messages, ${ver:-0} of the right length, want $count")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "$what: test complete; host $kind: $it messages received each of the right length"
+    else
+        local j; printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+# The two CRC cases must have negotiated CRC: the host counts its
+# connections with CRC (nothing else asks for it).
+crc_conns="$(python3 -c 'import json,sys; print(sum(h.get("iwarp", {}).get("connected-crc", 0) for h in json.load(open(sys.argv[1]))))' "$d/hosts.json" 2>/dev/null)"
+say "host iWARP connections with MPA CRC: ${crc_conns:-?} (want 2)"
+if [[ ${crc_conns:-0} != 2 ]]; then
+    record FAIL mpa-crc-negotiated "host reports ${crc_conns:-no} iWARP connections with CRC, want 2 (logs: $d)"
+else
+    record PASS mpa-crc-negotiated "2 of the host's iWARP connections ran with MPA CRC (the two -crc cases)"
+fi
+check_ucmatose ucmatose-guest-client ucmatose-server "guest client, host server"
+check_ucmatose ucmatose-guest-server ucmatose-client "guest server, host client"
+if ((failed)); then
+    echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
+    echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'
+fi
+finish

@@ -1,0 +1,353 @@
+#!/usr/bin/env bash
+# End-to-end test "guest rxe against a virtual host": the vhost-rdma daemon
+# serves one port and one virtual host vh (10.77.0.10/24, virtual-host crate);
+# one Linux 7.3 guest (10.77.0.1) attaches, creates rxe0 on eth0 and runs the
+# unmodified rdma-core tool against the host in both roles.
+#
+# Cases (one guest boot runs all of them, in this order):
+#   ping                 the guest pings the virtual host (ARP + ICMP)
+#   pingpong-guest-server  ibv_rc_pingpong server in the guest (-p 18516); the
+#                        host's pingpong-client service, started through the
+#                        control socket before the guest boots, connects to it
+#   pingpong-guest-client  ibv_rc_pingpong client in the guest towards the host's
+#                        pingpong-server service (port 18515, from the config file)
+#   write-bw-guest-client  perftest ib_write_bw client in the guest (-p 18517)
+#                        towards the host's write-bw-server service
+#   send-bw-guest-client   perftest ib_send_bw client in the guest (-p 18518)
+#                        towards the host's send-bw-server service
+#   read-bw-guest-client   ib_read_bw (-p 18519) towards read-bw-server
+#   atomic-bw-guest-client ib_atomic_bw (-p 18520) towards atomic-bw-server
+#   {write,send,read,atomic}-bw-guest-server  the tool as server in the guest
+#                        (-p 18521..18524); the host's *-bw-client services,
+#                        started through the control socket before the guest
+#                        boots, connect to it
+#
+# A pingpong case passes only if the tool exits 0 and prints its throughput
+# line, and the daemon's host service reports a finished session with every
+# iteration (the host checks each echoed message; the client role reports
+# how many it verified). Ends with "N passed, M failed, K skipped".
+set -uo pipefail
+
+HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client
+    read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server
+    read-bw-guest-server atomic-bw-guest-server)
+# tool, port of the guest-server cases
+BW_SERVERS=("write 18521" "send 18522" "read 18523" "atomic 18524")
+
+usage() {
+    cat <<EOF
+Usage: ${0##*/} [options]
+  --no-build         do not run cargo build (use existing binaries)
+  --profile P        debug (default) or release binaries from \$CARGO_TARGET_DIR/P
+  --image DIR        guest image dir (bzImage + rootfs.ext4); default: scripts/build-guest-image.sh --kernel 7.3
+  --qemu PATH        QEMU; default: scripts/setup-qemu.sh
+  --accel A          auto (default), kvm or tcg (passed to run-guests)
+  --iters N          ibv_rc_pingpong iterations (default 1000, the tool's default)
+  --bw-iters N       ib_write_bw / ib_send_bw iterations (default 200)
+  --timeout SECS     guest boot to result (default 900)
+  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
+  --keep-logs        keep the logs when everything passed
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture)
+  -h, --help
+EOF
+}
+
+build=1 profile=debug image="" qemu="" accel=auto iters=1000 bw_iters=200 timeout=900 logdir="" keep_logs=0 capture=0
+while (($#)); do
+    case "$1" in
+        --no-build) build=0; shift ;;
+        --profile) profile="$2"; shift 2 ;;
+        --image) image="$2"; shift 2 ;;
+        --qemu) qemu="$2"; shift 2 ;;
+        --accel) accel="$2"; shift 2 ;;
+        --iters) iters="$2"; shift 2 ;;
+        --bw-iters) bw_iters="$2"; shift 2 ;;
+        --timeout) timeout="$2"; shift 2 ;;
+        --logdir) logdir="$2"; shift 2 ;;
+        --keep-logs) keep_logs=1; shift ;;
+        --capture) capture=1; keep_logs=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+say() { printf '[e2e-vhost] %s\n' "$*" >&2; }
+logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/e2e-vhost.XXXXXX")}"
+mkdir -p "$logdir"
+logdir="$(cd "$logdir" && pwd)"
+say "logs: $logdir"
+
+passed=0 failed=0 skipped=0
+results=()
+record() {  # record STATUS CASE TEXT
+    local line
+    case "$1" in
+        PASS) passed=$((passed + 1)); line="PASS $2: $3" ;;
+        FAIL) failed=$((failed + 1)); line="FAIL $2: $3" ;;
+        SKIP) skipped=$((skipped + 1)); line="SKIPPED $2: $3" ;;
+    esac
+    results+=("$line")
+    printf '%s\n' "$line"
+}
+finish() {
+    echo
+    echo "== e2e-vhost summary"
+    local r
+    for r in "${results[@]}"; do echo "$r"; done
+    if ((failed)) || ((keep_logs)); then echo "logs kept in $logdir"; else rm -rf "$logdir"; fi
+    echo "$passed passed, $failed failed, $skipped skipped"
+    ((failed == 0))
+    exit $?
+}
+fail_all() {
+    local c
+    for c in "${CASES[@]}"; do record FAIL "$c" "$1"; done
+    finish
+}
+
+DAEMON_PID=""
+stop_daemon() {
+    [[ -n $DAEMON_PID ]] || return 0
+    kill -TERM "$DAEMON_PID" 2>/dev/null
+    local i
+    for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$DAEMON_PID" 2>/dev/null && kill -KILL "$DAEMON_PID" 2>/dev/null
+    wait "$DAEMON_PID" 2>/dev/null
+    DAEMON_PID=""
+}
+trap 'stop_daemon; exit 130' INT TERM
+trap 'stop_daemon' EXIT
+
+# ---- build
+if ((build)); then
+    say "cargo build ($profile) -p vhost-rdma"
+    bflag=(); [[ $profile == debug ]] || bflag=(--profile "$profile")
+    if ! (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p vhost-rdma) >"$logdir/build.log" 2>&1; then
+        tail -30 "$logdir/build.log" >&2
+        fail_all "cargo build failed (see $logdir/build.log)"
+    fi
+fi
+DAEMON="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/vhost-rdma"
+[[ -x $DAEMON ]] || fail_all "no daemon binary $DAEMON"
+
+# ---- image and QEMU
+if [[ -z $image ]]; then
+    say "guest image: scripts/build-guest-image.sh --kernel 7.3"
+    image="$("$HERE/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || image=""
+fi
+[[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] ||
+    fail_all "no guest image (build-guest-image.sh gave '${image}', see $logdir/image.log)"
+if [[ -z $qemu ]]; then
+    qemu="$("$HERE/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || qemu=""
+fi
+[[ -n $qemu && -x $qemu ]] || fail_all "no QEMU (see $logdir/qemu.log)"
+say "image: $image, qemu: $qemu"
+
+GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 GMAC=52:54:00:77:00:01
+d="$logdir"
+
+# ---- guest job
+cat >"$d/g.sh" <<EOF
+echo "== \$VR_NAME: kernel \$(uname -r)"
+i=0; while [ "\$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL no carrier'; exit 10; }; sleep 1; done
+i=0; until ping -c 1 -W 2 $HOST_IP >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 30 ] && break; sleep 1; done
+ping -c 3 -W 5 $HOST_IP; echo "VH-RESULT case=ping rc=\$?"
+ip neigh show $HOST_IP
+rdma link add rxe0 type rxe netdev eth0 || { echo 'E2E-FAIL rdma link add'; exit 11; }
+i=0; until rdma link show rxe0/1 2>/dev/null | grep -q 'state ACTIVE'; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL rxe0 not ACTIVE'; exit 12; }; sleep 1; done
+# The RoCE v2 GID of our IPv4 address (rxe lists it as ::ffff:a.b.c.d).
+want=\$(echo $GUEST_IP | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", \$1, \$2, \$3, \$4 }')
+gidx=""
+for t in 1 2 3 4 5 6 7 8 9 10; do
+    for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+        n=\${f##*/}
+        [ "\$(cat \$f 2>/dev/null)" = "\$want" ] || continue
+        case "\$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/\$n 2>/dev/null)" in *v2*|*V2*) gidx=\$n ;; esac
+    done
+    [ -n "\$gidx" ] && break
+    sleep 1
+done
+[ -n "\$gidx" ] || { echo 'E2E-FAIL no RoCE v2 GID'; for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do echo "\$f \$(cat \$f)"; done; exit 13; }
+echo "RoCE v2 GID index: \$gidx"
+echo "== pingpong: guest server, virtual host client"
+timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
+echo "== pingpong: guest client, virtual host server"
+timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
+echo "== ib_write_bw: guest client, virtual host server"
+timeout 600 ib_write_bw -d rxe0 -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
+echo "== ib_send_bw: guest client, virtual host server"
+timeout 600 ib_send_bw -d rxe0 -x \$gidx -p 18518 -n $bw_iters $HOST_IP; echo "VH-RESULT case=send-bw-guest-client rc=\$?"
+echo "== ib_read_bw: guest client, virtual host server"
+timeout 600 ib_read_bw -d rxe0 -x \$gidx -p 18519 -n $bw_iters $HOST_IP; echo "VH-RESULT case=read-bw-guest-client rc=\$?"
+echo "== ib_atomic_bw: guest client, virtual host server"
+timeout 600 ib_atomic_bw -d rxe0 -x \$gidx -p 18520 -n $bw_iters $HOST_IP; echo "VH-RESULT case=atomic-bw-guest-client rc=\$?"
+for t in write:18521 send:18522 read:18523 atomic:18524; do
+    v=\${t%%:*}; p=\${t##*:}
+    echo "== ib_\${v}_bw: guest server, virtual host client"
+    timeout 300 ib_\${v}_bw -d rxe0 -x \$gidx -p \$p -n $bw_iters; echo "VH-RESULT case=\$v-bw-guest-server rc=\$?"
+done
+rdma statistic show link rxe0/1 2>/dev/null | head -n 5
+exit 0
+EOF
+
+# ---- daemon with one port and one virtual host; the host and its server
+# service come from the config file (the iterations must match the tool's -n,
+# which rc_pingpong does not exchange).
+cat >"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh"
+address = "$HOST_IP/24"
+[[host.service]]
+kind = "pingpong-server"
+iters = $iters
+[[host.service]]
+kind = "write-bw-server"
+port = 18517
+iters = $bw_iters
+[[host.service]]
+kind = "send-bw-server"
+port = 18518
+iters = $bw_iters
+[[host.service]]
+kind = "read-bw-server"
+port = 18519
+iters = $bw_iters
+[[host.service]]
+kind = "atomic-bw-server"
+port = 18520
+iters = $bw_iters
+EOF
+NO_COLOR=1 "$DAEMON" serve \
+    --config "$d/vhost.toml" \
+    --port "g=$d/g.sock,mac=$GMAC" \
+    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
+DAEMON_PID=$!
+for ((i = 0; i < 100; i++)); do
+    [[ -S $d/g.sock && -S $d/ctl.sock ]] && break
+    kill -0 "$DAEMON_PID" 2>/dev/null || break
+    sleep 0.1
+done
+[[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
+if ((capture)); then
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 128 ||
+        say "capture did not start"
+fi
+# The host's client towards the guest's server: started now through the
+# control socket; it retries until the guest's tool listens.
+if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start pingpong-client --peer "$GUEST_IP" \
+        --port 18516 --iters "$iters" --connect-timeout "$timeout" >"$d/ctl-start.txt" 2>&1; then
+    cat "$d/ctl-start.txt" >&2
+    fail_all "ctl host vh start pingpong-client failed"
+fi
+for t in "${BW_SERVERS[@]}"; do
+    read -r v p <<<"$t"
+    "$DAEMON" ctl --control "$d/ctl.sock" host vh start "$v-bw-client" --peer "$GUEST_IP" \
+        --port "$p" --iters "$bw_iters" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
+        fail_all "ctl host vh start $v-bw-client failed: $(tail -n 1 "$d/ctl-start.txt")"
+done
+cat "$d/ctl-start.txt"
+
+t0=$SECONDS
+"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+    --net vhost-user --logdir "$d" \
+    --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
+rg=${PIPESTATUS[0]}
+wall=$((SECONDS - t0))
+say "guest finished (run-guests exit $rg, ${wall}s)"
+
+"$DAEMON" ctl --control "$d/ctl.sock" hosts | tee "$d/hosts.txt"
+"$DAEMON" ctl --control "$d/ctl.sock" --json hosts >"$d/hosts.json" 2>&1
+stop_daemon
+if grep -Eq 'panicked' "$d/daemon.log"; then
+    grep -E 'panicked' "$d/daemon.log" | tail -5
+fi
+
+out="$d/g.job/out.log"
+guest_rc() { sed -n "s/^VH-RESULT case=$1 rc=\([0-9]*\).*/\1/p" "$out" 2>/dev/null | tail -n 1; }
+# host_service KIND: "sessions_ok last_iterations last_verified" of the host's service KIND
+host_service() {
+    python3 - "$d/hosts.json" "$1" <<'PY' 2>/dev/null
+import json, sys
+hosts = json.load(open(sys.argv[1]))
+for h in hosts:
+    for s in h["services"]:
+        if s["kind"] == sys.argv[2]:
+            print(s["sessions_ok"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
+            sys.exit(0)
+PY
+}
+
+rc="$(guest_rc ping)"
+if [[ $rc == 0 ]]; then
+    record PASS ping "guest pinged $HOST_IP"
+else
+    record FAIL ping "ping rc=${rc:-none} (logs: $d)"
+fi
+
+check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
+    local c=$1 kind=$2 what=$3 why=()
+    local rc tput hs ok it ver err
+    rc="$(guest_rc "$c")"
+    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+    # The tool's throughput line for this role (the first such line belongs to
+    # the guest-server run, the second to the guest-client run).
+    local nth=1; [[ $c == pingpong-guest-client ]] && nth=2
+    tput="$(grep -E '^[0-9]+ bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec' "$out" 2>/dev/null | sed -n "${nth}p")"
+    [[ -n $tput ]] || why+=("no throughput line")
+    grep -Eq "^$iters iters in " "$out" 2>/dev/null || why+=("no '$iters iters' line")
+    hs="$(host_service "$kind")"
+    read -r ok it ver err <<<"$hs"
+    [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
+    [[ ${it:-0} == "$iters" ]] || why+=("host $kind: $it iterations, want $iters")
+    if [[ $kind == pingpong-client ]]; then
+        [[ ${ver:-0} == "$iters" ]] || why+=("host client verified ${ver:-0} of $iters echoes")
+    else
+        [[ ${ver:-0} == $((iters - 1)) ]] || why+=("host server verified ${ver:-0} of $((iters - 1)) echoes")
+    fi
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "$what: $tput; host $kind: $it iterations, $ver echoed messages verified"
+    else
+        local j; printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+check_pingpong pingpong-guest-server pingpong-client "guest server, host client"
+check_pingpong pingpong-guest-client pingpong-server "guest client, host server"
+
+# perftest: the tool's exit status and its result row (size, iterations,
+# BW peak, BW average, message rate) from the tool's section of the output,
+# and the host's finished session with at least as many messages as
+# iterations (ib_write_bw's warm-up may add some).
+check_bw() {  # check_bw CASE HOST_KIND TOOL ROLE ("guest client" or "guest server")
+    local c=$1 kind=$2 tool=$3 role=$4 rc row ok it ver err why=() j
+    rc="$(guest_rc "$c")"
+    row="$(sed -n "/^== $tool: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
+        grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
+        tail -n 1 | tr -s ' \t' ' ')"
+    read -r ok it ver err <<<"$(host_service "$kind")"
+    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+    [[ -n $row ]] || why+=("no result row")
+    [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
+    [[ ${it:-0} -ge $bw_iters ]] || why+=("host $kind: ${it:-0} messages, want >= $bw_iters")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "guest $tool -n $bw_iters: row '$row'; host $kind accepted $it messages"
+    else
+        printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+check_bw write-bw-guest-client write-bw-server ib_write_bw "guest client"
+check_bw send-bw-guest-client send-bw-server ib_send_bw "guest client"
+check_bw read-bw-guest-client read-bw-server ib_read_bw "guest client"
+check_bw atomic-bw-guest-client atomic-bw-server ib_atomic_bw "guest client"
+for t in "${BW_SERVERS[@]}"; do
+    read -r v p <<<"$t"
+    check_bw "$v-bw-guest-server" "$v-bw-client" "ib_${v}_bw" "guest server"
+done
+if ((failed)); then
+    echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
+    echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'
+fi
+finish

@@ -1,0 +1,429 @@
+//! Virtual hosts on the fabric (`virtual-host` crate): each is a port of
+//! the switch whose far end is a thread running a [`VirtualHost`] instead of
+//! a guest. The thread sleeps in epoll on the port's wake eventfd (frames
+//! queued for it) and a command eventfd, with the host's next timer as the
+//! epoll timeout; nothing busy-polls.
+
+use crate::config::HostSpec;
+use crate::fabric::{Fabric, Frame, PortShared};
+use crate::stats::QueueCounters;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+use virtual_host::{HostConfig, HostEvent, ServiceSpec, VirtualHost};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+/// Recent events kept per host for `status`.
+const EVENT_HISTORY: usize = 32;
+/// Commands waiting for a host thread; more are refused.
+const COMMAND_LIMIT: usize = 64;
+/// How long a control request waits for the host thread.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Status of one service (control socket form).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceStats {
+    pub id: u32,
+    pub kind: String,
+    pub peer: Option<String>,
+    pub port: u16,
+    pub state: String,
+    pub sessions_ok: u64,
+    pub sessions_failed: u64,
+    pub last_iterations: u32,
+    pub last_verified: u32,
+    pub last_error: Option<String>,
+    /// The running session's completed sends and receives.
+    #[serde(default)]
+    pub sent: u32,
+    #[serde(default)]
+    pub received: u32,
+}
+
+/// Status of one virtual host (control socket form).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStats {
+    pub name: String,
+    pub mac: String,
+    pub address: String,
+    pub rx_frames: u64,
+    pub tx_frames: u64,
+    pub roce_rx: u64,
+    pub roce_tx: u64,
+    pub roce_icrc_errors: u64,
+    pub roce_malformed: u64,
+    pub roce_no_qp: u64,
+    pub roce_dropped: u64,
+    pub qps: usize,
+    pub mrs: usize,
+    pub tcp_sockets: usize,
+    pub services: Vec<ServiceStats>,
+    /// The most recent service events, oldest first.
+    pub events: Vec<String>,
+    /// iWARP connections and errors of the running services.
+    #[serde(default)]
+    pub iwarp: IwarpStats,
+}
+
+/// iWARP counters of a host (summed over its running services).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IwarpStats {
+    pub connected: u64,
+    pub connected_crc: u64,
+    pub mpa_errors: u64,
+    pub crc_errors: u64,
+    pub terminates_sent: u64,
+    pub terminates_received: u64,
+    pub setup_timeouts: u64,
+    pub streams_lost: u64,
+}
+
+/// Service parameters as the control socket takes them (unset = the
+/// tool's default).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServiceRequest {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<std::net::Ipv4Addr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iters: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_depth: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_secs: Option<u64>,
+    /// iWARP services: ask for MPA CRC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpa_crc: Option<bool>,
+    /// Behave like the tool (echo, no checks): for host-to-host tests.
+    #[serde(default)]
+    pub echo: bool,
+}
+
+impl ServiceRequest {
+    /// The service spec, validated.
+    pub fn spec(&self) -> Result<ServiceSpec, String> {
+        let kind: virtual_host::ServiceKind = self.kind.parse().map_err(|e| format!("{e}"))?;
+        let mut s = ServiceSpec::new(kind);
+        s.peer = self.peer;
+        if let Some(v) = self.port {
+            s.port = v;
+        }
+        if let Some(v) = self.size {
+            s.size = v;
+        }
+        if let Some(v) = self.iters {
+            s.iters = v;
+        }
+        if let Some(v) = self.rx_depth {
+            s.rx_depth = v;
+        }
+        if let Some(v) = self.mtu {
+            s.mtu = v;
+        }
+        if let Some(v) = self.connect_timeout_secs {
+            s.connect_timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = self.mpa_crc {
+            s.mpa_crc = v;
+        }
+        s.echo = self.echo;
+        s.validate().map_err(|e| e.to_string())?;
+        Ok(s)
+    }
+}
+
+enum Command {
+    Status(mpsc::Sender<HostStats>),
+    Start(ServiceSpec, mpsc::Sender<Result<u32, String>>),
+    Stop(u32, mpsc::Sender<Result<(), String>>),
+}
+
+/// A running virtual host.
+pub struct HostHandle {
+    pub name: String,
+    pub port: Arc<PortShared>,
+    commands: Mutex<VecDeque<Command>>,
+    wake: EventFd,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl HostHandle {
+    /// Creates the host and starts its thread and configured services.
+    pub fn start(
+        spec: &HostSpec,
+        port: Arc<PortShared>,
+        fabric: Arc<Fabric>,
+    ) -> anyhow::Result<Arc<HostHandle>> {
+        let now = Instant::now();
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            ^ (port.index as u64) << 48;
+        let mut host = VirtualHost::new(
+            HostConfig {
+                name: spec.name.clone(),
+                mac: spec.mac.0,
+                ipv4: spec.ipv4,
+                prefix_len: spec.prefix_len,
+                limits: spec.limits,
+                seed,
+            },
+            now,
+        )
+        .map_err(|e| anyhow::anyhow!("host {}: {e}", spec.name))?;
+        for s in &spec.services {
+            let id = host
+                .start_service(s.clone(), now)
+                .map_err(|e| anyhow::anyhow!("host {}: service {}: {e}", spec.name, s.kind))?;
+            info!(host = %spec.name, service = id, kind = %s.kind, "service started");
+        }
+        let h = Arc::new(HostHandle {
+            name: spec.name.clone(),
+            port,
+            commands: Mutex::new(VecDeque::new()),
+            wake: EventFd::new(EFD_NONBLOCK)?,
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let me = h.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("host-{}", spec.name))
+            .spawn(move || {
+                if let Err(e) = me.run(host, &fabric) {
+                    warn!(host = %me.name, "host thread ended: {e}");
+                }
+            })?;
+        *h.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        info!(host = %spec.name, address = %format!("{}/{}", spec.ipv4, spec.prefix_len), mac = %spec.mac, "virtual host ready");
+        Ok(h)
+    }
+
+    fn command(&self, c: Command) -> Result<(), String> {
+        {
+            let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+            if q.len() >= COMMAND_LIMIT {
+                return Err(format!("host {}: too many pending commands", self.name));
+            }
+            q.push_back(c);
+        }
+        let _ = self.wake.write(1);
+        Ok(())
+    }
+
+    /// Status snapshot (from the host thread).
+    pub fn status(&self) -> Result<HostStats, String> {
+        let (tx, rx) = mpsc::channel();
+        self.command(Command::Status(tx))?;
+        rx.recv_timeout(COMMAND_TIMEOUT)
+            .map_err(|_| format!("host {}: no answer", self.name))
+    }
+
+    /// Starts a service; returns its id.
+    pub fn start_service(&self, spec: ServiceSpec) -> Result<u32, String> {
+        let (tx, rx) = mpsc::channel();
+        self.command(Command::Start(spec, tx))?;
+        rx.recv_timeout(COMMAND_TIMEOUT)
+            .map_err(|_| format!("host {}: no answer", self.name))?
+    }
+
+    /// Stops a service.
+    pub fn stop_service(&self, id: u32) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel();
+        self.command(Command::Stop(id, tx))?;
+        rx.recv_timeout(COMMAND_TIMEOUT)
+            .map_err(|_| format!("host {}: no answer", self.name))?
+    }
+
+    /// Ends the thread.
+    pub fn shutdown(&self) {
+        self.stop.store(true, SeqCst);
+        let _ = self.wake.write(1);
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+
+    fn run(&self, mut host: VirtualHost, fabric: &Fabric) -> std::io::Result<()> {
+        const FRAMES: u64 = 1;
+        const COMMANDS: u64 = 2;
+        let epoll = Epoll::new()?;
+        let rxq = &self.port.rxq[0];
+        epoll.ctl(
+            ControlOperation::Add,
+            rxq.wake.as_raw_fd(),
+            EpollEvent::new(EventSet::IN, FRAMES),
+        )?;
+        epoll.ctl(
+            ControlOperation::Add,
+            self.wake.as_raw_fd(),
+            EpollEvent::new(EventSet::IN, COMMANDS),
+        )?;
+        let mut events = [EpollEvent::default(); 4];
+        let mut history: VecDeque<String> = VecDeque::new();
+        let mut outbox = Vec::new();
+        while !self.stop.load(SeqCst) {
+            let now = Instant::now();
+            rxq.disarm();
+            while let Some(f) = rxq.pop() {
+                QueueCounters::add(&rxq.counters.rx_frames, 1);
+                QueueCounters::add(&rxq.counters.rx_bytes, f.data.len() as u64);
+                host.handle_frame(&f.data, now);
+                // Keep the switch moving while a burst is consumed.
+                self.flush(&mut host, fabric, &mut outbox);
+            }
+            // Guest TX sides paused on this queue (back-pressure) resume.
+            rxq.mark_fed();
+            rxq.wake_waiters();
+            let _ = self.wake.read();
+            let cmds: Vec<Command> = self
+                .commands
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..)
+                .collect();
+            for c in cmds {
+                match c {
+                    Command::Status(tx) => {
+                        let _ = tx.send(stats(&host, &history));
+                    }
+                    Command::Start(spec, tx) => {
+                        let kind = spec.kind;
+                        let r = host.start_service(spec, now).map_err(|e| e.to_string());
+                        if let Ok(id) = r {
+                            info!(host = %self.name, service = id, %kind, "service started");
+                        }
+                        let _ = tx.send(r);
+                    }
+                    Command::Stop(id, tx) => {
+                        let _ = tx.send(host.stop_service(id, now).map_err(|e| e.to_string()));
+                    }
+                }
+            }
+            if host.poll_timeout(now).is_some_and(|t| t <= now) {
+                host.handle_timeout(now);
+            }
+            self.flush(&mut host, fabric, &mut outbox);
+            while let Some(e) = host.poll_event() {
+                log_event(&self.name, &e);
+                if history.len() >= EVENT_HISTORY {
+                    history.pop_front();
+                }
+                history.push_back(e.to_string());
+            }
+            let timeout_ms = match host.poll_timeout(Instant::now()) {
+                None => -1,
+                Some(t) => {
+                    let d = t.saturating_duration_since(Instant::now());
+                    // Round up so that we wake at or after the deadline.
+                    (d.as_micros().div_ceil(1000)).min(60_000) as i32
+                }
+            };
+            if !rxq.is_empty() {
+                continue;
+            }
+            match epoll.wait(timeout_ms, &mut events) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&self, host: &mut VirtualHost, fabric: &Fabric, outbox: &mut Vec<Vec<u8>>) {
+        outbox.extend(std::iter::from_fn(|| host.poll_transmit()));
+        let c = &self.port.rxq[0].counters;
+        for data in outbox.drain(..) {
+            QueueCounters::add(&c.tx_frames, 1);
+            QueueCounters::add(&c.tx_bytes, data.len() as u64);
+            fabric.forward(
+                self.port.index,
+                Frame {
+                    hdr: Default::default(),
+                    data,
+                },
+            );
+        }
+    }
+}
+
+fn log_event(name: &str, e: &HostEvent) {
+    match e.kind {
+        virtual_host::EventKind::SessionFailed { .. } => warn!(host = %name, "{e}"),
+        _ => info!(host = %name, "{e}"),
+    }
+}
+
+fn stats(host: &VirtualHost, history: &VecDeque<String>) -> HostStats {
+    let s = host.status();
+    let c = s.counters;
+    let m = s.mac;
+    HostStats {
+        name: s.name,
+        mac: format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        ),
+        address: format!("{}/{}", s.ipv4, s.prefix_len),
+        rx_frames: c.rx_frames,
+        tx_frames: c.tx_frames,
+        roce_rx: c.roce_rx,
+        roce_tx: c.roce_tx,
+        roce_icrc_errors: c.roce_icrc_errors,
+        roce_malformed: c.roce_malformed,
+        roce_no_qp: c.roce_no_qp,
+        roce_dropped: c.roce_dropped,
+        qps: s.qps,
+        mrs: s.mrs,
+        tcp_sockets: s.tcp_sockets,
+        services: s
+            .services
+            .into_iter()
+            .map(|v| ServiceStats {
+                id: v.id,
+                kind: v.kind.to_string(),
+                peer: v.peer.map(|p| p.to_string()),
+                port: v.port,
+                state: v.state,
+                sessions_ok: v.sessions_ok,
+                sessions_failed: v.sessions_failed,
+                last_iterations: v.last_iterations,
+                last_verified: v.last_verified,
+                last_error: v.last_error,
+                sent: v.progress.0,
+                received: v.progress.1,
+            })
+            .collect(),
+        events: history.iter().cloned().collect(),
+        iwarp: {
+            let i = host.iwarp_counters();
+            IwarpStats {
+                connected: i.connected,
+                connected_crc: i.connected_crc,
+                mpa_errors: i.mpa_errors,
+                crc_errors: i.crc_errors,
+                terminates_sent: i.terminates_sent,
+                terminates_received: i.terminates_received,
+                setup_timeouts: i.setup_timeouts,
+                streams_lost: i.streams_lost,
+            }
+        },
+    }
+}

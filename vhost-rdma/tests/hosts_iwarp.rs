@@ -1,0 +1,88 @@
+//! No-VM test of iWARP services in the daemon: two virtual hosts on the
+//! fabric run rping and ucmatose against each other, one started with
+//! `--host`, the other through the control socket (with MPA CRC asked for).
+
+mod common;
+
+use common::{TempDir, TestFabric};
+use std::time::{Duration, Instant};
+use vhost_rdma::config::{DaemonConfig, HostSpec};
+use vhost_rdma::control::{request, Request};
+use vhost_rdma::hosts::{HostStats, ServiceRequest};
+use vhost_rdma::Server;
+
+fn hosts(ctl: &std::path::Path) -> Vec<HostStats> {
+    request(ctl, &Request::Hosts).unwrap().hosts.unwrap()
+}
+
+/// Polls the control socket until `kind` on host `name` has finished a
+/// session or failed one.
+fn wait_session(ctl: &std::path::Path, name: &str, kind: &str) -> vhost_rdma::hosts::ServiceStats {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let hs = hosts(ctl);
+        let h = hs.iter().find(|h| h.name == name).expect("host");
+        let s = h.services.iter().find(|s| s.kind == kind).expect("service");
+        if s.sessions_ok + s.sessions_failed > 0 || Instant::now() > end {
+            return s.clone();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn two_virtual_hosts_run_rping_and_ucmatose_over_iwarp() {
+    let dir = TempDir::new("hosts-iwarp");
+    let port = TestFabric::port_config(dir.path(), 0, 1);
+    let server: HostSpec = "srv=10.77.0.10/24,service=rping-server,service=ucmatose-server"
+        .parse()
+        .unwrap();
+    let client: HostSpec = "cli=10.77.0.11/24".parse().unwrap();
+    let ctl = dir.path().join("ctl.sock");
+    let _daemon = Server::start(DaemonConfig {
+        ports: vec![port],
+        hosts: vec![server, client],
+        control: Some(ctl.clone()),
+        ..DaemonConfig::default()
+    })
+    .expect("Server::start");
+    // rping's count is the client's alone; ucmatose's must match on both
+    // sides (the server's is the default, 10).
+    for (kind, n) in [("rping-client", 5), ("ucmatose-client", 10)] {
+        let r = request(
+            &ctl,
+            &Request::HostStart {
+                host: "cli".into(),
+                service: ServiceRequest {
+                    kind: kind.into(),
+                    peer: Some("10.77.0.10".parse().unwrap()),
+                    iters: Some(n),
+                    mpa_crc: Some(kind == "rping-client"),
+                    ..ServiceRequest::default()
+                },
+            },
+        )
+        .unwrap();
+        assert!(r.ok, "{r:?}");
+        let s = wait_session(&ctl, "cli", kind);
+        assert_eq!(
+            (s.sessions_ok, s.last_iterations, s.last_verified),
+            (1, n, n),
+            "{s:?}"
+        );
+    }
+    let hs = hosts(&ctl);
+    let srv = hs.iter().find(|h| h.name == "srv").unwrap();
+    // Both server sessions finished with every ping / message checked.
+    for (kind, n) in [("rping-server", 5), ("ucmatose-server", 10)] {
+        let s = wait_session(&ctl, "srv", kind);
+        assert_eq!((s.sessions_ok, s.last_verified), (1, n), "{s:?}");
+    }
+    // Only the rping connection asked for CRC.
+    assert_eq!(
+        (srv.iwarp.connected, srv.iwarp.connected_crc),
+        (2, 1),
+        "{srv:?}"
+    );
+    assert_eq!(srv.iwarp.mpa_errors + srv.iwarp.crc_errors, 0);
+}

@@ -1,0 +1,407 @@
+//! The host's RDMA device: RC queue pairs (roce-model) behind RoCEv2 over
+//! IPv4, memory regions, and the small IPv4 → MAC cache RoCE frames need.
+
+use crate::{HostCounters, HostError, HostLimits};
+use roce_model::wire::{EthernetHeader, Ipv4Header, UdpHeader, ETHERTYPE_IPV4, ROCE_V2_PORT};
+use roce_model::{
+    Access, Completion, IcrcScope, Memory, NetLayer, ProtectionDomain, QpAttr, QpCaps, QpState,
+    QueuePair, RecvWr, RoceFrame, SendWr,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+/// Neighbours remembered for RoCE traffic.
+const NEIGHBOR_LIMIT: usize = 64;
+/// Frames waiting for the fabric are bounded by the caller's queue; ARP
+/// requests for one address go out at most this often.
+const ARP_RETRY: Duration = Duration::from_millis(200);
+/// Longest a retired QP lingers to finish sending.
+const RETIRE_GRACE: Duration = Duration::from_secs(2);
+
+/// A queue pair with its path.
+struct QpEntry {
+    qp: QueuePair,
+    remote_ip: Ipv4Addr,
+    udp_src_port: u16,
+}
+
+/// IPv4 → MAC, learned from frames addressed to the host; bounded (oldest
+/// entry goes first).
+#[derive(Default)]
+pub(crate) struct Neighbors {
+    entries: VecDeque<(Ipv4Addr, [u8; 6])>,
+    asked: Vec<(Ipv4Addr, Instant)>,
+}
+
+impl Neighbors {
+    pub(crate) fn learn(&mut self, ip: Ipv4Addr, mac: [u8; 6]) {
+        if ip.is_unspecified() || ip.is_broadcast() || mac[0] & 1 != 0 {
+            return;
+        }
+        if let Some(e) = self.entries.iter_mut().find(|e| e.0 == ip) {
+            e.1 = mac;
+            return;
+        }
+        if self.entries.len() >= NEIGHBOR_LIMIT {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((ip, mac));
+        self.asked.retain(|a| a.0 != ip);
+    }
+
+    pub(crate) fn lookup(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        self.entries.iter().find(|e| e.0 == ip).map(|e| e.1)
+    }
+
+    /// Whether to send an ARP request for `ip` now.
+    fn should_ask(&mut self, ip: Ipv4Addr, now: Instant) -> bool {
+        if let Some(a) = self.asked.iter_mut().find(|a| a.0 == ip) {
+            if now.saturating_duration_since(a.1) < ARP_RETRY {
+                return false;
+            }
+            a.1 = now;
+            return true;
+        }
+        if self.asked.len() >= NEIGHBOR_LIMIT {
+            self.asked.remove(0);
+        }
+        self.asked.push((ip, now));
+        true
+    }
+}
+
+/// The RDMA side of a virtual host.
+pub struct RdmaDevice {
+    mac: [u8; 6],
+    ip: Ipv4Addr,
+    limits: HostLimits,
+    mem: Memory,
+    pd: ProtectionDomain,
+    qps: BTreeMap<u32, QpEntry>,
+    next_qpn: u32,
+    mrs: Vec<(u32, usize)>,
+    /// QPs whose owner is done, kept until their last ACKs are out.
+    retiring: Vec<(u32, Instant)>,
+    ident: u16,
+    pub(crate) neighbors: Neighbors,
+}
+
+impl RdmaDevice {
+    pub(crate) fn new(mac: [u8; 6], ip: Ipv4Addr, limits: HostLimits, seed: u64) -> Self {
+        let mut mem = Memory::new(seed).with_max_regions(limits.max_mrs);
+        let pd = mem.alloc_pd();
+        RdmaDevice {
+            mac,
+            ip,
+            limits,
+            mem,
+            pd,
+            qps: BTreeMap::new(),
+            // rxe numbers QPs from 17; start elsewhere so traces tell the sides apart.
+            next_qpn: 0x100 | ((seed as u32) & 0xff),
+            mrs: Vec::new(),
+            retiring: Vec::new(),
+            ident: seed as u16,
+            neighbors: Neighbors::default(),
+        }
+    }
+
+    /// Queue pairs in use.
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// Memory regions in use.
+    pub fn mr_count(&self) -> usize {
+        self.mrs.len()
+    }
+
+    /// Registers a zeroed region of `len` bytes at iova 0 with local write
+    /// access; returns its lkey.
+    pub fn register_mr(&mut self, len: usize) -> Result<u32, HostError> {
+        self.register_mr_access(len, Access::LOCAL_WRITE)
+    }
+
+    /// Registers a zeroed region of `len` bytes at iova 0 with `access`;
+    /// returns its lkey (= rkey).
+    pub fn register_mr_access(&mut self, len: usize, access: Access) -> Result<u32, HostError> {
+        if self.mrs.len() >= self.limits.max_mrs {
+            return Err(HostError::Limit {
+                what: "memory regions",
+                limit: self.limits.max_mrs,
+            });
+        }
+        let used: usize = self.mrs.iter().map(|m| m.1).sum();
+        if used.saturating_add(len) > self.limits.max_mr_bytes {
+            return Err(HostError::Limit {
+                what: "registered bytes",
+                limit: self.limits.max_mr_bytes,
+            });
+        }
+        let keys = self
+            .mem
+            .register(self.pd, 0, vec![0u8; len], access)
+            .map_err(|e| HostError::Rdma(e.to_string()))?;
+        self.mrs.push((keys.lkey, len));
+        Ok(keys.lkey)
+    }
+
+    /// Deregisters a region.
+    pub fn deregister_mr(&mut self, lkey: u32) {
+        if self.mem.deregister(lkey).is_ok() {
+            self.mrs.retain(|m| m.0 != lkey);
+        }
+    }
+
+    /// Reads `len` bytes of region `lkey` at `iova`.
+    pub fn read(&self, lkey: u32, iova: u64, len: usize) -> Result<Vec<u8>, HostError> {
+        self.mem
+            .read(lkey, iova, len)
+            .map_err(|e| HostError::Rdma(e.to_string()))
+    }
+
+    /// Writes into region `lkey` at `iova`.
+    pub fn write(&mut self, lkey: u32, iova: u64, data: &[u8]) -> Result<(), HostError> {
+        self.mem
+            .write(lkey, iova, data)
+            .map_err(|e| HostError::Rdma(e.to_string()))
+    }
+
+    /// Creates an RC QP in INIT towards `remote_ip`; returns its number.
+    pub fn create_qp(&mut self, remote_ip: Ipv4Addr, caps: QpCaps) -> Result<u32, HostError> {
+        if self.qps.len() >= self.limits.max_qps {
+            return Err(HostError::Limit {
+                what: "queue pairs",
+                limit: self.limits.max_qps,
+            });
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) || qpn < 2 {
+            qpn = (qpn + 1) & 0xff_ffff;
+        }
+        self.next_qpn = (qpn + 1) & 0xff_ffff;
+        let mut qp = QueuePair::new(qpn, self.pd, caps);
+        // INIT at once, so receives can be posted before the exchange.
+        qp.modify(QpState::Init, &QpAttr::default())
+            .map_err(|e| HostError::Rdma(e.to_string()))?;
+        // Flow entropy per QP, in the range rxe uses.
+        let udp_src_port = 0xc000 | (qpn as u16 & 0x3fff);
+        self.qps.insert(
+            qpn,
+            QpEntry {
+                qp,
+                remote_ip,
+                udp_src_port,
+            },
+        );
+        Ok(qpn)
+    }
+
+    /// Moves a QP from INIT to RTS with `attr`.
+    pub fn connect_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), HostError> {
+        let e = self.qps.get_mut(&qpn).ok_or(HostError::NoSuchQp(qpn))?;
+        e.qp.modify(QpState::Rtr, attr)
+            .and_then(|_| e.qp.modify(QpState::Rts, attr))
+            .map_err(|e| HostError::Rdma(e.to_string()))
+    }
+
+    /// Destroys a QP now.
+    pub fn destroy_qp(&mut self, qpn: u32) {
+        self.qps.remove(&qpn);
+        self.retiring.retain(|r| r.0 != qpn);
+    }
+
+    /// Destroys a QP once it has nothing left to send (the ACK of the last
+    /// message the peer sent is usually still queued when the last
+    /// completion is seen), or after a grace period.
+    pub fn retire_qp(&mut self, qpn: u32, now: Instant) {
+        if self.qps.contains_key(&qpn) && !self.retiring.iter().any(|r| r.0 == qpn) {
+            self.retiring.push((qpn, now + RETIRE_GRACE));
+        }
+    }
+
+    /// Posts a send work request.
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), HostError> {
+        let e = self.qps.get_mut(&qpn).ok_or(HostError::NoSuchQp(qpn))?;
+        e.qp.post_send(wr)
+            .map_err(|e| HostError::Rdma(e.to_string()))
+    }
+
+    /// Posts a receive work request.
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), HostError> {
+        let e = self.qps.get_mut(&qpn).ok_or(HostError::NoSuchQp(qpn))?;
+        e.qp.post_recv(wr)
+            .map_err(|e| HostError::Rdma(e.to_string()))
+    }
+
+    /// A QP's counters.
+    pub fn qp_stats(&self, qpn: u32) -> Option<roce_model::QpStats> {
+        self.qps.get(&qpn).map(|e| *e.qp.stats())
+    }
+
+    /// The next completion of a QP.
+    pub fn poll_completion(&mut self, qpn: u32) -> Option<Completion> {
+        self.qps.get_mut(&qpn)?.qp.poll_completion()
+    }
+
+    /// Handles a RoCEv2 frame addressed to this host.
+    pub(crate) fn handle_frame(&mut self, frame: &[u8], now: Instant, c: &mut HostCounters) {
+        let f = match RoceFrame::parse(frame) {
+            Ok(f) => f,
+            Err(_) => {
+                c.roce_malformed += 1;
+                return;
+            }
+        };
+        if f.verify_icrc().is_err() {
+            c.roce_icrc_errors += 1;
+            return;
+        }
+        let NetLayer::Ipv4 { ip, .. } = f.net else {
+            c.roce_malformed += 1;
+            return;
+        };
+        let src = Ipv4Addr::from(ip.src);
+        if Ipv4Addr::from(ip.dst) != self.ip {
+            c.roce_no_qp += 1;
+            return;
+        }
+        let Some(e) = self.qps.get_mut(&f.packet.bth.dest_qp) else {
+            c.roce_no_qp += 1;
+            return;
+        };
+        // rxe drops RC packets from an address other than the QP's path.
+        if e.remote_ip != src {
+            c.roce_no_qp += 1;
+            return;
+        }
+        self.neighbors.learn(src, f.eth.src);
+        c.roce_rx += 1;
+        if e.qp.handle_packet(&f.packet, now, &mut self.mem).is_err() {
+            c.roce_dropped += 1;
+        }
+    }
+
+    /// Runs QP timers.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        for e in self.qps.values_mut() {
+            if e.qp.poll_timeout().is_some_and(|t| t <= now) {
+                e.qp.handle_timeout(now);
+            }
+        }
+    }
+
+    /// Earliest QP timer.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let retire = self.retiring.iter().map(|r| r.1).min();
+        self.qps
+            .values()
+            .filter_map(|e| e.qp.poll_timeout())
+            .chain(retire)
+            .min()
+    }
+
+    /// Moves every QP's pending packets into `out` as Ethernet frames.
+    /// Returns whether anything was produced.
+    pub(crate) fn transmit(
+        &mut self,
+        now: Instant,
+        out: &mut VecDeque<Vec<u8>>,
+        out_limit: usize,
+        c: &mut HostCounters,
+    ) -> bool {
+        let mut any = false;
+        let mut arp_for = Vec::new();
+        for e in self.qps.values_mut() {
+            while out.len() < out_limit {
+                let Some(mut pkt) = e.qp.poll_transmit(now, &self.mem) else {
+                    break;
+                };
+                any = true;
+                let Some(dst_mac) = self.neighbors.lookup(e.remote_ip) else {
+                    // The QP's retransmit timer sends it again once ARP answered.
+                    c.roce_tx_no_neighbor += 1;
+                    arp_for.push(e.remote_ip);
+                    continue;
+                };
+                self.ident = self.ident.wrapping_add(1);
+                let udp_len = pkt.len() + UdpHeader::LEN;
+                let Ok(total) = u16::try_from(udp_len + 20) else {
+                    c.roce_dropped += 1;
+                    continue;
+                };
+                let ip = Ipv4Header {
+                    tos: 0,
+                    total_len: total,
+                    ident: self.ident,
+                    flags_frag: Ipv4Header::DF,
+                    ttl: 64,
+                    protocol: roce_model::wire::IPPROTO_UDP,
+                    checksum: 0,
+                    src: self.ip.octets(),
+                    dst: e.remote_ip.octets(),
+                }
+                .emit();
+                let udp = UdpHeader {
+                    src_port: e.udp_src_port,
+                    dst_port: ROCE_V2_PORT,
+                    len: udp_len as u16,
+                    checksum: 0,
+                }
+                .emit();
+                if (IcrcScope::Ipv4 { ip: &ip, udp: &udp })
+                    .seal(&mut pkt)
+                    .is_err()
+                {
+                    c.roce_dropped += 1;
+                    continue;
+                }
+                let mut f = Vec::with_capacity(14 + 28 + pkt.len());
+                EthernetHeader {
+                    dst: dst_mac,
+                    src: self.mac,
+                    vlan_tci: None,
+                    ethertype: ETHERTYPE_IPV4,
+                }
+                .emit(&mut f);
+                f.extend_from_slice(&ip);
+                f.extend_from_slice(&udp);
+                f.extend_from_slice(&pkt);
+                out.push_back(f);
+                c.roce_tx += 1;
+            }
+        }
+        let qps = &mut self.qps;
+        self.retiring.retain(|&(qpn, until)| {
+            let idle = qps.get(&qpn).is_none_or(|e| e.qp.is_idle());
+            if idle || now >= until {
+                qps.remove(&qpn);
+                false
+            } else {
+                true
+            }
+        });
+        for ip in arp_for {
+            if out.len() < out_limit && self.neighbors.should_ask(ip, now) {
+                out.push_back(arp_request(self.mac, self.ip, ip));
+                c.arp_requests_sent += 1;
+            }
+        }
+        any
+    }
+}
+
+/// A broadcast ARP request for `target`.
+pub(crate) fn arp_request(mac: [u8; 6], ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&0x0806u16.to_be_bytes());
+    f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&ip.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target.octets());
+    f
+}

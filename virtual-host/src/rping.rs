@@ -1,0 +1,1046 @@
+//! `rping` (librdmacm examples) over iWARP, in both roles.
+//!
+//! The protocol as the tool speaks it, one ping:
+//! 1. the client SENDs its source buffer as `{be64 addr, be32 rkey, be32 len}`
+//!    (16 bytes), the buffer holding `"rdma-ping-K: "` followed by the
+//!    letters `A`..`z` cycling from a start letter that advances every ping,
+//!    NUL in the last byte;
+//! 2. the server RDMA READs it into its own buffer and SENDs a 16-byte "go
+//!    ahead" (contents unused);
+//! 3. the client SENDs its sink buffer the same way;
+//! 4. the server RDMA WRITEs `strlen + 1` bytes of what it read there and
+//!    SENDs "go ahead" again;
+//! 5. the client compares source and sink (`-V`) and prints `ping data:`.
+//!
+//! The client disconnects after `-C count` pings; the server then ends.
+//! Connection: rdma_cm over iWARP, i.e. TCP to port 7174 and MPA with no
+//! private data; both sides ask for 1 outstanding RDMA READ each way.
+//!
+//! Our server checks every buffer it reads against the tool's pattern for
+//! that ping (a verified ping); our client checks that the sink holds its
+//! source after each ping (the sink is zeroed before it is advertised).
+
+use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
+use crate::service::ServiceSpec;
+use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
+use siw::{Access, Completion, Event, Sge, WcOpcode, WcStatus, WorkRequest};
+use smoltcp::iface::{SocketHandle, SocketSet};
+use smoltcp::socket::tcp::{Socket, State};
+use smoltcp::wire::IpAddress;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+/// rping's default port.
+pub const DEFAULT_PORT: u16 = 7174;
+/// rping's default buffer size.
+pub const DEFAULT_SIZE: u32 = 64;
+/// rping's smallest buffer (`RPING_MIN_BUFSIZE`: what the 7.3 guest's rping
+/// reports, "valid range is 23 to 65536").
+pub const MIN_SIZE: u32 = 23;
+/// rping's largest buffer (it refuses `-S 65536`: `RPING_BUFSIZE - 1`).
+pub const MAX_SIZE: u32 = 64 * 1024 - 1;
+/// Size of the buffer-advertisement message.
+pub const INFO_LEN: usize = 16;
+/// A session without progress for this long fails.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Client reconnect interval while the server is not up.
+const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a finished connection may take to get its last bytes out.
+const LINGER: Duration = Duration::from_secs(2);
+/// Client: pause between the MPA Reply and the first SEND. Linux siw's
+/// `siw_accept()` sends its MPA Reply before it hooks the QP to the socket;
+/// an FPDU arriving in that window is never read (the server hangs, see
+/// ci/README.md "siw: rdma_cm connection setup is flaky"). The real tool
+/// is slow enough not to hit it; we wait a little instead.
+pub const FIRST_SEND_DELAY: Duration = Duration::from_millis(300);
+
+const WR_RECV: u64 = 1;
+const WR_SEND: u64 = 2;
+const WR_READ: u64 = 3;
+const WR_WRITE: u64 = 4;
+
+/// The buffer rping's client fills for ping `k` (`size` bytes).
+pub fn ping_buffer(k: u32, size: usize) -> Vec<u8> {
+    let mut b = vec![0u8; size];
+    let head = format!("rdma-ping-{}: ", k as i32);
+    let n = head.len().min(size.saturating_sub(1));
+    b[..n].copy_from_slice(&head.as_bytes()[..n]);
+    let mut c = b'A' + (k % 58) as u8;
+    for x in b.iter_mut().skip(head.len()) {
+        *x = c;
+        c = if c >= b'z' { b'A' } else { c + 1 };
+    }
+    if let Some(last) = b.last_mut() {
+        *last = 0;
+    }
+    b
+}
+
+/// rping's buffer advertisement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufInfo {
+    /// Address (the tool's virtual address).
+    pub addr: u64,
+    /// STag.
+    pub rkey: u32,
+    /// Length.
+    pub len: u32,
+}
+
+impl BufInfo {
+    /// Wire form (big-endian).
+    pub fn encode(&self) -> [u8; INFO_LEN] {
+        let mut b = [0u8; INFO_LEN];
+        b[..8].copy_from_slice(&self.addr.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..].copy_from_slice(&self.len.to_be_bytes());
+        b
+    }
+
+    /// Parses the wire form.
+    pub fn decode(b: &[u8]) -> Option<BufInfo> {
+        let b: &[u8; INFO_LEN] = b.get(..INFO_LEN)?.try_into().ok()?;
+        Some(BufInfo {
+            addr: u64::from_be_bytes(b[..8].try_into().ok()?),
+            rkey: u32::from_be_bytes(b[8..12].try_into().ok()?),
+            len: u32::from_be_bytes(b[12..].try_into().ok()?),
+        })
+    }
+}
+
+/// Which tool's protocol the service speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// `rping` (RDMA READ / WRITE ping-pong, above).
+    Rping,
+    /// `ucmatose` (librdmacm examples/cmatose.c): both sides post `-C`
+    /// receives of `-S` bytes before connecting; the server SENDs `-C`
+    /// messages, the client answers with as many once it has them all, the
+    /// server disconnects. Contents are not checked by the tool; we check
+    /// every message's length. Port 7471, 10 × 100 bytes.
+    Ucmatose,
+}
+
+/// ucmatose's default port.
+pub const UCMATOSE_PORT: u16 = 7471;
+/// ucmatose's default message size.
+pub const UCMATOSE_SIZE: u32 = 100;
+/// Most ucmatose messages per session (all receives are posted at once).
+pub const UCMATOSE_MAX_COUNT: u32 = 512;
+
+/// Which side we play.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `rping -s`.
+    Server,
+    /// `rping -c`.
+    Client,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Listening,
+    Connecting,
+    RetryWait,
+    Running,
+    /// Waiting for the last bytes to leave before the socket is dropped.
+    Lingering,
+    Done,
+}
+
+/// rping's per-ping state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Connected,
+    ReadAdv,
+    ReadComplete,
+    WriteAdv,
+    WriteComplete,
+}
+
+/// Base addresses of our buffers (arbitrary, page aligned, like user VAs).
+const RECV_VA: u64 = 0x7f10_0000_0000;
+const SEND_VA: u64 = 0x7f20_0000_0000;
+const RDMA_VA: u64 = 0x7f30_0000_0000;
+const START_VA: u64 = 0x7f40_0000_0000;
+
+struct Stags {
+    recv: u32,
+    send: u32,
+    rdma: u32,
+    start: u32,
+}
+
+struct Session {
+    ep: IwarpEndpoint,
+    peer: Ipv4Addr,
+    step: Step,
+    stags: Option<Stags>,
+    remote: Option<BufInfo>,
+    pings: u32,
+    verified: u32,
+    started: Instant,
+    last_progress: Instant,
+    error: Option<String>,
+    closing: bool,
+    first_ping_at: Option<Instant>,
+    /// ucmatose: SENDs completed.
+    sent: u32,
+}
+
+/// One rping service.
+pub struct Rping {
+    id: u32,
+    proto: Proto,
+    role: Role,
+    spec: ServiceSpec,
+    sock: Option<SocketHandle>,
+    phase: Phase,
+    session: Option<Session>,
+    retry_at: Option<Instant>,
+    linger_until: Option<Instant>,
+    connect_deadline: Instant,
+    sessions_ok: u64,
+    sessions_failed: u64,
+    last_iterations: u32,
+    last_verified: u32,
+    last_error: Option<String>,
+    counters: IwarpCounters,
+}
+
+impl Rping {
+    pub(crate) fn start(
+        id: u32,
+        proto: Proto,
+        role: Role,
+        spec: ServiceSpec,
+        ctx: &mut ServiceCtx<'_>,
+    ) -> Result<Self, HostError> {
+        match proto {
+            Proto::Rping if spec.size < MIN_SIZE || spec.size > MAX_SIZE => {
+                return Err(HostError::Invalid(format!(
+                    "rping size {} ({MIN_SIZE}..={MAX_SIZE})",
+                    spec.size
+                )));
+            }
+            Proto::Ucmatose if spec.size > MAX_SIZE || spec.iters > UCMATOSE_MAX_COUNT => {
+                return Err(HostError::Invalid(format!(
+                    "ucmatose size {} (..={MAX_SIZE}) or count {} (..={UCMATOSE_MAX_COUNT})",
+                    spec.size, spec.iters
+                )));
+            }
+            _ => {}
+        }
+        let sock = ctx.new_tcp_socket()?;
+        let mut r = Rping {
+            id,
+            proto,
+            role,
+            connect_deadline: ctx.now + spec.connect_timeout,
+            spec,
+            sock: Some(sock),
+            phase: Phase::Listening,
+            session: None,
+            retry_at: None,
+            linger_until: None,
+            sessions_ok: 0,
+            sessions_failed: 0,
+            last_iterations: 0,
+            last_verified: 0,
+            last_error: None,
+            counters: IwarpCounters::default(),
+        };
+        match role {
+            Role::Server => {
+                ctx.sockets
+                    .get_mut::<Socket>(sock)
+                    .listen(r.spec.port)
+                    .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", r.spec.port)))?;
+            }
+            Role::Client => {
+                if let Err(e) = r.connect(ctx) {
+                    ctx.sockets.remove(sock);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// iWARP counters of this service.
+    pub fn counters(&self) -> IwarpCounters {
+        self.counters
+    }
+
+    fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
+        let peer = self
+            .spec
+            .peer
+            .ok_or_else(|| HostError::Invalid("client without peer".into()))?;
+        let sock = self
+            .sock
+            .ok_or_else(|| HostError::Tcp("no socket".into()))?;
+        let local_port = 49152 + (ctx.rng.next_u64() % 16384) as u16;
+        ctx.sockets
+            .get_mut::<Socket>(sock)
+            .connect(
+                ctx.iface.context(),
+                (IpAddress::Ipv4(peer), self.spec.port),
+                local_port,
+            )
+            .map_err(|e| HostError::Tcp(format!("connect to {peer}: {e}")))?;
+        self.phase = Phase::Connecting;
+        Ok(())
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let s = self.session.as_ref();
+        let idle = s
+            .filter(|_| self.phase == Phase::Running)
+            .map(|s| s.last_progress + IDLE_TIMEOUT);
+        let setup = s.and_then(|s| s.ep.poll_timeout());
+        let first = s.and_then(|s| s.first_ping_at);
+        [self.retry_at, idle, setup, self.linger_until, first]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, _rdma: &mut RdmaDevice) {
+        self.session = None;
+        if let Some(h) = self.sock.take() {
+            sockets.get_mut::<Socket>(h).abort();
+            sockets.remove(h);
+        }
+        self.phase = Phase::Done;
+    }
+
+    pub(crate) fn status(&self, id: u32) -> ServiceStatus {
+        ServiceStatus {
+            id,
+            kind: self.spec.kind,
+            peer: self.session.as_ref().map(|s| s.peer).or(self.spec.peer),
+            port: self.spec.port,
+            state: match self.phase {
+                Phase::Listening => "listening",
+                Phase::Connecting => "connecting",
+                Phase::RetryWait => "waiting-for-server",
+                Phase::Running => "running",
+                Phase::Lingering => "closing",
+                Phase::Done if self.sessions_ok > 0 => "done",
+                Phase::Done => "failed",
+            }
+            .to_string(),
+            sessions_ok: self.sessions_ok,
+            sessions_failed: self.sessions_failed,
+            last_iterations: self.last_iterations,
+            last_verified: self.last_verified,
+            last_error: self.last_error.clone(),
+            progress: self
+                .session
+                .as_ref()
+                .map_or((0, 0), |s| (s.pings, s.verified)),
+        }
+    }
+
+    fn event(&self, ctx: &mut ServiceCtx<'_>, kind: EventKind) {
+        ctx.events.push(HostEvent {
+            service: self.id,
+            kind,
+        });
+    }
+
+    /// Runs the state machine; returns whether anything changed.
+    pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        let before = (self.phase, self.progress_mark());
+        let mut moved = false;
+        match self.phase {
+            Phase::Listening => self.step_listen(ctx),
+            Phase::Connecting => self.step_connect(ctx),
+            Phase::RetryWait => {
+                if self.retry_at.is_some_and(|t| ctx.now >= t) {
+                    self.retry_at = None;
+                    if let Err(e) = self.connect(ctx) {
+                        self.record_failure(ctx, None, e.to_string());
+                        self.phase = Phase::Done;
+                    }
+                }
+            }
+            Phase::Running => moved = self.step_run(ctx),
+            Phase::Lingering => self.step_linger(ctx),
+            Phase::Done => {}
+        }
+        moved || before != (self.phase, self.progress_mark())
+    }
+
+    fn progress_mark(&self) -> (u32, u32) {
+        self.session
+            .as_ref()
+            .map_or((0, 0), |s| (s.pings, s.step as u32))
+    }
+
+    fn step_listen(&mut self, ctx: &mut ServiceCtx<'_>) {
+        let Some(h) = self.sock else { return };
+        let sock = ctx.sockets.get_mut::<Socket>(h);
+        match sock.state() {
+            State::Closed => {
+                if let Err(e) = sock.listen(self.spec.port) {
+                    self.last_error = Some(format!("listen: {e}"));
+                }
+                return;
+            }
+            State::Listen | State::SynReceived => return,
+            State::Established => {}
+            _ => {
+                sock.abort();
+                return;
+            }
+        }
+        let Some(IpAddress::Ipv4(peer)) = sock.remote_endpoint().map(|e| e.addr) else {
+            sock.abort();
+            return;
+        };
+        let ep = IwarpEndpoint::responder(h, self.engine_config(), ctx.now);
+        self.begin(ctx, ep, peer);
+    }
+
+    fn step_connect(&mut self, ctx: &mut ServiceCtx<'_>) {
+        let Some(h) = self.sock else { return };
+        let sock = ctx.sockets.get_mut::<Socket>(h);
+        match sock.state() {
+            State::Closed | State::TimeWait => {
+                // Refused (the tool is not listening yet): try again.
+                self.retry_later(ctx);
+                return;
+            }
+            State::Established => {}
+            _ => return,
+        }
+        let peer = self.spec.peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let cfg = self.engine_config();
+        // rdma_cm over iWARP: the MPA private data is the application's (none).
+        match IwarpEndpoint::initiator(h, cfg, &[], ctx.now) {
+            Ok(ep) => self.begin(ctx, ep, peer),
+            Err(e) => {
+                self.record_failure(ctx, Some(peer), format!("MPA request: {e}"));
+                self.phase = Phase::Done;
+            }
+        }
+    }
+
+    fn engine_config(&self) -> siw::Config {
+        let mut c = engine_config(self.spec.mpa_crc, 16, 16);
+        if self.proto == Proto::Ucmatose {
+            let n = self.spec.iters as usize + 1;
+            c.sq_depth = c.sq_depth.max(n);
+            c.rq_depth = c.rq_depth.max(n);
+        }
+        c
+    }
+
+    fn retry_later(&mut self, ctx: &mut ServiceCtx<'_>) {
+        if let Some(h) = self.sock {
+            ctx.sockets.get_mut::<Socket>(h).abort();
+        }
+        if ctx.now + RETRY_INTERVAL < self.connect_deadline {
+            self.retry_at = Some(ctx.now + RETRY_INTERVAL);
+            self.phase = Phase::RetryWait;
+        } else {
+            self.record_failure(ctx, self.spec.peer, "could not reach the server".into());
+            self.phase = Phase::Done;
+        }
+    }
+
+    /// Registers the buffers, posts the first receive and starts running.
+    fn begin(&mut self, ctx: &mut ServiceCtx<'_>, mut ep: IwarpEndpoint, peer: Ipv4Addr) {
+        let size = self.spec.size as usize;
+        let c = ep.conn();
+        let mem = c.mem_mut();
+        let stags = Stags {
+            recv: mem.register(vec![0; INFO_LEN], RECV_VA, Access::LOCAL_WRITE),
+            send: mem.register(vec![0; INFO_LEN], SEND_VA, Access::NONE),
+            // Server: READ sink and WRITE source. Client: WRITE sink.
+            rdma: mem.register(
+                vec![0; size],
+                RDMA_VA,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            ),
+            // Client: READ source.
+            start: mem.register(vec![0; size], START_VA, Access::REMOTE_READ),
+        };
+        let mut s = Session {
+            ep,
+            peer,
+            step: Step::Connected,
+            stags: None,
+            remote: None,
+            pings: 0,
+            verified: 0,
+            started: ctx.now,
+            last_progress: ctx.now,
+            error: None,
+            closing: false,
+            first_ping_at: None,
+            sent: 0,
+        };
+        match self.proto {
+            Proto::Rping => {
+                if let Err(e) = post_recv(&mut s.ep, stags.recv) {
+                    s.error = Some(e);
+                }
+            }
+            Proto::Ucmatose => {
+                // All of the tool's receives land in one buffer (`rdma`
+                // here); it posts them before connecting.
+                for _ in 0..self.spec.iters {
+                    let r = s.ep.conn().post_recv(
+                        WR_RECV,
+                        Sge {
+                            stag: stags.rdma,
+                            addr: RDMA_VA,
+                            len: self.spec.size,
+                        },
+                    );
+                    if let Err(e) = r {
+                        s.error = Some(format!("post receive: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        s.stags = Some(stags);
+        self.session = Some(s);
+        self.phase = Phase::Running;
+    }
+
+    fn step_run(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        let Some(mut s) = self.session.take() else {
+            self.phase = Phase::Done;
+            return true;
+        };
+        s.ep.handle_timeout(ctx.now);
+        let mut moved = false;
+        if s.first_ping_at.is_some_and(|t| ctx.now >= t) && s.error.is_none() {
+            s.first_ping_at = None;
+            s.last_progress = ctx.now;
+            match self.proto {
+                Proto::Rping => self.client_ping(&mut s),
+                Proto::Ucmatose => self.post_messages(&mut s),
+            }
+            moved = true;
+        }
+        let mut closed = false;
+        for _ in 0..64 {
+            let mut round = s.ep.pump(ctx.sockets);
+            while let Some(ev) = s.ep.conn().poll_event() {
+                round = true;
+                s.last_progress = ctx.now;
+                match ev {
+                    Event::ConnectRequest { .. } => {
+                        // rping accepts without private data.
+                        if s.ep.conn().accept(&[]).is_err() {
+                            s.error.get_or_insert("accept failed".into());
+                        }
+                    }
+                    Event::Connected { negotiated, .. } => {
+                        self.counters.connected += 1;
+                        if negotiated.crc {
+                            self.counters.connected_crc += 1;
+                        }
+                        s.started = ctx.now;
+                        self.event(
+                            ctx,
+                            EventKind::SessionStarted {
+                                peer: s.peer,
+                                qpn: 0,
+                                remote_qpn: 0,
+                            },
+                        );
+                        // Whoever sends first waits a little (see FIRST_SEND_DELAY;
+                        // for a ucmatose server the guest's siw would otherwise
+                        // see our FPDU right behind the MPA Reply: -EPROTO).
+                        let sends_first = match self.proto {
+                            Proto::Rping => self.role == Role::Client,
+                            Proto::Ucmatose => self.role == Role::Server,
+                        };
+                        if sends_first {
+                            s.first_ping_at = Some(ctx.now + FIRST_SEND_DELAY);
+                        }
+                    }
+                    Event::Rejected { .. } => {
+                        s.error
+                            .get_or_insert("the peer rejected the connection".into());
+                    }
+                    Event::Completion(c) => self.on_completion(&mut s, c),
+                    Event::Error(e) => {
+                        self.counters.count(&e);
+                        s.error.get_or_insert(format!("iWARP: {e}"));
+                    }
+                    Event::Closed => closed = true,
+                }
+            }
+            if s.error.is_some() && !s.closing {
+                s.closing = true;
+                s.ep.conn().close();
+                round = true;
+            }
+            moved |= round;
+            if !round {
+                break;
+            }
+        }
+        if s.error.is_none()
+            && !closed
+            && ctx.now.saturating_duration_since(s.last_progress) >= IDLE_TIMEOUT
+        {
+            s.error = Some(format!(
+                "no progress for {} s ({} pings)",
+                IDLE_TIMEOUT.as_secs(),
+                s.pings
+            ));
+            s.ep.conn().close();
+            s.ep.pump(ctx.sockets);
+            closed = true;
+        }
+        if closed || s.ep.is_finished() {
+            self.finish(ctx, s);
+            return true;
+        }
+        self.session = Some(s);
+        moved
+    }
+
+    fn finish(&mut self, ctx: &mut ServiceCtx<'_>, mut s: Session) {
+        // Let the last bytes (our FIN, a Terminate) leave.
+        s.ep.pump(ctx.sockets);
+        let ok = match (self.proto, self.role) {
+            (Proto::Rping, Role::Client) => s.pings >= self.spec.iters && s.error.is_none(),
+            // The client ends a session by disconnecting.
+            (Proto::Rping, Role::Server) => s.error.is_none() && s.pings > 0,
+            (Proto::Ucmatose, _) => {
+                s.error.is_none() && s.pings >= self.spec.iters && s.sent >= self.spec.iters
+            }
+        };
+        if ok {
+            self.sessions_ok += 1;
+            self.last_iterations = s.pings;
+            self.last_verified = s.verified;
+            let elapsed = ctx.now.saturating_duration_since(s.started);
+            self.event(
+                ctx,
+                EventKind::SessionFinished {
+                    peer: s.peer,
+                    iterations: s.pings,
+                    verified: s.verified,
+                    elapsed,
+                },
+            );
+        } else {
+            let reason = s.error.clone().unwrap_or_else(|| {
+                format!(
+                    "connection closed after {} of {} pings",
+                    s.pings,
+                    match self.role {
+                        Role::Client => self.spec.iters.to_string(),
+                        Role::Server => "?".into(),
+                    }
+                )
+            });
+            self.last_iterations = s.pings;
+            self.last_verified = s.verified;
+            self.record_failure(ctx, Some(s.peer), reason);
+        }
+        self.linger_until = Some(ctx.now + LINGER);
+        self.phase = Phase::Lingering;
+    }
+
+    fn record_failure(&mut self, ctx: &mut ServiceCtx<'_>, peer: Option<Ipv4Addr>, reason: String) {
+        self.sessions_failed += 1;
+        self.last_error = Some(reason.clone());
+        self.event(ctx, EventKind::SessionFailed { peer, reason });
+    }
+
+    fn step_linger(&mut self, ctx: &mut ServiceCtx<'_>) {
+        let Some(h) = self.sock else {
+            self.phase = Phase::Done;
+            return;
+        };
+        let sock = ctx.sockets.get_mut::<Socket>(h);
+        // Drain whatever the peer still sends.
+        let mut buf = [0u8; 512];
+        while sock.can_recv() {
+            if !matches!(sock.recv_slice(&mut buf), Ok(n) if n > 0) {
+                break;
+            }
+        }
+        if sock.state() == State::CloseWait {
+            sock.close();
+        }
+        let drained = matches!(
+            sock.state(),
+            State::Closed | State::TimeWait | State::FinWait2
+        );
+        if !drained && self.linger_until.is_some_and(|t| ctx.now < t) {
+            return;
+        }
+        self.linger_until = None;
+        match self.role {
+            Role::Server => {
+                sock.abort();
+                self.phase = Phase::Listening;
+            }
+            Role::Client => self.phase = Phase::Done,
+        }
+    }
+
+    /// Client: advertise the source buffer of the next ping.
+    fn client_ping(&mut self, s: &mut Session) {
+        let Some(st) = s.stags.as_ref() else { return };
+        let (start, rdma) = (st.start, st.rdma);
+        let size = self.spec.size as usize;
+        let buf = ping_buffer(s.pings, size);
+        let mem = s.ep.conn().mem_mut();
+        let r = mem
+            .write(start, START_VA, &buf, Access::NONE)
+            // A fresh sink, so the comparison shows the server's WRITE.
+            .and_then(|_| mem.write(rdma, RDMA_VA, &vec![0; size], Access::NONE));
+        if r.is_err() {
+            s.error.get_or_insert("local buffer".into());
+            return;
+        }
+        s.step = Step::ReadAdv;
+        self.send_info(s, START_VA, start);
+    }
+
+    fn send_info(&self, s: &mut Session, addr: u64, rkey: u32) {
+        let Some(send) = s.stags.as_ref().map(|t| t.send) else {
+            return;
+        };
+        let info = BufInfo {
+            addr,
+            rkey,
+            len: self.spec.size,
+        };
+        self.send_raw(s, send, &info.encode());
+    }
+
+    fn send_raw(&self, s: &mut Session, send: u32, msg: &[u8; INFO_LEN]) {
+        let c = s.ep.conn();
+        let r = c
+            .mem_mut()
+            .write(send, SEND_VA, msg, Access::NONE)
+            .map_err(|e| format!("{e:?}"))
+            .and_then(|_| {
+                c.post_send(
+                    WR_SEND,
+                    WorkRequest::Send {
+                        local: Sge {
+                            stag: send,
+                            addr: SEND_VA,
+                            len: INFO_LEN as u32,
+                        },
+                        solicited: false,
+                        invalidate: None,
+                    },
+                )
+                .map_err(|e| e.to_string())
+            });
+        if let Err(e) = r {
+            s.error.get_or_insert(format!("post send: {e}"));
+        }
+    }
+
+    /// ucmatose: post every SEND of the session (the tool's message buffer
+    /// is uninitialised; ours carries a counter pattern).
+    fn post_messages(&mut self, s: &mut Session) {
+        let Some(send_buf) = s.stags.as_ref().map(|t| t.start) else {
+            return;
+        };
+        let size = self.spec.size as usize;
+        let fill: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        if s.ep
+            .conn()
+            .mem_mut()
+            .write(send_buf, START_VA, &fill, Access::NONE)
+            .is_err()
+        {
+            s.error.get_or_insert("local buffer".into());
+            return;
+        }
+        for _ in 0..self.spec.iters {
+            let r = s.ep.conn().post_send(
+                WR_SEND,
+                WorkRequest::Send {
+                    local: Sge {
+                        stag: send_buf,
+                        addr: START_VA,
+                        len: self.spec.size,
+                    },
+                    solicited: false,
+                    invalidate: None,
+                },
+            );
+            if let Err(e) = r {
+                s.error.get_or_insert(format!("post send: {e}"));
+                return;
+            }
+        }
+    }
+
+    fn on_ucmatose_completion(&mut self, s: &mut Session, c: Completion) {
+        let n = self.spec.iters;
+        match c.opcode {
+            WcOpcode::Recv => {
+                if c.byte_len != self.spec.size {
+                    s.error = Some(format!(
+                        "message {} of {} bytes, expected {}",
+                        s.pings, c.byte_len, self.spec.size
+                    ));
+                    return;
+                }
+                s.pings += 1;
+                s.verified += 1;
+                if self.role == Role::Client && s.pings == n {
+                    // The client answers once it has every message.
+                    self.post_messages(s);
+                }
+            }
+            WcOpcode::Send => s.sent += 1,
+            op => {
+                s.error = Some(format!("unexpected {op:?} completion"));
+                return;
+            }
+        }
+        if self.role == Role::Server && s.pings >= n && s.sent >= n && !s.closing {
+            // The server disconnects when both directions are done.
+            s.closing = true;
+            s.ep.conn().close();
+        }
+    }
+
+    fn on_completion(&mut self, s: &mut Session, c: Completion) {
+        if s.error.is_some() {
+            return;
+        }
+        if c.status == WcStatus::Flushed {
+            // Work left over when the connection ends (the peer's
+            // disconnect flushes our posted receive).
+            return;
+        }
+        if c.status != WcStatus::Success {
+            s.error = Some(format!("{:?} completion: {:?}", c.opcode, c.status));
+            return;
+        }
+        if self.proto == Proto::Ucmatose {
+            self.on_ucmatose_completion(s, c);
+            return;
+        }
+        let Some(st) = s.stags.as_ref() else { return };
+        let (recv, send, rdma, start) = (st.recv, st.send, st.rdma, st.start);
+        let size = self.spec.size as usize;
+        match (self.role, c.opcode) {
+            (_, WcOpcode::Send) => {}
+            (Role::Server, WcOpcode::Recv) => {
+                if c.byte_len as usize != INFO_LEN {
+                    s.error = Some(format!(
+                        "received {} bytes, expected {INFO_LEN}",
+                        c.byte_len
+                    ));
+                    return;
+                }
+                let info =
+                    s.ep.conn()
+                        .mem()
+                        .read(recv, RECV_VA, INFO_LEN, Access::NONE)
+                        .ok()
+                        .and_then(BufInfo::decode);
+                let Some(info) = info else {
+                    s.error = Some("cannot read the receive buffer".into());
+                    return;
+                };
+                if let Err(e) = post_recv(&mut s.ep, recv) {
+                    s.error = Some(e);
+                    return;
+                }
+                s.remote = Some(info);
+                match s.step {
+                    Step::Connected | Step::WriteComplete => {
+                        // Source advertised: READ it (at most our buffer).
+                        if info.len == 0 || info.len as usize > size {
+                            s.error = Some(format!(
+                                "client buffer of {} bytes (ours is {size})",
+                                info.len
+                            ));
+                            return;
+                        }
+                        s.step = Step::ReadAdv;
+                        let r = s.ep.conn().post_send(
+                            WR_READ,
+                            WorkRequest::Read {
+                                local: Sge {
+                                    stag: rdma,
+                                    addr: RDMA_VA,
+                                    len: info.len,
+                                },
+                                remote_stag: info.rkey,
+                                remote_addr: info.addr,
+                            },
+                        );
+                        if let Err(e) = r {
+                            s.error = Some(format!("post read: {e}"));
+                        }
+                    }
+                    Step::ReadComplete => {
+                        // Sink advertised: WRITE the string back.
+                        s.step = Step::WriteAdv;
+                        let data =
+                            s.ep.conn()
+                                .mem()
+                                .read(rdma, RDMA_VA, size, Access::NONE)
+                                .map(|d| d.to_vec())
+                                .unwrap_or_default();
+                        let len = data.iter().position(|&b| b == 0).map_or(size, |n| n + 1);
+                        let r = s.ep.conn().post_send(
+                            WR_WRITE,
+                            WorkRequest::Write {
+                                local: Sge {
+                                    stag: rdma,
+                                    addr: RDMA_VA,
+                                    len: len as u32,
+                                },
+                                remote_stag: info.rkey,
+                                remote_addr: info.addr,
+                            },
+                        );
+                        if let Err(e) = r {
+                            s.error = Some(format!("post write: {e}"));
+                        }
+                    }
+                    other => {
+                        s.error = Some(format!(
+                            "unexpected SEND from the client in state {other:?}"
+                        ));
+                    }
+                }
+            }
+            (Role::Server, WcOpcode::Read) => {
+                s.step = Step::ReadComplete;
+                let len = s.remote.map_or(0, |r| r.len as usize);
+                let got =
+                    s.ep.conn()
+                        .mem()
+                        .read(rdma, RDMA_VA, len, Access::NONE)
+                        .map(|d| d.to_vec())
+                        .unwrap_or_default();
+                if !self.spec.echo {
+                    if got != ping_buffer(s.pings, len) {
+                        s.error = Some(format!(
+                            "ping {}: the client's buffer is not rping's pattern",
+                            s.pings
+                        ));
+                        return;
+                    }
+                    s.verified += 1;
+                }
+                self.send_raw(s, send, &[0; INFO_LEN]);
+            }
+            (Role::Server, WcOpcode::Write) => {
+                s.step = Step::WriteComplete;
+                s.pings += 1;
+                self.send_raw(s, send, &[0; INFO_LEN]);
+            }
+            (Role::Client, WcOpcode::Recv) => {
+                if c.byte_len as usize != INFO_LEN {
+                    s.error = Some(format!(
+                        "received {} bytes, expected {INFO_LEN}",
+                        c.byte_len
+                    ));
+                    return;
+                }
+                if let Err(e) = post_recv(&mut s.ep, recv) {
+                    s.error = Some(e);
+                    return;
+                }
+                match s.step {
+                    Step::ReadAdv => {
+                        s.step = Step::WriteAdv;
+                        self.send_info(s, RDMA_VA, rdma);
+                    }
+                    Step::WriteAdv => {
+                        s.step = Step::WriteComplete;
+                        let mem = s.ep.conn().mem();
+                        let same = matches!(
+                            (mem.read(start, START_VA, size, Access::NONE),
+                             mem.read(rdma, RDMA_VA, size, Access::NONE)),
+                            (Ok(a), Ok(b)) if a == b
+                        );
+                        if !same {
+                            s.error = Some(format!("ping {}: data mismatch", s.pings));
+                            return;
+                        }
+                        s.verified += 1;
+                        s.pings += 1;
+                        if s.pings >= self.spec.iters {
+                            // rdma_disconnect: a graceful close.
+                            s.ep.conn().close();
+                        } else {
+                            self.client_ping(s);
+                        }
+                    }
+                    other => {
+                        s.error = Some(format!(
+                            "unexpected SEND from the server in state {other:?}"
+                        ));
+                    }
+                }
+            }
+            (Role::Client, op) => {
+                s.error = Some(format!("unexpected {op:?} completion"));
+            }
+        }
+    }
+}
+
+fn post_recv(ep: &mut IwarpEndpoint, stag: u32) -> Result<(), String> {
+    ep.conn()
+        .post_recv(
+            WR_RECV,
+            Sge {
+                stag,
+                addr: RECV_VA,
+                len: INFO_LEN as u32,
+            },
+        )
+        .map_err(|e| format!("post receive: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_buffer_is_rpings_text() {
+        let b = ping_buffer(0, 32);
+        assert_eq!(&b[..], b"rdma-ping-0: ABCDEFGHIJKLMNOPQR\0");
+        let b = ping_buffer(1, 20);
+        assert_eq!(&b[..], b"rdma-ping-1: BCDEFG\0");
+        // The start letter wraps from 'z' back to 'A' after 58 pings.
+        assert_eq!(ping_buffer(58, 20)[14], b'A');
+        assert_eq!(ping_buffer(57, 20)[14], b'z');
+        // Short buffers are truncated like snprintf.
+        assert_eq!(&ping_buffer(12345, 8)[..], b"rdma-pi\0");
+    }
+
+    #[test]
+    fn buf_info_round_trips_big_endian() {
+        let i = BufInfo {
+            addr: 0x0102_0304_0506_0708,
+            rkey: 0x0a0b_0c0d,
+            len: 64,
+        };
+        let w = i.encode();
+        assert_eq!(&w[..9], &[1, 2, 3, 4, 5, 6, 7, 8, 0x0a]);
+        assert_eq!(BufInfo::decode(&w), Some(i));
+        assert_eq!(BufInfo::decode(&w[..15]), None);
+    }
+}

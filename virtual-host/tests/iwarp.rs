@@ -1,0 +1,637 @@
+//! iWARP on virtual hosts: rping client and server back to back (CRC on and
+//! off, lossy links), and hostile peers (garbage MPA, markers, bad CRC).
+
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{Device, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+use virtual_host::{
+    EventKind, HostConfig, HostEvent, HostLimits, ServiceKind, ServiceSpec, VirtualHost,
+};
+
+const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+const MAC_P: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
+const IP_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
+const IP_P: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 12);
+
+fn host(name: &str, mac: [u8; 6], ip: Ipv4Addr, now: Instant) -> VirtualHost {
+    VirtualHost::new(
+        HostConfig {
+            name: name.into(),
+            mac,
+            ipv4: ip,
+            prefix_len: 24,
+            limits: HostLimits::default(),
+            seed: u64::from(mac[5]) * 0x1234_5678_9abc,
+        },
+        now,
+    )
+    .unwrap()
+}
+
+/// Something that exchanges Ethernet frames.
+trait Node {
+    fn tx(&mut self) -> Vec<Vec<u8>>;
+    fn rx(&mut self, f: &[u8], now: Instant);
+    fn timeout(&mut self, now: Instant) -> Option<Instant>;
+    fn tick(&mut self, now: Instant);
+    fn events(&mut self) -> Vec<HostEvent>;
+}
+
+impl Node for VirtualHost {
+    fn tx(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.poll_transmit()).collect()
+    }
+    fn rx(&mut self, f: &[u8], now: Instant) {
+        self.handle_frame(f, now)
+    }
+    fn timeout(&mut self, now: Instant) -> Option<Instant> {
+        self.poll_timeout(now)
+    }
+    fn tick(&mut self, now: Instant) {
+        self.handle_timeout(now)
+    }
+    fn events(&mut self) -> Vec<HostEvent> {
+        std::iter::from_fn(|| self.poll_event()).collect()
+    }
+}
+
+fn is_tcp(f: &[u8]) -> bool {
+    f.len() > 34 && f[12..14] == [0x08, 0x00] && f[23] == 6
+}
+
+/// Moves frames between two nodes, dropping every `drop_every`th TCP frame,
+/// advancing virtual time when both are quiet, until `done` or `limit`.
+fn run(
+    a: &mut dyn Node,
+    b: &mut dyn Node,
+    now: &mut Instant,
+    limit: Duration,
+    drop_every: usize,
+    mut done: impl FnMut(&[HostEvent], &[HostEvent]) -> bool,
+) -> (Vec<HostEvent>, Vec<HostEvent>) {
+    let end = *now + limit;
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    let mut n = 0usize;
+    while *now < end {
+        let mut moved = false;
+        for f in a.tx() {
+            moved = true;
+            n += 1;
+            if drop_every > 0 && n.is_multiple_of(drop_every) && is_tcp(&f) {
+                continue;
+            }
+            b.rx(&f, *now);
+        }
+        for f in b.tx() {
+            moved = true;
+            n += 1;
+            if drop_every > 0 && n.is_multiple_of(drop_every) && is_tcp(&f) {
+                continue;
+            }
+            a.rx(&f, *now);
+        }
+        ea.extend(a.events());
+        eb.extend(b.events());
+        if done(&ea, &eb) {
+            break;
+        }
+        if !moved {
+            let next = [a.timeout(*now), b.timeout(*now)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(*now + Duration::from_millis(100));
+            *now = next.max(*now + Duration::from_micros(1));
+            a.tick(*now);
+            b.tick(*now);
+        }
+    }
+    (ea, eb)
+}
+
+fn finished(ev: &[HostEvent]) -> Option<(u32, u32)> {
+    ev.iter().find_map(|e| match e.kind {
+        EventKind::SessionFinished {
+            iterations,
+            verified,
+            ..
+        } => Some((iterations, verified)),
+        _ => None,
+    })
+}
+
+fn failed(ev: &[HostEvent]) -> Option<String> {
+    ev.iter().find_map(|e| match &e.kind {
+        EventKind::SessionFailed { reason, .. } => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_every: usize) {
+    let mut now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    let mut srv = ServiceSpec::new(ServiceKind::RpingServer);
+    srv.mpa_crc = server_crc;
+    srv.size = size;
+    a.start_service(srv, now).unwrap();
+    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
+    cli.peer = Some(IP_A);
+    cli.iters = iters;
+    cli.size = size;
+    cli.mpa_crc = client_crc;
+    b.start_service(cli, now).unwrap();
+    let (ea, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(120),
+        drop_every,
+        |ea, eb| {
+            (finished(ea).is_some() && finished(eb).is_some())
+                || failed(ea).is_some()
+                || failed(eb).is_some()
+        },
+    );
+    assert_eq!(failed(&ea), None, "server events {ea:?}");
+    assert_eq!(failed(&eb), None, "client events {eb:?}");
+    // The server checks each buffer it READs against rping's pattern; the
+    // client checks that its sink got its source back by RDMA WRITE.
+    assert_eq!(finished(&ea), Some((iters, iters)), "server {ea:?}");
+    assert_eq!(finished(&eb), Some((iters, iters)), "client {eb:?}");
+    let sa = a.status();
+    assert_eq!(sa.services[0].sessions_ok, 1);
+    assert_eq!(a.iwarp_counters().connected, 1);
+    assert_eq!(b.iwarp_counters().connected, 1);
+    // CRC is on when either side asks for it, on both ends.
+    let crc = u64::from(server_crc || client_crc);
+    assert_eq!(a.iwarp_counters().connected_crc, crc);
+    assert_eq!(b.iwarp_counters().connected_crc, crc);
+    let errs = a.iwarp_counters();
+    assert_eq!(
+        (errs.mpa_errors, errs.crc_errors, errs.terminates_sent),
+        (0, 0, 0)
+    );
+    // The server listens again once the connection is gone.
+    run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(10),
+        0,
+        |_, _| false,
+    );
+    assert_eq!(a.status().services[0].state, "listening");
+    assert_eq!(b.status().services[0].state, "done");
+    assert_eq!(a.status().tcp_sockets, 1, "only the listening socket");
+}
+
+#[test]
+fn rping_back_to_back_without_crc() {
+    rping_pair(false, false, 64, 10, 0);
+}
+
+#[test]
+fn rping_back_to_back_with_crc_asked_by_the_client() {
+    rping_pair(false, true, 64, 10, 0);
+}
+
+#[test]
+fn rping_back_to_back_with_crc_asked_by_the_server() {
+    rping_pair(true, false, 64, 10, 0);
+}
+
+#[test]
+fn rping_large_buffers_over_a_lossy_link() {
+    // 64 KiB buffers span many FPDUs and TCP segments; every 11th TCP
+    // frame is lost and retransmitted.
+    rping_pair(true, true, 65535, 5, 11);
+}
+
+#[test]
+fn rping_client_waits_for_a_late_server() {
+    let mut now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
+    cli.peer = Some(IP_A);
+    cli.iters = 3;
+    b.start_service(cli, now).unwrap();
+    run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(3),
+        0,
+        |_, _| false,
+    );
+    let st = &b.status().services[0];
+    assert!(
+        ["waiting-for-server", "connecting"].contains(&st.state.as_str()),
+        "{st:?}"
+    );
+    assert_eq!(st.sessions_failed, 0);
+    a.start_service(ServiceSpec::new(ServiceKind::RpingServer), now)
+        .unwrap();
+    let (ea, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        |ea, eb| finished(ea).is_some() && finished(eb).is_some(),
+    );
+    assert_eq!(finished(&ea), Some((3, 3)));
+    assert_eq!(finished(&eb), Some((3, 3)));
+}
+
+#[test]
+fn rping_sizes_out_of_range_are_refused() {
+    let now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    for size in [22, 65536] {
+        let mut s = ServiceSpec::new(ServiceKind::RpingServer);
+        s.size = size;
+        assert!(a.start_service(s, now).is_err(), "size {size}");
+    }
+    assert_eq!(a.status().tcp_sockets, 0);
+}
+
+// ---------------------------------------------------------------------------
+// A raw TCP peer (smoltcp) for hostile input.
+// ---------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Frames {
+    rx: VecDeque<Vec<u8>>,
+    tx: VecDeque<Vec<u8>>,
+}
+
+struct RxTok(Vec<u8>);
+struct TxTok<'a>(&'a mut VecDeque<Vec<u8>>);
+
+impl smoltcp::phy::RxToken for RxTok {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl smoltcp::phy::TxToken for TxTok<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut b = vec![0u8; len];
+        let r = f(&mut b);
+        self.0.push_back(b);
+        r
+    }
+}
+
+impl Device for Frames {
+    type RxToken<'a> = RxTok;
+    type TxToken<'a> = TxTok<'a>;
+    fn receive(
+        &mut self,
+        _t: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let f = self.rx.pop_front()?;
+        Some((RxTok(f), TxTok(&mut self.tx)))
+    }
+    fn transmit(&mut self, _t: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        Some(TxTok(&mut self.tx))
+    }
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut c = DeviceCapabilities::default();
+        c.medium = Medium::Ethernet;
+        c.max_transmission_unit = 1514;
+        c
+    }
+}
+
+/// A TCP client that sends what the test scripts.
+struct RawPeer {
+    base: Instant,
+    iface: Interface,
+    dev: Frames,
+    sockets: SocketSet<'static>,
+    sock: SocketHandle,
+    /// Bytes to send once connected.
+    out: Vec<u8>,
+    /// Bytes received.
+    got: Vec<u8>,
+    /// Optional iWARP engine driven over the stream; `corrupt` flips a byte
+    /// of its first FPDU after the MPA exchange.
+    engine: Option<siw::Connection>,
+    corrupt: bool,
+}
+
+impl RawPeer {
+    fn new(now: Instant, port: u16) -> Self {
+        let mut dev = Frames::default();
+        let iface_cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress(MAC_P)));
+        let mut iface = Interface::new(iface_cfg, &mut dev, smoltcp::time::Instant::ZERO);
+        let o = IP_P.octets();
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(
+                Ipv4Address::new(o[0], o[1], o[2], o[3]).into(),
+                24,
+            ));
+        });
+        let mut sockets = SocketSet::new(Vec::new());
+        let mut s = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; 8192]),
+            tcp::SocketBuffer::new(vec![0; 8192]),
+        );
+        s.connect(iface.context(), (IpAddress::Ipv4(IP_A), port), 50000)
+            .unwrap();
+        let sock = sockets.add(s);
+        RawPeer {
+            base: now,
+            iface,
+            dev,
+            sockets,
+            sock,
+            out: Vec::new(),
+            got: Vec::new(),
+            engine: None,
+            corrupt: false,
+        }
+    }
+
+    fn st(&self, now: Instant) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros(now.duration_since(self.base).as_micros() as i64)
+    }
+
+    fn poll(&mut self, now: Instant) {
+        let st = self.st(now);
+        for _ in 0..8 {
+            self.iface.poll(st, &mut self.dev, &mut self.sockets);
+            let s = self.sockets.get_mut::<tcp::Socket>(self.sock);
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = s.recv_slice(&mut buf) {
+                self.got.extend_from_slice(&buf[..n]);
+                if let Some(e) = self.engine.as_mut() {
+                    e.handle_bytes(&buf[..n]);
+                }
+            }
+            if let Some(e) = self.engine.as_mut() {
+                if let Some(mut b) = e.poll_transmit() {
+                    if self.corrupt && e.is_connected() && b.len() > 8 {
+                        let i = b.len() - 6;
+                        b[i] ^= 0xff;
+                        self.corrupt = false;
+                    }
+                    self.out.extend_from_slice(&b);
+                }
+            }
+            if s.can_send() && !self.out.is_empty() {
+                let n = s.send_slice(&self.out).unwrap_or(0);
+                self.out.drain(..n);
+            }
+        }
+    }
+}
+
+impl Node for RawPeer {
+    fn tx(&mut self) -> Vec<Vec<u8>> {
+        self.dev.tx.drain(..).collect()
+    }
+    fn rx(&mut self, f: &[u8], now: Instant) {
+        self.dev.rx.push_back(f.to_vec());
+        self.poll(now);
+    }
+    fn timeout(&mut self, now: Instant) -> Option<Instant> {
+        let st = self.st(now);
+        self.iface
+            .poll_at(st, &self.sockets)
+            .map(|t| self.base + Duration::from_micros(t.total_micros().max(0) as u64))
+    }
+    fn tick(&mut self, now: Instant) {
+        self.poll(now);
+    }
+    fn events(&mut self) -> Vec<HostEvent> {
+        Vec::new()
+    }
+}
+
+fn server_host(now: Instant, crc: bool) -> VirtualHost {
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut srv = ServiceSpec::new(ServiceKind::RpingServer);
+    srv.mpa_crc = crc;
+    a.start_service(srv, now).unwrap();
+    a
+}
+
+/// After a hostile peer, a well-behaved rping client is still served.
+fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
+    let mut b = host("b", MAC_B, IP_B, *now);
+    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
+    cli.peer = Some(IP_A);
+    cli.iters = 2;
+    b.start_service(cli, *now).unwrap();
+    let (_, eb) = run(a, &mut b, now, Duration::from_secs(60), 0, |_, eb| {
+        finished(eb).is_some() || failed(eb).is_some()
+    });
+    assert_eq!(finished(&eb), Some((2, 2)), "{eb:?}");
+}
+
+#[test]
+fn garbage_instead_of_an_mpa_request_fails_the_session_cleanly() {
+    let mut now = Instant::now();
+    let mut a = server_host(now, false);
+    let mut p = RawPeer::new(now, 7174);
+    p.out = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0".to_vec();
+    let (ea, _) = run(
+        &mut a,
+        &mut p,
+        &mut now,
+        Duration::from_secs(30),
+        0,
+        |ea, _| failed(ea).is_some(),
+    );
+    // Let the last bytes (reply, Terminate, FIN) arrive.
+    run(
+        &mut a,
+        &mut p,
+        &mut now,
+        Duration::from_secs(5),
+        0,
+        |_, _| false,
+    );
+    let reason = failed(&ea).expect("session failed");
+    assert!(reason.contains("MPA"), "{reason}");
+    assert_eq!(a.iwarp_counters().mpa_errors, 1);
+    assert_eq!(a.status().services[0].sessions_failed, 1);
+    still_serves(&mut a, &mut now);
+}
+
+#[test]
+fn an_mpa_request_with_markers_is_rejected() {
+    let mut now = Instant::now();
+    let mut a = server_host(now, false);
+    let mut p = RawPeer::new(now, 7174);
+    let mut req = siw::mpa::MpaFrame::new(siw::mpa::FrameKind::Request, 1);
+    req.markers = true;
+    req.encode(&mut p.out).unwrap();
+    let (ea, _) = run(
+        &mut a,
+        &mut p,
+        &mut now,
+        Duration::from_secs(30),
+        0,
+        |ea, _| failed(ea).is_some(),
+    );
+    // Let the last bytes (reply, Terminate, FIN) arrive.
+    run(
+        &mut a,
+        &mut p,
+        &mut now,
+        Duration::from_secs(5),
+        0,
+        |_, _| false,
+    );
+    assert!(failed(&ea).is_some());
+    // The reply is a reject (R flag, bit 0x20 of the flags byte after the key).
+    let (rep, _) = siw::mpa::MpaFrame::parse(&p.got)
+        .expect("reply parses")
+        .expect("a whole reply");
+    assert!(rep.reject, "{rep:?}");
+    assert_eq!(a.iwarp_counters().mpa_errors, 1);
+    still_serves(&mut a, &mut now);
+}
+
+#[test]
+fn a_bad_crc_gets_a_terminate_and_is_counted() {
+    let mut now = Instant::now();
+    let mut a = server_host(now, false);
+    let mut p = RawPeer::new(now, 7174);
+    let cfg = virtual_host::iwarp::engine_config(true, 1, 1);
+    let mut e = siw::Connection::initiator(cfg, &[], now).unwrap();
+    let stag = e.register_mr(vec![7; 16], siw::Access::NONE);
+    e.post_send(
+        1,
+        siw::WorkRequest::Send {
+            local: siw::Sge {
+                stag,
+                addr: 0,
+                len: 16,
+            },
+            solicited: false,
+            invalidate: None,
+        },
+    )
+    .unwrap();
+    p.engine = Some(e);
+    p.corrupt = true;
+    let (ea, _) = run(
+        &mut a,
+        &mut p,
+        &mut now,
+        Duration::from_secs(30),
+        0,
+        |ea, _| failed(ea).is_some(),
+    );
+    // Let the last bytes (reply, Terminate, FIN) arrive.
+    run(
+        &mut a,
+        &mut p,
+        &mut now,
+        Duration::from_secs(5),
+        0,
+        |_, _| false,
+    );
+    let reason = failed(&ea).expect("session failed");
+    assert!(reason.to_lowercase().contains("terminate"), "{reason}");
+    assert_eq!(a.iwarp_counters().crc_errors, 1);
+    // The peer's engine got the Terminate (LLP layer, CRC error).
+    let mut got_term = false;
+    let e = p.engine.as_mut().unwrap();
+    while let Some(ev) = e.poll_event() {
+        if let siw::Event::Error(siw::ConnError::RemoteTerminate(t)) = ev {
+            assert_eq!(t.error.layer, siw::Layer::Llp);
+            assert_eq!(t.error.ecode, siw::ddp::llp_ecode::RECEIVED_CRC);
+            got_term = true;
+        }
+    }
+    assert!(got_term, "no Terminate reached the peer");
+    still_serves(&mut a, &mut now);
+}
+
+#[test]
+fn a_peer_that_never_speaks_times_out() {
+    let mut now = Instant::now();
+    let mut a = server_host(now, false);
+    let mut p = RawPeer::new(now, 7174);
+    let (ea, _) = run(
+        &mut a,
+        &mut p,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        |ea, _| failed(ea).is_some(),
+    );
+    assert!(failed(&ea).is_some());
+    assert_eq!(a.iwarp_counters().setup_timeouts, 1);
+    still_serves(&mut a, &mut now);
+}
+
+#[test]
+fn ucmatose_back_to_back() {
+    for crc in [false, true] {
+        let mut now = Instant::now();
+        let mut a = host("a", MAC_A, IP_A, now);
+        let mut b = host("b", MAC_B, IP_B, now);
+        let mut srv = ServiceSpec::new(ServiceKind::UcmatoseServer);
+        srv.mpa_crc = crc;
+        srv.iters = 20;
+        a.start_service(srv, now).unwrap();
+        let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
+        cli.peer = Some(IP_A);
+        cli.iters = 20;
+        b.start_service(cli, now).unwrap();
+        let (ea, eb) = run(
+            &mut a,
+            &mut b,
+            &mut now,
+            Duration::from_secs(60),
+            0,
+            |ea, eb| {
+                (finished(ea).is_some() && finished(eb).is_some())
+                    || failed(ea).is_some()
+                    || failed(eb).is_some()
+            },
+        );
+        assert_eq!(failed(&ea), None, "server {ea:?}");
+        assert_eq!(failed(&eb), None, "client {eb:?}");
+        // Each side received every message with the right length.
+        assert_eq!(finished(&ea), Some((20, 20)));
+        assert_eq!(finished(&eb), Some((20, 20)));
+    }
+}
+
+#[test]
+fn ucmatose_message_size_mismatch_fails() {
+    let mut now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    a.start_service(ServiceSpec::new(ServiceKind::UcmatoseServer), now)
+        .unwrap();
+    let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
+    cli.peer = Some(IP_A);
+    cli.size = 50;
+    b.start_service(cli, now).unwrap();
+    let (_, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        |_, eb| failed(eb).is_some(),
+    );
+    // The server's 100-byte messages do not fit the client's 50-byte receives.
+    assert!(failed(&eb).is_some(), "{eb:?}");
+}

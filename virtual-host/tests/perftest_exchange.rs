@@ -1,0 +1,295 @@
+//! The perftest servers' TCP exchange, driven by a scripted client on a
+//! plain smoltcp interface (the RDMA phase is covered by the guest test,
+//! `scripts/e2e-vhost.sh`).
+
+use smoltcp::iface::{Config, Interface, SocketSet};
+use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+use virtual_host::perftest::{Keys, KEY_MSG_LEN};
+use virtual_host::pingpong::gid_of;
+use virtual_host::{EventKind, HostConfig, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
+
+const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
+const IP_C: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+
+#[derive(Default)]
+struct Wire {
+    rx: VecDeque<Vec<u8>>,
+    tx: VecDeque<Vec<u8>>,
+}
+struct Rx(Vec<u8>);
+struct Tx<'a>(&'a mut VecDeque<Vec<u8>>);
+impl RxToken for Rx {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+impl TxToken for Tx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut b = vec![0u8; len];
+        let r = f(&mut b);
+        self.0.push_back(b);
+        r
+    }
+}
+impl Device for Wire {
+    type RxToken<'a> = Rx;
+    type TxToken<'a> = Tx<'a>;
+    fn receive(&mut self, _: smoltcp::time::Instant) -> Option<(Rx, Tx<'_>)> {
+        let f = self.rx.pop_front()?;
+        Some((Rx(f), Tx(&mut self.tx)))
+    }
+    fn transmit(&mut self, _: smoltcp::time::Instant) -> Option<Tx<'_>> {
+        Some(Tx(&mut self.tx))
+    }
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut c = DeviceCapabilities::default();
+        c.medium = Medium::Ethernet;
+        c.max_transmission_unit = 1514;
+        c
+    }
+}
+
+struct Client {
+    iface: Interface,
+    wire: Wire,
+    sockets: SocketSet<'static>,
+    h: smoltcp::iface::SocketHandle,
+    base: Instant,
+}
+
+impl Client {
+    fn new(now: Instant) -> Client {
+        let mut wire = Wire::default();
+        let cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress([
+            2, 0, 0, 0, 0, 0x0c,
+        ])));
+        let mut iface = Interface::new(cfg, &mut wire, smoltcp::time::Instant::ZERO);
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(IpAddress::Ipv4(IP_C), 24));
+        });
+        let mut sockets = SocketSet::new(Vec::new());
+        let h = sockets.add(tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; 8192]),
+            tcp::SocketBuffer::new(vec![0; 8192]),
+        ));
+        Client {
+            iface,
+            wire,
+            sockets,
+            h,
+            base: now,
+        }
+    }
+    fn t(&self, now: Instant) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros((now - self.base).as_micros() as i64)
+    }
+    fn sock(&mut self) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(self.h)
+    }
+}
+
+/// Moves frames until both sides are quiet.
+fn pump(a: &mut VirtualHost, c: &mut Client, now: &mut Instant) {
+    for _ in 0..200 {
+        *now += Duration::from_millis(1);
+        let t = c.t(*now);
+        c.iface.poll(t, &mut c.wire, &mut c.sockets);
+        a.handle_timeout(*now);
+        let mut moved = false;
+        while let Some(f) = c.wire.tx.pop_front() {
+            a.handle_frame(&f, *now);
+            moved = true;
+        }
+        while let Some(f) = a.poll_transmit() {
+            c.wire.rx.push_back(f);
+            moved = true;
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// The client side of one exchange item: writes `mine`, reads as many bytes back.
+fn item(a: &mut VirtualHost, c: &mut Client, now: &mut Instant, mine: &[u8]) -> Vec<u8> {
+    assert_eq!(c.sock().send_slice(mine), Ok(mine.len()));
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        pump(a, c, now);
+        let mut buf = vec![0u8; mine.len() - got.len()];
+        if let Ok(n) = c.sock().recv_slice(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        if got.len() == mine.len() {
+            return got;
+        }
+    }
+    panic!("no {}-byte answer (have {})", mine.len(), got.len());
+}
+
+fn exchange(kind: ServiceKind, port: u16, items_after_keys: &[usize]) {
+    let mut now = Instant::now();
+    let mut a = VirtualHost::new(
+        HostConfig {
+            name: "a".into(),
+            mac: [2, 0, 0, 0, 0, 0x0a],
+            ipv4: IP_A,
+            prefix_len: 24,
+            limits: HostLimits::default(),
+            seed: 7,
+        },
+        now,
+    )
+    .unwrap();
+    let mut spec = ServiceSpec::new(kind);
+    spec.port = port;
+    a.start_service(spec, now).unwrap();
+    let mut c = Client::new(now);
+    let cx = c.iface.context();
+    c.sockets
+        .get_mut::<tcp::Socket>(c.h)
+        .connect(cx, (IpAddress::Ipv4(IP_A), port), 40000)
+        .unwrap();
+    pump(&mut a, &mut c, &mut now);
+    assert!(c.sock().may_send(), "connected");
+
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(b"6.24");
+    let r = item(&mut a, &mut c, &mut now, &v);
+    assert_eq!(&r[..5], b"6.24\0");
+    assert_eq!(
+        item(&mut a, &mut c, &mut now, &4096u32.to_be_bytes()),
+        4096u32.to_be_bytes()
+    );
+    assert_eq!(
+        item(&mut a, &mut c, &mut now, &64u32.to_be_bytes()),
+        64u32.to_be_bytes()
+    );
+    assert_eq!(
+        item(&mut a, &mut c, &mut now, b"5\0"),
+        b"3\0",
+        "we offer MTU 1024"
+    );
+    let mine = Keys {
+        lid: 0,
+        out_reads: 16,
+        qpn: 0x22,
+        psn: 0x1234,
+        rkey: 0x99,
+        vaddr: 0x7f00_0000_0000,
+        gid: gid_of(IP_C),
+        srqn: 0,
+    };
+    let theirs = Keys::decode(&item(&mut a, &mut c, &mut now, &mine.encode())).unwrap();
+    assert_eq!(theirs.gid, gid_of(IP_A));
+    assert_ne!(theirs.qpn, 0);
+    assert_ne!(theirs.rkey, 0);
+    assert_eq!(a.status().qps, 1, "QP created on the first keys");
+    for &len in items_after_keys {
+        let msg = if len == KEY_MSG_LEN {
+            mine.encode().to_vec()
+        } else {
+            vec![0u8; len]
+        };
+        let r = item(&mut a, &mut c, &mut now, &msg);
+        if len == KEY_MSG_LEN {
+            assert_eq!(Keys::decode(&r).unwrap(), theirs, "same keys every time");
+        }
+    }
+    pump(&mut a, &mut c, &mut now);
+    let ev: Vec<_> = std::iter::from_fn(|| a.poll_event()).collect();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e.kind, EventKind::SessionFinished { iterations: 0, .. })),
+        "{ev:?}"
+    );
+    let st = a.status();
+    assert_eq!((st.qps, st.mrs), (0, 0), "resources released");
+    assert_eq!(st.services[0].sessions_ok, 1);
+}
+
+#[test]
+fn write_bw_server_speaks_perftest_6_24() {
+    let k = KEY_MSG_LEN;
+    exchange(
+        ServiceKind::WriteBwServer,
+        18517,
+        &[k, k, k, 8, 8, 8, 8, 8, k],
+    );
+}
+
+#[test]
+fn send_bw_server_speaks_perftest_6_24() {
+    let k = KEY_MSG_LEN;
+    exchange(ServiceKind::SendBwServer, 18518, &[k, k, k, k]);
+}
+
+#[test]
+fn read_and_atomic_bw_servers_follow_the_write_exchange() {
+    let k = KEY_MSG_LEN;
+    exchange(
+        ServiceKind::ReadBwServer,
+        18519,
+        &[k, k, k, 8, 8, 8, 8, 8, k],
+    );
+    exchange(
+        ServiceKind::AtomicBwServer,
+        18520,
+        &[k, k, k, 8, 8, 8, 8, 8, k],
+    );
+}
+
+#[test]
+fn garbage_keys_fail_the_session_and_the_server_listens_again() {
+    let mut now = Instant::now();
+    let mut a = VirtualHost::new(
+        HostConfig {
+            name: "a".into(),
+            mac: [2, 0, 0, 0, 0, 0x0a],
+            ipv4: IP_A,
+            prefix_len: 24,
+            limits: HostLimits::default(),
+            seed: 9,
+        },
+        now,
+    )
+    .unwrap();
+    let mut spec = ServiceSpec::new(ServiceKind::WriteBwServer);
+    spec.port = 18517;
+    a.start_service(spec, now).unwrap();
+    let mut c = Client::new(now);
+    let cx = c.iface.context();
+    c.sockets
+        .get_mut::<tcp::Socket>(c.h)
+        .connect(cx, (IpAddress::Ipv4(IP_A), 18517), 40001)
+        .unwrap();
+    pump(&mut a, &mut c, &mut now);
+    item(
+        &mut a,
+        &mut c,
+        &mut now,
+        &[b'6', b'.', b'2', b'4', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    );
+    item(&mut a, &mut c, &mut now, &[0, 0, 16, 0]);
+    item(&mut a, &mut c, &mut now, &[0, 0, 0, 64]);
+    item(&mut a, &mut c, &mut now, b"3\0");
+    assert_eq!(c.sock().send_slice(&[b'z'; KEY_MSG_LEN]), Ok(KEY_MSG_LEN));
+    for _ in 0..10 {
+        pump(&mut a, &mut c, &mut now);
+    }
+    assert!(!c.sock().is_open(), "the server reset the connection");
+    let st = a.status();
+    assert_eq!(st.services[0].sessions_failed, 1);
+    assert!(st.services[0]
+        .last_error
+        .as_deref()
+        .unwrap_or("")
+        .contains("keys"));
+    assert_eq!(st.services[0].state, "listening");
+    assert_eq!((st.qps, st.mrs), (0, 0));
+}
