@@ -172,9 +172,9 @@ done
 [ -n "\$gidx" ] || { echo 'E2E-FAIL no RoCE v2 GID'; for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do echo "\$f \$(cat \$f)"; done; exit 13; }
 echo "RoCE v2 GID index: \$gidx"
 echo "== pingpong: guest server, virtual host client"
-timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
+timeout 300 ibv_rc_pingpong -d rxe0 -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
 echo "== pingpong: guest client, virtual host server"
-timeout 600 ibv_rc_pingpong -d rxe0 -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
+timeout 300 ibv_rc_pingpong -d rxe0 -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
 echo "== ib_write_bw: guest client, virtual host server"
 timeout 600 ib_write_bw -d rxe0 -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
 echo "== ib_send_bw: guest client, virtual host server"
@@ -291,12 +291,13 @@ check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
     local rc tput hs ok it ver err
     rc="$(guest_rc "$c")"
     [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
-    # The tool's throughput line for this role (the first such line belongs to
-    # the guest-server run, the second to the guest-client run).
-    local nth=1; [[ $c == pingpong-guest-client ]] && nth=2
-    tput="$(grep -E '^[0-9]+ bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec' "$out" 2>/dev/null | sed -n "${nth}p")"
+    # The tool's throughput line, from this role's section of the output.
+    local role="guest server"; [[ $c == pingpong-guest-client ]] && role="guest client"
+    tput="$(sed -n "/^== pingpong: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
+        grep -E '^[0-9]+ bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec' | head -n 1)"
     [[ -n $tput ]] || why+=("no throughput line")
-    grep -Eq "^$iters iters in " "$out" 2>/dev/null || why+=("no '$iters iters' line")
+    sed -n "/^== pingpong: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
+        grep -Eq "^$iters iters in " || why+=("no '$iters iters' line")
     hs="$(host_service "$kind")"
     read -r ok it ver err <<<"$hs"
     [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
