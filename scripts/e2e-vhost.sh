@@ -73,77 +73,10 @@ while (($#)); do
     esac
 done
 
-say() { printf '[e2e-vhost] %s\n' "$*" >&2; }
-logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/e2e-vhost.XXXXXX")}"
-mkdir -p "$logdir"
-logdir="$(cd "$logdir" && pwd)"
-say "logs: $logdir"
-
-passed=0 failed=0 skipped=0
-results=()
-record() {  # record STATUS CASE TEXT
-    local line
-    case "$1" in
-        PASS) passed=$((passed + 1)); line="PASS $2: $3" ;;
-        FAIL) failed=$((failed + 1)); line="FAIL $2: $3" ;;
-        SKIP) skipped=$((skipped + 1)); line="SKIPPED $2: $3" ;;
-    esac
-    results+=("$line")
-    printf '%s\n' "$line"
-}
-finish() {
-    echo
-    echo "== e2e-vhost summary"
-    local r
-    for r in "${results[@]}"; do echo "$r"; done
-    if ((failed)) || ((keep_logs)); then echo "logs kept in $logdir"; else rm -rf "$logdir"; fi
-    echo "$passed passed, $failed failed, $skipped skipped"
-    ((failed == 0))
-    exit $?
-}
-fail_all() {
-    local c
-    for c in "${CASES[@]}"; do record FAIL "$c" "$1"; done
-    finish
-}
-
-DAEMON_PID=""
-stop_daemon() {
-    [[ -n $DAEMON_PID ]] || return 0
-    kill -TERM "$DAEMON_PID" 2>/dev/null
-    local i
-    for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$DAEMON_PID" 2>/dev/null && kill -KILL "$DAEMON_PID" 2>/dev/null
-    wait "$DAEMON_PID" 2>/dev/null
-    DAEMON_PID=""
-}
-trap 'stop_daemon; exit 130' INT TERM
-trap 'stop_daemon' EXIT
-
-# ---- build
-if ((build)); then
-    say "cargo build ($profile) -p vhost-rdma"
-    bflag=(); [[ $profile == debug ]] || bflag=(--profile "$profile")
-    if ! (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p vhost-rdma) >"$logdir/build.log" 2>&1; then
-        tail -30 "$logdir/build.log" >&2
-        fail_all "cargo build failed (see $logdir/build.log)"
-    fi
-fi
-DAEMON="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/vhost-rdma"
-[[ -x $DAEMON ]] || fail_all "no daemon binary $DAEMON"
-
-# ---- image and QEMU
-if [[ -z $image ]]; then
-    say "guest image: scripts/build-guest-image.sh --kernel 7.3"
-    image="$("$HERE/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || image=""
-fi
-[[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] ||
-    fail_all "no guest image (build-guest-image.sh gave '${image}', see $logdir/image.log)"
-if [[ -z $qemu ]]; then
-    qemu="$("$HERE/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || qemu=""
-fi
-[[ -n $qemu && -x $qemu ]] || fail_all "no QEMU (see $logdir/qemu.log)"
-say "image: $image, qemu: $qemu"
+E2E_NAME=e2e-vhost
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
+e2e_prepare
 
 GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 GMAC=52:54:00:77:00:01
 d="$logdir"

@@ -1,0 +1,81 @@
+# shellcheck shell=bash
+# Shared by the single-guest virtual-host scripts (e2e-vhost.sh,
+# e2e-vhost-iwarp.sh): logs, result bookkeeping, daemon lifetime, and the
+# build / guest image / QEMU preparation. The caller sets E2E_NAME, CASES,
+# ROOT, HERE, build, profile, image, qemu, logdir and keep_logs, then sources
+# this file and calls e2e_prepare; DAEMON_PID is the daemon to stop at exit.
+
+say() { printf '[%s] %s\n' "$E2E_NAME" "$*" >&2; }
+
+logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/$E2E_NAME.XXXXXX")}"
+mkdir -p "$logdir"
+logdir="$(cd "$logdir" && pwd)"
+say "logs: $logdir"
+
+passed=0 failed=0 skipped=0
+results=()
+record() {  # record STATUS CASE TEXT
+    local line
+    case "$1" in
+        PASS) passed=$((passed + 1)); line="PASS $2: $3" ;;
+        FAIL) failed=$((failed + 1)); line="FAIL $2: $3" ;;
+        SKIP) skipped=$((skipped + 1)); line="SKIPPED $2: $3" ;;
+    esac
+    results+=("$line")
+    printf '%s\n' "$line"
+}
+finish() {
+    echo
+    echo "== $E2E_NAME summary"
+    local r
+    for r in "${results[@]}"; do echo "$r"; done
+    if ((failed)) || ((keep_logs)); then echo "logs kept in $logdir"; else rm -rf "$logdir"; fi
+    echo "$passed passed, $failed failed, $skipped skipped"
+    ((failed == 0))
+    exit $?
+}
+fail_all() {  # fail_all REASON: every case fails (setup broke)
+    local c
+    for c in "${CASES[@]}"; do record FAIL "$c" "$1"; done
+    finish
+}
+
+DAEMON_PID=""
+stop_daemon() {
+    [[ -n $DAEMON_PID ]] || return 0
+    kill -TERM "$DAEMON_PID" 2>/dev/null
+    local i
+    for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$DAEMON_PID" 2>/dev/null && kill -KILL "$DAEMON_PID" 2>/dev/null
+    wait "$DAEMON_PID" 2>/dev/null
+    DAEMON_PID=""
+}
+trap 'stop_daemon; exit 130' INT TERM
+trap 'stop_daemon' EXIT
+
+# e2e_prepare: build the daemon (unless --no-build), find the guest image and
+# QEMU (building/fetching them if not given); sets DAEMON, image, qemu.
+e2e_prepare() {
+    if ((build)); then
+        say "cargo build ($profile) -p vhost-rdma"
+        local bflag=()
+        [[ $profile == debug ]] || bflag=(--profile "$profile")
+        if ! (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p vhost-rdma) >"$logdir/build.log" 2>&1; then
+            tail -30 "$logdir/build.log" >&2
+            fail_all "cargo build failed (see $logdir/build.log)"
+        fi
+    fi
+    DAEMON="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/vhost-rdma"
+    [[ -x $DAEMON ]] || fail_all "no daemon binary $DAEMON"
+    if [[ -z $image ]]; then
+        say "guest image: scripts/build-guest-image.sh --kernel 7.3"
+        image="$("$HERE/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || image=""
+    fi
+    [[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] ||
+        fail_all "no guest image (build-guest-image.sh gave '${image}', see $logdir/image.log)"
+    if [[ -z $qemu ]]; then
+        qemu="$("$HERE/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || qemu=""
+    fi
+    [[ -n $qemu && -x $qemu ]] || fail_all "no QEMU (see $logdir/qemu.log)"
+    say "image: $image, qemu: $qemu"
+}
