@@ -262,6 +262,21 @@ fn server_host(now: Instant, crc: bool) -> VirtualHost {
     a
 }
 
+/// Runs server `a` against hostile peer `p` until its session fails (30 s
+/// at most), then 5 s more so the last bytes (reply, Terminate, FIN)
+/// arrive. Returns the server's events up to the failure.
+fn run_until_server_fails(
+    a: &mut VirtualHost,
+    p: &mut RawPeer,
+    now: &mut Instant,
+) -> Vec<HostEvent> {
+    let (ea, _) = run(a, p, now, Duration::from_secs(30), 0, is_tcp, |ea, _| {
+        failed(ea).is_some()
+    });
+    run(a, p, now, Duration::from_secs(5), 0, is_tcp, |_, _| false);
+    ea
+}
+
 /// After a hostile peer, a well-behaved rping client is still served.
 fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
     let mut b = host("b", MAC_B, IP_B, *now);
@@ -287,25 +302,7 @@ fn garbage_instead_of_an_mpa_request_fails_the_session_cleanly() {
     let mut a = server_host(now, false);
     let mut p = RawPeer::new(now, 7174);
     p.out = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0".to_vec();
-    let (ea, _) = run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(30),
-        0,
-        is_tcp,
-        |ea, _| failed(ea).is_some(),
-    );
-    // Let the last bytes (reply, Terminate, FIN) arrive.
-    run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(5),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    let ea = run_until_server_fails(&mut a, &mut p, &mut now);
     let reason = failed(&ea).expect("session failed");
     assert!(reason.contains("MPA"), "{reason}");
     assert_eq!(a.iwarp_counters().mpa_errors, 1);
@@ -321,25 +318,7 @@ fn an_mpa_request_with_markers_is_rejected() {
     let mut req = siw::mpa::MpaFrame::new(siw::mpa::FrameKind::Request, 1);
     req.markers = true;
     req.encode(&mut p.out).unwrap();
-    let (ea, _) = run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(30),
-        0,
-        is_tcp,
-        |ea, _| failed(ea).is_some(),
-    );
-    // Let the last bytes (reply, Terminate, FIN) arrive.
-    run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(5),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    let ea = run_until_server_fails(&mut a, &mut p, &mut now);
     assert!(failed(&ea).is_some());
     // The reply is a reject (R flag, bit 0x20 of the flags byte after the key).
     let (rep, _) = siw::mpa::MpaFrame::parse(&p.got)
@@ -373,25 +352,7 @@ fn a_bad_crc_gets_a_terminate_and_is_counted() {
     .unwrap();
     p.engine = Some(e);
     p.corrupt = true;
-    let (ea, _) = run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(30),
-        0,
-        is_tcp,
-        |ea, _| failed(ea).is_some(),
-    );
-    // Let the last bytes (reply, Terminate, FIN) arrive.
-    run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(5),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    let ea = run_until_server_fails(&mut a, &mut p, &mut now);
     let reason = failed(&ea).expect("session failed");
     assert!(reason.to_lowercase().contains("terminate"), "{reason}");
     assert_eq!(a.iwarp_counters().crc_errors, 1);
