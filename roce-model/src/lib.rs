@@ -15,6 +15,9 @@
 //!   responder) with `handle_packet` / `poll_transmit` / `poll_timeout` /
 //!   `handle_timeout` / `poll_completion`.
 //!
+//! * `pcap` (feature `testdata`): a pcap/ERF reader for tests replaying the
+//!   shared golden captures.
+//!
 //! Parsing never panics on arbitrary input; errors are [`CodecError`].
 
 #![forbid(unsafe_code)]
@@ -27,6 +30,8 @@ pub mod icrc;
 pub mod mr;
 pub mod opcode;
 pub mod packet;
+#[cfg(feature = "testdata")]
+pub mod pcap;
 pub mod psn;
 pub mod rc;
 pub mod wire;

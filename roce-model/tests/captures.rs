@@ -1,8 +1,6 @@
 //! Golden vectors: real frames captured from ConnectX hardware and an IB fabric.
 
-mod common;
-
-use common::*;
+use roce_model::pcap::*;
 use roce_model::*;
 
 const SCAPY: &str = "scapy_roce_hw_vectors.pcap";

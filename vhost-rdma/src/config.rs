@@ -95,6 +95,19 @@ pub struct PortConfig {
     pub flow_rules: Vec<crate::steering::FlowRuleSpec>,
 }
 
+/// A port or host name (`what`) must be non-empty ASCII letters, digits,
+/// '-' or '_'.
+fn check_name(what: &str, name: &str) -> anyhow::Result<()> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        bail!("{what} name {name:?} must be non-empty ASCII letters, digits, '-' or '_'");
+    }
+    Ok(())
+}
+
 impl PortConfig {
     /// A port with defaults for everything but name and socket.
     pub fn new(name: &str, socket: impl Into<PathBuf>) -> Self {
@@ -110,17 +123,7 @@ impl PortConfig {
     }
 
     fn check(&self) -> anyhow::Result<()> {
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            bail!(
-                "port name {:?} must be non-empty ASCII letters, digits, '-' or '_'",
-                self.name
-            );
-        }
+        check_name("port", &self.name)?;
         if self.queue_pairs == 0 || self.queue_pairs > MAX_QUEUE_PAIRS {
             bail!(
                 "port {}: queues={} must be between 1 and {MAX_QUEUE_PAIRS}",
@@ -276,17 +279,7 @@ impl HostSpec {
     }
 
     fn check(&self) -> anyhow::Result<()> {
-        if self.name.is_empty()
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            bail!(
-                "host name {:?} must be non-empty ASCII letters, digits, '-' or '_'",
-                self.name
-            );
-        }
+        check_name("host", &self.name)?;
         if self.prefix_len == 0 || self.prefix_len > 32 {
             bail!("host {}: prefix length must be 1..=32", self.name);
         }
@@ -425,33 +418,22 @@ struct FileService {
 }
 
 impl FileService {
+    /// The service spec (not validated here; the host validates it on start).
     fn spec(&self) -> anyhow::Result<virtual_host::ServiceSpec> {
-        let kind: virtual_host::ServiceKind =
-            self.kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut s = virtual_host::ServiceSpec::new(kind);
-        s.peer = self.peer;
-        if let Some(v) = self.port {
-            s.port = v;
+        crate::hosts::ServiceRequest {
+            kind: self.kind.clone(),
+            peer: self.peer,
+            port: self.port,
+            size: self.size,
+            iters: self.iters,
+            rx_depth: self.rx_depth,
+            mtu: self.mtu,
+            connect_timeout_secs: self.connect_timeout_secs,
+            mpa_crc: self.mpa_crc,
+            echo: false,
         }
-        if let Some(v) = self.size {
-            s.size = v;
-        }
-        if let Some(v) = self.iters {
-            s.iters = v;
-        }
-        if let Some(v) = self.rx_depth {
-            s.rx_depth = v;
-        }
-        if let Some(v) = self.mtu {
-            s.mtu = v;
-        }
-        if let Some(v) = self.connect_timeout_secs {
-            s.connect_timeout = std::time::Duration::from_secs(v);
-        }
-        if let Some(v) = self.mpa_crc {
-            s.mpa_crc = v;
-        }
-        Ok(s)
+        .unvalidated_spec()
+        .map_err(|e| anyhow::anyhow!("{e}"))
     }
 }
 

@@ -116,6 +116,13 @@ pub struct ServiceRequest {
 impl ServiceRequest {
     /// The service spec, validated.
     pub fn spec(&self) -> Result<ServiceSpec, String> {
+        let s = self.unvalidated_spec()?;
+        s.validate().map_err(|e| e.to_string())?;
+        Ok(s)
+    }
+
+    /// The service spec: the kind parsed, the given parameters applied.
+    pub(crate) fn unvalidated_spec(&self) -> Result<ServiceSpec, String> {
         let kind: virtual_host::ServiceKind = self.kind.parse().map_err(|e| format!("{e}"))?;
         let mut s = ServiceSpec::new(kind);
         s.peer = self.peer;
@@ -141,7 +148,6 @@ impl ServiceRequest {
             s.mpa_crc = v;
         }
         s.echo = self.echo;
-        s.validate().map_err(|e| e.to_string())?;
         Ok(s)
     }
 }

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{feat, port_mac, TempDir, TestFabric, TestGuest, ARRIVE};
+use common::packet::inet_csum;
+use common::{feat, port_mac, virtual_hosts, TempDir, TestFabric, TestGuest, ARRIVE};
 use std::net::Ipv4Addr;
 use vhost_rdma::config::{DaemonConfig, HostSpec};
 use vhost_rdma::control::{request, Request};
@@ -13,17 +14,6 @@ use vhost_rdma::Server;
 
 const GUEST_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const HOST_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
-
-fn csum(b: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in b.chunks(2) {
-        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
 
 fn arp_request(src: [u8; 6], target: Ipv4Addr) -> Vec<u8> {
     let mut f = vec![0xff; 6];
@@ -45,7 +35,7 @@ fn ipv4_frame(src: [u8; 6], dst_mac: [u8; 6], proto: u8, l4: &[u8]) -> Vec<u8> {
     ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
     ip.extend_from_slice(&GUEST_IP.octets());
     ip.extend_from_slice(&HOST_IP.octets());
-    let c = csum(&ip);
+    let c = inet_csum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(l4);
@@ -125,7 +115,7 @@ fn guest_gets_arp_ping_and_tcp_answers_from_a_virtual_host() {
     // Ping.
     let mut icmp = vec![8, 0, 0, 0, 0x42, 0x42, 0, 9];
     icmp.extend_from_slice(b"hello virtual host");
-    let c = csum(&icmp);
+    let c = inet_csum(&icmp);
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
     s.guest
         .send(0, &ipv4_frame(me, host_mac, 1, &icmp), &Default::default());
@@ -133,7 +123,7 @@ fn guest_gets_arp_ping_and_tcp_answers_from_a_virtual_host() {
     assert_eq!(r[34], 0, "echo reply");
     assert_eq!(&r[40..42], &[0, 9], "sequence");
     assert_eq!(&r[42..60], b"hello virtual host");
-    assert_eq!(csum(&r[34..]), 0, "ICMP checksum");
+    assert_eq!(inet_csum(&r[34..]), 0, "ICMP checksum");
 
     // TCP SYN to the pingpong server's port.
     let mut tcp = vec![0u8; 20];
@@ -147,7 +137,7 @@ fn guest_gets_arp_ping_and_tcp_answers_from_a_virtual_host() {
     pseudo.extend_from_slice(&HOST_IP.octets());
     pseudo.extend_from_slice(&[0, 6, 0, 20]);
     pseudo.extend_from_slice(&tcp);
-    let c = csum(&pseudo);
+    let c = inet_csum(&pseudo);
     tcp[16..18].copy_from_slice(&c.to_be_bytes());
     s.guest
         .send(0, &ipv4_frame(me, host_mac, 6, &tcp), &Default::default());
@@ -205,27 +195,23 @@ fn control_socket_starts_and_stops_services_with_clear_errors() {
     let r = start("pingpong-client", Some(GUEST_IP));
     assert!(r.ok, "{r:?}");
     let id = r.service_id.unwrap();
-    let hosts = request(&s.ctl, &Request::Hosts).unwrap().hosts.unwrap();
+    let hosts = virtual_hosts(&s.ctl);
     assert!(hosts[0].services.iter().any(|v| v.id == id));
-    let r = request(
-        &s.ctl,
-        &Request::HostStop {
-            host: "vh".into(),
-            id,
-        },
-    )
-    .unwrap();
+    let stop = || {
+        request(
+            &s.ctl,
+            &Request::HostStop {
+                host: "vh".into(),
+                id,
+            },
+        )
+        .unwrap()
+    };
+    let r = stop();
     assert!(r.ok, "{r:?}");
-    let r = request(
-        &s.ctl,
-        &Request::HostStop {
-            host: "vh".into(),
-            id,
-        },
-    )
-    .unwrap();
+    let r = stop();
     assert!(!r.ok && r.error.unwrap().contains("no service"));
-    let hosts = request(&s.ctl, &Request::Hosts).unwrap().hosts.unwrap();
+    let hosts = virtual_hosts(&s.ctl);
     assert_eq!(hosts[0].services.len(), 1);
     assert_eq!(hosts[0].qps, 0, "the stopped client's QP is gone");
 }
@@ -293,7 +279,7 @@ fn two_virtual_hosts_run_sessions_through_the_daemon() {
     };
     let mut hosts = Vec::new();
     while std::time::Instant::now() < end {
-        hosts = request(&ctl, &Request::Hosts).unwrap().hosts.unwrap();
+        hosts = virtual_hosts(&ctl);
         if ["pingpong-client", "write-bw-client", "write-bw-server"]
             .iter()
             .all(|k| done(k, &hosts).is_some())

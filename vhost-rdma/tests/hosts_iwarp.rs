@@ -4,23 +4,19 @@
 
 mod common;
 
-use common::{TempDir, TestFabric};
+use common::{virtual_hosts, TempDir, TestFabric};
 use std::time::{Duration, Instant};
 use vhost_rdma::config::{DaemonConfig, HostSpec};
 use vhost_rdma::control::{request, Request};
-use vhost_rdma::hosts::{HostStats, ServiceRequest};
+use vhost_rdma::hosts::ServiceRequest;
 use vhost_rdma::Server;
-
-fn hosts(ctl: &std::path::Path) -> Vec<HostStats> {
-    request(ctl, &Request::Hosts).unwrap().hosts.unwrap()
-}
 
 /// Polls the control socket until `kind` on host `name` has finished a
 /// session or failed one.
 fn wait_session(ctl: &std::path::Path, name: &str, kind: &str) -> vhost_rdma::hosts::ServiceStats {
     let end = Instant::now() + Duration::from_secs(60);
     loop {
-        let hs = hosts(ctl);
+        let hs = virtual_hosts(ctl);
         let h = hs.iter().find(|h| h.name == name).expect("host");
         let s = h.services.iter().find(|s| s.kind == kind).expect("service");
         if s.sessions_ok + s.sessions_failed > 0 || Instant::now() > end {
@@ -71,7 +67,7 @@ fn two_virtual_hosts_run_rping_and_ucmatose_over_iwarp() {
             "{s:?}"
         );
     }
-    let hs = hosts(&ctl);
+    let hs = virtual_hosts(&ctl);
     let srv = hs.iter().find(|h| h.name == "srv").unwrap();
     // Both server sessions finished with every ping / message checked.
     for (kind, n) in [("rping-server", 5), ("ucmatose-server", 10)] {

@@ -24,7 +24,7 @@
 //! neither do we; the session reports the WRITE messages the QP accepted.
 
 use crate::pingpong::gid_of;
-use crate::service::ServiceSpec;
+use crate::service::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};
@@ -459,22 +459,8 @@ impl PerftestServer {
             1 => CYCLE_BUFFER.to_be_bytes().to_vec(),
             2 => CACHE_LINE.to_be_bytes().to_vec(),
             3 => {
-                // The client takes the smaller MTU; we offer 1024 (frames
-                // of the fabric are at most 1514 bytes).
-                let theirs = msg
-                    .iter()
-                    .take_while(|&&b| b != 0)
-                    .map(|&b| char::from(b))
-                    .collect::<String>()
-                    .parse::<u8>()
-                    .ok()
-                    .and_then(Mtu::from_code)
-                    .unwrap_or(Mtu::Mtu1024);
-                s.mtu = if theirs.bytes() < 1024 {
-                    theirs
-                } else {
-                    Mtu::Mtu1024
-                };
+                // The client takes the smaller MTU; we offer 1024.
+                s.mtu = negotiated_mtu(msg);
                 vec![b'0' + s.mtu as u8, 0]
             }
             FIRST_KEYS => {
@@ -562,6 +548,26 @@ fn free(rdma: &mut RdmaDevice, s: &Session) {
     }
     if let Some(k) = s.lkey {
         rdma.deregister_mr(k);
+    }
+}
+
+/// The MTU both sides use after the peer sent its MTU code `msg` (ASCII
+/// digits, NUL-terminated): the smaller of the peer's and 1024 (frames of the
+/// fabric are at most 1514 bytes). An unreadable code counts as 1024.
+fn negotiated_mtu(msg: &[u8]) -> Mtu {
+    let theirs = msg
+        .iter()
+        .take_while(|&&b| b != 0)
+        .map(|&b| char::from(b))
+        .collect::<String>()
+        .parse::<u8>()
+        .ok()
+        .and_then(Mtu::from_code)
+        .unwrap_or(Mtu::Mtu1024);
+    if theirs.bytes() < 1024 {
+        theirs
+    } else {
+        Mtu::Mtu1024
     }
 }
 
@@ -717,22 +723,8 @@ impl PerftestClient {
     }
 
     fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
-        let peer = self
-            .spec
-            .peer
-            .ok_or_else(|| HostError::Invalid("client without peer".into()))?;
-        let h = self
-            .sock
-            .ok_or_else(|| HostError::Tcp("no socket".into()))?;
-        let local_port = 49152 + (ctx.rng.next_u64() % 16384) as u16;
-        ctx.sockets
-            .get_mut::<Socket>(h)
-            .connect(
-                ctx.iface.context(),
-                (IpAddress::Ipv4(peer), self.spec.port),
-                local_port,
-            )
-            .map_err(|e| HostError::Tcp(format!("connect to {peer}: {e}")))?;
+        let (peer, h) = client_target(&self.spec, self.sock)?;
+        tcp_connect(ctx, h, peer, self.spec.port)?;
         self.phase = ClientPhase::Connecting;
         self.step = 0;
         self.sent = false;
@@ -915,20 +907,7 @@ impl PerftestClient {
                 }
             }
             3 => {
-                let theirs = msg
-                    .iter()
-                    .take_while(|&&b| b != 0)
-                    .map(|&b| char::from(b))
-                    .collect::<String>()
-                    .parse::<u8>()
-                    .ok()
-                    .and_then(Mtu::from_code)
-                    .unwrap_or(Mtu::Mtu1024);
-                self.mtu = if theirs.bytes() < 1024 {
-                    theirs
-                } else {
-                    Mtu::Mtu1024
-                };
+                self.mtu = negotiated_mtu(msg);
             }
             FIRST_KEYS => {
                 let remote = Keys::decode(msg)?;

@@ -17,7 +17,7 @@
 //! checks that every message from the tool (after its first, which is the
 //! tool's initial fill) echoes our previous one.
 
-use crate::service::ServiceSpec;
+use crate::service::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};
@@ -227,24 +227,12 @@ impl Pingpong {
     }
 
     fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
-        let peer = self
-            .spec
-            .peer
-            .ok_or_else(|| HostError::Invalid("client without peer".into()))?;
-        let sock = self
-            .sock
-            .ok_or_else(|| HostError::Tcp("no socket".into()))?;
+        let (peer, sock) = client_target(&self.spec, self.sock)?;
         // The tool posts its receives before the exchange; so do we.
         let s = new_session(ctx, &self.spec, peer)?;
-        let local_port = 49152 + (ctx.rng.next_u64() % 16384) as u16;
-        let r = ctx.sockets.get_mut::<Socket>(sock).connect(
-            ctx.iface.context(),
-            (IpAddress::Ipv4(peer), self.spec.port),
-            local_port,
-        );
-        if let Err(e) = r {
+        if let Err(e) = tcp_connect(ctx, sock, peer, self.spec.port) {
             free_session(ctx.rdma, &s);
-            return Err(HostError::Tcp(format!("connect to {peer}: {e}")));
+            return Err(e);
         }
         self.session = Some(s);
         self.phase = Phase::Connecting;

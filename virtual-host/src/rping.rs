@@ -21,7 +21,7 @@
 //! source after each ping (the sink is zeroed before it is advertised).
 
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
-use crate::service::ServiceSpec;
+use crate::service::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use siw::{Access, Completion, Event, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
@@ -273,22 +273,8 @@ impl Rping {
     }
 
     fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
-        let peer = self
-            .spec
-            .peer
-            .ok_or_else(|| HostError::Invalid("client without peer".into()))?;
-        let sock = self
-            .sock
-            .ok_or_else(|| HostError::Tcp("no socket".into()))?;
-        let local_port = 49152 + (ctx.rng.next_u64() % 16384) as u16;
-        ctx.sockets
-            .get_mut::<Socket>(sock)
-            .connect(
-                ctx.iface.context(),
-                (IpAddress::Ipv4(peer), self.spec.port),
-                local_port,
-            )
-            .map_err(|e| HostError::Tcp(format!("connect to {peer}: {e}")))?;
+        let (peer, sock) = client_target(&self.spec, self.sock)?;
+        tcp_connect(ctx, sock, peer, self.spec.port)?;
         self.phase = Phase::Connecting;
         Ok(())
     }

@@ -5,7 +5,9 @@ use crate::perftest::{PerftestClient, PerftestServer, Verb};
 use crate::pingpong::{Pingpong, Role};
 use crate::rping::Rping;
 use crate::{HostError, RdmaDevice, ServiceCtx};
-use smoltcp::iface::SocketSet;
+use smoltcp::iface::{SocketHandle, SocketSet};
+use smoltcp::socket::tcp::Socket;
+use smoltcp::wire::IpAddress;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
@@ -375,4 +377,34 @@ impl Service {
             _ => Default::default(),
         }
     }
+}
+
+/// The peer a client service connects to, and its TCP socket.
+pub(crate) fn client_target(
+    spec: &ServiceSpec,
+    sock: Option<SocketHandle>,
+) -> Result<(Ipv4Addr, SocketHandle), HostError> {
+    let peer = spec
+        .peer
+        .ok_or_else(|| HostError::Invalid("client without peer".into()))?;
+    let sock = sock.ok_or_else(|| HostError::Tcp("no socket".into()))?;
+    Ok((peer, sock))
+}
+
+/// Starts connecting `sock` to `peer:port` from a random ephemeral port.
+pub(crate) fn tcp_connect(
+    ctx: &mut ServiceCtx<'_>,
+    sock: SocketHandle,
+    peer: Ipv4Addr,
+    port: u16,
+) -> Result<(), HostError> {
+    let local_port = 49152 + (ctx.rng.next_u64() % 16384) as u16;
+    ctx.sockets
+        .get_mut::<Socket>(sock)
+        .connect(
+            ctx.iface.context(),
+            (IpAddress::Ipv4(peer), port),
+            local_port,
+        )
+        .map_err(|e| HostError::Tcp(format!("connect to {peer}: {e}")))
 }

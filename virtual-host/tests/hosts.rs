@@ -1,36 +1,16 @@
 //! Virtual hosts driven with crafted frames and back to back.
 
+mod common;
+
+use common::*;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use virtual_host::{
     EventKind, HostConfig, HostEvent, HostLimits, ServiceKind, ServiceSpec, VirtualHost,
 };
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const MAC_G: [u8; 6] = [0x02, 0, 0, 0, 0, 0x99];
-const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
-const IP_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
 const IP_G: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
-
-fn host(name: &str, mac: [u8; 6], ip: Ipv4Addr, now: Instant) -> VirtualHost {
-    VirtualHost::new(
-        HostConfig {
-            name: name.into(),
-            mac,
-            ipv4: ip,
-            prefix_len: 24,
-            limits: HostLimits::default(),
-            seed: u64::from(mac[5]) * 0x1234_5678_9abc,
-        },
-        now,
-    )
-    .unwrap()
-}
-
-fn drain(h: &mut VirtualHost) -> Vec<Vec<u8>> {
-    std::iter::from_fn(|| h.poll_transmit()).collect()
-}
 
 fn csum(b: &[u8]) -> u16 {
     let mut s: u32 = 0;
@@ -204,9 +184,8 @@ fn tcp_handshake_to_the_pingpong_port() {
         .any(|f| f.len() >= 54 && f[23] == 6 && f[47] & 0x04 != 0));
 }
 
-/// Moves frames between two hosts (with optional loss of every `drop_every`th
-/// RoCE frame) and advances virtual time when both are quiet. Returns the
-/// events of both.
+/// [`run`] from `now` between two hosts, with optional loss of every
+/// `drop_every`th frame when it is RoCE.
 fn run_pair(
     a: &mut VirtualHost,
     b: &mut VirtualHost,
@@ -215,70 +194,7 @@ fn run_pair(
     drop_every: usize,
     done: impl Fn(&[HostEvent], &[HostEvent]) -> bool,
 ) -> (Vec<HostEvent>, Vec<HostEvent>) {
-    let end = now + limit;
-    let (mut ea, mut eb) = (Vec::new(), Vec::new());
-    let mut n = 0usize;
-    while now < end {
-        let mut moved = false;
-        for f in drain(a) {
-            moved = true;
-            n += 1;
-            if drop_every > 0
-                && n.is_multiple_of(drop_every)
-                && f.len() > 40
-                && f[36..38] == [0x12, 0xb7]
-            {
-                continue;
-            }
-            b.handle_frame(&f, now);
-        }
-        for f in drain(b) {
-            moved = true;
-            n += 1;
-            if drop_every > 0
-                && n.is_multiple_of(drop_every)
-                && f.len() > 40
-                && f[36..38] == [0x12, 0xb7]
-            {
-                continue;
-            }
-            a.handle_frame(&f, now);
-        }
-        ea.extend(std::iter::from_fn(|| a.poll_event()));
-        eb.extend(std::iter::from_fn(|| b.poll_event()));
-        if done(&ea, &eb) {
-            break;
-        }
-        if !moved {
-            let next = [a.poll_timeout(now), b.poll_timeout(now)]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(now + Duration::from_millis(100));
-            now = next.max(now + Duration::from_micros(1));
-            a.handle_timeout(now);
-            b.handle_timeout(now);
-        }
-    }
-    (ea, eb)
-}
-
-fn finished(ev: &[HostEvent]) -> Option<(u32, u32)> {
-    ev.iter().find_map(|e| match e.kind {
-        EventKind::SessionFinished {
-            iterations,
-            verified,
-            ..
-        } => Some((iterations, verified)),
-        _ => None,
-    })
-}
-
-fn failed(ev: &[HostEvent]) -> Option<String> {
-    ev.iter().find_map(|e| match &e.kind {
-        EventKind::SessionFailed { reason, .. } => Some(reason.clone()),
-        _ => None,
-    })
+    run(a, b, &mut now, limit, drop_every, is_roce, done)
 }
 
 fn pingpong_pair(echo_server: bool, drop_every: usize, iters: u32) {
@@ -300,11 +216,7 @@ fn pingpong_pair(echo_server: bool, drop_every: usize, iters: u32) {
         now,
         Duration::from_secs(120),
         drop_every,
-        |ea, eb| {
-            (finished(ea).is_some() && finished(eb).is_some())
-                || failed(ea).is_some()
-                || failed(eb).is_some()
-        },
+        both_finished_or_failed,
     );
     assert_eq!(failed(&ea), None, "server events {ea:?}");
     assert_eq!(failed(&eb), None, "client events {eb:?}");
@@ -478,11 +390,7 @@ fn perftest_pair(server: ServiceKind, client: ServiceKind, port: u16, drop_every
         now,
         Duration::from_secs(300),
         drop_every,
-        |ea, eb| {
-            (finished(ea).is_some() && finished(eb).is_some())
-                || failed(ea).is_some()
-                || failed(eb).is_some()
-        },
+        both_finished_or_failed,
     );
     assert_eq!(failed(&ea), None, "{server}: {ea:?}");
     assert_eq!(failed(&eb), None, "{client}: {eb:?}");

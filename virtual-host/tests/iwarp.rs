@@ -1,137 +1,18 @@
 //! iWARP on virtual hosts: rping client and server back to back (CRC on and
 //! off, lossy links), and hostile peers (garbage MPA, markers, bad CRC).
 
+mod common;
+
+use common::*;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::phy::{Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
-use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
-use virtual_host::{
-    EventKind, HostConfig, HostEvent, HostLimits, ServiceKind, ServiceSpec, VirtualHost,
-};
+use virtual_host::{HostEvent, ServiceKind, ServiceSpec, VirtualHost};
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 const MAC_P: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
-const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
-const IP_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
 const IP_P: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 12);
-
-fn host(name: &str, mac: [u8; 6], ip: Ipv4Addr, now: Instant) -> VirtualHost {
-    VirtualHost::new(
-        HostConfig {
-            name: name.into(),
-            mac,
-            ipv4: ip,
-            prefix_len: 24,
-            limits: HostLimits::default(),
-            seed: u64::from(mac[5]) * 0x1234_5678_9abc,
-        },
-        now,
-    )
-    .unwrap()
-}
-
-/// Something that exchanges Ethernet frames.
-trait Node {
-    fn tx(&mut self) -> Vec<Vec<u8>>;
-    fn rx(&mut self, f: &[u8], now: Instant);
-    fn timeout(&mut self, now: Instant) -> Option<Instant>;
-    fn tick(&mut self, now: Instant);
-    fn events(&mut self) -> Vec<HostEvent>;
-}
-
-impl Node for VirtualHost {
-    fn tx(&mut self) -> Vec<Vec<u8>> {
-        std::iter::from_fn(|| self.poll_transmit()).collect()
-    }
-    fn rx(&mut self, f: &[u8], now: Instant) {
-        self.handle_frame(f, now)
-    }
-    fn timeout(&mut self, now: Instant) -> Option<Instant> {
-        self.poll_timeout(now)
-    }
-    fn tick(&mut self, now: Instant) {
-        self.handle_timeout(now)
-    }
-    fn events(&mut self) -> Vec<HostEvent> {
-        std::iter::from_fn(|| self.poll_event()).collect()
-    }
-}
-
-fn is_tcp(f: &[u8]) -> bool {
-    f.len() > 34 && f[12..14] == [0x08, 0x00] && f[23] == 6
-}
-
-/// Moves frames between two nodes, dropping every `drop_every`th TCP frame,
-/// advancing virtual time when both are quiet, until `done` or `limit`.
-fn run(
-    a: &mut dyn Node,
-    b: &mut dyn Node,
-    now: &mut Instant,
-    limit: Duration,
-    drop_every: usize,
-    mut done: impl FnMut(&[HostEvent], &[HostEvent]) -> bool,
-) -> (Vec<HostEvent>, Vec<HostEvent>) {
-    let end = *now + limit;
-    let (mut ea, mut eb) = (Vec::new(), Vec::new());
-    let mut n = 0usize;
-    while *now < end {
-        let mut moved = false;
-        for f in a.tx() {
-            moved = true;
-            n += 1;
-            if drop_every > 0 && n.is_multiple_of(drop_every) && is_tcp(&f) {
-                continue;
-            }
-            b.rx(&f, *now);
-        }
-        for f in b.tx() {
-            moved = true;
-            n += 1;
-            if drop_every > 0 && n.is_multiple_of(drop_every) && is_tcp(&f) {
-                continue;
-            }
-            a.rx(&f, *now);
-        }
-        ea.extend(a.events());
-        eb.extend(b.events());
-        if done(&ea, &eb) {
-            break;
-        }
-        if !moved {
-            let next = [a.timeout(*now), b.timeout(*now)]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(*now + Duration::from_millis(100));
-            *now = next.max(*now + Duration::from_micros(1));
-            a.tick(*now);
-            b.tick(*now);
-        }
-    }
-    (ea, eb)
-}
-
-fn finished(ev: &[HostEvent]) -> Option<(u32, u32)> {
-    ev.iter().find_map(|e| match e.kind {
-        EventKind::SessionFinished {
-            iterations,
-            verified,
-            ..
-        } => Some((iterations, verified)),
-        _ => None,
-    })
-}
-
-fn failed(ev: &[HostEvent]) -> Option<String> {
-    ev.iter().find_map(|e| match &e.kind {
-        EventKind::SessionFailed { reason, .. } => Some(reason.clone()),
-        _ => None,
-    })
-}
 
 fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_every: usize) {
     let mut now = Instant::now();
@@ -153,11 +34,8 @@ fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_ev
         &mut now,
         Duration::from_secs(120),
         drop_every,
-        |ea, eb| {
-            (finished(ea).is_some() && finished(eb).is_some())
-                || failed(ea).is_some()
-                || failed(eb).is_some()
-        },
+        is_tcp,
+        both_finished_or_failed,
     );
     assert_eq!(failed(&ea), None, "server events {ea:?}");
     assert_eq!(failed(&eb), None, "client events {eb:?}");
@@ -185,6 +63,7 @@ fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_ev
         &mut now,
         Duration::from_secs(10),
         0,
+        is_tcp,
         |_, _| false,
     );
     assert_eq!(a.status().services[0].state, "listening");
@@ -229,6 +108,7 @@ fn rping_client_waits_for_a_late_server() {
         &mut now,
         Duration::from_secs(3),
         0,
+        is_tcp,
         |_, _| false,
     );
     let st = &b.status().services[0];
@@ -245,6 +125,7 @@ fn rping_client_waits_for_a_late_server() {
         &mut now,
         Duration::from_secs(60),
         0,
+        is_tcp,
         |ea, eb| finished(ea).is_some() && finished(eb).is_some(),
     );
     assert_eq!(finished(&ea), Some((3, 3)));
@@ -266,51 +147,6 @@ fn rping_sizes_out_of_range_are_refused() {
 // ---------------------------------------------------------------------------
 // A raw TCP peer (smoltcp) for hostile input.
 // ---------------------------------------------------------------------------
-
-#[derive(Default)]
-struct Frames {
-    rx: VecDeque<Vec<u8>>,
-    tx: VecDeque<Vec<u8>>,
-}
-
-struct RxTok(Vec<u8>);
-struct TxTok<'a>(&'a mut VecDeque<Vec<u8>>);
-
-impl smoltcp::phy::RxToken for RxTok {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0)
-    }
-}
-
-impl smoltcp::phy::TxToken for TxTok<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut b = vec![0u8; len];
-        let r = f(&mut b);
-        self.0.push_back(b);
-        r
-    }
-}
-
-impl Device for Frames {
-    type RxToken<'a> = RxTok;
-    type TxToken<'a> = TxTok<'a>;
-    fn receive(
-        &mut self,
-        _t: smoltcp::time::Instant,
-    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        let f = self.rx.pop_front()?;
-        Some((RxTok(f), TxTok(&mut self.tx)))
-    }
-    fn transmit(&mut self, _t: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
-        Some(TxTok(&mut self.tx))
-    }
-    fn capabilities(&self) -> DeviceCapabilities {
-        let mut c = DeviceCapabilities::default();
-        c.medium = Medium::Ethernet;
-        c.max_transmission_unit = 1514;
-        c
-    }
-}
 
 /// A TCP client that sends what the test scripts.
 struct RawPeer {
@@ -426,6 +262,21 @@ fn server_host(now: Instant, crc: bool) -> VirtualHost {
     a
 }
 
+/// Runs server `a` against hostile peer `p` until its session fails (30 s
+/// at most), then 5 s more so the last bytes (reply, Terminate, FIN)
+/// arrive. Returns the server's events up to the failure.
+fn run_until_server_fails(
+    a: &mut VirtualHost,
+    p: &mut RawPeer,
+    now: &mut Instant,
+) -> Vec<HostEvent> {
+    let (ea, _) = run(a, p, now, Duration::from_secs(30), 0, is_tcp, |ea, _| {
+        failed(ea).is_some()
+    });
+    run(a, p, now, Duration::from_secs(5), 0, is_tcp, |_, _| false);
+    ea
+}
+
 /// After a hostile peer, a well-behaved rping client is still served.
 fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
     let mut b = host("b", MAC_B, IP_B, *now);
@@ -433,9 +284,15 @@ fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
     cli.peer = Some(IP_A);
     cli.iters = 2;
     b.start_service(cli, *now).unwrap();
-    let (_, eb) = run(a, &mut b, now, Duration::from_secs(60), 0, |_, eb| {
-        finished(eb).is_some() || failed(eb).is_some()
-    });
+    let (_, eb) = run(
+        a,
+        &mut b,
+        now,
+        Duration::from_secs(60),
+        0,
+        is_tcp,
+        |_, eb| finished(eb).is_some() || failed(eb).is_some(),
+    );
     assert_eq!(finished(&eb), Some((2, 2)), "{eb:?}");
 }
 
@@ -445,23 +302,7 @@ fn garbage_instead_of_an_mpa_request_fails_the_session_cleanly() {
     let mut a = server_host(now, false);
     let mut p = RawPeer::new(now, 7174);
     p.out = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0".to_vec();
-    let (ea, _) = run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(30),
-        0,
-        |ea, _| failed(ea).is_some(),
-    );
-    // Let the last bytes (reply, Terminate, FIN) arrive.
-    run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(5),
-        0,
-        |_, _| false,
-    );
+    let ea = run_until_server_fails(&mut a, &mut p, &mut now);
     let reason = failed(&ea).expect("session failed");
     assert!(reason.contains("MPA"), "{reason}");
     assert_eq!(a.iwarp_counters().mpa_errors, 1);
@@ -477,23 +318,7 @@ fn an_mpa_request_with_markers_is_rejected() {
     let mut req = siw::mpa::MpaFrame::new(siw::mpa::FrameKind::Request, 1);
     req.markers = true;
     req.encode(&mut p.out).unwrap();
-    let (ea, _) = run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(30),
-        0,
-        |ea, _| failed(ea).is_some(),
-    );
-    // Let the last bytes (reply, Terminate, FIN) arrive.
-    run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(5),
-        0,
-        |_, _| false,
-    );
+    let ea = run_until_server_fails(&mut a, &mut p, &mut now);
     assert!(failed(&ea).is_some());
     // The reply is a reject (R flag, bit 0x20 of the flags byte after the key).
     let (rep, _) = siw::mpa::MpaFrame::parse(&p.got)
@@ -527,23 +352,7 @@ fn a_bad_crc_gets_a_terminate_and_is_counted() {
     .unwrap();
     p.engine = Some(e);
     p.corrupt = true;
-    let (ea, _) = run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(30),
-        0,
-        |ea, _| failed(ea).is_some(),
-    );
-    // Let the last bytes (reply, Terminate, FIN) arrive.
-    run(
-        &mut a,
-        &mut p,
-        &mut now,
-        Duration::from_secs(5),
-        0,
-        |_, _| false,
-    );
+    let ea = run_until_server_fails(&mut a, &mut p, &mut now);
     let reason = failed(&ea).expect("session failed");
     assert!(reason.to_lowercase().contains("terminate"), "{reason}");
     assert_eq!(a.iwarp_counters().crc_errors, 1);
@@ -572,6 +381,7 @@ fn a_peer_that_never_speaks_times_out() {
         &mut now,
         Duration::from_secs(60),
         0,
+        is_tcp,
         |ea, _| failed(ea).is_some(),
     );
     assert!(failed(&ea).is_some());
@@ -599,11 +409,8 @@ fn ucmatose_back_to_back() {
             &mut now,
             Duration::from_secs(60),
             0,
-            |ea, eb| {
-                (finished(ea).is_some() && finished(eb).is_some())
-                    || failed(ea).is_some()
-                    || failed(eb).is_some()
-            },
+            is_tcp,
+            both_finished_or_failed,
         );
         assert_eq!(failed(&ea), None, "server {ea:?}");
         assert_eq!(failed(&eb), None, "client {eb:?}");
@@ -630,6 +437,7 @@ fn ucmatose_message_size_mismatch_fails() {
         &mut now,
         Duration::from_secs(60),
         0,
+        is_tcp,
         |_, eb| failed(eb).is_some(),
     );
     // The server's 100-byte messages do not fit the client's 50-byte receives.

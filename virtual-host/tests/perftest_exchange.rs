@@ -2,61 +2,23 @@
 //! plain smoltcp interface (the RDMA phase is covered by the guest test,
 //! `scripts/e2e-vhost.sh`).
 
+mod common;
+
+use common::{Frames, IP_A, MAC_A};
 use smoltcp::iface::{Config, Interface, SocketSet};
-use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
-use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use virtual_host::perftest::{Keys, KEY_MSG_LEN};
 use virtual_host::pingpong::gid_of;
 use virtual_host::{EventKind, HostConfig, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
 
-const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
 const IP_C: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
-
-#[derive(Default)]
-struct Wire {
-    rx: VecDeque<Vec<u8>>,
-    tx: VecDeque<Vec<u8>>,
-}
-struct Rx(Vec<u8>);
-struct Tx<'a>(&'a mut VecDeque<Vec<u8>>);
-impl RxToken for Rx {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0)
-    }
-}
-impl TxToken for Tx<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut b = vec![0u8; len];
-        let r = f(&mut b);
-        self.0.push_back(b);
-        r
-    }
-}
-impl Device for Wire {
-    type RxToken<'a> = Rx;
-    type TxToken<'a> = Tx<'a>;
-    fn receive(&mut self, _: smoltcp::time::Instant) -> Option<(Rx, Tx<'_>)> {
-        let f = self.rx.pop_front()?;
-        Some((Rx(f), Tx(&mut self.tx)))
-    }
-    fn transmit(&mut self, _: smoltcp::time::Instant) -> Option<Tx<'_>> {
-        Some(Tx(&mut self.tx))
-    }
-    fn capabilities(&self) -> DeviceCapabilities {
-        let mut c = DeviceCapabilities::default();
-        c.medium = Medium::Ethernet;
-        c.max_transmission_unit = 1514;
-        c
-    }
-}
 
 struct Client {
     iface: Interface,
-    wire: Wire,
+    wire: Frames,
     sockets: SocketSet<'static>,
     h: smoltcp::iface::SocketHandle,
     base: Instant,
@@ -64,7 +26,7 @@ struct Client {
 
 impl Client {
     fn new(now: Instant) -> Client {
-        let mut wire = Wire::default();
+        let mut wire = Frames::default();
         let cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress([
             2, 0, 0, 0, 0, 0x0c,
         ])));
@@ -132,30 +94,43 @@ fn item(a: &mut VirtualHost, c: &mut Client, now: &mut Instant, mine: &[u8]) -> 
     panic!("no {}-byte answer (have {})", mine.len(), got.len());
 }
 
-fn exchange(kind: ServiceKind, port: u16, items_after_keys: &[usize]) {
-    let mut now = Instant::now();
+/// Host A (seeded with `seed`) serving `kind` on `port`, and a client
+/// connected to it from `client_port`.
+fn serve_and_connect(
+    kind: ServiceKind,
+    port: u16,
+    seed: u64,
+    client_port: u16,
+    now: &mut Instant,
+) -> (VirtualHost, Client) {
     let mut a = VirtualHost::new(
         HostConfig {
             name: "a".into(),
-            mac: [2, 0, 0, 0, 0, 0x0a],
+            mac: MAC_A,
             ipv4: IP_A,
             prefix_len: 24,
             limits: HostLimits::default(),
-            seed: 7,
+            seed,
         },
-        now,
+        *now,
     )
     .unwrap();
     let mut spec = ServiceSpec::new(kind);
     spec.port = port;
-    a.start_service(spec, now).unwrap();
-    let mut c = Client::new(now);
+    a.start_service(spec, *now).unwrap();
+    let mut c = Client::new(*now);
     let cx = c.iface.context();
     c.sockets
         .get_mut::<tcp::Socket>(c.h)
-        .connect(cx, (IpAddress::Ipv4(IP_A), port), 40000)
+        .connect(cx, (IpAddress::Ipv4(IP_A), port), client_port)
         .unwrap();
-    pump(&mut a, &mut c, &mut now);
+    pump(&mut a, &mut c, now);
+    (a, c)
+}
+
+fn exchange(kind: ServiceKind, port: u16, items_after_keys: &[usize]) {
+    let mut now = Instant::now();
+    let (mut a, mut c) = serve_and_connect(kind, port, 7, 40000, &mut now);
     assert!(c.sock().may_send(), "connected");
 
     let mut v = [0u8; 16];
@@ -247,28 +222,7 @@ fn read_and_atomic_bw_servers_follow_the_write_exchange() {
 #[test]
 fn garbage_keys_fail_the_session_and_the_server_listens_again() {
     let mut now = Instant::now();
-    let mut a = VirtualHost::new(
-        HostConfig {
-            name: "a".into(),
-            mac: [2, 0, 0, 0, 0, 0x0a],
-            ipv4: IP_A,
-            prefix_len: 24,
-            limits: HostLimits::default(),
-            seed: 9,
-        },
-        now,
-    )
-    .unwrap();
-    let mut spec = ServiceSpec::new(ServiceKind::WriteBwServer);
-    spec.port = 18517;
-    a.start_service(spec, now).unwrap();
-    let mut c = Client::new(now);
-    let cx = c.iface.context();
-    c.sockets
-        .get_mut::<tcp::Socket>(c.h)
-        .connect(cx, (IpAddress::Ipv4(IP_A), 18517), 40001)
-        .unwrap();
-    pump(&mut a, &mut c, &mut now);
+    let (mut a, mut c) = serve_and_connect(ServiceKind::WriteBwServer, 18517, 9, 40001, &mut now);
     item(
         &mut a,
         &mut c,

@@ -1,9 +1,7 @@
 //! Real frames from /work/shared/testdata (ConnectX hardware, an IB fabric)
 //! must produce no findings.
 
-mod common;
-
-use common::pcap::*;
+use roce_model::pcap::*;
 use wire_checker::Checker;
 
 #[test]

@@ -16,6 +16,14 @@ use std::time::{Duration, Instant};
 
 use vhost_rdma::{DaemonConfig, DeviceForm, MacAddr, PortConfig, PortStats, Server};
 
+/// The virtual hosts the daemon behind control socket `ctl` lists.
+pub fn virtual_hosts(ctl: &Path) -> Vec<vhost_rdma::hosts::HostStats> {
+    vhost_rdma::control::request(ctl, &vhost_rdma::control::Request::Hosts)
+        .unwrap()
+        .hosts
+        .unwrap()
+}
+
 /// Time allowed for something that must happen.
 pub const ARRIVE: Duration = Duration::from_secs(5);
 /// Time we wait to conclude that something does not happen.

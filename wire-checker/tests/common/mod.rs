@@ -3,8 +3,6 @@
 //! them; MPA/DDP bytes come from `siw`'s codec).
 #![allow(dead_code)]
 
-pub mod pcap;
-
 use roce_model::{
     Aeth, AethSyndrome, FrameBuilder, NakCode, NetParams, Opcode, PacketBuilder, Reth,
 };

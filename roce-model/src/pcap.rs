@@ -1,6 +1,10 @@
-//! Test-only helpers: a tiny classic-pcap reader with ERF record decoding.
-
-#![allow(dead_code)]
+//! Test support (feature `testdata`): a tiny classic-pcap reader with ERF
+//! record decoding, for tests that replay the real frames in the shared
+//! test data directory. It is shared by this crate's and `wire-checker`'s
+//! test suites.
+//!
+//! Unlike the codec, these helpers panic on malformed files: they read
+//! trusted golden captures and a panic is the test failure.
 
 use std::path::PathBuf;
 
@@ -11,7 +15,8 @@ pub const LINKTYPE_ERF: u32 = 197;
 /// ERF record type for InfiniBand.
 pub const ERF_TYPE_INFINIBAND: u8 = 21;
 
-/// Directory of the shared golden captures (`$ROCE_TESTDATA` overrides).
+/// Read one file of the shared golden captures (`$ROCE_TESTDATA` overrides
+/// the directory); panics when it cannot be read.
 pub fn testdata(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("ROCE_TESTDATA")
         .map(PathBuf::from)
@@ -22,7 +27,9 @@ pub fn testdata(name: &str) -> Vec<u8> {
 
 /// A classic pcap file: link type and records (captured bytes).
 pub struct Pcap {
+    /// Link type from the file header (`LINKTYPE_*`).
     pub linktype: u32,
+    /// Captured bytes of each record, in file order.
     pub records: Vec<Vec<u8>>,
 }
 
@@ -59,9 +66,13 @@ pub fn read_pcap(data: &[u8]) -> Pcap {
 
 /// One ERF record: type, and the payload (after extension headers), cut to `wlen`.
 pub struct Erf<'a> {
+    /// Record type without the extension-header bit (e.g. [`ERF_TYPE_INFINIBAND`]).
     pub rtype: u8,
+    /// ERF flags byte.
     pub flags: u8,
+    /// Wire length from the record header.
     pub wlen: usize,
+    /// Record body after extension headers, cut to `wlen`.
     pub payload: &'a [u8],
 }
 

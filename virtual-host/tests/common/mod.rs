@@ -1,0 +1,200 @@
+//! Helpers shared by the virtual-host test suites: host addresses, a host
+//! factory, a frame pump between two nodes with virtual time, session event
+//! lookups, and a smoltcp frame-queue device for raw TCP peers.
+#![allow(dead_code)]
+
+use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+use virtual_host::{EventKind, HostConfig, HostEvent, HostLimits, VirtualHost};
+
+pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+pub const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
+pub const IP_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
+
+/// A host with default limits on a /24, seeded from its MAC.
+pub fn host(name: &str, mac: [u8; 6], ip: Ipv4Addr, now: Instant) -> VirtualHost {
+    VirtualHost::new(
+        HostConfig {
+            name: name.into(),
+            mac,
+            ipv4: ip,
+            prefix_len: 24,
+            limits: HostLimits::default(),
+            seed: u64::from(mac[5]) * 0x1234_5678_9abc,
+        },
+        now,
+    )
+    .unwrap()
+}
+
+/// Every frame the host has queued.
+pub fn drain(h: &mut VirtualHost) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| h.poll_transmit()).collect()
+}
+
+/// Something that exchanges Ethernet frames.
+pub trait Node {
+    fn tx(&mut self) -> Vec<Vec<u8>>;
+    fn rx(&mut self, f: &[u8], now: Instant);
+    fn timeout(&mut self, now: Instant) -> Option<Instant>;
+    fn tick(&mut self, now: Instant);
+    fn events(&mut self) -> Vec<HostEvent>;
+}
+
+impl Node for VirtualHost {
+    fn tx(&mut self) -> Vec<Vec<u8>> {
+        drain(self)
+    }
+    fn rx(&mut self, f: &[u8], now: Instant) {
+        self.handle_frame(f, now)
+    }
+    fn timeout(&mut self, now: Instant) -> Option<Instant> {
+        self.poll_timeout(now)
+    }
+    fn tick(&mut self, now: Instant) {
+        self.handle_timeout(now)
+    }
+    fn events(&mut self) -> Vec<HostEvent> {
+        std::iter::from_fn(|| self.poll_event()).collect()
+    }
+}
+
+/// An IPv4 TCP frame.
+pub fn is_tcp(f: &[u8]) -> bool {
+    f.len() > 34 && f[12..14] == [0x08, 0x00] && f[23] == 6
+}
+
+/// A RoCEv2 frame (UDP destination port 4791).
+pub fn is_roce(f: &[u8]) -> bool {
+    f.len() > 40 && f[36..38] == [0x12, 0xb7]
+}
+
+/// Moves frames between two nodes, dropping every `drop_every`th frame
+/// (counting all frames) when it is `droppable`, advancing virtual time when
+/// both are quiet, until `done` or `limit`. Returns the events of both.
+pub fn run(
+    a: &mut dyn Node,
+    b: &mut dyn Node,
+    now: &mut Instant,
+    limit: Duration,
+    drop_every: usize,
+    droppable: fn(&[u8]) -> bool,
+    mut done: impl FnMut(&[HostEvent], &[HostEvent]) -> bool,
+) -> (Vec<HostEvent>, Vec<HostEvent>) {
+    let end = *now + limit;
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    let mut n = 0usize;
+    while *now < end {
+        let mut moved = false;
+        for f in a.tx() {
+            moved = true;
+            n += 1;
+            if drop_every > 0 && n.is_multiple_of(drop_every) && droppable(&f) {
+                continue;
+            }
+            b.rx(&f, *now);
+        }
+        for f in b.tx() {
+            moved = true;
+            n += 1;
+            if drop_every > 0 && n.is_multiple_of(drop_every) && droppable(&f) {
+                continue;
+            }
+            a.rx(&f, *now);
+        }
+        ea.extend(a.events());
+        eb.extend(b.events());
+        if done(&ea, &eb) {
+            break;
+        }
+        if !moved {
+            let next = [a.timeout(*now), b.timeout(*now)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(*now + Duration::from_millis(100));
+            *now = next.max(*now + Duration::from_micros(1));
+            a.tick(*now);
+            b.tick(*now);
+        }
+    }
+    (ea, eb)
+}
+
+/// `(iterations, verified)` of the first finished session.
+pub fn finished(ev: &[HostEvent]) -> Option<(u32, u32)> {
+    ev.iter().find_map(|e| match e.kind {
+        EventKind::SessionFinished {
+            iterations,
+            verified,
+            ..
+        } => Some((iterations, verified)),
+        _ => None,
+    })
+}
+
+/// The reason of the first failed session.
+pub fn failed(ev: &[HostEvent]) -> Option<String> {
+    ev.iter().find_map(|e| match &e.kind {
+        EventKind::SessionFailed { reason, .. } => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+/// Both sessions finished, or either failed.
+pub fn both_finished_or_failed(ea: &[HostEvent], eb: &[HostEvent]) -> bool {
+    (finished(ea).is_some() && finished(eb).is_some())
+        || failed(ea).is_some()
+        || failed(eb).is_some()
+}
+
+/// A smoltcp Ethernet device over two frame queues the test moves by hand.
+#[derive(Default)]
+pub struct Frames {
+    /// Frames for smoltcp to receive.
+    pub rx: VecDeque<Vec<u8>>,
+    /// Frames smoltcp sent.
+    pub tx: VecDeque<Vec<u8>>,
+}
+
+pub struct RxTok(Vec<u8>);
+pub struct TxTok<'a>(&'a mut VecDeque<Vec<u8>>);
+
+impl RxToken for RxTok {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl TxToken for TxTok<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut b = vec![0u8; len];
+        let r = f(&mut b);
+        self.0.push_back(b);
+        r
+    }
+}
+
+impl Device for Frames {
+    type RxToken<'a> = RxTok;
+    type TxToken<'a> = TxTok<'a>;
+    fn receive(
+        &mut self,
+        _t: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let f = self.rx.pop_front()?;
+        Some((RxTok(f), TxTok(&mut self.tx)))
+    }
+    fn transmit(&mut self, _t: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        Some(TxTok(&mut self.tx))
+    }
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut c = DeviceCapabilities::default();
+        c.medium = Medium::Ethernet;
+        c.max_transmission_unit = 1514;
+        c
+    }
+}
