@@ -222,12 +222,14 @@ tool_test() {
     [ "$_rc" = 124 ] && _why="timed out after ${CI_TOOL_TIMEOUT}s; $_why"
     # server hung with unread bytes on its (siw) connection while the QP is RTS:
     # the siw_accept() lost-wakeup race (ci/README.md, "siw: rdma_cm connection setup")
-    if [ "$_st" != PASS ] && [ -f "$CI_LOGDIR/$_name.$ROLE.hung.log" ]; then
+    # (siw cells only: elsewhere unread bytes are just a stuck out-of-band exchange)
+    _siw=; case "$CELL" in */siw*) _siw=1 ;; esac
+    if [ "$_st" != PASS ] && [ -n "$_siw" ] && [ -f "$CI_LOGDIR/$_name.$ROLE.hung.log" ]; then
         _rq=$(awk -v p=":$_port" '$1 == "ESTAB" && $4 ~ p"$" && $2 > 0 { print $2; exit }' "$CI_LOGDIR/$_name.$ROLE.hung.log")
         [ -n "$_rq" ] && _why="server hung with $_rq unread bytes on its TCP connection (port $_port) while the QP is RTS: the QP never consumed the peer's first message (siw_accept lost-wakeup race, see ci/README.md); $_why"
     fi
     # active side rejected the MPA reply because the peer's first FPDU came with it
-    if [ "$_st" != PASS ] && [ -r /sys/kernel/tracing/trace ] &&
+    if [ "$_st" != PASS ] && [ -n "$_siw" ] && [ -r /sys/kernel/tracing/trace ] &&
         awk -v m="CI-MARK $_name start" 'index($0, m) { on = 1; next } on' /sys/kernel/tracing/trace |
         grep -q 'siw_recv_mpa_rr.*ret=-71'; then
         _why="siw rejected the MPA reply with -EPROTO (siw_recv_mpa_rr: the server's first message arrived right behind the MPA reply; siw race, see ci/README.md); $_why"
