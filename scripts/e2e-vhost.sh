@@ -182,20 +182,7 @@ for t in "${BW_SERVERS[@]}"; do
 done
 cat "$d/ctl-start.txt"
 
-t0=$SECONDS
-"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
-    --net vhost-user --logdir "$d" \
-    --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
-rg=${PIPESTATUS[0]}
-wall=$((SECONDS - t0))
-say "guest finished (run-guests exit $rg, ${wall}s)"
-
-"$DAEMON" ctl --control "$d/ctl.sock" hosts | tee "$d/hosts.txt"
-"$DAEMON" ctl --control "$d/ctl.sock" --json hosts >"$d/hosts.json" 2>&1
-stop_daemon
-if grep -Eq 'panicked' "$d/daemon.log"; then
-    grep -E 'panicked' "$d/daemon.log" | tail -5
-fi
+e2e_run_guest
 
 out="$d/g.job/out.log"
 guest_rc() { sed -n "s/^VH-RESULT case=$1 rc=\([0-9]*\).*/\1/p" "$out" 2>/dev/null | tail -n 1; }

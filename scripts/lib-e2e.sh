@@ -79,3 +79,22 @@ e2e_prepare() {
     [[ -n $qemu && -x $qemu ]] || fail_all "no QEMU (see $logdir/qemu.log)"
     say "image: $image, qemu: $qemu"
 }
+
+# e2e_run_guest: boot the one guest (job $d/g.sh) on port socket $d/g.sock,
+# then save the daemon's view of the hosts and stop the daemon; sets rg
+# (run-guests exit) and wall (seconds).
+e2e_run_guest() {
+    local t0=$SECONDS
+    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+        --net vhost-user --logdir "$d" \
+        --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
+    rg=${PIPESTATUS[0]}
+    wall=$((SECONDS - t0))
+    say "guest finished (run-guests exit $rg, ${wall}s)"
+    "$DAEMON" ctl --control "$d/ctl.sock" hosts | tee "$d/hosts.txt"
+    "$DAEMON" ctl --control "$d/ctl.sock" --json hosts >"$d/hosts.json" 2>&1
+    stop_daemon
+    if grep -Eq 'panicked' "$d/daemon.log"; then
+        grep -E 'panicked' "$d/daemon.log" | tail -5
+    fi
+}
