@@ -138,6 +138,30 @@ CELLS["siw-conn"] = {
     "timeout": 2400,
 }
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS
+
+
+SIW_SETTLE_MS = 300
+
+
+def siw_settle_rule(ms):
+    """The daemon's `mpa-settle` rule (vhost-rdma README, "Linux siw workaround"): on port a, both
+    directions, TCP data right behind an MPA Reply waits `ms` so that the guest kernel's two siw
+    connection-setup races (ci/README.md) are not hit. Used in the siw cells (not in siw-conn, which
+    exists to show the races) unless --siw-settle-ms 0."""
+    return {"port": "a", "dir": "both", "proto": "tcp", "action": "mpa-settle", "delay-ms": ms}
+
+
+def cell_faults(a, cell):
+    """Fault rules of a cell: the siw workaround first, then the cell's own (lossy) rules."""
+    rules = list(CELLS[cell].get("faults", ()))
+    ms = getattr(a, "siw_settle_ms", None)
+    if cell == "siw-conn":
+        ms = ms or 0  # the diagnostic cell shows the races unless --siw-settle-ms is given
+    elif ms is None:
+        ms = SIW_SETTLE_MS
+    if cell.split("-")[0] == "siw" and ms > 0:
+        rules.insert(0, siw_settle_rule(ms))
+    return rules
 EXTRA_CELLS = ["siw-conn"]
 QUICK = [("7.3", "rxe"), ("7.3", "smcr")]
 # smc-noueid phase 1 (client without UEID). 7.3 (CONFIG_DIBS_LO): the client
@@ -457,6 +481,24 @@ class FailoverDriver(threading.Thread):
         self.log = []
         self.down_port = self.other_port = None
         self.at_down = self.at_up = None
+        self.links_down = self.links_up = None
+
+    def smc_links(self):
+        """The checker's flows view (`ctl --json flows`) reduced to the RoCE QP connections that carry
+        SMC-R (LLC/CDC seen): connection -> {ports, cdc, llc, last_llc}."""
+        fl = ctl_json(self.daemon_bin, self.d, "flows") or {}
+        out = {}
+        for f in fl.get("roce", []):
+            halves = [h for h in f.get("halves", []) if h.get("smc")]
+            if not halves:
+                continue
+            out[f.get("connection", "?")] = {
+                "ports": sorted({h.get("port", "?") for h in f.get("halves", [])}),
+                "cdc": sum(h["smc"].get("cdc_messages", 0) for h in halves),
+                "llc": sum(h["smc"].get("llc_messages", 0) for h in halves),
+                "last_llc": sorted({h["smc"].get("last_llc") or "-" for h in halves}),
+            }
+        return out
 
     def frames(self):
         st = ctl_json(self.daemon_bin, self.d, "status")
@@ -478,6 +520,7 @@ class FailoverDriver(threading.Thread):
                 self.down_port = max(delta, key=delta.get)
                 self.other_port = "a1" if self.down_port == "a" else "a"
                 self.at_down = cur
+                self.links_down = self.smc_links()
                 ok = ctl_json(self.daemon_bin, self.d, "link", "down", "--port", self.down_port)
                 self.log.append(f"per-second frames {delta}: link down --port {self.down_port} "
                                 f"({'ok' if ok is not None else 'ctl failed'})")
@@ -487,6 +530,7 @@ class FailoverDriver(threading.Thread):
         if self.done.wait(self.up_after):
             pass
         self.at_up = self.frames()
+        self.links_up = self.smc_links()
         ok = ctl_json(self.daemon_bin, self.d, "link", "up", "--port", self.down_port)
         self.log.append(f"link up --port {self.down_port} after {self.up_after} s ({'ok' if ok is not None else 'ctl failed'})")
 
@@ -503,10 +547,24 @@ class FailoverDriver(threading.Thread):
         fl = fl.get("faults") or fl
         drops = next((x.get("drops", 0) for x in fl.get("links", []) if x.get("port") == self.down_port), 0)
         moved = (self.at_up or {}).get(self.other_port, 0) - (self.at_down or {}).get(self.other_port, 0)
+        # The flows view: which SMC-R link (RoCE QP connection, by daemon port) carried CDC messages
+        # (the stream's cursor updates) before and while the busy link was down.
+        before, during = self.links_down or {}, self.links_up or {}
+        views = []
+        switched = False
+        for conn, v in sorted(during.items()):
+            b = before.get(conn, {"cdc": 0, "llc": 0})
+            dcdc, dllc = v["cdc"] - b["cdc"], v["llc"] - b["llc"]
+            views.append(f"{conn} ports {'/'.join(v['ports'])}: CDC +{dcdc} LLC +{dllc} "
+                         f"(last LLC {','.join(v['last_llc'])})")
+            if self.down_port not in v["ports"] and dcdc > 0:
+                switched = True
         row["detail"] = ("; ".join(self.log) + f"; while down: {drops} frames dropped to/from {self.down_port}, "
-                         f"{moved} frames through {self.other_port}")
-        # the other link must have carried the stream while the busy one was down
-        if drops > 0 and moved >= 1000:
+                         f"{moved} frames through {self.other_port}; flows view while down: "
+                         + ("; ".join(views) or "no SMC-R link seen"))
+        # the other link must have carried the stream while the busy one was down, and the checker's
+        # flows view must show the SMC-R traffic (CDC) on a link that avoids the downed port
+        if drops > 0 and moved >= 1000 and switched:
             row["status"] = "PASS"
         return row
 
@@ -572,6 +630,8 @@ def loss_evidence_test(faults, counters):
     row = {"test": "loss-evidence", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
     faults = (faults or {}).get("faults", faults)  # `ctl --json faults list` wraps the status
     rules = (faults or {}).get("rules") if isinstance(faults, dict) else faults
+    # the siw workaround is not a loss rule
+    rules = [r for r in rules or [] if (r.get("rule") or {}).get("action") != "mpa-settle"]
     if not rules:
         row["detail"] = "no fault list from the daemon"
         return row
@@ -609,14 +669,18 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     spec = CELLS[cell]
-    print(f"\n== cell {kernel}/{cell}: {spec['what']}", flush=True)
+    faults = cell_faults(a, cell)
+    what = spec["what"]
+    if any(r.get("action") == "mpa-settle" for r in faults):
+        what += f" [daemon siw workaround: mpa-settle {faults[0]['delay-ms']} ms]"
+    print(f"\n== cell {kernel}/{cell}: {what}", flush=True)
     t0 = time.monotonic()
-    res = {"kernel": kernel, "cell": cell, "what": spec["what"], "status": "FAIL", "wall_s": 0,
+    res = {"kernel": kernel, "cell": cell, "what": what, "status": "FAIL", "wall_s": 0,
            "boot_s": {}, "guest_kernel": {}, "tests": [], "problems": [], "logs": None}
     net = getattr(a, "net", "vhost-user")
     res["net"] = net
     # --net stream: QEMU's own virtio-net + -netdev stream (no daemon), to tell daemon issues from guest ones
-    dm = (Daemon(daemon_bin, d, spec.get("faults", ()), spec.get("nics", 1)) if net == "vhost-user"
+    dm = (Daemon(daemon_bin, d, faults, spec.get("nics", 1)) if net == "vhost-user"
           else NoDaemon())
     err = dm.start()
     if err:
@@ -679,10 +743,15 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
             res["daemon_counters"] = dc
         if fo:
             fo.stop()
-        fault_list = ctl_json(daemon_bin, d, "faults", "list") if spec.get("faults") else None
+        fault_list = ctl_json(daemon_bin, d, "faults", "list") if faults else None
         if fault_list is not None:
             with open(f"{d}/faults.json", "w") as f:
                 json.dump(fault_list, f, indent=1)
+            for r in (fault_list.get("faults", fault_list) or {}).get("rules", []):
+                if (r.get("rule") or {}).get("action") == "mpa-settle":
+                    res["siw_settle"] = f"mpa-settle rule: {r.get('matched')} TCP frames matched, " \
+                                        f"{r.get('acted')} data segments held behind an MPA Reply"
+                    print(f"   {res['siw_settle']}", flush=True)
         if cap:
             cap.stop()
             ctl_json(daemon_bin, d, "capture", "stop")
@@ -986,6 +1055,11 @@ def main():
     ap.add_argument("--siw-reruns", type=int, default=2,
                     help="rerun a siw cell at most N times when every failure is a recognised guest-kernel siw "
                          "race (2; 0 = never); earlier attempts are reported")
+    ap.add_argument("--siw-settle-ms", type=int, default=None,
+                    help="siw cells: the daemon holds TCP data behind an MPA Reply this long (`mpa-settle` "
+                         f"fault action), a workaround for the guest kernel's siw connection-setup races "
+                         f"({SIW_SETTLE_MS}; 0 = off, to see the races; the siw-conn cell runs without it "
+                         "unless this is given)")
     ap.add_argument("--siw-conn-rounds", type=int, default=5, help="siw-conn cell: rounds (5)")
     ap.add_argument("--try-unsupported", action="store_true",
                     help="siw: also run ibv_rc_pingpong (expected to fail) as evidence for its SKIP")

@@ -14,6 +14,10 @@
 //!   one thread (`Fabric::start_fault_timer`); beyond the bound they are
 //!   dropped and counted (`overflow`).
 //! * With no rule and every link up the data path reads one atomic.
+//! * `mpa-settle` is not a fault but a documented workaround for Linux siw:
+//!   it holds the TCP data that follows an MPA Reply for `delay-ms`, in
+//!   order, so that guest kernels with siw's connection-setup races
+//!   (ci/README.md) are not hit by data arriving right behind the Reply.
 
 use crate::control::Reply;
 use crate::fabric::{Frame, PortShared};
@@ -38,6 +42,10 @@ pub const MAX_WINDOW: usize = 1024;
 pub const MAX_DELAY_MS: u64 = 60_000;
 /// RoCEv2 UDP port.
 const ROCE_PORT: u16 = 4791;
+/// TCP connections an `mpa-settle` rule tracks at once.
+pub const MAX_SETTLE_CONNS: usize = 4096;
+/// The key of an MPA Reply (RFC 5044 section 7.1).
+const MPA_REPLY_KEY: &[u8; 16] = b"MPA ID Rep Frame";
 
 /// Which frames of a port a rule sees.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +99,11 @@ pub enum FaultAction {
     Rate,
     /// Drop everything matched, as a cut link would.
     LinkDown,
+    /// Not a fault: after an MPA Reply passes on a TCP connection, hold that
+    /// connection's later data segments (both ways, in order) until
+    /// `delay-ms` after the Reply. Works around Linux siw's connection-setup
+    /// races (data right behind the Reply is lost or fails the connect).
+    MpaSettle,
 }
 
 impl std::str::FromStr for FaultAction {
@@ -104,9 +117,10 @@ impl std::str::FromStr for FaultAction {
             "corrupt" => FaultAction::Corrupt,
             "rate" | "rate-limit" => FaultAction::Rate,
             "link-down" => FaultAction::LinkDown,
+            "mpa-settle" => FaultAction::MpaSettle,
             _ => {
                 return Err(format!(
-                    "action {s:?}: use drop, dup, reorder, delay, corrupt, rate or link-down"
+                    "action {s:?}: use drop, dup, reorder, delay, corrupt, rate, link-down or mpa-settle"
                 ))
             }
         })
@@ -123,6 +137,7 @@ impl std::fmt::Display for FaultAction {
             FaultAction::Corrupt => "corrupt",
             FaultAction::Rate => "rate",
             FaultAction::LinkDown => "link-down",
+            FaultAction::MpaSettle => "mpa-settle",
         })
     }
 }
@@ -306,6 +321,16 @@ impl FaultSpec {
                 }
                 if self.xor == Some(0) {
                     return Err("xor 0 changes nothing".into());
+                }
+            }
+            MpaSettle => {
+                only(&[c, w, x, r], "copies/window/corrupt/rate options")?;
+                if self.jitter_ms.is_some() || self.prob.is_some() || self.every.is_some() {
+                    return Err("mpa-settle takes none of jitter-ms, prob and every".into());
+                }
+                match self.delay_ms {
+                    Some(1..=MAX_DELAY_MS) => {}
+                    _ => return Err(format!("mpa-settle needs delay-ms 1..={MAX_DELAY_MS}")),
                 }
             }
             Rate => {
@@ -494,6 +519,42 @@ struct RuleState {
     batch: u64,
     tokens: f64,
     refilled: Instant,
+    /// `mpa-settle`: TCP connections that saw an MPA Reply, by endpoints.
+    settle: std::collections::HashMap<Vec<u8>, SettleConn>,
+}
+
+/// An `mpa-settle` connection: data is held until `until`.
+#[derive(Debug)]
+struct SettleConn {
+    until: Instant,
+    held: Vec<(Dir, Frame)>,
+}
+
+/// What `mpa-settle` sees in a frame: the connection key (both endpoints,
+/// ordered so that both directions give the same key), and whether the
+/// segment carries data (or FIN/RST, which must not overtake data) and
+/// starts with an MPA Reply.
+fn tcp_segment(data: &[u8]) -> Option<(Vec<u8>, bool, bool)> {
+    let p = parse(data);
+    let l4 = p.l4.filter(|l| l.proto == L4Proto::Tcp)?;
+    let (src, dst) = match p.l3? {
+        devmem_nic::parse::L3::V4(_) => (
+            data.get(p.l3_offset + 12..p.l3_offset + 16)?,
+            data.get(p.l3_offset + 16..p.l3_offset + 20)?,
+        ),
+        devmem_nic::parse::L3::V6(_) => (
+            data.get(p.l3_offset + 8..p.l3_offset + 24)?,
+            data.get(p.l3_offset + 24..p.l3_offset + 40)?,
+        ),
+    };
+    let a = [src, &l4.src_port.to_be_bytes()[..]].concat();
+    let b = [dst, &l4.dst_port.to_be_bytes()[..]].concat();
+    let key = if a <= b { [a, b] } else { [b, a] }.concat();
+    let flags = *data.get(p.l4_offset + 13)?;
+    let start = p.l4_header_end()?;
+    let payload = data.get(start..p.l3_end.max(start)).unwrap_or(&[]);
+    let carries = !payload.is_empty() || flags & 0x05 != 0;
+    Some((key, carries, payload.starts_with(MPA_REPLY_KEY)))
 }
 
 /// One installed rule.
@@ -564,6 +625,8 @@ enum Job {
     },
     /// Release what a reorder rule holds if its batch is still `batch`.
     Flush { rule: u32, batch: u64 },
+    /// Release what an `mpa-settle` rule holds for connection `key`.
+    Settle { rule: u32, key: Vec<u8> },
 }
 
 #[derive(Debug)]
@@ -713,6 +776,7 @@ impl Faults {
                 batch: 0,
                 tokens: burst,
                 refilled: Instant::now(),
+                settle: std::collections::HashMap::new(),
             }),
             spec,
             matched: AtomicU64::new(0),
@@ -733,7 +797,14 @@ impl Faults {
         let r = rules.remove(i);
         self.update_active(&rules);
         drop(rules);
-        let held = std::mem::take(&mut lock(&r.state).held);
+        let held = {
+            let mut st = lock(&r.state);
+            let mut v = std::mem::take(&mut st.held);
+            for (_, c) in st.settle.drain() {
+                v.extend(c.held);
+            }
+            v
+        };
         for (dir, frame) in held {
             self.held[r.port].fetch_sub(1, Relaxed);
             self.schedule_release(r.port, dir, id, frame, Duration::ZERO);
@@ -846,6 +917,11 @@ impl Faults {
         let s = &r.spec;
         let mut st = lock(&r.state);
         st.matched += 1;
+        if s.action == FaultAction::MpaSettle {
+            drop(st);
+            self.settle(r, dir, f, out);
+            return;
+        }
         if s.action == FaultAction::Rate {
             let now = Instant::now();
             let dt = now.duration_since(st.refilled).as_secs_f64();
@@ -876,7 +952,10 @@ impl Faults {
             return;
         }
         match s.action {
-            FaultAction::Drop | FaultAction::LinkDown | FaultAction::Rate => {}
+            FaultAction::Drop
+            | FaultAction::LinkDown
+            | FaultAction::Rate
+            | FaultAction::MpaSettle => {}
             FaultAction::Dup => {
                 for _ in 0..s.copies.unwrap_or(1) {
                     out.push(f.clone());
@@ -949,6 +1028,62 @@ impl Faults {
                     }
                 }
             }
+        }
+        r.acted.fetch_add(1, Relaxed);
+    }
+
+    /// `mpa-settle`: lets an MPA Reply through and starts its connection's
+    /// settle time; holds the connection's data segments until it ends.
+    fn settle(&self, r: &Rule, dir: Dir, f: Frame, out: &mut Vec<Frame>) {
+        let Some((key, carries, reply)) = tcp_segment(&f.data) else {
+            out.push(f);
+            return;
+        };
+        let now = Instant::now();
+        let mut st = lock(&r.state);
+        if reply {
+            if st.settle.len() >= MAX_SETTLE_CONNS {
+                // Forget connections whose settle time is over; beyond the
+                // bound a new connection is not held (counted).
+                st.settle.retain(|_, c| c.until > now || !c.held.is_empty());
+            }
+            if st.settle.len() >= MAX_SETTLE_CONNS && !st.settle.contains_key(&key) {
+                r.overflow.fetch_add(1, Relaxed);
+            } else {
+                let until = now + Duration::from_millis(r.spec.delay_ms.unwrap_or(0));
+                let c = st.settle.entry(key).or_insert(SettleConn {
+                    until,
+                    held: Vec::new(),
+                });
+                c.until = c.until.max(until);
+            }
+            out.push(f);
+            return;
+        }
+        let hold = carries
+            && st
+                .settle
+                .get(&key)
+                .is_some_and(|c| c.until > now || !c.held.is_empty());
+        if !hold {
+            out.push(f);
+            return;
+        }
+        if !self.reserve(r) {
+            return;
+        }
+        let Some(c) = st.settle.get_mut(&key) else {
+            return;
+        };
+        if c.held.is_empty() {
+            // One release job per held batch; it delivers the batch in order
+            // under this rule's lock, so later segments cannot overtake it.
+            let wait = c.until.saturating_duration_since(now);
+            c.held.push((dir, f));
+            drop(st);
+            self.schedule(Job::Settle { rule: r.id, key }, wait);
+        } else {
+            c.held.push((dir, f));
         }
         r.acted.fetch_add(1, Relaxed);
     }
@@ -1047,6 +1182,34 @@ impl Faults {
                             after,
                             frame,
                         });
+                    }
+                    Job::Settle { rule, key } => {
+                        let r = {
+                            let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+                            rules.iter().find(|r| r.id == rule).cloned()
+                        };
+                        let Some(r) = r else { continue };
+                        // Deliver under the rule's lock: a segment of this
+                        // connection arriving meanwhile waits, then follows.
+                        let mut st = lock(&r.state);
+                        let frames = st
+                            .settle
+                            .get_mut(&key)
+                            .map(|c| std::mem::take(&mut c.held))
+                            .unwrap_or_default();
+                        for (dir, frame) in frames {
+                            self.held[r.port].fetch_sub(1, Relaxed);
+                            deliver(Released {
+                                port: r.port,
+                                dir,
+                                after: r.id,
+                                frame,
+                            });
+                        }
+                        let now = Instant::now();
+                        if st.settle.get(&key).is_some_and(|c| c.until <= now) {
+                            st.settle.remove(&key);
+                        }
                     }
                     Job::Flush { rule, batch } => {
                         let r = {
@@ -1207,7 +1370,8 @@ pub mod cli {
         /// ingress (frames the guest sent), egress (towards it) or both.
         #[arg(long, default_value = "both")]
         pub dir: Dir,
-        /// drop, dup, reorder, delay, corrupt, rate or link-down.
+        /// drop, dup, reorder, delay, corrupt, rate or link-down; or
+        /// mpa-settle (siw workaround, with --delay-ms).
         #[arg(long)]
         pub action: FaultAction,
         /// Rule id (default: the next free one).
@@ -1257,7 +1421,7 @@ pub mod cli {
         /// reorder: release a partial batch after this long (default 100).
         #[arg(long)]
         pub hold_ms: Option<u64>,
-        /// delay: milliseconds.
+        /// delay: milliseconds; mpa-settle: how long data waits after an MPA Reply.
         #[arg(long)]
         pub delay_ms: Option<u64>,
         /// delay: extra uniform 0..=J milliseconds.
@@ -1585,6 +1749,7 @@ mod tests {
                 batch: 0,
                 tokens: 0.0,
                 refilled: Instant::now(),
+                settle: Default::default(),
             };
             shuffle(&mut st)
                 .into_iter()

@@ -194,6 +194,133 @@ fn delay_holds_frames() {
     assert!(el >= Duration::from_millis(250), "arrived after {el:?}");
 }
 
+/// `mpa-settle` (the Linux siw workaround): after an MPA Reply passes, the
+/// connection's data segments in both directions wait until `delay-ms` after
+/// it, then arrive in order; pure ACKs, other connections and non-TCP pass.
+#[test]
+fn mpa_settle_holds_data_behind_an_mpa_reply_in_order() {
+    use common::packet::{tcp_frame, Flow, L4Csum};
+    let (fab, mut a, mut b) = setup(false);
+    let f = fabric_of(&fab);
+    let id = f
+        .faults
+        .add(FaultSpec {
+            delay_ms: Some(300),
+            ..spec("p0", Dir::Both, FaultAction::MpaSettle)
+        })
+        .unwrap();
+    let (ma, mb) = (fab.mac(0), fab.mac(1));
+    let to_b = Flow::v4(ma, mb, 40000, 7174);
+    let to_a = Flow::v4(mb, ma, 7174, 40000);
+    let other = Flow::v4(ma, mb, 40001, 7174);
+    const ACK: u8 = 0x10;
+    const PSH: u8 = 0x08;
+    let seg = |fl: &Flow, seq: u32, flags: u8, data: &[u8]| {
+        tcp_frame(fl, seq, flags, data, L4Csum::Full).0
+    };
+    // Data before any Reply passes at once (the MPA Request itself).
+    let req = seg(&to_b, 1, ACK | PSH, b"MPA ID Req Frame\x80\x00\x00\x00");
+    a.send(0, &req, &TxOpts::default());
+    let got = b.recv_n(0, 1, ARRIVE);
+    assert!(
+        got.len() == 1 && got[0].data == req,
+        "MPA Request delayed or lost"
+    );
+    // b's Reply passes at once.
+    let mut reply = b"MPA ID Rep Frame".to_vec();
+    reply.extend_from_slice(&[0x40, 0, 0, 0]);
+    let reply = seg(&to_a, 1, ACK | PSH, &reply);
+    let t0 = Instant::now();
+    b.send(0, &reply, &TxOpts::default());
+    let got = a.recv_n(0, 1, ARRIVE);
+    assert!(
+        got.len() == 1 && got[0].data == reply,
+        "MPA Reply delayed or lost"
+    );
+    // Data right behind it, both ways, is held; an ACK, another connection
+    // and a non-TCP frame are not.
+    let d_ab: Vec<Vec<u8>> = (0..3u8)
+        .map(|i| seg(&to_b, 100 + u32::from(i), ACK | PSH, &[i; 40]))
+        .collect();
+    let d_ba = seg(&to_a, 200, ACK | PSH, &[9; 60]);
+    let ack = seg(&to_b, 103, ACK, &[]);
+    let unrelated = seg(&other, 5, ACK | PSH, &[7; 30]);
+    for d in &d_ab {
+        a.send(0, d, &TxOpts::default());
+    }
+    b.send(0, &d_ba, &TxOpts::default());
+    a.send(0, &ack, &TxOpts::default());
+    a.send(0, &unrelated, &TxOpts::default());
+    send_tags(&fab, &mut a, [77]);
+    let early = b.drain_all(Duration::from_millis(150));
+    assert!(
+        t0.elapsed() < Duration::from_millis(300),
+        "test too slow to judge"
+    );
+    let early: Vec<&Vec<u8>> = early.iter().map(|r| &r.data).collect();
+    assert_eq!(
+        early.len(),
+        3,
+        "ACK, other connection and tagged frame pass at once"
+    );
+    assert!(early.contains(&&ack) && early.contains(&&unrelated));
+    assert!(
+        early.iter().all(|d| !d_ab.contains(d)),
+        "data passed during the settle time"
+    );
+    assert!(
+        a.drain_all(Duration::from_millis(10)).is_empty(),
+        "b's data passed during the settle time"
+    );
+    // After the settle time: everything held, in order.
+    let mut late_b = Vec::new();
+    while late_b.len() < 3 && t0.elapsed() < ARRIVE {
+        late_b.extend(b.drain_all(Duration::from_millis(50)));
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "released early: {:?}",
+        t0.elapsed()
+    );
+    let late_b: Vec<Vec<u8>> = late_b.into_iter().map(|r| r.data).collect();
+    assert_eq!(
+        late_b, d_ab,
+        "held segments a->b arrive complete and in order"
+    );
+    let late_a = a.recv_n(0, 1, ARRIVE);
+    assert!(
+        late_a.len() == 1 && late_a[0].data == d_ba,
+        "held segment b->a"
+    );
+    // Once settled, the connection's data passes at once.
+    let d = seg(&to_b, 300, ACK | PSH, &[3; 20]);
+    let t1 = Instant::now();
+    a.send(0, &d, &TxOpts::default());
+    let got = b.recv_n(0, 1, ARRIVE);
+    assert!(got.len() == 1 && got[0].data == d);
+    assert!(
+        t1.elapsed() < Duration::from_millis(250),
+        "held after settling"
+    );
+    let (matched, acted) = rule_counters(&f, id);
+    assert_eq!(acted, 4, "4 segments held (matched {matched})");
+    // Clear errors for what the workaround does not take.
+    let e = f
+        .faults
+        .add(spec("p0", Dir::Both, FaultAction::MpaSettle))
+        .unwrap_err();
+    assert!(e.contains("delay-ms"), "{e}");
+    let e = f
+        .faults
+        .add(FaultSpec {
+            delay_ms: Some(100),
+            prob: Some(0.5),
+            ..spec("p0", Dir::Both, FaultAction::MpaSettle)
+        })
+        .unwrap_err();
+    assert!(e.contains("prob"), "{e}");
+}
+
 fn roce_frame(fab: &TestFabric, qpn: u32, psn: u32, payload: &[u8]) -> Vec<u8> {
     roce_frame_op(fab, Opcode::RcSendOnly, qpn, psn, payload)
 }
