@@ -831,8 +831,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         keep = ["a.console.log", "b.console.log", "daemon.log", "daemon-status.json", "run-guests.log", "summary.json",
                 "a.sh", "b.sh", "a.qemu-cmd.sh", "b.qemu-cmd.sh", "faults.json", "daemon.toml",
                 "checker-findings.json", "checker-flows.json"]
-        if any(t["test"] == "tshark" and t["status"] == "FAIL" for t in res["tests"]):
-            keep.append("fabric.pcapng")  # for a look at the malformed frames
+        if failed:
+            keep.append("fabric.pcapng")  # the wire of a failed cell (malformed frames, a broken stream)
         for fn in keep:
             if os.path.exists(f"{d}/{fn}"):
                 shutil.copy(f"{d}/{fn}", dest)

@@ -42,10 +42,6 @@ pub const MAX_WINDOW: usize = 1024;
 pub const MAX_DELAY_MS: u64 = 60_000;
 /// RoCEv2 UDP port.
 const ROCE_PORT: u16 = 4791;
-/// TCP connections an `mpa-settle` rule tracks at once.
-pub const MAX_SETTLE_CONNS: usize = 4096;
-/// The key of an MPA Reply (RFC 5044 section 7.1).
-const MPA_REPLY_KEY: &[u8; 16] = b"MPA ID Rep Frame";
 
 /// Which frames of a port a rule sees.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -519,42 +515,8 @@ struct RuleState {
     batch: u64,
     tokens: f64,
     refilled: Instant,
-    /// `mpa-settle`: TCP connections that saw an MPA Reply, by endpoints.
-    settle: std::collections::HashMap<Vec<u8>, SettleConn>,
-}
-
-/// An `mpa-settle` connection: data is held until `until`.
-#[derive(Debug)]
-struct SettleConn {
-    until: Instant,
-    held: Vec<(Dir, Frame)>,
-}
-
-/// What `mpa-settle` sees in a frame: the connection key (both endpoints,
-/// ordered so that both directions give the same key), and whether the
-/// segment carries data (or FIN/RST, which must not overtake data) and
-/// starts with an MPA Reply.
-fn tcp_segment(data: &[u8]) -> Option<(Vec<u8>, bool, bool)> {
-    let p = parse(data);
-    let l4 = p.l4.filter(|l| l.proto == L4Proto::Tcp)?;
-    let (src, dst) = match p.l3? {
-        devmem_nic::parse::L3::V4(_) => (
-            data.get(p.l3_offset + 12..p.l3_offset + 16)?,
-            data.get(p.l3_offset + 16..p.l3_offset + 20)?,
-        ),
-        devmem_nic::parse::L3::V6(_) => (
-            data.get(p.l3_offset + 8..p.l3_offset + 24)?,
-            data.get(p.l3_offset + 24..p.l3_offset + 40)?,
-        ),
-    };
-    let a = [src, &l4.src_port.to_be_bytes()[..]].concat();
-    let b = [dst, &l4.dst_port.to_be_bytes()[..]].concat();
-    let key = if a <= b { [a, b] } else { [b, a] }.concat();
-    let flags = *data.get(p.l4_offset + 13)?;
-    let start = p.l4_header_end()?;
-    let payload = data.get(start..p.l3_end.max(start)).unwrap_or(&[]);
-    let carries = !payload.is_empty() || flags & 0x05 != 0;
-    Some((key, carries, payload.starts_with(MPA_REPLY_KEY)))
+    /// `mpa-settle`: what is held behind MPA Replies, per host pair.
+    settle: crate::mpa_settle::SettleState,
 }
 
 /// One installed rule.
@@ -625,8 +587,8 @@ enum Job {
     },
     /// Release what a reorder rule holds if its batch is still `batch`.
     Flush { rule: u32, batch: u64 },
-    /// Release what an `mpa-settle` rule holds for connection `key`.
-    Settle { rule: u32, key: Vec<u8> },
+    /// Release what an `mpa-settle` rule holds for host pair `pair`.
+    Settle { rule: u32, pair: Vec<u8> },
 }
 
 #[derive(Debug)]
@@ -776,7 +738,7 @@ impl Faults {
                 batch: 0,
                 tokens: burst,
                 refilled: Instant::now(),
-                settle: std::collections::HashMap::new(),
+                settle: Default::default(),
             }),
             spec,
             matched: AtomicU64::new(0),
@@ -800,9 +762,7 @@ impl Faults {
         let held = {
             let mut st = lock(&r.state);
             let mut v = std::mem::take(&mut st.held);
-            for (_, c) in st.settle.drain() {
-                v.extend(c.held);
-            }
+            v.extend(st.settle.drain());
             v
         };
         for (dir, frame) in held {
@@ -1032,60 +992,32 @@ impl Faults {
         r.acted.fetch_add(1, Relaxed);
     }
 
-    /// `mpa-settle`: lets an MPA Reply through and starts its connection's
-    /// settle time; holds the connection's data segments until it ends.
+    /// `mpa-settle` (module [`crate::mpa_settle`]): lets an MPA Reply
+    /// through and holds what follows it for a while, in order.
     fn settle(&self, r: &Rule, dir: Dir, f: Frame, out: &mut Vec<Frame>) {
-        let Some((key, carries, reply)) = tcp_segment(&f.data) else {
-            out.push(f);
-            return;
-        };
-        let now = Instant::now();
+        use crate::mpa_settle::Offer;
+        let delay = Duration::from_millis(r.spec.delay_ms.unwrap_or(0));
         let mut st = lock(&r.state);
-        if reply {
-            if st.settle.len() >= MAX_SETTLE_CONNS {
-                // Forget connections whose settle time is over; beyond the
-                // bound a new connection is not held (counted).
-                st.settle.retain(|_, c| c.until > now || !c.held.is_empty());
-            }
-            if st.settle.len() >= MAX_SETTLE_CONNS && !st.settle.contains_key(&key) {
+        match st
+            .settle
+            .offer(dir, f, Instant::now(), delay, || self.reserve(r))
+        {
+            Ok(Offer::Pass(f)) => out.push(f),
+            Ok(Offer::Untracked(f)) => {
                 r.overflow.fetch_add(1, Relaxed);
-            } else {
-                let until = now + Duration::from_millis(r.spec.delay_ms.unwrap_or(0));
-                let c = st.settle.entry(key).or_insert(SettleConn {
-                    until,
-                    held: Vec::new(),
-                });
-                c.until = c.until.max(until);
+                out.push(f);
             }
-            out.push(f);
-            return;
+            Ok(Offer::Held(job)) => {
+                r.acted.fetch_add(1, Relaxed);
+                if let Some((pair, at)) = job {
+                    drop(st);
+                    let wait = at.saturating_duration_since(Instant::now());
+                    self.schedule(Job::Settle { rule: r.id, pair }, wait);
+                }
+            }
+            // Beyond the held-frame bound: dropped (`reserve` counted it).
+            Err(_) => {}
         }
-        let hold = carries
-            && st
-                .settle
-                .get(&key)
-                .is_some_and(|c| c.until > now || !c.held.is_empty());
-        if !hold {
-            out.push(f);
-            return;
-        }
-        if !self.reserve(r) {
-            return;
-        }
-        let Some(c) = st.settle.get_mut(&key) else {
-            return;
-        };
-        if c.held.is_empty() {
-            // One release job per held batch; it delivers the batch in order
-            // under this rule's lock, so later segments cannot overtake it.
-            let wait = c.until.saturating_duration_since(now);
-            c.held.push((dir, f));
-            drop(st);
-            self.schedule(Job::Settle { rule: r.id, key }, wait);
-        } else {
-            c.held.push((dir, f));
-        }
-        r.acted.fetch_add(1, Relaxed);
     }
 
     /// Counts a frame held for `port`; false (dropped, counted) beyond the bound.
@@ -1183,20 +1115,16 @@ impl Faults {
                             frame,
                         });
                     }
-                    Job::Settle { rule, key } => {
+                    Job::Settle { rule, pair } => {
                         let r = {
                             let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
                             rules.iter().find(|r| r.id == rule).cloned()
                         };
                         let Some(r) = r else { continue };
                         // Deliver under the rule's lock: a segment of this
-                        // connection arriving meanwhile waits, then follows.
-                        let mut st = lock(&r.state);
-                        let frames = st
-                            .settle
-                            .get_mut(&key)
-                            .map(|c| std::mem::take(&mut c.held))
-                            .unwrap_or_default();
+                        // host pair arriving meanwhile waits, then follows.
+                        let st = &mut *lock(&r.state);
+                        let (frames, next) = st.settle.release(&pair, Instant::now());
                         for (dir, frame) in frames {
                             self.held[r.port].fetch_sub(1, Relaxed);
                             deliver(Released {
@@ -1206,9 +1134,9 @@ impl Faults {
                                 frame,
                             });
                         }
-                        let now = Instant::now();
-                        if st.settle.get(&key).is_some_and(|c| c.until <= now) {
-                            st.settle.remove(&key);
+                        if let Some(at) = next {
+                            let wait = at.saturating_duration_since(Instant::now());
+                            self.schedule(Job::Settle { rule, pair }, wait);
                         }
                     }
                     Job::Flush { rule, batch } => {

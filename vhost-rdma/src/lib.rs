@@ -13,6 +13,7 @@ pub mod control;
 pub mod fabric;
 pub mod faults;
 pub mod hosts;
+pub mod mpa_settle;
 pub mod offload;
 pub mod port;
 pub mod proxy;
