@@ -171,7 +171,7 @@ impl SettleState {
             frame,
             ready_at,
         });
-        Ok(Offer::Held(first.then(|| (seg.pair, ready_at))))
+        Ok(Offer::Held(first.then_some((seg.pair, ready_at))))
     }
 
     /// Takes the front of `pair`'s queue that is ready at `now`, in order;
