@@ -952,3 +952,296 @@ fn attacked_host_serves_a_legitimate_client_afterwards() {
     assert_eq!(finished(&ea), Some((50, 49)), "server verified every echo");
     assert_eq!(a.status().qps, 0, "session QP released");
 }
+
+// ---------------------------------------------------------------------------
+// Abandoned exchanges: QP creation floods (pingpong) and MPA request floods
+// (rping), one session after another, each from a new TCP port.
+
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
+use virtual_host::pingpong::{gid_of, Dest};
+
+const MAC_P: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+const IP_P: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 12);
+
+/// A TCP client that sends `out` once connected and resets the connection
+/// once it has `abort_after` bytes back (0: never).
+struct Abandoner {
+    base: Instant,
+    iface: Interface,
+    dev: Frames,
+    sockets: SocketSet<'static>,
+    sock: SocketHandle,
+    out: Vec<u8>,
+    got: Vec<u8>,
+    abort_after: usize,
+    aborted: bool,
+}
+
+impl Abandoner {
+    fn new(
+        now: Instant,
+        base: Instant,
+        port: u16,
+        local_port: u16,
+        out: Vec<u8>,
+        abort_after: usize,
+    ) -> Self {
+        let mut dev = Frames::default();
+        let cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress(MAC_P)));
+        let mut iface = Interface::new(cfg, &mut dev, smoltcp::time::Instant::ZERO);
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(IpAddress::Ipv4(IP_P), 24));
+        });
+        let mut sockets = SocketSet::new(Vec::new());
+        let mut s = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; 8192]),
+            tcp::SocketBuffer::new(vec![0; 8192]),
+        );
+        s.connect(iface.context(), (IpAddress::Ipv4(IP_A), port), local_port)
+            .unwrap();
+        let sock = sockets.add(s);
+        let mut a = Abandoner {
+            base,
+            iface,
+            dev,
+            sockets,
+            sock,
+            out,
+            got: Vec::new(),
+            abort_after,
+            aborted: false,
+        };
+        a.poll(now);
+        a
+    }
+
+    fn st(&self, now: Instant) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros(now.duration_since(self.base).as_micros() as i64)
+    }
+
+    fn poll(&mut self, now: Instant) {
+        let st = self.st(now);
+        for _ in 0..4 {
+            self.iface.poll(st, &mut self.dev, &mut self.sockets);
+            let s = self.sockets.get_mut::<tcp::Socket>(self.sock);
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = s.recv_slice(&mut buf) {
+                self.got.extend_from_slice(&buf[..n]);
+            }
+            if s.can_send() && !self.out.is_empty() {
+                let n = s.send_slice(&self.out).unwrap_or(0);
+                self.out.drain(..n);
+            }
+            if !self.aborted && self.abort_after > 0 && self.got.len() >= self.abort_after {
+                s.abort();
+                self.aborted = true;
+            }
+        }
+    }
+}
+
+impl Node for Abandoner {
+    fn tx(&mut self) -> Vec<Vec<u8>> {
+        self.dev.tx.drain(..).collect()
+    }
+    fn rx(&mut self, f: &[u8], now: Instant) {
+        self.dev.rx.push_back(f.to_vec());
+        self.poll(now);
+    }
+    fn timeout(&mut self, now: Instant) -> Option<Instant> {
+        let st = self.st(now);
+        self.iface
+            .poll_at(st, &self.sockets)
+            .map(|t| self.base + Duration::from_micros(t.total_micros().max(0) as u64))
+    }
+    fn tick(&mut self, now: Instant) {
+        self.poll(now);
+    }
+    fn events(&mut self) -> Vec<HostEvent> {
+        Vec::new()
+    }
+}
+
+use virtual_host::HostEvent;
+
+#[test]
+fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
+    let base = Instant::now();
+    let mut now = base;
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
+    srv.iters = 20;
+    a.start_service(srv, now).unwrap();
+    let mut max_qps = 0;
+    let mut started = 0;
+    for i in 0..150u16 {
+        let dest = Dest {
+            lid: 0,
+            qpn: 0x100 + u32::from(i),
+            psn: 0x1234,
+            gid: gid_of(IP_P),
+        };
+        // Odd rounds: reset right after the server's destination came back
+        // (its QP exists); even rounds: send half a message and reset.
+        let (out, after) = if i % 2 == 1 {
+            (dest.encode().to_vec(), 52)
+        } else {
+            (dest.encode()[..20].to_vec(), 0)
+        };
+        let mut p = Abandoner::new(now, base, 18515, 40000 + i, out, after);
+        let (ea, _) = run(
+            &mut a,
+            &mut p,
+            &mut now,
+            Duration::from_secs(3),
+            0,
+            is_tcp,
+            |_, _| false,
+        );
+        started += ea
+            .iter()
+            .filter(|e| matches!(e.kind, virtual_host::EventKind::SessionStarted { .. }))
+            .count();
+        if after == 0 {
+            let s = p.sockets.get_mut::<tcp::Socket>(p.sock);
+            s.abort();
+            p.poll(now);
+            run(
+                &mut a,
+                &mut p,
+                &mut now,
+                Duration::from_millis(50),
+                0,
+                is_tcp,
+                |_, _| false,
+            );
+        } else {
+            assert!(
+                p.got.len() >= 52,
+                "round {i}: the server answered its destination"
+            );
+        }
+        max_qps = max_qps.max(a.status().qps);
+        assert!(a.status().qps <= 1, "round {i}: {:?}", a.status());
+    }
+    // Sessions that got a QP and then lost their peer fail on their own
+    // timeouts; nothing is left behind.
+    let mut idle = host("idle", MAC_B, IP_B, now);
+    run(
+        &mut a,
+        &mut idle,
+        &mut now,
+        Duration::from_secs(40),
+        0,
+        is_tcp,
+        |_, _| false,
+    );
+    let st = a.status();
+    assert_eq!(st.qps, 0, "{st:?}");
+    assert_eq!(st.mrs, 0, "{st:?}");
+    assert!(st.tcp_sockets <= 1, "{st:?}");
+    assert_eq!(started, 75, "every full exchange created a QP");
+    assert!(max_qps <= 1);
+    assert_eq!(st.services[0].state, "listening");
+    // And a legitimate client is served.
+    let mut b = host("b", MAC_B, IP_B, now);
+    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
+    cli.peer = Some(IP_A);
+    cli.iters = 20;
+    cli.echo = true;
+    b.start_service(cli, now).unwrap();
+    let (ea, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        is_roce,
+        |ea, eb| finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some(),
+    );
+    assert_eq!(failed(&eb), None, "{eb:?}");
+    assert_eq!(finished(&ea).map(|f| f.0), Some(20), "{ea:?}");
+}
+
+#[test]
+fn mpa_request_flood_against_the_rping_server() {
+    let base = Instant::now();
+    let mut now = base;
+    let mut a = host("a", MAC_A, IP_A, now);
+    a.start_service(ServiceSpec::new(ServiceKind::RpingServer), now)
+        .unwrap();
+    let mut req = Vec::new();
+    siw::mpa::MpaFrame::new(siw::mpa::FrameKind::Request, 1)
+        .encode(&mut req)
+        .unwrap();
+    for i in 0..60u16 {
+        // A valid MPA Request, then a reset as soon as the Reply is in
+        // (every 3rd: garbage after the request instead).
+        let mut out = req.clone();
+        if i % 3 == 0 {
+            out.extend_from_slice(&[0xffu8; 64]);
+        }
+        let mut p = Abandoner::new(
+            now,
+            base,
+            7174,
+            41000 + i,
+            out,
+            if i % 3 == 0 { 0 } else { 20 },
+        );
+        run(
+            &mut a,
+            &mut p,
+            &mut now,
+            Duration::from_secs(2),
+            0,
+            is_tcp,
+            |_, _| false,
+        );
+        let s = p.sockets.get_mut::<tcp::Socket>(p.sock);
+        s.abort();
+        p.poll(now);
+        run(
+            &mut a,
+            &mut p,
+            &mut now,
+            Duration::from_millis(50),
+            0,
+            is_tcp,
+            |_, _| false,
+        );
+        assert!(a.status().tcp_sockets <= 2, "round {i}: {:?}", a.status());
+    }
+    let mut idle = host("idle", MAC_B, IP_B, now);
+    run(
+        &mut a,
+        &mut idle,
+        &mut now,
+        Duration::from_secs(40),
+        0,
+        is_tcp,
+        |_, _| false,
+    );
+    let st = a.status();
+    assert_eq!(st.mrs, 0, "{st:?}");
+    assert!(st.services[0].sessions_failed >= 40, "{st:?}");
+    assert_eq!(st.services[0].state, "listening", "{st:?}");
+    // A legitimate rping client is served afterwards.
+    let mut b = host("b", MAC_B, IP_B, now);
+    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
+    cli.peer = Some(IP_A);
+    cli.iters = 3;
+    b.start_service(cli, now).unwrap();
+    let (_, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        is_tcp,
+        |_, eb| finished(eb).is_some() || failed(eb).is_some(),
+    );
+    assert_eq!(finished(&eb), Some((3, 3)), "{eb:?}");
+}
