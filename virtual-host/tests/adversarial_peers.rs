@@ -614,6 +614,7 @@ fn psn_games_and_duplicate_floods_are_bounded() {
     let st = rig.host.rdma().qp_stats(rig.qpn).unwrap();
     assert_eq!(st.seq_naks_sent, 1);
     assert_eq!(st.out_of_seq_dropped, 2000);
+    assert_eq!(rig.host.counters().roce_dropped, 2000, "host counts the drops");
     rig.assert_memory("PSN ahead");
     // The right PSN is still served.
     let psn = rig.psn;
