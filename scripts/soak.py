@@ -225,7 +225,7 @@ def main():
           "--queues", "1", "--logdir", work, "--no-fail-fast"]
     for name, role, ip, mac, pair, nic1 in GUESTS:
         peer = next(g for g in GUESTS if g[4] == pair and g[0] != name)
-        lines = [f"ROLE={role} SELF={ip} PEER={peer[2]} CELL=7.3/soak-pair{pair}{'-siw' if pair == 2 else ''}"]
+        lines = [f"ROLE={role} SELF={ip} PEER={peer[2]} CELL=7.3/soak-pair{pair}"]
         if nic1:
             lines.append(f"SELF1={nic1[1]} PEER1={peer[5][1]}")
         lines += ["export ROLE SELF PEER CELL SELF1 PEER1"]

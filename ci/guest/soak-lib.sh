@@ -112,11 +112,15 @@ soak_pair_rdma() {
     barrier "devices up"
     while soak_next; do
         _p=$((18000 + (soak_round % 100) * 10))
+        # ci-lib.sh names the known siw races only for cells called */siw*
+        CELL=7.3/siw-soak
         RPING_COUNT=10 tool_test "rping-siw-$soak_round" cm "$_p" \
             "rping -s -a $SELF -p $_p -C 10 -v -V" \
             "rping -c -a $PEER -p $_p -C 10 -v -V" check_rping
         if [ "$ROLE" = server ]; then _sa=$SELF; else _sa=$PEER; fi
         soak_verbs "verbs-siw-$soak_round" siw0 $((_p + 2)) write,read "$_sa"
+        # shellcheck disable=SC2034  # read by ci-lib.sh tool_test
+        CELL=7.3/rxe-soak
         tool_test "ib_write_bw-rxe-$soak_round" tcp $((_p + 4)) \
             "ib_write_bw -d rxe0 -x $gidx -n $SOAK_PERFTEST_ITERS -p $((_p + 4))" \
             "ib_write_bw -d rxe0 -x $gidx -n $SOAK_PERFTEST_ITERS -p $((_p + 4)) $PEER1" check_perftest
