@@ -614,7 +614,11 @@ fn psn_games_and_duplicate_floods_are_bounded() {
     let st = rig.host.rdma().qp_stats(rig.qpn).unwrap();
     assert_eq!(st.seq_naks_sent, 1);
     assert_eq!(st.out_of_seq_dropped, 2000);
-    assert_eq!(rig.host.counters().roce_dropped, 2000, "host counts the drops");
+    assert_eq!(
+        rig.host.counters().roce_dropped,
+        2000,
+        "host counts the drops"
+    );
     rig.assert_memory("PSN ahead");
     // The right PSN is still served.
     let psn = rig.psn;
@@ -1245,4 +1249,77 @@ fn mpa_request_flood_against_the_rping_server() {
         |_, eb| finished(eb).is_some() || failed(eb).is_some(),
     );
     assert_eq!(finished(&eb), Some((3, 3)), "{eb:?}");
+}
+
+/// A service whose host is out of QPs fails the session naming the limit,
+/// keeps listening, and serves the next client once a QP is free.
+#[test]
+fn a_session_beyond_the_qp_limit_fails_clearly_and_the_service_recovers() {
+    let mut now = Instant::now();
+    let mut a = VirtualHost::new(
+        HostConfig {
+            name: "a".into(),
+            mac: MAC_A,
+            ipv4: IP_A,
+            prefix_len: 24,
+            limits: HostLimits {
+                max_qps: 1,
+                ..HostLimits::default()
+            },
+            seed: 3,
+        },
+        now,
+    )
+    .unwrap();
+    let hog = a.rdma_mut().create_qp(IP_B, QpCaps::default()).unwrap();
+    let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
+    srv.iters = 10;
+    a.start_service(srv, now).unwrap();
+    let client = |now: Instant| {
+        let mut b = host("b", MAC_B, IP_B, now);
+        let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
+        cli.peer = Some(IP_A);
+        cli.iters = 10;
+        cli.echo = true;
+        cli.connect_timeout = Duration::from_secs(5);
+        b.start_service(cli, now).unwrap();
+        b
+    };
+    let mut b = client(now);
+    let (ea, _) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        is_tcp,
+        |ea, eb| failed(ea).is_some() || failed(eb).is_some() || finished(eb).is_some(),
+    );
+    let reason = failed(&ea).expect("the server session fails");
+    assert!(reason.contains("queue pairs"), "{reason}");
+    assert_eq!(a.status().services[0].sessions_failed, 1);
+    a.rdma_mut().destroy_qp(hog);
+    // Let the first client give up, then a new one is served.
+    let mut idle = host("idle", MAC_B, IP_B, now);
+    run(
+        &mut a,
+        &mut idle,
+        &mut now,
+        Duration::from_secs(40),
+        0,
+        is_tcp,
+        |_, _| false,
+    );
+    let mut b = client(now);
+    let (ea, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(60),
+        0,
+        is_roce,
+        |ea, eb| finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some(),
+    );
+    assert_eq!(failed(&eb), None, "{eb:?}");
+    assert_eq!(finished(&ea), Some((10, 9)), "{ea:?}");
 }
