@@ -151,9 +151,20 @@ def main():
     ap.add_argument("--image", help="7.3 guest image dir (default: scripts/build-guest-image.sh --kernel 7.3)")
     ap.add_argument("--qemu", help="QEMU (default: scripts/setup-qemu.sh)")
     ap.add_argument("--accel", default="auto", choices=["auto", "kvm", "tcg"])
+    ap.add_argument("--pairs", default="1,2", help="pairs to run: 1 (SMC-R), 2 (siw + rxe) or 1,2 (default)")
+    ap.add_argument("--no-checker", action="store_true", help="switch the daemon's protocol checker off (A/B runs)")
+    ap.add_argument("--stop-grace", type=float, default=900,
+                    help="seconds the guests may take to finish after the stop before they are killed (900)")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--results", help="results dir (default ci/results/soak-<date>, gitignored)")
     a = ap.parse_args()
+    try:
+        pairs = sorted({int(p) for p in a.pairs.split(",") if p})
+    except ValueError:
+        ap.error("--pairs: a comma list of 1 and 2")
+    if not pairs or any(p not in PAIR_CALL for p in pairs):
+        ap.error("--pairs: a comma list of 1 and 2")
+    guests = [g for g in GUESTS if g[4] in pairs]
     soak_s = a.minutes * 60
     warmup = a.warmup if a.warmup is not None else min(120.0, soak_s / 3)
     if warmup + 60 > soak_s:
@@ -192,7 +203,7 @@ def main():
     # the daemon: six ports (pair 2 has a second NIC per guest for rxe)
     args = [daemon_bin, "serve", "--control", f"{work}/ctl.sock"]
     ports = []
-    for name, _, _, mac, _, nic1 in GUESTS:
+    for name, _, _, mac, _, nic1 in guests:
         ports.append((name, mac))
         if nic1:
             ports.append((nic1[0], nic1[2]))
@@ -212,6 +223,10 @@ def main():
                     "--proto", "udp", "--dst-port", "4791", "--seed", str(100 + 10 * i + len(action)), *extra)
             if r.returncode != 0:
                 problems.append(f"ctl faults add {name} {action}: {r.stderr.strip()}")
+    if a.no_checker:
+        r = ctl(daemon_bin, work, "checker", "off")
+        if r.returncode != 0:
+            problems.append(f"ctl checker off: {r.stderr.strip()}")
     say(f"daemon pid {daemon.pid}; faults on the RoCE path: drop {a.drop * 100:g} %, reorder {a.reorder * 100:g} %")
 
     # Tool and stream timeouts well below the barrier timeout: a transfer
@@ -223,8 +238,8 @@ def main():
     rg = [f"{ROOT}/scripts/run-guests", "--qemu", qemu, "--image", image, "--accel", a.accel,
           "--timeout", str(int(soak_s + 1800)), "--guest-bin", vrbin, "--net", "vhost-user", "--form", "pci",
           "--queues", "1", "--logdir", work, "--no-fail-fast"]
-    for name, role, ip, mac, pair, nic1 in GUESTS:
-        peer = next(g for g in GUESTS if g[4] == pair and g[0] != name)
+    for name, role, ip, mac, pair, nic1 in guests:
+        peer = next(g for g in guests if g[4] == pair and g[0] != name)
         lines = [f"ROLE={role} SELF={ip} PEER={peer[2]} CELL=7.3/soak-pair{pair}"]
         if nic1:
             lines.append(f"SELF1={nic1[1]} PEER1={peer[5][1]}")
@@ -250,6 +265,7 @@ def main():
     samples = []  # (seconds since soak start or None before it, kib)
     soak_t0 = None
     stop_sent = False
+    stop_time = None
     stop_at_round = {}
     seen_pid = daemon.pid
     rss_csv = open(f"{resdir}/rss.csv", "w")
@@ -258,8 +274,8 @@ def main():
         while rgp.poll() is None:
             time.sleep(a.sample_secs)
             now = time.monotonic()
-            rounds = {p: max(read_int(f"{work}/{g[0]}.job/round") for g in GUESTS if g[4] == p) for p in (1, 2)}
-            if soak_t0 is None and all(read_int(f"{work}/{g[0]}.job/round") >= 1 for g in GUESTS):
+            rounds = {p: max(read_int(f"{work}/{g[0]}.job/round") for g in guests if g[4] == p) for p in pairs}
+            if soak_t0 is None and all(read_int(f"{work}/{g[0]}.job/round") >= 1 for g in guests):
                 soak_t0 = now
                 say(f"both pairs started round 1 after {now - t_start:.0f}s of boot and setup; soak "
                     f"{soak_s:.0f}s, RSS baseline after {warmup:.0f}s")
@@ -271,21 +287,30 @@ def main():
             if kib is not None:
                 samples.append((st, kib))
             rss_csv.write(f"{now - t_start:.1f},{'' if st is None else f'{st:.1f}'},{kib},"
-                          f"{rounds[1]},{rounds[2]}\n")
+                          f"{rounds.get(1, '')},{rounds.get(2, '')}\n")
             rss_csv.flush()
+            if stop_time is not None and now - stop_time > a.stop_grace:
+                problems.append(f"guests still running {a.stop_grace:.0f}s after the stop (hung?): stopped them")
+                rgp.terminate()
+                try:
+                    rgp.wait(30)
+                except subprocess.TimeoutExpired:
+                    rgp.kill()
+                break
             if soak_t0 is None and now - t_start > 900:
                 problems.append("the pairs did not both start within 15 min of boot")
-                for g in GUESTS:
+                for g in guests:
                     write_atomic(f"{work}/{g[0]}.job/stop", "1\n")
                 stop_sent = True
             if st is not None and st >= soak_s and not stop_sent:
-                for p in (1, 2):
+                for p in pairs:
                     # above any round either guest may be about to start (soak-lib.sh)
                     stop_at_round[p] = rounds[p] + 2
-                    for g in GUESTS:
+                    for g in guests:
                         if g[4] == p:
                             write_atomic(f"{work}/{g[0]}.job/stop", f"{stop_at_round[p]}\n")
                 stop_sent = True
+                stop_time = now
                 say(f"time is up: pairs stop before rounds {stop_at_round}; waiting for the running rounds")
         rg_rc = rgp.wait()
     except KeyboardInterrupt:
@@ -298,10 +323,10 @@ def main():
         problems.append(f"daemon exited with {daemon.returncode} during the run")
     daemon_up = daemon.poll() is None  # one process for the whole run, never restarted
     # the daemon's own view at the end
-    st = ctl(daemon_bin, work, "status", "--json")
-    if st.returncode == 0:
-        with open(f"{resdir}/daemon-status.json", "w") as f:
-            f.write(st.stdout)
+    for what in ("status", "checker"):
+        st = ctl(daemon_bin, work, "--json", what)
+        with open(f"{resdir}/daemon-{what}.json", "w") as f:
+            f.write(st.stdout if st.returncode == 0 else st.stderr)
     fl = ctl(daemon_bin, work, "faults", "list")
     with open(f"{resdir}/faults.txt", "w") as f:
         f.write(fl.stdout + fl.stderr)
@@ -322,9 +347,9 @@ def main():
 
     # transfers
     rows, rounds_done = [], {}
-    for pair in (1, 2):
+    for pair in pairs:
         per_role = {}
-        for name, role, _, _, p, _ in GUESTS:
+        for name, role, _, _, p, _ in guests:
             if p != pair:
                 continue
             r, ab, done = parse_guest(f"{work}/{name}.job/out.log")
@@ -377,7 +402,7 @@ def main():
         d["race"] += r["status"] == "FAIL" and r["known_siw_race"]
     ok = not problems and n_fail == 0
     lines = [f"# soak {date}: {'PASS' if ok else 'FAIL'}", "",
-             f"- {a.minutes:g} min soak ({soak_s:.0f}s after both pairs started; wall "
+             f"- pairs {a.pairs}{', checker off' if a.no_checker else ''}; {a.minutes:g} min soak ({soak_s:.0f}s after both pairs started; wall "
              f"{time.monotonic() - t_start:.0f}s), 4 guests (7.3, {image}), one daemon (pid {seen_pid}, "
              f"up for the whole run: {'yes' if daemon_up else 'NO'}, never restarted), faults on UDP 4791 ingress of every port: drop {a.drop * 100:g} %, "
              f"reorder {a.reorder * 100:g} % (window 3)",
@@ -407,7 +432,7 @@ def main():
     with open(f"{resdir}/summary.json", "w") as f:
         json.dump({"pass": ok, "minutes": a.minutes, "warmup_s": warmup, "rss": rss, "rounds": rounds_done,
                    "transfers": transfers, "setup": setup, "problems": problems}, f, indent=1)
-    for name, *_ in GUESTS:
+    for name, *_ in guests:
         for fn in (f"{name}.console.log", f"{name}.sh"):
             if os.path.exists(f"{work}/{fn}"):
                 shutil.copy(f"{work}/{fn}", resdir)
