@@ -403,7 +403,7 @@ def main():
     ok = not problems and n_fail == 0
     lines = [f"# soak {date}: {'PASS' if ok else 'FAIL'}", "",
              f"- pairs {a.pairs}{', checker off' if a.no_checker else ''}; {a.minutes:g} min soak ({soak_s:.0f}s after both pairs started; wall "
-             f"{time.monotonic() - t_start:.0f}s), 4 guests (7.3, {image}), one daemon (pid {seen_pid}, "
+             f"{time.monotonic() - t_start:.0f}s), {len(guests)} guests (7.3, {image}), one daemon (pid {seen_pid}, "
              f"up for the whole run: {'yes' if daemon_up else 'NO'}, never restarted), faults on UDP 4791 ingress of every port: drop {a.drop * 100:g} %, "
              f"reorder {a.reorder * 100:g} % (window 3)",
              f"- transfers: {len(transfers)} run, {n_pass} passed, {n_fail} failed"
