@@ -13,7 +13,12 @@ use roce_model::headers::{Aeth, AethSyndrome, AtomicEth, NakCode, Reth};
 use roce_model::{
     Access, FrameBuilder, Mtu, NetParams, Opcode, PacketBuilder, QpAttr, QpCaps, RoceFrame,
 };
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 use std::time::{Duration, Instant};
+use virtual_host::pingpong::{gid_of, Dest};
+use virtual_host::HostEvent;
 use virtual_host::{HostConfig, HostError, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
 
 /// The attacker's QP number (any value: the host only checks PSNs).
@@ -962,11 +967,6 @@ fn attacked_host_serves_a_legitimate_client_afterwards() {
 // Abandoned exchanges: QP creation floods (pingpong) and MPA request floods
 // (rping), one session after another, each from a new TCP port.
 
-use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::socket::tcp;
-use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
-use virtual_host::pingpong::{gid_of, Dest};
-
 const MAC_P: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
 const IP_P: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 12);
 
@@ -1068,8 +1068,6 @@ impl Node for Abandoner {
         Vec::new()
     }
 }
-
-use virtual_host::HostEvent;
 
 #[test]
 fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
