@@ -302,6 +302,7 @@ def main():
                 for g in guests:
                     write_atomic(f"{work}/{g[0]}.job/stop", "1\n")
                 stop_sent = True
+                stop_time = now
             if st is not None and st >= soak_s and not stop_sent:
                 for p in pairs:
                     # above any round either guest may be about to start (soak-lib.sh)
