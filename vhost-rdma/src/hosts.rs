@@ -60,6 +60,9 @@ pub struct HostStats {
     pub roce_malformed: u64,
     pub roce_no_qp: u64,
     pub roce_dropped: u64,
+    /// Half-open TCP connections reset (spoofed SYNs, `virtual_host::SYN_RECEIVED_TIMEOUT`).
+    #[serde(default)]
+    pub tcp_half_open_reset: u64,
     pub qps: usize,
     pub mrs: usize,
     pub tcp_sockets: usize,
@@ -396,6 +399,7 @@ fn stats(host: &VirtualHost, history: &VecDeque<String>) -> HostStats {
         roce_malformed: c.roce_malformed,
         roce_no_qp: c.roce_no_qp,
         roce_dropped: c.roce_dropped,
+        tcp_half_open_reset: c.tcp_half_open_reset,
         qps: s.qps,
         mrs: s.mrs,
         tcp_sockets: s.tcp_sockets,

@@ -40,6 +40,10 @@ const TX_QUEUE_LIMIT: usize = 4096;
 const EVENT_LIMIT: usize = 256;
 /// Largest Ethernet frame (no FCS) the host sends or accepts.
 pub const MAX_FRAME: usize = 1514;
+/// A half-open TCP connection (SYN received, our SYN+ACK never acknowledged)
+/// is reset after this long: a service listens on one socket, and a spoofed
+/// SYN must not hold it forever.
+pub const SYN_RECEIVED_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Per-host resource limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +148,8 @@ pub struct HostCounters {
     pub tx_queue_drops: u64,
     /// Events dropped because nobody read them.
     pub events_dropped: u64,
+    /// Half-open TCP connections reset after [`SYN_RECEIVED_TIMEOUT`].
+    pub tcp_half_open_reset: u64,
 }
 
 /// Something a service reports.
@@ -365,6 +371,8 @@ pub struct VirtualHost {
     events: VecDeque<HostEvent>,
     counters: HostCounters,
     rng: Rng,
+    /// TCP sockets seen in SYN-RECEIVED, and since when.
+    half_open: Vec<(smoltcp::iface::SocketHandle, Instant)>,
 }
 
 impl VirtualHost {
@@ -408,6 +416,7 @@ impl VirtualHost {
             next_service: 1,
             events: VecDeque::new(),
             counters: HostCounters::default(),
+            half_open: Vec::new(),
             cfg,
         })
     }
@@ -415,6 +424,18 @@ impl VirtualHost {
     /// The configuration.
     pub fn config(&self) -> &HostConfig {
         &self.cfg
+    }
+
+    /// The RDMA device (queue pairs, memory regions).
+    pub fn rdma(&self) -> &RdmaDevice {
+        &self.rdma
+    }
+
+    /// The RDMA device, to create QPs and MRs by hand (tests, hostile-peer
+    /// checks); frames its QPs produce leave through [`VirtualHost::poll_transmit`]
+    /// after the next `handle_frame` / `handle_timeout`.
+    pub fn rdma_mut(&mut self) -> &mut RdmaDevice {
+        &mut self.rdma
     }
 
     fn stime(&self, now: Instant) -> smoltcp::time::Instant {
@@ -535,7 +556,12 @@ impl VirtualHost {
             .poll_at(st, &self.sockets)
             .map(|t| self.base + Duration::from_micros(t.total_micros().max(0) as u64));
         let svc = self.services.iter().filter_map(|s| s.poll_timeout()).min();
-        [tcp, self.rdma.poll_timeout(), svc]
+        let half_open = self
+            .half_open
+            .iter()
+            .map(|h| h.1 + SYN_RECEIVED_TIMEOUT)
+            .min();
+        [tcp, self.rdma.poll_timeout(), svc, half_open]
             .into_iter()
             .flatten()
             .min()
@@ -563,9 +589,37 @@ impl VirtualHost {
         }
     }
 
+    /// Resets TCP connections stuck in SYN-RECEIVED for
+    /// [`SYN_RECEIVED_TIMEOUT`] (the services listen again on a closed socket).
+    fn expire_half_open(&mut self, now: Instant) {
+        use smoltcp::socket::{tcp, AnySocket};
+        let mut still = Vec::new();
+        for (h, s) in self.sockets.iter_mut() {
+            let Some(t) = tcp::Socket::downcast_mut(s) else {
+                continue;
+            };
+            if t.state() != tcp::State::SynReceived {
+                continue;
+            }
+            let since = self
+                .half_open
+                .iter()
+                .find(|e| e.0 == h)
+                .map_or(now, |e| e.1);
+            if now.saturating_duration_since(since) >= SYN_RECEIVED_TIMEOUT {
+                t.abort();
+                self.counters.tcp_half_open_reset += 1;
+            } else {
+                still.push((h, since));
+            }
+        }
+        self.half_open = still;
+    }
+
     /// Runs smoltcp, the services and the QPs until nothing moves.
     fn process(&mut self, now: Instant) {
         let st = self.stime(now);
+        self.expire_half_open(now);
         // Each round either consumes input or produces output; the bound only
         // guards against a bug turning into a hang.
         for _ in 0..64 {

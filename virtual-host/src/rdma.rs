@@ -126,6 +126,17 @@ impl RdmaDevice {
     /// Registers a zeroed region of `len` bytes at iova 0 with `access`;
     /// returns its lkey (= rkey).
     pub fn register_mr_access(&mut self, len: usize, access: Access) -> Result<u32, HostError> {
+        self.register_mr_at(0, len, access)
+    }
+
+    /// Registers a zeroed region of `len` bytes at `iova` with `access`;
+    /// returns its lkey (= rkey).
+    pub fn register_mr_at(
+        &mut self,
+        iova: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<u32, HostError> {
         if self.mrs.len() >= self.limits.max_mrs {
             return Err(HostError::Limit {
                 what: "memory regions",
@@ -141,7 +152,7 @@ impl RdmaDevice {
         }
         let keys = self
             .mem
-            .register(self.pd, 0, vec![0u8; len], access)
+            .register(self.pd, iova, vec![0u8; len], access)
             .map_err(|e| HostError::Rdma(e.to_string()))?;
         self.mrs.push((keys.lkey, len));
         Ok(keys.lkey)
