@@ -798,7 +798,17 @@ impl CmManager {
         self.counters.rejects_received += 1;
         // A REJ of our REQ carries no comm ID of theirs to check
         // (it may be 0); one of our REP carries theirs.
-        let id = rej.remote_comm_id;
+        // An active side that gives up before our REP reached it does not
+        // know our ID (0): find the connection by its own ID instead.
+        let by_theirs = self
+            .conns
+            .iter()
+            .find(|(_, c)| c.passive && c.peer == peer && c.remote_comm_id == rej.local_comm_id)
+            .map(|(&id, _)| id);
+        let id = match (rej.remote_comm_id, by_theirs) {
+            (0, Some(id)) => id,
+            (id, _) => id,
+        };
         let Some(c) = self.conn_for(peer, id) else {
             return;
         };
