@@ -651,7 +651,7 @@ impl RdmaDevice {
         c: &mut HostCounters,
     ) -> bool {
         let mut arp_for = Vec::new();
-        let mut any = self.transmit_mads(out, out_limit, &mut arp_for);
+        let mut any = false;
         for e in self.qps.values_mut() {
             while out.len() < out_limit {
                 let Some(mut pkt) = e.qp.poll_transmit(now, &self.mem) else {
@@ -711,6 +711,9 @@ impl RdmaDevice {
                 c.roce_tx += 1;
             }
         }
+        // MADs after the QPs' packets: the ACK of a last message leaves
+        // before the DREQ that follows it.
+        any |= self.transmit_mads(out, out_limit, &mut arp_for);
         let qps = &mut self.qps;
         self.retiring.retain(|&(qpn, until)| {
             let idle = qps.get(&qpn).is_none_or(|e| e.qp.is_idle());
