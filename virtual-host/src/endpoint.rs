@@ -84,8 +84,11 @@ fn mtu_of(code: u8) -> Mtu {
 fn qp_attr(local_psn: u32, remote: &RemoteQp, rd_atomic: u8) -> QpAttr {
     QpAttr {
         pmtu: mtu_of(remote.path_mtu),
-        sq_psn: local_psn,
-        rq_psn: remote.starting_psn,
+        // A CM message's starting PSN is the PSN its sender expects to
+        // receive (Linux: the REQ's becomes the active side's rq_psn and
+        // the passive side's sq_psn); seen on the wire with rxe.
+        sq_psn: remote.starting_psn,
+        rq_psn: local_psn,
         dest_qpn: remote.qpn,
         // rdma_cm's defaults: retry 7 (rxe: infinite), RNR retry 7.
         retry_cnt: remote.retry_count.min(7),

@@ -675,9 +675,11 @@ impl Rping {
                     }
                     EpEvent::Connected { crc, qpns } => {
                         s.connected = true;
-                        self.counters.connected += 1;
-                        if crc {
-                            self.counters.connected_crc += 1;
+                        if self.transport == TransportKind::Iwarp {
+                            self.counters.connected += 1;
+                            if crc {
+                                self.counters.connected_crc += 1;
+                            }
                         }
                         s.started = ctx.now;
                         self.event(
