@@ -74,7 +74,9 @@ pub struct ConnId(pub u32);
 pub struct RemoteQp {
     /// Peer QPN.
     pub qpn: u32,
-    /// Peer's starting PSN (our receive ePSN).
+    /// The peer's starting PSN: the PSN it expects to receive, i.e. our
+    /// send PSN (Linux and rxe read it that way: REQ → the passive side's
+    /// sq_psn, REP → the active side's sq_psn).
     pub starting_psn: u32,
     /// Reads/atomics the peer accepts from us (our max_rd_atomic bound).
     pub responder_resources: u8,
@@ -95,7 +97,8 @@ pub struct RemoteQp {
 pub struct LocalQp {
     /// Our QPN.
     pub qpn: u32,
-    /// Our starting PSN.
+    /// Our starting PSN: the first PSN we expect to receive (the peer's
+    /// send PSN).
     pub starting_psn: u32,
     /// Reads/atomics we accept (our max_dest_rd_atomic).
     pub responder_resources: u8,

@@ -199,7 +199,8 @@ pub struct Req {
     pub transport_type: u8,
     /// End-to-end flow control.
     pub end_to_end_flow_control: bool,
-    /// Sender's 24-bit starting PSN (our receive ePSN).
+    /// Sender's 24-bit starting PSN: the PSN the sender expects to
+    /// receive, which the receiver of the REQ sends with.
     pub starting_psn: u32,
     /// 5-bit timeout we may take to answer.
     pub local_cm_response_timeout: u8,
@@ -278,7 +279,8 @@ pub struct Rep {
     pub vendor_id: u32,
     /// 24-bit local EECN.
     pub local_eecn: u32,
-    /// Sender's 24-bit starting PSN.
+    /// Sender's 24-bit starting PSN: the PSN the sender expects to
+    /// receive, which the receiver of the REP sends with.
     pub starting_psn: u32,
     /// Responder resources the sender grants.
     pub responder_resources: u8,
