@@ -329,11 +329,12 @@ for h in json.load(open(sys.argv[1])):
 PY
 }
 check_cm() {  # check_cm CASE LINE_RE (or "") HOST_KIND WHAT
-    local c=$1 re=$2 kind=$3 what=$4 why=() rc n=0 ok bad it ver err
+    local c=$1 re=$2 kind=$3 what=$4 why=() rc n="" seen="test complete" ok bad it ver err
     rc="$(guest_rc "$c")"
     if [[ -n $re ]]; then
         n="$(case_out "$c" | grep -Ec "$re")"
         [[ ${n:-0} -ge $count ]] || why+=("guest printed ${n:-0} of $count verified lines (rc=${rc:-none})")
+        seen="$n verified lines"
         if case_out "$c" | grep -Eiq 'data mismatch'; then
             why+=("guest: $(case_out "$c" | grep -Ei 'data mismatch' | head -n 1)")
         fi
@@ -346,7 +347,7 @@ check_cm() {  # check_cm CASE LINE_RE (or "") HOST_KIND WHAT
     [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] ||
         why+=("host $kind: last session ${it:-0} iterations, ${ver:-0} verified, want $count")
     if ((${#why[@]} == 0)); then
-        record PASS "$c" "$what: guest ${n:+$n verified lines}${n:-test complete}; host $kind: $it iterations, $ver verified, ${bad:-0} failed sessions"
+        record PASS "$c" "$what: guest $seen; host $kind: $it iterations, $ver verified, ${bad:-0} failed sessions"
     else
         local j; printf -v j '%s; ' "${why[@]}"
         record FAIL "$c" "${j%; } (logs: $d)"
