@@ -321,3 +321,84 @@ fn rej_mid_handshake_frees_the_session() {
     assert_eq!(a.cm_counters().1.rejects_received, 1);
     still_serves(&mut a, &mut now);
 }
+
+/// The PSN direction rxe uses: a CM starting PSN is what its sender
+/// receives. A Linux-like active peer announces PSN 0x123456 in its REQ and
+/// sends from the PSN our REP announces; our server must accept that SEND
+/// and issue its RDMA READ with PSN 0x123456.
+#[test]
+fn starting_psns_follow_linux() {
+    let now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    a.start_service(ServiceSpec::new(ServiceKind::RpingServerRoce), now)
+        .unwrap();
+    let peer = Ipv4Addr::new(10, 77, 0, 66);
+    let pmac = [0x02, 0, 0, 0, 0, 0x66];
+    let mut r = CmMad::parse(&req(9, 7174)).unwrap();
+    let CmMessage::Req(q) = &mut r.msg else {
+        unreachable!()
+    };
+    q.starting_psn = 0x12_3456;
+    let peer_qpn = q.local_qpn;
+    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &r.encode().unwrap()), now);
+    let rep = drain(&mut a)
+        .into_iter()
+        .filter(|f| is_roce(f))
+        .find_map(|f| CmMad::parse(&f[14 + 20 + 8 + 12 + 8..]).ok())
+        .unwrap();
+    let CmMessage::Rep(rep_msg) = rep.msg else {
+        panic!("{rep:?}")
+    };
+    let rtu = CmMad {
+        tid: rep.tid,
+        msg: CmMessage::Rtu(ib_cm::Rtu {
+            local_comm_id: 9,
+            remote_comm_id: rep_msg.local_comm_id,
+            private_data: vec![],
+        }),
+    };
+    a.handle_frame(
+        &gsi_frame(peer, pmac, GSI_QKEY, &rtu.encode().unwrap()),
+        now,
+    );
+    // rping's first SEND: {addr, rkey, len} of the client's buffer.
+    let mut info = Vec::new();
+    info.extend_from_slice(&0x5000u64.to_be_bytes());
+    info.extend_from_slice(&0x77u32.to_be_bytes());
+    info.extend_from_slice(&64u32.to_be_bytes());
+    let send = PacketBuilder::new(Opcode::RcSendOnly, rep_msg.local_qpn, rep_msg.starting_psn)
+        .ack_req(true)
+        .payload(&info);
+    let frame = FrameBuilder {
+        dst_mac: MAC_A,
+        src_mac: pmac,
+        vlan_tci: None,
+        net: NetParams::Ipv4 {
+            src: peer.octets(),
+            dst: IP_A.octets(),
+            tos: 0,
+            ttl: 64,
+            ident: 1,
+            udp_src_port: 0xc001,
+        },
+    }
+    .build(&send)
+    .unwrap();
+    a.handle_frame(&frame, now);
+    let out: Vec<_> = drain(&mut a).into_iter().filter(|f| is_roce(f)).collect();
+    let pkts: Vec<_> = out
+        .iter()
+        .map(|f| roce_model::RocePacket::parse(&f[42..]).unwrap().bth)
+        .collect();
+    assert!(
+        pkts.iter()
+            .any(|b| b.opcode == Opcode::RcAcknowledge && b.psn == rep_msg.starting_psn),
+        "our SEND is acknowledged at its own PSN: {pkts:?}"
+    );
+    assert!(
+        pkts.iter().any(|b| b.opcode == Opcode::RcReadRequest
+            && b.psn == 0x12_3456
+            && b.dest_qp == peer_qpn),
+        "the READ uses the REQ's starting PSN: {pkts:?}"
+    );
+}
