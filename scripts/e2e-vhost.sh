@@ -61,7 +61,8 @@ Usage: ${0##*/} [options]
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
-  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture)
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture, 512-byte
+                     snaplen: whole CM MADs for tshark)
   --cm-only          run only ping and the rdma_cm cases (rping, ucmatose)
   --count N          rping -C / ucmatose -C count (default 10)
   -h, --help
@@ -197,7 +198,7 @@ for ((i = 0; i < 100; i++)); do
 done
 [[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
 if ((capture)); then
-    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 128 ||
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 512 ||
         say "capture did not start"
 fi
 # The host's client towards the guest's server: started now through the
