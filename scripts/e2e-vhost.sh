@@ -21,6 +21,17 @@
 #                        (-p 18521..18524); the host's *-bw-client services,
 #                        started through the control socket before the guest
 #                        boots, connect to it
+#   rping-guest-client   rping -c -a HOST -C N -v -V (rdma_cm: IB CM MADs on
+#                        QP1) against the host's rping-server-roce (port 7174)
+#   rping-guest-server   rping -s -a GUEST -v -V; the host's rping-client-roce
+#                        (ctl, started before the boot) connects to it
+#   ucmatose-guest-client  ucmatose -s HOST -C N against ucmatose-server-roce
+#   ucmatose-guest-server  ucmatose -b GUEST -C N; ucmatose-client-roce connects
+#
+# rping/ucmatose cases are judged by what was verified, not by exit codes:
+# the guest client must print N "ping data:" lines (-V compared each echo),
+# the guest server N "server ping data:" lines, and the host's service must
+# report a finished session with N pings / messages it checked itself.
 #
 # A pingpong case passes only if the tool exits 0 and prints its throughput
 # line, and the daemon's host service reports a finished session with every
@@ -32,7 +43,8 @@ HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client
     read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server
-    read-bw-guest-server atomic-bw-guest-server)
+    read-bw-guest-server atomic-bw-guest-server rping-guest-client rping-guest-server
+    ucmatose-guest-client ucmatose-guest-server)
 # tool, port of the guest-server cases
 BW_SERVERS=("write 18521" "send 18522" "read 18523" "atomic 18524")
 
@@ -49,12 +61,16 @@ Usage: ${0##*/} [options]
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
-  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture)
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture, 512-byte
+                     snaplen: whole CM MADs for tshark)
+  --cm-only          run only ping and the rdma_cm cases (rping, ucmatose)
+  --count N          rping -C / ucmatose -C count (default 10)
   -h, --help
 EOF
 }
 
 build=1 profile=debug image="" qemu="" accel=auto iters=1000 bw_iters=200 timeout=900 logdir="" keep_logs=0 capture=0
+cm_only=0 count=10
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -68,6 +84,8 @@ while (($#)); do
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
         --capture) capture=1; keep_logs=1; shift ;;
+        --cm-only) cm_only=1; shift ;;
+        --count) count="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -104,6 +122,7 @@ for t in 1 2 3 4 5 6 7 8 9 10; do
 done
 [ -n "\$gidx" ] || { echo 'E2E-FAIL no RoCE v2 GID'; for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do echo "\$f \$(cat \$f)"; done; exit 13; }
 echo "RoCE v2 GID index: \$gidx"
+if [ $cm_only = 0 ]; then
 echo "== pingpong: guest server, virtual host client"
 timeout 300 ibv_rc_pingpong -d rxe0 -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
 echo "== pingpong: guest client, virtual host server"
@@ -121,6 +140,16 @@ for t in write:18521 send:18522 read:18523 atomic:18524; do
     echo "== ib_\${v}_bw: guest server, virtual host client"
     timeout 300 ib_\${v}_bw -d rxe0 -x \$gidx -p \$p -n $bw_iters; echo "VH-RESULT case=\$v-bw-guest-server rc=\$?"
 done
+fi
+echo "== CASE rping-guest-client"
+timeout 300 rping -c -a $HOST_IP -C $count -v -V; echo "VH-RESULT case=rping-guest-client rc=\$?"
+echo "== CASE rping-guest-server"
+timeout 300 rping -s -a $GUEST_IP -p 7174 -v -V; echo "VH-RESULT case=rping-guest-server rc=\$?"
+echo "== CASE ucmatose-guest-client"
+timeout 300 ucmatose -s $HOST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-client rc=\$?"
+echo "== CASE ucmatose-guest-server"
+timeout 300 ucmatose -b $GUEST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-server rc=\$?"
+echo "== CASE end"
 rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
 EOF
@@ -151,6 +180,11 @@ iters = $bw_iters
 kind = "atomic-bw-server"
 port = 18520
 iters = $bw_iters
+[[host.service]]
+kind = "rping-server-roce"
+[[host.service]]
+kind = "ucmatose-server-roce"
+iters = $count
 EOF
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
@@ -164,7 +198,7 @@ for ((i = 0; i < 100; i++)); do
 done
 [[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
 if ((capture)); then
-    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 128 ||
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 512 ||
         say "capture did not start"
 fi
 # The host's client towards the guest's server: started now through the
@@ -179,6 +213,12 @@ for t in "${BW_SERVERS[@]}"; do
     "$DAEMON" ctl --control "$d/ctl.sock" host vh start "$v-bw-client" --peer "$GUEST_IP" \
         --port "$p" --iters "$bw_iters" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
         fail_all "ctl host vh start $v-bw-client failed: $(tail -n 1 "$d/ctl-start.txt")"
+done
+for spec in "rping-client-roce --port 7174 --iters $count" "ucmatose-client-roce --port 7471 --iters $count"; do
+    # shellcheck disable=SC2086
+    "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec --peer "$GUEST_IP" \
+        --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
+        fail_all "ctl host vh start $spec failed: $(tail -n 1 "$d/ctl-start.txt")"
 done
 cat "$d/ctl-start.txt"
 
@@ -234,6 +274,13 @@ check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
         record FAIL "$c" "${j%; } (logs: $d)"
     fi
 }
+if ((cm_only)); then
+    for c in pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client \
+        read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server \
+        read-bw-guest-server atomic-bw-guest-server; do
+        record SKIP "$c" "--cm-only"
+    done
+else
 check_pingpong pingpong-guest-server pingpong-client "guest server, host client"
 check_pingpong pingpong-guest-client pingpong-server "guest client, host server"
 
@@ -267,6 +314,53 @@ for t in "${BW_SERVERS[@]}"; do
     read -r v p <<<"$t"
     check_bw "$v-bw-guest-server" "$v-bw-client" "ib_${v}_bw" "guest server"
 done
+fi
+
+# rdma_cm over RoCE. case_out CASE: the guest's output of one case.
+case_out() { awk -v c="== CASE $1" '$0 == c { on = 1; next } /^== CASE / { on = 0 } on' "$out" 2>/dev/null; }
+# host_cm KIND: "sessions_ok sessions_failed last_iterations last_verified error" of service KIND
+host_cm() {
+    python3 - "$d/hosts.json" "$1" <<'PY' 2>/dev/null
+import json, sys
+for h in json.load(open(sys.argv[1])):
+    for s in h["services"]:
+        if s["kind"] == sys.argv[2]:
+            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
+            sys.exit(0)
+PY
+}
+check_cm() {  # check_cm CASE LINE_RE (or "") HOST_KIND WHAT
+    local c=$1 re=$2 kind=$3 what=$4 why=() rc n="" seen="test complete" ok bad it ver err
+    rc="$(guest_rc "$c")"
+    if [[ -n $re ]]; then
+        n="$(case_out "$c" | grep -Ec "$re")"
+        [[ ${n:-0} -ge $count ]] || why+=("guest printed ${n:-0} of $count verified lines (rc=${rc:-none})")
+        seen="$n verified lines"
+        if case_out "$c" | grep -Eiq 'data mismatch'; then
+            why+=("guest: $(case_out "$c" | grep -Ei 'data mismatch' | head -n 1)")
+        fi
+    else
+        case_out "$c" | grep -q 'test complete' || why+=("no 'test complete' line (rc=${rc:-none})")
+        [[ $rc == 0 ]] || why+=("ucmatose rc=${rc:-none}")
+    fi
+    read -r ok bad it ver err <<<"$(host_cm "$kind")"
+    [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
+    [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] ||
+        why+=("host $kind: last session ${it:-0} iterations, ${ver:-0} verified, want $count")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "$what: guest $seen; host $kind: $it iterations, $ver verified, ${bad:-0} failed sessions"
+    else
+        local j; printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+check_cm rping-guest-client '^ping data: rdma-ping-' rping-server-roce "guest rping -c, host server over RoCE"
+check_cm rping-guest-server '^server ping data: rdma-ping-' rping-client-roce "guest rping -s, host client over RoCE"
+check_cm ucmatose-guest-client "" ucmatose-server-roce "guest ucmatose client, host server over RoCE"
+check_cm ucmatose-guest-server "" ucmatose-client-roce "guest ucmatose server, host client over RoCE"
+python3 -c 'import json,sys
+for h in json.load(open(sys.argv[1])):
+    print("host", h.get("name"), "cm:", json.dumps({k: v for k, v in h.items() if k in ("cm", "gsi")}))' "$d/hosts.json" 2>/dev/null
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'

@@ -72,6 +72,26 @@ pub struct HostStats {
     /// iWARP connections and errors of the running services.
     #[serde(default)]
     pub iwarp: IwarpStats,
+    /// IB CM over RoCE (GSI QP1) of the host.
+    #[serde(default)]
+    pub cm: CmStats,
+}
+
+/// GSI agent and IB CM counters of a host (rdma_cm over RoCE).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CmStats {
+    pub mads_rx: u64,
+    pub mads_tx: u64,
+    pub bad_mads: u64,
+    pub bad_qkey: u64,
+    pub established: u64,
+    pub unknown_service: u64,
+    pub limit_rejects: u64,
+    pub rejects_sent: u64,
+    pub rejects_received: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
 }
 
 /// iWARP counters of a host (summed over its running services).
@@ -433,6 +453,22 @@ fn stats(host: &VirtualHost, history: &VecDeque<String>) -> HostStats {
                 terminates_received: i.terminates_received,
                 setup_timeouts: i.setup_timeouts,
                 streams_lost: i.streams_lost,
+            }
+        },
+        cm: {
+            let (g, c) = host.cm_counters();
+            CmStats {
+                mads_rx: g.mads_rx,
+                mads_tx: g.mads_tx,
+                bad_mads: g.bad_mads,
+                bad_qkey: g.bad_qkey,
+                established: c.established,
+                unknown_service: c.unknown_service,
+                limit_rejects: c.limit_rejects,
+                rejects_sent: c.rejects_sent,
+                rejects_received: c.rejects_received,
+                retransmits: c.retransmits,
+                timeouts: c.timeouts,
             }
         },
     }

@@ -367,6 +367,23 @@ fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
                 i.streams_lost
             );
         }
+        let c = &h.cm;
+        if *c != Default::default() {
+            println!(
+                "  cm (RoCE, QP1): MADs rx {} tx {} bad {} bad-qkey {}, established {}, unknown service {}, limit rejects {}, REJ sent {} received {}, retransmits {}, timeouts {}",
+                c.mads_rx,
+                c.mads_tx,
+                c.bad_mads,
+                c.bad_qkey,
+                c.established,
+                c.unknown_service,
+                c.limit_rejects,
+                c.rejects_sent,
+                c.rejects_received,
+                c.retransmits,
+                c.timeouts
+            );
+        }
         for s in &h.services {
             println!(
                 "  service {} {} port {} peer {} state {} (sent {} received {}): sessions ok {} failed {}, last {} iterations ({} verified){}",

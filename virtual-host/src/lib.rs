@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod endpoint;
 pub mod iwarp;
 pub mod perftest;
 pub mod pingpong;
@@ -483,7 +484,7 @@ impl VirtualHost {
             .position(|s| s.id() == id)
             .ok_or(HostError::NoSuchService(id))?;
         let mut s = self.services.remove(i);
-        s.teardown(&mut self.sockets, &mut self.rdma);
+        s.teardown(&mut self.sockets, &mut self.rdma, now);
         self.process(now);
         Ok(())
     }
@@ -675,6 +676,11 @@ impl VirtualHost {
 }
 
 impl VirtualHost {
+    /// Counters of the GSI agent (QP1) and of the IB CM behind it.
+    pub fn cm_counters(&self) -> (rdma::GsiCounters, ib_cm::CmCounters) {
+        (self.rdma.gsi_counters(), self.rdma.cm_counters())
+    }
+
     /// iWARP counters summed over the running services.
     pub fn iwarp_counters(&self) -> iwarp::IwarpCounters {
         let mut c = iwarp::IwarpCounters::default();

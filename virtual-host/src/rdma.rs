@@ -2,13 +2,15 @@
 //! IPv4, memory regions, and the small IPv4 → MAC cache RoCE frames need.
 
 use crate::{HostCounters, HostError, HostLimits};
+use ib_cm::{CmConfig, CmCounters, CmEvent, CmManager, ConnId, ConnectParams, LocalQp};
 use roce_model::wire::{EthernetHeader, Ipv4Header, UdpHeader, ETHERTYPE_IPV4, ROCE_V2_PORT};
 use roce_model::{
     Access, Completion, IcrcScope, Memory, NetLayer, ProtectionDomain, QpAttr, QpCaps, QpState,
     QueuePair, RecvWr, RoceFrame, SendWr,
 };
-use std::collections::{BTreeMap, VecDeque};
-use std::net::Ipv4Addr;
+use roce_model::{Deth, Opcode, PacketBuilder};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 /// Neighbours remembered for RoCE traffic.
@@ -18,6 +20,30 @@ const NEIGHBOR_LIMIT: usize = 64;
 const ARP_RETRY: Duration = Duration::from_millis(200);
 /// Longest a retired QP lingers to finish sending.
 const RETIRE_GRACE: Duration = Duration::from_secs(2);
+
+/// CM events waiting for their services; more are dropped (counted).
+const CM_EVENT_LIMIT: usize = 256;
+/// The GSI QP number.
+pub const GSI_QPN: u32 = 1;
+
+/// Counters of the GSI agent (QP1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GsiCounters {
+    /// MADs received on QP1 (UD SEND_ONLY with the GSI Q_Key).
+    pub mads_rx: u64,
+    /// MADs sent from QP1.
+    pub mads_tx: u64,
+    /// Packets to QP1 that were not UD SEND_ONLY.
+    pub not_ud_send: u64,
+    /// Packets to QP1 with a Q_Key other than 0x80010000.
+    pub bad_qkey: u64,
+    /// MADs the CM refused (truncated, not CM, unknown attribute …).
+    pub bad_mads: u64,
+    /// MADs dropped for want of the peer's MAC (the CM resends).
+    pub no_neighbor: u64,
+    /// CM events dropped because no service took them.
+    pub events_dropped: u64,
+}
 
 /// A queue pair with its path.
 struct QpEntry {
@@ -85,6 +111,18 @@ pub struct RdmaDevice {
     retiring: Vec<(u32, Instant)>,
     ident: u16,
     pub(crate) neighbors: Neighbors,
+    /// The IB CM behind the GSI QP.
+    cm: CmManager,
+    /// Listening service ID → owning service.
+    cm_listeners: HashMap<u64, u32>,
+    /// Connection → owning service.
+    cm_owner: HashMap<ConnId, u32>,
+    /// QPN → its CM connection (first packet before the RTU establishes it).
+    cm_qps: HashMap<u32, ConnId>,
+    /// Events for services: (owner, event).
+    cm_events: VecDeque<(u32, CmEvent)>,
+    gsi_psn: u32,
+    gsi: GsiCounters,
 }
 
 impl RdmaDevice {
@@ -104,7 +142,265 @@ impl RdmaDevice {
             retiring: Vec::new(),
             ident: seed as u16,
             neighbors: Neighbors::default(),
+            cm: CmManager::new(
+                CmConfig {
+                    local_ca_guid: ca_guid(mac),
+                    max_connections: limits.max_qps,
+                    ..CmConfig::default()
+                },
+                (seed as u32) | 0x1000,
+            ),
+            cm_listeners: HashMap::new(),
+            cm_owner: HashMap::new(),
+            cm_qps: HashMap::new(),
+            cm_events: VecDeque::new(),
+            gsi_psn: (seed as u32) & 0xff_ffff,
+            gsi: GsiCounters::default(),
         }
+    }
+
+    /// The host's address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    /// GSI agent counters.
+    pub fn gsi_counters(&self) -> GsiCounters {
+        self.gsi
+    }
+
+    /// CM counters.
+    pub fn cm_counters(&self) -> CmCounters {
+        self.cm.counters().clone()
+    }
+
+    /// Accept CM REQs for `service_id` on behalf of service `owner`.
+    pub fn cm_listen(&mut self, service_id: u64, owner: u32) -> Result<(), HostError> {
+        self.cm
+            .listen(service_id)
+            .map_err(|e| HostError::Invalid(e.to_string()))?;
+        self.cm_listeners.insert(service_id, owner);
+        Ok(())
+    }
+
+    /// Drops everything CM-related of service `owner`: its listeners
+    /// and its connections' bookkeeping (connections still open are
+    /// disconnected).
+    pub fn cm_release_owner(&mut self, owner: u32, now: Instant) {
+        let sids: Vec<u64> = self
+            .cm_listeners
+            .iter()
+            .filter(|(_, &o)| o == owner)
+            .map(|(&s, _)| s)
+            .collect();
+        for sid in sids {
+            self.cm.unlisten(sid);
+            self.cm_listeners.remove(&sid);
+        }
+        let conns: Vec<ConnId> = self
+            .cm_owner
+            .iter()
+            .filter(|(_, &o)| o == owner)
+            .map(|(&c, _)| c)
+            .collect();
+        for c in conns {
+            let _ = self.cm.disconnect(c, now);
+            self.cm_owner.remove(&c);
+        }
+        self.cm_events.retain(|e| e.0 != owner);
+    }
+
+    /// Starts an active CM connection for service `owner`.
+    pub fn cm_connect(
+        &mut self,
+        peer: Ipv4Addr,
+        params: ConnectParams,
+        owner: u32,
+        qpn: u32,
+        now: Instant,
+    ) -> Result<ConnId, HostError> {
+        let c = self
+            .cm
+            .connect(IpAddr::V4(peer), params, now)
+            .map_err(|e| HostError::Rdma(format!("CM connect: {e}")))?;
+        self.cm_owner.insert(c, owner);
+        self.cm_qps.insert(qpn, c);
+        Ok(c)
+    }
+
+    /// Accepts a connection request with QP `qpn`.
+    pub fn cm_accept(
+        &mut self,
+        conn: ConnId,
+        local: LocalQp,
+        now: Instant,
+    ) -> Result<(), HostError> {
+        let qpn = local.qpn;
+        self.cm
+            .accept(conn, local, now)
+            .map_err(|e| HostError::Rdma(format!("CM accept: {e}")))?;
+        self.cm_qps.insert(qpn, conn);
+        Ok(())
+    }
+
+    /// Rejects a connection request.
+    pub fn cm_reject(&mut self, conn: ConnId, reason: u16) {
+        let _ = self.cm.reject(conn, reason);
+        self.cm_owner.remove(&conn);
+    }
+
+    /// Disconnects (DREQ) or abandons a connection in setup (REJ).
+    pub fn cm_disconnect(&mut self, conn: ConnId, now: Instant) {
+        let _ = self.cm.disconnect(conn, now);
+        self.route_cm_events();
+    }
+
+    /// The next CM event for service `owner`.
+    pub fn cm_poll_event(&mut self, owner: u32) -> Option<CmEvent> {
+        let i = self.cm_events.iter().position(|e| e.0 == owner)?;
+        self.cm_events.remove(i).map(|e| e.1)
+    }
+
+    /// Moves the CM's events to their services' queues.
+    fn route_cm_events(&mut self) {
+        while let Some(e) = self.cm.poll_event() {
+            let owner = match &e {
+                CmEvent::ConnectRequest {
+                    conn, service_id, ..
+                } => match self.cm_listeners.get(service_id) {
+                    Some(&o) => {
+                        self.cm_owner.insert(*conn, o);
+                        Some(o)
+                    }
+                    None => {
+                        let _ = self
+                            .cm
+                            .reject(*conn, ib_cm::reject_reason::INVALID_SERVICE_ID);
+                        None
+                    }
+                },
+                CmEvent::Established { conn, .. } => self.cm_owner.get(conn).copied(),
+                CmEvent::Rejected { conn, .. }
+                | CmEvent::Disconnected { conn }
+                | CmEvent::Failed { conn, .. } => {
+                    let c = *conn;
+                    self.cm_qps.retain(|_, v| *v != c);
+                    self.cm_owner.remove(&c)
+                }
+            };
+            let Some(owner) = owner else { continue };
+            if self.cm_events.len() >= CM_EVENT_LIMIT {
+                self.cm_events.pop_front();
+                self.gsi.events_dropped += 1;
+            }
+            self.cm_events.push_back((owner, e));
+        }
+    }
+
+    /// A UD packet for QP1: a MAD for the CM.
+    fn handle_gsi(&mut self, src: Ipv4Addr, pkt: &roce_model::RocePacket<'_>, now: Instant) {
+        if pkt.bth.opcode != Opcode::UdSendOnly {
+            self.gsi.not_ud_send += 1;
+            return;
+        }
+        if pkt.ext.deth.map(|d| d.qkey) != Some(ib_cm::GSI_QKEY) {
+            self.gsi.bad_qkey += 1;
+            return;
+        }
+        self.gsi.mads_rx += 1;
+        if self
+            .cm
+            .handle_mad(IpAddr::V4(src), pkt.payload, now)
+            .is_err()
+        {
+            self.gsi.bad_mads += 1;
+        }
+        self.route_cm_events();
+    }
+
+    /// Frames a BTH..ICRC packet (ICRC still zero) for `remote`.
+    fn frame(
+        &mut self,
+        mut pkt: Vec<u8>,
+        dst_mac: [u8; 6],
+        remote: Ipv4Addr,
+        sport: u16,
+    ) -> Option<Vec<u8>> {
+        self.ident = self.ident.wrapping_add(1);
+        let udp_len = pkt.len() + UdpHeader::LEN;
+        let total = u16::try_from(udp_len + 20).ok()?;
+        let ip = Ipv4Header {
+            tos: 0,
+            total_len: total,
+            ident: self.ident,
+            flags_frag: Ipv4Header::DF,
+            ttl: 64,
+            protocol: roce_model::wire::IPPROTO_UDP,
+            checksum: 0,
+            src: self.ip.octets(),
+            dst: remote.octets(),
+        }
+        .emit();
+        let udp = UdpHeader {
+            src_port: sport,
+            dst_port: ROCE_V2_PORT,
+            len: udp_len as u16,
+            checksum: 0,
+        }
+        .emit();
+        (IcrcScope::Ipv4 { ip: &ip, udp: &udp })
+            .seal(&mut pkt)
+            .ok()?;
+        let mut f = Vec::with_capacity(14 + 28 + pkt.len());
+        EthernetHeader {
+            dst: dst_mac,
+            src: self.mac,
+            vlan_tci: None,
+            ethertype: ETHERTYPE_IPV4,
+        }
+        .emit(&mut f);
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&udp);
+        f.extend_from_slice(&pkt);
+        Some(f)
+    }
+
+    /// Moves the CM's MADs out as UD SENDs from QP1 to the peers' QP1.
+    fn transmit_mads(
+        &mut self,
+        out: &mut VecDeque<Vec<u8>>,
+        out_limit: usize,
+        arp_for: &mut Vec<Ipv4Addr>,
+    ) -> bool {
+        let mut any = false;
+        while out.len() < out_limit {
+            let Some(m) = self.cm.poll_transmit() else {
+                break;
+            };
+            any = true;
+            let IpAddr::V4(peer) = m.peer else { continue };
+            let Some(dst_mac) = self.neighbors.lookup(peer) else {
+                self.gsi.no_neighbor += 1;
+                arp_for.push(peer);
+                continue;
+            };
+            self.gsi_psn = (self.gsi_psn + 1) & 0xff_ffff;
+            let pkt = PacketBuilder::new(Opcode::UdSendOnly, GSI_QPN, self.gsi_psn)
+                .deth(Deth {
+                    qkey: ib_cm::GSI_QKEY,
+                    src_qp: GSI_QPN,
+                })
+                .payload(&m.mad)
+                .build_unsealed();
+            let Ok(pkt) = pkt else { continue };
+            // rxe varies the source port per flow; any value in its range works.
+            let sport = 0xc000 | (self.gsi_psn as u16 & 0x3fff);
+            if let Some(f) = self.frame(pkt, dst_mac, peer, sport) {
+                out.push_back(f);
+                self.gsi.mads_tx += 1;
+            }
+        }
+        any
     }
 
     /// Queue pairs in use.
@@ -127,6 +423,35 @@ impl RdmaDevice {
     /// returns its lkey (= rkey).
     pub fn register_mr_access(&mut self, len: usize, access: Access) -> Result<u32, HostError> {
         self.register_mr_at(0, len, access)
+    }
+
+    /// Registers a zeroed region of `len` bytes at `iova` with `access`;
+    /// returns its lkey (= rkey).
+    pub fn register_mr_at(
+        &mut self,
+        iova: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<u32, HostError> {
+        if self.mrs.len() >= self.limits.max_mrs {
+            return Err(HostError::Limit {
+                what: "memory regions",
+                limit: self.limits.max_mrs,
+            });
+        }
+        let used: usize = self.mrs.iter().map(|m| m.1).sum();
+        if used.saturating_add(len) > self.limits.max_mr_bytes {
+            return Err(HostError::Limit {
+                what: "registered bytes",
+                limit: self.limits.max_mr_bytes,
+            });
+        }
+        let keys = self
+            .mem
+            .register(self.pd, iova, vec![0u8; len], access)
+            .map_err(|e| HostError::Rdma(e.to_string()))?;
+        self.mrs.push((keys.lkey, len));
+        Ok(keys.lkey)
     }
 
     /// Registers a zeroed region of `len` bytes at `iova` with `access`;
@@ -278,6 +603,11 @@ impl RdmaDevice {
             c.roce_no_qp += 1;
             return;
         }
+        if f.packet.bth.dest_qp == GSI_QPN {
+            self.neighbors.learn(src, f.eth.src);
+            self.handle_gsi(src, &f.packet, now);
+            return;
+        }
         let Some(e) = self.qps.get_mut(&f.packet.bth.dest_qp) else {
             c.roce_no_qp += 1;
             return;
@@ -291,11 +621,19 @@ impl RdmaDevice {
         c.roce_rx += 1;
         if e.qp.handle_packet(&f.packet, now, &mut self.mem).is_err() {
             c.roce_dropped += 1;
+        } else if let Some(&conn) = self.cm_qps.get(&f.packet.bth.dest_qp) {
+            // Data before the RTU: the RTU was lost, the peer is connected.
+            self.cm.notify_established(conn);
+            self.route_cm_events();
         }
     }
 
     /// Runs QP timers.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm.handle_timeout(now);
+            self.route_cm_events();
+        }
         for e in self.qps.values_mut() {
             if e.qp.poll_timeout().is_some_and(|t| t <= now) {
                 e.qp.handle_timeout(now);
@@ -310,6 +648,7 @@ impl RdmaDevice {
             .values()
             .filter_map(|e| e.qp.poll_timeout())
             .chain(retire)
+            .chain(self.cm.poll_timeout())
             .min()
     }
 
@@ -322,8 +661,8 @@ impl RdmaDevice {
         out_limit: usize,
         c: &mut HostCounters,
     ) -> bool {
-        let mut any = false;
         let mut arp_for = Vec::new();
+        let mut any = false;
         for e in self.qps.values_mut() {
             while out.len() < out_limit {
                 let Some(mut pkt) = e.qp.poll_transmit(now, &self.mem) else {
@@ -383,6 +722,9 @@ impl RdmaDevice {
                 c.roce_tx += 1;
             }
         }
+        // MADs after the QPs' packets: the ACK of a last message leaves
+        // before the DREQ that follows it.
+        any |= self.transmit_mads(out, out_limit, &mut arp_for);
         let qps = &mut self.qps;
         self.retiring.retain(|&(qpn, until)| {
             let idle = qps.get(&qpn).is_none_or(|e| e.qp.is_idle());
@@ -415,4 +757,18 @@ pub(crate) fn arp_request(mac: [u8; 6], ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u
     f.extend_from_slice(&[0; 6]);
     f.extend_from_slice(&target.octets());
     f
+}
+
+/// An EUI-64 style CA GUID from the MAC (as rxe derives its node GUID).
+fn ca_guid(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
 }

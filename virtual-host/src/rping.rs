@@ -20,14 +20,17 @@
 //! that ping (a verified ping); our client checks that the sink holds its
 //! source after each ping (the sink is zeroed before it is advertised).
 
+use crate::endpoint::{Endpoint, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::service::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
-use siw::{Access, Completion, Event, Sge, WcOpcode, WcStatus, WorkRequest};
+use ib_cm::CmEvent;
+use roce_model::QpCaps;
+use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
 use smoltcp::wire::IpAddress;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 /// rping's default port.
@@ -43,6 +46,8 @@ pub const MAX_SIZE: u32 = 64 * 1024 - 1;
 pub const INFO_LEN: usize = 16;
 /// A session without progress for this long fails.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Reads/atomics in flight each way (rping asks for 1; room for more).
+const RD_ATOMIC: u8 = 16;
 /// Client reconnect interval while the server is not up.
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a finished connection may take to get its last bytes out.
@@ -172,7 +177,9 @@ struct Stags {
 }
 
 struct Session {
-    ep: IwarpEndpoint,
+    ep: Endpoint,
+    /// The connection came up (a client retries a refused setup).
+    connected: bool,
     peer: Ipv4Addr,
     step: Step,
     stags: Option<Stags>,
@@ -192,8 +199,11 @@ struct Session {
 pub struct Rping {
     id: u32,
     proto: Proto,
+    transport: TransportKind,
     role: Role,
     spec: ServiceSpec,
+    /// The time of the current `step` (for closes deep in completion handling).
+    now: Instant,
     sock: Option<SocketHandle>,
     phase: Phase,
     session: Option<Session>,
@@ -213,6 +223,7 @@ impl Rping {
         id: u32,
         proto: Proto,
         role: Role,
+        transport: TransportKind,
         spec: ServiceSpec,
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
@@ -231,14 +242,19 @@ impl Rping {
             }
             _ => {}
         }
-        let sock = ctx.new_tcp_socket()?;
+        let sock = match transport {
+            TransportKind::Iwarp => Some(ctx.new_tcp_socket()?),
+            TransportKind::Roce => None,
+        };
         let mut r = Rping {
             id,
             proto,
+            transport,
             role,
             connect_deadline: ctx.now + spec.connect_timeout,
+            now: ctx.now,
             spec,
-            sock: Some(sock),
+            sock,
             phase: Phase::Listening,
             session: None,
             retry_at: None,
@@ -250,16 +266,22 @@ impl Rping {
             last_error: None,
             counters: IwarpCounters::default(),
         };
-        match role {
-            Role::Server => {
+        match (role, sock) {
+            (Role::Server, Some(sock)) => {
                 ctx.sockets
                     .get_mut::<Socket>(sock)
                     .listen(r.spec.port)
                     .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", r.spec.port)))?;
             }
-            Role::Client => {
+            (Role::Server, None) => {
+                ctx.rdma
+                    .cm_listen(ib_cm::service_id(ib_cm::RDMA_PS_TCP, r.spec.port), id)?;
+            }
+            (Role::Client, _) => {
                 if let Err(e) = r.connect(ctx) {
-                    ctx.sockets.remove(sock);
+                    if let Some(sock) = sock {
+                        ctx.sockets.remove(sock);
+                    }
                     return Err(e);
                 }
             }
@@ -273,6 +295,29 @@ impl Rping {
     }
 
     fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
+        if self.transport == TransportKind::Roce {
+            let peer = self
+                .spec
+                .peer
+                .ok_or_else(|| HostError::Invalid("a client service needs a peer".into()))?;
+            // rdma_cm picks an ephemeral port for the active side's ID.
+            let src_port = 0x8000 | (ctx.rng.next_u64() as u16 & 0x7fff);
+            let psn = ctx.rng.next_u64() as u32;
+            let ep = RoceEndpoint::connect(
+                ctx.rdma,
+                self.id,
+                peer,
+                self.spec.port,
+                src_port,
+                self.qp_caps(),
+                RD_ATOMIC,
+                psn,
+                self.spec.mtu,
+                ctx.now,
+            )?;
+            self.begin(ctx, Endpoint::Roce(ep), peer);
+            return Ok(());
+        }
         let (peer, sock) = client_target(&self.spec, self.sock)?;
         tcp_connect(ctx, sock, peer, self.spec.port)?;
         self.phase = Phase::Connecting;
@@ -285,15 +330,24 @@ impl Rping {
             .filter(|_| self.phase == Phase::Running)
             .map(|s| s.last_progress + IDLE_TIMEOUT);
         let setup = s.and_then(|s| s.ep.poll_timeout());
+        let linger = self.linger_until;
         let first = s.and_then(|s| s.first_ping_at);
-        [self.retry_at, idle, setup, self.linger_until, first]
+        [self.retry_at, idle, setup, linger, first]
             .into_iter()
             .flatten()
             .min()
     }
 
-    pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, _rdma: &mut RdmaDevice) {
-        self.session = None;
+    pub(crate) fn teardown(
+        &mut self,
+        sockets: &mut SocketSet<'static>,
+        rdma: &mut RdmaDevice,
+        now: Instant,
+    ) {
+        if let Some(mut s) = self.session.take() {
+            s.ep.release(rdma, now);
+        }
+        rdma.cm_release_owner(self.id, now);
         if let Some(h) = self.sock.take() {
             sockets.get_mut::<Socket>(h).abort();
             sockets.remove(h);
@@ -338,8 +392,12 @@ impl Rping {
 
     /// Runs the state machine; returns whether anything changed.
     pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        self.now = ctx.now;
         let before = (self.phase, self.progress_mark());
         let mut moved = false;
+        if self.transport == TransportKind::Roce {
+            moved |= self.dispatch_cm(ctx);
+        }
         match self.phase {
             Phase::Listening => self.step_listen(ctx),
             Phase::Connecting => self.step_connect(ctx),
@@ -357,6 +415,76 @@ impl Rping {
             Phase::Done => {}
         }
         moved || before != (self.phase, self.progress_mark())
+    }
+
+    /// QP sizes for a RoCE session.
+    fn qp_caps(&self) -> QpCaps {
+        let n = match self.proto {
+            Proto::Rping => 4,
+            Proto::Ucmatose => self.spec.iters as usize + 1,
+        };
+        QpCaps {
+            max_send_wr: n.max(4),
+            max_recv_wr: n.max(4),
+            max_sge: 1,
+        }
+    }
+
+    /// RoCE: hands the CM's events to the session or accepts a new one.
+    fn dispatch_cm(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        let mut moved = false;
+        while let Some(e) = ctx.rdma.cm_poll_event(self.id) {
+            moved = true;
+            match e {
+                CmEvent::ConnectRequest {
+                    conn, peer, remote, ..
+                } => {
+                    let IpAddr::V4(peer) = peer else {
+                        ctx.rdma.cm_reject(conn, ib_cm::reject_reason::UNSUPPORTED);
+                        continue;
+                    };
+                    if self.role != Role::Server
+                        || self.phase != Phase::Listening
+                        || self.session.is_some()
+                    {
+                        // One client at a time, as the tools serve.
+                        ctx.rdma
+                            .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
+                        continue;
+                    }
+                    let psn = ctx.rng.next_u64() as u32;
+                    match RoceEndpoint::accept(
+                        ctx.rdma,
+                        conn,
+                        peer,
+                        &remote,
+                        self.qp_caps(),
+                        RD_ATOMIC,
+                        psn,
+                        ctx.now,
+                    ) {
+                        Ok(ep) => self.begin(ctx, Endpoint::Roce(ep), peer),
+                        Err(e) => self.record_failure(ctx, Some(peer), e.to_string()),
+                    }
+                }
+                other => {
+                    let conn = match &other {
+                        CmEvent::Established { conn, .. }
+                        | CmEvent::Rejected { conn, .. }
+                        | CmEvent::Disconnected { conn }
+                        | CmEvent::Failed { conn, .. } => *conn,
+                        CmEvent::ConnectRequest { conn, .. } => *conn,
+                    };
+                    if let Some(s) = self.session.as_mut() {
+                        let rdma = &mut *ctx.rdma;
+                        if let Some(r) = s.ep.roce().filter(|r| r.conn() == conn) {
+                            r.on_cm(rdma, other);
+                        }
+                    }
+                }
+            }
+        }
+        moved
     }
 
     fn progress_mark(&self) -> (u32, u32) {
@@ -387,7 +515,7 @@ impl Rping {
             return;
         };
         let ep = IwarpEndpoint::responder(h, self.engine_config(), ctx.now);
-        self.begin(ctx, ep, peer);
+        self.begin(ctx, Endpoint::Iwarp(Box::new(ep)), peer);
     }
 
     fn step_connect(&mut self, ctx: &mut ServiceCtx<'_>) {
@@ -406,7 +534,7 @@ impl Rping {
         let cfg = self.engine_config();
         // rdma_cm over iWARP: the MPA private data is the application's (none).
         match IwarpEndpoint::initiator(h, cfg, &[], ctx.now) {
-            Ok(ep) => self.begin(ctx, ep, peer),
+            Ok(ep) => self.begin(ctx, Endpoint::Iwarp(Box::new(ep)), peer),
             Err(e) => {
                 self.record_failure(ctx, Some(peer), format!("MPA request: {e}"));
                 self.phase = Phase::Done;
@@ -438,24 +566,37 @@ impl Rping {
     }
 
     /// Registers the buffers, posts the first receive and starts running.
-    fn begin(&mut self, ctx: &mut ServiceCtx<'_>, mut ep: IwarpEndpoint, peer: Ipv4Addr) {
+    fn begin(&mut self, ctx: &mut ServiceCtx<'_>, mut ep: Endpoint, peer: Ipv4Addr) {
         let size = self.spec.size as usize;
-        let c = ep.conn();
-        let mem = c.mem_mut();
-        let stags = Stags {
-            recv: mem.register(vec![0; INFO_LEN], RECV_VA, Access::LOCAL_WRITE),
-            send: mem.register(vec![0; INFO_LEN], SEND_VA, Access::NONE),
+        let rdma = &mut *ctx.rdma;
+        let regs = [
+            (INFO_LEN, RECV_VA, Access::LOCAL_WRITE),
+            (INFO_LEN, SEND_VA, Access::NONE),
             // Server: READ sink and WRITE source. Client: WRITE sink.
-            rdma: mem.register(
-                vec![0; size],
-                RDMA_VA,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-            ),
+            (size, RDMA_VA, Access::LOCAL_WRITE | Access::REMOTE_WRITE),
             // Client: READ source.
-            start: mem.register(vec![0; size], START_VA, Access::REMOTE_READ),
+            (size, START_VA, Access::REMOTE_READ),
+        ];
+        let mut keys = [0u32; 4];
+        let mut reg_error = None;
+        for (k, (len, va, access)) in keys.iter_mut().zip(regs) {
+            match ep.register(rdma, len, va, access) {
+                Ok(key) => *k = key,
+                Err(e) => {
+                    reg_error = Some(format!("register: {e}"));
+                    break;
+                }
+            }
+        }
+        let stags = Stags {
+            recv: keys[0],
+            send: keys[1],
+            rdma: keys[2],
+            start: keys[3],
         };
         let mut s = Session {
             ep,
+            connected: false,
             peer,
             step: Step::Connected,
             stags: None,
@@ -469,9 +610,11 @@ impl Rping {
             first_ping_at: None,
             sent: 0,
         };
+        s.error = reg_error;
         match self.proto {
+            _ if s.error.is_some() => {}
             Proto::Rping => {
-                if let Err(e) = post_recv(&mut s.ep, stags.recv) {
+                if let Err(e) = post_recv(&mut s.ep, rdma, stags.recv) {
                     s.error = Some(e);
                 }
             }
@@ -479,7 +622,8 @@ impl Rping {
                 // All of the tool's receives land in one buffer (`rdma`
                 // here); it posts them before connecting.
                 for _ in 0..self.spec.iters {
-                    let r = s.ep.conn().post_recv(
+                    let r = s.ep.post_recv(
+                        rdma,
                         WR_RECV,
                         Sge {
                             stag: stags.rdma,
@@ -510,36 +654,40 @@ impl Rping {
             s.first_ping_at = None;
             s.last_progress = ctx.now;
             match self.proto {
-                Proto::Rping => self.client_ping(&mut s),
-                Proto::Ucmatose => self.post_messages(&mut s),
+                Proto::Rping => self.client_ping(&mut s, ctx.rdma),
+                Proto::Ucmatose => self.post_messages(&mut s, ctx.rdma),
             }
             moved = true;
         }
         let mut closed = false;
+        let mut refused = false;
         for _ in 0..64 {
-            let mut round = s.ep.pump(ctx.sockets);
-            while let Some(ev) = s.ep.conn().poll_event() {
+            let mut round = s.ep.pump(ctx.sockets, ctx.rdma);
+            while let Some(ev) = s.ep.poll_event() {
                 round = true;
                 s.last_progress = ctx.now;
                 match ev {
-                    Event::ConnectRequest { .. } => {
+                    EpEvent::ConnectRequest => {
                         // rping accepts without private data.
-                        if s.ep.conn().accept(&[]).is_err() {
+                        if s.ep.accept().is_err() {
                             s.error.get_or_insert("accept failed".into());
                         }
                     }
-                    Event::Connected { negotiated, .. } => {
-                        self.counters.connected += 1;
-                        if negotiated.crc {
-                            self.counters.connected_crc += 1;
+                    EpEvent::Connected { crc, qpns } => {
+                        s.connected = true;
+                        if self.transport == TransportKind::Iwarp {
+                            self.counters.connected += 1;
+                            if crc {
+                                self.counters.connected_crc += 1;
+                            }
                         }
                         s.started = ctx.now;
                         self.event(
                             ctx,
                             EventKind::SessionStarted {
                                 peer: s.peer,
-                                qpn: 0,
-                                remote_qpn: 0,
+                                qpn: qpns.0,
+                                remote_qpn: qpns.1,
                             },
                         );
                         // Whoever sends first waits a little (see FIRST_SEND_DELAY;
@@ -553,21 +701,31 @@ impl Rping {
                             s.first_ping_at = Some(ctx.now + FIRST_SEND_DELAY);
                         }
                     }
-                    Event::Rejected { .. } => {
-                        s.error
-                            .get_or_insert("the peer rejected the connection".into());
+                    EpEvent::Rejected(why) => {
+                        if self.role == Role::Client
+                            && self.transport == TransportKind::Roce
+                            && !s.connected
+                        {
+                            // Nobody listens yet (REJ, or no answer): retry.
+                            refused = true;
+                        } else {
+                            s.error.get_or_insert(why);
+                        }
                     }
-                    Event::Completion(c) => self.on_completion(&mut s, c),
-                    Event::Error(e) => {
+                    EpEvent::Completion(c) => self.on_completion(&mut s, ctx.rdma, c),
+                    EpEvent::Iwarp(e) => {
                         self.counters.count(&e);
                         s.error.get_or_insert(format!("iWARP: {e}"));
                     }
-                    Event::Closed => closed = true,
+                    EpEvent::Closed => closed = true,
                 }
+            }
+            if refused {
+                break;
             }
             if s.error.is_some() && !s.closing {
                 s.closing = true;
-                s.ep.conn().close();
+                s.ep.close(ctx.rdma, ctx.now);
                 round = true;
             }
             moved |= round;
@@ -584,9 +742,14 @@ impl Rping {
                 IDLE_TIMEOUT.as_secs(),
                 s.pings
             ));
-            s.ep.conn().close();
-            s.ep.pump(ctx.sockets);
+            s.ep.close(ctx.rdma, ctx.now);
+            s.ep.pump(ctx.sockets, ctx.rdma);
             closed = true;
+        }
+        if refused {
+            s.ep.release(ctx.rdma, ctx.now);
+            self.retry_later(ctx);
+            return true;
         }
         if closed || s.ep.is_finished() {
             self.finish(ctx, s);
@@ -598,14 +761,19 @@ impl Rping {
 
     fn finish(&mut self, ctx: &mut ServiceCtx<'_>, mut s: Session) {
         // Let the last bytes (our FIN, a Terminate) leave.
-        s.ep.pump(ctx.sockets);
+        s.ep.pump(ctx.sockets, ctx.rdma);
+        s.ep.release(ctx.rdma, ctx.now);
         let ok = match (self.proto, self.role) {
             (Proto::Rping, Role::Client) => s.pings >= self.spec.iters && s.error.is_none(),
             // The client ends a session by disconnecting.
             (Proto::Rping, Role::Server) => s.error.is_none() && s.pings > 0,
-            (Proto::Ucmatose, _) => {
+            (Proto::Ucmatose, Role::Server) => {
                 s.error.is_none() && s.pings >= self.spec.iters && s.sent >= self.spec.iters
             }
+            // The server disconnects only once it has all of our messages
+            // (posted when we had all of its), so its disconnect may
+            // overtake the ACK of our last SEND.
+            (Proto::Ucmatose, Role::Client) => s.error.is_none() && s.pings >= self.spec.iters,
         };
         if ok {
             self.sessions_ok += 1;
@@ -648,7 +816,12 @@ impl Rping {
 
     fn step_linger(&mut self, ctx: &mut ServiceCtx<'_>) {
         let Some(h) = self.sock else {
-            self.phase = Phase::Done;
+            // RoCE: the QP retires on its own; the CM handshake is over.
+            self.linger_until = None;
+            self.phase = match self.role {
+                Role::Server => Phase::Listening,
+                Role::Client => Phase::Done,
+            };
             return;
         };
         let sock = ctx.sockets.get_mut::<Socket>(h);
@@ -680,25 +853,24 @@ impl Rping {
     }
 
     /// Client: advertise the source buffer of the next ping.
-    fn client_ping(&mut self, s: &mut Session) {
+    fn client_ping(&mut self, s: &mut Session, dev: &mut RdmaDevice) {
         let Some(st) = s.stags.as_ref() else { return };
         let (start, rdma) = (st.start, st.rdma);
         let size = self.spec.size as usize;
         let buf = ping_buffer(s.pings, size);
-        let mem = s.ep.conn().mem_mut();
-        let r = mem
-            .write(start, START_VA, &buf, Access::NONE)
-            // A fresh sink, so the comparison shows the server's WRITE.
-            .and_then(|_| mem.write(rdma, RDMA_VA, &vec![0; size], Access::NONE));
+        let r =
+            s.ep.mem_write(dev, start, START_VA, &buf)
+                // A fresh sink, so the comparison shows the server's WRITE.
+                .and_then(|_| s.ep.mem_write(dev, rdma, RDMA_VA, &vec![0; size]));
         if r.is_err() {
             s.error.get_or_insert("local buffer".into());
             return;
         }
         s.step = Step::ReadAdv;
-        self.send_info(s, START_VA, start);
+        self.send_info(s, dev, START_VA, start);
     }
 
-    fn send_info(&self, s: &mut Session, addr: u64, rkey: u32) {
+    fn send_info(&self, s: &mut Session, dev: &mut RdmaDevice, addr: u64, rkey: u32) {
         let Some(send) = s.stags.as_ref().map(|t| t.send) else {
             return;
         };
@@ -707,30 +879,26 @@ impl Rping {
             rkey,
             len: self.spec.size,
         };
-        self.send_raw(s, send, &info.encode());
+        self.send_raw(s, dev, send, &info.encode());
     }
 
-    fn send_raw(&self, s: &mut Session, send: u32, msg: &[u8; INFO_LEN]) {
-        let c = s.ep.conn();
-        let r = c
-            .mem_mut()
-            .write(send, SEND_VA, msg, Access::NONE)
-            .map_err(|e| format!("{e:?}"))
-            .and_then(|_| {
-                c.post_send(
-                    WR_SEND,
-                    WorkRequest::Send {
-                        local: Sge {
-                            stag: send,
-                            addr: SEND_VA,
-                            len: INFO_LEN as u32,
-                        },
-                        solicited: false,
-                        invalidate: None,
+    fn send_raw(&self, s: &mut Session, dev: &mut RdmaDevice, send: u32, msg: &[u8; INFO_LEN]) {
+        let ep = &mut s.ep;
+        let r = ep.mem_write(dev, send, SEND_VA, msg).and_then(|_| {
+            ep.post_send(
+                dev,
+                WR_SEND,
+                WorkRequest::Send {
+                    local: Sge {
+                        stag: send,
+                        addr: SEND_VA,
+                        len: INFO_LEN as u32,
                     },
-                )
-                .map_err(|e| e.to_string())
-            });
+                    solicited: false,
+                    invalidate: None,
+                },
+            )
+        });
         if let Err(e) = r {
             s.error.get_or_insert(format!("post send: {e}"));
         }
@@ -738,23 +906,19 @@ impl Rping {
 
     /// ucmatose: post every SEND of the session (the tool's message buffer
     /// is uninitialised; ours carries a counter pattern).
-    fn post_messages(&mut self, s: &mut Session) {
+    fn post_messages(&mut self, s: &mut Session, dev: &mut RdmaDevice) {
         let Some(send_buf) = s.stags.as_ref().map(|t| t.start) else {
             return;
         };
         let size = self.spec.size as usize;
         let fill: Vec<u8> = (0..size).map(|i| i as u8).collect();
-        if s.ep
-            .conn()
-            .mem_mut()
-            .write(send_buf, START_VA, &fill, Access::NONE)
-            .is_err()
-        {
+        if s.ep.mem_write(dev, send_buf, START_VA, &fill).is_err() {
             s.error.get_or_insert("local buffer".into());
             return;
         }
         for _ in 0..self.spec.iters {
-            let r = s.ep.conn().post_send(
+            let r = s.ep.post_send(
+                dev,
                 WR_SEND,
                 WorkRequest::Send {
                     local: Sge {
@@ -773,7 +937,7 @@ impl Rping {
         }
     }
 
-    fn on_ucmatose_completion(&mut self, s: &mut Session, c: Completion) {
+    fn on_ucmatose_completion(&mut self, s: &mut Session, dev: &mut RdmaDevice, c: Completion) {
         let n = self.spec.iters;
         match c.opcode {
             WcOpcode::Recv => {
@@ -788,7 +952,7 @@ impl Rping {
                 s.verified += 1;
                 if self.role == Role::Client && s.pings == n {
                     // The client answers once it has every message.
-                    self.post_messages(s);
+                    self.post_messages(s, dev);
                 }
             }
             WcOpcode::Send => s.sent += 1,
@@ -800,11 +964,11 @@ impl Rping {
         if self.role == Role::Server && s.pings >= n && s.sent >= n && !s.closing {
             // The server disconnects when both directions are done.
             s.closing = true;
-            s.ep.conn().close();
+            s.ep.close(dev, self.now);
         }
     }
 
-    fn on_completion(&mut self, s: &mut Session, c: Completion) {
+    fn on_completion(&mut self, s: &mut Session, dev: &mut RdmaDevice, c: Completion) {
         if s.error.is_some() {
             return;
         }
@@ -818,7 +982,7 @@ impl Rping {
             return;
         }
         if self.proto == Proto::Ucmatose {
-            self.on_ucmatose_completion(s, c);
+            self.on_ucmatose_completion(s, dev, c);
             return;
         }
         let Some(st) = s.stags.as_ref() else { return };
@@ -835,16 +999,14 @@ impl Rping {
                     return;
                 }
                 let info =
-                    s.ep.conn()
-                        .mem()
-                        .read(recv, RECV_VA, INFO_LEN, Access::NONE)
-                        .ok()
+                    s.ep.mem_read(dev, recv, RECV_VA, INFO_LEN)
+                        .as_deref()
                         .and_then(BufInfo::decode);
                 let Some(info) = info else {
                     s.error = Some("cannot read the receive buffer".into());
                     return;
                 };
-                if let Err(e) = post_recv(&mut s.ep, recv) {
+                if let Err(e) = post_recv(&mut s.ep, dev, recv) {
                     s.error = Some(e);
                     return;
                 }
@@ -860,7 +1022,8 @@ impl Rping {
                             return;
                         }
                         s.step = Step::ReadAdv;
-                        let r = s.ep.conn().post_send(
+                        let r = s.ep.post_send(
+                            dev,
                             WR_READ,
                             WorkRequest::Read {
                                 local: Sge {
@@ -879,14 +1042,10 @@ impl Rping {
                     Step::ReadComplete => {
                         // Sink advertised: WRITE the string back.
                         s.step = Step::WriteAdv;
-                        let data =
-                            s.ep.conn()
-                                .mem()
-                                .read(rdma, RDMA_VA, size, Access::NONE)
-                                .map(|d| d.to_vec())
-                                .unwrap_or_default();
+                        let data = s.ep.mem_read(dev, rdma, RDMA_VA, size).unwrap_or_default();
                         let len = data.iter().position(|&b| b == 0).map_or(size, |n| n + 1);
-                        let r = s.ep.conn().post_send(
+                        let r = s.ep.post_send(
+                            dev,
                             WR_WRITE,
                             WorkRequest::Write {
                                 local: Sge {
@@ -912,12 +1071,7 @@ impl Rping {
             (Role::Server, WcOpcode::Read) => {
                 s.step = Step::ReadComplete;
                 let len = s.remote.map_or(0, |r| r.len as usize);
-                let got =
-                    s.ep.conn()
-                        .mem()
-                        .read(rdma, RDMA_VA, len, Access::NONE)
-                        .map(|d| d.to_vec())
-                        .unwrap_or_default();
+                let got = s.ep.mem_read(dev, rdma, RDMA_VA, len).unwrap_or_default();
                 if !self.spec.echo {
                     if got != ping_buffer(s.pings, len) {
                         s.error = Some(format!(
@@ -928,12 +1082,12 @@ impl Rping {
                     }
                     s.verified += 1;
                 }
-                self.send_raw(s, send, &[0; INFO_LEN]);
+                self.send_raw(s, dev, send, &[0; INFO_LEN]);
             }
             (Role::Server, WcOpcode::Write) => {
                 s.step = Step::WriteComplete;
                 s.pings += 1;
-                self.send_raw(s, send, &[0; INFO_LEN]);
+                self.send_raw(s, dev, send, &[0; INFO_LEN]);
             }
             (Role::Client, WcOpcode::Recv) => {
                 if c.byte_len as usize != INFO_LEN {
@@ -943,23 +1097,20 @@ impl Rping {
                     ));
                     return;
                 }
-                if let Err(e) = post_recv(&mut s.ep, recv) {
+                if let Err(e) = post_recv(&mut s.ep, dev, recv) {
                     s.error = Some(e);
                     return;
                 }
                 match s.step {
                     Step::ReadAdv => {
                         s.step = Step::WriteAdv;
-                        self.send_info(s, RDMA_VA, rdma);
+                        self.send_info(s, dev, RDMA_VA, rdma);
                     }
                     Step::WriteAdv => {
                         s.step = Step::WriteComplete;
-                        let mem = s.ep.conn().mem();
-                        let same = matches!(
-                            (mem.read(start, START_VA, size, Access::NONE),
-                             mem.read(rdma, RDMA_VA, size, Access::NONE)),
-                            (Ok(a), Ok(b)) if a == b
-                        );
+                        let a = s.ep.mem_read(dev, start, START_VA, size);
+                        let b = s.ep.mem_read(dev, rdma, RDMA_VA, size);
+                        let same = matches!((a, b), (Some(a), Some(b)) if a == b);
                         if !same {
                             s.error = Some(format!("ping {}: data mismatch", s.pings));
                             return;
@@ -968,9 +1119,9 @@ impl Rping {
                         s.pings += 1;
                         if s.pings >= self.spec.iters {
                             // rdma_disconnect: a graceful close.
-                            s.ep.conn().close();
+                            s.ep.close(dev, self.now);
                         } else {
-                            self.client_ping(s);
+                            self.client_ping(s, dev);
                         }
                     }
                     other => {
@@ -987,17 +1138,17 @@ impl Rping {
     }
 }
 
-fn post_recv(ep: &mut IwarpEndpoint, stag: u32) -> Result<(), String> {
-    ep.conn()
-        .post_recv(
-            WR_RECV,
-            Sge {
-                stag,
-                addr: RECV_VA,
-                len: INFO_LEN as u32,
-            },
-        )
-        .map_err(|e| format!("post receive: {e}"))
+fn post_recv(ep: &mut Endpoint, dev: &mut RdmaDevice, stag: u32) -> Result<(), String> {
+    ep.post_recv(
+        dev,
+        WR_RECV,
+        Sge {
+            stag,
+            addr: RECV_VA,
+            len: INFO_LEN as u32,
+        },
+    )
+    .map_err(|e| format!("post receive: {e}"))
 }
 
 #[cfg(test)]

@@ -28,6 +28,14 @@ pub enum ServiceKind {
     UcmatoseServer,
     /// `ucmatose -s PEER` client over iWARP.
     UcmatoseClient,
+    /// `rping -s` over RoCE (rxe): IB CM on QP1, then an RC QP.
+    RpingServerRoce,
+    /// `rping -c` over RoCE towards `peer`.
+    RpingClientRoce,
+    /// `ucmatose` server over RoCE.
+    UcmatoseServerRoce,
+    /// `ucmatose -s PEER` client over RoCE.
+    UcmatoseClientRoce,
     /// perftest `ib_write_bw` server (RC, TCP exchange with a GID).
     WriteBwServer,
     /// perftest `ib_send_bw` server (RC, TCP exchange with a GID).
@@ -48,7 +56,7 @@ pub enum ServiceKind {
 
 impl ServiceKind {
     /// Every kind, for help texts.
-    pub const ALL: [ServiceKind; 14] = [
+    pub const ALL: [ServiceKind; 18] = [
         ServiceKind::PingpongServer,
         ServiceKind::PingpongClient,
         ServiceKind::WriteBwServer,
@@ -63,6 +71,10 @@ impl ServiceKind {
         ServiceKind::RpingClient,
         ServiceKind::UcmatoseServer,
         ServiceKind::UcmatoseClient,
+        ServiceKind::RpingServerRoce,
+        ServiceKind::RpingClientRoce,
+        ServiceKind::UcmatoseServerRoce,
+        ServiceKind::UcmatoseClientRoce,
     ];
 
     /// Whether the kind connects out (needs a peer).
@@ -76,6 +88,8 @@ impl ServiceKind {
                 | ServiceKind::AtomicBwClient
                 | ServiceKind::RpingClient
                 | ServiceKind::UcmatoseClient
+                | ServiceKind::RpingClientRoce
+                | ServiceKind::UcmatoseClientRoce
         )
     }
 }
@@ -89,6 +103,10 @@ impl fmt::Display for ServiceKind {
             ServiceKind::RpingClient => "rping-client",
             ServiceKind::UcmatoseServer => "ucmatose-server",
             ServiceKind::UcmatoseClient => "ucmatose-client",
+            ServiceKind::RpingServerRoce => "rping-server-roce",
+            ServiceKind::RpingClientRoce => "rping-client-roce",
+            ServiceKind::UcmatoseServerRoce => "ucmatose-server-roce",
+            ServiceKind::UcmatoseClientRoce => "ucmatose-client-roce",
             ServiceKind::WriteBwServer => "write-bw-server",
             ServiceKind::SendBwServer => "send-bw-server",
             ServiceKind::ReadBwServer => "read-bw-server",
@@ -183,10 +201,14 @@ impl ServiceSpec {
         }
         use crate::rping::{DEFAULT_PORT, DEFAULT_SIZE, UCMATOSE_PORT, UCMATOSE_SIZE};
         let (port, size, iters) = match kind {
-            ServiceKind::RpingServer | ServiceKind::RpingClient => (DEFAULT_PORT, DEFAULT_SIZE, 10),
-            ServiceKind::UcmatoseServer | ServiceKind::UcmatoseClient => {
-                (UCMATOSE_PORT, UCMATOSE_SIZE, 10)
-            }
+            ServiceKind::RpingServer
+            | ServiceKind::RpingClient
+            | ServiceKind::RpingServerRoce
+            | ServiceKind::RpingClientRoce => (DEFAULT_PORT, DEFAULT_SIZE, 10),
+            ServiceKind::UcmatoseServer
+            | ServiceKind::UcmatoseClient
+            | ServiceKind::UcmatoseServerRoce
+            | ServiceKind::UcmatoseClientRoce => (UCMATOSE_PORT, UCMATOSE_SIZE, 10),
             _ => (18515, 4096, 1000),
         };
         ServiceSpec {
@@ -291,15 +313,24 @@ impl Service {
             ServiceKind::RpingServer
             | ServiceKind::RpingClient
             | ServiceKind::UcmatoseServer
-            | ServiceKind::UcmatoseClient => {
+            | ServiceKind::UcmatoseClient
+            | ServiceKind::RpingServerRoce
+            | ServiceKind::RpingClientRoce
+            | ServiceKind::UcmatoseServerRoce
+            | ServiceKind::UcmatoseClientRoce => {
+                use crate::endpoint::TransportKind as T;
                 use crate::rping::{Proto, Role as R};
-                let (proto, role) = match spec.kind {
-                    ServiceKind::RpingServer => (Proto::Rping, R::Server),
-                    ServiceKind::RpingClient => (Proto::Rping, R::Client),
-                    ServiceKind::UcmatoseServer => (Proto::Ucmatose, R::Server),
-                    _ => (Proto::Ucmatose, R::Client),
+                let (proto, role, transport) = match spec.kind {
+                    ServiceKind::RpingServer => (Proto::Rping, R::Server, T::Iwarp),
+                    ServiceKind::RpingClient => (Proto::Rping, R::Client, T::Iwarp),
+                    ServiceKind::UcmatoseServer => (Proto::Ucmatose, R::Server, T::Iwarp),
+                    ServiceKind::UcmatoseClient => (Proto::Ucmatose, R::Client, T::Iwarp),
+                    ServiceKind::RpingServerRoce => (Proto::Rping, R::Server, T::Roce),
+                    ServiceKind::RpingClientRoce => (Proto::Rping, R::Client, T::Roce),
+                    ServiceKind::UcmatoseServerRoce => (Proto::Ucmatose, R::Server, T::Roce),
+                    _ => (Proto::Ucmatose, R::Client, T::Roce),
                 };
-                Inner::Rping(Rping::start(id, proto, role, spec, ctx)?)
+                Inner::Rping(Rping::start(id, proto, role, transport, spec, ctx)?)
             }
             ServiceKind::WriteBwServer => {
                 Inner::Perftest(PerftestServer::start(id, Verb::Write, spec, ctx)?)
@@ -352,10 +383,15 @@ impl Service {
         }
     }
 
-    pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, rdma: &mut RdmaDevice) {
+    pub(crate) fn teardown(
+        &mut self,
+        sockets: &mut SocketSet<'static>,
+        rdma: &mut RdmaDevice,
+        now: Instant,
+    ) {
         match &mut self.inner {
             Inner::Pingpong(p) => p.teardown(sockets, rdma),
-            Inner::Rping(r) => r.teardown(sockets, rdma),
+            Inner::Rping(r) => r.teardown(sockets, rdma, now),
             Inner::Perftest(w) => w.teardown(sockets, rdma),
             Inner::PerftestClient(c) => c.teardown(sockets, rdma),
         }
