@@ -454,35 +454,6 @@ impl RdmaDevice {
         Ok(keys.lkey)
     }
 
-    /// Registers a zeroed region of `len` bytes at `iova` with `access`;
-    /// returns its lkey (= rkey).
-    pub fn register_mr_at(
-        &mut self,
-        iova: u64,
-        len: usize,
-        access: Access,
-    ) -> Result<u32, HostError> {
-        if self.mrs.len() >= self.limits.max_mrs {
-            return Err(HostError::Limit {
-                what: "memory regions",
-                limit: self.limits.max_mrs,
-            });
-        }
-        let used: usize = self.mrs.iter().map(|m| m.1).sum();
-        if used.saturating_add(len) > self.limits.max_mr_bytes {
-            return Err(HostError::Limit {
-                what: "registered bytes",
-                limit: self.limits.max_mr_bytes,
-            });
-        }
-        let keys = self
-            .mem
-            .register(self.pd, iova, vec![0u8; len], access)
-            .map_err(|e| HostError::Rdma(e.to_string()))?;
-        self.mrs.push((keys.lkey, len));
-        Ok(keys.lkey)
-    }
-
     /// Deregisters a region.
     pub fn deregister_mr(&mut self, lkey: u32) {
         if self.mem.deregister(lkey).is_ok() {
