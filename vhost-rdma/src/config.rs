@@ -415,6 +415,7 @@ struct FileService {
     mtu: Option<u32>,
     connect_timeout_secs: Option<u64>,
     mpa_crc: Option<bool>,
+    rdma_cm: Option<bool>,
 }
 
 impl FileService {
@@ -430,6 +431,7 @@ impl FileService {
             mtu: self.mtu,
             connect_timeout_secs: self.connect_timeout_secs,
             mpa_crc: self.mpa_crc,
+            rdma_cm: self.rdma_cm,
             echo: false,
         }
         .unvalidated_spec()

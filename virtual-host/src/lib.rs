@@ -18,6 +18,7 @@
 
 pub mod iwarp;
 pub mod perftest;
+pub mod perftest_cm;
 pub mod pingpong;
 pub mod rdma;
 pub mod rping;
