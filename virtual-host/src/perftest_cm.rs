@@ -90,12 +90,18 @@ const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 const DATA_RETRY_INTERVAL: Duration = Duration::from_millis(200);
 const DATA_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a finished session waits for the peer to close its side.
-const CLOSE_WAIT: Duration = Duration::from_secs(10);
+const CLOSE_WAIT: Duration = Duration::from_secs(30);
+/// Server: how long the data connection may be silent before we close it
+/// with fewer WRITEs placed than the client reported.
+const DATA_QUIET: Duration = Duration::from_secs(20);
 /// How long a closed socket may take to get its last bytes out.
 const LINGER: Duration = Duration::from_secs(2);
 /// Operations in flight (WRITE/SEND); READs are limited by the ORD.
 const DEPTH: u32 = 64;
 const READ_DEPTH: u32 = 16;
+/// TCP buffers of our sockets (each way): 4 KiB windows make a bulk
+/// transfer crawl.
+const TCP_BUFFER: usize = 16 * 1024;
 /// IRD/ORD we offer: Linux siw's maximum (the tool's READ client asks for
 /// its device maximum).
 const IRD_ORD: u16 = 128;
@@ -272,7 +278,7 @@ impl PerftestCm {
                 "ib_atomic_bw -R: iWARP has no atomics".into(),
             ));
         }
-        let sock = ctx.new_tcp_socket()?;
+        let sock = ctx.new_bulk_tcp_socket(TCP_BUFFER)?;
         let mut p = PerftestCm {
             id,
             verb,
@@ -357,6 +363,9 @@ impl PerftestCm {
             t.extend(s.ctl.ready_at);
             t.extend(s.data_retry_at);
             t.extend(s.items_done.map(|d| d + CLOSE_WAIT));
+            if s.items_done.is_some() && !s.data_closing && self.role == Role::Server {
+                t.push(s.last_progress + DATA_QUIET);
+            }
             if let Some(d) = &s.data {
                 t.extend(d.ep.poll_timeout());
                 t.extend(d.ready_at);
@@ -508,7 +517,7 @@ impl PerftestCm {
             sock.abort();
             return true;
         }
-        let next = match ctx.new_tcp_socket() {
+        let next = match ctx.new_bulk_tcp_socket(TCP_BUFFER) {
             Ok(n) => n,
             Err(e) => {
                 ctx.sockets.get_mut::<Socket>(h).abort();
@@ -1105,8 +1114,10 @@ impl PerftestCm {
             // are in.
             let want = s.their_iters.unwrap_or(0);
             let in_ = u64::from(self.count(s)) >= want || self.verb != Verb::Write;
-            if in_ || ctx.now.saturating_duration_since(t) >= CLOSE_WAIT / 2 {
+            let quiet = ctx.now.saturating_duration_since(t.max(s.last_progress)) >= DATA_QUIET;
+            if in_ || quiet {
                 s.data_closing = true;
+                s.items_done = Some(ctx.now);
                 if let Some(d) = s.data.as_mut() {
                     d.ep.conn().close();
                 }
@@ -1151,7 +1162,9 @@ impl PerftestCm {
             self.their_item(s, &msg)?;
             if s.step == FIRST_DATA_ITEM - 1 {
                 // The tool's server now listens for the data connection.
-                let h = ctx.new_tcp_socket().map_err(|e| e.to_string())?;
+                let h = ctx
+                    .new_bulk_tcp_socket(TCP_BUFFER)
+                    .map_err(|e| e.to_string())?;
                 s.data_sock = Some(h);
                 s.data_deadline = Some(ctx.now + DATA_CONNECT_TIMEOUT);
                 tcp_connect(ctx, h, s.peer, self.spec.port).map_err(|e| e.to_string())?;
@@ -1242,9 +1255,9 @@ impl PerftestCm {
         let data_closed = s.data.as_ref().is_none_or(|d| d.closed);
         let waited = ctx.now.saturating_duration_since(t) >= CLOSE_WAIT;
         match self.role {
-            // We closed the data connection; the tool's exit closes the
-            // control connection.
-            Role::Server => (data_closed && s.ctl.closed) || waited,
+            // We closed the data connection (items_done then restarts the
+            // wait); the tool's exit closes the control connection.
+            Role::Server => s.data_closing && ((data_closed && s.ctl.closed) || waited),
             // The tool's server disconnects the data connection.
             Role::Client => data_closed || waited,
         }

@@ -92,7 +92,7 @@ fn pair(
         &mut a,
         &mut b,
         &mut now,
-        Duration::from_secs(15),
+        Duration::from_secs(40),
         0,
         is_tcp,
         |_, _| false,
