@@ -757,6 +757,25 @@ mod tests {
     }
 
     #[test]
+    fn rdma_cm_and_mpa_crc_reach_the_service_spec() {
+        let c = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"send-bw-server\"\nrdma-cm = true\nmpa-crc = true\nport = 18522\n",
+        )
+        .unwrap();
+        let s = &c.hosts[0].services[0];
+        assert!(s.rdma_cm && s.mpa_crc);
+        assert_eq!(s.port, 18522);
+        // rdma-cm is for the perftest services only.
+        let e = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"rping-server\"\nrdma-cm = true\n",
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("rdma-cm"), "{e:#}");
+    }
+
+    #[test]
     fn duplicates_are_refused() {
         let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
