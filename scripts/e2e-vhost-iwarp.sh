@@ -114,7 +114,7 @@ E2E_NAME=e2e-vhost-iwarp
 . "$HERE/lib-e2e.sh"
 e2e_prepare
 
-GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 GMAC=52:54:00:77:00:01
+GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 HOST2_IP=10.77.0.11 GMAC=52:54:00:77:00:01
 d="$logdir"
 
 # ---- guest job
@@ -199,6 +199,13 @@ mpa-crc = $crc
 EOF
     done
 done
+# The perftest -R clients run on a second host (a host runs at most 16
+# services).
+cat >>"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh2"
+address = "$HOST2_IP/24"
+EOF
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
@@ -218,21 +225,22 @@ fi
 # control socket; they retry every second until the guest's tool listens.
 specs=()
 if ((do_rping)); then
-    specs+=("rping-client --port 7174 --size $size --iters $count" "rping-client --port 7175 --size $size --mpa-crc --iters $count"
-        "ucmatose-client --port 7471 --iters $count")
+    specs+=("vh rping-client --port 7174 --size $size --iters $count" "vh rping-client --port 7175 --size $size --mpa-crc --iters $count"
+        "vh ucmatose-client --port 7471 --iters $count")
 fi
 if ((do_perf)); then
     for v in "${BW_VERBS[@]}"; do
-        specs+=("$v-bw-client --rdma-cm --port ${GS_PORT[$v]} --size $bw_size --iters $bw_iters"
-            "$v-bw-client --rdma-cm --port $((GS_PORT[$v] + 10)) --size $bw_size --iters $bw_iters --mpa-crc")
+        specs+=("vh2 $v-bw-client --rdma-cm --port ${GS_PORT[$v]} --size $bw_size --iters $bw_iters"
+            "vh2 $v-bw-client --rdma-cm --port $((GS_PORT[$v] + 10)) --size $bw_size --iters $bw_iters --mpa-crc")
     done
 fi
 for spec in "${specs[@]}"; do
     # shellcheck disable=SC2086
-    if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec --peer "$GUEST_IP" \
+    # "HOST KIND OPTIONS..."
+    if ! "$DAEMON" ctl --control "$d/ctl.sock" host "${spec%% *}" start ${spec#* } --peer "$GUEST_IP" \
             --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1; then
         cat "$d/ctl-start.txt" >&2
-        fail_all "ctl host vh start $spec failed"
+        fail_all "ctl host $spec failed"
     fi
 done
 cat "$d/ctl-start.txt"
