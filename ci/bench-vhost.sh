@@ -12,7 +12,7 @@
 # (MiB/s as perftest's "BW average[MiB/sec]", msg/s, guest CPU s per GiB on
 # the client and on the server side) and the messages the host counted.
 #
-#   ci/bench-vhost.sh                       # release build, 7.3, 64 KiB x 2000
+#   ci/bench-vhost.sh                       # release build, 7.3, 64 KiB x 1000
 #   ci/bench-vhost.sh --no-build --size 4096 --iters 5000
 set -uo pipefail
 
@@ -29,7 +29,10 @@ Usage: ${0##*/} [options]
   --qemu PATH        QEMU; default: scripts/setup-qemu.sh
   --accel A          auto (default), kvm or tcg
   --size N           ib_write_bw -s (default 65536)
-  --iters N          ib_write_bw -n (default 2000)
+  --iters N          ib_write_bw -n (default 1000)
+  --qp-timeout N     ib_write_bw -u, both runs (default 20, ~4 s: a TCG guest can
+                     stall longer than the default 67 ms and rxe then fails the
+                     run with RETRY_EXC_ERR)
   --timeout SECS     guest boot to result (default 1800)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
@@ -37,7 +40,7 @@ Usage: ${0##*/} [options]
 EOF
 }
 
-build=1 profile=release image="" qemu="" accel=auto size=65536 iters=2000 timeout=1800 logdir="" keep_logs=0
+qp_timeout=20 build=1 profile=release image="" qemu="" accel=auto size=65536 iters=1000 timeout=1800 logdir="" keep_logs=0
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -47,6 +50,7 @@ while (($#)); do
         --accel) accel="$2"; shift 2 ;;
         --size) size="$2"; shift 2 ;;
         --iters) iters="$2"; shift 2 ;;
+        --qp-timeout) qp_timeout="$2"; shift 2 ;;
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
@@ -56,6 +60,7 @@ while (($#)); do
 done
 
 E2E_NAME=bench-vhost
+HERE="$ROOT/scripts"  # lib-e2e.sh finds build-guest-image.sh / setup-qemu.sh there
 # shellcheck source=scripts/lib-e2e.sh
 . "$ROOT/scripts/lib-e2e.sh"
 e2e_prepare
@@ -98,7 +103,7 @@ cat >>"$d/a.sh" <<EOF
 echo "== \$VR_NAME: kernel \$(uname -r)"
 rxe_up $A_IP
 s0=\$(cpu_sample)
-timeout $timeout ib_write_bw -d rxe0 -x \$gidx -p $G_PORT -n $iters -s $size
+timeout $timeout ib_write_bw -d rxe0 -x \$gidx -u $qp_timeout -p $G_PORT -n $iters -s $size
 rc=\$?
 s1=\$(cpu_sample)
 echo "BENCH target=guest role=server rc=\$rc busy_s=\$(busy_s "\$s0" "\$s1") wall_s=\$(wall_s "\$s0" "\$s1")"
@@ -115,7 +120,7 @@ run() {  # run TARGET PEER PORT
     n=0
     while :; do
         s0=\$(cpu_sample)
-        timeout $timeout ib_write_bw -d rxe0 -x \$gidx -p \$3 -n $iters -s $size \$2 >/tmp/bw.out 2>&1
+        timeout $timeout ib_write_bw -d rxe0 -x \$gidx -u $qp_timeout -p \$3 -n $iters -s $size \$2 >/tmp/bw.out 2>&1
         rc=\$?
         s1=\$(cpu_sample)
         cat /tmp/bw.out
@@ -158,7 +163,7 @@ done
 
 t0=$SECONDS
 "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
-    --net vhost-user --logdir "$d" \
+    --net vhost-user --logdir "$d" --no-fail-fast \
     --guest "a,ip=$A_IP/24,sock=$d/a.sock,mac=$A_MAC,cmd=$d/a.sh" \
     --guest "b,ip=$B_IP/24,sock=$d/b.sock,mac=$B_MAC,cmd=$d/b.sh" 2>&1 | tee "$d/run-guests.log"
 rg=${PIPESTATUS[0]}
@@ -167,9 +172,9 @@ say "guests finished (run-guests exit $rg, $((SECONDS - t0))s)"
 stop_daemon
 
 # The table: the client's perftest row per target, CPU per GiB moved.
-python3 - "$d" "$size" "$iters" "$accel" >"$d/bench.md" <<'PY'
+python3 - "$d" "$size" "$iters" "$accel" "$qp_timeout" >"$d/bench.md" <<'PY'
 import json, re, sys
-d, size, iters, accel = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+d, size, iters, accel, qp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rows = {}
 for g in ("a", "b"):
     try:
@@ -188,7 +193,7 @@ except (OSError, ValueError, KeyError):
 gib = size * iters / 2**30
 f = lambda v, p=2: "?" if v is None else f"{v:.{p}f}"  # noqa: E731
 num = lambda r, k: float(r[k]) if r and r.get(k) not in (None, "") else None  # noqa: E731
-print(f"ib_write_bw -s {size} -n {iters} (RC, rxe, RoCE v2), guest B -> target; accel {accel}; 1 vCPU guests.")
+print(f"ib_write_bw -s {size} -n {iters} -u {qp} (RC, rxe, RoCE v2), guest B -> target; accel {accel}; 1 vCPU guests.")
 print("MiB/s and msg/s: the client's perftest row (BW average, MsgRate); CPU: guest busy seconds "
       "(elapsed - idle) over the run per GiB moved.")
 print()
