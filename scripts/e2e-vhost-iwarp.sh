@@ -22,9 +22,24 @@
 #                           host's ucmatose-server (port 7471, iters = N)
 #   ucmatose-guest-server   ucmatose -C N in the guest; the host's
 #                           ucmatose-client (ctl) connects to it
+#   {write,send,read}-bw-R-guest-client[-crc]
+#                           ib_{write,send,read}_bw -R (rdma_cm) -d siw0 -n I
+#                           -s S HOST in the guest against the host's
+#                           *-bw-server services with rdma-cm = true (config
+#                           file; ports 18521-18523, -crc: 18531-18533 with
+#                           mpa-crc = true)
+#   {write,send,read}-bw-R-guest-server[-crc]
+#                           ib_*_bw -R -d siw0 as server in the guest (ports
+#                           18541-18543, -crc: 18551-18553); the host's
+#                           *-bw-client --rdma-cm [--mpa-crc] (ctl) connects
+#
+# A perftest case passes if the tool exits 0 and prints its result row with
+# I iterations AND the host's service reports a finished session, no failed
+# one, and at least I operations counted (the server: WRITE messages placed,
+# READ requests answered or receives completed; the client: completed ops).
 #
 # rping exits 0 even when it never connected, and ucmatose counts flushed
-# receives as received, so a case passes only if the
+# receives as received, so an rping case passes only if the
 # guest printed >= N verified ping lines (-V compares every echo) AND the
 # daemon's host service reports finished sessions with N pings, N verified
 # and no failed session (the host server checks each buffer it RDMA READs
@@ -36,6 +51,10 @@ HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(ping rping-guest-client rping-guest-client-crc rping-guest-server rping-guest-server-crc
     mpa-crc-negotiated ucmatose-guest-client ucmatose-guest-server)
+BW_VERBS=(write send read)
+for v in "${BW_VERBS[@]}"; do
+    for r in guest-client guest-client-crc guest-server guest-server-crc; do CASES+=("$v-bw-R-$r"); done
+done
 
 usage() {
     cat <<EOF
@@ -47,6 +66,10 @@ Usage: ${0##*/} [options]
   --accel A          auto (default), kvm or tcg (passed to run-guests)
   --count N          rping -C count (default 10)
   --size N           rping -S size (default 64, the tool's default)
+  --bw-iters N       perftest -n (default 200)
+  --bw-size N        perftest -s (default 65536, the tool's default)
+  --only LIST        run only these groups: rping (rping + ucmatose), perftest
+                     (default: rping,perftest); the others are SKIPPED
   --timeout SECS     guest boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
   --keep-logs        keep the logs when everything passed
@@ -57,6 +80,7 @@ EOF
 }
 
 build=1 profile=debug image="" qemu="" accel=auto count=10 size=64 timeout=900 logdir="" keep_logs=0 capture=0
+bw_iters=200 bw_size=65536 only=rping,perftest
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -66,6 +90,9 @@ while (($#)); do
         --accel) accel="$2"; shift 2 ;;
         --count) count="$2"; shift 2 ;;
         --size) size="$2"; shift 2 ;;
+        --bw-iters) bw_iters="$2"; shift 2 ;;
+        --bw-size) bw_size="$2"; shift 2 ;;
+        --only) only="$2"; shift 2 ;;
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
@@ -75,12 +102,19 @@ while (($#)); do
     esac
 done
 
+do_rping=0 do_perf=0
+[[ ,$only, == *,rping,* ]] && do_rping=1
+[[ ,$only, == *,perftest,* ]] && do_perf=1
+# The guest-client ports (CRC off / on) and guest-server ports per verb.
+declare -A GC_PORT=([write]=18521 [send]=18522 [read]=18523)
+declare -A GS_PORT=([write]=18541 [send]=18542 [read]=18543)
+
 E2E_NAME=e2e-vhost-iwarp
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
 e2e_prepare
 
-GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 GMAC=52:54:00:77:00:01
+GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 HOST2_IP=10.77.0.11 GMAC=52:54:00:77:00:01
 d="$logdir"
 
 # ---- guest job
@@ -91,6 +125,7 @@ i=0; until ping -c 1 -W 2 $HOST_IP >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 
 ping -c 3 -W 5 $HOST_IP; echo "VH-RESULT case=ping rc=\$?"
 rdma link add siw0 type siw netdev eth0 || { echo 'E2E-FAIL rdma link add'; exit 11; }
 i=0; until rdma link show siw0/1 2>/dev/null | grep -q 'state ACTIVE'; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL siw0 not ACTIVE'; exit 12; }; sleep 1; done
+if [ $do_rping = 1 ]; then
 echo "== CASE rping-guest-client"
 timeout 300 rping -c -a $HOST_IP -C $count -S $size -v -V; echo "VH-RESULT case=rping-guest-client rc=\$?"
 echo "== CASE rping-guest-client-crc"
@@ -103,6 +138,27 @@ echo "== CASE ucmatose-guest-client"
 timeout 300 ucmatose -s $HOST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-client rc=\$?"
 echo "== CASE ucmatose-guest-server"
 timeout 300 ucmatose -b $GUEST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-server rc=\$?"
+fi
+if [ $do_perf = 1 ]; then
+for crc in '' -crc; do
+    for v in ${BW_VERBS[*]}; do
+        case \$v in write) p=${GC_PORT[write]} ;; send) p=${GC_PORT[send]} ;; *) p=${GC_PORT[read]} ;; esac
+        [ -n "\$crc" ] && p=\$((p + 10))
+        echo "== CASE \$v-bw-R-guest-client\$crc"
+        timeout 600 ib_\${v}_bw -R -d siw0 -p \$p -n $bw_iters -s $bw_size $HOST_IP
+        echo "VH-RESULT case=\$v-bw-R-guest-client\$crc rc=\$?"
+    done
+done
+for crc in '' -crc; do
+    for v in ${BW_VERBS[*]}; do
+        case \$v in write) p=${GS_PORT[write]} ;; send) p=${GS_PORT[send]} ;; *) p=${GS_PORT[read]} ;; esac
+        [ -n "\$crc" ] && p=\$((p + 10))
+        echo "== CASE \$v-bw-R-guest-server\$crc"
+        timeout 600 ib_\${v}_bw -R -d siw0 -p \$p -n $bw_iters -s $bw_size
+        echo "VH-RESULT case=\$v-bw-R-guest-server\$crc rc=\$?"
+    done
+done
+fi
 echo "== CASE end"
 rdma statistic show link siw0/1 2>/dev/null | head -n 5
 exit 0
@@ -127,6 +183,29 @@ mpa-crc = true
 kind = "ucmatose-server"
 iters = $count
 EOF
+# perftest -R servers (rdma-cm = true), CRC off and asked for.
+for v in "${BW_VERBS[@]}"; do
+    for crc in false true; do
+        p=${GC_PORT[$v]}
+        [[ $crc == true ]] && p=$((p + 10))
+        cat >>"$d/vhost.toml" <<EOF
+[[host.service]]
+kind = "$v-bw-server"
+rdma-cm = true
+port = $p
+size = $bw_size
+iters = $bw_iters
+mpa-crc = $crc
+EOF
+    done
+done
+# The perftest -R clients run on a second host (a host runs at most 16
+# services).
+cat >>"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh2"
+address = "$HOST2_IP/24"
+EOF
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
@@ -144,13 +223,24 @@ if ((capture)); then
 fi
 # The host's clients towards the guest's servers: started now through the
 # control socket; they retry every second until the guest's tool listens.
-for spec in "rping-client --port 7174 --size $size" "rping-client --port 7175 --size $size --mpa-crc" \
-    "ucmatose-client --port 7471"; do
+specs=()
+if ((do_rping)); then
+    specs+=("vh rping-client --port 7174 --size $size --iters $count" "vh rping-client --port 7175 --size $size --mpa-crc --iters $count"
+        "vh ucmatose-client --port 7471 --iters $count")
+fi
+if ((do_perf)); then
+    for v in "${BW_VERBS[@]}"; do
+        specs+=("vh2 $v-bw-client --rdma-cm --port ${GS_PORT[$v]} --size $bw_size --iters $bw_iters"
+            "vh2 $v-bw-client --rdma-cm --port $((GS_PORT[$v] + 10)) --size $bw_size --iters $bw_iters --mpa-crc")
+    done
+fi
+for spec in "${specs[@]}"; do
     # shellcheck disable=SC2086
-    if ! "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec --peer "$GUEST_IP" \
-            --iters "$count" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1; then
+    # "HOST KIND OPTIONS..."
+    if ! "$DAEMON" ctl --control "$d/ctl.sock" host "${spec%% *}" start ${spec#* } --peer "$GUEST_IP" \
+            --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1; then
         cat "$d/ctl-start.txt" >&2
-        fail_all "ctl host vh start $spec failed"
+        fail_all "ctl host $spec failed"
     fi
 done
 cat "$d/ctl-start.txt"
@@ -209,6 +299,7 @@ check_rping() {
 }
 # The guest client prints "ping data: rdma-ping-K: ..." after each compared
 # echo; the guest server prints "server ping data: rdma-ping-K: ..." per ping.
+if ((do_rping)); then
 check_rping rping-guest-client '^ping data: rdma-ping-' rping-server 7174 1 "guest client, host server"
 check_rping rping-guest-client-crc '^ping data: rdma-ping-' rping-server 7175 1 "guest client, host server asking for MPA CRC"
 check_rping rping-guest-server '^server ping data: rdma-ping-' rping-client 7174 1 "guest server, host client"
@@ -230,17 +321,58 @@ check_ucmatose() {
         record FAIL "$c" "${j%; } (logs: $d)"
     fi
 }
-# The two CRC cases must have negotiated CRC: the host counts its
-# connections with CRC (nothing else asks for it).
-crc_conns="$(python3 -c 'import json,sys; print(sum(h.get("iwarp", {}).get("connected-crc", 0) for h in json.load(open(sys.argv[1]))))' "$d/hosts.json" 2>/dev/null)"
-say "host iWARP connections with MPA CRC: ${crc_conns:-?} (want 2)"
-if [[ ${crc_conns:-0} != 2 ]]; then
-    record FAIL mpa-crc-negotiated "host reports ${crc_conns:-no} iWARP connections with CRC, want 2 (logs: $d)"
-else
-    record PASS mpa-crc-negotiated "2 of the host's iWARP connections ran with MPA CRC (the two -crc cases)"
-fi
 check_ucmatose ucmatose-guest-client ucmatose-server "guest client, host server"
 check_ucmatose ucmatose-guest-server ucmatose-client "guest server, host client"
+else
+    for c in rping-guest-client rping-guest-client-crc rping-guest-server rping-guest-server-crc \
+        ucmatose-guest-client ucmatose-guest-server; do
+        record SKIP "$c" "--only $only"
+    done
+fi
+
+# perftest -R: the tool's exit status and its result row (size, iterations,
+# BW peak, BW average, message rate), and the host service's finished
+# session with at least I operations counted, no failed session.
+check_bw_cm() {  # check_bw_cm CASE HOST_KIND PORT
+    local c=$1 kind=$2 port=$3 rc row ok bad it ver err why=() j
+    rc="$(guest_rc "$c")"
+    row="$(case_out "$c" |
+        grep -E "^[[:space:]]*$bw_size[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
+        tail -n 1 | tr -s ' \t' ' ')"
+    read -r ok bad it ver err <<<"$(host_service "$kind" "$port")"
+    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+    [[ -n $row ]] || why+=("no result row")
+    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $kind:$port: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
+    [[ ${it:-0} -ge $bw_iters ]] || why+=("host $kind:$port: ${it:-0} operations, want >= $bw_iters")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "row '$row'; host $kind:$port counted $it"
+    else
+        printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+for v in "${BW_VERBS[@]}"; do
+    if ((do_perf)); then
+        check_bw_cm "$v-bw-R-guest-client" "$v-bw-server" "${GC_PORT[$v]}"
+        check_bw_cm "$v-bw-R-guest-client-crc" "$v-bw-server" "$((GC_PORT[$v] + 10))"
+        check_bw_cm "$v-bw-R-guest-server" "$v-bw-client" "${GS_PORT[$v]}"
+        check_bw_cm "$v-bw-R-guest-server-crc" "$v-bw-client" "$((GS_PORT[$v] + 10))"
+    else
+        for r in guest-client guest-client-crc guest-server guest-server-crc; do record SKIP "$v-bw-R-$r" "--only $only"; done
+    fi
+done
+
+# The CRC cases must have negotiated CRC: the host counts its connections
+# with CRC (nothing else asks for it): 1 per rping case, 2 (control and
+# data) per perftest case.
+want_crc=$((2 * do_rping + 12 * do_perf))
+crc_conns="$(python3 -c 'import json,sys; print(sum(h.get("iwarp", {}).get("connected-crc", 0) for h in json.load(open(sys.argv[1]))))' "$d/hosts.json" 2>/dev/null)"
+say "host iWARP connections with MPA CRC: ${crc_conns:-?} (want $want_crc)"
+if [[ ${crc_conns:-0} != "$want_crc" ]]; then
+    record FAIL mpa-crc-negotiated "host reports ${crc_conns:-no} iWARP connections with CRC, want $want_crc (logs: $d)"
+else
+    record PASS mpa-crc-negotiated "$want_crc of the host's iWARP connections ran with MPA CRC (the -crc cases)"
+fi
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'
     echo "--- daemon log tail:"; tail -n 20 "$d/daemon.log" | sed 's/^/    /'

@@ -332,6 +332,22 @@ pub struct Connection {
     crc: bool,
     events: VecDeque<Event>,
     hdr_scratch: Vec<u8>,
+    peer_ops: PeerOps,
+}
+
+/// Remote operations the peer ran on this side's memory: tagged messages
+/// leave no completion here, so a responder that wants to count what the
+/// peer did (a benchmark server) reads these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerOps {
+    /// RDMA Write messages fully placed (last segment arrived).
+    pub writes: u64,
+    /// Bytes placed by RDMA Writes.
+    pub write_bytes: u64,
+    /// RDMA Read Requests accepted (each is answered with a response).
+    pub read_requests: u64,
+    /// Bytes asked for by those Read Requests.
+    pub read_bytes: u64,
 }
 
 impl Connection {
@@ -368,6 +384,7 @@ impl Connection {
             crc: false,
             events: VecDeque::new(),
             hdr_scratch: Vec::with_capacity(64),
+            peer_ops: PeerOps::default(),
             cfg,
         }
     }
@@ -413,6 +430,11 @@ impl Connection {
     /// Memory regions.
     pub fn mem(&self) -> &MemTable {
         &self.mem
+    }
+
+    /// What the peer's RDMA Writes and Read Requests did here so far.
+    pub fn peer_ops(&self) -> PeerOps {
+        self.peer_ops
     }
 
     /// Memory regions, mutable (register, invalidate, access buffers).
@@ -823,6 +845,10 @@ impl Connection {
             .checked_add(p.len() as u64)
             .ok_or(Some(TermError::ddp_tagged(ddp_ecode::T_TO_WRAP)))?;
         self.rx_write = if last { None } else { Some((stag, next)) };
+        self.peer_ops.write_bytes += p.len() as u64;
+        if last {
+            self.peer_ops.writes += 1;
+        }
         Ok(())
     }
 
@@ -997,6 +1023,8 @@ impl Connection {
         }
         self.rx_msn[qn::READ_REQUEST as usize] =
             self.rx_msn[qn::READ_REQUEST as usize].wrapping_add(1);
+        self.peer_ops.read_requests += 1;
+        self.peer_ops.read_bytes += u64::from(rr.size);
         self.irq.push_back(IrqEntry {
             sink_stag: rr.sink_stag,
             sink_to: rr.sink_to,

@@ -17,8 +17,8 @@ pub mod mpa;
 pub mod tcp;
 
 pub use conn::{
-    Completion, Config, ConnError, Connection, Event, PostError, Role, Sge, WcOpcode, WcStatus,
-    WorkRequest,
+    Completion, Config, ConnError, Connection, Event, PeerOps, PostError, Role, Sge, WcOpcode,
+    WcStatus, WorkRequest,
 };
 pub use ddp::{Layer, TermError, Terminate};
 pub use mem::{Access, AccessError};

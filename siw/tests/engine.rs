@@ -206,6 +206,19 @@ fn data_transfer(crc: bool, fpdu: usize, seg: usize) {
         &p.b.mem().data(b_recv).unwrap()[..5000],
         &pattern(N, 3)[10..5010]
     );
+    // b counts what a's tagged operations did to its memory (one WRITE
+    // message in many segments, one READ request); a saw none from b.
+    let ops = p.b.peer_ops();
+    assert_eq!(
+        (
+            ops.writes,
+            ops.write_bytes,
+            ops.read_requests,
+            ops.read_bytes
+        ),
+        (1, N as u64, 1, N as u64)
+    );
+    assert_eq!(p.a.peer_ops(), siw::PeerOps::default());
 }
 
 #[test]

@@ -415,6 +415,7 @@ struct FileService {
     mtu: Option<u32>,
     connect_timeout_secs: Option<u64>,
     mpa_crc: Option<bool>,
+    rdma_cm: Option<bool>,
 }
 
 impl FileService {
@@ -430,6 +431,7 @@ impl FileService {
             mtu: self.mtu,
             connect_timeout_secs: self.connect_timeout_secs,
             mpa_crc: self.mpa_crc,
+            rdma_cm: self.rdma_cm,
             echo: false,
         }
         .unvalidated_spec()
@@ -752,6 +754,25 @@ mod tests {
         ] {
             assert!(bad.parse::<HostSpec>().is_err(), "{bad} should fail");
         }
+    }
+
+    #[test]
+    fn rdma_cm_and_mpa_crc_reach_the_service_spec() {
+        let c = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"send-bw-server\"\nrdma-cm = true\nmpa-crc = true\nport = 18522\n",
+        )
+        .unwrap();
+        let s = &c.hosts[0].services[0];
+        assert!(s.rdma_cm && s.mpa_crc);
+        assert_eq!(s.port, 18522);
+        // rdma-cm is for the perftest services only.
+        let e = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"rping-server\"\nrdma-cm = true\n",
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("rdma-cm"), "{e:#}");
     }
 
     #[test]

@@ -131,6 +131,9 @@ pub struct ServiceRequest {
     /// iWARP services: ask for MPA CRC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpa_crc: Option<bool>,
+    /// perftest services: the tool runs with `-R` (rdma_cm over iWARP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_cm: Option<bool>,
     /// Behave like the tool (echo, no checks): for host-to-host tests.
     #[serde(default)]
     pub echo: bool,
@@ -169,6 +172,9 @@ impl ServiceRequest {
         }
         if let Some(v) = self.mpa_crc {
             s.mpa_crc = v;
+        }
+        if let Some(v) = self.rdma_cm {
+            s.rdma_cm = v;
         }
         s.echo = self.echo;
         Ok(s)

@@ -132,9 +132,14 @@ enum HostOp {
         /// Seconds a client keeps retrying while the guest's server is not up.
         #[arg(long)]
         connect_timeout: Option<u64>,
-        /// iWARP services (rping-*): ask for MPA CRC.
+        /// iWARP services (rping-*, ucmatose-*, *-bw-* with --rdma-cm): ask
+        /// for MPA CRC.
         #[arg(long)]
         mpa_crc: bool,
+        /// perftest services ({write,send,read}-bw-*): the tool runs with -R
+        /// (rdma_cm over iWARP, a siw guest) instead of its TCP exchange.
+        #[arg(long)]
+        rdma_cm: bool,
         /// Behave like the tool itself (echo what arrives, check nothing);
         /// for one virtual host against another.
         #[arg(long)]
@@ -247,6 +252,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                     mtu,
                     connect_timeout,
                     mpa_crc,
+                    rdma_cm,
                     echo,
                 } => Request::HostStart {
                     host: name.clone(),
@@ -260,6 +266,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                         mtu,
                         connect_timeout_secs: connect_timeout,
                         mpa_crc: mpa_crc.then_some(true),
+                        rdma_cm: rdma_cm.then_some(true),
                         echo,
                     },
                 },

@@ -82,3 +82,55 @@ fn two_virtual_hosts_run_rping_and_ucmatose_over_iwarp() {
     );
     assert_eq!(srv.iwarp.mpa_errors + srv.iwarp.crc_errors, 0);
 }
+
+#[test]
+fn perftest_rdma_cm_between_two_virtual_hosts() {
+    let dir = TempDir::new("hosts-iwarp-perftest");
+    let port = TestFabric::port_config(dir.path(), 0, 1);
+    let mut server: HostSpec = "srv=10.77.0.10/24".parse().unwrap();
+    let mut spec = virtual_host::ServiceSpec::new(virtual_host::ServiceKind::ReadBwServer);
+    spec.rdma_cm = true;
+    spec.size = 16384;
+    spec.iters = 40;
+    server.services.push(spec);
+    let client: HostSpec = "cli=10.77.0.11/24".parse().unwrap();
+    let ctl = dir.path().join("ctl.sock");
+    let _daemon = Server::start(DaemonConfig {
+        ports: vec![port],
+        hosts: vec![server, client],
+        control: Some(ctl.clone()),
+        ..DaemonConfig::default()
+    })
+    .expect("Server::start");
+    // The client through the control socket, as `ctl host cli start
+    // read-bw-client --rdma-cm --mpa-crc ...` sends it.
+    let r = request(
+        &ctl,
+        &Request::HostStart {
+            host: "cli".into(),
+            service: ServiceRequest {
+                kind: "read-bw-client".into(),
+                peer: Some("10.77.0.10".parse().unwrap()),
+                size: Some(16384),
+                iters: Some(40),
+                mpa_crc: Some(true),
+                rdma_cm: Some(true),
+                ..ServiceRequest::default()
+            },
+        },
+    )
+    .unwrap();
+    assert!(r.ok, "{r:?}");
+    let c = wait_session(&ctl, "cli", "read-bw-client");
+    assert_eq!((c.sessions_ok, c.last_iterations), (1, 40), "{c:?}");
+    let s = wait_session(&ctl, "srv", "read-bw-server");
+    assert_eq!((s.sessions_ok, s.last_iterations), (1, 40), "{s:?}");
+    let hs = virtual_hosts(&ctl);
+    let srv = hs.iter().find(|h| h.name == "srv").unwrap();
+    // Control and data connection, both with CRC (the client asked).
+    assert_eq!(
+        (srv.iwarp.connected, srv.iwarp.connected_crc),
+        (2, 2),
+        "{srv:?}"
+    );
+}

@@ -153,6 +153,11 @@ impl IwarpEndpoint {
         &mut self.conn
     }
 
+    /// What the peer's RDMA Writes and Read Requests did here.
+    pub fn peer_ops(&self) -> siw::PeerOps {
+        self.conn.peer_ops()
+    }
+
     /// The engine's setup deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.conn.poll_timeout()

@@ -19,6 +19,7 @@
 pub mod endpoint;
 pub mod iwarp;
 pub mod perftest;
+pub mod perftest_cm;
 pub mod pingpong;
 pub mod rdma;
 pub mod rping;
@@ -325,6 +326,27 @@ pub struct ServiceCtx<'a> {
 impl ServiceCtx<'_> {
     /// A new TCP socket, within the host's limit.
     pub fn new_tcp_socket(&mut self) -> Result<smoltcp::iface::SocketHandle, HostError> {
+        self.new_tcp_socket_sized(4096)
+    }
+
+    /// A new TCP socket with `buf` bytes of receive and of send buffer and
+    /// no delayed ACKs, for bulk transfers: with a small window, every
+    /// window waits out smoltcp's 10 ms ACK delay.
+    pub fn new_bulk_tcp_socket(
+        &mut self,
+        buf: usize,
+    ) -> Result<smoltcp::iface::SocketHandle, HostError> {
+        let h = self.new_tcp_socket_sized(buf)?;
+        self.sockets
+            .get_mut::<smoltcp::socket::tcp::Socket>(h)
+            .set_ack_delay(None);
+        Ok(h)
+    }
+
+    fn new_tcp_socket_sized(
+        &mut self,
+        buf: usize,
+    ) -> Result<smoltcp::iface::SocketHandle, HostError> {
         if self.sockets.iter().count() >= self.limits.max_tcp_sockets {
             return Err(HostError::Limit {
                 what: "TCP sockets",
@@ -332,8 +354,8 @@ impl ServiceCtx<'_> {
             });
         }
         let s = smoltcp::socket::tcp::Socket::new(
-            smoltcp::socket::tcp::SocketBuffer::new(vec![0u8; 4096]),
-            smoltcp::socket::tcp::SocketBuffer::new(vec![0u8; 4096]),
+            smoltcp::socket::tcp::SocketBuffer::new(vec![0u8; buf]),
+            smoltcp::socket::tcp::SocketBuffer::new(vec![0u8; buf]),
         );
         Ok(self.sockets.add(s))
     }

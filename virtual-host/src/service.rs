@@ -2,6 +2,7 @@
 //! top of the host's TCP sockets and RC queue pairs.
 
 use crate::perftest::{PerftestClient, PerftestServer, Verb};
+use crate::perftest_cm::PerftestCm;
 use crate::pingpong::{Pingpong, Role};
 use crate::rping::Rping;
 use crate::{HostError, RdmaDevice, ServiceCtx};
@@ -161,6 +162,9 @@ pub struct ServiceSpec {
     /// iWARP services: ask for MPA CRC (siw `mpa_crc_required`); a peer
     /// asking for it gets it either way.
     pub mpa_crc: bool,
+    /// perftest services: the tool runs with `-R` (rdma_cm over iWARP, a
+    /// siw guest) instead of its TCP exchange over RoCE.
+    pub rdma_cm: bool,
 }
 
 /// Largest message a service accepts (memory per session is twice this).
@@ -222,6 +226,7 @@ impl ServiceSpec {
             connect_timeout: Duration::from_secs(120),
             echo: false,
             mpa_crc: false,
+            rdma_cm: false,
         }
     }
 
@@ -250,6 +255,22 @@ impl ServiceSpec {
         }
         if !matches!(self.mtu, 256 | 512 | 1024 | 2048 | 4096) {
             return bad(format!("mtu {} (256, 512, 1024, 2048 or 4096)", self.mtu));
+        }
+        if self.rdma_cm
+            && !matches!(
+                self.kind,
+                ServiceKind::WriteBwServer
+                    | ServiceKind::SendBwServer
+                    | ServiceKind::ReadBwServer
+                    | ServiceKind::WriteBwClient
+                    | ServiceKind::SendBwClient
+                    | ServiceKind::ReadBwClient
+            )
+        {
+            return bad(format!(
+                "{}: rdma-cm is for the write/send/read-bw services",
+                self.kind
+            ));
         }
         Ok(())
     }
@@ -289,6 +310,7 @@ enum Inner {
     Perftest(PerftestServer),
     PerftestClient(PerftestClient),
     Rping(Rping),
+    PerftestCm(PerftestCm),
 }
 
 /// A running service.
@@ -304,6 +326,25 @@ impl Service {
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
         let inner = match spec.kind {
+            ServiceKind::WriteBwServer
+            | ServiceKind::SendBwServer
+            | ServiceKind::ReadBwServer
+            | ServiceKind::WriteBwClient
+            | ServiceKind::SendBwClient
+            | ServiceKind::ReadBwClient
+                if spec.rdma_cm =>
+            {
+                use crate::perftest_cm::Role as R;
+                let (verb, role) = match spec.kind {
+                    ServiceKind::WriteBwServer => (Verb::Write, R::Server),
+                    ServiceKind::SendBwServer => (Verb::Send, R::Server),
+                    ServiceKind::ReadBwServer => (Verb::Read, R::Server),
+                    ServiceKind::WriteBwClient => (Verb::Write, R::Client),
+                    ServiceKind::SendBwClient => (Verb::Send, R::Client),
+                    _ => (Verb::Read, R::Client),
+                };
+                Inner::PerftestCm(PerftestCm::start(id, verb, role, spec, ctx)?)
+            }
             ServiceKind::PingpongServer => {
                 Inner::Pingpong(Pingpong::start(id, Role::Server, spec, ctx)?)
             }
@@ -371,6 +412,7 @@ impl Service {
             Inner::Rping(r) => r.step(ctx),
             Inner::Perftest(w) => w.step(ctx),
             Inner::PerftestClient(c) => c.step(ctx),
+            Inner::PerftestCm(c) => c.step(ctx),
         }
     }
 
@@ -380,6 +422,7 @@ impl Service {
             Inner::Rping(r) => r.poll_timeout(),
             Inner::Perftest(w) => w.poll_timeout(),
             Inner::PerftestClient(c) => c.poll_timeout(),
+            Inner::PerftestCm(c) => c.poll_timeout(),
         }
     }
 
@@ -394,6 +437,7 @@ impl Service {
             Inner::Rping(r) => r.teardown(sockets, rdma, now),
             Inner::Perftest(w) => w.teardown(sockets, rdma),
             Inner::PerftestClient(c) => c.teardown(sockets, rdma),
+            Inner::PerftestCm(c) => c.teardown(sockets, rdma),
         }
     }
 
@@ -403,6 +447,7 @@ impl Service {
             Inner::Perftest(w) => w.status(self.id),
             Inner::PerftestClient(c) => c.status(self.id),
             Inner::Rping(r) => r.status(self.id),
+            Inner::PerftestCm(c) => c.status(self.id),
         }
     }
 
@@ -410,6 +455,7 @@ impl Service {
     pub fn iwarp_counters(&self) -> crate::iwarp::IwarpCounters {
         match &self.inner {
             Inner::Rping(r) => r.counters(),
+            Inner::PerftestCm(c) => c.counters(),
             _ => Default::default(),
         }
     }
