@@ -678,12 +678,18 @@ fn packets_for_unknown_qps_or_from_other_addresses_are_dropped_and_counted() {
     let t = rig.target;
     let data = [0x13u8; 32];
     let before = rig.host.counters();
-    for qpn in [0u32, 1, 2, 0xab_cdef, 0xff_ffff, rig.qpn + 1] {
+    let (gsi_before, _) = rig.host.cm_counters();
+    for qpn in [0u32, 2, 0xab_cdef, 0xff_ffff, rig.qpn + 1] {
         let r = rig.send_raw(qpn, RQ_PSN, write_only(BASE, t, 32, &data));
         assert!(r.is_empty(), "QP {qpn:#x}: {r:?}");
     }
     let c = rig.host.counters();
-    assert_eq!(c.roce_no_qp - before.roce_no_qp, 6);
+    assert_eq!(c.roce_no_qp - before.roce_no_qp, 5);
+    // QP1 is the GSI QP: an RC WRITE there is no MAD, dropped and counted.
+    let r = rig.send_raw(1, RQ_PSN, write_only(BASE, t, 32, &data));
+    assert!(r.is_empty(), "QP1: {r:?}");
+    let (gsi, _) = rig.host.cm_counters();
+    assert_eq!(gsi.not_ud_send - gsi_before.not_ud_send, 1, "{gsi:?}");
     // Right QP, wrong source address (spoofed peer on the same link).
     let req = write_only(BASE, t, 32, &data);
     let pkt = req.packet(rig.qpn, RQ_PSN);
@@ -704,7 +710,7 @@ fn packets_for_unknown_qps_or_from_other_addresses_are_dropped_and_counted() {
     .unwrap();
     rig.host.handle_frame(&f, rig.now);
     assert!(rig.replies().is_empty());
-    assert_eq!(rig.host.counters().roce_no_qp - before.roce_no_qp, 7);
+    assert_eq!(rig.host.counters().roce_no_qp - before.roce_no_qp, 6);
     // A bad ICRC.
     let qpn = rig.qpn;
     let mut f = rig.frame_to(qpn, RQ_PSN, &write_only(BASE, t, 32, &data));
