@@ -118,8 +118,9 @@ LOSSY_CELLS = [f"{c}-lossy" for c in LOSSY]
 # link's daemon port down mid-stream and up again 20 s later.
 CELLS["smcr-failover"] = {
     "what": "SMC-Rv2 link failover: two NICs per guest (rxe0/eth0, rxe1/eth1, four daemon ports), the link "
-            "group gets a second link; mid-stream the host takes the busy link's port down (`ctl link down`) "
-            "for 20 s; the 192 MiB stream must complete verified as SMC-R over the other link",
+            "group gets a second link; net.smc.smcr_testlink_time 5 s; mid-stream the host takes the busy link's "
+            "port down (`ctl link down`) for 30 s; the 192 MiB stream must complete verified as SMC-R, carried "
+            "by the other link while the first is down (flows view)",
     "call": "cell_smcr_failover",
     "nics": 2,
     "failover": True,
@@ -474,7 +475,7 @@ class FailoverDriver(threading.Thread):
     the server guest for 3 s), take the daemon port of the busier server NIC
     (a or a1) down with `ctl link down`, and up again after `up_after` s."""
 
-    def __init__(self, daemon_bin, d, up_after=20):
+    def __init__(self, daemon_bin, d, up_after=30):
         super().__init__(daemon=True)
         self.daemon_bin, self.d, self.up_after = daemon_bin, d, up_after
         self.done = threading.Event()
@@ -482,6 +483,7 @@ class FailoverDriver(threading.Thread):
         self.down_port = self.other_port = None
         self.at_down = self.at_up = None
         self.links_down = self.links_up = None
+        self.drops_at_up = None
 
     def smc_links(self):
         """The checker's flows view (`ctl --json flows`) reduced to the RoCE QP connections that carry
@@ -531,6 +533,11 @@ class FailoverDriver(threading.Thread):
             pass
         self.at_up = self.frames()
         self.links_up = self.smc_links()
+        # read while the daemon runs (evidence() is called after it stopped)
+        fl = ctl_json(self.daemon_bin, self.d, "faults", "list") or {}
+        fl = fl.get("faults") or fl
+        self.drops_at_up = next((x.get("drops", 0) for x in fl.get("links", []) if x.get("port") == self.down_port),
+                                None)
         ok = ctl_json(self.daemon_bin, self.d, "link", "up", "--port", self.down_port)
         self.log.append(f"link up --port {self.down_port} after {self.up_after} s ({'ok' if ok is not None else 'ctl failed'})")
 
@@ -543,9 +550,7 @@ class FailoverDriver(threading.Thread):
         if self.down_port is None:
             row["detail"] = "the SMC-R stream's traffic was never seen (>= 500 frames/s for 3 s): no link taken down"
             return row
-        fl = ctl_json(self.daemon_bin, self.d, "faults", "list") or {}
-        fl = fl.get("faults") or fl
-        drops = next((x.get("drops", 0) for x in fl.get("links", []) if x.get("port") == self.down_port), 0)
+        drops = self.drops_at_up or 0
         moved = (self.at_up or {}).get(self.other_port, 0) - (self.at_down or {}).get(self.other_port, 0)
         # The flows view: which SMC-R link (RoCE QP connection, by daemon port) carried CDC messages
         # (the stream's cursor updates) before and while the busy link was down.

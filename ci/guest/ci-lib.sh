@@ -674,6 +674,15 @@ cell_smcr_failover() {
     sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 2>/dev/null ||
         { echo 1 >/proc/sys/net/ipv4/conf/all/arp_ignore; echo 2 >/proc/sys/net/ipv4/conf/all/arp_announce; }
     smc_setup yes
+    # rxe treats the retry count SMC gives its link QPs (7) as infinite, so a
+    # dead link never fails its QP; SMC-R then finds it by TEST_LINK (no
+    # answer within 2 s), sent after smcr_testlink_time without traffic on the
+    # link (default 30 s). 5 s makes the failover happen inside the 30 s the
+    # host keeps the link down.
+    sysctl -qw net.smc.smcr_testlink_time=5 2>/dev/null ||
+        echo 5 >/proc/sys/net/smc/smcr_testlink_time 2>/dev/null ||
+        say "cannot set net.smc.smcr_testlink_time (failover waits for the 30 s default)"
+    say "net.smc.smcr_testlink_time = $(cat /proc/sys/net/smc/smcr_testlink_time 2>/dev/null || echo '?')"
     if ! rdma_dev_up rxe rxe1 eth1; then
         echo "CI-ABORT reason=link-add-rxe1"
         exit 0
