@@ -1203,7 +1203,7 @@ def main():
     summary = f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped"
     n_reruns = sum(len(r.get("reruns", [])) for r in results)
     if n_reruns:
-        summary += f" ({n_reruns} siw cell rerun(s) after a known guest-kernel siw race, listed in results.md)"
+        summary += f" ({n_reruns} cell rerun(s) after a known flake, listed in results.md)"
     cells_failed = [f"{r['kernel']}/{r['cell']}" for r in results if r["status"] == "FAIL"]
     try:
         commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
