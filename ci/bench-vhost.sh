@@ -12,6 +12,12 @@
 # (MiB/s as perftest's "BW average[MiB/sec]", msg/s, guest CPU s per GiB on
 # the client and on the server side) and the messages the host counted.
 #
+# Before the guests boot (so that they do not share the CPU with it) it runs
+# the in-process engine benchmark, `cargo bench -p roce-model --bench engine`
+# (64 B SEND message rate, 64 KiB RDMA WRITE bandwidth engine to engine, and
+# the machine's memcpy bandwidth in the same process), and prints its table
+# beside the guest one (`--no-engine` skips it).
+#
 #   ci/bench-vhost.sh                       # release build, 7.3, 64 KiB x 1000
 #   ci/bench-vhost.sh --no-build --size 4096 --iters 5000
 set -uo pipefail
@@ -24,6 +30,7 @@ usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
   --no-build         do not run cargo build (use existing binaries)
+  --no-engine        skip the in-process engine benchmark
   --profile P        release (default) or debug binaries from \$CARGO_TARGET_DIR/P
   --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
   --qemu PATH        QEMU; default: scripts/setup-qemu.sh
@@ -40,10 +47,11 @@ Usage: ${0##*/} [options]
 EOF
 }
 
-qp_timeout=20 build=1 profile=release image="" qemu="" accel=auto size=65536 iters=1000 timeout=1800 logdir="" keep_logs=0
+engine=1 qp_timeout=20 build=1 profile=release image="" qemu="" accel=auto size=65536 iters=1000 timeout=1800 logdir="" keep_logs=0
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
+        --no-engine) engine=0; shift ;;
         --profile) profile="$2"; shift 2 ;;
         --image) image="$2"; shift 2 ;;
         --qemu) qemu="$2"; shift 2 ;;
@@ -64,6 +72,12 @@ HERE="$ROOT/scripts"  # lib-e2e.sh finds build-guest-image.sh / setup-qemu.sh th
 # shellcheck source=scripts/lib-e2e.sh
 . "$ROOT/scripts/lib-e2e.sh"
 e2e_prepare
+
+if ((engine)); then
+    say "in-process engine benchmark (cargo bench -p roce-model --bench engine)"
+    (cd "$ROOT" && cargo bench -q -p roce-model --bench engine) >"$logdir/engine.txt" 2>"$logdir/engine.err" ||
+        say "engine benchmark failed (see $logdir/engine.err)"
+fi
 
 A_IP=10.77.0.1 B_IP=10.77.0.2 HOST_IP=10.77.0.10
 A_MAC=52:54:00:77:02:0a B_MAC=52:54:00:77:02:0b
@@ -212,6 +226,16 @@ for t, label in (("guest", "guest A (rxe)"), ("vhost", "virtual host")):
 if res.get("guest") and res.get("vhost"):
     print(f"\nvirtual host / guest throughput: {res['vhost'] / res['guest']:.2f}")
 PY
+if ((engine)) && [[ -s $d/engine.txt ]]; then
+    echo "## In-process RC engine, engine to engine (cargo bench -p roce-model --bench engine, same run)"
+    echo
+    echo '```'
+    grep -E '^(workload|memcpy|SEND|RDMA)' "$d/engine.txt"
+    echo '```'
+    echo
+    echo "## ib_write_bw from guest B: to guest A vs to the virtual host"
+    echo
+fi
 cat "$d/bench.md"
 out_b="$d/b.job/out.log"
 for t in guest vhost; do
