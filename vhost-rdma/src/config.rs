@@ -416,6 +416,7 @@ struct FileService {
     connect_timeout_secs: Option<u64>,
     mpa_crc: Option<bool>,
     rdma_cm: Option<bool>,
+    roce: Option<bool>,
 }
 
 impl FileService {
@@ -432,6 +433,7 @@ impl FileService {
             connect_timeout_secs: self.connect_timeout_secs,
             mpa_crc: self.mpa_crc,
             rdma_cm: self.rdma_cm,
+            roce: self.roce,
             echo: false,
         }
         .unvalidated_spec()

@@ -134,6 +134,10 @@ pub struct ServiceRequest {
     /// perftest services: the tool runs with `-R` (rdma_cm over iWARP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_cm: Option<bool>,
+    /// perftest `-R` services: rdma_cm over RoCE (an rxe guest) instead of
+    /// iWARP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roce: Option<bool>,
     /// Behave like the tool (echo, no checks): for host-to-host tests.
     #[serde(default)]
     pub echo: bool,
@@ -175,6 +179,9 @@ impl ServiceRequest {
         }
         if let Some(v) = self.rdma_cm {
             s.rdma_cm = v;
+        }
+        if let Some(v) = self.roce {
+            s.roce = v;
         }
         s.echo = self.echo;
         Ok(s)

@@ -17,7 +17,7 @@ use ib_cm::{
 };
 use roce_model::{Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr};
 use siw::{Access, Completion, ConnError, Sge, WcOpcode, WcStatus, WorkRequest};
-use smoltcp::iface::SocketSet;
+use smoltcp::iface::{SocketHandle, SocketSet};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -210,6 +210,11 @@ impl RoceEndpoint {
                 Err(e)
             }
         }
+    }
+
+    /// Our QP.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
     }
 
     /// The CM connection.
@@ -528,6 +533,32 @@ impl Endpoint {
     pub(crate) fn release(&mut self, rdma: &mut RdmaDevice, now: Instant) {
         if let Endpoint::Roce(r) = self {
             r.release(rdma, now);
+        }
+    }
+
+    /// The TCP socket (iWARP).
+    pub(crate) fn socket(&self) -> Option<SocketHandle> {
+        match self {
+            Endpoint::Iwarp(ep) => Some(ep.socket()),
+            Endpoint::Roce(_) => None,
+        }
+    }
+
+    /// Messages the peer placed with us that leave no completion: WRITEs
+    /// (`reads == false`) or READ requests answered. RoCE counts every
+    /// message the QP's responder completed (its MSN), which is the same
+    /// on a QP that sees only the one kind.
+    pub(crate) fn peer_messages(&self, rdma: &RdmaDevice, reads: bool) -> u64 {
+        match self {
+            Endpoint::Iwarp(ep) => {
+                let o = ep.peer_ops();
+                if reads {
+                    o.read_requests
+                } else {
+                    o.writes
+                }
+            }
+            Endpoint::Roce(r) => rdma.qp_stats(r.qpn).map_or(0, |s| s.messages_received),
         }
     }
 
