@@ -778,6 +778,23 @@ mod tests {
     }
 
     #[test]
+    fn roce_reaches_the_service_spec_and_needs_rdma_cm() {
+        let c = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"read-bw-server\"\nrdma-cm = true\nroce = true\n",
+        )
+        .unwrap();
+        let s = &c.hosts[0].services[0];
+        assert!(s.rdma_cm && s.roce);
+        let e = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"read-bw-server\"\nroce = true\n",
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("rdma-cm"), "{e:#}");
+    }
+
+    #[test]
     fn duplicates_are_refused() {
         let a: PortConfig = "a=/tmp/a.sock".parse().unwrap();
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();

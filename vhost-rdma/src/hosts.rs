@@ -131,7 +131,8 @@ pub struct ServiceRequest {
     /// iWARP services: ask for MPA CRC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpa_crc: Option<bool>,
-    /// perftest services: the tool runs with `-R` (rdma_cm over iWARP).
+    /// perftest services: the tool runs with `-R` (rdma_cm; iWARP unless
+    /// `roce`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_cm: Option<bool>,
     /// perftest `-R` services: rdma_cm over RoCE (an rxe guest) instead of

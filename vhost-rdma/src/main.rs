@@ -137,7 +137,8 @@ enum HostOp {
         #[arg(long)]
         mpa_crc: bool,
         /// perftest services ({write,send,read}-bw-*): the tool runs with -R
-        /// (rdma_cm over iWARP, a siw guest) instead of its TCP exchange.
+        /// (rdma_cm over iWARP, a siw guest; with --roce over RoCE, an rxe
+        /// guest) instead of its TCP exchange.
         #[arg(long)]
         rdma_cm: bool,
         /// With --rdma-cm: rdma_cm over RoCE (an rxe guest: IB CM, RC QPs)

@@ -1,9 +1,11 @@
-//! perftest with `-R` (rdma_cm) over iWARP: `ib_write_bw`, `ib_send_bw` and
-//! `ib_read_bw`, server and client, on the `siw` engine.
+//! perftest with `-R` (rdma_cm): `ib_write_bw`, `ib_send_bw` and
+//! `ib_read_bw`, server and client, over iWARP (the `siw` engine) or RoCE
+//! (RC QPs set up by the IB CM), both through [`Endpoint`].
 //!
 //! With `-R` perftest 6.24 uses no TCP side channel. It makes two rdma_cm
-//! connections to the same port, which over iWARP are two TCP connections
-//! with an MPA exchange each (no private data, no CMA header):
+//! connections to the same port: over iWARP two TCP connections with an MPA
+//! exchange each (no private data, no CMA header), over RoCE two IB CM
+//! connections (REQ/REP/RTU on QP1, rdma_cm's header as private data):
 //!
 //! 1. the **control** connection (`establish_connection`): an RC QP with one
 //!    receive of 56 bytes posted at a time; every exchange item is a SEND of
@@ -33,7 +35,7 @@
 //! Then the server disconnects the data connection (`rdma_disconnect`) and
 //! both wait for it to go; the control connection goes when the tools exit.
 //!
-//! iWARP has no RNR retry, so `ib_send_bw` over iWARP uses credits: each
+//! iWARP has no RNR retry, so `ib_send_bw` over iWARP (only) uses credits: each
 //! side's keys from item 6 on carry a 4-byte credit buffer (rkey, vaddr)
 //! instead of the data buffer; the server RDMA WRITEs its count of completed
 //! receives (little-endian `u32`, host order on x86) there every

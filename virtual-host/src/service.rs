@@ -162,8 +162,8 @@ pub struct ServiceSpec {
     /// iWARP services: ask for MPA CRC (siw `mpa_crc_required`); a peer
     /// asking for it gets it either way.
     pub mpa_crc: bool,
-    /// perftest services: the tool runs with `-R` (rdma_cm over iWARP, a
-    /// siw guest) instead of its TCP exchange over RoCE.
+    /// perftest services: the tool runs with `-R` (rdma_cm; over iWARP, a
+    /// siw guest, unless `roce`) instead of its TCP exchange.
     pub rdma_cm: bool,
     /// perftest `-R` services: rdma_cm over RoCE (an rxe guest; IB CM on
     /// QP1, RC QPs) instead of iWARP. Needs `rdma_cm`.
