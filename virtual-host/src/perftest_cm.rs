@@ -1410,6 +1410,13 @@ impl PerftestCm {
                 return Err("control message after the last item".into());
             }
             if s.step >= FIRST_DATA_ITEM && !s.data.as_ref().is_some_and(|d| d.connected) {
+                if s.data.is_some() {
+                    // RoCE: the client's RTU for the data connection (on
+                    // QP1, from the kernel's MAD path) may trail its next
+                    // item (a SEND on the control QP); wait for it.
+                    s.inbox.push_front(msg);
+                    return Ok(false);
+                }
                 return Err(format!("item {} before the data connection", s.step));
             }
             if self.verb == Verb::Send

@@ -8,6 +8,7 @@
 mod common;
 
 use common::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use virtual_host::{ServiceKind, ServiceSpec, VirtualHost};
 
@@ -181,6 +182,50 @@ fn write_bw_over_roce_client_started_first() {
         0,
         true,
     );
+}
+
+/// RTUs seen by [`second_rtu`].
+static RTUS: AtomicUsize = AtomicUsize::new(0);
+
+/// The second CM RTU on the link (the data connection's): a MAD (UDP 4791
+/// to QP1) with attribute ID 0x0014.
+fn second_rtu(f: &[u8]) -> bool {
+    let mad = 14 + 20 + 8 + 12 + 8;
+    let is_rtu = is_roce(f)
+        && f.len() >= mad + 18
+        && f[47..50] == [0, 0, 1]
+        && f[mad + 16..mad + 18] == [0x00, 0x14];
+    is_rtu && RTUS.fetch_add(1, Ordering::SeqCst) == 1
+}
+
+#[test]
+fn read_bw_over_roce_data_rtu_lost() {
+    // The client's RTU for the data connection is lost: its next control
+    // item arrives before our data QP is established (and READ sends
+    // nothing on the data QP until the keys are exchanged). The server
+    // waits for the CM (REP resent, RTU resent) instead of failing.
+    let mut now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    a.start_service(spec(ServiceKind::ReadBwServer, 50, 4096), now)
+        .unwrap();
+    let mut cli = spec(ServiceKind::ReadBwClient, 50, 4096);
+    cli.peer = Some(IP_A);
+    b.start_service(cli, now).unwrap();
+    let (ea, eb) = run(
+        &mut a,
+        &mut b,
+        &mut now,
+        Duration::from_secs(300),
+        1,
+        second_rtu,
+        both_finished_or_failed,
+    );
+    assert!(RTUS.load(Ordering::SeqCst) >= 2, "no second RTU seen");
+    assert_eq!(failed(&ea), None, "server events {ea:?}");
+    assert_eq!(failed(&eb), None, "client events {eb:?}");
+    assert_eq!(finished(&ea), Some((50, 0)), "server {ea:?}");
+    assert_eq!(finished(&eb), Some((50, 0)), "client {eb:?}");
 }
 
 #[test]
