@@ -395,6 +395,7 @@ impl PerftestCm {
             READ_DEPTH as u8,
             psn,
             self.spec.mtu,
+            crate::endpoint::RDMA_CM_ACK_TIMEOUT,
             ctx.now,
         )?;
         Ok(Endpoint::Roce(ep))
@@ -618,6 +619,7 @@ impl PerftestCm {
                         self.qp_caps(data),
                         READ_DEPTH as u8,
                         psn,
+                        crate::endpoint::RDMA_CM_ACK_TIMEOUT,
                         ctx.now,
                     ) {
                         Ok(ep) => Endpoint::Roce(ep),
