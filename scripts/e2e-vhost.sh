@@ -27,6 +27,18 @@
 #                        (ctl, started before the boot) connects to it
 #   ucmatose-guest-client  ucmatose -s HOST -C N against ucmatose-server-roce
 #   ucmatose-guest-server  ucmatose -b GUEST -C N; ucmatose-client-roce connects
+#   {write,send,read}-bw-R-guest-client  ib_*_bw -R (rdma_cm over RoCE: two
+#                        CM connections, control and data) -d rxe0 -s S -n I
+#                        towards a second virtual host vh2 (10.77.0.11), whose
+#                        *-bw-server services have rdma-cm = true, roce = true
+#                        (config file; ports 18531-18533)
+#   {write,send,read}-bw-R-guest-server  ib_*_bw -R as server in the guest
+#                        (ports 18541-18543); vh2's *-bw-client --rdma-cm
+#                        --roce (ctl, started before the boot) connects to it
+#   The perftest -R rows pass when the tool exits 0 and prints its BW row with
+#   I iterations AND the host service reports a finished session, no failed
+#   one, and at least I operations counted (WRITEs placed, READ requests
+#   answered, receives completed; client: operations completed).
 #
 # rping/ucmatose cases are judged by what was verified, not by exit codes:
 # the guest client must print N "ping data:" lines (-V compared each echo),
@@ -44,9 +56,14 @@ ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client
     read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server
     read-bw-guest-server atomic-bw-guest-server rping-guest-client rping-guest-server
-    ucmatose-guest-client ucmatose-guest-server)
+    ucmatose-guest-client ucmatose-guest-server write-bw-R-guest-client send-bw-R-guest-client
+    read-bw-R-guest-client write-bw-R-guest-server send-bw-R-guest-server read-bw-R-guest-server)
 # tool, port of the guest-server cases
 BW_SERVERS=("write 18521" "send 18522" "read 18523" "atomic 18524")
+# perftest -R over RoCE against vh2: guest-client and guest-server ports.
+BW_R_VERBS=(write send read)
+declare -A RC_PORT=([write]=18531 [send]=18532 [read]=18533)
+declare -A RS_PORT=([write]=18541 [send]=18542 [read]=18543)
 
 usage() {
     cat <<EOF
@@ -63,14 +80,18 @@ Usage: ${0##*/} [options]
   --keep-logs        keep the logs when everything passed
   --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture, 512-byte
                      snaplen: whole CM MADs for tshark)
-  --cm-only          run only ping and the rdma_cm cases (rping, ucmatose)
+  --cm-only          run only ping and the rdma_cm cases (rping, ucmatose,
+                     perftest -R); same as --only cm,perftest-cm
+  --only GROUPS      comma list of: verbs (pingpong, perftest), cm (rping,
+                     ucmatose), perftest-cm (perftest -R over RoCE); default all
+  --bw-size S        perftest -R message size (-s, default 65536)
   --count N          rping -C / ucmatose -C count (default 10)
   -h, --help
 EOF
 }
 
 build=1 profile=debug image="" qemu="" accel=auto iters=1000 bw_iters=200 timeout=900 logdir="" keep_logs=0 capture=0
-cm_only=0 count=10
+only=verbs,cm,perftest-cm count=10 bw_size=65536
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -84,19 +105,28 @@ while (($#)); do
         --logdir) logdir="$2"; shift 2 ;;
         --keep-logs) keep_logs=1; shift ;;
         --capture) capture=1; keep_logs=1; shift ;;
-        --cm-only) cm_only=1; shift ;;
+        --cm-only) only=cm,perftest-cm; shift ;;
+        --only) only="$2"; shift 2 ;;
+        --bw-size) bw_size="$2"; shift 2 ;;
         --count) count="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
 
+do_verbs=0 do_cm=0 do_perfcm=0
+[[ ,$only, == *,verbs,* ]] && do_verbs=1
+[[ ,$only, == *,cm,* ]] && do_cm=1
+[[ ,$only, == *,perftest-cm,* ]] && do_perfcm=1
+# The old name of "no verbs cases".
+cm_only=$((1 - do_verbs))
+
 E2E_NAME=e2e-vhost
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
 e2e_prepare
 
-GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 GMAC=52:54:00:77:00:01
+GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 HOST2_IP=10.77.0.11 GMAC=52:54:00:77:00:01
 d="$logdir"
 
 # ---- guest job
@@ -141,6 +171,7 @@ for t in write:18521 send:18522 read:18523 atomic:18524; do
     timeout 300 ib_\${v}_bw -d rxe0 -x \$gidx -p \$p -n $bw_iters; echo "VH-RESULT case=\$v-bw-guest-server rc=\$?"
 done
 fi
+if [ $do_cm = 1 ]; then
 echo "== CASE rping-guest-client"
 timeout 300 rping -c -a $HOST_IP -C $count -v -V; echo "VH-RESULT case=rping-guest-client rc=\$?"
 echo "== CASE rping-guest-server"
@@ -149,6 +180,21 @@ echo "== CASE ucmatose-guest-client"
 timeout 300 ucmatose -s $HOST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-client rc=\$?"
 echo "== CASE ucmatose-guest-server"
 timeout 300 ucmatose -b $GUEST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-server rc=\$?"
+fi
+if [ $do_perfcm = 1 ]; then
+for t in write:${RC_PORT[write]} send:${RC_PORT[send]} read:${RC_PORT[read]}; do
+    v=\${t%%:*}; p=\${t##*:}
+    echo "== CASE \$v-bw-R-guest-client"
+    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters -s $bw_size $HOST2_IP
+    echo "VH-RESULT case=\$v-bw-R-guest-client rc=\$?"
+done
+for t in write:${RS_PORT[write]} send:${RS_PORT[send]} read:${RS_PORT[read]}; do
+    v=\${t%%:*}; p=\${t##*:}
+    echo "== CASE \$v-bw-R-guest-server"
+    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters -s $bw_size
+    echo "VH-RESULT case=\$v-bw-R-guest-server rc=\$?"
+done
+fi
 echo "== CASE end"
 rdma statistic show link rxe0/1 2>/dev/null | head -n 5
 exit 0
@@ -186,6 +232,23 @@ kind = "rping-server-roce"
 kind = "ucmatose-server-roce"
 iters = $count
 EOF
+# perftest -R over RoCE on a second host (a host runs at most 16 services).
+cat >>"$d/vhost.toml" <<EOF
+[[host]]
+name = "vh2"
+address = "$HOST2_IP/24"
+EOF
+for v in "${BW_R_VERBS[@]}"; do
+    cat >>"$d/vhost.toml" <<EOF
+[[host.service]]
+kind = "$v-bw-server"
+rdma-cm = true
+roce = true
+port = ${RC_PORT[$v]}
+size = $bw_size
+iters = $bw_iters
+EOF
+done
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
@@ -214,12 +277,22 @@ for t in "${BW_SERVERS[@]}"; do
         --port "$p" --iters "$bw_iters" --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
         fail_all "ctl host vh start $v-bw-client failed: $(tail -n 1 "$d/ctl-start.txt")"
 done
-for spec in "rping-client-roce --port 7174 --iters $count" "ucmatose-client-roce --port 7471 --iters $count"; do
+cm_specs=()
+((do_cm)) && cm_specs=("rping-client-roce --port 7174 --iters $count" "ucmatose-client-roce --port 7471 --iters $count")
+for spec in "${cm_specs[@]}"; do
     # shellcheck disable=SC2086
     "$DAEMON" ctl --control "$d/ctl.sock" host vh start $spec --peer "$GUEST_IP" \
         --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
         fail_all "ctl host vh start $spec failed: $(tail -n 1 "$d/ctl-start.txt")"
 done
+if ((do_perfcm)); then
+    for v in "${BW_R_VERBS[@]}"; do
+        "$DAEMON" ctl --control "$d/ctl.sock" host vh2 start "$v-bw-client" --rdma-cm --roce \
+            --peer "$GUEST_IP" --port "${RS_PORT[$v]}" --size "$bw_size" --iters "$bw_iters" \
+            --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
+            fail_all "ctl host vh2 start $v-bw-client --rdma-cm --roce failed: $(tail -n 1 "$d/ctl-start.txt")"
+    done
+fi
 cat "$d/ctl-start.txt"
 
 e2e_run_guest
@@ -278,7 +351,7 @@ if ((cm_only)); then
     for c in pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client \
         read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server \
         read-bw-guest-server atomic-bw-guest-server; do
-        record SKIP "$c" "--cm-only"
+        record SKIP "$c" "--only $only"
     done
 else
 check_pingpong pingpong-guest-server pingpong-client "guest server, host client"
@@ -354,10 +427,58 @@ check_cm() {  # check_cm CASE LINE_RE (or "") HOST_KIND WHAT
         record FAIL "$c" "${j%; } (logs: $d)"
     fi
 }
+if ((do_cm)); then
 check_cm rping-guest-client '^ping data: rdma-ping-' rping-server-roce "guest rping -c, host server over RoCE"
 check_cm rping-guest-server '^server ping data: rdma-ping-' rping-client-roce "guest rping -s, host client over RoCE"
 check_cm ucmatose-guest-client "" ucmatose-server-roce "guest ucmatose client, host server over RoCE"
 check_cm ucmatose-guest-server "" ucmatose-client-roce "guest ucmatose server, host client over RoCE"
+else
+    for c in rping-guest-client rping-guest-server ucmatose-guest-client ucmatose-guest-server; do
+        record SKIP "$c" "--only $only"
+    done
+fi
+
+# perftest -R over RoCE (host vh2). host_service_at HOST KIND PORT:
+# "sessions_ok sessions_failed last_iterations error" of that service.
+host_service_at() {
+    python3 - "$d/hosts.json" "$1" "$2" "$3" <<'PY' 2>/dev/null
+import json, sys
+for h in json.load(open(sys.argv[1])):
+    if h.get("name") != sys.argv[2]:
+        continue
+    for s in h["services"]:
+        if s["kind"] == sys.argv[3] and str(s["port"]) == sys.argv[4]:
+            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s.get("last_error") or "")
+            sys.exit(0)
+PY
+}
+check_bw_cm() {  # check_bw_cm CASE HOST_KIND PORT
+    local c=$1 kind=$2 port=$3 rc row ok bad it err why=() j
+    rc="$(guest_rc "$c")"
+    row="$(case_out "$c" |
+        grep -E "^[[:space:]]*$bw_size[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
+        tail -n 1 | tr -s ' \t' ' ')"
+    read -r ok bad it err <<<"$(host_service_at vh2 "$kind" "$port")"
+    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+    [[ -n $row ]] || why+=("no BW row with $bw_iters iterations")
+    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host vh2 $kind:$port: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
+    [[ ${it:-0} -ge $bw_iters ]] || why+=("host vh2 $kind:$port: ${it:-0} operations, want >= $bw_iters")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "row '$row'; host vh2 $kind:$port counted $it"
+    else
+        printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
+    fi
+}
+for v in "${BW_R_VERBS[@]}"; do
+    if ((do_perfcm)); then
+        check_bw_cm "$v-bw-R-guest-client" "$v-bw-server" "${RC_PORT[$v]}"
+        check_bw_cm "$v-bw-R-guest-server" "$v-bw-client" "${RS_PORT[$v]}"
+    else
+        record SKIP "$v-bw-R-guest-client" "--only $only"
+        record SKIP "$v-bw-R-guest-server" "--only $only"
+    fi
+done
 python3 -c 'import json,sys
 for h in json.load(open(sys.argv[1])):
     print("host", h.get("name"), "cm:", json.dumps({k: v for k, v in h.items() if k in ("cm", "gsi")}))' "$d/hosts.json" 2>/dev/null

@@ -416,6 +416,7 @@ struct FileService {
     connect_timeout_secs: Option<u64>,
     mpa_crc: Option<bool>,
     rdma_cm: Option<bool>,
+    roce: Option<bool>,
 }
 
 impl FileService {
@@ -432,6 +433,7 @@ impl FileService {
             connect_timeout_secs: self.connect_timeout_secs,
             mpa_crc: self.mpa_crc,
             rdma_cm: self.rdma_cm,
+            roce: self.roce,
             echo: false,
         }
         .unvalidated_spec()
@@ -770,6 +772,23 @@ mod tests {
         let e = DaemonConfig::from_toml(
             "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
              [[host.service]]\nkind = \"rping-server\"\nrdma-cm = true\n",
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("rdma-cm"), "{e:#}");
+    }
+
+    #[test]
+    fn roce_reaches_the_service_spec_and_needs_rdma_cm() {
+        let c = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"read-bw-server\"\nrdma-cm = true\nroce = true\n",
+        )
+        .unwrap();
+        let s = &c.hosts[0].services[0];
+        assert!(s.rdma_cm && s.roce);
+        let e = DaemonConfig::from_toml(
+            "[[host]]\nname = \"vh\"\naddress = \"10.77.0.10/24\"\n\
+             [[host.service]]\nkind = \"read-bw-server\"\nroce = true\n",
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("rdma-cm"), "{e:#}");

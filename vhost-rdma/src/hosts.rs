@@ -131,9 +131,14 @@ pub struct ServiceRequest {
     /// iWARP services: ask for MPA CRC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpa_crc: Option<bool>,
-    /// perftest services: the tool runs with `-R` (rdma_cm over iWARP).
+    /// perftest services: the tool runs with `-R` (rdma_cm; iWARP unless
+    /// `roce`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_cm: Option<bool>,
+    /// perftest `-R` services: rdma_cm over RoCE (an rxe guest) instead of
+    /// iWARP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roce: Option<bool>,
     /// Behave like the tool (echo, no checks): for host-to-host tests.
     #[serde(default)]
     pub echo: bool,
@@ -175,6 +180,9 @@ impl ServiceRequest {
         }
         if let Some(v) = self.rdma_cm {
             s.rdma_cm = v;
+        }
+        if let Some(v) = self.roce {
+            s.roce = v;
         }
         s.echo = self.echo;
         Ok(s)

@@ -137,9 +137,14 @@ enum HostOp {
         #[arg(long)]
         mpa_crc: bool,
         /// perftest services ({write,send,read}-bw-*): the tool runs with -R
-        /// (rdma_cm over iWARP, a siw guest) instead of its TCP exchange.
+        /// (rdma_cm over iWARP, a siw guest; with --roce over RoCE, an rxe
+        /// guest) instead of its TCP exchange.
         #[arg(long)]
         rdma_cm: bool,
+        /// With --rdma-cm: rdma_cm over RoCE (an rxe guest: IB CM, RC QPs)
+        /// instead of iWARP.
+        #[arg(long, requires = "rdma_cm")]
+        roce: bool,
         /// Behave like the tool itself (echo what arrives, check nothing);
         /// for one virtual host against another.
         #[arg(long)]
@@ -253,6 +258,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                     connect_timeout,
                     mpa_crc,
                     rdma_cm,
+                    roce,
                     echo,
                 } => Request::HostStart {
                     host: name.clone(),
@@ -267,6 +273,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                         connect_timeout_secs: connect_timeout,
                         mpa_crc: mpa_crc.then_some(true),
                         rdma_cm: rdma_cm.then_some(true),
+                        roce: roce.then_some(true),
                         echo,
                     },
                 },

@@ -17,7 +17,7 @@ use ib_cm::{
 };
 use roce_model::{Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr};
 use siw::{Access, Completion, ConnError, Sge, WcOpcode, WcStatus, WorkRequest};
-use smoltcp::iface::SocketSet;
+use smoltcp::iface::{SocketHandle, SocketSet};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -74,6 +74,8 @@ pub(crate) struct RoceEndpoint {
     pending: VecDeque<EpEvent>,
     /// Reads/atomics we may have outstanding and accept (asked for).
     rd_atomic: u8,
+    /// The QP's ACK timeout (IB encoding).
+    ack_timeout: u8,
 }
 
 /// Maps a CM path MTU code to roce-model's, at most 4096.
@@ -81,7 +83,16 @@ fn mtu_of(code: u8) -> Mtu {
     Mtu::from_code(code).unwrap_or(Mtu::Mtu1024)
 }
 
-fn qp_attr(local_psn: u32, remote: &RemoteQp, rd_atomic: u8) -> QpAttr {
+/// roce-model's ACK timeout (14: 67 ms), which rping and ucmatose keep.
+pub(crate) const DEFAULT_ACK_TIMEOUT: u8 = 14;
+/// Linux rdma_cm over RoCE: packet lifetime 16 (`CMA_IBOE_PACKET_LIFETIME`),
+/// so an ACK timeout of 17–18 (0.5–1 s). perftest `-R` needs it: 67 ms is
+/// shorter than a TCG guest's rxe takes to answer 16 READs, and the resent
+/// READ requests then kept it replaying (guest run, `ib_read_bw -R` as
+/// server, 1000 × 4 KiB: 450 000 duplicate requests, stalled).
+pub(crate) const RDMA_CM_ACK_TIMEOUT: u8 = 18;
+
+fn qp_attr(local_psn: u32, remote: &RemoteQp, rd_atomic: u8, timeout: u8) -> QpAttr {
     QpAttr {
         pmtu: mtu_of(remote.path_mtu),
         // A CM message's starting PSN is the PSN its sender expects to
@@ -95,6 +106,7 @@ fn qp_attr(local_psn: u32, remote: &RemoteQp, rd_atomic: u8) -> QpAttr {
         rnr_retry: 7,
         max_rd_atomic: remote.responder_resources.clamp(1, rd_atomic.max(1)),
         max_dest_rd_atomic: rd_atomic.max(1),
+        timeout,
         ..QpAttr::default()
     }
 }
@@ -110,12 +122,13 @@ impl RoceEndpoint {
         caps: QpCaps,
         rd_atomic: u8,
         psn: u32,
+        ack_timeout: u8,
         now: Instant,
     ) -> Result<Self, HostError> {
         let qpn = rdma.create_qp(peer, caps)?;
         let psn = psn & 0xff_ffff;
         let setup = rdma
-            .connect_qp(qpn, &qp_attr(psn, remote, rd_atomic))
+            .connect_qp(qpn, &qp_attr(psn, remote, rd_atomic, ack_timeout))
             .and_then(|_| {
                 rdma.cm_accept(
                     conn,
@@ -145,6 +158,7 @@ impl RoceEndpoint {
             mrs: Vec::new(),
             pending: VecDeque::new(),
             rd_atomic,
+            ack_timeout,
         })
     }
 
@@ -160,6 +174,7 @@ impl RoceEndpoint {
         rd_atomic: u8,
         psn: u32,
         mtu: u32,
+        ack_timeout: u8,
         now: Instant,
     ) -> Result<Self, HostError> {
         let qpn = rdma.create_qp(peer, caps)?;
@@ -204,12 +219,18 @@ impl RoceEndpoint {
                 mrs: Vec::new(),
                 pending: VecDeque::new(),
                 rd_atomic,
+                ack_timeout,
             }),
             Err(e) => {
                 rdma.destroy_qp(qpn);
                 Err(e)
             }
         }
+    }
+
+    /// Our QP.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
     }
 
     /// The CM connection.
@@ -222,7 +243,7 @@ impl RoceEndpoint {
         match e {
             CmEvent::Established { remote, .. } if self.state == RoceState::Setup => {
                 if !self.passive {
-                    let attr = qp_attr(self.psn, &remote, self.rd_atomic);
+                    let attr = qp_attr(self.psn, &remote, self.rd_atomic, self.ack_timeout);
                     if let Err(err) = rdma.connect_qp(self.qpn, &attr) {
                         self.pending
                             .push_back(EpEvent::Rejected(format!("QP to RTS: {err}")));
@@ -528,6 +549,32 @@ impl Endpoint {
     pub(crate) fn release(&mut self, rdma: &mut RdmaDevice, now: Instant) {
         if let Endpoint::Roce(r) = self {
             r.release(rdma, now);
+        }
+    }
+
+    /// The TCP socket (iWARP).
+    pub(crate) fn socket(&self) -> Option<SocketHandle> {
+        match self {
+            Endpoint::Iwarp(ep) => Some(ep.socket()),
+            Endpoint::Roce(_) => None,
+        }
+    }
+
+    /// Messages the peer placed with us that leave no completion: WRITEs
+    /// (`reads == false`) or READ requests answered. RoCE counts every
+    /// message the QP's responder completed (its MSN), which is the same
+    /// on a QP that sees only the one kind.
+    pub(crate) fn peer_messages(&self, rdma: &RdmaDevice, reads: bool) -> u64 {
+        match self {
+            Endpoint::Iwarp(ep) => {
+                let o = ep.peer_ops();
+                if reads {
+                    o.read_requests
+                } else {
+                    o.writes
+                }
+            }
+            Endpoint::Roce(r) => rdma.qp_stats(r.qpn).map_or(0, |s| s.messages_received),
         }
     }
 

@@ -1,9 +1,11 @@
-//! perftest with `-R` (rdma_cm) over iWARP: `ib_write_bw`, `ib_send_bw` and
-//! `ib_read_bw`, server and client, on the `siw` engine.
+//! perftest with `-R` (rdma_cm): `ib_write_bw`, `ib_send_bw` and
+//! `ib_read_bw`, server and client, over iWARP (the `siw` engine) or RoCE
+//! (RC QPs set up by the IB CM), both through [`Endpoint`].
 //!
 //! With `-R` perftest 6.24 uses no TCP side channel. It makes two rdma_cm
-//! connections to the same port, which over iWARP are two TCP connections
-//! with an MPA exchange each (no private data, no CMA header):
+//! connections to the same port: over iWARP two TCP connections with an MPA
+//! exchange each (no private data, no CMA header), over RoCE two IB CM
+//! connections (REQ/REP/RTU on QP1, rdma_cm's header as private data):
 //!
 //! 1. the **control** connection (`establish_connection`): an RC QP with one
 //!    receive of 56 bytes posted at a time; every exchange item is a SEND of
@@ -33,7 +35,7 @@
 //! Then the server disconnects the data connection (`rdma_disconnect`) and
 //! both wait for it to go; the control connection goes when the tools exit.
 //!
-//! iWARP has no RNR retry, so `ib_send_bw` over iWARP uses credits: each
+//! iWARP has no RNR retry, so `ib_send_bw` over iWARP (only) uses credits: each
 //! side's keys from item 6 on carry a 4-byte credit buffer (rkey, vaddr)
 //! instead of the data buffer; the server RDMA WRITEs its count of completed
 //! receives (little-endian `u32`, host order on x86) there every
@@ -45,17 +47,20 @@
 //! connection; the client its completed operations. The tools do not check
 //! data, so neither do we.
 
+use crate::endpoint::{Endpoint, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::perftest::Verb;
 use crate::pingpong::gid_of;
 use crate::service::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
-use siw::{Access, Completion, Event, Sge, WcOpcode, WcStatus, WorkRequest};
+use ib_cm::CmEvent;
+use roce_model::QpCaps;
+use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
 use smoltcp::wire::IpAddress;
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 /// Size of `struct pingpong_dest` on x86-64.
@@ -189,10 +194,17 @@ pub enum Role {
     Client,
 }
 
-/// One iWARP connection of a session with its registered buffers.
+/// One connection of a session (iWARP or RoCE) with its registered
+/// buffers.
 struct Conn {
-    ep: IwarpEndpoint,
+    ep: Endpoint,
     connected: bool,
+    /// The peer's WRITEs placed / READ requests answered (see
+    /// [`Endpoint::peer_messages`]), updated as the connection moves.
+    peer_msgs: u64,
+    /// RoCE client: the peer refused this connection before it was up
+    /// (nobody listens yet); connect again.
+    refused: bool,
     closed: bool,
     /// Not before this may we send (settle time after setup).
     ready_at: Option<Instant>,
@@ -247,8 +259,9 @@ pub struct PerftestCm {
     id: u32,
     verb: Verb,
     role: Role,
+    transport: TransportKind,
     spec: ServiceSpec,
-    /// Server: the socket listening for the next connection. Client: the
+    /// iWARP server: the socket listening for the next connection. Client: the
     /// control connection's socket before it is up.
     sock: Option<SocketHandle>,
     retry_at: Option<Instant>,
@@ -275,27 +288,26 @@ impl PerftestCm {
     ) -> Result<Self, HostError> {
         if verb == Verb::Atomic {
             return Err(HostError::Invalid(
-                "ib_atomic_bw -R: iWARP has no atomics".into(),
+                "ib_atomic_bw -R: not supported (iWARP has no atomics)".into(),
             ));
         }
-        let sock = ctx.new_bulk_tcp_socket(TCP_BUFFER)?;
-        let mut p = PerftestCm {
-            id,
-            verb,
-            role,
-            connect_deadline: ctx.now + spec.connect_timeout,
-            spec,
-            sock: Some(sock),
-            retry_at: None,
-            done: false,
-            session: None,
-            closing: Vec::new(),
-            sessions_ok: 0,
-            sessions_failed: 0,
-            last_iterations: 0,
-            last_error: None,
-            counters: IwarpCounters::default(),
+        let transport = if spec.roce {
+            TransportKind::Roce
+        } else {
+            TransportKind::Iwarp
         };
+        if transport == TransportKind::Roce {
+            let mut p = PerftestCm::new(id, verb, role, transport, spec, None, ctx.now);
+            match role {
+                Role::Server => ctx
+                    .rdma
+                    .cm_listen(ib_cm::service_id(ib_cm::RDMA_PS_TCP, p.spec.port), id)?,
+                Role::Client => p.connect(ctx)?,
+            }
+            return Ok(p);
+        }
+        let sock = ctx.new_bulk_tcp_socket(TCP_BUFFER)?;
+        let mut p = PerftestCm::new(id, verb, role, transport, spec, Some(sock), ctx.now);
         let r = match role {
             Role::Server => ctx
                 .sockets
@@ -309,6 +321,84 @@ impl PerftestCm {
             return Err(e);
         }
         Ok(p)
+    }
+
+    fn new(
+        id: u32,
+        verb: Verb,
+        role: Role,
+        transport: TransportKind,
+        spec: ServiceSpec,
+        sock: Option<SocketHandle>,
+        now: Instant,
+    ) -> Self {
+        PerftestCm {
+            id,
+            verb,
+            role,
+            transport,
+            connect_deadline: now + spec.connect_timeout,
+            spec,
+            sock,
+            retry_at: None,
+            done: false,
+            session: None,
+            closing: Vec::new(),
+            sessions_ok: 0,
+            sessions_failed: 0,
+            last_iterations: 0,
+            last_error: None,
+            counters: IwarpCounters::default(),
+        }
+    }
+
+    /// perftest's `ib_send_bw` uses credits over iWARP only (no RNR
+    /// retry there); over RoCE the sender relies on RNR retry.
+    fn credits(&self) -> bool {
+        self.verb == Verb::Send && self.transport == TransportKind::Iwarp
+    }
+
+    /// QP sizes of a RoCE connection (control: one message each way at a
+    /// time; data: the operations in flight, the SEND server's receives).
+    fn qp_caps(&self, data: bool) -> QpCaps {
+        if data {
+            QpCaps {
+                max_send_wr: 2 * DEPTH as usize,
+                max_recv_wr: self.spec.rx_depth as usize + 2,
+                max_sge: 1,
+            }
+        } else {
+            QpCaps {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_sge: 1,
+            }
+        }
+    }
+
+    /// RoCE client: a CM REQ for a new connection to the tool's port.
+    fn roce_connect(&self, ctx: &mut ServiceCtx<'_>, data: bool) -> Result<Endpoint, HostError> {
+        let peer = self
+            .spec
+            .peer
+            .ok_or_else(|| HostError::Invalid("a client service needs a peer".into()))?;
+        // rdma_cm picks an ephemeral port for the active side's ID.
+        let src_port = 0x8000 | (ctx.rng.next_u64() as u16 & 0x7fff);
+        let psn = ctx.rng.next_u64() as u32;
+        let ep = RoceEndpoint::connect(
+            ctx.rdma,
+            self.id,
+            peer,
+            self.spec.port,
+            src_port,
+            self.qp_caps(data),
+            READ_DEPTH as u8,
+            psn,
+            self.spec.mtu,
+            crate::endpoint::RDMA_CM_ACK_TIMEOUT,
+            ctx.now,
+        )?;
+        Ok(Endpoint::Roce(ep))
     }
 
     fn script(&self) -> &'static [usize] {
@@ -348,6 +438,14 @@ impl PerftestCm {
     }
 
     fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
+        if self.transport == TransportKind::Roce {
+            let ep = self.roce_connect(ctx, false)?;
+            let peer = self.spec.peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
+            let ctl = control_conn(ep, ctx.rdma, ctx.now).map_err(HostError::Invalid)?;
+            self.session = Some(self.new_session(ctx, peer, ctl));
+            self.retry_at = None;
+            return Ok(());
+        }
         let (peer, sock) = client_target(&self.spec, self.sock)?;
         tcp_connect(ctx, sock, peer, self.spec.port)?;
         self.retry_at = None;
@@ -374,13 +472,25 @@ impl PerftestCm {
         t.into_iter().min()
     }
 
-    pub(crate) fn teardown(&mut self, sockets: &mut SocketSet<'static>, _rdma: &mut RdmaDevice) {
+    pub(crate) fn teardown(
+        &mut self,
+        sockets: &mut SocketSet<'static>,
+        rdma: &mut RdmaDevice,
+        now: Instant,
+    ) {
         let mut socks: Vec<SocketHandle> = self.closing.drain(..).map(|(h, _)| h).collect();
         socks.extend(self.sock.take());
-        if let Some(s) = self.session.take() {
-            socks.push(s.ctl.ep.socket());
-            socks.extend(s.data.map(|d| d.ep.socket()));
+        if let Some(mut s) = self.session.take() {
+            socks.extend(s.ctl.ep.socket());
+            s.ctl.ep.release(rdma, now);
+            if let Some(mut d) = s.data.take() {
+                socks.extend(d.ep.socket());
+                d.ep.release(rdma, now);
+            }
             socks.extend(s.data_sock);
+        }
+        if self.transport == TransportKind::Roce {
+            rdma.cm_release_owner(self.id, now);
         }
         for h in socks {
             sockets.get_mut::<Socket>(h).abort();
@@ -392,6 +502,7 @@ impl PerftestCm {
     pub(crate) fn status(&self, id: u32) -> ServiceStatus {
         let state = match (&self.session, self.role) {
             (Some(s), _) if s.items_done.is_some() => "closing",
+            (Some(s), Role::Client) if !s.ctl.connected => "connecting",
             (Some(_), _) => "running",
             (None, Role::Server) => "listening",
             (None, Role::Client) if !self.done && self.retry_at.is_some() => "waiting-for-server",
@@ -423,11 +534,7 @@ impl PerftestCm {
             Role::Client => s.completed,
             Role::Server => match self.verb {
                 Verb::Send => s.received,
-                Verb::Write => s.data.as_ref().map_or(0, |d| d.ep.peer_ops().writes as u32),
-                _ => s
-                    .data
-                    .as_ref()
-                    .map_or(0, |d| d.ep.peer_ops().read_requests as u32),
+                _ => s.data.as_ref().map_or(0, |d| d.peer_msgs as u32),
             },
         }
     }
@@ -442,17 +549,121 @@ impl PerftestCm {
     /// Runs the state machine; returns whether anything changed.
     pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
         let mut moved = self.reap(ctx);
+        if self.transport == TransportKind::Roce {
+            moved |= self.dispatch_cm(ctx);
+        }
         moved |= match self.role {
             Role::Server => self.step_listener(ctx),
             Role::Client => self.step_client_connect(ctx),
         };
         if let Some(mut s) = self.session.take() {
             moved |= self.run_session(ctx, &mut s);
+            if s.ctl.refused && !s.ctl.connected {
+                // RoCE: the tool does not listen yet; try again.
+                s.ctl.ep.release(ctx.rdma, ctx.now);
+                if ctx.now + RETRY_INTERVAL < self.connect_deadline {
+                    self.retry_at = Some(ctx.now + RETRY_INTERVAL);
+                } else {
+                    self.fail_client(ctx, "could not reach the server".into());
+                }
+                return true;
+            }
             if self.session_over(ctx, &s) {
                 self.finish(ctx, s);
                 moved = true;
             } else {
                 self.session = Some(s);
+            }
+        }
+        moved
+    }
+
+    /// RoCE: hands the CM's events to the session's connections, accepts
+    /// a new session's control connection or the running session's data
+    /// connection, refuses others.
+    fn dispatch_cm(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
+        let mut moved = false;
+        while let Some(e) = ctx.rdma.cm_poll_event(self.id) {
+            moved = true;
+            match e {
+                CmEvent::ConnectRequest {
+                    conn, peer, remote, ..
+                } => {
+                    let IpAddr::V4(peer) = peer else {
+                        ctx.rdma.cm_reject(conn, ib_cm::reject_reason::UNSUPPORTED);
+                        continue;
+                    };
+                    let data = match &self.session {
+                        None => false,
+                        Some(s) => {
+                            if s.data.is_none() && s.peer == peer && s.step >= 4 {
+                                true
+                            } else {
+                                ctx.rdma
+                                    .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
+                                continue;
+                            }
+                        }
+                    };
+                    if self.role != Role::Server {
+                        ctx.rdma
+                            .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
+                        continue;
+                    }
+                    let psn = ctx.rng.next_u64() as u32;
+                    let ep = match RoceEndpoint::accept(
+                        ctx.rdma,
+                        conn,
+                        peer,
+                        &remote,
+                        self.qp_caps(data),
+                        READ_DEPTH as u8,
+                        psn,
+                        crate::endpoint::RDMA_CM_ACK_TIMEOUT,
+                        ctx.now,
+                    ) {
+                        Ok(ep) => Endpoint::Roce(ep),
+                        Err(e) => {
+                            self.last_error = Some(e.to_string());
+                            continue;
+                        }
+                    };
+                    if data {
+                        let c = self.data_conn(ep, ctx.rdma, ctx.now);
+                        if let Some(s) = self.session.as_mut() {
+                            match c {
+                                Ok(c) => s.data = Some(c),
+                                Err(e) => {
+                                    s.error.get_or_insert(e);
+                                }
+                            }
+                            s.last_progress = ctx.now;
+                        }
+                    } else {
+                        match control_conn(ep, ctx.rdma, ctx.now) {
+                            Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
+                            Err(e) => self.last_error = Some(e),
+                        }
+                    }
+                }
+                other => {
+                    let conn = match &other {
+                        CmEvent::Established { conn, .. }
+                        | CmEvent::Rejected { conn, .. }
+                        | CmEvent::Disconnected { conn }
+                        | CmEvent::Failed { conn, .. }
+                        | CmEvent::ConnectRequest { conn, .. } => *conn,
+                    };
+                    if let Some(s) = self.session.as_mut() {
+                        let rdma = &mut *ctx.rdma;
+                        for c in std::iter::once(&mut s.ctl).chain(s.data.as_mut()) {
+                            if let Some(r) = c.ep.roce().filter(|r| r.conn() == conn) {
+                                r.on_cm(rdma, other);
+                                break;
+                            }
+                        }
+                    }
+                }
             }
         }
         moved
@@ -533,25 +744,40 @@ impl PerftestCm {
         }
         self.sock = Some(next);
         let data = self.session.is_some();
-        let ep = IwarpEndpoint::responder(h, self.engine_config(data), ctx.now);
+        let ep = Endpoint::Iwarp(Box::new(IwarpEndpoint::responder(
+            h,
+            self.engine_config(data),
+            ctx.now,
+        )));
         if data {
-            let conn = self.data_conn(ep);
+            let conn = self.data_conn(ep, ctx.rdma, ctx.now);
             if let Some(s) = self.session.as_mut() {
-                s.data = Some(conn);
+                match conn {
+                    Ok(c) => s.data = Some(c),
+                    Err(e) => {
+                        s.error.get_or_insert(e);
+                    }
+                }
                 s.last_progress = ctx.now;
             }
         } else {
-            let ctl = control_conn(ep);
-            self.session = Some(self.new_session(ctx, peer, ctl));
+            match control_conn(ep, ctx.rdma, ctx.now) {
+                Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
+                Err(e) => self.last_error = Some(e),
+            }
         }
         true
     }
 
     fn new_session(&self, ctx: &mut ServiceCtx<'_>, peer: Ipv4Addr, mut ctl: Conn) -> Session {
         let mut error = None;
-        if let Err(e) = post_ctl_recv(&mut ctl) {
+        if let Err(e) = post_ctl_recv(&mut ctl, ctx.rdma) {
             error = Some(e);
         }
+        let qpn = match ctl.ep.roce() {
+            Some(r) => r.qpn(),
+            None => 0x100 + self.id,
+        };
         Session {
             peer,
             ctl,
@@ -564,7 +790,7 @@ impl PerftestCm {
             sent: false,
             keys: Dest {
                 out_reads: u32::from(READ_DEPTH as u16),
-                qpn: 0x100 + self.id,
+                qpn,
                 psn: (ctx.rng.next_u64() & 0xff_ffff) as u32,
                 gid: gid_of(ctx.ip),
                 ..Dest::default()
@@ -587,28 +813,44 @@ impl PerftestCm {
 
     /// A data connection with its buffers registered (and, for the SEND
     /// server, its receives posted).
-    fn data_conn(&self, mut ep: IwarpEndpoint) -> Conn {
+    fn data_conn(
+        &self,
+        mut ep: Endpoint,
+        rdma: &mut RdmaDevice,
+        now: Instant,
+    ) -> Result<Conn, String> {
         let len = 2 * self.spec.size.max(CYCLE_BUFFER) as usize;
         let access = match (self.role, self.verb) {
             (Role::Server, Verb::Write) => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
             (Role::Server, Verb::Read) => Access::REMOTE_READ,
             _ => Access::LOCAL_WRITE,
         };
-        let mem = ep.conn().mem_mut();
-        let data = mem.register(vec![0; len], DATA_VA, access);
-        let credit = match self.role {
-            // Credits from the server land here.
-            Role::Client => mem.register(
-                vec![0; 8],
-                CREDIT_VA,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-            ),
-            // The source of our credit WRITEs.
-            Role::Server => mem.register(vec![0; 8], CREDIT_SRC_VA, Access::LOCAL_WRITE),
+        let keys = ep.register(rdma, len, DATA_VA, access).and_then(|data| {
+            let credit = match self.role {
+                // Credits from the server land here.
+                Role::Client => ep.register(
+                    rdma,
+                    8,
+                    CREDIT_VA,
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                ),
+                // The source of our credit WRITEs.
+                Role::Server => ep.register(rdma, 8, CREDIT_SRC_VA, Access::LOCAL_WRITE),
+            }?;
+            Ok((data, credit))
+        });
+        let (data, credit) = match keys {
+            Ok(k) => k,
+            Err(e) => {
+                ep.release(rdma, now);
+                return Err(format!("data buffer: {e}"));
+            }
         };
         let mut c = Conn {
             ep,
             connected: false,
+            peer_msgs: 0,
+            refused: false,
             closed: false,
             ready_at: None,
             stag_a: data,
@@ -616,18 +858,27 @@ impl PerftestCm {
         };
         if self.role == Role::Server && self.verb == Verb::Send {
             for _ in 0..self.spec.rx_depth {
-                if post_data_recv(&mut c, self.spec.size).is_err() {
+                if post_data_recv(&mut c, rdma, self.spec.size).is_err() {
                     break;
                 }
             }
         }
-        c
+        Ok(c)
     }
 
     /// Client: connects the control connection (retrying while the tool
     /// does not listen) and starts the session on it.
     fn step_client_connect(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
         if self.done || self.session.is_some() {
+            return false;
+        }
+        if self.transport == TransportKind::Roce {
+            if self.retry_at.is_some_and(|t| ctx.now >= t) {
+                if let Err(e) = self.connect(ctx) {
+                    self.fail_client(ctx, e.to_string());
+                }
+                return true;
+            }
             return false;
         }
         let Some(h) = self.sock else { return false };
@@ -658,8 +909,10 @@ impl PerftestCm {
         match IwarpEndpoint::initiator(h, self.engine_config(false), &[], ctx.now) {
             Ok(ep) => {
                 self.sock = None;
-                let ctl = control_conn(ep);
-                self.session = Some(self.new_session(ctx, peer, ctl));
+                match control_conn(Endpoint::Iwarp(Box::new(ep)), ctx.rdma, ctx.now) {
+                    Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
+                    Err(e) => self.fail_client(ctx, e),
+                }
             }
             Err(e) => self.fail_client(ctx, format!("MPA request: {e}")),
         }
@@ -682,6 +935,9 @@ impl PerftestCm {
 
     /// Client: the data connection's TCP connect, with retries.
     fn step_data_connect(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session) -> bool {
+        if self.transport == TransportKind::Roce {
+            return self.step_data_connect_roce(ctx, s);
+        }
         let Some(h) = s.data_sock else { return false };
         if let Some(t) = s.data_retry_at {
             if ctx.now < t {
@@ -708,7 +964,14 @@ impl PerftestCm {
             State::Established => {
                 s.data_sock = None;
                 match IwarpEndpoint::initiator(h, self.engine_config(true), &[], ctx.now) {
-                    Ok(ep) => s.data = Some(self.data_conn(ep)),
+                    Ok(ep) => {
+                        match self.data_conn(Endpoint::Iwarp(Box::new(ep)), ctx.rdma, ctx.now) {
+                            Ok(c) => s.data = Some(c),
+                            Err(e) => {
+                                s.error.get_or_insert(e);
+                            }
+                        }
+                    }
                     Err(e) => {
                         self.closing.push((h, ctx.now + LINGER));
                         s.error.get_or_insert(format!("MPA request: {e}"));
@@ -718,6 +981,37 @@ impl PerftestCm {
             }
             _ => false,
         }
+    }
+
+    /// RoCE client: the data connection's REQ, again while the tool's
+    /// server refuses it (it listens again only after item 4).
+    fn step_data_connect_roce(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session) -> bool {
+        if let Some(d) = s.data.as_mut().filter(|d| d.refused && !d.connected) {
+            d.ep.release(ctx.rdma, ctx.now);
+            s.data = None;
+            if s.data_deadline.is_some_and(|t| ctx.now >= t) {
+                s.error
+                    .get_or_insert("the server did not accept the data connection".into());
+            } else {
+                s.data_retry_at = Some(ctx.now + DATA_RETRY_INTERVAL);
+            }
+            return true;
+        }
+        if s.data.is_some() || s.data_retry_at.is_none_or(|t| ctx.now < t) {
+            return false;
+        }
+        s.data_retry_at = None;
+        match self
+            .roce_connect(ctx, true)
+            .map_err(|e| e.to_string())
+            .and_then(|ep| self.data_conn(ep, ctx.rdma, ctx.now))
+        {
+            Ok(c) => s.data = Some(c),
+            Err(e) => {
+                s.error.get_or_insert(e);
+            }
+        }
+        true
     }
 
     fn run_session(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session) -> bool {
@@ -732,9 +1026,10 @@ impl PerftestCm {
             d.ep.handle_timeout(ctx.now);
             d.ready_at = d.ready_at.filter(|&t| t > ctx.now);
         }
+        let reads = self.verb == Verb::Read;
         for _ in 0..64 {
-            let mut round = s.ctl.ep.pump(ctx.sockets);
-            while let Some(ev) = s.ctl.ep.conn().poll_event() {
+            let mut round = s.ctl.ep.pump(ctx.sockets, ctx.rdma);
+            while let Some(ev) = s.ctl.ep.poll_event() {
                 round = true;
                 s.last_progress = ctx.now;
                 self.on_ctl_event(ctx, s, ev);
@@ -742,12 +1037,15 @@ impl PerftestCm {
             if s.data.is_some() {
                 let mut evs = Vec::new();
                 if let Some(d) = s.data.as_mut() {
-                    if d.ep.pump(ctx.sockets) {
+                    let pumped = d.ep.pump(ctx.sockets, ctx.rdma);
+                    let n = d.ep.peer_messages(ctx.rdma, reads);
+                    if pumped || n != d.peer_msgs {
                         // WRITEs and READ requests leave no event here.
+                        d.peer_msgs = n;
                         round = true;
                         s.last_progress = ctx.now;
                     }
-                    while let Some(ev) = d.ep.conn().poll_event() {
+                    while let Some(ev) = d.ep.poll_event() {
                         evs.push(ev);
                     }
                 }
@@ -770,9 +1068,9 @@ impl PerftestCm {
                 }
             }
             if s.error.is_some() {
-                s.ctl.ep.conn().close();
+                s.ctl.ep.close(ctx.rdma, ctx.now);
                 if let Some(d) = s.data.as_mut() {
-                    d.ep.conn().close();
+                    d.ep.close(ctx.rdma, ctx.now);
                 }
             }
             moved |= round;
@@ -794,16 +1092,18 @@ impl PerftestCm {
         moved
     }
 
-    fn on_ctl_event(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session, ev: Event) {
+    fn on_ctl_event(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session, ev: EpEvent) {
         match ev {
-            Event::ConnectRequest { .. } => {
+            EpEvent::ConnectRequest => {
                 // perftest accepts without private data.
-                if s.ctl.ep.conn().accept(&[]).is_err() {
+                if s.ctl.ep.accept().is_err() {
                     s.error.get_or_insert("accept failed".into());
                 }
             }
-            Event::Connected { negotiated, .. } => {
-                self.count_connected(negotiated.crc);
+            EpEvent::Connected { crc, qpns } => {
+                if self.transport == TransportKind::Iwarp {
+                    self.count_connected(crc);
+                }
                 s.ctl.connected = true;
                 s.started = ctx.now;
                 if self.role == Role::Client {
@@ -813,30 +1113,37 @@ impl PerftestCm {
                     ctx,
                     EventKind::SessionStarted {
                         peer: s.peer,
-                        qpn: 0,
-                        remote_qpn: 0,
+                        qpn: qpns.0,
+                        remote_qpn: qpns.1,
                     },
                 );
             }
-            Event::Rejected { .. } => {
-                s.error
-                    .get_or_insert("the server rejected the control connection".into());
+            EpEvent::Rejected(why) => {
+                if self.transport == TransportKind::Roce
+                    && self.role == Role::Client
+                    && !s.ctl.connected
+                {
+                    s.ctl.refused = true;
+                } else {
+                    s.error
+                        .get_or_insert(format!("control connection refused: {why}"));
+                }
             }
-            Event::Completion(c) => {
-                if let Err(e) = on_ctl_completion(s, c) {
+            EpEvent::Completion(c) => {
+                if let Err(e) = on_ctl_completion(s, ctx.rdma, c) {
                     s.error.get_or_insert(e);
                 }
             }
-            Event::Error(e) => {
+            EpEvent::Iwarp(e) => {
                 if s.items_done.is_none() {
                     self.counters.count(&e);
                     s.error
                         .get_or_insert(format!("control connection at item {}: {e}", s.step));
                 }
             }
-            Event::Closed => {
+            EpEvent::Closed => {
                 s.ctl.closed = true;
-                if s.items_done.is_none() {
+                if s.items_done.is_none() && !s.ctl.refused {
                     s.error
                         .get_or_insert(format!("control connection closed at item {}", s.step));
                 }
@@ -851,31 +1158,40 @@ impl PerftestCm {
         }
     }
 
-    fn on_data_event(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session, ev: Event) {
+    fn on_data_event(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session, ev: EpEvent) {
         let Some(d) = s.data.as_mut() else { return };
         match ev {
-            Event::ConnectRequest { .. } => {
-                if d.ep.conn().accept(&[]).is_err() {
+            EpEvent::ConnectRequest => {
+                if d.ep.accept().is_err() {
                     s.error.get_or_insert("accept failed".into());
                 }
             }
-            Event::Connected { negotiated, .. } => {
+            EpEvent::Connected { crc, .. } => {
                 d.connected = true;
                 // Our first FPDU on it waits a little (Linux siw's accept
                 // race); the client's first item after it too.
                 d.ready_at = Some(ctx.now + crate::rping::FIRST_SEND_DELAY);
-                self.count_connected(negotiated.crc);
+                if self.transport == TransportKind::Iwarp {
+                    self.count_connected(crc);
+                }
             }
-            Event::Rejected { .. } => {
-                s.error
-                    .get_or_insert("the server rejected the data connection".into());
+            EpEvent::Rejected(why) => {
+                if self.transport == TransportKind::Roce
+                    && self.role == Role::Client
+                    && !d.connected
+                {
+                    d.refused = true;
+                } else {
+                    s.error
+                        .get_or_insert(format!("data connection refused: {why}"));
+                }
             }
-            Event::Completion(c) => {
-                if let Err(e) = self.on_data_completion(s, c) {
+            EpEvent::Completion(c) => {
+                if let Err(e) = self.on_data_completion(s, ctx.rdma, c) {
                     s.error.get_or_insert(e);
                 }
             }
-            Event::Error(e) => {
+            EpEvent::Iwarp(e) => {
                 if s.items_done.is_none() {
                     self.counters.count(&e);
                     s.error.get_or_insert(format!(
@@ -884,9 +1200,14 @@ impl PerftestCm {
                     ));
                 }
             }
-            Event::Closed => {
+            EpEvent::Closed => {
                 d.closed = true;
-                if s.items_done.is_none() {
+                // The server closes the data connection once it answered
+                // the last item; over RoCE its DREQ (on QP1) may overtake
+                // that answer (on the control QP).
+                let last_sent =
+                    self.role == Role::Client && s.sent && s.step + 1 == self.script().len();
+                if s.items_done.is_none() && !d.refused && !last_sent {
                     s.error.get_or_insert(format!(
                         "data connection closed at item {} after {} operations",
                         s.step,
@@ -897,7 +1218,12 @@ impl PerftestCm {
         }
     }
 
-    fn on_data_completion(&mut self, s: &mut Session, c: Completion) -> Result<(), String> {
+    fn on_data_completion(
+        &mut self,
+        s: &mut Session,
+        rdma: &mut RdmaDevice,
+        c: Completion,
+    ) -> Result<(), String> {
         if c.status == WcStatus::Flushed {
             return Ok(());
         }
@@ -911,10 +1237,10 @@ impl PerftestCm {
                 }
                 s.received += 1;
                 let d = s.data.as_mut().ok_or("no data connection")?;
-                post_data_recv(d, self.spec.size)?;
+                post_data_recv(d, rdma, self.spec.size)?;
                 let every = (self.window() / 3).max(1);
-                if s.received.is_multiple_of(every) {
-                    self.send_credit(s)?;
+                if self.credits() && s.received.is_multiple_of(every) {
+                    self.send_credit(s, rdma)?;
                 }
             }
             (Role::Server, WcOpcode::Write) => {} // a credit left
@@ -930,17 +1256,16 @@ impl PerftestCm {
 
     /// SEND server: RDMA WRITE our count of receives to the client's
     /// credit buffer.
-    fn send_credit(&self, s: &mut Session) -> Result<(), String> {
+    fn send_credit(&self, s: &mut Session, rdma: &mut RdmaDevice) -> Result<(), String> {
         let Some(r) = s.remote.filter(|r| r.rkey != 0) else {
             return Ok(()); // the client's keys are not known yet
         };
         let d = s.data.as_mut().ok_or("no data connection")?;
         let src = d.stag_b;
-        let c = d.ep.conn();
-        c.mem_mut()
-            .write(src, CREDIT_SRC_VA, &s.received.to_le_bytes(), Access::NONE)
-            .map_err(|e| format!("credit buffer: {e:?}"))?;
-        c.post_send(
+        d.ep.mem_write(rdma, src, CREDIT_SRC_VA, &s.received.to_le_bytes())
+            .map_err(|e| format!("credit buffer: {e}"))?;
+        d.ep.post_send(
+            rdma,
             WR_CREDIT,
             WorkRequest::Write {
                 local: Sge {
@@ -963,7 +1288,7 @@ impl PerftestCm {
             return [0; DEST_LEN];
         }
         if let Some(d) = &s.data {
-            if self.verb == Verb::Send {
+            if self.credits() {
                 // The credit buffer (client) / its source (server, unused).
                 s.keys.rkey = d.stag_b;
                 s.keys.vaddr = if self.role == Role::Client {
@@ -1054,13 +1379,13 @@ impl PerftestCm {
         Ok(())
     }
 
-    fn send_ctl(&self, s: &mut Session, msg: &[u8]) -> Result<(), String> {
+    fn send_ctl(&self, s: &mut Session, rdma: &mut RdmaDevice, msg: &[u8]) -> Result<(), String> {
         let send = s.ctl.stag_b;
-        let c = s.ctl.ep.conn();
-        c.mem_mut()
-            .write(send, CTL_SEND_VA, msg, Access::NONE)
-            .map_err(|e| format!("control buffer: {e:?}"))?;
-        c.post_send(
+        let ep = &mut s.ctl.ep;
+        ep.mem_write(rdma, send, CTL_SEND_VA, msg)
+            .map_err(|e| format!("control buffer: {e}"))?;
+        ep.post_send(
+            rdma,
             WR_CTL_SEND,
             WorkRequest::Send {
                 local: Sge {
@@ -1087,6 +1412,13 @@ impl PerftestCm {
                 return Err("control message after the last item".into());
             }
             if s.step >= FIRST_DATA_ITEM && !s.data.as_ref().is_some_and(|d| d.connected) {
+                if s.data.is_some() {
+                    // RoCE: the client's RTU for the data connection (on
+                    // QP1, from the kernel's MAD path) may trail its next
+                    // item (a SEND on the control QP); wait for it.
+                    s.inbox.push_front(msg);
+                    return Ok(false);
+                }
                 return Err(format!("item {} before the data connection", s.step));
             }
             if self.verb == Verb::Send
@@ -1101,7 +1433,7 @@ impl PerftestCm {
             }
             self.their_item(s, &msg)?;
             let reply = self.our_item(s);
-            self.send_ctl(s, &reply)?;
+            self.send_ctl(s, ctx.rdma, &reply)?;
             s.step += 1;
             if s.step == self.script().len() {
                 s.items_done = Some(ctx.now);
@@ -1119,7 +1451,7 @@ impl PerftestCm {
                 s.data_closing = true;
                 s.items_done = Some(ctx.now);
                 if let Some(d) = s.data.as_mut() {
-                    d.ep.conn().close();
+                    d.ep.close(ctx.rdma, ctx.now);
                 }
                 moved = true;
             }
@@ -1152,7 +1484,7 @@ impl PerftestCm {
                     return Ok(moved);
                 }
                 let item = self.our_item(s);
-                self.send_ctl(s, &item)?;
+                self.send_ctl(s, ctx.rdma, &item)?;
                 s.sent = true;
                 moved = true;
             }
@@ -1162,6 +1494,14 @@ impl PerftestCm {
             self.their_item(s, &msg)?;
             if s.step == FIRST_DATA_ITEM - 1 {
                 // The tool's server now listens for the data connection.
+                if self.transport == TransportKind::Roce {
+                    s.data_deadline = Some(ctx.now + DATA_CONNECT_TIMEOUT);
+                    s.data_retry_at = Some(ctx.now);
+                    s.step += 1;
+                    s.sent = false;
+                    moved = true;
+                    continue;
+                }
                 let h = ctx
                     .new_bulk_tcp_socket(TCP_BUFFER)
                     .map_err(|e| e.to_string())?;
@@ -1201,11 +1541,9 @@ impl PerftestCm {
         }
         s.run_started.get_or_insert(ctx.now);
         let (data, credit_stag) = (d.stag_a, d.stag_b);
-        let c = d.ep.conn();
-        let credit = if self.verb == Verb::Send {
-            c.mem()
-                .read(credit_stag, CREDIT_VA, 4, Access::NONE)
-                .ok()
+        let credits = self.credits();
+        let credit = if credits {
+            d.ep.mem_read(ctx.rdma, credit_stag, CREDIT_VA, 4)
                 .and_then(|b| b.try_into().ok())
                 .map_or(0, u32::from_le_bytes)
         } else {
@@ -1213,7 +1551,7 @@ impl PerftestCm {
         };
         let mut moved = false;
         while s.posted < iters && s.posted - s.completed < depth {
-            if self.verb == Verb::Send && s.posted.wrapping_sub(credit) >= window {
+            if credits && s.posted.wrapping_sub(credit) >= window {
                 break;
             }
             let local = Sge {
@@ -1238,7 +1576,7 @@ impl PerftestCm {
                     invalidate: None,
                 },
             };
-            c.post_send(WR_OP, wr)
+            d.ep.post_send(ctx.rdma, WR_OP, wr)
                 .map_err(|e| format!("post operation {}: {e}", s.posted))?;
             s.posted += 1;
             moved = true;
@@ -1265,13 +1603,15 @@ impl PerftestCm {
 
     fn finish(&mut self, ctx: &mut ServiceCtx<'_>, mut s: Session) {
         let n = self.count(&s);
-        s.ctl.ep.conn().close();
-        s.ctl.ep.pump(ctx.sockets);
-        let mut socks = vec![s.ctl.ep.socket()];
+        s.ctl.ep.close(ctx.rdma, ctx.now);
+        s.ctl.ep.pump(ctx.sockets, ctx.rdma);
+        s.ctl.ep.release(ctx.rdma, ctx.now);
+        let mut socks: Vec<SocketHandle> = s.ctl.ep.socket().into_iter().collect();
         if let Some(d) = s.data.as_mut() {
-            d.ep.conn().close();
-            d.ep.pump(ctx.sockets);
-            socks.push(d.ep.socket());
+            d.ep.close(ctx.rdma, ctx.now);
+            d.ep.pump(ctx.sockets, ctx.rdma);
+            d.ep.release(ctx.rdma, ctx.now);
+            socks.extend(d.ep.socket());
         }
         socks.extend(s.data_sock);
         for h in socks {
@@ -1310,51 +1650,65 @@ impl PerftestCm {
     }
 }
 
-fn control_conn(mut ep: IwarpEndpoint) -> Conn {
-    let mem = ep.conn().mem_mut();
-    let recv = mem.register(vec![0; DEST_LEN], CTL_RECV_VA, Access::LOCAL_WRITE);
-    let send = mem.register(vec![0; DEST_LEN], CTL_SEND_VA, Access::NONE);
-    Conn {
+fn control_conn(mut ep: Endpoint, rdma: &mut RdmaDevice, now: Instant) -> Result<Conn, String> {
+    let keys = ep
+        .register(rdma, DEST_LEN, CTL_RECV_VA, Access::LOCAL_WRITE)
+        .and_then(|recv| {
+            Ok((
+                recv,
+                ep.register(rdma, DEST_LEN, CTL_SEND_VA, Access::NONE)?,
+            ))
+        });
+    let (recv, send) = match keys {
+        Ok(k) => k,
+        Err(e) => {
+            ep.release(rdma, now);
+            return Err(format!("control buffers: {e}"));
+        }
+    };
+    Ok(Conn {
         ep,
         connected: false,
+        peer_msgs: 0,
+        refused: false,
         closed: false,
         ready_at: None,
         stag_a: recv,
         stag_b: send,
-    }
+    })
 }
 
 /// The tool posts one receive of 56 bytes on the control QP at a time.
-fn post_ctl_recv(c: &mut Conn) -> Result<(), String> {
+fn post_ctl_recv(c: &mut Conn, rdma: &mut RdmaDevice) -> Result<(), String> {
     let stag = c.stag_a;
-    c.ep.conn()
-        .post_recv(
-            WR_CTL_RECV,
-            Sge {
-                stag,
-                addr: CTL_RECV_VA,
-                len: DEST_LEN as u32,
-            },
-        )
-        .map_err(|e| format!("post control receive: {e}"))
+    c.ep.post_recv(
+        rdma,
+        WR_CTL_RECV,
+        Sge {
+            stag,
+            addr: CTL_RECV_VA,
+            len: DEST_LEN as u32,
+        },
+    )
+    .map_err(|e| format!("post control receive: {e}"))
 }
 
-fn post_data_recv(c: &mut Conn, size: u32) -> Result<(), String> {
+fn post_data_recv(c: &mut Conn, rdma: &mut RdmaDevice, size: u32) -> Result<(), String> {
     let stag = c.stag_a;
-    c.ep.conn()
-        .post_recv(
-            WR_DATA_RECV,
-            Sge {
-                stag,
-                addr: DATA_VA,
-                len: size,
-            },
-        )
-        .map_err(|e| format!("post receive: {e}"))
+    c.ep.post_recv(
+        rdma,
+        WR_DATA_RECV,
+        Sge {
+            stag,
+            addr: DATA_VA,
+            len: size,
+        },
+    )
+    .map_err(|e| format!("post receive: {e}"))
 }
 
 /// A control receive or send completed.
-fn on_ctl_completion(s: &mut Session, c: Completion) -> Result<(), String> {
+fn on_ctl_completion(s: &mut Session, rdma: &mut RdmaDevice, c: Completion) -> Result<(), String> {
     if c.status == WcStatus::Flushed {
         return Ok(());
     }
@@ -1364,16 +1718,14 @@ fn on_ctl_completion(s: &mut Session, c: Completion) -> Result<(), String> {
     match c.opcode {
         WcOpcode::Recv => {
             let stag = s.ctl.stag_a;
+            let len = (c.byte_len as usize).min(DEST_LEN);
             let msg = s
                 .ctl
                 .ep
-                .conn()
-                .mem()
-                .read(stag, CTL_RECV_VA, c.byte_len as usize, Access::NONE)
-                .map_err(|e| format!("control buffer: {e:?}"))?
-                .to_vec();
+                .mem_read(rdma, stag, CTL_RECV_VA, len)
+                .ok_or("control buffer unreadable")?;
             s.inbox.push_back(msg);
-            post_ctl_recv(&mut s.ctl)
+            post_ctl_recv(&mut s.ctl, rdma)
         }
         WcOpcode::Send => Ok(()),
         op => Err(format!("unexpected control {op:?} completion")),

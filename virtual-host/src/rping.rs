@@ -313,6 +313,7 @@ impl Rping {
                 RD_ATOMIC,
                 psn,
                 self.spec.mtu,
+                crate::endpoint::DEFAULT_ACK_TIMEOUT,
                 ctx.now,
             )?;
             self.begin(ctx, Endpoint::Roce(ep), peer);
@@ -461,6 +462,7 @@ impl Rping {
                         self.qp_caps(),
                         RD_ATOMIC,
                         psn,
+                        crate::endpoint::DEFAULT_ACK_TIMEOUT,
                         ctx.now,
                     ) {
                         Ok(ep) => self.begin(ctx, Endpoint::Roce(ep), peer),

@@ -162,9 +162,12 @@ pub struct ServiceSpec {
     /// iWARP services: ask for MPA CRC (siw `mpa_crc_required`); a peer
     /// asking for it gets it either way.
     pub mpa_crc: bool,
-    /// perftest services: the tool runs with `-R` (rdma_cm over iWARP, a
-    /// siw guest) instead of its TCP exchange over RoCE.
+    /// perftest services: the tool runs with `-R` (rdma_cm; over iWARP, a
+    /// siw guest, unless `roce`) instead of its TCP exchange.
     pub rdma_cm: bool,
+    /// perftest `-R` services: rdma_cm over RoCE (an rxe guest; IB CM on
+    /// QP1, RC QPs) instead of iWARP. Needs `rdma_cm`.
+    pub roce: bool,
 }
 
 /// Largest message a service accepts (memory per session is twice this).
@@ -227,6 +230,7 @@ impl ServiceSpec {
             echo: false,
             mpa_crc: false,
             rdma_cm: false,
+            roce: false,
         }
     }
 
@@ -271,6 +275,9 @@ impl ServiceSpec {
                 "{}: rdma-cm is for the write/send/read-bw services",
                 self.kind
             ));
+        }
+        if self.roce && !self.rdma_cm {
+            return bad(format!("{}: roce needs rdma-cm", self.kind));
         }
         Ok(())
     }
@@ -437,7 +444,7 @@ impl Service {
             Inner::Rping(r) => r.teardown(sockets, rdma, now),
             Inner::Perftest(w) => w.teardown(sockets, rdma),
             Inner::PerftestClient(c) => c.teardown(sockets, rdma),
-            Inner::PerftestCm(c) => c.teardown(sockets, rdma),
+            Inner::PerftestCm(c) => c.teardown(sockets, rdma, now),
         }
     }
 
