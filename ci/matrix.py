@@ -934,7 +934,7 @@ def fmt_md(results, meta):
         tp = ", ".join(f"{t['test']} {t['bw']} {'MiB/s'}"
                        for t in r["tests"] if t["bw"])
         boot = "/".join(str(r["boot_s"].get(g, "?")) for g in ("a", "b"))
-        st = r["status"] + (f" after {len(r['reruns'])} rerun(s), known siw race" if r.get("reruns") else "")
+        st = r["status"] + (f" after {len(r['reruns'])} rerun(s), known flake" if r.get("reruns") else "")
         src = f" (run {r['run']})" if r.get("run") else ""
         out.append(f"| {r['kernel']}/{r['cell']}{src} | **{st}** | {r['wall_s']} | {boot} | "
                    f"{nt['PASS']}/{nt['FAIL']}/{nt['SKIP']} | {tp or '-'} |")
@@ -966,6 +966,15 @@ def fmt_md(results, meta):
         for r in dcs:
             for port, c in sorted(r["daemon_counters"].items()):
                 out.append(f"- {r['kernel']}/{r['cell']} port {port}: " + " ".join(f"{k}={v}" for k, v in c.items()))
+    ws = [r for r in results if r.get("siw_settle") or "mpa-settle" in r.get("what", "")]
+    if ws:
+        out += ["", "## Daemon workaround in the siw cells", "",
+                "The guest kernel's siw has two connection-setup races (ci/README.md); these cells ran with the "
+                "daemon's documented `mpa-settle` rule (README, \"Linux siw workaround\"), which holds TCP data "
+                "behind an MPA Reply for a while. Without it (`--siw-settle-ms 0`) the races fail siw cells on "
+                "a loaded host.", ""]
+        for r in ws:
+            out.append(f"- {r['kernel']}/{r['cell']}: {r.get('siw_settle') or 'mpa-settle rule installed'}")
     rr = [(r, x) for r in results for x in r.get("reruns", [])]
     if rr:
         out += ["", "## Reruns (known flakes)", "",
