@@ -33,27 +33,21 @@ fn pair(
     cli.peer = Some(IP_A);
     cli.size = size;
     cli.iters = iters;
-    if client_first {
-        b.start_service(cli, now).unwrap();
-        run(
-            &mut a,
-            &mut b,
-            &mut now,
-            Duration::from_secs(3),
-            0,
-            is_tcp,
-            |_, _| false,
-        );
-        let st = b.status().services[0].state.clone();
-        assert!(
-            st == "waiting-for-server" || st == "connecting",
-            "client state {st}"
-        );
-        a.start_service(srv, now).unwrap();
-    } else {
-        a.start_service(srv, now).unwrap();
-        b.start_service(cli, now).unwrap();
-    }
+    start_server_and_client(
+        &mut a,
+        &mut b,
+        &mut now,
+        (srv, cli),
+        client_first,
+        is_tcp,
+        |_, b| {
+            let st = b.status().services[0].state.clone();
+            assert!(
+                st == "waiting-for-server" || st == "connecting",
+                "client state {st}"
+            );
+        },
+    );
     let (ea, eb) = run(
         &mut a,
         &mut b,

@@ -35,33 +35,27 @@ fn pair(
     let srv = spec(server, iters, size);
     let mut cli = spec(client, iters, size);
     cli.peer = Some(IP_A);
-    if client_first {
-        b.start_service(cli, now).unwrap();
-        // Nobody listens: the REQs are rejected for a while.
-        run(
-            &mut a,
-            &mut b,
-            &mut now,
-            Duration::from_secs(3),
-            0,
-            is_roce,
-            |_, _| false,
-        );
-        assert!(
-            a.cm_counters().1.unknown_service >= 1,
-            "{:?}",
-            a.cm_counters()
-        );
-        let st = b.status().services[0].state.clone();
-        assert!(
-            st == "waiting-for-server" || st == "connecting",
-            "client state {st}"
-        );
-        a.start_service(srv, now).unwrap();
-    } else {
-        a.start_service(srv, now).unwrap();
-        b.start_service(cli, now).unwrap();
-    }
+    start_server_and_client(
+        &mut a,
+        &mut b,
+        &mut now,
+        (srv, cli),
+        client_first,
+        is_roce,
+        |a, b| {
+            // Nobody listens: the REQs are rejected for a while.
+            assert!(
+                a.cm_counters().1.unknown_service >= 1,
+                "{:?}",
+                a.cm_counters()
+            );
+            let st = b.status().services[0].state.clone();
+            assert!(
+                st == "waiting-for-server" || st == "connecting",
+                "client state {st}"
+            );
+        },
+    );
     let (ea, eb) = run(
         &mut a,
         &mut b,

@@ -29,28 +29,22 @@ fn pair(
     cli.peer = Some(IP_A);
     cli.iters = iters;
     cli.size = size;
-    if client_first {
-        b.start_service(cli, now).unwrap();
-        // Nobody listens: the REQs are rejected for a while.
-        run(
-            &mut a,
-            &mut b,
-            &mut now,
-            Duration::from_secs(3),
-            0,
-            is_roce,
-            |_, _| false,
-        );
-        assert!(
-            a.cm_counters().1.unknown_service >= 1,
-            "{:?}",
-            a.cm_counters()
-        );
-        a.start_service(srv, now).unwrap();
-    } else {
-        a.start_service(srv, now).unwrap();
-        b.start_service(cli, now).unwrap();
-    }
+    start_server_and_client(
+        &mut a,
+        &mut b,
+        &mut now,
+        (srv, cli),
+        client_first,
+        is_roce,
+        |a, _| {
+            // Nobody listens: the REQs are rejected for a while.
+            assert!(
+                a.cm_counters().1.unknown_service >= 1,
+                "{:?}",
+                a.cm_counters()
+            );
+        },
+    );
     let (ea, eb) = run(
         &mut a,
         &mut b,

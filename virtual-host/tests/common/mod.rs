@@ -198,3 +198,29 @@ impl Device for Frames {
         c
     }
 }
+
+/// Starts the server spec on `a` and the client spec on `b`. With `client_first` the client
+/// starts alone and the link runs for 3 s (only `droppable` frames counted,
+/// nothing dropped) before the server starts; `while_alone` then checks
+/// what the client-only phase left behind.
+pub fn start_server_and_client(
+    a: &mut VirtualHost,
+    b: &mut VirtualHost,
+    now: &mut Instant,
+    (srv, cli): (virtual_host::ServiceSpec, virtual_host::ServiceSpec),
+    client_first: bool,
+    droppable: fn(&[u8]) -> bool,
+    while_alone: impl FnOnce(&VirtualHost, &VirtualHost),
+) {
+    if client_first {
+        b.start_service(cli, *now).unwrap();
+        run(a, b, now, Duration::from_secs(3), 0, droppable, |_, _| {
+            false
+        });
+        while_alone(a, b);
+        a.start_service(srv, *now).unwrap();
+    } else {
+        a.start_service(srv, *now).unwrap();
+        b.start_service(cli, *now).unwrap();
+    }
+}
