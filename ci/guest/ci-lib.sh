@@ -654,7 +654,7 @@ cell_smcr() {
     # and every connection proven SMC-R (sock_diag), a fallback fails.
     smc_stream smc-1byte smcr 1 1 c2s 7784
     [ "${CI_SMC_SKIP_MANY:-}" ] || smc_stream smc-64conns smcr "$CI_SMC_MANY_BYTES" 64 both 7785 server-first
-    smc_stream smc-stream smcr "$CI_SMC_BYTES" 4 both 7781
+    smc_stream smc-stream smcr "$CI_SMC_BYTES" "${CI_SMC_STREAM_CONNS:-4}" both 7781
     smc_stream smc-big-s2c smcr "$CI_SMC_BIG_BYTES" 1 s2c 7786 server-first
     diag rxe0
     say "cell done"
