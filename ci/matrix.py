@@ -11,12 +11,14 @@ Python 3 standard library only.
 """
 
 import argparse
+import bisect
 import datetime
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -175,7 +177,8 @@ CELLS["smcr-lossy-4conns"] = dict(
     CELLS["smcr-lossy"],
     what="diagnostics: smcr-lossy with the stream on 4 parallel connections both ways (the client guest "
          "stops under loss on 7.3, see ci/README.md)",
-    env=dict(CELLS["smcr-lossy"]["env"], CI_SMC_STREAM_CONNS="4"))
+    # a short stream timeout: the stuck-guest watch acts after (this + 600) s of silence
+    env=dict(CELLS["smcr-lossy"]["env"], CI_SMC_STREAM_CONNS="4", CI_STREAM_TIMEOUT="240"))
 LOSSY_CELLS.append("smcr-lossy-4conns")
 EXTRA_CELLS = ["siw-conn", "smcr-lossy-4conns"]
 QUICK = [("7.3", "rxe"), ("7.3", "smcr")]
@@ -376,6 +379,56 @@ class StuckGuestWatch(threading.Thread):
         except (OSError, IndexError, ValueError):
             return None
 
+    def rip_samples(self, g, n=20, gap=0.1):
+        """`info registers` n times through the guest's QEMU monitor (run-guests --monitor): the RIPs."""
+        rips = []
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sk:
+                sk.settimeout(5)
+                sk.connect(f"{self.d}/{g}.mon")
+                buf = b""
+                for _ in range(n):
+                    sk.sendall(b"info registers\n")
+                    while True:
+                        m = re.search(rb"RIP=([0-9a-fA-F]{16})", buf)
+                        if m and b"(qemu)" in buf[m.end():]:
+                            rips.append(int(m.group(1), 16))
+                            buf = buf[m.end():].split(b"(qemu)", 1)[1]
+                            break
+                        chunk = sk.recv(65536)
+                        if not chunk:
+                            return rips
+                        buf += chunk
+                    time.sleep(gap)
+        except OSError:
+            pass
+        return rips
+
+    def symbolize(self, g, rips):
+        """RIPs -> 'function (k/n)' via the guest's text symbols (/job/kallsyms, written by ci-lib.sh)."""
+        syms = []
+        try:
+            with open(f"{self.d}/{g}.job/kallsyms") as f:
+                for line in f:  # "ADDR TYPE NAME [MODULE]" (/proc/kallsyms); text symbols only
+                    parts = line.split()
+                    if len(parts) < 3 or parts[1] not in ("t", "T"):
+                        continue
+                    try:
+                        syms.append((int(parts[0], 16), parts[2]))
+                    except ValueError:
+                        continue
+        except OSError:
+            pass
+        syms.sort()
+        keys = [a for a, _ in syms]
+        count = {}
+        for r in rips:
+            i = bisect.bisect_right(keys, r) - 1
+            name = f"{syms[i][1]}+{r - syms[i][0]:#x}" if i >= 0 and r >= 0xffff000000000000 else f"{r:#x}"
+            fn = name.split("+")[0]
+            count[fn] = count.get(fn, 0) + 1
+        return ", ".join(f"{fn} ({k}/{len(rips)})" for fn, k in sorted(count.items(), key=lambda x: -x[1])[:4])
+
     def port_counters(self):
         st = ctl_json(self.daemon_bin, self.d, "status") or {}
         return {p["name"]: p for p in st.get("ports", [])}
@@ -423,7 +476,10 @@ class StuckGuestWatch(threading.Thread):
             else:
                 verdict = "not progressing"
             cpu_s = f"{cpu:.0f} % CPU" if cpu is not None else "CPU unknown"
-            states.append(f"guest {g} {verdict}: QEMU {cpu_s} over {self.window} s; " + "; ".join(ports))
+            rips = self.rip_samples(g)
+            where = (f"; its CPU was in {self.symbolize(g, rips)} ({len(rips)} samples of RIP)" if rips
+                     else "; no RIP samples (no monitor socket)")
+            states.append(f"guest {g} {verdict}: QEMU {cpu_s} over {self.window} s; " + "; ".join(ports) + where)
         fl = ctl_json(self.daemon_bin, self.d, "flows")
         if fl is not None:
             with open(f"{self.d}/stuck-flows.json", "w") as f:
@@ -827,7 +883,7 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         args = [os.path.join(ROOT, "scripts", "run-guests"), "--qemu", qemu, "--image", image,
                 "--accel", a.accel, "--timeout", str(a.timeout or spec["timeout"]),
                 "--guest-bin", vrbin, "--net", net, "--form", "pci", "--queues", "1",
-                "--logdir", d]
+                "--logdir", d, "--monitor"]
         for role in BOTH:
             name, ip, mac = GUESTS[role]
             with open(f"{d}/{name}.sh", "w") as f:

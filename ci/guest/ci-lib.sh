@@ -35,6 +35,14 @@ CI_VERBS_ITERS=${CI_VERBS_ITERS:-8}
 CI_VERBS_TESTS="send send_imm write write_imm read cas faa"
 ci_barrier_n=0
 
+# The kernel's text symbols, for the host: if this guest stops answering,
+# ci/matrix.py samples its CPU's RIP through QEMU's monitor and names the
+# functions it spins in (StuckGuestWatch). Copied whole in the background
+# (the host keeps the text symbols; filtering here under TCG takes minutes);
+# a guest that cannot read them just leaves no file.
+[ -r /proc/kallsyms ] && [ -d /job ] &&
+    (cat /proc/kallsyms >/job/kallsyms.tmp 2>/dev/null && mv /job/kallsyms.tmp /job/kallsyms) &
+
 say() { echo "[ci $CELL/$ROLE] $*"; }
 
 # result TEST STATUS SECS BW REASON
