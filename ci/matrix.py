@@ -380,32 +380,46 @@ class StuckGuestWatch(threading.Thread):
             return None
 
     def rip_samples(self, g, n=20, gap=0.1):
-        """`info registers` n times through the guest's QEMU monitor (run-guests --monitor): the RIPs."""
-        rips = []
+        """`info registers` n times through the guest's QEMU monitor (run-guests --monitor): the RIPs,
+        and the 64 words on the stack at the last sample's RSP (`x /64gx`), for a stack scan."""
+        rips, stack = [], []
+
+        def ask(sk, cmd, buf):
+            sk.sendall(cmd)
+            while b"(qemu)" not in buf:
+                chunk = sk.recv(65536)
+                if not chunk:
+                    raise OSError("monitor closed")
+                buf += chunk
+            out, _, rest = buf.partition(b"(qemu)")
+            return out, rest
+
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sk:
                 sk.settimeout(5)
                 sk.connect(f"{self.d}/{g}.mon")
-                buf = b""
+                _, buf = ask(sk, b"", b"")  # the banner and first prompt
+                rsp = None
                 for _ in range(n):
-                    sk.sendall(b"info registers\n")
-                    while True:
-                        m = re.search(rb"RIP=([0-9a-fA-F]{16})", buf)
-                        if m and b"(qemu)" in buf[m.end():]:
-                            rips.append(int(m.group(1), 16))
-                            buf = buf[m.end():].split(b"(qemu)", 1)[1]
-                            break
-                        chunk = sk.recv(65536)
-                        if not chunk:
-                            return rips
-                        buf += chunk
+                    out, buf = ask(sk, b"info registers\n", buf)
+                    m = re.search(rb"RIP=([0-9a-fA-F]{16})", out)
+                    r = re.search(rb"RSP=([0-9a-fA-F]{16})", out)
+                    if m:
+                        rips.append(int(m.group(1), 16))
+                    if r:
+                        rsp = int(r.group(1), 16)
                     time.sleep(gap)
+                if rsp is not None:
+                    out, buf = ask(sk, f"x /64gx {rsp:#x}\n".encode(), buf)
+                    for line in out.decode("ascii", "replace").splitlines():
+                        if ":" in line:
+                            stack += [int(v, 16) for v in re.findall(r"0x([0-9a-fA-F]{16})", line.split(":", 1)[1])]
         except OSError:
             pass
-        return rips
+        return rips, stack
 
-    def symbolize(self, g, rips):
-        """RIPs -> 'function (k/n)' via the guest's text symbols (/job/kallsyms, written by ci-lib.sh)."""
+    def load_syms(self, g):
+        """The guest's text symbols (/job/kallsyms, written by ci-lib.sh), sorted by address."""
         syms = []
         try:
             with open(f"{self.d}/{g}.job/kallsyms") as f:
@@ -420,14 +434,30 @@ class StuckGuestWatch(threading.Thread):
         except OSError:
             pass
         syms.sort()
+        return syms
+
+    @staticmethod
+    def lookup(syms, keys, addr):
+        """'function+0xoff' for a kernel text address, or None."""
+        i = bisect.bisect_right(keys, addr) - 1
+        if i < 0 or addr < 0xffff000000000000 or addr - syms[i][0] > 0x10000:
+            return None
+        return f"{syms[i][1]}+{addr - syms[i][0]:#x}"
+
+    def symbolize(self, g, rips, stack):
+        """'function (k/n), ...' for the RIP samples, then a stack scan: every word on the stack that
+        points into kernel text, innermost first (like the kernel's '?' frames: likely callers)."""
+        syms = self.load_syms(g)
         keys = [a for a, _ in syms]
         count = {}
         for r in rips:
-            i = bisect.bisect_right(keys, r) - 1
-            name = f"{syms[i][1]}+{r - syms[i][0]:#x}" if i >= 0 and r >= 0xffff000000000000 else f"{r:#x}"
-            fn = name.split("+")[0]
+            fn = (self.lookup(syms, keys, r) or f"{r:#x}").split("+")[0]
             count[fn] = count.get(fn, 0) + 1
-        return ", ".join(f"{fn} ({k}/{len(rips)})" for fn, k in sorted(count.items(), key=lambda x: -x[1])[:4])
+        out = ", ".join(f"{fn} ({k}/{len(rips)})" for fn, k in sorted(count.items(), key=lambda x: -x[1])[:4])
+        frames = [f for f in (self.lookup(syms, keys, w) for w in stack) if f]
+        if frames:
+            out += "; stack scan: " + " < ".join(frames[:16])
+        return out
 
     def port_counters(self):
         st = ctl_json(self.daemon_bin, self.d, "status") or {}
@@ -476,8 +506,8 @@ class StuckGuestWatch(threading.Thread):
             else:
                 verdict = "not progressing"
             cpu_s = f"{cpu:.0f} % CPU" if cpu is not None else "CPU unknown"
-            rips = self.rip_samples(g)
-            where = (f"; its CPU was in {self.symbolize(g, rips)} ({len(rips)} samples of RIP)" if rips
+            rips, stack = self.rip_samples(g)
+            where = (f"; its CPU was in {self.symbolize(g, rips, stack)} ({len(rips)} samples of RIP)" if rips
                      else "; no RIP samples (no monitor socket)")
             states.append(f"guest {g} {verdict}: QEMU {cpu_s} over {self.window} s; " + "; ".join(ports) + where)
         fl = ctl_json(self.daemon_bin, self.d, "flows")
@@ -915,6 +945,7 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
             try:
                 for line in p.stdout:
                     rl.write(line)
+                    rl.flush()  # StuckGuestWatch reads the QEMU pids from it
                     if a.verbose:
                         sys.stdout.write("    " + line)
                         sys.stdout.flush()
