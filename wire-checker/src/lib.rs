@@ -224,6 +224,10 @@ pub struct CheckerStats {
     pub flows_evicted: u64,
     /// TCP directions marked unparsed.
     pub streams_unparsed: u64,
+    /// SMC-R links learnt from an LLC ADD_LINK exchange (a link group's
+    /// further links; the first is learnt from CLC).
+    #[serde(default)]
+    pub smc_links_from_add_link: u64,
 }
 
 /// The flow table as [`Checker::flows`] shows it.
@@ -316,7 +320,7 @@ impl Checker {
                     frame,
                     &mut self.findings,
                     &mut self.stats,
-                    &self.tcp.smc_links,
+                    &mut self.tcp.smc_links,
                 );
             }
             Interest::TcpSessionStart | Interest::Tcp => {
@@ -350,6 +354,7 @@ impl Checker {
     pub fn stats(&self) -> CheckerStats {
         let mut s = self.stats.clone();
         s.flows_evicted = self.roce.evicted + self.tcp.evicted();
+        s.smc_links_from_add_link = self.tcp.smc_links.learnt_from_add_link;
         s
     }
 

@@ -27,7 +27,7 @@
 //! sender bug, not line noise, and the headers are the sender's.
 
 use crate::net::{roce_parts, Addr};
-use crate::smc::{SmcHalf, SmcHalfView, SmcLinks};
+use crate::smc::{add_link_gid, SmcHalf, SmcHalfView, SmcLinks};
 use crate::{CheckerStats, Ctx, Finding, Findings, Protocol, Rule};
 use roce_model::{
     AethSyndrome, IbFrame, NakCode, NetLayer, OpKind, Opcode, Position, Psn, RoceFrame, RocePacket,
@@ -403,7 +403,7 @@ impl RoceTable {
         frame: &[u8],
         findings: &mut Findings,
         stats: &mut CheckerStats,
-        smc: &SmcLinks,
+        smc: &mut SmcLinks,
     ) {
         match RoceFrame::parse(frame) {
             Ok(f) => {
@@ -414,6 +414,11 @@ impl RoceTable {
                 };
                 let icrc = f.verify_icrc().err().map(|e| e.to_string());
                 let is_smc = smc.contains(src, dst);
+                if is_smc && icrc.is_none() && matches!(f.packet.bth.opcode, Opcode::RcSendOnly) {
+                    if let Some(gid) = add_link_gid(f.packet.payload) {
+                        smc.on_add_link(src, dst, gid);
+                    }
+                }
                 self.packet(ctx, src, dst, &f.packet, icrc, is_smc, findings, stats);
             }
             Err(e) => {

@@ -16,8 +16,10 @@
 //! 0xFE, 44 bytes): unknown types or wrong lengths are `llc-message`
 //! findings, and per connection (alert token) a producer or consumer
 //! cursor moving backwards is `cdc-cursor`, a sequence number going
-//! backwards `cdc-seqno`. Links added with LLC ADD_LINK between other
-//! addresses of the same hosts are not followed.
+//! backwards `cdc-seqno`. A link group's further links are learnt from the
+//! LLC ADD_LINK request and response on a known link (each names its
+//! sender's GID for the new link) and decoded the same way, so `flows` shows
+//! which link carries a connection's CDC messages, e.g. after a failover.
 
 use crate::net::{Addr, EYECATCHER_SMCD, EYECATCHER_SMCR};
 use crate::Rule;
@@ -32,13 +34,64 @@ const LINKS_KEPT: usize = 1024;
 /// stay well below this).
 pub(crate) const MAX_CLC_LEN: usize = 4096;
 
-/// Address pairs between which a CLC handshake chose SMC-R.
+/// LLC ADD_LINK messages waiting for the peer's answer (request and
+/// response each carry their sender's GID for the new link).
+const ADD_LINKS_PENDING: usize = 64;
+
+/// Address pairs between which SMC-R runs: learnt from a CLC handshake that
+/// chose SMC-R, and from LLC ADD_LINK exchanges on a known link (the link
+/// group's further links, e.g. over a second RoCE device).
 #[derive(Debug, Default)]
 pub(crate) struct SmcLinks {
     pairs: VecDeque<(Addr, Addr)>,
+    /// (link the ADD_LINK rode on as (from, to), the sender's GID address).
+    add_links: VecDeque<((Addr, Addr), Addr)>,
+    /// Links learnt from ADD_LINK (for `status`).
+    pub(crate) learnt_from_add_link: u64,
+}
+
+/// The GID an LLC ADD_LINK message (v1 type 0x02, v2 0x22) announces for
+/// its sender's end of the new link: bytes 12..28 after the 4-byte LLC
+/// header, the 6-byte MAC and 2 reserved bytes (Linux `smc_llc_msg_add_link`).
+/// An IPv4-mapped GID (RoCEv2 over IPv4) gives the IPv4 address.
+pub(crate) fn add_link_gid(m: &[u8]) -> Option<Addr> {
+    if !matches!(m.first(), Some(0x02 | 0x22)) {
+        return None;
+    }
+    let gid: [u8; 16] = m.get(12..28)?.try_into().ok()?;
+    if gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff {
+        Some(Addr::V4([gid[12], gid[13], gid[14], gid[15]]))
+    } else {
+        Some(Addr::V6(gid))
+    }
 }
 
 impl SmcLinks {
+    /// An ADD_LINK `from` -> `to` on a known SMC-R link announcing `gid` for
+    /// the sender's end of a new link. Once both ends have announced theirs,
+    /// the new link's pair is followed like the first.
+    pub(crate) fn on_add_link(&mut self, from: Addr, to: Addr, gid: Addr) {
+        if let Some(i) = self
+            .add_links
+            .iter()
+            .position(|&((f, t), _)| f == to && t == from)
+        {
+            let (_, peer_gid) = self.add_links.remove(i).unwrap_or(((to, from), gid));
+            if !self.contains(gid, peer_gid) {
+                self.learnt_from_add_link += 1;
+            }
+            self.add_pair(gid, peer_gid);
+            return;
+        }
+        // a repeated request replaces the older one
+        self.add_links
+            .retain(|&((f, t), _)| !(f == from && t == to));
+        if self.add_links.len() >= ADD_LINKS_PENDING {
+            self.add_links.pop_front();
+        }
+        self.add_links.push_back(((from, to), gid));
+    }
+
     pub(crate) fn add_pair(&mut self, a: Addr, b: Addr) {
         let p = if a <= b { (a, b) } else { (b, a) };
         if self.pairs.contains(&p) {

@@ -169,3 +169,106 @@ fn clc_rule_violations() {
         assert_eq!(rules(&c.findings()), vec![Rule::ClcHeader]);
     }
 }
+
+/// An LLC ADD_LINK (v2) announcing `gid_v4` (as an IPv4-mapped GID) and
+/// `qpn` for its sender's end of a new link.
+fn add_link(gid_v4: [u8; 4], qpn: u32, response: bool) -> Vec<u8> {
+    let mut m = vec![0u8; 88];
+    m[0] = 0x22;
+    m[1] = 88;
+    m[3] = if response { 0x80 } else { 0 };
+    m[4..10].copy_from_slice(&[0x52, 0x54, 0, 0x77, 1, gid_v4[3]]);
+    m[22..24].copy_from_slice(&[0xff, 0xff]);
+    m[24..28].copy_from_slice(&gid_v4);
+    m[28..31].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    m[31] = 2;
+    m
+}
+
+#[test]
+fn second_link_learnt_from_add_link_carries_cdc() {
+    const A1: [u8; 4] = [10, 0, 1, 1];
+    const B1: [u8; 4] = [10, 0, 1, 2];
+    let mut c = Checker::default();
+    handshake(&mut c);
+    // The new link's CDC before the ADD_LINK exchange is not SMC-R yet.
+    let early = builder(A1, B1)
+        .build(
+            &PacketBuilder::new(Opcode::RcSendOnly, 0x21, 0).payload(&cdc(1, 0x55, (0, 1), (0, 0))),
+        )
+        .unwrap();
+    c.observe(5, "p2", &early);
+    // Request on the first link (A -> B), then the response (B -> A).
+    c.observe(10, "p0", &link_send(0, &add_link(A1, 0x20, false)));
+    assert!(
+        c.stats().smc_links_from_add_link == 0,
+        "one half of the exchange is not enough"
+    );
+    c.observe(
+        11,
+        "p1",
+        &b2a(PacketBuilder::new(Opcode::RcSendOnly, QA, 0).payload(&add_link(B1, 0x21, true))),
+    );
+    assert_eq!(c.stats().smc_links_from_add_link, 1);
+    // CDC on the second link is now decoded and credited to the connection.
+    for (i, (seq, prod)) in [(2u16, 100u32), (3, 200)].iter().enumerate() {
+        let f = builder(A1, B1)
+            .build(
+                &PacketBuilder::new(Opcode::RcSendOnly, 0x21, 1 + i as u32).payload(&cdc(
+                    *seq,
+                    0x55,
+                    (0, *prod),
+                    (0, 0),
+                )),
+            )
+            .unwrap();
+        c.observe(20 + i as u64, "p2", &f);
+    }
+    assert_eq!(c.findings(), vec![]);
+    let v = c.flows();
+    let second = v
+        .roce
+        .iter()
+        .find(|f| f.connection.contains("10.0.1.1"))
+        .expect("second link in flows");
+    let smc = second.halves[0]
+        .smc
+        .as_ref()
+        .expect("second link decoded as SMC-R");
+    assert_eq!(smc.cdc_messages, 2);
+    assert_eq!(smc.cursors[0].producer, (0, 200));
+}
+
+#[test]
+fn add_link_floods_stay_bounded_and_unanswered_ones_teach_nothing() {
+    let mut c = Checker::default();
+    handshake(&mut c);
+    for i in 0..10_000u32 {
+        let gid = [10, 9, (i >> 8) as u8, i as u8];
+        c.observe(
+            10 + u64::from(i),
+            "p0",
+            &link_send(i, &add_link(gid, i, false)),
+        );
+    }
+    assert_eq!(c.stats().smc_links_from_add_link, 0);
+    // Truncated and foreign messages teach nothing and raise no panic.
+    for (i, m) in [vec![0x22, 88, 0], vec![0x02], vec![]].iter().enumerate() {
+        c.observe(
+            20_000 + i as u64,
+            "p1",
+            &b2a(PacketBuilder::new(Opcode::RcSendOnly, QA, i as u32).payload(m)),
+        );
+    }
+    assert_eq!(c.stats().smc_links_from_add_link, 0);
+    // The answer pairs with the latest request only (a repeated request
+    // replaces the older one): one link, with a non-IPv4-mapped GID.
+    let mut v6 = add_link([1, 2, 3, 4], 1, true);
+    v6[12] = 0xfe;
+    c.observe(
+        30_000,
+        "p1",
+        &b2a(PacketBuilder::new(Opcode::RcSendOnly, QA, 3).payload(&v6)),
+    );
+    assert_eq!(c.stats().smc_links_from_add_link, 1);
+}
