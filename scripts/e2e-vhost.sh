@@ -27,18 +27,20 @@
 #                        (ctl, started before the boot) connects to it
 #   ucmatose-guest-client  ucmatose -s HOST -C N against ucmatose-server-roce
 #   ucmatose-guest-server  ucmatose -b GUEST -C N; ucmatose-client-roce connects
-#   {write,send,read}-bw-R-guest-client  ib_*_bw -R (rdma_cm over RoCE: two
+#   {write,send,read,atomic}-bw-R-guest-client  ib_*_bw -R (rdma_cm over RoCE: two
 #                        CM connections, control and data) -d rxe0 -s S -n I
 #                        towards a second virtual host vh2 (10.77.0.11), whose
 #                        *-bw-server services have rdma-cm = true, roce = true
-#                        (config file; ports 18531-18533)
-#   {write,send,read}-bw-R-guest-server  ib_*_bw -R as server in the guest
-#                        (ports 18541-18543); vh2's *-bw-client --rdma-cm
+#                        (config file; ports 18531-18534; ib_atomic_bw runs
+#                        8-byte FETCH AND ADDs, no -s)
+#   {write,send,read,atomic}-bw-R-guest-server  ib_*_bw -R as server in the guest
+#                        (ports 18541-18544); vh2's *-bw-client --rdma-cm
 #                        --roce (ctl, started before the boot) connects to it
 #   The perftest -R rows pass when the tool exits 0 and prints its BW row with
 #   I iterations AND the host service reports a finished session, no failed
 #   one, and at least I operations counted (WRITEs placed, READ requests
-#   answered, receives completed; client: operations completed).
+#   answered, atomics executed, receives completed; client: operations
+#   completed).
 #
 # rping/ucmatose cases are judged by what was verified, not by exit codes:
 # the guest client must print N "ping data:" lines (-V compared each echo),
@@ -57,13 +59,15 @@ CASES=(ping pingpong-guest-server pingpong-guest-client write-bw-guest-client se
     read-bw-guest-client atomic-bw-guest-client write-bw-guest-server send-bw-guest-server
     read-bw-guest-server atomic-bw-guest-server rping-guest-client rping-guest-server
     ucmatose-guest-client ucmatose-guest-server write-bw-R-guest-client send-bw-R-guest-client
-    read-bw-R-guest-client write-bw-R-guest-server send-bw-R-guest-server read-bw-R-guest-server)
+    read-bw-R-guest-client atomic-bw-R-guest-client write-bw-R-guest-server send-bw-R-guest-server
+    read-bw-R-guest-server atomic-bw-R-guest-server)
 # tool, port of the guest-server cases
 BW_SERVERS=("write 18521" "send 18522" "read 18523" "atomic 18524")
 # perftest -R over RoCE against vh2: guest-client and guest-server ports.
-BW_R_VERBS=(write send read)
-declare -A RC_PORT=([write]=18531 [send]=18532 [read]=18533)
-declare -A RS_PORT=([write]=18541 [send]=18542 [read]=18543)
+BW_R_VERBS=(write send read atomic)
+declare -A RC_PORT=([write]=18531 [send]=18532 [read]=18533 [atomic]=18534)
+declare -A RS_PORT=([write]=18541 [send]=18542 [read]=18543 [atomic]=18544)
+r_size() { if [[ $1 == atomic ]]; then echo 8; else echo "$bw_size"; fi; }  # message size of a -R row
 
 usage() {
     cat <<EOF
@@ -182,16 +186,17 @@ echo "== CASE ucmatose-guest-server"
 timeout 300 ucmatose -b $GUEST_IP -C $count; echo "VH-RESULT case=ucmatose-guest-server rc=\$?"
 fi
 if [ $do_perfcm = 1 ]; then
-for t in write:${RC_PORT[write]} send:${RC_PORT[send]} read:${RC_PORT[read]}; do
-    v=\${t%%:*}; p=\${t##*:}
+# ib_atomic_bw's operations are 8 bytes (no -s)
+for t in write:${RC_PORT[write]} send:${RC_PORT[send]} read:${RC_PORT[read]} atomic:${RC_PORT[atomic]}; do
+    v=\${t%%:*}; p=\${t##*:}; sz="-s $bw_size"; [ \$v = atomic ] && sz=
     echo "== CASE \$v-bw-R-guest-client"
-    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters -s $bw_size $HOST2_IP
+    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters \$sz $HOST2_IP
     echo "VH-RESULT case=\$v-bw-R-guest-client rc=\$?"
 done
-for t in write:${RS_PORT[write]} send:${RS_PORT[send]} read:${RS_PORT[read]}; do
-    v=\${t%%:*}; p=\${t##*:}
+for t in write:${RS_PORT[write]} send:${RS_PORT[send]} read:${RS_PORT[read]} atomic:${RS_PORT[atomic]}; do
+    v=\${t%%:*}; p=\${t##*:}; sz="-s $bw_size"; [ \$v = atomic ] && sz=
     echo "== CASE \$v-bw-R-guest-server"
-    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters -s $bw_size
+    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters \$sz
     echo "VH-RESULT case=\$v-bw-R-guest-server rc=\$?"
 done
 fi
@@ -245,7 +250,7 @@ kind = "$v-bw-server"
 rdma-cm = true
 roce = true
 port = ${RC_PORT[$v]}
-size = $bw_size
+size = $(r_size "$v")
 iters = $bw_iters
 EOF
 done
@@ -288,7 +293,7 @@ done
 if ((do_perfcm)); then
     for v in "${BW_R_VERBS[@]}"; do
         "$DAEMON" ctl --control "$d/ctl.sock" host vh2 start "$v-bw-client" --rdma-cm --roce \
-            --peer "$GUEST_IP" --port "${RS_PORT[$v]}" --size "$bw_size" --iters "$bw_iters" \
+            --peer "$GUEST_IP" --port "${RS_PORT[$v]}" --size "$(r_size "$v")" --iters "$bw_iters" \
             --connect-timeout "$timeout" >>"$d/ctl-start.txt" 2>&1 ||
             fail_all "ctl host vh2 start $v-bw-client --rdma-cm --roce failed: $(tail -n 1 "$d/ctl-start.txt")"
     done
@@ -456,7 +461,7 @@ check_bw_cm() {  # check_bw_cm CASE HOST_KIND PORT
     local c=$1 kind=$2 port=$3 rc row ok bad it err why=() j
     rc="$(guest_rc "$c")"
     row="$(case_out "$c" |
-        grep -E "^[[:space:]]*$bw_size[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
+        grep -E "^[[:space:]]*$(r_size "${c%%-*}")[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
         tail -n 1 | tr -s ' \t' ' ')"
     read -r ok bad it err <<<"$(host_service_at vh2 "$kind" "$port")"
     [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")

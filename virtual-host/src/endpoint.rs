@@ -299,7 +299,11 @@ impl RoceEndpoint {
             let opcode = match c.opcode {
                 roce_model::WcOpcode::Send => WcOpcode::Send,
                 roce_model::WcOpcode::RdmaWrite => WcOpcode::Write,
-                roce_model::WcOpcode::RdmaRead => WcOpcode::Read,
+                // siw's types have no atomics (iWARP has none): an atomic
+                // completes like a READ, its old value in the local buffer
+                roce_model::WcOpcode::RdmaRead
+                | roce_model::WcOpcode::FetchAdd
+                | roce_model::WcOpcode::CompSwap => WcOpcode::Read,
                 _ => WcOpcode::Recv,
             };
             let status = match c.status {
@@ -373,6 +377,62 @@ impl Endpoint {
                 r.mrs.push(k);
                 Ok(k)
             }
+        }
+    }
+
+    /// Registers a RoCE buffer that the peer may run atomics on (iWARP has
+    /// no atomics).
+    pub(crate) fn register_atomic_target(
+        &mut self,
+        rdma: &mut RdmaDevice,
+        len: usize,
+        va: u64,
+    ) -> Result<u32, String> {
+        match self {
+            Endpoint::Iwarp(_) => Err("iWARP has no atomics".into()),
+            Endpoint::Roce(r) => {
+                let k = rdma
+                    .register_mr_at(
+                        va,
+                        len,
+                        roce_model::Access::LOCAL_WRITE
+                            | roce_model::Access::REMOTE_READ
+                            | roce_model::Access::REMOTE_ATOMIC,
+                    )
+                    .map_err(|e| e.to_string())?;
+                r.mrs.push(k);
+                Ok(k)
+            }
+        }
+    }
+
+    /// Posts an 8-byte ATOMIC FETCH AND ADD of `add` at the peer's
+    /// `remote_addr`, the old value landing in `local` (RoCE only).
+    pub(crate) fn post_fetch_add(
+        &mut self,
+        rdma: &mut RdmaDevice,
+        wr_id: u64,
+        local: Sge,
+        remote_stag: u32,
+        remote_addr: u64,
+        add: u64,
+    ) -> Result<(), String> {
+        match self {
+            Endpoint::Iwarp(_) => Err("iWARP has no atomics".into()),
+            Endpoint::Roce(r) => rdma
+                .post_send(
+                    r.qpn,
+                    SendWr::new(
+                        wr_id,
+                        SendOp::AtomicFetchAndAdd {
+                            remote_addr,
+                            rkey: remote_stag,
+                            add,
+                        },
+                        vec![roce_model::Sge::new(local.addr, local.len, local.stag)],
+                    ),
+                )
+                .map_err(|e| e.to_string()),
         }
     }
 

@@ -286,9 +286,10 @@ impl PerftestCm {
         spec: ServiceSpec,
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
-        if verb == Verb::Atomic {
+        if verb == Verb::Atomic && !spec.roce {
             return Err(HostError::Invalid(
-                "ib_atomic_bw -R: not supported (iWARP has no atomics)".into(),
+                "ib_atomic_bw -R over iWARP: not supported (iWARP has no atomics; use roce = true / --roce)"
+                    .into(),
             ));
         }
         let transport = if spec.roce {
@@ -825,7 +826,13 @@ impl PerftestCm {
             (Role::Server, Verb::Read) => Access::REMOTE_READ,
             _ => Access::LOCAL_WRITE,
         };
-        let keys = ep.register(rdma, len, DATA_VA, access).and_then(|data| {
+        let data = if (self.role, self.verb) == (Role::Server, Verb::Atomic) {
+            // the client's FETCH AND ADDs land on the start of the buffer
+            ep.register_atomic_target(rdma, len, DATA_VA)
+        } else {
+            ep.register(rdma, len, DATA_VA, access)
+        };
+        let keys = data.and_then(|data| {
             let credit = match self.role {
                 // Credits from the server land here.
                 Role::Client => ep.register(
@@ -1026,7 +1033,8 @@ impl PerftestCm {
             d.ep.handle_timeout(ctx.now);
             d.ready_at = d.ready_at.filter(|&t| t > ctx.now);
         }
-        let reads = self.verb == Verb::Read;
+        // READ requests (and atomics, RoCE only) leave no event at the responder
+        let reads = matches!(self.verb, Verb::Read | Verb::Atomic);
         for _ in 0..64 {
             let mut round = s.ctl.ep.pump(ctx.sockets, ctx.rdma);
             while let Some(ev) = s.ctl.ep.poll_event() {
@@ -1529,7 +1537,7 @@ impl PerftestCm {
         }
         let r = s.remote.ok_or("no keys from the server")?;
         let window = self.window();
-        let depth = if self.verb == Verb::Read {
+        let depth = if matches!(self.verb, Verb::Read | Verb::Atomic) {
             READ_DEPTH
         } else {
             DEPTH
@@ -1553,6 +1561,20 @@ impl PerftestCm {
         while s.posted < iters && s.posted - s.completed < depth {
             if credits && s.posted.wrapping_sub(credit) >= window {
                 break;
+            }
+            if self.verb == Verb::Atomic {
+                // perftest's default atomic: FETCH AND ADD of 1 on the
+                // server's buffer, 8 bytes back
+                let local = Sge {
+                    stag: data,
+                    addr: DATA_VA,
+                    len: 8,
+                };
+                d.ep.post_fetch_add(ctx.rdma, WR_OP, local, r.rkey, r.vaddr, 1)
+                    .map_err(|e| format!("post atomic {}: {e}", s.posted))?;
+                s.posted += 1;
+                moved = true;
+                continue;
             }
             let local = Sge {
                 stag: data,

@@ -260,7 +260,12 @@ impl ServiceSpec {
         if !matches!(self.mtu, 256 | 512 | 1024 | 2048 | 4096) {
             return bad(format!("mtu {} (256, 512, 1024, 2048 or 4096)", self.mtu));
         }
+        let atomic = matches!(
+            self.kind,
+            ServiceKind::AtomicBwServer | ServiceKind::AtomicBwClient
+        );
         if self.rdma_cm
+            && !atomic
             && !matches!(
                 self.kind,
                 ServiceKind::WriteBwServer
@@ -272,7 +277,13 @@ impl ServiceSpec {
             )
         {
             return bad(format!(
-                "{}: rdma-cm is for the write/send/read-bw services",
+                "{}: rdma-cm is for the write/send/read/atomic-bw services",
+                self.kind
+            ));
+        }
+        if self.rdma_cm && atomic && !self.roce {
+            return bad(format!(
+                "{}: rdma-cm over iWARP has no atomics (give roce too)",
                 self.kind
             ));
         }
@@ -339,6 +350,8 @@ impl Service {
             | ServiceKind::WriteBwClient
             | ServiceKind::SendBwClient
             | ServiceKind::ReadBwClient
+            | ServiceKind::AtomicBwServer
+            | ServiceKind::AtomicBwClient
                 if spec.rdma_cm =>
             {
                 use crate::perftest_cm::Role as R;
@@ -346,8 +359,10 @@ impl Service {
                     ServiceKind::WriteBwServer => (Verb::Write, R::Server),
                     ServiceKind::SendBwServer => (Verb::Send, R::Server),
                     ServiceKind::ReadBwServer => (Verb::Read, R::Server),
+                    ServiceKind::AtomicBwServer => (Verb::Atomic, R::Server),
                     ServiceKind::WriteBwClient => (Verb::Write, R::Client),
                     ServiceKind::SendBwClient => (Verb::Send, R::Client),
+                    ServiceKind::AtomicBwClient => (Verb::Atomic, R::Client),
                     _ => (Verb::Read, R::Client),
                 };
                 Inner::PerftestCm(PerftestCm::start(id, verb, role, spec, ctx)?)

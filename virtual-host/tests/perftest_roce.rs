@@ -1,6 +1,6 @@
 //! perftest `-R` over RoCE (rdma_cm with the IB CM, as an rxe guest runs
 //! it) between two virtual hosts: our client against our server for
-//! `ib_write_bw`, `ib_send_bw` and `ib_read_bw`, over a lossy link, a
+//! `ib_write_bw`, `ib_send_bw`, `ib_read_bw` and `ib_atomic_bw`, over a lossy link, a
 //! client started before its server, and a second client refused while a
 //! session runs. The guest end to end (`scripts/e2e-vhost.sh`) runs them
 //! against the real tools.
@@ -164,6 +164,42 @@ fn read_bw_over_roce_lossy_link() {
         11,
         false,
     );
+}
+
+#[test]
+fn atomic_bw_over_roce_back_to_back() {
+    pair(
+        ServiceKind::AtomicBwServer,
+        ServiceKind::AtomicBwClient,
+        300,
+        8,
+        0,
+        false,
+    );
+}
+
+#[test]
+fn atomic_bw_over_roce_lossy_link() {
+    // Lost atomics and lost atomic ACKs: replayed from the responder's
+    // cache, executed once (the server counts exactly `iters`).
+    pair(
+        ServiceKind::AtomicBwServer,
+        ServiceKind::AtomicBwClient,
+        100,
+        8,
+        9,
+        false,
+    );
+}
+
+#[test]
+fn atomic_bw_rdma_cm_needs_roce() {
+    let now = Instant::now();
+    let mut a = host("a", MAC_A, IP_A, now);
+    let mut s = spec(ServiceKind::AtomicBwServer, 10, 8);
+    s.roce = false;
+    let e = a.start_service(s, now).expect_err("iWARP atomics refused");
+    assert!(e.to_string().contains("no atomics"), "{e}");
 }
 
 #[test]
