@@ -499,7 +499,9 @@ class StuckGuestWatch(threading.Thread):
                 ports.append(f"port {name}: +{a1.get('rx_frames', 0) - a0.get('rx_frames', 0)} frames into the "
                              f"guest, +{drops} dropped for want of RX buffers ({a1.get('rx_drops', 0)} in all), "
                              f"+{a1.get('tx_frames', 0) - a0.get('tx_frames', 0)} out")
-            if cpu is not None and cpu >= 80 and starved:
+            # a TCG guest that idles costs its QEMU a few % of a core; one spinning in its
+            # kernel takes a whole core, or what a loaded host leaves of it
+            if cpu is not None and cpu >= 50 and starved:
                 verdict = "stopped inside its kernel (QEMU busy, the guest no longer services its NIC)"
             elif cpu is not None and cpu < 20:
                 verdict = "idle (waiting for something)"

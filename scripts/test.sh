@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (what .ci/run runs). On a fresh machine it
 # installs what it needs (apt, cargo), then runs, in order:
-#   1. cargo fmt --check and cargo clippy -D warnings
+#   1. cargo fmt --check, cargo clippy -D warnings and ci/test_matrix.py
+#      (the guest matrix's stuck-guest diagnosis, host only)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
@@ -55,6 +56,8 @@ say "prerequisites"
 # --- static checks -----------------------------------------------------------
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --all-features -- -D warnings
+# host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
+step "ci/test_matrix.py (stuck-guest diagnosis)" python3 "$ROOT/ci/test_matrix.py"
 
 # --- cargo tests ---------------------------------------------------------------
 say "cargo test --workspace"

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Host-only self-test of ci/matrix.py's stuck-guest diagnosis (no QEMU, no
+daemon): a fake `vhost-rdma ctl`, a fake QEMU human monitor on a unix
+socket, and real processes standing in for a spinning and an idle QEMU.
+
+    python3 ci/test_matrix.py      # part of scripts/test.sh
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import matrix  # noqa: E402
+
+# A text symbol table as /proc/kallsyms shows it (types t/T are kept).
+KALLSYMS = """ffffffff81000000 T _text
+ffffffff81000100 T queued_spin_lock_slowpath
+ffffffff81000200 t _raw_spin_lock_irqsave
+ffffffff81000300 t check_type_state.constprop.0
+ffffffff81000400 T rxe_rcv
+ffffffff81000500 d some_data
+ffffffff81000600 T udp_queue_rcv_one_skb
+"""
+
+FAKE_CTL = """#!/usr/bin/env python3
+import json, os, sys
+n_file = os.path.join(os.path.dirname(sys.argv[0]), "calls")
+n = int(open(n_file).read()) if os.path.exists(n_file) else 0
+open(n_file, "w").write(str(n + 1))
+if "status" in sys.argv:
+    print(json.dumps({"ports": [
+        {"name": "a", "rx_frames": 10, "rx_drops": 0, "tx_frames": 5},
+        {"name": "b", "rx_frames": 3, "rx_drops": 7 * n, "tx_frames": 1},
+        {"name": "b1", "rx_frames": 3, "rx_drops": 0, "tx_frames": 1},
+        {"name": "bb", "rx_frames": 0, "rx_drops": 999 * n, "tx_frames": 0}]}))
+elif "flows" in sys.argv:
+    print(json.dumps({"roce": [], "iwarp": [], "smc": []}))
+else:
+    sys.exit(1)
+"""
+
+
+class FakeMonitor(threading.Thread):
+    """Answers `info registers` with a RIP inside queued_spin_lock_slowpath and
+    `x /64gx` with a stack holding return addresses and data words."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(path)
+        self.srv.listen(1)
+
+    def run(self):
+        conn, _ = self.srv.accept()
+        self.srv.close()
+        with conn:
+            conn.sendall(b"QEMU 11.1.3 monitor - type 'help' for more information\r\n(qemu) ")
+            buf = b""
+            while True:
+                data = conn.recv(4096)
+                if not data:
+                    return
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.startswith(b"info registers"):
+                        out = (b"info registers\r\nRAX=0000000000000000 RBX=0000000000000001\r\n"
+                               b"RSI=0 RDI=0 RBP=0 RSP=ffffc90000001000\r\n"
+                               b"R8 =0\r\nRIP=ffffffff81000123 RFL=00000002\r\n")
+                    elif line.startswith(b"x /64gx"):
+                        out = (b"x /64gx 0xffffc90000001000\r\n"
+                               b"ffffc90000001000: 0xffffffff8100022d 0x0000000000000007\r\n"
+                               b"ffffc90000001010: 0xffffffff81000349 0xffff888003c1a000\r\n"
+                               b"ffffc90000001020: 0xffffffff810004be 0xffffffff8100069b\r\n")
+                    else:
+                        out = b"unknown command\r\n"
+                    conn.sendall(out + b"(qemu) ")
+
+
+class StuckGuestTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.ctl = os.path.join(self.d, "fakectl")
+        with open(self.ctl, "w") as f:
+            f.write(FAKE_CTL)
+        os.chmod(self.ctl, 0o755)
+        os.makedirs(os.path.join(self.d, "b.job"))
+        with open(os.path.join(self.d, "b.job", "kallsyms"), "w") as f:
+            f.write(KALLSYMS)
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        self.tmp.cleanup()
+
+    def qemu_stand_in(self, busy):
+        code = "while True: pass" if busy else "import time; time.sleep(60)"
+        p = subprocess.Popen([sys.executable, "-c", code])
+        self.procs.append(p)
+        return p.pid
+
+    def write_consoles(self, a_text):
+        with open(os.path.join(self.d, "a.console.log"), "w") as f:
+            f.write(a_text)
+        open(os.path.join(self.d, "b.console.log"), "w").close()
+
+    def test_barrier_abort_names_the_spinning_function_and_stops(self):
+        pid = self.qemu_stand_in(busy=True)
+        with open(os.path.join(self.d, "run-guests.log"), "w") as f:
+            f.write(f"run-guests: started a (pid {os.getpid()}), console: x\n"
+                    f"run-guests: started b (pid {pid}), console: y\n")
+        FakeMonitor(os.path.join(self.d, "b.mon")).start()
+        self.write_consoles("CI-ABORT barrier=5 label=smc-stream done\n")
+        watch = matrix.ConsoleWatch(self.d, False)
+        watch.start()
+        stopped = []
+        s = matrix.StuckGuestWatch(watch, self.d, self.ctl, silence=1000, grace=0.5, window=2)
+        s.stop_guests = lambda: stopped.append(True)
+        s.start()
+        s.join(30)
+        watch.stop()
+        self.assertEqual(stopped, [True], "the guests were not stopped")
+        diag = s.diagnosis or ""
+        self.assertIn("guest b never reached barrier 'smc-stream done' (a gave up)", diag)
+        self.assertIn("stopped inside its kernel", diag)
+        self.assertIn("queued_spin_lock_slowpath (20/20)", diag)
+        self.assertIn("stack scan: _raw_spin_lock_irqsave+0x2d < check_type_state.constprop.0+0x49 < "
+                      "rxe_rcv+0xbe < udp_queue_rcv_one_skb+0x9b", diag)
+        # port b and its second NIC b1 are the guest's; "bb" is another guest's port
+        self.assertIn("port b: +0 frames into the guest, +7 dropped", diag)
+        self.assertIn("port b1:", diag)
+        self.assertNotIn("port bb", diag)
+        self.assertNotIn("guest a", diag.split(":", 1)[1])
+        self.assertTrue(os.path.exists(os.path.join(self.d, "stuck-flows.json")))
+
+    def test_silence_diagnoses_both_guests_and_idle_is_not_a_spin(self):
+        pid_a, pid_b = self.qemu_stand_in(busy=False), self.qemu_stand_in(busy=False)
+        with open(os.path.join(self.d, "run-guests.log"), "w") as f:
+            f.write(f"run-guests: started a (pid {pid_a})\nrun-guests: started b (pid {pid_b})\n")
+        self.write_consoles("")
+        watch = matrix.ConsoleWatch(self.d, False)
+        watch.start()
+        s = matrix.StuckGuestWatch(watch, self.d, self.ctl, silence=1, grace=0, window=1)
+        s.stop_guests = lambda: None
+        s.start()
+        s.join(30)
+        watch.stop()
+        diag = s.diagnosis or ""
+        self.assertIn("neither guest printed a line for 1 s", diag)
+        self.assertIn("guest a idle (waiting for something)", diag)
+        self.assertIn("guest b idle", diag)
+        self.assertIn("no RIP samples (no monitor socket)", diag)
+        self.assertNotIn("stopped inside its kernel", diag)
+
+    def test_a_cell_that_ends_is_left_alone(self):
+        self.write_consoles("CI-TEST test=x role=server status=PASS secs=1 reason=\"\"\n")
+        watch = matrix.ConsoleWatch(self.d, False)
+        watch.start()
+        stopped = []
+        s = matrix.StuckGuestWatch(watch, self.d, self.ctl, silence=1000, grace=0, window=1)
+        s.stop_guests = lambda: stopped.append(True)
+        s.start()
+        time.sleep(3)
+        s.stop()
+        watch.stop()
+        self.assertIsNone(s.diagnosis)
+        self.assertEqual(stopped, [])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
