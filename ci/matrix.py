@@ -381,7 +381,7 @@ class StuckGuestWatch(threading.Thread):
 
     def rip_samples(self, g, n=20, gap=0.1):
         """`info registers` n times through the guest's QEMU monitor (run-guests --monitor): the RIPs,
-        and the 64 words on the stack at the last sample's RSP (`x /64gx`), for a stack scan."""
+        and the 256 words on the stack at the last sample's RSP (`x /256gx`), for a stack scan."""
         rips, stack = [], []
 
         def ask(sk, cmd, buf):
@@ -410,7 +410,8 @@ class StuckGuestWatch(threading.Thread):
                         rsp = int(r.group(1), 16)
                     time.sleep(gap)
                 if rsp is not None:
-                    out, buf = ask(sk, f"x /64gx {rsp:#x}\n".encode(), buf)
+                    # 2 KiB of stack: deep enough to reach the frame that let a softirq in
+                    out, buf = ask(sk, f"x /256gx {rsp:#x}\n".encode(), buf)
                     for line in out.decode("ascii", "replace").splitlines():
                         if ":" in line:
                             stack += [int(v, 16) for v in re.findall(r"0x([0-9a-fA-F]{16})", line.split(":", 1)[1])]
@@ -456,7 +457,7 @@ class StuckGuestWatch(threading.Thread):
         out = ", ".join(f"{fn} ({k}/{len(rips)})" for fn, k in sorted(count.items(), key=lambda x: -x[1])[:4])
         frames = [f for f in (self.lookup(syms, keys, w) for w in stack) if f]
         if frames:
-            out += "; stack scan: " + " < ".join(frames[:16])
+            out += "; stack scan: " + " < ".join(frames[:48])
         return out
 
     def port_counters(self):

@@ -48,7 +48,7 @@ else:
 
 class FakeMonitor(threading.Thread):
     """Answers `info registers` with a RIP inside queued_spin_lock_slowpath and
-    `x /64gx` with a stack holding return addresses and data words."""
+    `x /256gx` with a stack holding return addresses and data words."""
 
     def __init__(self, path):
         super().__init__(daemon=True)
@@ -73,8 +73,8 @@ class FakeMonitor(threading.Thread):
                         out = (b"info registers\r\nRAX=0000000000000000 RBX=0000000000000001\r\n"
                                b"RSI=0 RDI=0 RBP=0 RSP=ffffc90000001000\r\n"
                                b"R8 =0\r\nRIP=ffffffff81000123 RFL=00000002\r\n")
-                    elif line.startswith(b"x /64gx"):
-                        out = (b"x /64gx 0xffffc90000001000\r\n"
+                    elif line.startswith(b"x /256gx"):
+                        out = (b"x /256gx 0xffffc90000001000\r\n"
                                b"ffffc90000001000: 0xffffffff8100022d 0x0000000000000007\r\n"
                                b"ffffc90000001010: 0xffffffff81000349 0xffff888003c1a000\r\n"
                                b"ffffc90000001020: 0xffffffff810004be 0xffffffff8100069b\r\n")
