@@ -381,8 +381,20 @@ class StuckGuestWatch(threading.Thread):
 
     def rip_samples(self, g, n=20, gap=0.1):
         """`info registers` n times through the guest's QEMU monitor (run-guests --monitor): the RIPs,
-        and the 256 words on the stack at the last sample's RSP (`x /256gx`), for a stack scan."""
-        rips, stack = [], []
+        and the 256 words on the stack at the last sample's RSP (`x /256gx`), for a stack scan.
+
+        A softirq or interrupt runs on its own IRQ stack, and the code it interrupted is below the
+        stack pointer saved at that stack's top. So the scan also follows the last word that points
+        into another kernel stack (same address region as RSP, more than 16 KiB away) and reads 256
+        words there: `below` (empty if there is none)."""
+        rips, stack, below = [], [], []
+
+        def words(out):
+            got = []
+            for line in out.decode("ascii", "replace").splitlines():
+                if ":" in line:
+                    got += [int(v, 16) for v in re.findall(r"0x([0-9a-fA-F]{16})", line.split(":", 1)[1])]
+            return got
 
         def ask(sk, cmd, buf):
             sk.sendall(cmd)
@@ -412,12 +424,14 @@ class StuckGuestWatch(threading.Thread):
                 if rsp is not None:
                     # 2 KiB of stack: deep enough to reach the frame that let a softirq in
                     out, buf = ask(sk, f"x /256gx {rsp:#x}\n".encode(), buf)
-                    for line in out.decode("ascii", "replace").splitlines():
-                        if ":" in line:
-                            stack += [int(v, 16) for v in re.findall(r"0x([0-9a-fA-F]{16})", line.split(":", 1)[1])]
+                    stack = words(out)
+                    saved = [w for w in stack if w >> 40 == rsp >> 40 and abs(w - rsp) > 0x4000]
+                    if saved:
+                        out, buf = ask(sk, f"x /256gx {saved[-1]:#x}\n".encode(), buf)
+                        below = [saved[-1]] + words(out)
         except OSError:
             pass
-        return rips, stack
+        return rips, stack, below
 
     def load_syms(self, g):
         """The guest's text symbols (/job/kallsyms, written by ci-lib.sh), sorted by address."""
@@ -445,9 +459,10 @@ class StuckGuestWatch(threading.Thread):
             return None
         return f"{syms[i][1]}+{addr - syms[i][0]:#x}"
 
-    def symbolize(self, g, rips, stack):
+    def symbolize(self, g, rips, stack, below=()):
         """'function (k/n), ...' for the RIP samples, then a stack scan: every word on the stack that
-        points into kernel text, innermost first (like the kernel's '?' frames: likely callers)."""
+        points into kernel text, innermost first (like the kernel's '?' frames: likely callers);
+        then the same for the stack below (`below[0]` is its address)."""
         syms = self.load_syms(g)
         keys = [a for a, _ in syms]
         count = {}
@@ -458,6 +473,9 @@ class StuckGuestWatch(threading.Thread):
         frames = [f for f in (self.lookup(syms, keys, w) for w in stack) if f]
         if frames:
             out += "; stack scan: " + " < ".join(frames[:48])
+        lower = [f for f in (self.lookup(syms, keys, w) for w in below[1:]) if f]
+        if lower:
+            out += f"; below it (saved stack pointer {below[0]:#x}): " + " < ".join(lower[:48])
         return out
 
     def port_counters(self):
@@ -509,8 +527,8 @@ class StuckGuestWatch(threading.Thread):
             else:
                 verdict = "not progressing"
             cpu_s = f"{cpu:.0f} % CPU" if cpu is not None else "CPU unknown"
-            rips, stack = self.rip_samples(g)
-            where = (f"; its CPU was in {self.symbolize(g, rips, stack)} ({len(rips)} samples of RIP)" if rips
+            rips, stack, below = self.rip_samples(g)
+            where = (f"; its CPU was in {self.symbolize(g, rips, stack, below)} ({len(rips)} samples of RIP)" if rips
                      else "; no RIP samples (no monitor socket)")
             states.append(f"guest {g} {verdict}: QEMU {cpu_s} over {self.window} s; " + "; ".join(ports) + where)
         fl = ctl_json(self.daemon_bin, self.d, "flows")

@@ -26,6 +26,7 @@ ffffffff81000300 t check_type_state.constprop.0
 ffffffff81000400 T rxe_rcv
 ffffffff81000500 d some_data
 ffffffff81000600 T udp_queue_rcv_one_skb
+ffffffff81000700 T __local_bh_enable_ip
 """
 
 FAKE_CTL = """#!/usr/bin/env python3
@@ -73,11 +74,17 @@ class FakeMonitor(threading.Thread):
                         out = (b"info registers\r\nRAX=0000000000000000 RBX=0000000000000001\r\n"
                                b"RSI=0 RDI=0 RBP=0 RSP=ffffc90000001000\r\n"
                                b"R8 =0\r\nRIP=ffffffff81000123 RFL=00000002\r\n")
-                    elif line.startswith(b"x /256gx"):
+                    elif line.startswith(b"x /256gx 0xffffc90000001000"):
+                        # the IRQ stack: the softirq's frames, then the saved task stack pointer
                         out = (b"x /256gx 0xffffc90000001000\r\n"
                                b"ffffc90000001000: 0xffffffff8100022d 0x0000000000000007\r\n"
                                b"ffffc90000001010: 0xffffffff81000349 0xffff888003c1a000\r\n"
-                               b"ffffc90000001020: 0xffffffff810004be 0xffffffff8100069b\r\n")
+                               b"ffffc90000001020: 0xffffffff810004be 0xffffffff8100069b\r\n"
+                               b"ffffc90000001030: 0xffffc90000001100 0xffffc90000208e40\r\n")
+                    elif line.startswith(b"x /256gx 0xffffc90000208e40"):
+                        out = (b"x /256gx 0xffffc90000208e40\r\n"
+                               b"ffffc90000208e40: 0xffffffff81000710 0x0000000000000000\r\n"
+                               b"ffffc90000208e50: 0xffffffff81000421 0xffffffff81000105\r\n")
                     else:
                         out = b"unknown command\r\n"
                     conn.sendall(out + b"(qemu) ")
@@ -134,7 +141,10 @@ class StuckGuestTest(unittest.TestCase):
         self.assertIn("stopped inside its kernel", diag)
         self.assertIn("queued_spin_lock_slowpath (20/20)", diag)
         self.assertIn("stack scan: _raw_spin_lock_irqsave+0x2d < check_type_state.constprop.0+0x49 < "
-                      "rxe_rcv+0xbe < udp_queue_rcv_one_skb+0x9b", diag)
+                      "rxe_rcv+0xbe < udp_queue_rcv_one_skb+0x9b;", diag)
+        # the word 0xffffc90000001100 is on the same stack (< 16 KiB away): not followed
+        self.assertIn("below it (saved stack pointer 0xffffc90000208e40): __local_bh_enable_ip+0x10 < "
+                      "rxe_rcv+0x21 < queued_spin_lock_slowpath+0x5", diag)
         # port b and its second NIC b1 are the guest's; "bb" is another guest's port
         self.assertIn("port b: +0 frames into the guest, +7 dropped", diag)
         self.assertIn("port b1:", diag)
