@@ -115,6 +115,17 @@ class StuckGuestTest(unittest.TestCase):
         self.procs.append(p)
         return p.pid
 
+    def run_watch(self, silence, grace, window, stop_guests=lambda: None):
+        """Runs StuckGuestWatch to its end (at most 30 s) over the consoles in self.d."""
+        watch = matrix.ConsoleWatch(self.d, False)
+        watch.start()
+        s = matrix.StuckGuestWatch(watch, self.d, self.ctl, silence=silence, grace=grace, window=window)
+        s.stop_guests = stop_guests
+        s.start()
+        s.join(30)
+        watch.stop()
+        return s.diagnosis or ""
+
     def write_consoles(self, a_text):
         with open(os.path.join(self.d, "a.console.log"), "w") as f:
             f.write(a_text)
@@ -127,16 +138,9 @@ class StuckGuestTest(unittest.TestCase):
                     f"run-guests: started b (pid {pid}), console: y\n")
         FakeMonitor(os.path.join(self.d, "b.mon")).start()
         self.write_consoles("CI-ABORT barrier=5 label=smc-stream done\n")
-        watch = matrix.ConsoleWatch(self.d, False)
-        watch.start()
         stopped = []
-        s = matrix.StuckGuestWatch(watch, self.d, self.ctl, silence=1000, grace=0.5, window=2)
-        s.stop_guests = lambda: stopped.append(True)
-        s.start()
-        s.join(30)
-        watch.stop()
+        diag = self.run_watch(1000, 0.5, 2, lambda: stopped.append(True))
         self.assertEqual(stopped, [True], "the guests were not stopped")
-        diag = s.diagnosis or ""
         self.assertIn("guest b never reached barrier 'smc-stream done' (a gave up)", diag)
         self.assertIn("stopped inside its kernel", diag)
         self.assertIn("queued_spin_lock_slowpath (20/20)", diag)
@@ -157,14 +161,7 @@ class StuckGuestTest(unittest.TestCase):
         with open(os.path.join(self.d, "run-guests.log"), "w") as f:
             f.write(f"run-guests: started a (pid {pid_a})\nrun-guests: started b (pid {pid_b})\n")
         self.write_consoles("")
-        watch = matrix.ConsoleWatch(self.d, False)
-        watch.start()
-        s = matrix.StuckGuestWatch(watch, self.d, self.ctl, silence=1, grace=0, window=1)
-        s.stop_guests = lambda: None
-        s.start()
-        s.join(30)
-        watch.stop()
-        diag = s.diagnosis or ""
+        diag = self.run_watch(1, 0, 1)
         self.assertIn("neither guest printed a line for 1 s", diag)
         self.assertIn("guest a idle (waiting for something)", diag)
         self.assertIn("guest b idle", diag)

@@ -1562,44 +1562,49 @@ impl PerftestCm {
             if credits && s.posted.wrapping_sub(credit) >= window {
                 break;
             }
-            if self.verb == Verb::Atomic {
-                // perftest's default atomic: FETCH AND ADD of 1 on the
-                // server's buffer, 8 bytes back
-                let local = Sge {
-                    stag: data,
-                    addr: DATA_VA,
-                    len: 8,
-                };
-                d.ep.post_fetch_add(ctx.rdma, WR_OP, local, r.rkey, r.vaddr, 1)
-                    .map_err(|e| format!("post atomic {}: {e}", s.posted))?;
-                s.posted += 1;
-                moved = true;
-                continue;
-            }
             let local = Sge {
                 stag: data,
                 addr: DATA_VA,
-                len: size,
+                // ib_atomic_bw's operations are 8 bytes
+                len: if self.verb == Verb::Atomic { 8 } else { size },
             };
-            let wr = match self.verb {
-                Verb::Write => WorkRequest::Write {
-                    local,
-                    remote_stag: r.rkey,
-                    remote_addr: r.vaddr,
-                },
-                Verb::Read => WorkRequest::Read {
-                    local,
-                    remote_stag: r.rkey,
-                    remote_addr: r.vaddr,
-                },
-                _ => WorkRequest::Send {
-                    local,
-                    solicited: false,
-                    invalidate: None,
-                },
+            let remote_stag = r.rkey;
+            let remote_addr = r.vaddr;
+            let posted = match self.verb {
+                // perftest's default atomic: FETCH AND ADD of 1 on the
+                // server's buffer (RoCE only: siw's work requests have none)
+                Verb::Atomic => {
+                    d.ep.post_fetch_add(ctx.rdma, WR_OP, local, remote_stag, remote_addr, 1)
+                }
+                Verb::Write => d.ep.post_send(
+                    ctx.rdma,
+                    WR_OP,
+                    WorkRequest::Write {
+                        local,
+                        remote_stag,
+                        remote_addr,
+                    },
+                ),
+                Verb::Read => d.ep.post_send(
+                    ctx.rdma,
+                    WR_OP,
+                    WorkRequest::Read {
+                        local,
+                        remote_stag,
+                        remote_addr,
+                    },
+                ),
+                Verb::Send => d.ep.post_send(
+                    ctx.rdma,
+                    WR_OP,
+                    WorkRequest::Send {
+                        local,
+                        solicited: false,
+                        invalidate: None,
+                    },
+                ),
             };
-            d.ep.post_send(ctx.rdma, WR_OP, wr)
-                .map_err(|e| format!("post operation {}: {e}", s.posted))?;
+            posted.map_err(|e| format!("post operation {}: {e}", s.posted))?;
             s.posted += 1;
             moved = true;
         }

@@ -71,12 +71,11 @@ impl SmcLinks {
     /// the sender's end of a new link. Once both ends have announced theirs,
     /// the new link's pair is followed like the first.
     pub(crate) fn on_add_link(&mut self, from: Addr, to: Addr, gid: Addr) {
-        if let Some(i) = self
+        let answered = self
             .add_links
             .iter()
-            .position(|&((f, t), _)| f == to && t == from)
-        {
-            let (_, peer_gid) = self.add_links.remove(i).unwrap_or(((to, from), gid));
+            .position(|&((f, t), _)| f == to && t == from);
+        if let Some((_, peer_gid)) = answered.and_then(|i| self.add_links.remove(i)) {
             if !self.contains(gid, peer_gid) {
                 self.learnt_from_add_link += 1;
             }
