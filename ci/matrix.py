@@ -245,7 +245,7 @@ class Daemon:
         for role in BOTH:
             for name, _, mac in [GUESTS[role]] + ([GUESTS_NIC1[role]] if self.nics > 1 else []):
                 args += ["--port", f"{name}={self.d}/{name}.sock,mac={mac},queues=1,form=pci"]
-        args += ["--control", f"{self.d}/ctl.sock"]
+        args += ["--control", f"{self.d}/ctl.sock", "--capture-dir", self.d]
         env = dict(os.environ, NO_COLOR="1")
         self.log = open(f"{self.d}/daemon.log", "w")
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
@@ -926,6 +926,9 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         cap, pcap = None, f"{d}/fabric.pcapng"
         if spec.get("capture") and a.capture and net == "vhost-user":
             snap = ["--snaplen", str(a.capture_snaplen)] if a.capture_snaplen else []
+            # captures never replace a file: a rerun's cell starts a new one
+            if os.path.lexists(pcap):
+                os.remove(pcap)
             if ctl_json(daemon_bin, d, "capture", "start", "--file", pcap, *snap) is None:
                 res["problems"].append("ctl capture start failed")
             else:

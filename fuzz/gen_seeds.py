@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates the small committed seed corpora in fuzz/corpus/<target>/.
 
-Sources: the golden RoCE captures in ../shared/testdata (Ethernet frames and
+Sources: the golden RoCE captures in roce-model/testdata (Ethernet frames and
 their BTH..ICRC parts), hand-built MPA/DDP/RDMAP frames as in siw's tests,
 virtio-net headers with TCP frames, and the README's JSON/TOML examples.
 Deterministic; run from anywhere: python3 fuzz/gen_seeds.py
@@ -9,7 +9,7 @@ Deterministic; run from anywhere: python3 fuzz/gen_seeds.py
 import os, struct, sys, hashlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TESTDATA = os.environ.get("ROCE_TESTDATA", os.path.join(HERE, "..", "..", "shared", "testdata"))
+TESTDATA = os.environ.get("ROCE_TESTDATA", os.path.join(HERE, "..", "roce-model", "testdata"))
 OUT = os.path.join(HERE, "corpus")
 
 

@@ -37,10 +37,10 @@ Boot with: -kernel DIR/bzImage -drive file=DIR/rootfs.ext4,if=virtio,format=raw,
 
 --kernel VERSION    kernel series, 7.3 (default) or 6.12: Debian package
                     linux-source-VERSION from $SUITES.
-                    For 7.3 the prebuilt kernel in
-                    <checkout>/../shared/guest-kernels/linux-7.3.4-rdma is used
+                    A prebuilt kernel from \$VHOST_RDMA_PREBUILT_KERNELS
+                    (a directory of linux-VERSION.*-rdma*/ folders) is used
                     when its SHA256SUMS verify and its fragment.config equals
-                    scripts/kernel/fragment.config.
+                    scripts/kernel/fragment.config; otherwise it is built.
 --rebuild-kernel    build the kernel from source even if a prebuilt or cached
                     one exists (the result replaces the cached build).
 --kernel-config-only  stop after "make olddefconfig" (checks the required
@@ -48,8 +48,8 @@ Boot with: -kernel DIR/bzImage -drive file=DIR/rootfs.ext4,if=virtio,format=raw,
 
 Kernel builds: \$VHOST_RDMA_CACHE/kernels/<srcversion>-<confighash>/bzImage
 (recipe: $KERNEL_RECIPE); host build dependencies are apt-get installed only
-when building. Environment: VHOST_RDMA_CACHE, VHOST_RDMA_SHARED (dir holding
-guest-kernels/), VHOST_RDMA_KEEP_KERNEL_BUILD=1 (keep the build tree).
+when building. Environment: VHOST_RDMA_CACHE, VHOST_RDMA_PREBUILT_KERNELS (dir
+holding linux-*-rdma*/ prebuilt kernels), VHOST_RDMA_KEEP_KERNEL_BUILD=1 (keep the build tree).
 EOF
 }
 
@@ -85,23 +85,29 @@ check_kconfig() {  # check_kconfig .config
     ((${#missing[@]} == 0)) || die "kernel config $1 lacks: ${missing[*]}"
 }
 
-use_shared_kernel() {
-    local d
-    # accept any linux-<kver>.<patch>-rdma; the newest wins
-    d="$(ls -d "$(vr_shared_dir)/guest-kernels/linux-$kver".*-rdma 2>/dev/null | sort -V | tail -1 || true)"
-    [[ -n "$d" && -r "$d/bzImage" && -r "$d/SHA256SUMS" && -r "$d/fragment.config" ]] || return 1
-    if ! (cd "$d" && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); then
-        warn "$d: SHA256SUMS do not verify; not using it"
+use_prebuilt_kernel() {
+    local base d found=""
+    base="$(vr_prebuilt_kernels_dir)"
+    [[ -n "$base" ]] || return 1
+    [[ -d "$base" ]] || { warn "VHOST_RDMA_PREBUILT_KERNELS=$base is not a directory; building the kernel"; return 1; }
+    # any linux-<kver>.<patch>-rdma[-N] whose fragment is ours; the newest wins
+    for d in $(ls -d "$base/linux-$kver".*-rdma* 2>/dev/null | sort -rV); do
+        [[ -r "$d/bzImage" && -r "$d/SHA256SUMS" && -r "$d/fragment.config" ]] || continue
+        cmp -s "$d/fragment.config" "$fragment" || continue
+        if ! (cd "$d" && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); then
+            warn "$d: SHA256SUMS do not verify; not using it"
+            continue
+        fi
+        found="$d"; break
+    done
+    if [[ -z "$found" ]]; then
+        info "no prebuilt kernel in $base has scripts/kernel/fragment.config; building our own"
         return 1
     fi
-    if ! cmp -s "$d/fragment.config" "$fragment"; then
-        info "$d/fragment.config differs from scripts/kernel/fragment.config; building our own"
-        return 1
-    fi
-    KERNEL_IMAGE="$d/bzImage"
-    KERNEL_CONFIG="$d/config"
-    KERNEL_ID="prebuilt:${d##*/}:$(sha256_file "$d/bzImage")"
-    info "kernel: prebuilt $d"
+    KERNEL_IMAGE="$found/bzImage"
+    KERNEL_CONFIG="$found/config"
+    KERNEL_ID="prebuilt:${found##*/}:$(sha256_file "$found/bzImage")"
+    info "kernel: prebuilt $found"
 }
 
 config_hash() {
@@ -204,7 +210,7 @@ _set_built() {
     info "kernel: $1"
 }
 
-if ((!rebuild && !config_only)) && use_shared_kernel; then
+if ((!rebuild && !config_only)) && use_prebuilt_kernel; then
     :
 else
     build_kernel

@@ -257,7 +257,7 @@ done
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
-    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
+    --control "$d/ctl.sock" --capture-dir "$d" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do
     [[ -S $d/g.sock && -S $d/ctl.sock ]] && break
@@ -266,6 +266,7 @@ for ((i = 0; i < 100; i++)); do
 done
 [[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
 if ((capture)); then
+    rm -f "$d/fabric.pcapng"  # captures never replace a file (a reused --logdir)
     "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen 512 ||
         say "capture did not start"
 fi

@@ -188,10 +188,10 @@ host_apt_install() {
     fi
 }
 
-# The directory beside the checkout holding shared artifacts (guest kernels).
-vr_shared_dir() {
-    if [[ -n "${VHOST_RDMA_SHARED:-}" ]]; then echo "$VHOST_RDMA_SHARED"; return; fi
-    local top
-    top="$(git -C "$VR_SCRIPTS" rev-parse --show-toplevel 2>/dev/null || (cd "$VR_SCRIPTS/.." && pwd))"
-    echo "$top/../shared"
+# The directory holding prebuilt guest kernels (linux-<version>-rdma*/ with
+# bzImage, config, fragment.config, SHA256SUMS), or nothing. Only from the
+# environment: a user's checkout has nothing beside it, so without it the
+# scripts build the kernel from Debian's linux-source package.
+vr_prebuilt_kernels_dir() {
+    echo "${VHOST_RDMA_PREBUILT_KERNELS:-}"
 }

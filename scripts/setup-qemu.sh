@@ -84,7 +84,7 @@ make_wrappers() {
     # (here: the root's ld.so in usr/lib/x86_64-linux-gnu) when a "qemu-bundle"
     # dir sits beside it. Point it at the root so QEMU never falls back to the
     # host's /usr/lib/x86_64-linux-gnu/qemu (modules of another build abort it).
-    ln -sfn ../../.. "$root/usr/lib/x86_64-linux-gnu/qemu-bundle"
+    ln -sfn ../../.. "$root/usr/lib/x86_64-linux-gnu/qemu-bundle"  # repo-paths: allow (inside the QEMU root)
     libpath="$root/usr/lib/x86_64-linux-gnu"
     for d in "$root"/usr/lib/x86_64-linux-gnu/*/ ; do
         # private library dirs some packages use (pulseaudio, ceph, ...)

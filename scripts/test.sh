@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (what .ci/run runs). On a fresh machine it
 # installs what it needs (apt, cargo), then runs, in order:
-#   1. cargo fmt --check, cargo clippy -D warnings and ci/test_matrix.py
+#   1. cargo fmt --check, cargo clippy -D warnings, scripts/check-repo-paths.py
+#      (nothing refers to a path outside the checkout), ci/test_matrix.py
 #      (the guest matrix's stuck-guest diagnosis, host only)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
@@ -32,7 +33,7 @@ while (($#)); do
     case "$1" in
         --no-e2e) e2e=0; shift ;;
         --e2e-case) e2e_args+=(--case "$2"); shift 2 ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -56,6 +57,8 @@ say "prerequisites"
 # --- static checks -----------------------------------------------------------
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --all-features -- -D warnings
+# a user's clone has nothing beside it: no code, test or doc may reach outside
+step "no paths outside the repository" python3 "$ROOT/scripts/check-repo-paths.py"
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
 step "ci/test_matrix.py (stuck-guest diagnosis)" python3 "$ROOT/ci/test_matrix.py"
 

@@ -1,6 +1,6 @@
 //! Test support (feature `testdata`): a tiny classic-pcap reader with ERF
-//! record decoding, for tests that replay the real frames in the shared
-//! test data directory. It is shared by this crate's and `wire-checker`'s
+//! record decoding, for tests that replay the real-hardware frames in this
+//! crate's `testdata/` directory. It is shared by this crate's and `wire-checker`'s
 //! test suites.
 //!
 //! Unlike the codec, these helpers panic on malformed files: they read
@@ -15,12 +15,12 @@ pub const LINKTYPE_ERF: u32 = 197;
 /// ERF record type for InfiniBand.
 pub const ERF_TYPE_INFINIBAND: u8 = 21;
 
-/// Read one file of the shared golden captures (`$ROCE_TESTDATA` overrides
-/// the directory); panics when it cannot be read.
+/// Read one file of the golden captures in this crate's `testdata/`
+/// (`$ROCE_TESTDATA` overrides the directory); panics when it cannot be read.
 pub fn testdata(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("ROCE_TESTDATA")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata"));
     let p = dir.join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
 }

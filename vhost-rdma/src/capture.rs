@@ -12,6 +12,12 @@
 //! The data path never blocks on the file: records go through a bounded
 //! channel to a writer thread; when it is full the record is dropped and
 //! counted.
+//!
+//! Files come from the control socket, so whoever reaches it could otherwise
+//! make the daemon (often root) overwrite any file. Captures therefore go
+//! only into the capture directory fixed at start (`--capture-dir`), as a new
+//! file named directly in it: never an existing file, never through a
+//! symlink, never elsewhere ([`open_new_capture_file`]).
 
 use crate::faults::Dir;
 use serde::{Deserialize, Serialize};
@@ -156,6 +162,113 @@ struct Running {
 /// Default of `[limits] capture-max-bytes`: the largest capture file.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
+/// Why a capture file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureFileError {
+    /// The name is not a plain file name, nor a path directly in the directory.
+    #[error("{file}: captures go only into the capture directory {dir} (--capture-dir); give a file name")]
+    Outside {
+        /// What was asked for.
+        file: PathBuf,
+        /// The capture directory.
+        dir: PathBuf,
+    },
+    /// Something exists at that name (a file, a directory or a symlink).
+    #[error("{0}: exists; a capture never replaces a file, choose a new name")]
+    Exists(PathBuf),
+    /// The capture directory cannot be created or read.
+    #[error("capture directory {dir}: {source}")]
+    Dir {
+        /// The capture directory.
+        dir: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Creating the file failed for another reason.
+    #[error("{file}: {source}")]
+    Create {
+        /// The file.
+        file: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// The default capture directory: `captures/` under the daemon's runtime
+/// directory (`$XDG_RUNTIME_DIR/vhost-rdma`, else `/run/vhost-rdma` for
+/// root, else `/tmp/vhost-rdma-UID`).
+pub fn default_capture_dir() -> PathBuf {
+    runtime_dir().join("captures")
+}
+
+/// The daemon's runtime directory (see [`default_capture_dir`]).
+pub fn runtime_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("vhost-rdma");
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        PathBuf::from("/run/vhost-rdma")
+    } else {
+        PathBuf::from(format!("/tmp/vhost-rdma-{uid}"))
+    }
+}
+
+/// Creates `file` as a new file in `dir`: `file` is a plain name, or a path
+/// whose directory is `dir` itself (after resolving symlinks). The last
+/// component is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so neither an
+/// existing file nor a symlink (dangling or not) is ever opened. `dir` is
+/// created (mode 0700) when missing.
+pub fn open_new_capture_file(dir: &Path, file: &Path) -> Result<(File, PathBuf), CaptureFileError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir_err = |source| CaptureFileError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(dir_err)?;
+    let real_dir = dir.canonicalize().map_err(dir_err)?;
+    let outside = || CaptureFileError::Outside {
+        file: file.to_path_buf(),
+        dir: dir.to_path_buf(),
+    };
+    let mut parts = file.components();
+    let name = match parts.next_back() {
+        Some(std::path::Component::Normal(n)) => n.to_os_string(),
+        _ => return Err(outside()),
+    };
+    let parent = parts.as_path();
+    if !parent.as_os_str().is_empty() {
+        // Only a path into the capture directory itself, however spelt.
+        let real_parent = if parent.is_absolute() {
+            parent.canonicalize().map_err(|_| outside())?
+        } else {
+            return Err(outside());
+        };
+        if real_parent != real_dir {
+            return Err(outside());
+        }
+    }
+    let path = real_dir.join(&name);
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => Ok((f, path)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(CaptureFileError::Exists(path))
+        }
+        Err(source) => Err(CaptureFileError::Create { file: path, source }),
+    }
+}
+
 /// The fabric's capture point.
 pub struct Capture {
     active: AtomicBool,
@@ -163,6 +276,8 @@ pub struct Capture {
     last: Mutex<Option<CaptureStatus>>,
     /// Largest capture file (`[limits] capture-max-bytes`).
     max_bytes: AtomicU64,
+    /// Where capture files go (`--capture-dir`).
+    dir: Mutex<PathBuf>,
 }
 
 impl Default for Capture {
@@ -172,6 +287,7 @@ impl Default for Capture {
             run: RwLock::new(None),
             last: Mutex::new(None),
             max_bytes: AtomicU64::new(DEFAULT_MAX_BYTES),
+            dir: Mutex::new(default_capture_dir()),
         }
     }
 }
@@ -224,13 +340,24 @@ impl Capture {
         self.max_bytes.store(n, Relaxed);
     }
 
+    /// Sets the directory capture files go into (`--capture-dir`).
+    pub fn set_dir(&self, dir: PathBuf) {
+        *self.dir.lock().unwrap_or_else(|e| e.into_inner()) = dir;
+    }
+
+    /// The directory capture files go into.
+    pub fn dir(&self) -> PathBuf {
+        self.dir.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Whether a capture runs.
     pub fn active(&self) -> bool {
         self.active.load(Relaxed)
     }
 
     /// Starts capturing `ports` (index, name) of the fabric with `names.len()`
-    /// ports into `file` (created or truncated).
+    /// ports into `file`, a new file in the capture directory (see
+    /// [`open_new_capture_file`]).
     pub fn start(
         &self,
         file: &Path,
@@ -249,7 +376,8 @@ impl Capture {
                 r.file.display()
             ));
         }
-        let f = File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let (f, file) = open_new_capture_file(&self.dir(), file).map_err(|e| e.to_string())?;
+        let file = file.as_path();
         let mut w = BufWriter::new(f);
         let mut ifaces = vec![None; names.len()];
         let mut ports = Vec::new();

@@ -366,6 +366,9 @@ pub struct DaemonConfig {
     /// Virtual hosts (`--host`, `[[host]]`).
     pub hosts: Vec<HostSpec>,
     pub control: Option<PathBuf>,
+    /// Where `ctl capture start` may create files (`--capture-dir`,
+    /// `capture-dir`); default [`crate::capture::default_capture_dir`].
+    pub capture_dir: Option<PathBuf>,
     /// Fault rules installed at start (`[[fault]]`).
     pub faults: Vec<crate::faults::FaultSpec>,
     /// Table bounds (`[limits]`).
@@ -376,8 +379,10 @@ pub struct DaemonConfig {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "kebab-case")]
 struct FileConfig {
     control: Option<PathBuf>,
+    capture_dir: Option<PathBuf>,
     #[serde(default, rename = "port")]
     ports: Vec<FilePort>,
     #[serde(default, rename = "fault")]
@@ -460,6 +465,7 @@ impl DaemonConfig {
         let f: FileConfig = toml::from_str(text)?;
         let mut cfg = DaemonConfig {
             control: f.control,
+            capture_dir: f.capture_dir,
             ports: Vec::new(),
             hosts: Vec::new(),
             faults: f.faults,
@@ -800,21 +806,15 @@ mod tests {
         let mut b: PortConfig = "b=/tmp/a.sock".parse().unwrap();
         let cfg = DaemonConfig {
             ports: vec![a.clone(), b.clone()],
-            control: None,
-            faults: Vec::new(),
-            limits: Limits::default(),
-            checker: Default::default(),
             hosts: Vec::new(),
+            ..DaemonConfig::default()
         };
         assert!(cfg.validate().is_err());
         b.socket = "/tmp/b.sock".into();
         assert!(DaemonConfig {
             ports: vec![a, b],
-            control: None,
-            faults: Vec::new(),
-            limits: Limits::default(),
-            checker: Default::default(),
             hosts: Vec::new(),
+            ..DaemonConfig::default()
         }
         .validate()
         .is_ok());

@@ -149,6 +149,9 @@ impl ControlServer {
         let _ = std::fs::remove_file(path);
         let l = UnixListener::bind(path)
             .with_context(|| format!("control socket {}", path.display()))?;
+        // The socket is as powerful as the daemon's user: owner-only.
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .with_context(|| format!("control socket {}: chmod 0600", path.display()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));

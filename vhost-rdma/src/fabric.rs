@@ -7,7 +7,7 @@ use crate::offload;
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 use virtio_bindings::bindings::virtio_net::*;
@@ -31,11 +31,36 @@ pub struct Frame {
     pub data: Vec<u8>,
 }
 
+/// What waits for one queue pair's RX buffers, and the frame its worker
+/// holds while it looks for a buffer.
+#[derive(Debug, Default)]
+struct Pending {
+    frames: VecDeque<Frame>,
+    /// 1 while the worker holds a popped frame it may still put back. It
+    /// counts as queued: without it a sender that checks between the pop and
+    /// the put-back sees room that is not there, and its frame is dropped.
+    in_hand: usize,
+}
+
+impl Pending {
+    fn occupancy(&self) -> usize {
+        self.frames.len() + self.in_hand
+    }
+}
+
 /// Frames waiting for RX buffers of one queue pair of a port.
+///
+/// Two bounds: senders that honour back-pressure pause at `limit`
+/// (`rx-queue-frames`); frames are dropped only past `hard_limit`, which adds
+/// one frame for every thread that may have checked for room just before
+/// another took it (each port's TX workers, virtual hosts, the fault timer).
+/// A slow receiver that keeps reading therefore never loses a frame, and
+/// memory stays bounded.
 #[derive(Debug)]
 pub struct RxQueue {
-    pending: Mutex<VecDeque<Frame>>,
+    pending: Mutex<Pending>,
     limit: usize,
+    hard_limit: AtomicUsize,
     /// Wakes the port's worker thread for this queue pair.
     pub wake: EventFd,
     wake_armed: AtomicBool,
@@ -52,8 +77,9 @@ pub struct RxQueue {
 impl RxQueue {
     fn new(limit: usize) -> std::io::Result<Self> {
         Ok(RxQueue {
-            pending: Mutex::new(VecDeque::new()),
+            pending: Mutex::new(Pending::default()),
             limit,
+            hard_limit: AtomicUsize::new(limit),
             wake: EventFd::new(EFD_NONBLOCK)?,
             wake_armed: AtomicBool::new(false),
             enabled: AtomicBool::new(false),
@@ -63,20 +89,36 @@ impl RxQueue {
         })
     }
 
-    /// Queues a frame; drops (counted) when the queue is full.
-    fn push(&self, f: Frame) -> bool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the drop bound to `limit + headroom` (see the type's doc).
+    fn set_headroom(&self, headroom: usize) {
+        self.hard_limit
+            .store(self.limit.saturating_add(headroom), Relaxed);
+    }
+
+    /// Queues the frames one sent frame became (segments of a TSO frame go
+    /// together: all or none); drops them (counted) when the queue is past its
+    /// drop bound. Returns how many were queued.
+    fn push_all(&self, frames: Vec<Frame>) -> usize {
+        let n = frames.len();
+        if n == 0 {
+            return 0;
+        }
         {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if p.len() >= self.limit {
-                QueueCounters::add(&self.counters.rx_drops, 1);
-                return false;
+            let mut p = self.lock();
+            if p.occupancy() >= self.hard_limit.load(Relaxed) {
+                QueueCounters::add(&self.counters.rx_drops, n as u64);
+                return 0;
             }
-            p.push_back(f);
+            p.frames.extend(frames);
         }
         if !self.wake_armed.swap(true, AcqRel) {
             let _ = self.wake.write(1);
         }
-        true
+        n
     }
 
     /// Called by the worker before draining, so that a later push wakes it again.
@@ -85,19 +127,20 @@ impl RxQueue {
         self.wake_armed.store(false, Release);
     }
 
-    /// Takes the next frame.
+    /// Takes the next frame (the worker's; only its worker calls this). The
+    /// frame counts as queued until the worker's next `pop` or `unpop`.
     pub fn pop(&self) -> Option<Frame> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+        let mut p = self.lock();
+        let f = p.frames.pop_front();
+        p.in_hand = usize::from(f.is_some());
+        f
     }
 
     /// Whether a sender should wait for this queue instead of dropping: it is
     /// full, and its guest has not been out of RX buffers for longer than
     /// [`STALL_MS`] (a guest that stopped reading only loses its own frames).
     pub fn congested(&self) -> bool {
-        if self.len() < self.limit {
+        if self.lock().occupancy() < self.limit {
             return false;
         }
         let since = self.starved_since_ms.load(Relaxed);
@@ -127,7 +170,7 @@ impl RxQueue {
     /// Wakes paused senders once the queue has drained to half (called by the
     /// worker after a batch).
     pub fn wake_waiters(&self) {
-        if self.len() > self.limit / 2 {
+        if self.lock().occupancy() > self.limit / 2 {
             return;
         }
         let ws = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
@@ -136,25 +179,31 @@ impl RxQueue {
         }
     }
 
-    /// Puts back a frame that found no RX buffer.
+    /// The worker puts back the frame it popped, which found no RX buffer.
     pub fn unpop(&self, f: Frame) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_front(f);
+        let mut p = self.lock();
+        p.frames.push_front(f);
+        p.in_hand = 0;
+    }
+
+    /// Takes over a frame another queue pair's worker could not deliver (its
+    /// ring was disabled): it goes first, whatever the bound.
+    pub fn take_over(&self, f: Frame) {
+        self.lock().frames.push_front(f);
     }
 
     /// Drops everything pending (guest gone); returns how many.
     pub fn clear(&self) -> usize {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let n = p.len();
-        p.clear();
+        let mut p = self.lock();
+        let n = p.frames.len();
+        p.frames.clear();
+        p.in_hand = 0;
         n
     }
 
-    /// Frames waiting.
+    /// Frames waiting (not counting one in the worker's hand).
     pub fn len(&self) -> usize {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().frames.len()
     }
 
     /// Whether nothing waits.
@@ -388,6 +437,16 @@ impl Fabric {
         faults.set_max_rules(limits.fault_rules);
         let capture = crate::capture::Capture::default();
         capture.set_max_bytes(limits.capture_max_bytes);
+        // Threads that may pass a queue's room check just before another
+        // fills it: every TX worker and virtual host, and the fault timer.
+        let senders: usize = ports
+            .iter()
+            .map(|p| usize::from(p.cfg.queue_pairs.max(1)))
+            .sum::<usize>()
+            + 1;
+        for q in ports.iter().flat_map(|p| p.rxq.iter()) {
+            q.set_headroom(senders);
+        }
         Fabric {
             faults,
             capture,
@@ -565,17 +624,76 @@ impl Fabric {
                 return 0;
             }
         };
-        frames
-            .into_iter()
-            .map(|mut f| {
-                if report {
-                    f.hdr.hash_value = s.hash_value;
-                    f.hdr.hash_report = s.hash_report;
-                }
-                self.capture
-                    .record(port, crate::faults::Dir::Egress, &f.data);
-                dst.rxq.get(q).map_or(0, |r| usize::from(r.push(f)))
-            })
-            .sum()
+        let Some(r) = dst.rxq.get(q) else {
+            return 0;
+        };
+        let mut frames = frames;
+        for f in &mut frames {
+            if report {
+                f.hdr.hash_value = s.hash_value;
+                f.hdr.hash_report = s.hash_report;
+            }
+            self.capture
+                .record(port, crate::faults::Dir::Egress, &f.data);
+        }
+        r.push_all(frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(tag: u8) -> Frame {
+        Frame {
+            hdr: NetHdr::default(),
+            data: vec![tag; 64],
+        }
+    }
+
+    /// The race behind a lost frame: the worker pops the head of a full
+    /// queue, finds no RX buffer and puts it back. In between the queue
+    /// looked one short of full, a sender saw room, did not pause, and its
+    /// frame was dropped once the head was back. A frame in the worker's hand
+    /// now counts as queued.
+    #[test]
+    fn a_frame_in_the_workers_hand_still_counts() {
+        let q = RxQueue::new(4).unwrap();
+        for t in 0..4 {
+            assert_eq!(q.push_all(vec![frame(t)]), 1);
+        }
+        assert!(q.congested());
+        let head = q.pop().unwrap();
+        assert!(q.congested(), "a popped frame left room that is not there");
+        q.unpop(head);
+        assert!(q.congested());
+        // Delivered (the next pop): now there is room.
+        let _delivered = q.pop();
+        let _next = q.pop();
+        assert_eq!(q.len(), 2);
+        assert!(!q.congested());
+    }
+
+    /// Senders that checked for room just before another filled the queue
+    /// get their frame in (headroom); past it frames drop, counted; the
+    /// segments of one frame go all or none.
+    #[test]
+    fn headroom_for_racing_senders_then_counted_drops() {
+        let q = RxQueue::new(4).unwrap();
+        q.set_headroom(2);
+        for t in 0..6 {
+            assert_eq!(q.push_all(vec![frame(t)]), 1, "frame {t}");
+        }
+        assert_eq!(q.push_all(vec![frame(6)]), 0);
+        assert_eq!(q.counters.snapshot().rx_drops, 1);
+        while q.pop().is_some() {}
+        let segments: Vec<Frame> = (0..10).map(frame).collect();
+        assert_eq!(
+            q.push_all(segments),
+            10,
+            "segments of one frame go together"
+        );
+        assert_eq!(q.push_all(vec![frame(11), frame(12)]), 0);
+        assert_eq!(q.counters.snapshot().rx_drops, 3);
     }
 }

@@ -33,9 +33,17 @@ enum Cmd {
         /// TOML configuration file (ports from flags are added to it).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Control socket for `vhost-rdma ctl`.
+        /// Control socket for `vhost-rdma ctl`. Whoever can connect to it
+        /// acts with the daemon's rights (faults, captures, hosts); it is
+        /// created owner-only (mode 0600).
         #[arg(long)]
         control: Option<PathBuf>,
+        /// The only directory `ctl capture start` may create files in (new
+        /// files only, no symlinks followed); default
+        /// $XDG_RUNTIME_DIR/vhost-rdma/captures, /run/vhost-rdma/captures for
+        /// root.
+        #[arg(long, value_name = "DIR")]
+        capture_dir: Option<PathBuf>,
     },
     /// Talk to a running daemon.
     Ctl {
@@ -168,7 +176,8 @@ fn main() -> anyhow::Result<()> {
             hosts,
             config,
             control,
-        } => serve(ports, hosts, config, control),
+            capture_dir,
+        } => serve(ports, hosts, config, control, capture_dir),
         Cmd::Ctl { control, json, cmd } => ctl(&control, json, cmd),
     }
 }
@@ -178,6 +187,7 @@ fn serve(
     hosts: Vec<HostSpec>,
     config: Option<PathBuf>,
     control: Option<PathBuf>,
+    capture_dir: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let mut cfg = match &config {
         Some(p) => DaemonConfig::from_file(p)?,
@@ -187,6 +197,9 @@ fn serve(
     cfg.hosts.extend(hosts);
     if control.is_some() {
         cfg.control = control;
+    }
+    if capture_dir.is_some() {
+        cfg.capture_dir = capture_dir;
     }
     // Block the signals in every thread; the main thread waits for them.
     let set = signal_set();

@@ -212,7 +212,7 @@ impl PortBackend {
                 // pairs go to queue pair 0.
                 while let Some(f) = rxq.pop() {
                     if let Some(q0) = self.shared.rxq.first() {
-                        q0.unpop(f);
+                        q0.take_over(f);
                     }
                 }
                 if let Some(q0) = self.shared.rxq.first() {

@@ -64,6 +64,9 @@ impl Server {
         all.extend(host_ports.iter().cloned());
         let fabric = Arc::new(Fabric::with_limits(all, cfg.limits.clone()));
         fabric.checker.configure(cfg.checker);
+        if let Some(dir) = &cfg.capture_dir {
+            fabric.capture.set_dir(dir.clone());
+        }
         for spec in &cfg.faults {
             fabric
                 .faults

@@ -884,3 +884,146 @@ fn released_frames_continue_through_later_rules() {
     assert_eq!(rule_counters(&f, dup), (2, 2));
     assert_eq!(f.faults.status().delayed, 0);
 }
+
+/// `capture start` refuses `file` with an error containing `why`, and leaves
+/// `victim` (a file outside the capture directory, or in it) as it was.
+fn capture_refused(sock: &Path, file: &Path, why: &str, victim: &Path, content: &[u8]) {
+    let r = request(
+        sock,
+        &Request::CaptureStart {
+            file: file.to_path_buf(),
+            port: None,
+            snaplen: None,
+        },
+    )
+    .unwrap();
+    assert!(!r.ok, "capture into {} was accepted", file.display());
+    let e = r.error.unwrap_or_default();
+    assert!(
+        e.contains(why),
+        "error for {}: {e:?} (want {why:?})",
+        file.display()
+    );
+    assert_eq!(
+        std::fs::read(victim).unwrap(),
+        content,
+        "{} changed",
+        victim.display()
+    );
+    // Nothing runs after a refusal: a later capture can start.
+    let st = request(sock, &Request::CaptureStatus).unwrap();
+    assert!(
+        !st.capture.is_some_and(|c| c.running),
+        "a refused capture runs"
+    );
+}
+
+#[test]
+fn captures_never_replace_files_nor_leave_the_capture_dir() {
+    let (fab, _a, _b) = setup(true);
+    let sock = fab.control_socket();
+    let capdir = fab.dir(); // the test fabric's --capture-dir
+    let outside = common::TempDir::new("capture-outside");
+    let precious = outside.path().join("precious");
+    std::fs::write(&precious, b"precious").unwrap();
+    let existing = capdir.join("existing.pcapng");
+    std::fs::write(&existing, b"keep me").unwrap();
+
+    // An existing file in the capture directory, by name and by full path.
+    capture_refused(
+        &sock,
+        Path::new("existing.pcapng"),
+        "exists",
+        &existing,
+        b"keep me",
+    );
+    capture_refused(&sock, &existing, "exists", &existing, b"keep me");
+    // A path outside the capture directory, absolute or climbing out.
+    capture_refused(
+        &sock,
+        &precious,
+        "capture directory",
+        &precious,
+        b"precious",
+    );
+    let climb = Path::new("..")
+        .join(outside.path().file_name().unwrap())
+        .join("precious");
+    capture_refused(&sock, &climb, "capture directory", &precious, b"precious");
+    capture_refused(
+        &sock,
+        &outside.path().join("new.pcapng"),
+        "capture directory",
+        &precious,
+        b"precious",
+    );
+    assert!(!outside.path().join("new.pcapng").exists());
+    // A symlink in the capture directory to a file outside it.
+    let link = capdir.join("link.pcapng");
+    std::os::unix::fs::symlink(&precious, &link).unwrap();
+    capture_refused(
+        &sock,
+        Path::new("link.pcapng"),
+        "exists",
+        &precious,
+        b"precious",
+    );
+    capture_refused(&sock, &link, "exists", &precious, b"precious");
+    // A dangling symlink is not followed either (no file appears at its target).
+    let dangling = capdir.join("dangling.pcapng");
+    std::os::unix::fs::symlink(outside.path().join("created.pcapng"), &dangling).unwrap();
+    capture_refused(
+        &sock,
+        Path::new("dangling.pcapng"),
+        "exists",
+        &precious,
+        b"precious",
+    );
+    assert!(!outside.path().join("created.pcapng").exists());
+    // A symlinked directory inside the capture directory that leaves it.
+    let out_dir = capdir.join("out");
+    std::os::unix::fs::symlink(outside.path(), &out_dir).unwrap();
+    capture_refused(
+        &sock,
+        &out_dir.join("x.pcapng"),
+        "capture directory",
+        &precious,
+        b"precious",
+    );
+    capture_refused(
+        &sock,
+        Path::new("out/x.pcapng"),
+        "capture directory",
+        &precious,
+        b"precious",
+    );
+    assert!(!outside.path().join("x.pcapng").exists());
+
+    // A new name in the capture directory works, by name or by full path.
+    capture_start(&sock, Path::new("fresh.pcapng"), None, None);
+    let st = capture_stop(&sock);
+    assert_eq!(
+        st.file.as_deref().map(Path::new),
+        Some(
+            capdir
+                .canonicalize()
+                .unwrap()
+                .join("fresh.pcapng")
+                .as_path()
+        )
+    );
+    capture_start(&sock, &capdir.join("fresh2.pcapng"), None, None);
+    capture_stop(&sock);
+    assert!(capdir.join("fresh2.pcapng").metadata().unwrap().len() > 0);
+}
+
+#[test]
+fn control_socket_is_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let (fab, _a, _b) = setup(true);
+    let mode = std::fs::metadata(fab.control_socket())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "control socket mode {mode:o}");
+}

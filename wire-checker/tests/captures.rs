@@ -1,4 +1,4 @@
-//! Real frames from /work/shared/testdata (ConnectX hardware, an IB fabric)
+//! Real frames from roce-model/testdata (ConnectX hardware, an IB fabric)
 //! must produce no findings.
 
 use roce_model::pcap::*;

@@ -113,6 +113,7 @@ impl TestFabric {
         let server = Server::start(DaemonConfig {
             ports: ports.clone(),
             control: control.then(|| dir.path().join("ctl.sock")),
+            capture_dir: Some(dir.path().to_path_buf()),
             limits,
             ..DaemonConfig::default()
         })
