@@ -1,0 +1,226 @@
+//! `pci-model`: the sans-IO contract between an emulated PCI device and the
+//! edge that serves it to a guest (the daemon's vfio-user server, or a test).
+//!
+//! A device model ([`PciDevice`]) owns its registers and rings. It never
+//! opens a socket, maps memory or reads a clock: the edge hands it BAR
+//! accesses, guest-memory access ([`Dma`]), frames from the fabric, and the
+//! time; the model answers with interrupts to raise and frames to send,
+//! collected in [`DeviceIo`]. The PCI configuration space itself (IDs, BARs,
+//! the MSI-X capability) is built by the edge from [`PciIdentity`],
+//! [`BarInfo`] and [`MsixInfo`] with [`config::ConfigSpace`].
+//!
+//! Hostile drivers are the norm: every guest address goes through [`Dma`],
+//! whose implementations bound-check against the memory the guest gave;
+//! a model turns a [`DmaError`] into its own error counter, never a panic.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+
+use std::time::Duration;
+
+/// A guest-physical access outside the memory the guest gave the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("DMA of {len} bytes at guest address {addr:#x} is outside guest memory")]
+pub struct DmaError {
+    /// First guest-physical address of the access.
+    pub addr: u64,
+    /// Length of the access in bytes.
+    pub len: usize,
+}
+
+/// Guest memory as the device sees it (bus addresses = guest-physical, no
+/// IOMMU). Implementations refuse any access not wholly inside a region the
+/// guest mapped.
+pub trait Dma {
+    /// Reads `buf.len()` bytes at `addr`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
+    /// Writes `data` at `addr`.
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError>;
+
+    /// Reads a little-endian `u64` at `addr`.
+    fn read_u64_le(&self, addr: u64) -> Result<u64, DmaError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    /// Reads a little-endian `u32` at `addr`.
+    fn read_u32_le(&self, addr: u64) -> Result<u32, DmaError> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+}
+
+/// Guest memory backed by one `Vec`, at guest-physical `base`: for tests and
+/// fuzzing of device models.
+#[derive(Debug, Clone)]
+pub struct VecMemory {
+    /// Guest-physical address of `bytes[0]`.
+    pub base: u64,
+    /// The memory.
+    pub bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl VecMemory {
+    /// `size` zeroed bytes at guest-physical `base`.
+    pub fn new(base: u64, size: usize) -> Self {
+        VecMemory {
+            base,
+            bytes: std::sync::Arc::new(std::sync::Mutex::new(vec![0; size])),
+        }
+    }
+
+    fn range(
+        &self,
+        addr: u64,
+        len: usize,
+        size: usize,
+    ) -> Result<std::ops::Range<usize>, DmaError> {
+        let err = DmaError { addr, len };
+        let start = addr.checked_sub(self.base).ok_or(err)?;
+        let start = usize::try_from(start).map_err(|_| err)?;
+        let end = start.checked_add(len).ok_or(err)?;
+        if end > size {
+            return Err(err);
+        }
+        Ok(start..end)
+    }
+}
+
+impl Dma for VecMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        let m = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.range(addr, buf.len(), m.len())?;
+        buf.copy_from_slice(&m[r]);
+        Ok(())
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        let mut m = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.range(addr, data.len(), m.len())?;
+        m[r].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+/// What the device identifies as in its configuration space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PciIdentity {
+    /// Vendor ID.
+    pub vendor_id: u16,
+    /// Device ID.
+    pub device_id: u16,
+    /// Subsystem vendor ID.
+    pub subsystem_vendor_id: u16,
+    /// Subsystem ID.
+    pub subsystem_id: u16,
+    /// Class code, programming interface in the low byte (e.g. `0x020000`).
+    pub class_code: u32,
+    /// Revision ID.
+    pub revision: u8,
+}
+
+/// One memory BAR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarInfo {
+    /// BAR number, 0..=5 (a 64-bit BAR takes `index` and `index + 1`).
+    pub index: u8,
+    /// Size in bytes, a power of two of at least 16.
+    pub size: u64,
+    /// A 64-bit memory BAR.
+    pub is_64bit: bool,
+    /// Prefetchable.
+    pub prefetchable: bool,
+}
+
+/// Where the MSI-X table and pending-bit array live. The edge serves them
+/// (QEMU's vfio client emulates the table itself and hands the device one
+/// eventfd per vector); the model only raises vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MsixInfo {
+    /// Number of vectors.
+    pub vectors: u16,
+    /// BAR of the table.
+    pub table_bar: u8,
+    /// Offset of the table in that BAR.
+    pub table_offset: u32,
+    /// BAR of the pending-bit array.
+    pub pba_bar: u8,
+    /// Offset of the pending-bit array in that BAR.
+    pub pba_offset: u32,
+}
+
+/// A frame the device sends to the fabric (a complete Ethernet frame:
+/// offloads already finished by the model).
+pub type Frame = Vec<u8>;
+
+/// What a model call may do besides changing the model: guest memory,
+/// interrupts to raise, frames to send, and the time.
+pub struct DeviceIo<'a> {
+    /// Guest memory.
+    pub dma: &'a dyn Dma,
+    /// Time since an arbitrary epoch fixed by the edge (monotonic).
+    pub now: Duration,
+    /// MSI-X vectors to raise after the call, in order (duplicates allowed;
+    /// the edge may coalesce).
+    pub irqs: Vec<u16>,
+    /// Frames to send into the fabric, in order.
+    pub tx: Vec<Frame>,
+}
+
+impl<'a> DeviceIo<'a> {
+    /// An empty batch over `dma` at time `now`.
+    pub fn new(dma: &'a dyn Dma, now: Duration) -> Self {
+        DeviceIo {
+            dma,
+            now,
+            irqs: Vec::new(),
+            tx: Vec::new(),
+        }
+    }
+}
+
+/// Why a frame from the fabric was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RxRefusal {
+    /// No posted buffer on the queue it steers to: the edge may keep the
+    /// frame and offer it again after the driver posts buffers (back-pressure).
+    #[error("no receive buffer posted")]
+    NoBuffers,
+    /// The device is not up (reset, queues not created, link down): dropped.
+    #[error("device not ready")]
+    NotReady,
+    /// The model dropped it (steering rule, bad frame, too large): counted
+    /// by the model.
+    #[error("dropped by the device")]
+    Dropped,
+}
+
+/// An emulated PCI device, sans IO.
+pub trait PciDevice {
+    /// IDs and class.
+    fn identity(&self) -> PciIdentity;
+    /// The memory BARs.
+    fn bars(&self) -> Vec<BarInfo>;
+    /// The MSI-X capability, if any.
+    fn msix(&self) -> Option<MsixInfo>;
+    /// A driver read of `data.len()` bytes (1, 2, 4 or 8) at `offset` in
+    /// BAR `bar`. Out-of-range reads give zeros and are counted.
+    fn bar_read(&mut self, bar: u8, offset: u64, data: &mut [u8], io: &mut DeviceIo<'_>);
+    /// A driver write at `offset` in BAR `bar`. Doorbells should only note
+    /// work; [`PciDevice::poll`] does it, so that a burst of doorbells costs
+    /// one pass.
+    fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8], io: &mut DeviceIo<'_>);
+    /// Does the work doorbells asked for (the edge calls it after a batch of
+    /// BAR accesses, after frames arrive, and at [`PciDevice::next_timeout`]).
+    fn poll(&mut self, io: &mut DeviceIo<'_>);
+    /// A frame from the fabric for this device.
+    fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal>;
+    /// When `poll` wants to run again without a doorbell (timers), if ever.
+    fn next_timeout(&self) -> Option<Duration> {
+        None
+    }
+    /// Function-level reset (the edge's VFIO reset, or the guest's).
+    fn reset(&mut self);
+}
