@@ -138,20 +138,19 @@ const MAX_REQUEST: usize = 64 * 1024;
 
 /// The control socket server thread.
 pub struct ControlServer {
-    path: PathBuf,
+    socket: crate::socket_path::OwnedSocket,
+    listener: UnixListener,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ControlServer {
-    /// Listens on `path` (replacing a stale socket).
+    /// Listens on `path` (replacing a stale socket, never a live one).
     pub fn start(path: &Path, fabric: Arc<Fabric>, hosts: Hosts) -> anyhow::Result<Self> {
-        let _ = std::fs::remove_file(path);
-        let l = UnixListener::bind(path)
-            .with_context(|| format!("control socket {}", path.display()))?;
         // The socket is as powerful as the daemon's user: owner-only.
-        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .with_context(|| format!("control socket {}: chmod 0600", path.display()))?;
+        let (l, socket) =
+            crate::socket_path::bind_with_mode(path, Some(0o600)).context("control socket")?;
+        let listener = l.try_clone().context("control socket")?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -193,7 +192,8 @@ impl ControlServer {
                 }
             })?;
         Ok(ControlServer {
-            path: path.to_path_buf(),
+            socket,
+            listener,
             stop,
             thread: Some(thread),
         })
@@ -202,11 +202,11 @@ impl ControlServer {
     /// Stops and removes the socket.
     pub fn stop(mut self) {
         self.stop.store(true, SeqCst);
-        let _ = UnixStream::connect(&self.path);
+        crate::socket_path::unblock_accept(&self.listener);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        self.socket.remove();
     }
 }
 

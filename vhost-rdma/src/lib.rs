@@ -18,6 +18,7 @@ pub mod offload;
 pub mod port;
 pub mod proxy;
 pub mod server;
+pub mod socket_path;
 pub mod stats;
 pub mod steering;
 pub mod virtio_net;

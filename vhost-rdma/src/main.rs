@@ -27,7 +27,9 @@ enum Cmd {
         ports: Vec<PortConfig>,
         /// Virtual host on the fabric running RDMA tool services:
         /// NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N];
-        /// KIND: pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server, {write,send,read,atomic}-bw-client
+        /// KIND: pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server,
+        /// {write,send,read,atomic}-bw-client, rping-server, rping-client,
+        /// ucmatose-server, ucmatose-client (README "Virtual hosts")
         #[arg(long = "host", value_name = "SPEC")]
         hosts: Vec<HostSpec>,
         /// TOML configuration file (ports from flags are added to it).
@@ -45,13 +47,20 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         capture_dir: Option<PathBuf>,
     },
-    /// Talk to a running daemon.
+    /// Talk to a running daemon through its control socket.
+    ///
+    /// The control socket is as powerful as the daemon's user: whoever can
+    /// connect can reconfigure the fabric, inject faults and create capture
+    /// files (in the capture directory only). The daemon creates it
+    /// owner-only (mode 0600).
     Ctl {
-        /// The daemon's control socket.
-        #[arg(long)]
-        control: PathBuf,
-        /// Print JSON instead of a table.
-        #[arg(long)]
+        /// The daemon's control socket [default: $VHOST_RDMA_CONTROL, else
+        /// ctl.sock in the runtime directory: $XDG_RUNTIME_DIR/vhost-rdma,
+        /// /run/vhost-rdma for root]. Accepted anywhere on the line.
+        #[arg(long, global = true, value_name = "SOCKET")]
+        control: Option<PathBuf>,
+        /// Print JSON instead of a table. Accepted anywhere on the line.
+        #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
         cmd: CtlCmd,
@@ -162,15 +171,39 @@ enum HostOp {
     Stop { id: u32 },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VHOST_RDMA_LOG")
                 .unwrap_or_else(|_| "info".into()),
         )
+        // Colour only for a terminal (and never with NO_COLOR): logs that
+        // go to a file or a pipe stay plain text.
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().cmd {
+    // One clear line and exit status 1 for every error, whatever
+    // RUST_BACKTRACE says: errors here are the user's to fix, not crashes.
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("vhost-rdma: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// The control socket `ctl` talks to: `--control`, else
+/// `$VHOST_RDMA_CONTROL`, else `ctl.sock` in the runtime directory.
+fn control_socket(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| {
+        std::env::var_os("VHOST_RDMA_CONTROL")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+    .unwrap_or_else(|| vhost_rdma::capture::runtime_dir().join("ctl.sock"))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
         Cmd::Serve {
             ports,
             hosts,
@@ -178,7 +211,13 @@ fn main() -> anyhow::Result<()> {
             control,
             capture_dir,
         } => serve(ports, hosts, config, control, capture_dir),
-        Cmd::Ctl { control, json, cmd } => ctl(&control, json, cmd),
+        Cmd::Ctl { control, json, cmd } => {
+            // A reader that goes away (`ctl ... | head`) ends us quietly, as
+            // it would any Unix tool, instead of a failed print.
+            // SAFETY: resetting a signal's disposition to its default.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            ctl(&control_socket(control), json, cmd)
+        }
     }
 }
 

@@ -23,7 +23,9 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 struct PortRunner {
-    socket: PathBuf,
+    socket: crate::socket_path::OwnedSocket,
+    /// The public listener, to wake its accept at shutdown.
+    listener: UnixListener,
     private_dir: PathBuf,
     thread: Option<JoinHandle<()>>,
     /// The connected front end's socket, to cut it at shutdown.
@@ -81,21 +83,11 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let mut runners = Vec::new();
         for port in shared {
-            let sock = port.cfg.socket.clone();
-            if let Some(dir) = sock.parent() {
-                if !dir.as_os_str().is_empty() {
-                    std::fs::create_dir_all(dir)
-                        .with_context(|| format!("creating {}", dir.display()))?;
-                }
-            }
-            let _ = std::fs::remove_file(&sock);
-            let public = UnixListener::bind(&sock).with_context(|| {
-                format!(
-                    "port {}: cannot listen on {}",
-                    port.cfg.name,
-                    sock.display()
-                )
-            })?;
+            let (public, sock) = crate::socket_path::bind(&port.cfg.socket)
+                .with_context(|| format!("port {}: cannot listen", port.cfg.name))?;
+            let listener_handle = public
+                .try_clone()
+                .with_context(|| format!("port {}: listener", port.cfg.name))?;
             // The backend listens on a private socket; a relay joins the two
             // (see `proxy`).
             let private_dir = std::env::temp_dir().join(format!(
@@ -126,6 +118,7 @@ impl Server {
                 .context("spawning port thread")?;
             runners.push(PortRunner {
                 socket: sock,
+                listener: listener_handle,
                 private_dir,
                 thread: Some(thread),
                 conn,
@@ -203,12 +196,13 @@ impl Server {
             {
                 let _ = c.shutdown(std::net::Shutdown::Both);
             }
-            // Unblock a pending accept() with a connection of our own.
-            let _ = UnixStream::connect(&r.socket);
+            // Wake a pending accept() on the socket itself: whatever
+            // happened to its path, shutdown is prompt.
+            crate::socket_path::unblock_accept(&r.listener);
             if let Some(t) = r.thread.take() {
                 let _ = t.join();
             }
-            let _ = std::fs::remove_file(&r.socket);
+            r.socket.remove();
             let _ = std::fs::remove_dir_all(&r.private_dir);
         }
     }
@@ -241,6 +235,7 @@ fn serve_port(
     while !stop.load(SeqCst) {
         let front = match public.accept() {
             Ok((s, _)) => s,
+            Err(_) if stop.load(SeqCst) => break,
             Err(e) => {
                 warn!(port = %name, "accept failed: {e}");
                 std::thread::sleep(Duration::from_millis(100));
