@@ -19,7 +19,7 @@
 //! file named directly in it: never an existing file, never through a
 //! symlink, never elsewhere ([`open_new_capture_file`]).
 
-use crate::faults::Dir;
+use crate::frame::Dir;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufWriter, Write};

@@ -4,11 +4,11 @@
 //!
 //! This is everything the daemon does with guest-posted descriptors; it needs
 //! no vhost-user connection, so the fuzz target `virtio_chains` and the port
-//! worker ([`crate::port`]) run the same code. All guest memory access goes
+//! worker (the `port` module) run the same code. All guest memory access goes
 //! through vm-memory's checked `read_slice`/`write_slice`, which refuse any
 //! range not wholly inside one registered region.
 
-use crate::fabric::Frame;
+use crate::frame::Frame;
 use crate::offload;
 use crate::stats::{LogLimiter, QueueCounters};
 use crate::virtio_net::*;

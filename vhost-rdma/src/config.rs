@@ -1,10 +1,12 @@
 //! Daemon configuration: the `--port` flag syntax and the TOML file.
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
+use virtual_host::ServiceSpec;
 
 /// An Ethernet MAC address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -405,45 +407,7 @@ struct FileHost {
     max_mrs: Option<usize>,
     max_tcp_sockets: Option<usize>,
     #[serde(default)]
-    service: Vec<FileService>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct FileService {
-    kind: String,
-    peer: Option<std::net::Ipv4Addr>,
-    port: Option<u16>,
-    size: Option<u32>,
-    iters: Option<u32>,
-    rx_depth: Option<u32>,
-    mtu: Option<u32>,
-    connect_timeout_secs: Option<u64>,
-    mpa_crc: Option<bool>,
-    rdma_cm: Option<bool>,
-    roce: Option<bool>,
-}
-
-impl FileService {
-    /// The service spec (not validated here; the host validates it on start).
-    fn spec(&self) -> anyhow::Result<virtual_host::ServiceSpec> {
-        crate::hosts::ServiceRequest {
-            kind: self.kind.clone(),
-            peer: self.peer,
-            port: self.port,
-            size: self.size,
-            iters: self.iters,
-            rx_depth: self.rx_depth,
-            mtu: self.mtu,
-            connect_timeout_secs: self.connect_timeout_secs,
-            mpa_crc: self.mpa_crc,
-            rdma_cm: self.rdma_cm,
-            roce: self.roce,
-            echo: false,
-        }
-        .unvalidated_spec()
-        .map_err(|e| anyhow::anyhow!("{e}"))
-    }
+    service: Vec<ServiceRequest>,
 }
 
 #[derive(Deserialize)]
@@ -490,8 +454,11 @@ impl DaemonConfig {
                 h.limits.max_tcp_sockets = v;
             }
             for fs in &fh.service {
-                h.services
-                    .push(fs.spec().with_context(|| format!("host {}", fh.name))?);
+                // not validated here; the host validates it on start
+                let spec = fs
+                    .unvalidated_spec()
+                    .map_err(|e| anyhow::anyhow!("host {}: {e}", fh.name))?;
+                h.services.push(spec);
             }
             h.check()?;
             cfg.hosts.push(h);
@@ -603,6 +570,89 @@ impl DaemonConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// A virtual-host service as the config file (`[[host.service]]`), the
+/// control socket and `ctl host NAME start` give it (unset = the tool's
+/// default); [`ServiceRequest::spec`] turns it into the engine's
+/// `virtual_host::ServiceSpec`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServiceRequest {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<std::net::Ipv4Addr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iters: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_depth: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_secs: Option<u64>,
+    /// iWARP services: ask for MPA CRC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpa_crc: Option<bool>,
+    /// perftest services: the tool runs with `-R` (rdma_cm; iWARP unless
+    /// `roce`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_cm: Option<bool>,
+    /// perftest `-R` services: rdma_cm over RoCE (an rxe guest) instead of
+    /// iWARP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roce: Option<bool>,
+    /// Behave like the tool (echo, no checks): for host-to-host tests.
+    #[serde(default)]
+    pub echo: bool,
+}
+
+impl ServiceRequest {
+    /// The service spec, validated.
+    pub fn spec(&self) -> Result<ServiceSpec, String> {
+        let s = self.unvalidated_spec()?;
+        s.validate().map_err(|e| e.to_string())?;
+        Ok(s)
+    }
+
+    /// The service spec: the kind parsed, the given parameters applied.
+    pub(crate) fn unvalidated_spec(&self) -> Result<ServiceSpec, String> {
+        let kind: virtual_host::ServiceKind = self.kind.parse().map_err(|e| format!("{e}"))?;
+        let mut s = ServiceSpec::new(kind);
+        s.peer = self.peer;
+        if let Some(v) = self.port {
+            s.port = v;
+        }
+        if let Some(v) = self.size {
+            s.size = v;
+        }
+        if let Some(v) = self.iters {
+            s.iters = v;
+        }
+        if let Some(v) = self.rx_depth {
+            s.rx_depth = v;
+        }
+        if let Some(v) = self.mtu {
+            s.mtu = v;
+        }
+        if let Some(v) = self.connect_timeout_secs {
+            s.connect_timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = self.mpa_crc {
+            s.mpa_crc = v;
+        }
+        if let Some(v) = self.rdma_cm {
+            s.rdma_cm = v;
+        }
+        if let Some(v) = self.roce {
+            s.roce = v;
+        }
+        s.echo = self.echo;
+        Ok(s)
     }
 }
 

@@ -3,13 +3,13 @@
 //! hand it frames and it hands frames to ports' pending queues.
 
 use crate::config::{DeviceForm, MacAddr, PortConfig};
+pub use crate::frame::{flow_hash, now_ms, Frame};
 use crate::offload;
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, RwLock};
 use virtio_bindings::bindings::virtio_net::*;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
@@ -17,19 +17,6 @@ use vmm_sys_util::timerfd::TimerFd;
 /// A receiver whose frames have waited this long for an RX buffer counts as
 /// stalled: senders stop waiting for it and drop instead.
 pub const STALL_MS: u64 = 500;
-
-/// Milliseconds on a process-wide monotonic clock.
-pub fn now_ms() -> u64 {
-    static T0: OnceLock<Instant> = OnceLock::new();
-    T0.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// A frame in flight: the Ethernet frame and its offload description.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Frame {
-    pub hdr: NetHdr,
-    pub data: Vec<u8>,
-}
 
 /// What waits for one queue pair's RX buffers, and the frame its worker
 /// holds while it looks for a buffer.
@@ -371,39 +358,6 @@ impl PortShared {
     }
 }
 
-/// FNV-1a over IP addresses and L4 ports (0 for non-IP): keeps a flow on one
-/// queue.
-pub fn flow_hash(f: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    let mut eat = |b: &[u8]| {
-        for &x in b {
-            h ^= u32::from(x);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-    };
-    let et = match f.get(12..14) {
-        Some(e) => u16::from_be_bytes([e[0], e[1]]),
-        None => return 0,
-    };
-    let (addrs, l4, proto) = match et {
-        0x0800 => {
-            let ihl = usize::from(f.get(14).copied().unwrap_or(0) & 0xf) * 4;
-            (f.get(26..34), 14 + ihl, f.get(23).copied())
-        }
-        0x86dd => (f.get(22..54), 54, f.get(20).copied()),
-        _ => return 0,
-    };
-    if let Some(a) = addrs {
-        eat(a);
-    }
-    if matches!(proto, Some(6) | Some(17)) {
-        if let Some(p) = f.get(l4..l4 + 4) {
-            eat(p);
-        }
-    }
-    h
-}
-
 /// The L2 switch.
 #[derive(Debug)]
 pub struct Fabric {
@@ -433,7 +387,7 @@ impl Fabric {
 
     /// A fabric over the given ports with the given table bounds.
     pub fn with_limits(ports: Vec<Arc<PortShared>>, limits: crate::config::Limits) -> Self {
-        let faults = crate::faults::Faults::new(&ports);
+        let faults = crate::faults::Faults::new(ports.iter().map(|p| p.cfg.name.clone()).collect());
         faults.set_max_rules(limits.fault_rules);
         let capture = crate::capture::Capture::default();
         capture.set_max_bytes(limits.capture_max_bytes);
@@ -480,7 +434,7 @@ impl Fabric {
         let (port, dir) = (r.port, r.dir);
         for f in self.faults.apply_after(r) {
             match dir {
-                crate::faults::Dir::Egress => {
+                crate::frame::Dir::Egress => {
                     self.deliver_now(port, &f);
                 }
                 _ => {
@@ -488,6 +442,15 @@ impl Fabric {
                 }
             }
         }
+    }
+
+    /// The port named `name`.
+    pub fn port_by_name(&self, name: &str) -> Result<&PortShared, String> {
+        self.ports
+            .iter()
+            .find(|p| p.cfg.name == name)
+            .map(|p| &**p)
+            .ok_or_else(|| format!("no port named {name:?}"))
     }
 
     /// Forgets what was learned on a port (its guest went away).
@@ -543,7 +506,7 @@ impl Fabric {
             return 0;
         }
         self.capture
-            .record(src, crate::faults::Dir::Ingress, &frame.data);
+            .record(src, crate::frame::Dir::Ingress, &frame.data);
         // The checker sees what the guest sent, before any fault acts.
         if let Some(p) = self.ports.get(src) {
             self.checker.observe(&p.cfg.name, &frame.data);
@@ -551,7 +514,7 @@ impl Fabric {
         if self.faults.active() {
             return self
                 .faults
-                .apply(src, crate::faults::Dir::Ingress, frame)
+                .apply(src, crate::frame::Dir::Ingress, frame)
                 .into_iter()
                 .map(|f| self.switch(src, f))
                 .sum();
@@ -592,7 +555,7 @@ impl Fabric {
             }
             return self
                 .faults
-                .apply(port, crate::faults::Dir::Egress, frame.clone())
+                .apply(port, crate::frame::Dir::Egress, frame.clone())
                 .iter()
                 .map(|f| self.deliver_now(port, f))
                 .sum();
@@ -634,7 +597,7 @@ impl Fabric {
                 f.hdr.hash_report = s.hash_report;
             }
             self.capture
-                .record(port, crate::faults::Dir::Egress, &f.data);
+                .record(port, crate::frame::Dir::Egress, &f.data);
         }
         r.push_all(frames)
     }

@@ -5,6 +5,7 @@
 //! epoll timeout; nothing busy-polls.
 
 use crate::config::HostSpec;
+pub use crate::config::ServiceRequest;
 use crate::fabric::{Fabric, Frame, PortShared};
 use crate::stats::QueueCounters;
 use serde::{Deserialize, Serialize};
@@ -106,87 +107,6 @@ pub struct IwarpStats {
     pub terminates_received: u64,
     pub setup_timeouts: u64,
     pub streams_lost: u64,
-}
-
-/// Service parameters as the control socket takes them (unset = the
-/// tool's default).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ServiceRequest {
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer: Option<std::net::Ipv4Addr>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<u16>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iters: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rx_depth: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mtu: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connect_timeout_secs: Option<u64>,
-    /// iWARP services: ask for MPA CRC.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mpa_crc: Option<bool>,
-    /// perftest services: the tool runs with `-R` (rdma_cm; iWARP unless
-    /// `roce`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rdma_cm: Option<bool>,
-    /// perftest `-R` services: rdma_cm over RoCE (an rxe guest) instead of
-    /// iWARP.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub roce: Option<bool>,
-    /// Behave like the tool (echo, no checks): for host-to-host tests.
-    #[serde(default)]
-    pub echo: bool,
-}
-
-impl ServiceRequest {
-    /// The service spec, validated.
-    pub fn spec(&self) -> Result<ServiceSpec, String> {
-        let s = self.unvalidated_spec()?;
-        s.validate().map_err(|e| e.to_string())?;
-        Ok(s)
-    }
-
-    /// The service spec: the kind parsed, the given parameters applied.
-    pub(crate) fn unvalidated_spec(&self) -> Result<ServiceSpec, String> {
-        let kind: virtual_host::ServiceKind = self.kind.parse().map_err(|e| format!("{e}"))?;
-        let mut s = ServiceSpec::new(kind);
-        s.peer = self.peer;
-        if let Some(v) = self.port {
-            s.port = v;
-        }
-        if let Some(v) = self.size {
-            s.size = v;
-        }
-        if let Some(v) = self.iters {
-            s.iters = v;
-        }
-        if let Some(v) = self.rx_depth {
-            s.rx_depth = v;
-        }
-        if let Some(v) = self.mtu {
-            s.mtu = v;
-        }
-        if let Some(v) = self.connect_timeout_secs {
-            s.connect_timeout = Duration::from_secs(v);
-        }
-        if let Some(v) = self.mpa_crc {
-            s.mpa_crc = v;
-        }
-        if let Some(v) = self.rdma_cm {
-            s.rdma_cm = v;
-        }
-        if let Some(v) = self.roce {
-            s.roce = v;
-        }
-        s.echo = self.echo;
-        Ok(s)
-    }
 }
 
 enum Command {

@@ -12,6 +12,7 @@ pub mod config;
 pub mod control;
 pub mod fabric;
 pub mod faults;
+pub mod frame;
 pub mod hosts;
 pub mod mpa_settle;
 pub mod offload;

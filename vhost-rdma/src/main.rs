@@ -1,5 +1,7 @@
 //! `vhost-rdma`: the daemon (`serve`) and its control client (`ctl`).
 
+mod cli;
+
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -74,26 +76,26 @@ enum CtlCmd {
     /// Flow steering rules of a port (applied before RSS).
     FlowRule {
         #[command(subcommand)]
-        op: vhost_rdma::steering::cli::FlowRuleCmd,
+        op: cli::steering::FlowRuleCmd,
     },
     /// RSS state of a port: key, indirection table, hash types, per-queue
     /// steering counters, flows seen; --predict shows where a flow goes.
-    Rss(vhost_rdma::steering::cli::RssArgs),
+    Rss(cli::steering::RssArgs),
     /// Fault injection rules: add, list (with counters), del.
     Faults {
         #[command(subcommand)]
-        op: vhost_rdma::faults::cli::FaultsCmd,
+        op: cli::faults::FaultsCmd,
     },
     /// Take a port's link down (frames to and from it dropped, counted) or up.
     Link {
-        state: vhost_rdma::faults::cli::LinkState,
+        state: cli::faults::LinkState,
         #[arg(long)]
         port: String,
     },
     /// pcapng captures of one port or the whole fabric.
     Capture {
         #[command(subcommand)]
-        op: vhost_rdma::faults::cli::CaptureCmd,
+        op: cli::faults::CaptureCmd,
     },
     /// RoCE queue-pair connections, iWARP connections and SMC-R links seen
     /// by the protocol checker, with their state (PSNs, reads, MSNs, cursors).
@@ -105,9 +107,7 @@ enum CtlCmd {
         clear: bool,
     },
     /// Checker counters; `on` / `off` switches it.
-    Checker {
-        state: Option<vhost_rdma::checker::cli::OnOff>,
-    },
+    Checker { state: Option<cli::checker::OnOff> },
     /// Virtual hosts: services, counters and recent events.
     Hosts,
     /// Start or stop a service on a virtual host.
@@ -272,17 +272,17 @@ fn signal_set() -> libc::sigset_t {
 
 fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
     match cmd {
-        CtlCmd::FlowRule { op } => vhost_rdma::steering::cli::flow_rule(control, json, op),
-        CtlCmd::Rss(a) => vhost_rdma::steering::cli::rss(control, json, a),
-        CtlCmd::Faults { op } => vhost_rdma::faults::cli::faults(control, json, op),
-        CtlCmd::Link { state, port } => vhost_rdma::faults::cli::link(control, json, port, state),
-        CtlCmd::Capture { op } => vhost_rdma::faults::cli::capture(control, json, op),
-        CtlCmd::Flows => vhost_rdma::checker::cli::flows(control, json),
-        CtlCmd::Findings { clear } => vhost_rdma::checker::cli::findings(control, json, clear),
-        CtlCmd::Checker { state } => vhost_rdma::checker::cli::checker(
+        CtlCmd::FlowRule { op } => cli::steering::flow_rule(control, json, op),
+        CtlCmd::Rss(a) => cli::steering::rss(control, json, a),
+        CtlCmd::Faults { op } => cli::faults::faults(control, json, op),
+        CtlCmd::Link { state, port } => cli::faults::link(control, json, port, state),
+        CtlCmd::Capture { op } => cli::faults::capture(control, json, op),
+        CtlCmd::Flows => cli::checker::flows(control, json),
+        CtlCmd::Findings { clear } => cli::checker::findings(control, json, clear),
+        CtlCmd::Checker { state } => cli::checker::checker(
             control,
             json,
-            state.map(|s| matches!(s, vhost_rdma::checker::cli::OnOff::On)),
+            state.map(|s| matches!(s, cli::checker::OnOff::On)),
         ),
         CtlCmd::Hosts => {
             let r = request(control, &Request::Hosts)?;
@@ -389,7 +389,7 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                 );
             }
             if let Some(c) = &s.checker {
-                vhost_rdma::checker::cli::print_status(c);
+                cli::checker::print_status(c);
             }
             if !s.hosts.is_empty() {
                 println!();

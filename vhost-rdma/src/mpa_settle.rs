@@ -15,8 +15,8 @@
 //! queues behind it (FIFO for the host pair, both directions), and a queue is
 //! released front first as far as each segment's own settle time allows.
 
-use crate::fabric::Frame;
-use crate::faults::Dir;
+use crate::frame::Dir;
+use crate::frame::Frame;
 use devmem_nic::parse::{parse, L4Proto, L3};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

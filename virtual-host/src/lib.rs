@@ -24,6 +24,7 @@ pub mod pingpong;
 pub mod rdma;
 pub mod rping;
 pub mod service;
+pub mod spec;
 
 use smoltcp::iface::{Config, Interface, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium};

@@ -24,7 +24,7 @@
 //! neither do we; the session reports the WRITE messages the QP accepted.
 
 use crate::pingpong::gid_of;
-use crate::service::{client_target, tcp_connect, ServiceSpec};
+use crate::spec::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};

@@ -51,7 +51,7 @@ use crate::endpoint::{Endpoint, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::perftest::Verb;
 use crate::pingpong::gid_of;
-use crate::service::{client_target, tcp_connect, ServiceSpec};
+use crate::spec::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
 use roce_model::QpCaps;

@@ -17,7 +17,7 @@
 //! checks that every message from the tool (after its first, which is the
 //! tool's initial fill) echoes our previous one.
 
-use crate::service::{client_target, tcp_connect, ServiceSpec};
+use crate::spec::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};

@@ -22,7 +22,7 @@
 
 use crate::endpoint::{Endpoint, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
-use crate::service::{client_target, tcp_connect, ServiceSpec};
+use crate::spec::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
 use roce_model::QpCaps;
@@ -33,10 +33,10 @@ use smoltcp::wire::IpAddress;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-/// rping's default port.
-pub const DEFAULT_PORT: u16 = 7174;
-/// rping's default buffer size.
-pub const DEFAULT_SIZE: u32 = 64;
+pub use crate::spec::{
+    RPING_DEFAULT_PORT as DEFAULT_PORT, RPING_DEFAULT_SIZE as DEFAULT_SIZE, UCMATOSE_PORT,
+    UCMATOSE_SIZE,
+};
 /// rping's smallest buffer (`RPING_MIN_BUFSIZE`: what the 7.3 guest's rping
 /// reports, "valid range is 23 to 65536").
 pub const MIN_SIZE: u32 = 23;
@@ -126,10 +126,6 @@ pub enum Proto {
     Ucmatose,
 }
 
-/// ucmatose's default port.
-pub const UCMATOSE_PORT: u16 = 7471;
-/// ucmatose's default message size.
-pub const UCMATOSE_SIZE: u32 = 100;
 /// Most ucmatose messages per session (all receives are posted at once).
 pub const UCMATOSE_MAX_COUNT: u32 = 512;
 

@@ -12,10 +12,7 @@
 //!   negotiated VIRTIO_NET_F_HASH_REPORT.
 //! * With nothing configured the data path takes no lock.
 
-pub mod cli;
-
-use crate::control::Reply;
-use crate::fabric::{flow_hash, Fabric, PortShared};
+use crate::frame::flow_hash;
 use devmem_nic::parse::{parse, L4Proto, L3};
 use devmem_nic::{
     Action, FlowMatch, FlowRule, HashConfig, IpMatch, Masked, Nic, NicConfig, Reason, RssConfig,
@@ -698,7 +695,7 @@ pub fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr, bool), String> {
 
 /// The model's decision for a flow towards `port`, as the data path would
 /// take it now.
-pub fn predict(port: &PortShared, flow: &str) -> Result<Prediction, String> {
+pub fn predict(flow: &str, steer: impl Fn(&[u8]) -> Steer) -> Result<Prediction, String> {
     use devmem_nic::builder::FrameBuilder;
     let (a, b, tcp) = parse_flow(flow)?;
     let fb = if tcp {
@@ -706,7 +703,7 @@ pub fn predict(port: &PortShared, flow: &str) -> Result<Prediction, String> {
     } else {
         FrameBuilder::udp(a.ip(), a.port(), b.ip(), b.port())
     };
-    let s = port.steer(&fb.build(&[0u8; 16]));
+    let s = steer(&fb.build(&[0u8; 16]));
     Ok(Prediction {
         flow: flow.to_string(),
         queue: s.queue.map(|q| q as u16),
@@ -717,11 +714,26 @@ pub fn predict(port: &PortShared, flow: &str) -> Result<Prediction, String> {
     })
 }
 
+/// What the RSS status shows of the port itself (the steering state is the
+/// port's [`PortSteering`]).
+#[derive(Debug, Clone)]
+pub struct PortView<'a> {
+    /// Port name.
+    pub name: &'a str,
+    /// A guest is connected.
+    pub connected: bool,
+    /// Virtio features the guest acked.
+    pub features: u64,
+    /// Queue pairs in use.
+    pub active_queue_pairs: u16,
+    /// Per queue pair: RX frames and RX drops.
+    pub rx: Vec<(u64, u64)>,
+}
+
 /// The RSS status of a port.
-pub fn status(port: &PortShared) -> RssStatus {
+pub fn status(st_: &PortSteering, port: PortView<'_>) -> RssStatus {
     use virtio_bindings::bindings::virtio_net::{VIRTIO_NET_F_HASH_REPORT, VIRTIO_NET_F_RSS};
-    let feats = port.features.load(Relaxed);
-    let st_ = &port.steering;
+    let feats = port.features;
     let st = st_.state.read().unwrap_or_else(lock_err);
     let rss = st.nic.rss().cloned();
     let mode = if rss.is_some() {
@@ -746,8 +758,8 @@ pub fn status(port: &PortShared) -> RssStatus {
         .collect();
     flows.sort_by(|a, b| a.flow.cmp(&b.flow));
     RssStatus {
-        port: port.cfg.name.clone(),
-        connected: port.connected.load(Relaxed),
+        port: port.name.to_string(),
+        connected: port.connected,
         rss_negotiated: feats & (1u64 << VIRTIO_NET_F_RSS) != 0,
         hash_report_negotiated: feats & (1u64 << VIRTIO_NET_F_HASH_REPORT) != 0,
         mode: mode.into(),
@@ -764,7 +776,7 @@ pub fn status(port: &PortShared) -> RssStatus {
             .unwrap_or_default(),
         unclassified_queue: rss.as_ref().map(|r| r.unclassified_queue).unwrap_or(0),
         max_tx_vq: st.max_tx_vq,
-        active_queue_pairs: port.active_qps.load(Relaxed),
+        active_queue_pairs: port.active_queue_pairs,
         rss_configs: st.rss_configs,
         rules: st.nic.rules().len(),
         rule_drops: st_.rule_drops.load(Relaxed),
@@ -773,11 +785,11 @@ pub fn status(port: &PortShared) -> RssStatus {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let rx = port.rxq.get(i).map(|q| q.counters.snapshot());
+                let (rx_frames, rx_drops) = port.rx.get(i).copied().unwrap_or((0, 0));
                 QueueSteerStats {
                     queue: i as u16,
-                    rx_frames: rx.as_ref().map(|r| r.rx_frames).unwrap_or(0),
-                    rx_drops: rx.as_ref().map(|r| r.rx_drops).unwrap_or(0),
+                    rx_frames,
+                    rx_drops,
                     rss: c.rss.load(Relaxed),
                     rule: c.rule.load(Relaxed),
                     unclassified: c.unclassified.load(Relaxed),
@@ -790,84 +802,6 @@ pub fn status(port: &PortShared) -> RssStatus {
         flows_untracked: st_.flows_untracked.load(Relaxed),
         predictions: Vec::new(),
     }
-}
-
-fn find_port<'a>(fabric: &'a Fabric, name: &str) -> Result<&'a PortShared, String> {
-    fabric
-        .ports
-        .iter()
-        .find(|p| p.cfg.name == name)
-        .map(|p| &**p)
-        .ok_or_else(|| format!("no port named {name:?}"))
-}
-
-fn err(e: String) -> Reply {
-    Reply {
-        ok: false,
-        error: Some(e),
-        ..Reply::default()
-    }
-}
-
-/// Serves the steering requests of the control socket.
-pub fn handle(fabric: &Fabric, req: &crate::control::Request) -> Reply {
-    use crate::control::Request as R;
-    let r = (|| -> Result<Reply, String> {
-        let ok = Reply {
-            ok: true,
-            ..Reply::default()
-        };
-        Ok(match req {
-            R::FlowRuleAdd { port, rule } => {
-                let p = find_port(fabric, port)?;
-                let max = fabric.limits.flow_rules;
-                if p.steering.rules().len() >= max {
-                    fabric.flow_rules_refused.fetch_add(1, Relaxed);
-                    return Err(format!(
-                        "too many flow rules on port {port} (at most {max}, [limits] flow-rules); delete some first"
-                    ));
-                }
-                let id = p.steering.add_rule(rule.clone())?;
-                tracing::info!(port = %port, id, rule = %rule.describe(), "flow rule added");
-                Reply {
-                    rule_id: Some(id),
-                    rules: Some(p.steering.rules()),
-                    ..ok
-                }
-            }
-            R::FlowRuleDel { port, id } => {
-                let p = find_port(fabric, port)?;
-                p.steering.del_rule(*id)?;
-                tracing::info!(port = %port, id, "flow rule removed");
-                Reply {
-                    rules: Some(p.steering.rules()),
-                    ..ok
-                }
-            }
-            R::FlowRuleList { port } => Reply {
-                rules: Some(find_port(fabric, port)?.steering.rules()),
-                ..ok
-            },
-            R::Rss {
-                port,
-                predict: flows,
-                clear_flows,
-            } => {
-                let p = find_port(fabric, port)?;
-                if *clear_flows {
-                    p.steering.clear_flows();
-                }
-                let mut s = status(p);
-                s.predictions = flows
-                    .iter()
-                    .map(|f| predict(p, f))
-                    .collect::<Result<_, _>>()?;
-                Reply { rss: Some(s), ..ok }
-            }
-            _ => return Err("not a steering request".into()),
-        })
-    })();
-    r.unwrap_or_else(err)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! `vhost-rdma ctl flow-rule ...` and `vhost-rdma ctl rss ...`.
 
-use super::{report_name, FlowRuleSpec, RssStatus, RuleInfo};
-use crate::control::{request, Reply, Request};
 use anyhow::{bail, Context};
 use std::path::Path;
+use vhost_rdma::control::{request, Reply, Request};
+use vhost_rdma::steering::{report_name, FlowRuleSpec, RssStatus, RuleInfo};
 
 /// `ctl flow-rule` subcommands.
 #[derive(clap::Subcommand, Debug)]

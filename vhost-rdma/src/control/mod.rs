@@ -1,6 +1,8 @@
 //! The control socket: one JSON request per line, one JSON reply per line.
 //! `{"cmd":"status"}` returns every port's counters.
 
+pub mod handlers;
+
 use crate::fabric::Fabric;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -73,7 +75,7 @@ pub enum Request {
     /// Starts a service on a virtual host (e.g. a client towards a guest).
     HostStart {
         host: String,
-        service: crate::hosts::ServiceRequest,
+        service: crate::config::ServiceRequest,
     },
     /// Stops a virtual host's service.
     HostStop { host: String, id: u32 },
@@ -298,14 +300,14 @@ fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts) {
                 | Request::CaptureStart { .. }
                 | Request::CaptureStop
                 | Request::CaptureStatus),
-            ) => crate::faults::handle(fabric, &req),
+            ) => handlers::faults::handle(fabric, &req),
             Ok(req @ (Request::Flows | Request::Findings { .. } | Request::Checker { .. })) => {
-                crate::checker::handle(fabric, &req)
+                handlers::checker::handle(fabric, &req)
             }
             Ok(req @ (Request::Hosts | Request::HostStart { .. } | Request::HostStop { .. })) => {
                 host_reply(hosts, &req)
             }
-            Ok(req) => crate::steering::handle(fabric, &req),
+            Ok(req) => handlers::steering::handle(fabric, &req),
             Err(e) => Reply {
                 ok: false,
                 error: Some(format!("bad request: {e}")),

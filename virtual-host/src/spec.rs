@@ -1,0 +1,331 @@
+//! What a service is: its kind (tool and role) and parameters, as the
+//! daemon's config file, control socket and CLI give them, and the helpers
+//! every tool's client side shares. The tool engines depend on this module;
+//! `service` (the dispatcher over the engines) does too.
+
+use crate::{HostError, ServiceCtx};
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::tcp::Socket;
+use smoltcp::wire::IpAddress;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// rping's default port.
+pub const RPING_DEFAULT_PORT: u16 = 7174;
+/// rping's default buffer size.
+pub const RPING_DEFAULT_SIZE: u32 = 64;
+/// ucmatose's default port.
+pub const UCMATOSE_PORT: u16 = 7471;
+/// ucmatose's default message size.
+pub const UCMATOSE_SIZE: u32 = 100;
+
+/// Which protocol and role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// `ibv_rc_pingpong` server: listens, serves one client after another.
+    PingpongServer,
+    /// `ibv_rc_pingpong` client towards `peer`: one session.
+    PingpongClient,
+    /// `rping -s` over iWARP: listens, serves one client after another.
+    RpingServer,
+    /// `rping -c` over iWARP towards `peer`: one session of `iters` pings.
+    RpingClient,
+    /// `ucmatose` server over iWARP (port 7471).
+    UcmatoseServer,
+    /// `ucmatose -s PEER` client over iWARP.
+    UcmatoseClient,
+    /// `rping -s` over RoCE (rxe): IB CM on QP1, then an RC QP.
+    RpingServerRoce,
+    /// `rping -c` over RoCE towards `peer`.
+    RpingClientRoce,
+    /// `ucmatose` server over RoCE.
+    UcmatoseServerRoce,
+    /// `ucmatose -s PEER` client over RoCE.
+    UcmatoseClientRoce,
+    /// perftest `ib_write_bw` server (RC, TCP exchange with a GID).
+    WriteBwServer,
+    /// perftest `ib_send_bw` server (RC, TCP exchange with a GID).
+    SendBwServer,
+    /// perftest `ib_read_bw` server (RC, TCP exchange with a GID).
+    ReadBwServer,
+    /// perftest `ib_atomic_bw` server (RC, TCP exchange with a GID).
+    AtomicBwServer,
+    /// perftest `ib_write_bw` client towards the tool's server.
+    WriteBwClient,
+    /// perftest `ib_send_bw` client towards the tool's server.
+    SendBwClient,
+    /// perftest `ib_read_bw` client towards the tool's server.
+    ReadBwClient,
+    /// perftest `ib_atomic_bw` client towards the tool's server.
+    AtomicBwClient,
+}
+
+impl ServiceKind {
+    /// Every kind, for help texts.
+    pub const ALL: [ServiceKind; 18] = [
+        ServiceKind::PingpongServer,
+        ServiceKind::PingpongClient,
+        ServiceKind::WriteBwServer,
+        ServiceKind::SendBwServer,
+        ServiceKind::ReadBwServer,
+        ServiceKind::AtomicBwServer,
+        ServiceKind::WriteBwClient,
+        ServiceKind::SendBwClient,
+        ServiceKind::ReadBwClient,
+        ServiceKind::AtomicBwClient,
+        ServiceKind::RpingServer,
+        ServiceKind::RpingClient,
+        ServiceKind::UcmatoseServer,
+        ServiceKind::UcmatoseClient,
+        ServiceKind::RpingServerRoce,
+        ServiceKind::RpingClientRoce,
+        ServiceKind::UcmatoseServerRoce,
+        ServiceKind::UcmatoseClientRoce,
+    ];
+
+    /// Whether the kind connects out (needs a peer).
+    pub fn is_client(self) -> bool {
+        matches!(
+            self,
+            ServiceKind::PingpongClient
+                | ServiceKind::WriteBwClient
+                | ServiceKind::SendBwClient
+                | ServiceKind::ReadBwClient
+                | ServiceKind::AtomicBwClient
+                | ServiceKind::RpingClient
+                | ServiceKind::UcmatoseClient
+                | ServiceKind::RpingClientRoce
+                | ServiceKind::UcmatoseClientRoce
+        )
+    }
+}
+
+impl fmt::Display for ServiceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServiceKind::PingpongServer => "pingpong-server",
+            ServiceKind::PingpongClient => "pingpong-client",
+            ServiceKind::RpingServer => "rping-server",
+            ServiceKind::RpingClient => "rping-client",
+            ServiceKind::UcmatoseServer => "ucmatose-server",
+            ServiceKind::UcmatoseClient => "ucmatose-client",
+            ServiceKind::RpingServerRoce => "rping-server-roce",
+            ServiceKind::RpingClientRoce => "rping-client-roce",
+            ServiceKind::UcmatoseServerRoce => "ucmatose-server-roce",
+            ServiceKind::UcmatoseClientRoce => "ucmatose-client-roce",
+            ServiceKind::WriteBwServer => "write-bw-server",
+            ServiceKind::SendBwServer => "send-bw-server",
+            ServiceKind::ReadBwServer => "read-bw-server",
+            ServiceKind::AtomicBwServer => "atomic-bw-server",
+            ServiceKind::WriteBwClient => "write-bw-client",
+            ServiceKind::SendBwClient => "send-bw-client",
+            ServiceKind::ReadBwClient => "read-bw-client",
+            ServiceKind::AtomicBwClient => "atomic-bw-client",
+        })
+    }
+}
+
+impl FromStr for ServiceKind {
+    type Err = HostError;
+    fn from_str(s: &str) -> Result<Self, HostError> {
+        ServiceKind::ALL
+            .into_iter()
+            .find(|k| k.to_string() == s)
+            .ok_or_else(|| {
+                let known: Vec<String> = ServiceKind::ALL.iter().map(|k| k.to_string()).collect();
+                HostError::Invalid(format!(
+                    "service {s:?}: known services are {}",
+                    known.join(", ")
+                ))
+            })
+    }
+}
+
+/// A service and its parameters (defaults = the tool's defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSpec {
+    /// Protocol and role.
+    pub kind: ServiceKind,
+    /// The guest to connect to (client kinds).
+    pub peer: Option<Ipv4Addr>,
+    /// TCP port of the exchange (`-p`, 18515).
+    pub port: u16,
+    /// Message size (`-s`, 4096).
+    pub size: u32,
+    /// Iterations (`-n`, 1000).
+    pub iters: u32,
+    /// Receives posted at a time (`-r`, 500).
+    pub rx_depth: u32,
+    /// Path MTU in bytes (`-m`, 1024).
+    pub mtu: u32,
+    /// How long a client keeps trying to reach a server that is not up yet.
+    pub connect_timeout: Duration,
+    /// Behave exactly like the tool: send from the buffer we receive into
+    /// (so we echo the peer) and check nothing. Lets two hosts test each
+    /// other; off by default, where we send patterns and check the echo.
+    pub echo: bool,
+    /// iWARP services: ask for MPA CRC (siw `mpa_crc_required`); a peer
+    /// asking for it gets it either way.
+    pub mpa_crc: bool,
+    /// perftest services: the tool runs with `-R` (rdma_cm; over iWARP, a
+    /// siw guest, unless `roce`) instead of its TCP exchange.
+    pub rdma_cm: bool,
+    /// perftest `-R` services: rdma_cm over RoCE (an rxe guest; IB CM on
+    /// QP1, RC QPs) instead of iWARP. Needs `rdma_cm`.
+    pub roce: bool,
+}
+
+/// Largest message a service accepts (memory per session is twice this).
+pub const MAX_MESSAGE: u32 = 1 << 20;
+/// Most receives a service posts at a time.
+pub const MAX_RX_DEPTH: u32 = 4096;
+
+impl ServiceSpec {
+    /// A spec with the tool's defaults.
+    pub fn new(kind: ServiceKind) -> Self {
+        if kind == ServiceKind::AtomicBwClient {
+            // ib_atomic_bw's operations are 8 bytes.
+            return ServiceSpec {
+                size: 8,
+                ..ServiceSpec::new(ServiceKind::WriteBwClient)
+            }
+            .with_kind(kind);
+        }
+        if matches!(
+            kind,
+            ServiceKind::WriteBwServer
+                | ServiceKind::SendBwServer
+                | ServiceKind::ReadBwServer
+                | ServiceKind::AtomicBwServer
+                | ServiceKind::WriteBwClient
+                | ServiceKind::SendBwClient
+                | ServiceKind::ReadBwClient
+        ) {
+            // perftest's defaults: 64 KiB messages, 5000 iterations, 512
+            // receives.
+            return ServiceSpec {
+                size: 65536,
+                iters: 5000,
+                rx_depth: 512,
+                ..ServiceSpec::new(ServiceKind::PingpongServer)
+            }
+            .with_kind(kind);
+        }
+        let (port, size, iters) = match kind {
+            ServiceKind::RpingServer
+            | ServiceKind::RpingClient
+            | ServiceKind::RpingServerRoce
+            | ServiceKind::RpingClientRoce => (RPING_DEFAULT_PORT, RPING_DEFAULT_SIZE, 10),
+            ServiceKind::UcmatoseServer
+            | ServiceKind::UcmatoseClient
+            | ServiceKind::UcmatoseServerRoce
+            | ServiceKind::UcmatoseClientRoce => (UCMATOSE_PORT, UCMATOSE_SIZE, 10),
+            _ => (18515, 4096, 1000),
+        };
+        ServiceSpec {
+            kind,
+            peer: None,
+            port,
+            size,
+            iters,
+            rx_depth: 500,
+            mtu: 1024,
+            connect_timeout: Duration::from_secs(120),
+            echo: false,
+            mpa_crc: false,
+            rdma_cm: false,
+            roce: false,
+        }
+    }
+
+    fn with_kind(mut self, kind: ServiceKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), HostError> {
+        let bad = |m: String| Err(HostError::Invalid(m));
+        if self.kind.is_client() && self.peer.is_none() {
+            return bad(format!("{}: needs a peer address", self.kind));
+        }
+        if self.port == 0 {
+            return bad("port 0".into());
+        }
+        if self.size == 0 || self.size > MAX_MESSAGE {
+            return bad(format!("size {} (1..={MAX_MESSAGE})", self.size));
+        }
+        if self.iters == 0 {
+            return bad("iters 0".into());
+        }
+        if self.rx_depth < 2 || self.rx_depth > MAX_RX_DEPTH {
+            return bad(format!("rx-depth {} (2..={MAX_RX_DEPTH})", self.rx_depth));
+        }
+        if !matches!(self.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return bad(format!("mtu {} (256, 512, 1024, 2048 or 4096)", self.mtu));
+        }
+        let atomic = matches!(
+            self.kind,
+            ServiceKind::AtomicBwServer | ServiceKind::AtomicBwClient
+        );
+        if self.rdma_cm
+            && !atomic
+            && !matches!(
+                self.kind,
+                ServiceKind::WriteBwServer
+                    | ServiceKind::SendBwServer
+                    | ServiceKind::ReadBwServer
+                    | ServiceKind::WriteBwClient
+                    | ServiceKind::SendBwClient
+                    | ServiceKind::ReadBwClient
+            )
+        {
+            return bad(format!(
+                "{}: rdma-cm is for the write/send/read/atomic-bw services",
+                self.kind
+            ));
+        }
+        if self.rdma_cm && atomic && !self.roce {
+            return bad(format!(
+                "{}: rdma-cm over iWARP has no atomics (give roce too)",
+                self.kind
+            ));
+        }
+        if self.roce && !self.rdma_cm {
+            return bad(format!("{}: roce needs rdma-cm", self.kind));
+        }
+        Ok(())
+    }
+}
+
+/// The peer a client service connects to, and its TCP socket.
+pub(crate) fn client_target(
+    spec: &ServiceSpec,
+    sock: Option<SocketHandle>,
+) -> Result<(Ipv4Addr, SocketHandle), HostError> {
+    let peer = spec
+        .peer
+        .ok_or_else(|| HostError::Invalid("client without peer".into()))?;
+    let sock = sock.ok_or_else(|| HostError::Tcp("no socket".into()))?;
+    Ok((peer, sock))
+}
+
+/// Starts connecting `sock` to `peer:port` from a random ephemeral port.
+pub(crate) fn tcp_connect(
+    ctx: &mut ServiceCtx<'_>,
+    sock: SocketHandle,
+    peer: Ipv4Addr,
+    port: u16,
+) -> Result<(), HostError> {
+    let local_port = 49152 + (ctx.rng.next_u64() % 16384) as u16;
+    ctx.sockets
+        .get_mut::<Socket>(sock)
+        .connect(
+            ctx.iface.context(),
+            (IpAddress::Ipv4(peer), port),
+            local_port,
+        )
+        .map_err(|e| HostError::Tcp(format!("connect to {peer}: {e}")))
+}
