@@ -2,7 +2,8 @@
 # The project's test command (what .ci/run runs). On a fresh machine it
 # installs what it needs (apt, cargo), then runs, in order:
 #   1. cargo fmt --check, cargo clippy -D warnings, scripts/check-repo-paths.py
-#      (nothing refers to a path outside the checkout), ci/test_matrix.py
+#      (nothing refers to a path outside the checkout),
+#      scripts/check-module-cycles.py, ci/test_matrix.py
 #      (the guest matrix's stuck-guest diagnosis, host only)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
@@ -33,7 +34,7 @@ while (($#)); do
     case "$1" in
         --no-e2e) e2e=0; shift ;;
         --e2e-case) e2e_args+=(--case "$2"); shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -59,6 +60,8 @@ step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --all-features -- -D warnings
 # a user's clone has nothing beside it: no code, test or doc may reach outside
 step "no paths outside the repository" python3 "$ROOT/scripts/check-repo-paths.py"
+# the module layering of every crate (vhost-rdma/README.md): no import cycles
+step "no import cycles between modules" python3 "$ROOT/scripts/check-module-cycles.py"
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
 step "ci/test_matrix.py (stuck-guest diagnosis)" python3 "$ROOT/ci/test_matrix.py"
 

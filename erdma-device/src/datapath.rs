@@ -1,0 +1,1150 @@
+//! The data path: SQ / RQ consumption, UD (GSI) sends and receives done by
+//! the device itself, RC work handed to `roce_model`'s engine through
+//! staging buffers, CQEs, frames.
+//!
+//! RC staging: the engine only knows its own `roce_model::Memory`, whose
+//! keys it chooses and whose backing cannot reach guest memory through
+//! `Dma`. So a send's payload is gathered from guest memory (MR + MTT
+//! translation) into a staging region registered in that memory, READ and
+//! atomic results land in a staging region copied out at completion, and
+//! each receive WQE gets a staging region copied into the guest buffer at
+//! completion. Incoming RDMA WRITE / READ / atomics aimed at guest MRs are
+//! therefore refused by the engine (remote access NAK) until roce-model can
+//! resolve driver-chosen keys through the device (see README).
+
+use std::time::{Duration, Instant};
+
+use pci_model::{DeviceIo, RxRefusal};
+use roce_model::{
+    Deth, FrameBuilder, MemError, MemoryAccess, NetLayer, NetParams, Opcode, PacketBuilder, RecvWr,
+    RoceFrame, RocePacket, SendOp, SendWr, Transport, WcOpcode, WcStatus,
+};
+
+use crate::cq::{qtype, wc_status, Cqe};
+use crate::device::ErdmaDevice;
+use crate::mr::{acc, mr_type, Mtt, XlateError};
+use crate::qp::{ipv4_of_gid, qps, Av, Inflight, RecvSlot};
+use crate::regs::{le, SQEBB_SIZE};
+use crate::wqe::{op, parse_sqe, Payload, Rqe, SendWqe, SqeHdr};
+
+/// Largest message the model stages (bytes).
+pub const MAX_STAGE: u64 = 16 << 20;
+
+/// A staging buffer that only allocates what is written.
+struct Stage {
+    size: usize,
+    data: Vec<u8>,
+}
+
+impl MemoryAccess for Stage {
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        dst.fill(0);
+        if offset < self.data.len() {
+            let n = (self.data.len() - offset).min(dst.len());
+            dst[..n].copy_from_slice(&self.data[offset..offset + n]);
+        }
+        Ok(())
+    }
+    fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<(), MemError> {
+        let end = offset
+            .checked_add(src.len())
+            .filter(|&e| e <= self.size)
+            .ok_or(MemError::Backing("stage overflow"))?;
+        if self.data.len() < end {
+            self.data.resize(end, 0);
+        }
+        self.data[offset..end].copy_from_slice(src);
+        Ok(())
+    }
+}
+
+fn xlate_status(e: &XlateError, send: bool) -> u8 {
+    match (e, send) {
+        (XlateError::InvalidKey(_) | XlateError::NotValid(_), true) => {
+            wc_status::SEND_STAG_INVALID_ERR
+        }
+        (XlateError::InvalidKey(_) | XlateError::NotValid(_), false) => {
+            wc_status::RECV_STAG_INVALID_ERR
+        }
+        (XlateError::PdMismatch, true) => wc_status::SEND_PDID_ERR,
+        (XlateError::PdMismatch, false) => wc_status::RECV_PDID_ERR,
+        (XlateError::Access, true) => wc_status::SEND_RIGHT_VIOLATION_ERR,
+        (XlateError::Access, false) => wc_status::RECV_RIGHT_VIOLATION_ERR,
+        (_, true) => wc_status::SEND_ADDR_VIOLATION_ERR,
+        (_, false) => wc_status::RECV_ADDR_VIOLATION_ERR,
+    }
+}
+
+fn engine_status(s: WcStatus) -> u8 {
+    match s {
+        WcStatus::Success => wc_status::SUCCESS,
+        WcStatus::WrFlushErr => wc_status::FLUSH_ERR,
+        WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr => wc_status::RETRY_EXC_ERR,
+        WcStatus::LocProtErr => wc_status::SEND_ADDR_VIOLATION_ERR,
+        WcStatus::LocLenErr => wc_status::RECV_ADDR_VIOLATION_ERR,
+        WcStatus::RemAccessErr => wc_status::RECV_RIGHT_VIOLATION_ERR,
+        _ => wc_status::GENERAL_ERR,
+    }
+}
+
+impl ErdmaDevice {
+    fn instant(&self, now: Duration) -> Instant {
+        self.epoch.checked_add(now).unwrap_or(self.epoch)
+    }
+
+    /// When the engines' timers want a `poll`, or now if work is left over.
+    pub(crate) fn engine_timeout(&self) -> Option<Duration> {
+        if !self.sq_kicks.is_empty() || !self.rq_kicks.is_empty() || self.cmdq_kick {
+            return Some(self.last_now);
+        }
+        self.qps
+            .values()
+            .filter_map(|q| q.engine.as_ref()?.poll_timeout())
+            .min()
+            .map(|t| t.saturating_duration_since(self.epoch))
+    }
+
+    /// Reads guest memory named by a local SGE (stag or the local DMA key).
+    fn read_local(
+        &self,
+        dma: &dyn pci_model::Dma,
+        pd: u32,
+        key: u32,
+        addr: u64,
+        out: &mut [u8],
+    ) -> Result<(), XlateError> {
+        if key == self.cfg.local_dma_key {
+            return Ok(dma.read(addr, out)?);
+        }
+        let mr = self.mrs.lookup(key, Some(pd), 0)?;
+        mr.read(dma, addr, out)
+    }
+
+    /// Writes guest memory named by a local SGE needing local write.
+    fn write_local(
+        &self,
+        dma: &dyn pci_model::Dma,
+        pd: u32,
+        key: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), XlateError> {
+        if key == self.cfg.local_dma_key {
+            return Ok(dma.write(addr, data)?);
+        }
+        let mr = self.mrs.lookup(key, Some(pd), acc::LW)?;
+        mr.write(dma, addr, data)
+    }
+
+    fn gather(&mut self, io: &DeviceIo<'_>, pd: u32, p: &Payload) -> Result<Vec<u8>, u8> {
+        match p {
+            Payload::Inline(b) => Ok(b.clone()),
+            Payload::Sgl(sges) => {
+                let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+                if total > MAX_STAGE {
+                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
+                }
+                let mut out = vec![0u8; total as usize];
+                let mut at = 0usize;
+                for s in sges {
+                    let n = s.length as usize;
+                    if let Err(e) = self.read_local(io.dma, pd, s.key, s.addr, &mut out[at..at + n])
+                    {
+                        if matches!(e, XlateError::Dma(_)) {
+                            self.counters.dma_errors += 1;
+                        }
+                        return Err(xlate_status(&e, true));
+                    }
+                    at += n;
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Writes a CQE on `cqn` and fires its event if armed.
+    pub(crate) fn post_cqe(&mut self, io: &mut DeviceIo<'_>, cqn: u32, cqe: &Cqe, se: bool) {
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            self.counters.cqes_dropped += 1;
+            return;
+        };
+        match cq.push(io.dma, cqe, se) {
+            Ok(p) => {
+                self.counters.cqes_written += 1;
+                if p.overrun {
+                    self.counters.cq_overruns += 1;
+                }
+                if p.notify {
+                    self.cq_event(io, cqn);
+                }
+            }
+            Err(_) => {
+                self.counters.cqes_dropped += 1;
+                self.counters.dma_errors += 1;
+                let ev = crate::eq::aeqe(crate::eq::ae_type::CQ_ERR, 0, cqn, 0);
+                self.async_event(io, ev);
+            }
+        }
+    }
+
+    /// One pass over the data path.
+    pub(crate) fn run_datapath(&mut self, io: &mut DeviceIo<'_>) {
+        let rc: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.engine.is_some())
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in &rc {
+            self.pump_engine(*qpn, io);
+        }
+        let sq: Vec<u32> = std::mem::take(&mut self.sq_kicks).into_iter().collect();
+        for qpn in sq {
+            if !self.process_sq(qpn, io) {
+                self.sq_kicks.insert(qpn);
+            }
+        }
+        let rq: Vec<u32> = std::mem::take(&mut self.rq_kicks).into_iter().collect();
+        for qpn in rq {
+            if !self.process_rq(qpn, io) {
+                self.rq_kicks.insert(qpn);
+            }
+        }
+        for qpn in &rc {
+            self.pump_engine(*qpn, io);
+        }
+    }
+
+    /// Reads the SQE at the consumer index: (header, bytes).
+    fn read_sqe(&mut self, qpn: u32, io: &DeviceIo<'_>) -> Result<(SqeHdr, Vec<u8>), ()> {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return Err(());
+        };
+        let mask = qp.sq_depth - 1;
+        let at = |i: u16| u64::from(u32::from(i) & mask) * SQEBB_SIZE;
+        let mut first = [0u8; 32];
+        if qp.sq.read(io.dma, at(qp.sq_ci), &mut first).is_err() {
+            self.counters.dma_errors += 1;
+            return Err(());
+        }
+        let hdr = SqeHdr::parse(le::u64_at(&first, 0));
+        let cnt = u16::from(hdr.wqebb_cnt).min(4);
+        let mut buf = first.to_vec();
+        for i in 1..cnt {
+            let mut bb = [0u8; 32];
+            if qp
+                .sq
+                .read(io.dma, at(qp.sq_ci.wrapping_add(i)), &mut bb)
+                .is_err()
+            {
+                self.counters.dma_errors += 1;
+                return Err(());
+            }
+            buf.extend_from_slice(&bb);
+        }
+        Ok((hdr, buf))
+    }
+
+    /// Consumes SQEs of `qpn`; false when the budget ran out.
+    fn process_sq(&mut self, qpn: u32, io: &mut DeviceIo<'_>) -> bool {
+        for _ in 0..self.cfg.poll_budget {
+            let Some(qp) = self.qps.get(&qpn) else {
+                return true;
+            };
+            if qp.sq_ci == qp.sq_pi {
+                return true;
+            }
+            let outstanding = qp.sq_pi.wrapping_sub(qp.sq_ci);
+            if u32::from(outstanding) > qp.sq_depth {
+                // The producer index is beyond the ring: refuse it.
+                self.counters.bad_doorbells += 1;
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.sq_pi = qp.sq_ci;
+                }
+                return true;
+            }
+            let state = qp.state;
+            let stopped = qp.sq_stopped;
+            let idx = qp.sq_ci;
+            let (scqn, pd, ud) = (qp.scqn, qp.pd, qp.is_ud());
+            if state != qps::ERROR && (state != qps::RTS || stopped) {
+                return true;
+            }
+            let Ok((hdr, bytes)) = self.read_sqe(qpn, io) else {
+                // Unreadable ring: the QP cannot go on.
+                self.qp_fatal(qpn, io);
+                return true;
+            };
+            let cnt = u16::from(hdr.wqebb_cnt);
+            if state == qps::ERROR {
+                self.advance_sq(qpn, cnt.clamp(1, 4));
+                self.counters.wqes_flushed += 1;
+                let cqe = Cqe {
+                    opcode: hdr.opcode,
+                    qtype: qtype::SQ,
+                    syndrome: wc_status::FLUSH_ERR,
+                    qe_idx: u32::from(idx),
+                    qpn,
+                    ..Cqe::default()
+                };
+                self.post_cqe(io, scqn, &cqe, false);
+                continue;
+            }
+            if cnt == 0 || u64::from(cnt) > crate::regs::MAX_WQEBB_PER_SQE || hdr.qpn != qpn {
+                self.counters.bad_wqes += 1;
+                self.advance_sq(qpn, cnt.clamp(1, 4));
+                self.sq_error(qpn, idx, hdr.opcode, wc_status::SEND_WQE_FORMAT_ERR, io);
+                continue;
+            }
+            // Completions of one SQ stay in order: a local operation (fast
+            // register, local invalidate) or a fenced WQE waits until the
+            // work already inside the RC engine has completed.
+            let local = matches!(hdr.opcode, op::REG_MR | op::LOCAL_INV) || hdr.fence;
+            if local {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    if qp.engine.is_some() && !qp.inflight.is_empty() {
+                        qp.sq_wait_drain = true;
+                        return true;
+                    }
+                }
+            }
+            self.advance_sq(qpn, cnt);
+            self.counters.wqes_executed += 1;
+            let wqe = match parse_sqe(&hdr, &bytes, ud) {
+                Ok(w) => w,
+                Err(_) => {
+                    self.counters.bad_wqes += 1;
+                    self.sq_error(qpn, idx, hdr.opcode, wc_status::SEND_WQE_FORMAT_ERR, io);
+                    continue;
+                }
+            };
+            let res = self.execute_wqe(qpn, pd, &hdr, idx, wqe, io);
+            match res {
+                Ok(Some(size)) => {
+                    if hdr.ce {
+                        let cqe = Cqe {
+                            opcode: hdr.opcode,
+                            qtype: qtype::SQ,
+                            syndrome: wc_status::SUCCESS,
+                            qe_idx: u32::from(idx),
+                            qpn,
+                            size,
+                            ..Cqe::default()
+                        };
+                        self.post_cqe(io, scqn, &cqe, false);
+                    }
+                }
+                Ok(None) => {}
+                Err(st) => self.sq_error(qpn, idx, hdr.opcode, st, io),
+            }
+        }
+        false
+    }
+
+    fn advance_sq(&mut self, qpn: u32, n: u16) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.sq_ci = qp.sq_ci.wrapping_add(n);
+        }
+    }
+
+    /// An error completion on the SQ; the QP moves to ERROR (the rest is
+    /// flushed).
+    fn sq_error(&mut self, qpn: u32, idx: u16, opcode: u8, st: u8, io: &mut DeviceIo<'_>) {
+        let Some(scqn) = self.qps.get(&qpn).map(|q| q.scqn) else {
+            return;
+        };
+        // Earlier WQEs still inside the engine complete (flushed) first, so
+        // that the SQ's CQEs stay in order (the drivers derive their SQ
+        // consumer index from each CQE and rdma-core drops one that goes
+        // backwards).
+        self.enter_error(qpn);
+        self.pump_engine(qpn, io);
+        let cqe = Cqe {
+            opcode,
+            qtype: qtype::SQ,
+            syndrome: st,
+            qe_idx: u32::from(idx),
+            qpn,
+            ..Cqe::default()
+        };
+        self.post_cqe(io, scqn, &cqe, false);
+    }
+
+    fn enter_error(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.state = qps::ERROR;
+            if let Some(e) = qp.engine.as_mut() {
+                let _ = e.modify(roce_model::QpState::Error, &roce_model::QpAttr::default());
+            }
+        }
+        self.sq_kicks.insert(qpn);
+        self.rq_kicks.insert(qpn);
+    }
+
+    /// The QP's rings are unreachable: QP fatal event, ERROR.
+    fn qp_fatal(&mut self, qpn: u32, io: &mut DeviceIo<'_>) {
+        let ev = crate::eq::aeqe(crate::eq::ae_type::QP_FATAL, 0, qpn, 0);
+        self.async_event(io, ev);
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.state = qps::ERROR;
+            // Nothing more can be read from the ring.
+            qp.sq_pi = qp.sq_ci;
+            qp.rq_pi = qp.rq_ci;
+            if let Some(e) = qp.engine.as_mut() {
+                let _ = e.modify(roce_model::QpState::Error, &roce_model::QpAttr::default());
+            }
+        }
+    }
+
+    /// Executes one parsed SQE. `Ok(Some(len))`: complete now (CQE if
+    /// signaled); `Ok(None)`: handed to the engine; `Err(status)`.
+    fn execute_wqe(
+        &mut self,
+        qpn: u32,
+        pd: u32,
+        hdr: &SqeHdr,
+        idx: u16,
+        wqe: SendWqe,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<Option<u32>, u8> {
+        match wqe {
+            SendWqe::LocalInv { stag } => {
+                let mr = self
+                    .mrs
+                    .get_mut(stag >> 8)
+                    .filter(|m| m.key == (stag & 0xff) as u8 && m.pd == pd)
+                    .ok_or(wc_status::SEND_STAG_INVALID_ERR)?;
+                mr.valid = false;
+                self.counters.local_invs += 1;
+                Ok(Some(0))
+            }
+            SendWqe::RegMr {
+                addr,
+                length,
+                stag,
+                access,
+                mtt_type,
+                mtt_cnt,
+                inline_mtt,
+            } => {
+                let max_mtt = self.cfg.max_mtt_entries;
+                let mr = self
+                    .mrs
+                    .get_mut(stag >> 8)
+                    .filter(|m| m.mr_type == mr_type::FRMR && m.pd == pd)
+                    .ok_or(wc_status::SEND_STAG_INVALID_ERR)?;
+                let mtt = if mtt_type == 0 {
+                    let mut entries = [0u64; 4];
+                    for (e, v) in entries.iter_mut().zip(inline_mtt.iter()) {
+                        *e = *v;
+                    }
+                    Mtt::Inline {
+                        entries,
+                        count: mtt_cnt.min(4),
+                    }
+                } else {
+                    match mr.mtt {
+                        Mtt::Table {
+                            root,
+                            count,
+                            mtt_page_size,
+                            ..
+                        } if mtt_cnt <= count && mtt_cnt <= max_mtt => Mtt::Table {
+                            root,
+                            level: 1,
+                            count: mtt_cnt,
+                            mtt_page_size,
+                        },
+                        _ => return Err(wc_status::SEND_WQE_FORMAT_ERR),
+                    }
+                };
+                let psize = 1u64 << mr.page_shift;
+                let span = (addr & (psize - 1)) + u64::from(length);
+                if span.div_ceil(psize) > u64::from(mtt_cnt) {
+                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
+                }
+                mr.mtt = mtt;
+                mr.key = (stag & 0xff) as u8;
+                mr.va = addr;
+                mr.len = u64::from(length);
+                mr.access = access | acc::LR;
+                mr.valid = true;
+                self.counters.fast_regs += 1;
+                Ok(Some(0))
+            }
+            SendWqe::UdSend {
+                imm,
+                qkey,
+                dst_qpn,
+                ahn,
+                payload,
+                ..
+            } => {
+                let data = self.gather(io, pd, &payload)?;
+                let ah = self
+                    .ahs
+                    .get(&ahn)
+                    .copied()
+                    .ok_or(wc_status::SEND_WQE_FORMAT_ERR)?;
+                if data.len() > self.engine_mtu().bytes() as usize {
+                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
+                }
+                let psn = match self.qps.get_mut(&qpn) {
+                    Some(qp) => {
+                        let p = qp.ud_psn;
+                        qp.ud_psn = (p + 1) & 0xff_ffff;
+                        p
+                    }
+                    None => 0,
+                };
+                let opcode = if imm.is_some() {
+                    Opcode::UdSendOnlyImm
+                } else {
+                    Opcode::UdSendOnly
+                };
+                let mut pkt = PacketBuilder::new(opcode, dst_qpn & 0xff_ffff, psn)
+                    .se(hdr.se)
+                    .deth(Deth { qkey, src_qp: qpn })
+                    .payload(&data);
+                if let Some(i) = imm {
+                    pkt = pkt.imm(i);
+                }
+                if self.send_frame(&ah.av, &pkt, io).is_err() {
+                    self.counters.tx_errors += 1;
+                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
+                }
+                Ok(Some(data.len() as u32))
+            }
+            other => self
+                .post_to_engine(qpn, pd, hdr, idx, other, io)
+                .map(|_| None),
+        }
+    }
+
+    fn post_to_engine(
+        &mut self,
+        qpn: u32,
+        pd: u32,
+        hdr: &SqeHdr,
+        idx: u16,
+        wqe: SendWqe,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), u8> {
+        let epd = self
+            .qps
+            .get(&qpn)
+            .and_then(|q| q.engine_pd)
+            .ok_or(wc_status::SEND_WQE_FORMAT_ERR)?;
+        let (op_, stage, sink, invalidate): (SendOp, Option<Vec<u8>>, _, _) = match wqe {
+            SendWqe::Send {
+                imm,
+                invalidate,
+                payload,
+                ..
+            } => {
+                let data = self.gather(io, pd, &payload)?;
+                let o = match (imm, invalidate) {
+                    (Some(imm), _) => SendOp::SendWithImm { imm },
+                    (None, Some(rkey)) => SendOp::SendWithInv { rkey },
+                    _ => SendOp::Send,
+                };
+                (o, Some(data), None, None)
+            }
+            SendWqe::Write {
+                imm,
+                rkey,
+                remote_addr,
+                payload,
+                ..
+            } => {
+                let data = self.gather(io, pd, &payload)?;
+                let o = match imm {
+                    Some(imm) => SendOp::RdmaWriteWithImm {
+                        remote_addr,
+                        rkey,
+                        imm,
+                    },
+                    None => SendOp::RdmaWrite { remote_addr, rkey },
+                };
+                (o, Some(data), None, None)
+            }
+            SendWqe::Read {
+                invalidate,
+                length,
+                sink_key,
+                sink_addr,
+                remote_addr,
+                rkey,
+            } => {
+                if u64::from(length) > MAX_STAGE {
+                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
+                }
+                // Check the sink now so that a bad key fails early.
+                if sink_key != self.cfg.local_dma_key {
+                    self.mrs
+                        .lookup(sink_key, Some(pd), acc::LW)
+                        .map_err(|e| xlate_status(&e, true))?;
+                }
+                (
+                    SendOp::RdmaRead { remote_addr, rkey },
+                    Some(vec![0u8; length as usize]),
+                    Some((sink_key, sink_addr, length)),
+                    invalidate,
+                )
+            }
+            SendWqe::Atomic {
+                cas,
+                swap_add,
+                compare,
+                remote_addr,
+                rkey,
+                local,
+            } => {
+                let o = if cas {
+                    SendOp::AtomicCmpAndSwp {
+                        remote_addr,
+                        rkey,
+                        compare,
+                        swap: swap_add,
+                    }
+                } else {
+                    SendOp::AtomicFetchAndAdd {
+                        remote_addr,
+                        rkey,
+                        add: swap_add,
+                    }
+                };
+                (
+                    o,
+                    Some(vec![0u8; 8]),
+                    Some((local.key, local.addr, 8)),
+                    None,
+                )
+            }
+            _ => return Err(wc_status::SEND_WQE_FORMAT_ERR),
+        };
+        let wr_id = self.next_wr_id;
+        self.next_wr_id = self.next_wr_id.wrapping_add(1);
+        let mut sges = Vec::new();
+        let mut stage_key = None;
+        if let Some(data) = stage {
+            if !data.is_empty() {
+                let len = data.len();
+                let keys = self
+                    .shadow
+                    .register(
+                        epd,
+                        0,
+                        Stage { size: len, data },
+                        roce_model::Access::LOCAL_WRITE,
+                    )
+                    .map_err(|_| wc_status::GENERAL_ERR)?;
+                stage_key = Some(keys.lkey);
+                sges.push(roce_model::Sge::new(0, len as u32, keys.lkey));
+            }
+        }
+        let wr = SendWr::new(wr_id, op_, sges)
+            .signaled(true)
+            .solicited(hdr.se);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return Err(wc_status::GENERAL_ERR);
+        };
+        let posted = qp.engine.as_mut().map(|e| e.post_send(wr));
+        match posted {
+            Some(Ok(())) => {
+                qp.inflight.push_back(Inflight {
+                    wr_id,
+                    sq_idx: idx,
+                    opcode: hdr.opcode,
+                    signaled: hdr.ce,
+                    stage_key,
+                    sink,
+                    invalidate,
+                });
+                Ok(())
+            }
+            _ => {
+                if let Some(k) = stage_key {
+                    let _ = self.shadow.deregister(k);
+                }
+                Err(wc_status::SEND_WQE_FORMAT_ERR)
+            }
+        }
+    }
+
+    /// Builds and sends one frame along `av`.
+    pub(crate) fn send_frame(
+        &mut self,
+        av: &Av,
+        pkt: &PacketBuilder<'_>,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), ()> {
+        let sgid = self
+            .gids
+            .get(usize::from(av.sgid_index))
+            .copied()
+            .flatten()
+            .ok_or(())?;
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let net = match (ipv4_of_gid(&sgid.gid), av.dst_ipv4()) {
+            (Some(src), Some(dst)) => NetParams::Ipv4 {
+                src,
+                dst,
+                tos: av.traffic_class,
+                ttl: if av.hop_limit == 0 {
+                    self.cfg.default_ttl
+                } else {
+                    av.hop_limit
+                },
+                ident: self.ip_ident,
+                udp_src_port: av.udp_sport,
+            },
+            (None, None) => NetParams::Ipv6 {
+                src: sgid.gid,
+                dst: av.dgid,
+                traffic_class: av.traffic_class,
+                flow_label: av.flow_label,
+                hop_limit: if av.hop_limit == 0 {
+                    self.cfg.default_ttl
+                } else {
+                    av.hop_limit
+                },
+                udp_src_port: av.udp_sport,
+            },
+            _ => return Err(()),
+        };
+        let fb = FrameBuilder {
+            dst_mac: av.dmac,
+            src_mac: self.cfg.mac,
+            vlan_tci: None,
+            net,
+        };
+        let frame = fb.build(pkt).map_err(|_| ())?;
+        if frame.len() > self.cfg.max_frame {
+            return Err(());
+        }
+        self.counters.tx_frames += 1;
+        self.counters.tx_bytes += frame.len() as u64;
+        io.tx.push(frame);
+        Ok(())
+    }
+
+    /// Moves RQEs of `qpn` into the engine (RC), or flushes them (ERROR).
+    fn process_rq(&mut self, qpn: u32, io: &mut DeviceIo<'_>) -> bool {
+        for _ in 0..self.cfg.poll_budget {
+            let Some(qp) = self.qps.get(&qpn) else {
+                return true;
+            };
+            if qp.rq_ci == qp.rq_pi {
+                return true;
+            }
+            if u32::from(qp.rq_pi.wrapping_sub(qp.rq_ci)) > qp.rq_depth {
+                self.counters.bad_doorbells += 1;
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.rq_pi = qp.rq_ci;
+                }
+                return true;
+            }
+            let (state, ud, rcqn, idx) = (qp.state, qp.is_ud(), qp.rcqn, qp.rq_ci);
+            if state == qps::ERROR {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.rq_ci = qp.rq_ci.wrapping_add(1);
+                }
+                self.counters.wqes_flushed += 1;
+                let cqe = Cqe {
+                    opcode: op::RECEIVE,
+                    qtype: qtype::RQ,
+                    syndrome: wc_status::FLUSH_ERR,
+                    qe_idx: u32::from(idx),
+                    qpn,
+                    ..Cqe::default()
+                };
+                self.post_cqe(io, rcqn, &cqe, false);
+                continue;
+            }
+            if ud || state == qps::RESET {
+                // UD RQEs are taken when a datagram arrives.
+                return true;
+            }
+            let Ok(rqe) = self.read_rqe(qpn, idx, io) else {
+                self.qp_fatal(qpn, io);
+                return true;
+            };
+            let wr_id = self.next_wr_id;
+            self.next_wr_id = self.next_wr_id.wrapping_add(1);
+            let Some(epd) = self.qps.get(&qpn).and_then(|q| q.engine_pd) else {
+                return true;
+            };
+            let mut sges = Vec::new();
+            let mut stage_key = None;
+            if rqe.length > 0 {
+                match self.shadow.register(
+                    epd,
+                    0,
+                    Stage {
+                        size: rqe.length as usize,
+                        data: Vec::new(),
+                    },
+                    roce_model::Access::LOCAL_WRITE,
+                ) {
+                    Ok(k) => {
+                        stage_key = Some(k.lkey);
+                        sges.push(roce_model::Sge::new(0, rqe.length, k.lkey));
+                    }
+                    Err(_) => {
+                        // Staging table full: retry on the next doorbell.
+                        self.counters.cmd_limit_hit += 1;
+                        return true;
+                    }
+                }
+            }
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return true;
+            };
+            let r = qp
+                .engine
+                .as_mut()
+                .map(|e| e.post_recv(RecvWr::new(wr_id, sges)));
+            match r {
+                Some(Ok(())) => {
+                    qp.rq_ci = qp.rq_ci.wrapping_add(1);
+                    qp.recvs.push_back(RecvSlot {
+                        wr_id,
+                        rq_idx: idx,
+                        stag: rqe.stag,
+                        to: rqe.to,
+                        length: rqe.length,
+                        stage_key,
+                    });
+                    self.counters.rqes_consumed += 1;
+                }
+                _ => {
+                    if let Some(k) = stage_key {
+                        let _ = self.shadow.deregister(k);
+                    }
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn read_rqe(&mut self, qpn: u32, idx: u16, io: &DeviceIo<'_>) -> Result<Rqe, ()> {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return Err(());
+        };
+        let off = u64::from(u32::from(idx) & (qp.rq_depth - 1)) * crate::regs::RQE_SIZE;
+        let mut b = [0u8; 32];
+        if qp.rq.read(io.dma, off, &mut b).is_err() {
+            self.counters.dma_errors += 1;
+            return Err(());
+        }
+        Ok(Rqe::parse(&b))
+    }
+
+    /// Runs an RC engine: timers, transmit, completions.
+    fn pump_engine(&mut self, qpn: u32, io: &mut DeviceIo<'_>) {
+        let now = self.instant(io.now);
+        let budget = self.cfg.poll_budget;
+        let mut packets = Vec::new();
+        let mut comps = Vec::new();
+        let av;
+        {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                return;
+            };
+            av = qp.av;
+            let Some(e) = qp.engine.as_mut() else { return };
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+            while packets.len() < budget {
+                match e.poll_transmit(now, &self.shadow) {
+                    Some(p) => packets.push(p),
+                    None => break,
+                }
+            }
+            while let Some(c) = e.poll_completion() {
+                comps.push(c);
+            }
+        }
+        for p in packets {
+            let (Some(av), Ok(pkt)) = (av.as_ref(), RocePacket::parse(&p)) else {
+                continue;
+            };
+            let b = pkt.to_builder();
+            if self.send_frame(av, &b, io).is_err() {
+                self.counters.tx_errors += 1;
+            }
+        }
+        for c in comps {
+            self.engine_completion(qpn, c, io);
+        }
+    }
+
+    fn engine_completion(&mut self, qpn: u32, c: roce_model::Completion, io: &mut DeviceIo<'_>) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let (pd, scqn, rcqn) = (qp.pd, qp.scqn, qp.rcqn);
+        if c.is_recv() || c.opcode == WcOpcode::Recv {
+            let Some(pos) = qp.recvs.iter().position(|r| r.wr_id == c.wr_id) else {
+                return;
+            };
+            let Some(slot) = qp.recvs.remove(pos) else {
+                return;
+            };
+            let mut st = engine_status(c.status);
+            if st == wc_status::SUCCESS && c.byte_len > 0 && c.opcode == WcOpcode::Recv {
+                if let Some(k) = slot.stage_key {
+                    let data = self
+                        .shadow
+                        .read(k, 0, (c.byte_len as usize).min(slot.length as usize))
+                        .unwrap_or_default();
+                    if let Err(e) = self.write_local(io.dma, pd, slot.stag, slot.to, &data) {
+                        if matches!(e, XlateError::Dma(_)) {
+                            self.counters.dma_errors += 1;
+                        }
+                        st = xlate_status(&e, false);
+                    }
+                }
+            }
+            if let Some(k) = slot.stage_key {
+                let _ = self.shadow.deregister(k);
+            }
+            let mut inv_rkey = None;
+            if let Some(d) = c.invalidated_rkey {
+                let guest = self.qps.get_mut(&qpn).and_then(|q| {
+                    let i = q.pending_inv.iter().position(|(k, _)| *k == d)?;
+                    Some(q.pending_inv.remove(i).1)
+                });
+                if let Some(g) = guest {
+                    if st == wc_status::SUCCESS {
+                        if let Some(mr) = self.mrs.get_mut(g >> 8) {
+                            if mr.key == (g & 0xff) as u8 {
+                                mr.valid = false;
+                            }
+                        }
+                    }
+                    inv_rkey = Some(g);
+                }
+            }
+            let opcode = match (c.opcode, c.imm, inv_rkey) {
+                (WcOpcode::RecvRdmaWithImm, _, _) => op::RECV_IMM,
+                (_, Some(_), _) => op::RSP_SEND_IMM,
+                (_, _, Some(_)) => op::RECV_INV,
+                _ => op::RECEIVE,
+            };
+            let cqe = Cqe {
+                opcode,
+                qtype: qtype::RQ,
+                syndrome: st,
+                qe_idx: u32::from(slot.rq_idx),
+                qpn,
+                imm: c.imm.unwrap_or(0),
+                inv_rkey,
+                size: c.byte_len,
+                ud_info: 0,
+            };
+            if st != wc_status::SUCCESS && st != wc_status::FLUSH_ERR {
+                self.enter_error(qpn);
+            }
+            self.post_cqe(io, rcqn, &cqe, false);
+            return;
+        }
+        let Some(pos) = qp.inflight.iter().position(|i| i.wr_id == c.wr_id) else {
+            return;
+        };
+        let Some(inf) = qp.inflight.remove(pos) else {
+            return;
+        };
+        if qp.inflight.is_empty() && qp.sq_wait_drain {
+            qp.sq_wait_drain = false;
+            self.sq_kicks.insert(qpn);
+        }
+        let mut st = engine_status(c.status);
+        if st == wc_status::SUCCESS {
+            if let (Some((key, addr, len)), Some(k)) = (inf.sink, inf.stage_key) {
+                let data = self.shadow.read(k, 0, len as usize).unwrap_or_default();
+                if let Err(e) = self.write_local(io.dma, pd, key, addr, &data) {
+                    if matches!(e, XlateError::Dma(_)) {
+                        self.counters.dma_errors += 1;
+                    }
+                    st = xlate_status(&e, true);
+                }
+            }
+            if let Some(k) = inf.invalidate {
+                if let Some(mr) = self.mrs.get_mut(k >> 8) {
+                    mr.valid = false;
+                }
+            }
+        }
+        if let Some(k) = inf.stage_key {
+            let _ = self.shadow.deregister(k);
+        }
+        if inf.signaled || st != wc_status::SUCCESS {
+            let cqe = Cqe {
+                opcode: inf.opcode,
+                qtype: qtype::SQ,
+                syndrome: st,
+                qe_idx: u32::from(inf.sq_idx),
+                qpn,
+                size: c.byte_len,
+                ..Cqe::default()
+            };
+            self.post_cqe(io, scqn, &cqe, false);
+        }
+        if st != wc_status::SUCCESS && st != wc_status::FLUSH_ERR {
+            self.enter_error(qpn);
+        }
+    }
+
+    /// A frame from the fabric.
+    pub(crate) fn rx_frame(
+        &mut self,
+        frame: &[u8],
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
+        if frame.len() > self.cfg.max_frame {
+            self.counters.rx_dropped += 1;
+            return Err(RxRefusal::Dropped);
+        }
+        let Ok(f) = RoceFrame::parse(frame) else {
+            self.counters.rx_dropped += 1;
+            return Err(RxRefusal::Dropped);
+        };
+        let multicast = f.eth.dst[0] & 1 != 0;
+        if (!multicast && f.eth.dst != self.cfg.mac)
+            || matches!(f.net, NetLayer::Grh { .. })
+            || f.verify_icrc().is_err()
+        {
+            self.counters.rx_dropped += 1;
+            return Err(RxRefusal::Dropped);
+        }
+        let qpn = f.packet.bth.dest_qp;
+        let Some(qp) = self.qps.get(&qpn) else {
+            self.counters.rx_dropped += 1;
+            return Err(RxRefusal::Dropped);
+        };
+        let transport = f.packet.bth.opcode.transport();
+        let r = match (transport, qp.is_ud()) {
+            (Transport::Ud, true) => self.ud_receive(qpn, &f, io),
+            (Transport::Rc, false) => {
+                let now = self.instant(io.now);
+                let Some(qp) = self.qps.get_mut(&qpn) else {
+                    return Err(RxRefusal::Dropped);
+                };
+                let before = qp.engine.as_ref().map(|e| e.expected_psn());
+                let mut pkt = f.packet;
+                let fixup = self.rewrite_request(qpn, &mut pkt, io);
+                let Some(qp) = self.qps.get_mut(&qpn) else {
+                    return Err(RxRefusal::Dropped);
+                };
+                let ok = qp
+                    .engine
+                    .as_mut()
+                    .map(|e| e.handle_packet(&pkt, now, &mut self.shadow).is_ok())
+                    .unwrap_or(false);
+                let accepted = ok && qp.engine.as_ref().map(|e| e.expected_psn()) != before;
+                self.finish_request(qpn, &pkt, fixup, accepted, io);
+                self.pump_engine(qpn, io);
+                if ok {
+                    Ok(())
+                } else {
+                    Err(RxRefusal::Dropped)
+                }
+            }
+            _ => Err(RxRefusal::Dropped),
+        };
+        match r {
+            Ok(()) => {
+                self.counters.rx_frames += 1;
+                self.counters.rx_bytes += frame.len() as u64;
+            }
+            Err(_) => self.counters.rx_dropped += 1,
+        }
+        r
+    }
+
+    fn ud_receive(
+        &mut self,
+        qpn: u32,
+        f: &RoceFrame<'_>,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return Err(RxRefusal::Dropped);
+        };
+        let deth = f.packet.ext.deth.ok_or(RxRefusal::Dropped)?;
+        if qp.state != qps::RTR && qp.state != qps::RTS {
+            return Err(RxRefusal::Dropped);
+        }
+        if deth.qkey != qp.qkey {
+            return Err(RxRefusal::Dropped);
+        }
+        if qp.rq_ci == qp.rq_pi || u32::from(qp.rq_pi.wrapping_sub(qp.rq_ci)) > qp.rq_depth {
+            return Err(RxRefusal::NoBuffers);
+        }
+        let (pd, rcqn, idx) = (qp.pd, qp.rcqn, qp.rq_ci);
+        let Ok(rqe) = self.read_rqe(qpn, idx, io) else {
+            self.qp_fatal(qpn, io);
+            return Err(RxRefusal::Dropped);
+        };
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.rq_ci = qp.rq_ci.wrapping_add(1);
+        }
+        self.counters.rqes_consumed += 1;
+        // 40-byte GRH area: IPv6 header, or 20 zero bytes + IPv4 header.
+        let mut grh = [0u8; 40];
+        let ntype = match f.net {
+            NetLayer::Ipv4 { ip_raw, .. } => {
+                let n = ip_raw.len().min(20);
+                grh[20..20 + n].copy_from_slice(&ip_raw[..n]);
+                0u32
+            }
+            NetLayer::Ipv6 { ip_raw, .. } => {
+                let n = ip_raw.len().min(40);
+                grh[..n].copy_from_slice(&ip_raw[..n]);
+                1
+            }
+            NetLayer::Grh { .. } => return Err(RxRefusal::Dropped),
+        };
+        let payload = f.packet.payload;
+        let total = 40 + payload.len();
+        let mut st = wc_status::SUCCESS;
+        if total > rqe.length as usize {
+            st = wc_status::RECV_ADDR_VIOLATION_ERR;
+        } else {
+            let mut data = Vec::with_capacity(total);
+            data.extend_from_slice(&grh);
+            data.extend_from_slice(payload);
+            if let Err(e) = self.write_local(io.dma, pd, rqe.stag, rqe.to, &data) {
+                if matches!(e, XlateError::Dma(_)) {
+                    self.counters.dma_errors += 1;
+                }
+                st = xlate_status(&e, false);
+            }
+        }
+        let imm = f.packet.ext.imm_dt.map(|i| i.imm);
+        let cqe = Cqe {
+            opcode: if imm.is_some() {
+                op::RSP_SEND_IMM
+            } else {
+                op::RECEIVE
+            },
+            qtype: qtype::RQ,
+            syndrome: st,
+            qe_idx: u32::from(idx),
+            qpn,
+            imm: imm.unwrap_or(0),
+            inv_rkey: None,
+            size: total as u32,
+            ud_info: (ntype << 31) | (deth.src_qp & 0xf_ffff),
+        };
+        self.post_cqe(io, rcqn, &cqe, f.packet.bth.se);
+        Ok(())
+    }
+}

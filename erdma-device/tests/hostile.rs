@@ -1,0 +1,514 @@
+//! Hostile drivers: bad addresses, out-of-range objects, floods, garbage.
+//! Everything must end in an error status or counter, never a panic.
+
+mod common;
+
+use common::*;
+use erdma_device::regs::{self, off};
+use erdma_device::wqe::op;
+use pci_model::PciDevice;
+
+const MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+
+fn ready() -> Driver {
+    let mut d = Driver::new(MAC);
+    d.probe(2);
+    assert_eq!(d.set_gid(0, v4_gid([10, 0, 0, 9])).status, 0);
+    assert_eq!(d.create_cq(1, 64, 1).status, 0);
+    d
+}
+
+#[test]
+fn reg_mr_with_bad_mtt_addresses() {
+    let mut d = ready();
+    let before = d.dev.counters().dma_errors;
+    // Level 0 with a page outside guest memory.
+    assert_ne!(
+        d.reg_mr(0x100, 1, 0, 4096, &[0xdead_0000_0000], 0x1e, false)
+            .status,
+        0
+    );
+    // Level 1 whose MTT buffer is outside guest memory.
+    let mut req = [0u8; 64];
+    req[8..12].copy_from_slice(&((1u32 << 31) | 2).to_le_bytes());
+    req[12..16].copy_from_slice(&(1u32 << 12).to_le_bytes());
+    req[24..28].copy_from_slice(&(64u32 * 4096).to_le_bytes());
+    req[28..32].copy_from_slice(&((12u32 << 27) | (1 << 20) | 64).to_le_bytes());
+    req[32..40].copy_from_slice(&0xffff_ffff_ffff_f000u64.to_le_bytes());
+    assert_ne!(d.cmd(0, 8, &req).status, 0);
+    // Level 1 table straddling the end of memory.
+    let end = MEM_BASE + MEM_SIZE as u64 - 16;
+    req[32..40].copy_from_slice(&end.to_le_bytes());
+    assert_ne!(d.cmd(0, 8, &req).status, 0);
+    // Level 3 with more top entries than a page, level 4, MTT count too big.
+    let mut r2 = req;
+    r2[28..32].copy_from_slice(&((12u32 << 27) | (3 << 20) | 0xf_ffff).to_le_bytes());
+    assert_ne!(d.cmd(0, 8, &r2).status, 0);
+    // Page size 2^3.
+    r2[28..32].copy_from_slice(&((3u32 << 27) | 1).to_le_bytes());
+    assert_ne!(d.cmd(0, 8, &r2).status, 0);
+    // MPT index past the table.
+    assert_ne!(
+        d.reg_mr(0x0fff_ff00, 1, 0, 4096, &[MEM_BASE], 0x1e, false)
+            .status,
+        0
+    );
+    let c = d.dev.counters();
+    assert!(c.dma_errors >= before + 3, "{c:?}");
+    assert_eq!(c.mrs_live, 0);
+}
+
+#[test]
+fn mr_past_memory_fails_at_use_with_error_cqe() {
+    let mut d = ready();
+    // A level-1 MR whose second page is outside guest memory: registration
+    // only probes the table, so the bad page is found when a WQE uses it.
+    let good = d.alloc(4096, 4096);
+    assert_eq!(
+        d.reg_mr(
+            0x100,
+            1,
+            0x1000_0000,
+            2 * 4096,
+            &[good, 0x7fff_0000_0000],
+            0x1e,
+            true
+        )
+        .status,
+        0
+    );
+    let (_, qp) = d.create_qp(2, false, 1, 64, 64);
+    let mut qp = qp.unwrap();
+    let av = AvSpec {
+        flow_label: 0,
+        tclass: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 1,
+        sgid_index: 0,
+        dmac: [2, 0, 0, 0, 0, 1],
+        dgid: v4_gid([10, 0, 0, 1]),
+    };
+    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
+    assert_eq!(
+        d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
+        0
+    );
+    assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+    let mut s = vec![0u8; 32];
+    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
+    s[12..16].copy_from_slice(&8192u32.to_le_bytes());
+    s[16..24].copy_from_slice(&0x1000_0000u64.to_le_bytes());
+    s[24..28].copy_from_slice(&8192u32.to_le_bytes());
+    s[28..32].copy_from_slice(&0x100u32.to_le_bytes());
+    d.post_sqe(&mut qp, s);
+    // A WQE past the MR end, with an unknown key, and with the wrong key byte.
+    for (len, key) in [(9000u32, 0x100u32), (8, 0x900), (8, 0x1ff)] {
+        let mut s = vec![0u8; 32];
+        s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
+        s[16..24].copy_from_slice(&0x1000_0000u64.to_le_bytes());
+        s[24..28].copy_from_slice(&len.to_le_bytes());
+        s[28..32].copy_from_slice(&key.to_le_bytes());
+        d.post_sqe(&mut qp, s);
+    }
+    d.poll();
+    let wc = d.poll_cq(1).unwrap();
+    assert_eq!(wc.syndrome, 11, "address violation");
+    // The QP is in error: the rest is flushed.
+    for _ in 0..3 {
+        assert_eq!(d.poll_cq(1).unwrap().syndrome, 15);
+    }
+    assert!(d.tx.is_empty());
+    assert!(d.dev.counters().dma_errors >= 1);
+    assert_eq!(d.dev.qp_state(2), Some(6));
+}
+
+#[test]
+fn out_of_range_qpn_cqn_in_doorbells() {
+    let mut d = ready();
+    let before = d.dev.counters().bad_doorbells;
+    // SQ doorbell for a QP that does not exist, RQ likewise, CQ likewise.
+    d.write64(regs::SDB_SHARED_PAGE_INDEX << 12, (999u64 << 32) | 5);
+    d.write64(regs::RQDB_SPACE, (0xfffffu64 << 32) | 1);
+    d.write64(regs::CQDB_SPACE, (0xff_ffffu64 << 32) | (1 << 31));
+    // EQ doorbell of a CEQ never created; doorbell in the registers page.
+    d.write64(off::CEQ_DB_BASE + 8 * 30, 1 << 31);
+    d.write64(0x800, 1);
+    d.poll();
+    let c = d.dev.counters();
+    assert_eq!(c.bad_doorbells, before + 4);
+    assert!(c.bad_bar_writes >= 1);
+}
+
+#[test]
+fn sq_producer_index_beyond_ring_is_refused() {
+    let mut d = ready();
+    let (_, qp) = d.create_qp(2, false, 1, 16, 16);
+    let qp = qp.unwrap();
+    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
+    let before = d.dev.counters().bad_doorbells;
+    d.write64(
+        regs::SDB_SHARED_PAGE_INDEX << 12,
+        (u64::from(qp.qpn) << 32) | 1000,
+    );
+    d.write64(regs::RQDB_SPACE, (u64::from(qp.qpn) << 32) | 1000);
+    d.poll();
+    d.poll();
+    let c = d.dev.counters();
+    assert_eq!(c.bad_doorbells, before + 2);
+    assert_eq!(c.wqes_executed, 0);
+}
+
+#[test]
+fn doorbell_flood_and_garbage_sqes() {
+    let mut d = ready();
+    let (_, qp) = d.create_qp(2, false, 1, 256, 64);
+    let mut qp = qp.unwrap();
+    let av = AvSpec {
+        flow_label: 0,
+        tclass: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 1,
+        sgid_index: 0,
+        dmac: [2, 0, 0, 0, 0, 1],
+        dgid: v4_gid([10, 0, 0, 1]),
+    };
+    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
+    assert_eq!(
+        d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
+        0
+    );
+    assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+    // Garbage in the SQ ring, then 10000 doorbells.
+    let mut x = 0x1234_5678_9abc_def0u64;
+    for i in 0..256u64 {
+        let mut bb = [0u8; 32];
+        for c in bb.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.copy_from_slice(&x.to_le_bytes());
+        }
+        d.mem_write(qp.sq.addr + 32 * i, &bb);
+    }
+    for i in 0..10_000u32 {
+        qp.sq_pi = (i % 200) as u16;
+        d.kick_sq(&qp);
+        if i % 1000 == 0 {
+            d.poll();
+        }
+    }
+    for _ in 0..10 {
+        d.poll();
+    }
+    let c = d.dev.counters();
+    assert!(c.doorbells >= 10_000);
+    assert!(c.bad_wqes >= 1, "{c:?}");
+    // The CQ got an error CQE then flushes; the device is still alive.
+    assert!(d.poll_cq(1).is_some());
+    assert_eq!(d.cmd(1, 2, &[0u8; 8]).status, 0);
+}
+
+#[test]
+fn garbage_command_queue() {
+    let mut d = ready();
+    // Fill the whole CMDQ SQ with garbage and ring with every index.
+    let mut x = 0xfeed_beefu64;
+    for i in 0..u64::from(CMDQ_DEPTH) {
+        let mut bb = [0u8; 32];
+        for c in bb.chunks_mut(8) {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            c.copy_from_slice(&x.to_le_bytes());
+        }
+        d.mem_write(d.sq.addr + 32 * i, &bb);
+    }
+    for pi in (0..2048u64).step_by(7) {
+        d.write64(off::CMDQ_SQDB, pi);
+        d.poll();
+    }
+    let c = d.dev.counters();
+    assert!(c.cmd_unknown + c.cmd_malformed + c.cmd_rdma_failed + c.cmd_common_failed > 0);
+}
+
+#[test]
+fn random_bar_writes_and_reads_never_panic() {
+    let mut d = ready();
+    let mut x = 42u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..20_000 {
+        let r = next();
+        let offset = match r % 4 {
+            0 => r >> 40 & 0x3ff,
+            1 => (r >> 20) % regs::FUNC_BAR_SIZE,
+            2 => 0x1000 * ((r >> 8) % 1024) + (r >> 30 & 0xff8),
+            _ => r >> 3,
+        };
+        let len = [1usize, 2, 4, 8, 3, 16][(r >> 60) as usize % 6];
+        let data = next().to_le_bytes();
+        let buf = &data[..len.min(8)];
+        if r & 1 == 0 {
+            d.with_io(|dev, io| dev.bar_write((r >> 58) as u8 & 3, offset, buf, io));
+        } else {
+            let mut out = vec![0u8; len];
+            d.with_io(|dev, io| dev.bar_read((r >> 58) as u8 & 3, offset, &mut out, io));
+        }
+        if r % 64 == 0 {
+            d.poll();
+        }
+        if r % 997 == 0 {
+            let f: Vec<u8> = (0..(r % 200) as usize).map(|_| next() as u8).collect();
+            let _ = d.receive(&f);
+        }
+    }
+    let _ = d.dev.next_timeout();
+}
+
+#[test]
+fn eq_overflow_is_counted() {
+    let mut d = ready();
+    // Never consume the CEQ: arm CQ 1 and complete flushes repeatedly.
+    let (_, qp) = d.create_qp(2, false, 1, 1024, 64);
+    let mut qp = qp.unwrap();
+    assert_eq!(d.modify_qp(2, 6, 1, None, 0, 0, 0, 0).status, 0);
+    for i in 0..(CEQ_DEPTH + 20) {
+        // Re-arm with the current CI so every CQE fires a CEQE.
+        let cq = d.cqs[&1];
+        let v = (1u64 << 32) | (1 << 31) | u64::from(cq.ci);
+        d.write64(regs::CQDB_SPACE, v);
+        d.post_sqe(&mut qp, {
+            let mut s = vec![0u8; 32];
+            s[..8].copy_from_slice(&sqe_hdr(op::SEND, 0, true, false).to_le_bytes());
+            s
+        });
+        d.poll();
+        let _ = d.poll_cq(1);
+        let _ = i;
+    }
+    assert!(d.dev.counters().eq_overflows >= 1, "{:?}", d.dev.counters());
+}
+
+#[test]
+fn create_qp_with_unreachable_or_short_ring_fails() {
+    let mut d = ready();
+    let (_, qp) = d.create_qp(2, false, 1, 16, 16);
+    let qp = qp.unwrap();
+    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
+    let av = AvSpec {
+        flow_label: 0,
+        tclass: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 1,
+        sgid_index: 0,
+        dmac: [2, 0, 0, 0, 0, 1],
+        dgid: v4_gid([10, 0, 0, 1]),
+    };
+    assert_eq!(
+        d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
+        0
+    );
+    assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+    // A user QP whose ring page is outside memory cannot be created...
+    let mut req = [0u8; 120];
+    req[8..12].copy_from_slice(&(9u32 | (4 << 20)).to_le_bytes());
+    req[12..16].copy_from_slice(&(1u32 | (4 << 20)).to_le_bytes());
+    req[16..20].copy_from_slice(&1u32.to_le_bytes());
+    req[20..24].copy_from_slice(&1u32.to_le_bytes());
+    req[24..32].copy_from_slice(&0x7777_0000_0000u64.to_le_bytes());
+    req[32..40].copy_from_slice(&MEM_BASE.to_le_bytes());
+    req[40..44].copy_from_slice(&2u32.to_le_bytes());
+    req[44..48].copy_from_slice(&2u32.to_le_bytes());
+    assert_ne!(d.cmd(0, 1, &req).status, 0);
+    // ... and a kernel QP that lies about its depth (ring past the 1 MiB
+    // page it declares) is refused too.
+    req[8..12].copy_from_slice(&(9u32 | (15 << 20)).to_le_bytes());
+    req[24..32].copy_from_slice(&MEM_BASE.to_le_bytes());
+    req[16..20].copy_from_slice(&1u32.to_le_bytes());
+    assert_ne!(d.cmd(0, 1, &req).status, 0);
+    let _ = qp;
+    assert!(d.drain_aeq().is_empty());
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+#[test]
+fn random_commands_wqes_and_frames_never_panic() {
+    use roce_model::{Bth, ExtHeaders, FrameBuilder, NetParams, Opcode, PacketBuilder};
+    let seeds: u64 = std::env::var("FUZZ_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    for seed in 1..=seeds {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+        let mut d = ready();
+        let buf = d.alloc(4 * 4096, 4096);
+        let pages: Vec<u64> = (0..4).map(|i| buf + 4096 * i).collect();
+        assert_eq!(
+            d.reg_mr(0x100, 1, 0x7000_0000, 4 * 4096, &pages, 0x1f, false)
+                .status,
+            0
+        );
+        let (_, qp) = d.create_qp(2, false, 1, 256, 64);
+        let mut qp = qp.unwrap();
+        let av = AvSpec {
+            flow_label: 0,
+            tclass: 0,
+            hop_limit: 64,
+            sl: 0,
+            udp_sport: 1,
+            sgid_index: 0,
+            dmac: [2, 0, 0, 0, 0, 1],
+            dgid: v4_gid([10, 0, 0, 1]),
+        };
+        assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
+        assert_eq!(
+            d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
+            0
+        );
+        assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+        for _ in 0..64 {
+            d.post_recv(
+                &mut qp,
+                0x7000_0000 + (rng.next() % 0x3000),
+                (rng.next() % 4096) as u32,
+                0x100,
+            );
+        }
+        for i in 0..3000u32 {
+            match rng.next() % 4 {
+                0 => {
+                    let sub = rng.next() % 2;
+                    let ops = [0u64, 1, 2, 3, 4, 5, 6, 8, 9, 14, 15, 16, 17];
+                    let opc = ops[(rng.next() % ops.len() as u64) as usize];
+                    let mut body = rng.bytes(128);
+                    // Keep some object numbers plausible.
+                    // (Destroying QP 2 / CQ 1 / MR 1 would end the run early.)
+                    let destroy = sub == 0 && matches!(opc, 2 | 5 | 9);
+                    if rng.next() % 2 == 0 && !destroy {
+                        body[8..12].copy_from_slice(&(rng.next() as u32 % 8).to_le_bytes());
+                    }
+                    let _ = d.try_cmd(sub, opc, &body);
+                }
+                1 => {
+                    let n = 32 * (1 + (rng.next() % 4) as usize);
+                    let mut s = rng.bytes(n);
+                    let opc = rng.next() % 19;
+                    let hdr = (u64::from_le_bytes(s[..8].try_into().unwrap())
+                        & !(0x1f << 27)
+                        & !(7 << 52)
+                        & !(0xfffff << 32)
+                        & !0xffff)
+                        | (opc << 27);
+                    s[..8].copy_from_slice(&hdr.to_le_bytes());
+                    if rng.next() % 2 == 0 {
+                        // Plausible SGE.
+                        s[16..24]
+                            .copy_from_slice(&(0x7000_0000 + rng.next() % 0x4000).to_le_bytes());
+                        s[24..28].copy_from_slice(&((rng.next() % 5000) as u32).to_le_bytes());
+                        s[28..32].copy_from_slice(&0x100u32.to_le_bytes());
+                    }
+                    if d.dev.qp_state(2) == Some(6) {
+                        // Recover so that the engine keeps being exercised.
+                        let _ = d.modify_qp(2, 0, 1, None, 0, 0, 0, 0);
+                        qp.sq_pi = 0;
+                        qp.rq_pi = 0;
+                        let _ = d.modify_qp(2, 1, 1, None, 0, 0, 0, 0);
+                        let _ = d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0);
+                        let _ = d.modify_qp(2, 3, 1, None, 0, 0, 0, 0);
+                        for _ in 0..8 {
+                            d.post_recv(&mut qp, 0x7000_0000, 4096, 0x100);
+                        }
+                    }
+                    d.post_sqe(&mut qp, s);
+                }
+                2 => {
+                    let op = Opcode::ALL[(rng.next() % Opcode::ALL.len() as u64) as usize];
+                    let raw = rng.bytes(64);
+                    let Ok((mut ext, _)) = ExtHeaders::parse(op.info().headers, &raw) else {
+                        continue;
+                    };
+                    if let Some(r) = ext.reth.as_mut() {
+                        if rng.next() % 2 == 0 {
+                            r.rkey = 0x100;
+                            r.va = 0x7000_0000 + rng.next() % 0x5000;
+                            r.len %= 0x3000;
+                        }
+                    }
+                    if let Some(a) = ext.atomic_eth.as_mut() {
+                        if rng.next() % 2 == 0 {
+                            a.rkey = 0x100;
+                            a.va = (0x7000_0000 + rng.next() % 0x4000) & !7;
+                        }
+                    }
+                    let plen = (rng.next() % 300) as usize;
+                    let payload = rng.bytes(plen);
+                    let qpn = [1u32, 2, 2, 2, 3, rng.next() as u32 & 0xff_ffff]
+                        [(rng.next() % 6) as usize];
+                    let pkt = PacketBuilder {
+                        bth: Bth::new(op, qpn, (rng.next() % 8) as u32),
+                        ext,
+                        payload: &payload,
+                    };
+                    let fb = FrameBuilder {
+                        dst_mac: MAC,
+                        src_mac: [2, 0, 0, 0, 0, 1],
+                        vlan_tci: None,
+                        net: NetParams::Ipv4 {
+                            src: [10, 0, 0, 1],
+                            dst: [10, 0, 0, 9],
+                            tos: 0,
+                            ttl: 64,
+                            ident: 0,
+                            udp_src_port: 1,
+                        },
+                    };
+                    if let Ok(mut f) = fb.build(&pkt) {
+                        if rng.next() % 8 == 0 {
+                            let at = (rng.next() as usize) % f.len();
+                            f[at] ^= 1 << (rng.next() % 8);
+                        }
+                        let _ = d.receive(&f);
+                    }
+                }
+                _ => {
+                    d.now += std::time::Duration::from_millis(rng.next() % 200);
+                    d.poll();
+                    d.tx.clear();
+                    while d.poll_cq(1).is_some() {}
+                }
+            }
+            if i % 500 == 0 {
+                let _ = d.drain_aeq();
+            }
+        }
+        let c = d.dev.counters();
+        if seed == 1 {
+            eprintln!("{c:?}");
+        }
+        // The run reached the engine and the command handlers.
+        assert!(
+            c.wqes_executed > 0 && c.rx_frames > 0 && c.cmd_rdma_failed > 0,
+            "{c:?}"
+        );
+        assert!(c.rqes_consumed > 0, "{c:?}");
+    }
+}

@@ -1,0 +1,608 @@
+//! `gve-device`: a sans-IO model of Google's gVNIC (`gve`) in DQO RDA mode,
+//! good enough for the unmodified Linux gve driver to probe, create queues,
+//! send (TSO, checksum offload), receive with header split, and program RSS
+//! and ntuple flow rules, so that devmem TCP RX works in a guest.
+//!
+//! The device is defined by what the driver does; `README.md` is its spec.
+//! The model implements [`pci_model::PciDevice`]: the edge (vfio-user
+//! server or a test) hands it BAR accesses, guest memory ([`pci_model::Dma`])
+//! and frames; it answers with MSI-X vectors and frames in
+//! [`pci_model::DeviceIo`].
+//!
+//! Modules: [`layout`] (PCI ids, BARs, doorbell map), [`regs`] (BAR0),
+//! [`adminq`] (admin commands), [`describe`] (device descriptor, ptype map),
+//! [`tx_dqo`], [`rx_dqo`], [`offload`] (checksums, TSO), [`rss`], [`flow`],
+//! [`irq`] (notify blocks), [`counters`] (counters, status snapshot).
+//!
+//! Hostile drivers are expected: every guest address goes through `Dma`,
+//! every failure is a status code or a counter, nothing grows with guest
+//! input beyond the configured queue/rule limits.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod adminq;
+pub mod counters;
+pub mod describe;
+pub mod flow;
+pub mod irq;
+pub mod layout;
+pub mod offload;
+pub mod regs;
+pub mod rss;
+pub mod rx_dqo;
+pub mod tx_dqo;
+
+use devmem_nic::parse::{parse, L3};
+use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal};
+
+pub use counters::{Counters, Status};
+
+use counters::{inc, RssStatus, RxQueueStatus, TxQueueStatus};
+use flow::FlowRules;
+use irq::NotifyBlock;
+use layout::Doorbell;
+use rss::Rss;
+use rx_dqo::{RxMeta, RxQueue, Split};
+use tx_dqo::TxQueue;
+
+/// Device parameters (what DESCRIBE_DEVICE and the registers advertise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GveConfig {
+    /// MAC address.
+    pub mac: [u8; 6],
+    /// Maximum MTU (`mtu` in the device descriptor).
+    pub mtu: u16,
+    /// `max_tx_queues` register (clamped to [`layout::MAX_QUEUES`]).
+    pub max_tx_queues: u32,
+    /// `max_rx_queues` register (clamped to [`layout::MAX_QUEUES`]).
+    pub max_rx_queues: u32,
+    /// Default TX ring size (power of two).
+    pub tx_ring_size: u16,
+    /// Default RX ring size (power of two).
+    pub rx_ring_size: u16,
+    /// MODIFY_RING option: smallest ring.
+    pub min_ring_size: u16,
+    /// MODIFY_RING option: largest ring.
+    pub max_ring_size: u16,
+    /// BUFFER_SIZES: largest RX data buffer (4096 lets the driver pick 2K or
+    /// 4K).
+    pub packet_buffer_size: u16,
+    /// BUFFER_SIZES: header buffer size; non-zero enables header split.
+    pub header_buffer_size: u16,
+    /// FLOW_STEERING: rule slots (0 leaves the option out).
+    pub max_flow_rules: u32,
+    /// Offer the RSS_CONFIG option (then the driver never sends
+    /// CONFIGURE_RSS by itself and queries the device's table).
+    pub rss_option: bool,
+    /// `default_num_queues` (0: the driver uses the maximum).
+    pub default_num_queues: u16,
+    /// `counters` (event counters; unused by DQO but must be non-zero for
+    /// the driver's allocation).
+    pub event_counters: u16,
+    /// `max_registered_pages` (QPL only; informative).
+    pub max_registered_pages: u64,
+    /// REPORT_LINK_SPEED answer, in Mbps.
+    pub link_speed_mbps: u64,
+}
+
+impl Default for GveConfig {
+    fn default() -> Self {
+        GveConfig {
+            mac: [0x42, 0x01, 0x0a, 0x00, 0x00, 0x02],
+            mtu: 1500,
+            max_tx_queues: 4,
+            max_rx_queues: 4,
+            tx_ring_size: 512,
+            rx_ring_size: 512,
+            min_ring_size: 64,
+            max_ring_size: 4096,
+            packet_buffer_size: 4096,
+            header_buffer_size: 128,
+            max_flow_rules: 64,
+            rss_option: true,
+            default_num_queues: 0,
+            event_counters: 64,
+            max_registered_pages: 0x10000,
+            link_speed_mbps: 100_000,
+        }
+    }
+}
+
+/// Resources from CONFIGURE_DEVICE_RESOURCES.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Resources {
+    pub(crate) blocks: Vec<NotifyBlock>,
+    pub(crate) msix_base: u32,
+}
+
+/// The device.
+#[derive(Debug, Clone)]
+pub struct GveDevice {
+    pub(crate) cfg: GveConfig,
+    pub(crate) device_status: u32,
+    pub(crate) driver_status: u32,
+    pub(crate) driver_version: Vec<u8>,
+    pub(crate) version_done: bool,
+    pub(crate) adminq_pfn: u32,
+    pub(crate) adminq_base_hi: u32,
+    pub(crate) adminq_base_lo: u32,
+    pub(crate) adminq_length: u16,
+    pub(crate) event_counter: u32,
+    pub(crate) adminq_doorbell: Option<u32>,
+    pub(crate) resources: Option<Resources>,
+    pub(crate) tx: Vec<Option<TxQueue>>,
+    pub(crate) tx_kick: Vec<bool>,
+    pub(crate) rx: Vec<Option<RxQueue>>,
+    pub(crate) rss: Rss,
+    pub(crate) rules: FlowRules,
+    pub(crate) mtu: u16,
+    pub(crate) stats_report: Option<(u64, u64)>,
+    pub(crate) last_admin_error: Option<(u32, String)>,
+    pub(crate) counters: Counters,
+}
+
+impl GveDevice {
+    /// A device after power-on, link up.
+    pub fn new(mut cfg: GveConfig) -> Self {
+        cfg.max_tx_queues = cfg.max_tx_queues.clamp(1, layout::MAX_QUEUES);
+        cfg.max_rx_queues = cfg.max_rx_queues.clamp(1, layout::MAX_QUEUES);
+        cfg.header_buffer_size = cfg.header_buffer_size.min(rx_dqo::MAX_HDR_LEN as u16);
+        cfg.packet_buffer_size = cfg.packet_buffer_size.clamp(1, rx_dqo::MAX_BUF_LEN as u16);
+        cfg.event_counters = cfg.event_counters.max(1);
+        // ETH_MIN_MTU (the driver refuses less) .. the hypervisor maximum
+        // the driver assumes (gve_tx_add_skb_no_copy_dqo).
+        cfg.mtu = cfg.mtu.clamp(68, 9216);
+        let counters = Counters::new(cfg.max_tx_queues, cfg.max_rx_queues);
+        let mut d = GveDevice {
+            device_status: regs::device_status::LINK,
+            driver_status: 0,
+            driver_version: Vec::new(),
+            version_done: false,
+            adminq_pfn: 0,
+            adminq_base_hi: 0,
+            adminq_base_lo: 0,
+            adminq_length: 0,
+            event_counter: 0,
+            adminq_doorbell: None,
+            resources: None,
+            tx: vec![None; cfg.max_tx_queues as usize],
+            tx_kick: vec![false; cfg.max_tx_queues as usize],
+            rx: vec![None; cfg.max_rx_queues as usize],
+            rss: Rss::default(),
+            rules: FlowRules::default(),
+            mtu: cfg.mtu,
+            stats_report: None,
+            last_admin_error: None,
+            counters,
+            cfg,
+        };
+        d.clear_state();
+        d
+    }
+
+    /// The configuration in effect (after clamping).
+    pub fn config(&self) -> &GveConfig {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Drops everything the driver set up (queues, rules, RSS, resources,
+    /// admin queue); counters stay.
+    fn clear_state(&mut self) {
+        self.adminq_pfn = 0;
+        self.adminq_base_hi = 0;
+        self.adminq_base_lo = 0;
+        self.adminq_length = 0;
+        self.event_counter = 0;
+        self.adminq_doorbell = None;
+        self.resources = None;
+        self.tx.iter_mut().for_each(|q| *q = None);
+        self.tx_kick.iter_mut().for_each(|k| *k = false);
+        self.rx.iter_mut().for_each(|q| *q = None);
+        self.rss = Rss::default();
+        self.rules = FlowRules::default();
+        self.mtu = self.cfg.mtu;
+        self.stats_report = None;
+    }
+
+    /// The driver released the admin queue (`gve_adminq_release`): reset
+    /// and report `DEVICE_IS_RESET`, which the driver polls for.
+    fn driver_reset(&mut self) {
+        self.clear_state();
+        inc(&mut self.counters.resets);
+        self.device_status |= regs::device_status::DEVICE_IS_RESET;
+        self.device_status &= !regs::device_status::RESET;
+    }
+
+    /// Sets the link state and raises the management vector so the driver's
+    /// service task reads `device_status`.
+    pub fn set_link(&mut self, up: bool, io: &mut DeviceIo<'_>) {
+        if up {
+            self.device_status |= regs::device_status::LINK;
+        } else {
+            self.device_status &= !regs::device_status::LINK;
+        }
+        self.raise_mgmt(io);
+    }
+
+    /// Asks the driver to reset the device (`GVE_DEVICE_STATUS_RESET_MASK`).
+    pub fn request_reset(&mut self, io: &mut DeviceIo<'_>) {
+        self.device_status |= regs::device_status::RESET;
+        self.raise_mgmt(io);
+    }
+
+    fn raise_mgmt(&mut self, io: &mut DeviceIo<'_>) {
+        if let Some(r) = &self.resources {
+            // With ntfy_blk_msix_base_idx 0 the management vector is last,
+            // with 1 it is first (comment above GVE_NTFY_BLK_BASE_MSIX_IDX).
+            let v = if r.msix_base == 0 { r.blocks.len() } else { 0 };
+            if let Ok(v) = u16::try_from(v) {
+                io.irqs.push(v);
+                inc(&mut self.counters.irqs_raised);
+            }
+        }
+    }
+
+    /// Admin queue base address and slot count, if set up.
+    pub(crate) fn adminq(&self) -> Option<(u64, u32)> {
+        let len = u32::from(self.adminq_length);
+        let base = (u64::from(self.adminq_base_hi) << 32) | u64::from(self.adminq_base_lo);
+        if len >= 64 && len % 64 == 0 && (len / 64).is_power_of_two() && base != 0 {
+            Some((base, len / 64))
+        } else {
+            None
+        }
+    }
+
+    fn regs_image(&self) -> [u8; regs::REGS_END as usize] {
+        let mut b = [0u8; regs::REGS_END as usize];
+        let mut put = |off: u64, v: u32| {
+            let o = off as usize;
+            b[o..o + 4].copy_from_slice(&v.to_be_bytes());
+        };
+        put(regs::DEVICE_STATUS, self.device_status);
+        put(regs::DRIVER_STATUS, self.driver_status);
+        put(regs::MAX_TX_QUEUES, self.cfg.max_tx_queues);
+        put(regs::MAX_RX_QUEUES, self.cfg.max_rx_queues);
+        put(regs::ADMINQ_PFN, self.adminq_pfn);
+        put(regs::ADMINQ_EVENT_COUNTER, self.event_counter);
+        put(regs::ADMINQ_BASE_HI, self.adminq_base_hi);
+        put(regs::ADMINQ_BASE_LO, self.adminq_base_lo);
+        let o = regs::ADMINQ_LENGTH as usize;
+        b[o..o + 2].copy_from_slice(&self.adminq_length.to_be_bytes());
+        b
+    }
+
+    fn bar0_write(&mut self, offset: u64, data: &[u8]) {
+        let be32 = || -> Option<u32> { Some(u32::from_be_bytes(data.try_into().ok()?)) };
+        match (offset, data.len()) {
+            (regs::DRIVER_STATUS, 4) => {
+                let v = be32().unwrap_or(0);
+                self.driver_status = v;
+                if v & regs::driver_status::RESET != 0 {
+                    self.driver_reset();
+                } else if v & regs::driver_status::RUN != 0 {
+                    self.device_status &= !regs::device_status::DEVICE_IS_RESET;
+                }
+            }
+            (regs::ADMINQ_PFN, 4) => {
+                // Revision-0 drivers: the PFN both sets up (4 KiB ring) and,
+                // written 0, releases the admin queue.
+                let v = be32().unwrap_or(0);
+                if v == 0 {
+                    self.driver_reset();
+                } else {
+                    let base = u64::from(v) << 12;
+                    self.adminq_pfn = v;
+                    self.adminq_base_hi = (base >> 32) as u32;
+                    self.adminq_base_lo = base as u32;
+                    self.adminq_length = 4096;
+                    self.device_status &= !regs::device_status::DEVICE_IS_RESET;
+                }
+            }
+            (regs::ADMINQ_DOORBELL, 4) => self.adminq_doorbell = be32(),
+            (regs::DRIVER_VERSION, 1) => {
+                // One byte at a time, ending in '\n'; a later probe writes a
+                // fresh string.
+                if self.version_done {
+                    self.driver_version.clear();
+                    self.version_done = false;
+                }
+                if data[0] == b'\n' {
+                    self.version_done = true;
+                } else if self.driver_version.len() < regs::MAX_VERSION_LEN {
+                    self.driver_version.push(data[0]);
+                }
+            }
+            (regs::ADMINQ_BASE_HI, 4) => self.adminq_base_hi = be32().unwrap_or(0),
+            (regs::ADMINQ_BASE_LO, 4) => self.adminq_base_lo = be32().unwrap_or(0),
+            (regs::ADMINQ_LENGTH, 2) => self.adminq_length = u16::from_be_bytes([data[0], data[1]]),
+            (regs::ADMINQ_LENGTH, 4) => self.adminq_length = u16::from_be_bytes([data[0], data[1]]),
+            _ => inc(&mut self.counters.bad_register_accesses),
+        }
+    }
+
+    fn bar2_write(&mut self, offset: u64, data: &[u8], io: &mut DeviceIo<'_>) {
+        let (Ok(bytes), true) = (<[u8; 4]>::try_from(data), offset % 4 == 0) else {
+            inc(&mut self.counters.bad_register_accesses);
+            return;
+        };
+        let val = u32::from_le_bytes(bytes);
+        let c = &mut self.counters;
+        match layout::doorbell(offset / 4) {
+            Some(Doorbell::Irq(n)) => {
+                match self
+                    .resources
+                    .as_mut()
+                    .and_then(|r| r.blocks.get_mut(n as usize))
+                {
+                    Some(b) => b.doorbell(val, &mut io.irqs, c),
+                    None => inc(&mut c.bad_doorbells),
+                }
+            }
+            Some(Doorbell::Tx(q)) => match self.tx.get_mut(q as usize).and_then(|q| q.as_mut()) {
+                Some(t) if val < t.ring_size => {
+                    t.tail = val;
+                    self.tx_kick[q as usize] = true;
+                }
+                _ => inc(&mut c.bad_doorbells),
+            },
+            Some(Doorbell::Rx(q)) => match self.rx.get_mut(q as usize).and_then(|q| q.as_mut()) {
+                Some(r) if val < r.buf_size => r.buf_tail = val,
+                _ => inc(&mut c.bad_doorbells),
+            },
+            None => inc(&mut c.bad_doorbells),
+        }
+    }
+
+    fn block_event(&mut self, ntfy: u32, io: &mut DeviceIo<'_>) {
+        if let Some(b) = self
+            .resources
+            .as_mut()
+            .and_then(|r| r.blocks.get_mut(ntfy as usize))
+        {
+            b.event(&mut io.irqs, &mut self.counters);
+        }
+    }
+
+    fn process_tx(&mut self, io: &mut DeviceIo<'_>) {
+        for qi in 0..self.tx.len() {
+            if !std::mem::take(&mut self.tx_kick[qi]) {
+                continue;
+            }
+            let Some(q) = self.tx[qi].as_mut() else {
+                continue;
+            };
+            let res = q.process(io.dma, &mut self.counters);
+            let ntfy = q.ntfy;
+            io.tx.extend(res.frames);
+            if res.completed {
+                self.block_event(ntfy, io);
+            }
+        }
+    }
+
+    /// IDs of created RX queues, ascending.
+    fn created_rx(&self) -> Vec<u32> {
+        self.rx.iter().flatten().map(|q| q.id).collect()
+    }
+
+    /// A snapshot for `ctl status`.
+    pub fn status(&self) -> Status {
+        let created = self.created_rx();
+        Status {
+            device_status: self.device_status,
+            driver_version: String::from_utf8_lossy(&self.driver_version).into_owned(),
+            adminq_ready: self.adminq().is_some(),
+            adminq_event_counter: self.event_counter,
+            resources_configured: self.resources.is_some(),
+            notify_blocks: self.resources.as_ref().map_or(0, |r| r.blocks.len() as u32),
+            mtu: self.mtu,
+            tx_queues: self
+                .tx
+                .iter()
+                .flatten()
+                .map(|q| TxQueueStatus {
+                    id: q.id,
+                    ring_size: q.ring_size,
+                    head: q.head,
+                    tail: q.tail,
+                    ntfy_id: q.ntfy,
+                    db_index: layout::TX_DB_BASE + q.id,
+                })
+                .collect(),
+            rx_queues: self
+                .rx
+                .iter()
+                .flatten()
+                .map(|q| RxQueueStatus {
+                    id: q.id,
+                    buf_ring_size: q.buf_size,
+                    compl_ring_size: q.compl_size,
+                    buffers_available: q.available(),
+                    packet_buffer_size: q.packet_buffer_size,
+                    header_buffer_size: q.header_buffer_size,
+                    rsc: q.rsc,
+                    ntfy_id: q.ntfy,
+                    db_index: layout::RX_DB_BASE + q.id,
+                })
+                .collect(),
+            rss: RssStatus {
+                hash_types: self.rss.hash_types,
+                key: self.rss.key.to_vec(),
+                indirection_table: self.rss.table(&created),
+                table_configured: self.rss.lut.is_some(),
+            },
+            flow_rules: self
+                .rules
+                .rules
+                .iter()
+                .map(|(&location, r)| counters::FlowRuleStatus {
+                    location,
+                    description: r.describe(),
+                    queue: r.queue,
+                    hits: r.hits,
+                })
+                .collect(),
+            last_admin_error: self.last_admin_error.clone(),
+            counters: self.counters.clone(),
+        }
+    }
+
+    /// How header split lays out a frame on queue `q`.
+    fn split_for(q: &RxQueue, frame: &[u8], p: &devmem_nic::ParsedFrame) -> Split {
+        let hs = q.header_buffer_size as usize;
+        if hs == 0 {
+            return Split::Off;
+        }
+        match p.l4_header_end() {
+            // TCP/UDP without payload (a pure ACK, maybe with Ethernet
+            // padding): all of it in the header buffer, no data bytes.
+            Some(_) if p.l4_payload_len() == Some(0) && frame.len() <= hs => Split::At(frame.len()),
+            // TCP/UDP: headers (L2..L4) to the header buffer.
+            Some(end) if end <= hs => Split::At(end),
+            Some(_) => Split::Unsplit { overflow: true },
+            // Anything else (ARP, ICMP, fragments) goes whole into the header
+            // buffer when it fits, so that the kernel can read it even when
+            // the data buffers are unreadable devmem.
+            None if frame.len() <= hs => Split::At(frame.len()),
+            None => Split::Unsplit { overflow: false },
+        }
+    }
+
+    /// Packet type, hash and checksum facts for the completion.
+    fn rx_meta(&self, frame: &[u8], p: &devmem_nic::ParsedFrame, hash: Option<u32>) -> RxMeta {
+        use describe::{l3, l4};
+        let (l3t, proto, ext) = match p.l3 {
+            Some(L3::V4(ip)) => (l3::IPV4, Some(ip.protocol), false),
+            Some(L3::V6(ip)) => (l3::IPV6, Some(ip.protocol), ip.has_ext_headers),
+            None => (l3::UNKNOWN, None, false),
+        };
+        let fragment = p.l3.is_some_and(|l| l.is_fragment());
+        let l4t = match proto {
+            _ if fragment => l4::UNKNOWN,
+            None => l4::UNKNOWN,
+            Some(6) if p.l4.is_some() => l4::TCP,
+            Some(17) if p.l4.is_some() => l4::UDP,
+            Some(6 | 17) => l4::UNKNOWN,
+            Some(1 | 58) => l4::ICMP,
+            Some(132) => l4::SCTP,
+            Some(_) => l4::OTHER,
+        };
+        let cs = offload::verify_rx(frame, p);
+        RxMeta {
+            ptype: describe::ptype(l3t, l4t),
+            hash: hash.unwrap_or(0),
+            l3_l4_processed: cs.processed,
+            csum_ip_err: cs.ip_err,
+            csum_l4_err: cs.l4_err,
+            ipv6_ex_add: ext,
+        }
+    }
+}
+
+impl PciDevice for GveDevice {
+    fn identity(&self) -> PciIdentity {
+        layout::identity()
+    }
+
+    fn bars(&self) -> Vec<BarInfo> {
+        layout::bars()
+    }
+
+    fn msix(&self) -> Option<MsixInfo> {
+        Some(layout::msix(self.cfg.max_tx_queues, self.cfg.max_rx_queues))
+    }
+
+    fn bar_read(&mut self, bar: u8, offset: u64, data: &mut [u8], _io: &mut DeviceIo<'_>) {
+        data.fill(0);
+        if bar != layout::BAR_REGS {
+            if bar != layout::BAR_DOORBELLS
+                || offset.saturating_add(data.len() as u64) > layout::BAR2_SIZE
+            {
+                inc(&mut self.counters.bad_register_accesses);
+            }
+            return;
+        }
+        let img = self.regs_image();
+        let end = offset.saturating_add(data.len() as u64);
+        if end > regs::REGS_END {
+            inc(&mut self.counters.bad_register_accesses);
+        }
+        for (i, d) in data.iter_mut().enumerate() {
+            if let Some(b) = usize::try_from(offset)
+                .ok()
+                .and_then(|o| o.checked_add(i))
+                .and_then(|o| img.get(o))
+            {
+                *d = *b;
+            }
+        }
+    }
+
+    fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8], io: &mut DeviceIo<'_>) {
+        match bar {
+            layout::BAR_REGS => self.bar0_write(offset, data),
+            layout::BAR_DOORBELLS => self.bar2_write(offset, data, io),
+            _ => inc(&mut self.counters.bad_register_accesses),
+        }
+    }
+
+    fn poll(&mut self, io: &mut DeviceIo<'_>) {
+        self.process_adminq(io);
+        self.process_tx(io);
+    }
+
+    fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+        if self.resources.is_none() || self.rx.iter().all(Option::is_none) {
+            return Err(RxRefusal::NotReady);
+        }
+        let max = usize::from(self.mtu.max(self.cfg.mtu)) + 18;
+        if frame.len() < 14 || frame.len() > max {
+            inc(&mut self.counters.rx_drops);
+            inc(&mut self.counters.rx_oversize);
+            return Err(RxRefusal::Dropped);
+        }
+        let p = parse(frame);
+        let hash = self.rss.hash(&p);
+        let created = self.created_rx();
+        let qid = if let Some(r) = self.rules.lookup(frame, &p) {
+            r.hits = r.hits.saturating_add(1);
+            inc(&mut self.counters.flow_rule_hits);
+            u32::from(r.queue)
+        } else if let Some(h) = hash {
+            inc(&mut self.counters.rss_steered);
+            self.rss.queue(h, &created)
+        } else {
+            0
+        };
+        let meta = self.rx_meta(frame, &p, hash);
+        if meta.csum_ip_err || meta.csum_l4_err {
+            inc(&mut self.counters.rx_csum_errors);
+        }
+        let Some(q) = self.rx.get_mut(qid as usize).and_then(Option::as_mut) else {
+            inc(&mut self.counters.rx_drops);
+            inc(&mut self.counters.rx_no_queue);
+            return Err(RxRefusal::Dropped);
+        };
+        let split = Self::split_for(q, frame, &p);
+        q.place(io.dma, frame, split, &meta, &mut self.counters)?;
+        let ntfy = q.ntfy;
+        self.block_event(ntfy, io);
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.clear_state();
+        self.device_status = regs::device_status::LINK;
+        self.driver_status = 0;
+        self.driver_version.clear();
+        self.last_admin_error = None;
+        inc(&mut self.counters.resets);
+    }
+}

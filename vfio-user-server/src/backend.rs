@@ -1,0 +1,409 @@
+//! The state shared by the vfio-user thread and the daemon, and the
+//! [`vfio_user::ServerBackend`] adapter that maps vfio-user regions and
+//! interrupts onto a [`PciDevice`].
+//!
+//! Region layout (vfio-pci's): 0..=5 the BARs, 6 the (absent) option ROM,
+//! 7 the configuration space, 8 the (absent) VGA window. Interrupt indices:
+//! 0 INTx (none: the interrupt pin is 0), 1 MSI (none), 2 MSI-X (the
+//! model's vectors), 3 ERR and 4 REQ (one eventfd each).
+
+use std::fs::File;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use pci_model::config::{ConfigSpace, CONFIG_SIZE};
+use pci_model::{BarInfo, DeviceIo, Frame, MsixInfo, PciDevice, PciIdentity};
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, VFIO_IRQ_INFO_AUTOMASKED, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX, VFIO_PCI_INTX_IRQ_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX, VFIO_PCI_REQ_IRQ_INDEX,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion};
+
+use crate::dma::{DmaTable, GatedDma};
+use crate::irq::Msix;
+use crate::{Counters, Limits};
+
+/// Number of vfio-pci regions declared (BAR0..5, ROM, config, VGA).
+pub(crate) const NUM_REGIONS: u32 = 9;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn einval() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::EINVAL)
+}
+
+/// What the model declared at construction (its identity, BARs, MSI-X).
+#[derive(Clone)]
+pub(crate) struct Layout {
+    pub(crate) id: PciIdentity,
+    pub(crate) bars: Vec<BarInfo>,
+    pub(crate) msix: Option<MsixInfo>,
+}
+
+impl Layout {
+    pub(crate) fn of(device: &dyn PciDevice) -> Result<Self, crate::Error> {
+        let l = Layout {
+            id: device.identity(),
+            bars: device.bars(),
+            msix: device.msix(),
+        };
+        let config = l.config();
+        if let Some(m) = l.msix {
+            let fits = |bar: u8, off: u32, len: u64| {
+                bar < 6 && u64::from(off).saturating_add(len) <= config.bar_size(bar)
+            };
+            if m.vectors == 0 || m.vectors > 2048 {
+                return Err(crate::Error::Device("MSI-X vector count not in 1..=2048"));
+            }
+            if !fits(m.table_bar, m.table_offset, u64::from(m.vectors) * 16)
+                || !fits(
+                    m.pba_bar,
+                    m.pba_offset,
+                    u64::from(m.vectors).div_ceil(64) * 8,
+                )
+            {
+                return Err(crate::Error::Device("MSI-X table or PBA outside its BAR"));
+            }
+        }
+        Ok(l)
+    }
+
+    pub(crate) fn config(&self) -> ConfigSpace {
+        ConfigSpace::new(self.id, &self.bars, self.msix)
+    }
+
+    pub(crate) fn regions(&self) -> Vec<ServerRegion> {
+        let config = self.config();
+        (0..NUM_REGIONS)
+            .map(|i| {
+                let size = if i < 6 {
+                    config.bar_size(i as u8)
+                } else if i == VFIO_PCI_CONFIG_REGION_INDEX {
+                    CONFIG_SIZE as u64
+                } else {
+                    0
+                };
+                let flags = if size > 0 {
+                    VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
+                } else {
+                    0
+                };
+                ServerRegion {
+                    region_info: vfio_region_info {
+                        argsz: std::mem::size_of::<vfio_region_info>() as u32,
+                        flags,
+                        index: i,
+                        cap_offset: 0,
+                        size,
+                        offset: 0,
+                    },
+                    sparse_areas: Vec::new(),
+                    mmap_fd: None,
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn irqs(&self) -> Vec<IrqInfo> {
+        let info = |index: u32, flags: u32, count: u32| IrqInfo {
+            index,
+            flags,
+            count,
+        };
+        vec![
+            info(
+                VFIO_PCI_INTX_IRQ_INDEX,
+                VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_MASKABLE | VFIO_IRQ_INFO_AUTOMASKED,
+                0,
+            ),
+            info(VFIO_PCI_MSI_IRQ_INDEX, VFIO_IRQ_INFO_EVENTFD, 0),
+            // No NORESIZE: vectors can be set one at a time, so QEMU adds
+            // them without disabling MSI-X.
+            info(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_INFO_EVENTFD,
+                self.msix.map_or(0, |m| u32::from(m.vectors)),
+            ),
+            // One eventfd each, held but never signalled except REQ on
+            // DeviceHandle::request_unplug (declaring ERR also spares QEMU's
+            // "Could not enable error recovery" warning).
+            info(VFIO_PCI_ERR_IRQ_INDEX, VFIO_IRQ_INFO_EVENTFD, 1),
+            info(VFIO_PCI_REQ_IRQ_INDEX, VFIO_IRQ_INFO_EVENTFD, 1),
+        ]
+    }
+}
+
+/// Everything the device lock protects.
+pub(crate) struct State<D> {
+    pub(crate) device: D,
+    pub(crate) config: ConfigSpace,
+    pub(crate) dma: DmaTable,
+    pub(crate) msix: Msix,
+}
+
+/// The frame sink, behind its own lock so that frames leave in the order
+/// the model produced them without holding the device lock while sending.
+pub(crate) type Sink = Box<dyn FnMut(Frame) + Send>;
+
+/// Shared by the server thread and every [`crate::DeviceHandle`].
+pub(crate) struct Shared<D> {
+    pub(crate) state: Mutex<State<D>>,
+    pub(crate) sink: Mutex<Sink>,
+    pub(crate) counters: Counters,
+    pub(crate) epoch: Instant,
+    pub(crate) layout: Layout,
+    pub(crate) stop: std::sync::atomic::AtomicBool,
+    pub(crate) stopper: crate::stop::Stopper,
+}
+
+impl<D: PciDevice> Shared<D> {
+    pub(crate) fn new(
+        device: D,
+        sink: Sink,
+        limits: Limits,
+        layout: Layout,
+        stopper: crate::stop::Stopper,
+    ) -> Self {
+        Shared {
+            state: Mutex::new(State {
+                device,
+                config: layout.config(),
+                dma: DmaTable::new(limits.max_dma_regions),
+                msix: Msix::new(layout.msix),
+            }),
+            sink: Mutex::new(sink),
+            counters: Counters::default(),
+            epoch: Instant::now(),
+            layout,
+            stop: std::sync::atomic::AtomicBool::new(false),
+            stopper,
+        }
+    }
+
+    /// Runs `f` on the model with a fresh [`DeviceIo`], then raises the
+    /// interrupts and sends the frames it produced.
+    pub(crate) fn with_io<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
+        let mut st = lock(&self.state);
+        let now = self.epoch.elapsed();
+        let State {
+            device,
+            config,
+            dma,
+            msix,
+        } = &mut *st;
+        let gated = GatedDma {
+            table: dma,
+            bus_master: config.bus_master(),
+        };
+        let mut io = DeviceIo::new(&gated, now);
+        let r = f(device, &mut io);
+        let DeviceIo { irqs, tx, .. } = io;
+        for v in irqs {
+            msix.fire(v, &self.counters);
+        }
+        if tx.is_empty() {
+            return r;
+        }
+        // Take the sink before letting go of the device, so that frames
+        // from concurrent calls keep the model's order.
+        let mut sink = lock(&self.sink);
+        drop(st);
+        for frame in tx {
+            Counters::inc(&self.counters.frames_out);
+            (*sink)(frame);
+        }
+        r
+    }
+
+    fn reset_locked(&self, st: &mut State<D>) {
+        st.device.reset();
+        st.config = self.layout.config();
+        st.msix.reset();
+        Counters::inc(&self.counters.resets);
+    }
+
+    /// Client gone: reset the device, drop its DMA mappings and eventfds.
+    pub(crate) fn disconnected(&self) {
+        let mut st = lock(&self.state);
+        self.reset_locked(&mut st);
+        st.dma.clear();
+        st.msix.disconnect();
+        Counters::inc(&self.counters.connections);
+    }
+
+    fn bad_access(&self) -> std::io::Error {
+        Counters::inc(&self.counters.bad_region_access);
+        einval()
+    }
+
+    /// Checks a BAR access: the BAR exists, the access is 1, 2, 4 or 8
+    /// bytes and inside it.
+    fn check_bar(&self, config: &ConfigSpace, bar: u32, offset: u64, len: usize) -> bool {
+        let size = config.bar_size(bar as u8);
+        size > 0
+            && matches!(len, 1 | 2 | 4 | 8)
+            && offset
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= size)
+    }
+}
+
+/// The per-connection [`ServerBackend`].
+pub(crate) struct Backend<D> {
+    pub(crate) shared: Arc<Shared<D>>,
+}
+
+impl<D: PciDevice> ServerBackend for Backend<D> {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> std::io::Result<()> {
+        let s = &*self.shared;
+        if region == VFIO_PCI_CONFIG_REGION_INDEX {
+            let st = lock(&s.state);
+            if offset
+                .checked_add(data.len() as u64)
+                .is_none_or(|end| end > CONFIG_SIZE as u64)
+            {
+                return Err(s.bad_access());
+            }
+            st.config.read(offset, data);
+            return Ok(());
+        }
+        if region >= 6 {
+            return Err(s.bad_access());
+        }
+        {
+            let st = lock(&s.state);
+            if !s.check_bar(&st.config, region, offset, data.len()) {
+                drop(st);
+                return Err(s.bad_access());
+            }
+            if st.msix.read(region as u8, offset, data) {
+                return Ok(());
+            }
+        }
+        s.with_io(|dev, io| dev.bar_read(region as u8, offset, data, io));
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let s = &*self.shared;
+        if region == VFIO_PCI_CONFIG_REGION_INDEX {
+            let mut st = lock(&s.state);
+            if offset
+                .checked_add(data.len() as u64)
+                .is_none_or(|end| end > CONFIG_SIZE as u64)
+            {
+                drop(st);
+                return Err(s.bad_access());
+            }
+            st.config.write(offset, data);
+            return Ok(());
+        }
+        if region >= 6 {
+            return Err(s.bad_access());
+        }
+        {
+            let mut st = lock(&s.state);
+            if !s.check_bar(&st.config, region, offset, data.len()) {
+                drop(st);
+                return Err(s.bad_access());
+            }
+            if st.msix.write(region as u8, offset, data) {
+                return Ok(());
+            }
+        }
+        s.with_io(|dev, io| {
+            dev.bar_write(region as u8, offset, data, io);
+            dev.poll(io);
+        });
+        Ok(())
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> std::io::Result<()> {
+        let s = &*self.shared;
+        let mut st = lock(&s.state);
+        let r = st.dma.map(
+            flags.contains(DmaMapFlags::READ),
+            flags.contains(DmaMapFlags::WRITE),
+            offset,
+            address,
+            size,
+            fd,
+        );
+        match r {
+            Ok(()) => {
+                Counters::inc(&s.counters.dma_maps);
+                tracing::debug!(iova = address, size, offset, ?flags, "DMA map");
+                Ok(())
+            }
+            Err(e) => {
+                Counters::inc(&s.counters.dma_maps_refused);
+                tracing::warn!(iova = address, size, offset, "DMA map refused: {e}");
+                Err(std::io::Error::from_raw_os_error(e.errno()))
+            }
+        }
+    }
+
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> std::io::Result<()> {
+        let s = &*self.shared;
+        let mut st = lock(&s.state);
+        let r = if flags.contains(DmaUnmapFlags::GET_DIRTY_PAGE_INFO) {
+            Err(crate::MapError::UnsupportedFlags(flags.bits()))
+        } else {
+            st.dma
+                .unmap(address, size, flags.contains(DmaUnmapFlags::UNMAP_ALL))
+        };
+        match r {
+            Ok(n) => {
+                Counters::inc(&s.counters.dma_unmaps);
+                tracing::debug!(iova = address, size, removed = n, "DMA unmap");
+                Ok(())
+            }
+            Err(e) => {
+                Counters::inc(&s.counters.dma_unmaps_refused);
+                tracing::warn!(iova = address, size, "DMA unmap refused: {e}");
+                Err(std::io::Error::from_raw_os_error(e.errno()))
+            }
+        }
+    }
+
+    fn reset(&mut self) -> std::io::Result<()> {
+        let s = &*self.shared;
+        let mut st = lock(&s.state);
+        s.reset_locked(&mut st);
+        tracing::debug!("device reset");
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> std::io::Result<()> {
+        let s = &*self.shared;
+        let mut st = lock(&s.state);
+        let r = st
+            .msix
+            .set_irqs(index, flags, start, count, fds, &s.counters);
+        if let Err(e) = &r {
+            Counters::inc(&s.counters.set_irqs_refused);
+            tracing::warn!(index, flags, start, count, "SET_IRQS refused: {e}");
+        } else {
+            tracing::debug!(index, flags, start, count, "SET_IRQS");
+        }
+        r
+    }
+}

@@ -1,0 +1,247 @@
+//! The listening socket, the connection loop and the daemon's handle.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pci_model::{Frame, PciDevice, RxRefusal};
+
+use crate::backend::{lock, Backend, Layout, Shared};
+use crate::stop::Stopper;
+use crate::{Counters, Error, Limits, Stats};
+
+/// Serves one [`PciDevice`] over vfio-user on a UNIX socket.
+pub struct VfioUserServer<D> {
+    server: vfio_user::Server,
+    shared: Arc<Shared<D>>,
+    remove_path: Option<PathBuf>,
+}
+
+/// The daemon's side of a served device: frames in, timers, counters, stop.
+/// Cheap to clone; usable from any thread.
+pub struct DeviceHandle<D> {
+    shared: Arc<Shared<D>>,
+}
+
+impl<D> Clone for DeviceHandle<D> {
+    fn clone(&self) -> Self {
+        DeviceHandle {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<D: PciDevice + Send + 'static> VfioUserServer<D> {
+    /// Binds a new socket at `path` (which must not exist) for `device`.
+    /// Frames the model sends are passed to `sink`, in order, without the
+    /// device lock held; `sink` must not call back into a [`DeviceHandle`]
+    /// of the same device (queue the frame instead).
+    pub fn bind(
+        path: &Path,
+        device: D,
+        sink: impl FnMut(Frame) + Send + 'static,
+        limits: Limits,
+    ) -> Result<Self, Error> {
+        if path.exists() {
+            return Err(Error::SocketExists(path.to_path_buf()));
+        }
+        let listener = UnixListener::bind(path).map_err(Error::Socket)?;
+        let mut s = Self::from_listener(listener, device, sink, limits)?;
+        s.remove_path = Some(path.to_path_buf());
+        Ok(s)
+    }
+
+    /// Like [`VfioUserServer::bind`] on a listener the caller bound (or
+    /// inherited). The socket file is left alone on drop. If the listener
+    /// has no path name, [`DeviceHandle::stop`] cannot interrupt a live
+    /// connection (only a blocked `accept`).
+    pub fn from_listener(
+        listener: UnixListener,
+        device: D,
+        sink: impl FnMut(Frame) + Send + 'static,
+        limits: Limits,
+    ) -> Result<Self, Error> {
+        let layout = Layout::of(&device)?;
+        let path = listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf));
+        let dup = OwnedFd::from(listener.try_clone().map_err(Error::Socket)?);
+        let stopper = Stopper {
+            listener: UnixStream::from(dup),
+            path,
+        };
+        let server = vfio_user::Server::from_owned_fd(
+            OwnedFd::from(listener),
+            true,
+            layout.irqs(),
+            layout.regions(),
+        );
+        let shared = Arc::new(Shared::new(device, Box::new(sink), limits, layout, stopper));
+        Ok(VfioUserServer {
+            server,
+            shared,
+            remove_path: None,
+        })
+    }
+
+    /// A handle for the daemon.
+    pub fn handle(&self) -> DeviceHandle<D> {
+        DeviceHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Serves clients one at a time until [`DeviceHandle::stop`]. When a
+    /// client goes away (QEMU exits, a protocol error, a malformed message
+    /// that makes the `vfio_user` crate panic), the device is reset, its
+    /// DMA mappings and eventfds are dropped, and the next client is
+    /// accepted. Consumes the server: the socket file (if [`bind`] made
+    /// it) is removed when it returns.
+    ///
+    /// [`bind`]: VfioUserServer::bind
+    pub fn run(self) -> Result<(), Error> {
+        let s = &*self.shared;
+        let mut backend = Backend {
+            shared: self.shared.clone(),
+        };
+        while !s.stop.load(Ordering::Acquire) {
+            let r = panic::catch_unwind(AssertUnwindSafe(|| self.server.run(&mut backend)));
+            let stopping = s.stop.load(Ordering::Acquire);
+            match r {
+                Ok(Ok(())) => {
+                    tracing::info!("vfio-user client disconnected");
+                    s.disconnected();
+                }
+                Ok(Err(vfio_user::Error::SocketAccept(e))) => {
+                    if !stopping {
+                        Counters::inc(&s.counters.accept_errors);
+                        tracing::warn!("vfio-user accept: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                Ok(Err(e)) => {
+                    if !stopping {
+                        Counters::inc(&s.counters.protocol_errors);
+                        tracing::warn!("vfio-user connection ended: {e}");
+                    }
+                    s.disconnected();
+                }
+                Err(_) => {
+                    Counters::inc(&s.counters.protocol_panics);
+                    tracing::warn!(
+                        "vfio_user crate panicked on a client message; connection dropped"
+                    );
+                    s.disconnected();
+                }
+            }
+        }
+        tracing::info!("vfio-user server stopped");
+        Ok(())
+    }
+}
+
+impl<D> Drop for VfioUserServer<D> {
+    fn drop(&mut self) {
+        if let Some(p) = &self.remove_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Binds `path` for `device` with default [`Limits`] and runs the server on
+/// a thread of its own. The thread ends (with the socket file removed)
+/// after [`DeviceHandle::stop`].
+#[allow(clippy::type_complexity)]
+pub fn serve<D: PciDevice + Send + 'static>(
+    path: &Path,
+    device: D,
+    sink: impl FnMut(Frame) + Send + 'static,
+) -> Result<(DeviceHandle<D>, JoinHandle<Result<(), Error>>), Error> {
+    let server = VfioUserServer::bind(path, device, sink, Limits::default())?;
+    let handle = server.handle();
+    let thread = std::thread::Builder::new()
+        .name("vfio-user".into())
+        .spawn(move || server.run())
+        .map_err(Error::Spawn)?;
+    Ok((handle, thread))
+}
+
+impl<D: PciDevice> DeviceHandle<D> {
+    /// A frame from the fabric: [`PciDevice::receive`] then
+    /// [`PciDevice::poll`]; interrupts and frames it produces go out.
+    pub fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal> {
+        self.shared.with_io(|dev, io| {
+            let r = dev.receive(frame, io);
+            dev.poll(io);
+            r
+        })
+    }
+
+    /// Runs [`PciDevice::poll`] (call it at [`DeviceHandle::next_deadline`]).
+    pub fn poll(&self) {
+        self.shared.with_io(|dev, io| dev.poll(io));
+    }
+
+    /// [`PciDevice::next_timeout`], on the device's clock.
+    pub fn next_timeout(&self) -> Option<Duration> {
+        lock(&self.shared.state).device.next_timeout()
+    }
+
+    /// When [`DeviceHandle::poll`] should next run for timers, if ever.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.next_timeout()
+            .and_then(|t| self.shared.epoch.checked_add(t))
+    }
+
+    /// Runs `f` on the model under the device lock (inspection, tests).
+    /// `f` must not call back into a handle of the same device (deadlock).
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        f(&mut lock(&self.shared.state).device)
+    }
+}
+
+impl<D> DeviceHandle<D> {
+    /// The device's clock: time since the server was created.
+    pub fn now(&self) -> Duration {
+        self.shared.epoch.elapsed()
+    }
+
+    /// Number of DMA mappings the current client holds.
+    pub fn dma_regions(&self) -> usize {
+        lock(&self.shared.state).dma.len()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        let refused = lock(&self.shared.state).dma.refused();
+        self.shared.counters.snapshot(refused)
+    }
+
+    /// Stops the server: [`VfioUserServer::run`] returns once the blocked
+    /// `accept` or the live connection (shut down under QEMU's feet: QEMU
+    /// keeps running with a dead device; call
+    /// [`DeviceHandle::request_unplug`] first for a graceful exit) ends.
+    /// The server cannot be restarted afterwards.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stopper.stop();
+    }
+
+    /// Asks the client to release the device (vfio's REQ interrupt: QEMU
+    /// answers by hot-unplugging it, which the guest must accept). Returns
+    /// false if the client registered no REQ eventfd.
+    pub fn request_unplug(&self) -> bool {
+        lock(&self.shared.state).msix.request(&self.shared.counters)
+    }
+
+    /// Whether [`DeviceHandle::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
+    }
+}

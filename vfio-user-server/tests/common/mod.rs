@@ -1,0 +1,260 @@
+//! Helpers for the integration tests: a server thread on a temp socket,
+//! memfds, eventfds, and a raw vfio-user client for malformed messages.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pci_model::{Frame, PciDevice};
+use vfio_user_server::{DeviceHandle, Error, Limits, VfioUserServer};
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+
+pub const VFIO_USER_VERSION: u16 = 1;
+pub const VFIO_USER_DMA_MAP: u16 = 2;
+pub const VFIO_USER_DMA_UNMAP: u16 = 3;
+pub const VFIO_USER_REGION_READ: u16 = 9;
+pub const VFIO_USER_REGION_WRITE: u16 = 10;
+pub const FLAG_ERROR: u32 = 1 << 5;
+
+pub struct TestServer<D> {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+    pub handle: DeviceHandle<D>,
+    pub thread: Option<JoinHandle<Result<(), Error>>>,
+    pub frames: Arc<Mutex<Vec<Frame>>>,
+}
+
+impl<D: PciDevice + Send + 'static> TestServer<D> {
+    pub fn start(device: D, limits: Limits) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.sock");
+        let frames = Arc::new(Mutex::new(Vec::new()));
+        let f = frames.clone();
+        let server =
+            VfioUserServer::bind(&path, device, move |fr| f.lock().unwrap().push(fr), limits)
+                .unwrap();
+        let handle = server.handle();
+        let thread = std::thread::spawn(move || server.run());
+        TestServer {
+            dir,
+            path,
+            handle,
+            thread: Some(thread),
+            frames,
+        }
+    }
+
+    pub fn client(&self) -> vfio_user::Client {
+        vfio_user::Client::new(&self.path).unwrap()
+    }
+
+    pub fn raw(&self) -> RawClient {
+        RawClient {
+            stream: UnixStream::connect(&self.path).unwrap(),
+            id: 0,
+        }
+    }
+
+    /// Stops the server and checks that its thread ends cleanly.
+    pub fn stop(&mut self) {
+        self.handle.stop();
+        let t = self.thread.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !t.is_finished() {
+            assert!(Instant::now() < deadline, "server thread did not stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        t.join().unwrap().unwrap();
+    }
+
+    /// Waits until `cond` holds on the stats (the server thread notices a
+    /// disconnect asynchronously).
+    pub fn wait_for(&self, what: &str, cond: impl Fn(&vfio_user_server::Stats) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = self.handle.stats();
+            if cond(&s) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {s:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl<D> Drop for TestServer<D> {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.handle.stop();
+            let _ = t.join();
+        }
+    }
+}
+
+/// A memfd of `size` bytes standing in for guest RAM.
+pub fn memfd(size: u64) -> File {
+    // SAFETY: plain syscall with a valid NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: fd is a fresh descriptor we own.
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.set_len(size).unwrap();
+    f
+}
+
+pub fn read_mem(f: &File, off: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    f.read_exact_at(&mut b, off).unwrap();
+    b
+}
+
+/// A non-blocking eventfd.
+pub fn eventfd() -> File {
+    // SAFETY: plain syscall.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: fd is a fresh descriptor we own.
+    unsafe { File::from_raw_fd(fd) }
+}
+
+/// Reads and resets an eventfd's counter (0 if not signalled).
+pub fn take_events(f: &File) -> u64 {
+    let mut b = [0u8; 8];
+    match (&*f).read(&mut b) {
+        Ok(8) => u64::from_ne_bytes(b),
+        _ => 0,
+    }
+}
+
+pub fn read32(c: &mut vfio_user::Client, region: u32, off: u64) -> u32 {
+    let mut b = [0u8; 4];
+    c.region_read(region, off, &mut b).unwrap();
+    u32::from_le_bytes(b)
+}
+
+pub fn write32(c: &mut vfio_user::Client, region: u32, off: u64, v: u32) {
+    c.region_write(region, off, &v.to_le_bytes()).unwrap();
+}
+
+/// Bus mastering + memory space on, as a driver does before DMA.
+pub fn enable_bus_master(c: &mut vfio_user::Client) {
+    c.region_write(7, 0x04, &0x0006u16.to_le_bytes()).unwrap();
+}
+
+/// A vfio-user client speaking raw messages, for what `vfio_user::Client`
+/// cannot send (or cannot survive the reply of).
+pub struct RawClient {
+    pub stream: UnixStream,
+    id: u16,
+}
+
+pub struct Reply {
+    pub flags: u32,
+    pub error: u32,
+    pub payload: Vec<u8>,
+}
+
+impl Reply {
+    pub fn is_error(&self) -> bool {
+        self.flags & FLAG_ERROR != 0
+    }
+}
+
+impl RawClient {
+    pub fn send(&mut self, cmd: u16, size: u32, payload: &[u8], fds: &[RawFd]) {
+        let mut msg = Vec::new();
+        msg.extend_from_slice(&self.id.to_le_bytes());
+        msg.extend_from_slice(&cmd.to_le_bytes());
+        msg.extend_from_slice(&size.to_le_bytes());
+        msg.extend_from_slice(&0u32.to_le_bytes());
+        msg.extend_from_slice(&0u32.to_le_bytes());
+        msg.extend_from_slice(payload);
+        self.id = self.id.wrapping_add(1);
+        if fds.is_empty() {
+            self.stream.write_all(&msg).unwrap();
+        } else {
+            self.stream.send_with_fds(&[&msg[..]], fds).unwrap();
+        }
+    }
+
+    pub fn recv(&mut self) -> Reply {
+        let mut h = [0u8; 16];
+        self.stream.read_exact(&mut h).unwrap();
+        let size = u32::from_le_bytes(h[4..8].try_into().unwrap());
+        let flags = u32::from_le_bytes(h[8..12].try_into().unwrap());
+        let error = u32::from_le_bytes(h[12..16].try_into().unwrap());
+        let mut payload = vec![0u8; (size as usize).saturating_sub(16)];
+        self.stream.read_exact(&mut payload).unwrap();
+        Reply {
+            flags,
+            error,
+            payload,
+        }
+    }
+
+    pub fn call(&mut self, cmd: u16, payload: &[u8], fds: &[RawFd]) -> Reply {
+        self.send(cmd, 16 + payload.len() as u32, payload, fds);
+        self.recv()
+    }
+
+    pub fn dma_map(
+        &mut self,
+        flags: u32,
+        offset: u64,
+        iova: u64,
+        size: u64,
+        fd: Option<&File>,
+    ) -> Reply {
+        let mut p = Vec::new();
+        p.extend_from_slice(&32u32.to_le_bytes());
+        p.extend_from_slice(&flags.to_le_bytes());
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(&iova.to_le_bytes());
+        p.extend_from_slice(&size.to_le_bytes());
+        let fds: Vec<RawFd> = fd.iter().map(|f| f.as_raw_fd()).collect();
+        self.call(VFIO_USER_DMA_MAP, &p, &fds)
+    }
+
+    pub fn dma_unmap(&mut self, flags: u32, iova: u64, size: u64) -> Reply {
+        let mut p = Vec::new();
+        p.extend_from_slice(&24u32.to_le_bytes());
+        p.extend_from_slice(&flags.to_le_bytes());
+        p.extend_from_slice(&iova.to_le_bytes());
+        p.extend_from_slice(&size.to_le_bytes());
+        self.call(VFIO_USER_DMA_UNMAP, &p, &[])
+    }
+
+    pub fn region_read(&mut self, region: u32, offset: u64, count: u32) -> Reply {
+        let mut p = Vec::new();
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(&region.to_le_bytes());
+        p.extend_from_slice(&count.to_le_bytes());
+        self.call(VFIO_USER_REGION_READ, &p, &[])
+    }
+
+    pub fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Reply {
+        let mut p = Vec::new();
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(&region.to_le_bytes());
+        p.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        p.extend_from_slice(data);
+        self.call(VFIO_USER_REGION_WRITE, &p, &[])
+    }
+}
