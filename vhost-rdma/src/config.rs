@@ -77,6 +77,28 @@ impl FromStr for DeviceForm {
     }
 }
 
+/// What a port presents to its guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PortKind {
+    /// A vhost-user virtio-net device (in the `form` given).
+    #[default]
+    VirtioNet,
+    /// An emulated Google gVNIC (gve, DQO RDA) served over vfio-user
+    /// (`-device vfio-user-pci`): header split, flow rules, RSS, devmem RX.
+    Gve,
+}
+
+impl FromStr for PortKind {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "virtio-net" | "vhost-user" => Ok(PortKind::VirtioNet),
+            "gve" => Ok(PortKind::Gve),
+            _ => bail!("unknown port kind {s:?}: use virtio-net or gve"),
+        }
+    }
+}
+
 /// Default bound of each queue pair's pending queue (frames).
 pub const DEFAULT_RX_QUEUE_FRAMES: usize = 1024;
 /// Most queue pairs a port may have (virtio-net allows 0x8000; QEMU and our
@@ -91,6 +113,9 @@ pub struct PortConfig {
     pub mac: MacAddr,
     pub queue_pairs: u16,
     pub form: DeviceForm,
+    /// What the port presents (`kind=`): virtio-net over vhost-user, or an
+    /// emulated PCI NIC over vfio-user.
+    pub kind: PortKind,
     /// Bound of the per-queue-pair pending queue towards the guest.
     pub rx_queue_frames: usize,
     /// Flow steering rules installed at start (`[[port.flow-rule]]`).
@@ -119,6 +144,7 @@ impl PortConfig {
             mac: MacAddr::from_name(name),
             queue_pairs: 1,
             form: DeviceForm::VirtioNetPci,
+            kind: PortKind::VirtioNet,
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
             flow_rules: Vec::new(),
         }
@@ -170,11 +196,12 @@ impl FromStr for PortConfig {
                 "mac" => p.mac = v.parse()?,
                 "queues" => p.queue_pairs = v.parse().with_context(|| format!("queues={v}"))?,
                 "form" => p.form = v.parse()?,
+                "kind" => p.kind = v.parse()?,
                 "rx-queue-frames" => {
                     p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?
                 }
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, rx-queue-frames)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, rx-queue-frames)")
                 }
             }
         }
@@ -418,6 +445,7 @@ struct FilePort {
     mac: Option<String>,
     queues: Option<u16>,
     form: Option<String>,
+    kind: Option<String>,
     rx_queue_frames: Option<usize>,
     #[serde(default)]
     flow_rule: Vec<crate::steering::FlowRuleSpec>,
@@ -470,6 +498,9 @@ impl DaemonConfig {
             }
             if let Some(q) = fp.queues {
                 p.queue_pairs = q;
+            }
+            if let Some(kind) = fp.kind {
+                p.kind = kind.parse()?;
             }
             if let Some(form) = fp.form {
                 p.form = form.parse()?;

@@ -277,6 +277,18 @@ impl PortShared {
         Ok(p)
     }
 
+    /// The attachment of an emulated PCI device (`kind=gve`): one pending
+    /// queue towards the device (which steers to its own queues), always
+    /// attached; the device refuses what it cannot take yet.
+    pub fn new_device(index: usize, cfg: &PortConfig) -> std::io::Result<Self> {
+        let mut one = cfg.clone();
+        one.queue_pairs = 1;
+        let p = PortShared::new(index, one)?;
+        p.connected.store(true, Relaxed);
+        p.rxq[0].enabled.store(true, Relaxed);
+        Ok(p)
+    }
+
     fn has(&self, f: u32) -> bool {
         self.features.load(Relaxed) & bit(f) != 0
     }
@@ -339,6 +351,7 @@ impl PortShared {
             mac: self.mac.lock().map(|m| m.to_string()).unwrap_or_default(),
             form: match self.cfg.form {
                 _ if self.is_host => "host".into(),
+                _ if self.cfg.kind == crate::config::PortKind::Gve => "gve".into(),
                 DeviceForm::VirtioNetPci => "pci".into(),
                 DeviceForm::TestDevice => "testdev".into(),
             },

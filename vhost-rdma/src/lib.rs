@@ -10,6 +10,7 @@ pub mod chain;
 pub mod checker;
 pub mod config;
 pub mod control;
+pub mod device_port;
 pub mod fabric;
 pub mod faults;
 pub mod frame;

@@ -1,7 +1,7 @@
 //! The running daemon: one listener thread per port, each accepting guest
 //! connections one after another for as long as the daemon runs.
 
-use crate::config::DaemonConfig;
+use crate::config::{DaemonConfig, PortKind};
 use crate::control::ControlServer;
 use crate::fabric::{Fabric, PortShared};
 use crate::hosts::HostHandle;
@@ -40,6 +40,8 @@ pub struct Server {
     control: Option<ControlServer>,
     fault_timer: Option<JoinHandle<()>>,
     hosts: Arc<Vec<Arc<HostHandle>>>,
+    /// Ports that are emulated PCI devices over vfio-user (`kind=gve`).
+    devices: Vec<crate::device_port::DevicePort>,
 }
 
 impl Server {
@@ -51,7 +53,10 @@ impl Server {
             .ports
             .iter()
             .enumerate()
-            .map(|(i, p)| PortShared::new(i, p.clone()).map(Arc::new))
+            .map(|(i, p)| match p.kind {
+                PortKind::VirtioNet => PortShared::new(i, p.clone()).map(Arc::new),
+                PortKind::Gve => PortShared::new_device(i, p).map(Arc::new),
+            })
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
         // Virtual hosts attach to the switch as ports after the guests' ports.
@@ -82,7 +87,12 @@ impl Server {
         );
         let stop = Arc::new(AtomicBool::new(false));
         let mut runners = Vec::new();
+        let mut devices = Vec::new();
         for port in shared {
+            if port.cfg.kind == PortKind::Gve {
+                devices.push(crate::device_port::DevicePort::start(port, fabric.clone())?);
+                continue;
+            }
             let (public, sock) = crate::socket_path::bind(&port.cfg.socket)
                 .with_context(|| format!("port {}: cannot listen", port.cfg.name))?;
             let listener_handle = public
@@ -143,6 +153,7 @@ impl Server {
             control: None,
             fault_timer,
             hosts: Arc::new(hosts),
+            devices,
         };
         if let Some(path) = &cfg.control {
             let fabric = server.fabric.clone();
@@ -179,6 +190,9 @@ impl Server {
         }
         for h in self.hosts.iter() {
             h.shutdown();
+        }
+        for d in &mut self.devices {
+            d.shutdown();
         }
         if self.fabric.capture.active() {
             let _ = self.fabric.capture.stop();

@@ -77,6 +77,7 @@ impl TestFabric {
             form: DeviceForm::VirtioNetPci,
             rx_queue_frames: 256,
             flow_rules: Vec::new(),
+            ..PortConfig::new("", "")
         }
     }
 

@@ -1,0 +1,56 @@
+//! A `kind=gve` port: the daemon serves an emulated gVNIC over vfio-user on
+//! the port's socket, next to vhost-user ports, and shuts it down cleanly.
+
+mod common;
+
+use vhost_rdma::config::PortKind;
+use vhost_rdma::{DaemonConfig, PortConfig, Server};
+
+const CONFIG_REGION: u32 = 7; // VFIO_PCI_CONFIG_REGION_INDEX
+
+#[test]
+fn gve_port_answers_vfio_user_beside_a_virtio_port() {
+    let dir = common::TempDir::new("gve-port");
+    let mut gve = PortConfig::new("g", dir.path().join("g.sock"));
+    gve.kind = PortKind::Gve;
+    gve.queue_pairs = 2;
+    let virtio = PortConfig::new("v", dir.path().join("v.sock"));
+    let server = Server::start(DaemonConfig {
+        ports: vec![gve, virtio],
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    let mut c = vfio_user::Client::new(&dir.path().join("g.sock")).unwrap();
+    let mut id = [0u8; 4];
+    c.region_read(CONFIG_REGION, 0, &mut id).unwrap();
+    assert_eq!(u32::from_le_bytes(id), 0x0042_1ae0, "gVNIC vendor/device");
+    let mut class = [0u8; 4];
+    c.region_read(CONFIG_REGION, 8, &mut class).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(class) >> 8,
+        0x020000,
+        "Ethernet controller"
+    );
+    let stats = server.stats();
+    assert_eq!(stats[0].form, "gve");
+    assert_eq!(stats[1].form, "pci");
+    drop(c);
+    server.shutdown().unwrap();
+    assert!(
+        !dir.path().join("g.sock").exists(),
+        "gve socket left behind"
+    );
+}
+
+#[test]
+fn gve_kind_parses_from_flags_and_file() {
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve,queues=4".parse().unwrap();
+    assert_eq!((p.kind, p.queue_pairs), (PortKind::Gve, 4));
+    let cfg = DaemonConfig::from_toml(
+        "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.ports[0].kind, PortKind::Gve);
+    let e = "g=/tmp/g.sock,kind=nic".parse::<PortConfig>().unwrap_err();
+    assert!(format!("{e:#}").contains("unknown port kind"), "{e:#}");
+}
