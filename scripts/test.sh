@@ -14,6 +14,8 @@
 #      ibv_rc_pingpong both roles, ib_write/send/read/atomic_bw),
 #      scripts/e2e-vhost-iwarp.sh (a guest's siw against a virtual host:
 #      rping -V both roles with MPA CRC off and on, ucmatose both roles)
+#      scripts/e2e-gve.sh (the emulated gVNIC over vfio-user: ping, 256 MiB
+#      TCP both ways, header split, ethtool -l/-x/-X/-N with a steered flow)
 #      and the quick tier of the guest RDMA matrix: ci/matrix.sh --quick
 #      (7.3: rxe tools and verbs tests, SMC-R streams, tshark on captures)
 # and ends with one line "N passed, M failed, K skipped" counting every
@@ -34,7 +36,7 @@ while (($#)); do
     case "$1" in
         --no-e2e) e2e=0; shift ;;
         --e2e-case) e2e_args+=(--case "$2"); shift 2 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -120,6 +122,8 @@ if [[ $e2e -eq 1 ]]; then
     # A guest's rxe and siw against virtual hosts (e2e-fabric's release build).
     guest_script scripts/e2e-vhost.sh "$ROOT/scripts/e2e-vhost.sh" --no-build --profile release
     guest_script scripts/e2e-vhost-iwarp.sh "$ROOT/scripts/e2e-vhost-iwarp.sh" --no-build --profile release
+    # The emulated gVNIC over vfio-user (kind=gve) against a virtio-net guest.
+    guest_script scripts/e2e-gve.sh "$ROOT/scripts/e2e-gve.sh" --profile release
     # RDMA and SMC-R between two guests: the quick tier of the guest matrix
     # (7.3/rxe: the rdma-core tools and the verbs tests; 7.3/smcr: SMC-R
     # streams, every byte verified; tshark over both cells' captures). The
@@ -127,8 +131,8 @@ if [[ $e2e -eq 1 ]]; then
     # second tier: ci/matrix.sh (ci/README.md, results in ci/RESULTS.md).
     guest_script "ci/matrix.sh --quick" "$ROOT/ci/matrix.sh" --quick
 else
-    skipped=$((skipped + 5))
-    echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost, e2e-vhost-iwarp, ci/matrix.sh --quick): --no-e2e given"
+    skipped=$((skipped + 6))
+    echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost, e2e-vhost-iwarp, e2e-gve, ci/matrix.sh --quick): --no-e2e given"
 fi
 
 echo

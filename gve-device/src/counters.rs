@@ -3,7 +3,7 @@
 //! driver's session); everything else in [`Status`] is current state.
 
 /// Per-TX-queue counters (indexed by queue id, kept across destroy/reset).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TxQueueCounters {
     /// Frames sent to the fabric (TSO segments count one each).
     pub packets: u64,
@@ -16,7 +16,7 @@ pub struct TxQueueCounters {
 }
 
 /// Per-RX-queue counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RxQueueCounters {
     /// Frames delivered.
     pub packets: u64,
@@ -35,7 +35,7 @@ pub struct RxQueueCounters {
 }
 
 /// All counters. Plain `u64`s, saturating where guest input could wrap them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Admin commands that completed with `PASSED`.
     pub admin_ok: u64,
@@ -115,7 +115,7 @@ pub(crate) fn add(c: &mut u64, n: u64) {
 }
 
 /// One TX queue, as created by the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TxQueueStatus {
     /// Queue id.
     pub id: u32,
@@ -132,7 +132,7 @@ pub struct TxQueueStatus {
 }
 
 /// One RX queue, as created by the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RxQueueStatus {
     /// Queue id.
     pub id: u32,
@@ -155,7 +155,7 @@ pub struct RxQueueStatus {
 }
 
 /// RSS state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RssStatus {
     /// `GVE_RSS_HASH_*` bits enabled.
     pub hash_types: u16,
@@ -169,7 +169,7 @@ pub struct RssStatus {
 }
 
 /// One installed flow rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowRuleStatus {
     /// Rule location (priority: lower first).
     pub location: u32,
@@ -182,7 +182,7 @@ pub struct FlowRuleStatus {
 }
 
 /// A snapshot of the device for `ctl status`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Status {
     /// `device_status` register.
     pub device_status: u32,

@@ -29,6 +29,43 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 /// driver had no receive buffer posted.
 const STARVED_RETRY: Duration = Duration::from_millis(1);
 
+/// The device ports of a daemon, for the control socket.
+pub type Devices = Arc<Vec<DeviceEntry>>;
+
+/// A device port as the control socket sees it.
+#[derive(Clone)]
+pub struct DeviceEntry {
+    /// Port name.
+    pub port: String,
+    handle: DeviceHandle<GveDevice>,
+}
+
+impl DeviceEntry {
+    /// The port's status for `ctl status`.
+    pub fn status(&self) -> DeviceStatus {
+        DeviceStatus {
+            port: self.port.clone(),
+            kind: "gve".into(),
+            dma_regions: self.handle.dma_regions(),
+            gve: self.handle.with_device(|d| d.status()),
+        }
+    }
+}
+
+/// `ctl status` of a device port: the model's view (queues, header split,
+/// RSS, flow rules, counters) and how much guest memory QEMU mapped.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct DeviceStatus {
+    /// Port name.
+    pub port: String,
+    /// Device kind (`gve`).
+    pub kind: String,
+    /// DMA regions QEMU mapped (0: no guest attached).
+    pub dma_regions: usize,
+    /// The gve model's status.
+    pub gve: gve_device::Status,
+}
+
 /// A running device port.
 pub struct DevicePort {
     port: Arc<PortShared>,
@@ -99,10 +136,12 @@ impl DevicePort {
         })
     }
 
-    /// The device model's status (queues, header split, flow rules, RSS,
-    /// counters), for `ctl status`.
-    pub fn status(&self) -> gve_device::Status {
-        self.handle.with_device(|d| d.status())
+    /// What the control socket needs of this port.
+    pub fn entry(&self) -> DeviceEntry {
+        DeviceEntry {
+            port: self.port.cfg.name.clone(),
+            handle: self.handle.clone(),
+        }
     }
 
     /// Stops both threads and removes the socket.

@@ -283,7 +283,9 @@ impl PortShared {
     pub fn new_device(index: usize, cfg: &PortConfig) -> std::io::Result<Self> {
         let mut one = cfg.clone();
         one.queue_pairs = 1;
-        let p = PortShared::new(index, one)?;
+        let mut p = PortShared::new(index, one)?;
+        // The device's own queue count (its RSS and rules pick among them).
+        p.cfg.queue_pairs = cfg.queue_pairs;
         p.connected.store(true, Relaxed);
         p.rxq[0].enabled.store(true, Relaxed);
         Ok(p)

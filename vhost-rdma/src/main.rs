@@ -395,8 +395,70 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
                 println!();
                 print_hosts(&s.hosts);
             }
+            for d in &s.devices {
+                println!();
+                print_device(d);
+            }
             Ok(())
         }
+    }
+}
+
+fn print_device(d: &vhost_rdma::device_port::DeviceStatus) {
+    let g = &d.gve;
+    let c = &g.counters;
+    println!(
+        "device {} ({}): driver {:?}, {} DMA regions, mtu {}, admin commands {} ok {} failed",
+        d.port, d.kind, g.driver_version, d.dma_regions, g.mtu, c.admin_ok, c.admin_failed
+    );
+    println!(
+        "  rx {} frames {} bytes (drops {}, no buffers {}, csum errors {}), tx {} frames {} bytes; rss {} rule {} steered",
+        c.rx_packets,
+        c.rx_bytes,
+        c.rx_drops,
+        c.rx_no_buffers,
+        c.rx_csum_errors,
+        c.tx_packets,
+        c.tx_bytes,
+        c.rss_steered,
+        c.flow_rule_hits
+    );
+    for q in &g.rx_queues {
+        let qc = c.rx_queues.get(q.id as usize).copied().unwrap_or_default();
+        println!(
+            "  rx queue {}: header split {} (header buffer {} B), buffers posted {}, packets {}, split {}, header bytes {}, payload bytes {}",
+            q.id,
+            if q.header_buffer_size > 0 { "on" } else { "off" },
+            q.header_buffer_size,
+            q.buffers_available,
+            qc.packets,
+            qc.hsplit_packets,
+            qc.header_bytes,
+            qc.payload_bytes
+        );
+    }
+    for q in &g.tx_queues {
+        let qc = c.tx_queues.get(q.id as usize).copied().unwrap_or_default();
+        println!(
+            "  tx queue {}: packets {}, tso {}",
+            q.id, qc.packets, qc.tso_packets
+        );
+    }
+    println!(
+        "  rss: hash types {:#x}, table {} entries{}",
+        g.rss.hash_types,
+        g.rss.indirection_table.len(),
+        if g.rss.table_configured {
+            " (set by the driver)"
+        } else {
+            " (device default)"
+        }
+    );
+    for r in &g.flow_rules {
+        println!(
+            "  flow rule {}: {} -> queue {} ({} hits)",
+            r.location, r.description, r.queue, r.hits
+        );
     }
 }
 

@@ -157,7 +157,13 @@ impl Server {
         };
         if let Some(path) = &cfg.control {
             let fabric = server.fabric.clone();
-            server.control = Some(ControlServer::start(path, fabric, server.hosts.clone())?);
+            let devices = Arc::new(server.devices.iter().map(|d| d.entry()).collect());
+            server.control = Some(ControlServer::start(
+                path,
+                fabric,
+                server.hosts.clone(),
+                devices,
+            )?);
         }
         Ok(server)
     }

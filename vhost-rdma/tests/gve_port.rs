@@ -15,8 +15,10 @@ fn gve_port_answers_vfio_user_beside_a_virtio_port() {
     gve.kind = PortKind::Gve;
     gve.queue_pairs = 2;
     let virtio = PortConfig::new("v", dir.path().join("v.sock"));
+    let ctl = dir.path().join("ctl.sock");
     let server = Server::start(DaemonConfig {
         ports: vec![gve, virtio],
+        control: Some(ctl.clone()),
         ..DaemonConfig::default()
     })
     .unwrap();
@@ -30,6 +32,19 @@ fn gve_port_answers_vfio_user_beside_a_virtio_port() {
         u32::from_le_bytes(class) >> 8,
         0x020000,
         "Ethernet controller"
+    );
+    // ctl status shows the device: no driver yet, two queues at most.
+    let r = vhost_rdma::control::request(&ctl, &vhost_rdma::control::Request::Status).unwrap();
+    let st = r.status.unwrap();
+    assert_eq!(st.devices.len(), 1);
+    assert_eq!(
+        (st.devices[0].port.as_str(), st.devices[0].kind.as_str()),
+        ("g", "gve")
+    );
+    assert_eq!(st.devices[0].gve.counters.rx_queues.len(), 2);
+    assert!(
+        st.devices[0].gve.rx_queues.is_empty(),
+        "no queue before a driver"
     );
     let stats = server.stats();
     assert_eq!(stats[0].form, "gve");

@@ -133,6 +133,9 @@ pub struct Status {
     /// Virtual hosts.
     #[serde(default)]
     pub hosts: Vec<crate::hosts::HostStats>,
+    /// Ports that are emulated PCI devices (`kind=gve`).
+    #[serde(default)]
+    pub devices: Vec<crate::device_port::DeviceStatus>,
 }
 
 /// Longest request line accepted.
@@ -148,7 +151,12 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Listens on `path` (replacing a stale socket, never a live one).
-    pub fn start(path: &Path, fabric: Arc<Fabric>, hosts: Hosts) -> anyhow::Result<Self> {
+    pub fn start(
+        path: &Path,
+        fabric: Arc<Fabric>,
+        hosts: Hosts,
+        devices: crate::device_port::Devices,
+    ) -> anyhow::Result<Self> {
         // The socket is as powerful as the daemon's user: owner-only.
         let (l, socket) =
             crate::socket_path::bind_with_mode(path, Some(0o600)).context("control socket")?;
@@ -181,11 +189,16 @@ impl ControlServer {
                         }
                         continue;
                     }
-                    let (f, a, h) = (fabric.clone(), active.clone(), hosts.clone());
+                    let (f, a, h, d) = (
+                        fabric.clone(),
+                        active.clone(),
+                        hosts.clone(),
+                        devices.clone(),
+                    );
                     let spawned = std::thread::Builder::new()
                         .name("control-conn".into())
                         .spawn(move || {
-                            serve(c, &f, &h);
+                            serve(c, &f, &h, &d);
                             a.fetch_sub(1, SeqCst);
                         });
                     if spawned.is_err() {
@@ -257,7 +270,7 @@ fn host_reply(hosts: &Hosts, req: &Request) -> Reply {
     }
 }
 
-fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts) {
+fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts, devices: &crate::device_port::Devices) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
     let Ok(mut w) = c.try_clone() else { return };
     let mut r = BufReader::new(c);
@@ -289,6 +302,7 @@ fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts) {
                         .load(std::sync::atomic::Ordering::Relaxed),
                     checker: Some(fabric.checker.status()),
                     hosts: hosts.iter().filter_map(|h| h.status().ok()).collect(),
+                    devices: devices.iter().map(|d| d.status()).collect(),
                 }),
                 ..Reply::default()
             },

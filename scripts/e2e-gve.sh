@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# End-to-end test of the emulated gVNIC: the daemon serves a `kind=gve` port
+# over vfio-user and a virtio-net port; guest A (10.77.0.1) has the gve NIC
+# (QEMU -device vfio-user-pci, the unmodified 7.3 gve driver, 2 vCPUs and 2
+# queues), guest B (10.77.0.2) a virtio-net NIC.
+#
+# Cases (guest A runs them in order; B serves and sends):
+#   probe        gve binds in DQO RDA mode (driver messages, ethtool -i)
+#   ping         A pings B
+#   tcp-a-to-b   256 MiB of verified TCP from A (gve TX: TSO, checksums)
+#   tcp-b-to-a   256 MiB of verified TCP to A (gve RX: header split, RSS)
+#   header-split ethtool -G tcp-data-split on: the stream to A arrives split
+#                (guest rx_hsplit_pkt and the device's split packets grow)
+#   channels     ethtool -l shows 2 queues; ethtool -L rx 2 tx 2
+#   rss          ethtool -x shows a 128-entry table and a 40-byte key;
+#                ethtool -X equal 2 reaches the device (ctl status)
+#   ntuple       ethtool -N flow-type tcp4 dst-port 5203 action 1: that
+#                flow's 16 MiB arrive on queue 1, per the guest's counters
+#                and the device's (rule hits, queue 1 packets)
+#
+# Prints PASS/FAIL per case and ends with "N passed, M failed, K skipped".
+set -uo pipefail
+
+HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+CASES=(probe ping channels tcp-a-to-b tcp-b-to-a header-split rss ntuple)
+
+usage() {
+    cat <<EOF
+Usage: ${0##*/} [options]
+  --no-build         do not run cargo build (use existing binaries)
+  --profile P        release (default) or debug binaries
+  --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
+  --qemu PATH        QEMU 11.1; default: scripts/setup-qemu.sh
+  --bytes SIZE       bytes of each TCP stream (default 256M)
+  --timeout SECS     per guest, boot to result (default 900)
+  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
+  --keep-logs        keep the logs when everything passed
+EOF
+}
+
+build=1 profile=release image="" qemu="" bytes=256M timeout=900 logdir="" keep_logs=0 accel=auto
+while (($#)); do
+    case "$1" in
+        --no-build) build=0; shift ;;
+        --profile) profile="$2"; shift 2 ;;
+        --image) image="$2"; shift 2 ;;
+        --qemu) qemu="$2"; shift 2 ;;
+        --bytes) bytes="$2"; shift 2 ;;
+        --timeout) timeout="$2"; shift 2 ;;
+        --logdir) logdir="$2"; shift 2 ;;
+        --keep-logs) keep_logs=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "e2e-gve: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+E2E_NAME=e2e-gve
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
+if ((build)); then
+    say "cargo build ($profile) -p smc-guest-tests"
+    bflag=()
+    [[ $profile == debug ]] || bflag=(--profile "$profile")
+    (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p smc-guest-tests) >"$logdir/build-sgt.log" 2>&1 ||
+        fail_all "cargo build -p smc-guest-tests failed (see $logdir/build-sgt.log)"
+fi
+e2e_prepare
+SGT="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/smc-guest-tests"
+[[ -x $SGT ]] || fail_all "no guest tool $SGT"
+if ! "$qemu" -machine none -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then
+    fail_all "$qemu has no vfio-user-pci device (QEMU >= 10.1 needed)"
+fi
+
+d="$logdir"
+vrbin="$d/vrbin"
+mkdir -p "$vrbin/bin"
+cp -f "$SGT" "$vrbin/bin/smc-guest-tests"
+A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
+
+# ---- guest A (gve): every case prints "CASE <name> rc=<n> <detail>"
+cat >"$d/a.sh" <<EOF
+case_() { echo "CASE \$1 rc=\$2 \$3"; }
+echo "== \$VR_NAME: kernel \$(uname -r)"
+dmesg | grep -i ' gve ' | sed 's/^/DMESG /'
+drv=\$(ethtool -i eth0 2>/dev/null | sed -n 's/^driver: //p')
+dmesg | grep -q 'DQO RDA queue format' && [ "\$drv" = gve ]; case_ probe \$? "driver=\$drv"
+i=0; while [ "\$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do i=\$((i+1)); [ \$i -ge 30 ] && break; sleep 1; done
+i=0; until ping -c 1 -W 2 $B >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 90 ] && break; sleep 1; done
+ping -c 3 -W 5 $B; case_ ping \$? ""
+ethtool -l eth0 | sed 's/^/CHAN /'
+max_rx=\$(ethtool -l eth0 | awk '/Pre-set/{p=1} p && /^RX:/{print \$2; exit}')
+ethtool -L eth0 rx 2 tx 2; rc=\$?
+cur_rx=\$(ethtool -l eth0 | awk '/Current/{p=1} p && /^RX:/{print \$2; exit}')
+[ \$rc = 0 ] && [ "\$max_rx" = 2 ] && [ "\$cur_rx" = 2 ]; case_ channels \$? "max_rx=\$max_rx current_rx=\$cur_rx"
+ethtool -G eth0 tcp-data-split on; hs_rc=\$?
+ethtool -g eth0 | sed 's/^/RING /'
+hs0=\$(ethtool -S eth0 | sed -n 's/^ *rx_hsplit_pkt: //p')
+smc-guest-tests stream client --proto tcp --addr $B --port 5201 --bytes $bytes --seed 71 --connect-timeout 180
+case_ tcp-a-to-b \$? ""
+smc-guest-tests stream server --proto tcp --addr $A --port 5202 --bytes $bytes --seed 72 --once --accept-timeout 300
+case_ tcp-b-to-a \$? ""
+hs1=\$(ethtool -S eth0 | sed -n 's/^ *rx_hsplit_pkt: //p')
+[ \$hs_rc = 0 ] && [ \$((hs1 - hs0)) -gt 1000 ]; case_ header-split \$? "guest_rx_hsplit_pkt=\$((hs1 - hs0))"
+ethtool -x eth0 | sed 's/^/RSS /'
+n=\$(ethtool -x eth0 | grep -cE '^ *[0-9]+: ')
+keylen=\$(ethtool -x eth0 | sed -n '/RSS hash key/{n;p}' | tr ':' '\n' | grep -c .)
+ethtool -X eth0 equal 2; rc=\$?
+[ \$rc = 0 ] && [ \$n -ge 16 ]; case_ rss \$? "table_rows=\$n key_bytes=\$keylen"
+echo "RSSKEY \$keylen"
+ethtool -K eth0 ntuple on
+ethtool -N eth0 flow-type tcp4 dst-port 5203 action 1; rc=\$?
+ethtool -n eth0 | sed 's/^/NTUPLE /'
+b1=\$(ethtool -S eth0 | sed -n 's/^ *rx_bytes\[1\]: //p')
+b0=\$(ethtool -S eth0 | sed -n 's/^ *rx_bytes\[0\]: //p')
+echo "QBEFORE rx0=\$b0 rx1=\$b1 rule_rc=\$rc"
+smc-guest-tests stream server --proto tcp --addr $A --port 5203 --bytes 16M --seed 73 --once --accept-timeout 300
+src=\$?
+a1=\$(ethtool -S eth0 | sed -n 's/^ *rx_bytes\[1\]: //p')
+a0=\$(ethtool -S eth0 | sed -n 's/^ *rx_bytes\[0\]: //p')
+echo "QAFTER rx0=\$a0 rx1=\$a1"
+[ \$rc = 0 ] && [ \$src = 0 ] && [ \$((a1 - b1)) -ge 16000000 ]; case_ ntuple \$? "queue1_bytes=\$((a1 - b1)) queue0_bytes=\$((a0 - b0))"
+ethtool -S eth0 | grep -E '^ *(rx_packets|rx_hsplit_pkt|tx_packets|rx_bytes\[|rx_hsplit_bytes\[)' | sed 's/^ */STAT /'
+# hold the device's state (rules, RSS table) until the host has read it
+touch /job/snapshot-ready
+i=0; while [ ! -e /job/snapshot-done ] && [ \$i -lt 60 ]; do i=\$((i+1)); sleep 1; done
+exit 0
+EOF
+
+# ---- guest B (virtio-net): serves A's stream, then sends to A twice
+cat >"$d/b.sh" <<EOF
+echo "== \$VR_NAME: kernel \$(uname -r)"
+i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+smc-guest-tests stream server --proto tcp --addr $B --port 5201 --bytes $bytes --seed 71 --once --accept-timeout 300; r1=\$?
+smc-guest-tests stream client --proto tcp --addr $A --port 5202 --bytes $bytes --seed 72 --connect-timeout 300; r2=\$?
+smc-guest-tests stream client --proto tcp --addr $A --port 5203 --bytes 16M --seed 73 --connect-timeout 300; r3=\$?
+echo "B-RESULT server=\$r1 client=\$r2 steered=\$r3"
+exit \$((r1 + r2 + r3))
+EOF
+
+NO_COLOR=1 "$DAEMON" serve \
+    --port "g=$d/g.sock,kind=gve,queues=2,mac=$MACA" \
+    --port "v=$d/v.sock,mac=$MACB" \
+    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
+DAEMON_PID=$!
+for ((i = 0; i < 100; i++)); do
+    [[ -S $d/g.sock && -S $d/v.sock && -S $d/ctl.sock ]] && break
+    sleep 0.1
+done
+[[ -S $d/g.sock && -S $d/v.sock ]] || fail_all "daemon did not create its sockets (see $d/daemon.log)"
+
+t0=$SECONDS
+"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+    --guest-bin "$vrbin" --net none --smp 2 --logdir "$d/ga" \
+    --qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/g.sock\"}}" \
+    --guest "a,ip=$A/24,cmd=$d/a.sh" >"$d/run-a.log" 2>&1 &
+pa=$!
+"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+    --guest-bin "$vrbin" --net vhost-user --logdir "$d/gb" \
+    --guest "b,ip=$B/24,sock=$d/v.sock,mac=$MACB,cmd=$d/b.sh" >"$d/run-b.log" 2>&1 &
+pb=$!
+snap=0 last=$SECONDS
+while kill -0 "$pa" 2>/dev/null || kill -0 "$pb" 2>/dev/null; do
+    sleep 1
+    if ((!snap)) && [[ -e $d/ga/a.job/snapshot-ready ]]; then
+        # the device as the guest left it: rules, RSS table, queues
+        "$DAEMON" ctl --control "$d/ctl.sock" status | tee "$d/ctl-status-live.txt" | sed 's/^/    /'
+        "$DAEMON" ctl --control "$d/ctl.sock" status --json >"$d/ctl-status-live.json" 2>&1
+        touch "$d/ga/a.job/snapshot-done"
+        snap=1
+    fi
+    if ((SECONDS - last >= 15)); then
+        last=$SECONDS
+        say "guests running ($((SECONDS - t0)) s): A $(grep -c '^CASE' "$d/ga/a.job/out.log" 2>/dev/null || echo 0) cases done"
+    fi
+done
+wait "$pa"; ra=$?
+wait "$pb"; rb=$?
+say "guests finished in $((SECONDS - t0)) s (run-guests A exit $ra, B exit $rb)"
+"$DAEMON" ctl --control "$d/ctl.sock" status | tee "$d/ctl-status.txt" | sed 's/^/    /'
+"$DAEMON" ctl --control "$d/ctl.sock" status --json >"$d/ctl-status.json" 2>&1
+stop_daemon
+grep -E 'panicked' "$d/daemon.log" | tail -5
+
+out="$d/ga/a.job/out.log"
+[[ -f $out ]] || out=/dev/null
+case_line() { grep -E "^CASE $1 rc=" "$out" | tail -n 1; }
+dev() {  # dev PYTHON-EXPR over the gve status s (device counters)
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['devices'][0]['gve']; print($1)" "$d/ctl-status-live.json" 2>/dev/null
+}
+for c in "${CASES[@]}"; do
+    line="$(case_line "$c")"
+    if [[ -z $line ]]; then
+        record FAIL "$c" "guest A never reported it (run-guests A exit $ra; $d/ga/a.console.log)"
+        continue
+    fi
+    detail="${line#* rc=* }"
+    [[ $detail == "$line" ]] && detail=""
+    extra=""
+    case "$c" in
+        tcp-a-to-b|tcp-b-to-a)
+            # A's first stream result is its client (A to B), the second its server
+            n=1; [[ $c == tcp-b-to-a ]] && n=2
+            sr="$(grep -h '^STREAM-RESULT' "$out" 2>/dev/null | sed -n "${n}p")"
+            extra=" $(grep -oE 'verified=[0-9]+|mibps=[0-9.]+' <<<"$sr" | tr '\n' ' ')"
+            [[ $sr == *verified=1* ]] || line="${line/rc=0/rc=1}" ;;
+        rss)
+            tab="$(dev "len(s['rss']['indirection_table']), s['rss']['table_configured'], len(s['rss']['key'])")"
+            extra=" device table/configured/key: $tab"
+            [[ $tab == "128 True 40" ]] || line="${line/rc=0/rc=1}" ;;
+        header-split)
+            hs="$(dev "sum(q['hsplit_packets'] for q in s['counters']['rx_queues'])")"
+            hb="$(dev "sum(q['header_bytes'] for q in s['counters']['rx_queues']), sum(q['payload_bytes'] for q in s['counters']['rx_queues'])")"
+            extra=" device: split packets ${hs:-?}, header/payload bytes ${hb:-?}"
+            [[ ${hs:-0} -gt 1000 ]] || line="${line/rc=0/rc=1}" ;;
+        ntuple)
+            hits="$(dev "sum(r['hits'] for r in s['flow_rules'])")"
+            q1="$(dev "s['counters']['rx_queues'][1]['packets']")"
+            extra=" device: rule hits ${hits:-?}, queue 1 packets ${q1:-?}"
+            [[ ${hits:-0} -gt 0 && ${q1:-0} -gt 0 ]] || line="${line/rc=0/rc=1}" ;;
+    esac
+    if [[ $line == *" rc=0"* ]]; then
+        record PASS "$c" "$detail$extra"
+    else
+        record FAIL "$c" "$detail$extra (see $out)"
+    fi
+done
+finish
