@@ -17,13 +17,21 @@
 #   ntuple       ethtool -N flow-type tcp4 dst-port 5203 action 1: that
 #                flow's 16 MiB arrive on queue 1, per the guest's counters
 #                and the device's (rule hits, queue 1 packets)
+#   devmem-selfcheck  the unmodified 7.3 ncdevmem (scripts/build-ncdevmem.sh)
+#                without -s/-c checks the devmem API on the gve queues
+#   devmem-rx    ncdevmem binds a udmabuf to queue 1 and receives 64 MiB from
+#                B (smc-guest-tests devmem-send), every byte validated (-v 7);
+#                the device placed the headers in header buffers
+#   devmem-after once ncdevmem exits, ping and a verified 16 MiB stream work
+#   devmem-hds-off with header split off, binding a dmabuf is refused
 #
 # Prints PASS/FAIL per case and ends with "N passed, M failed, K skipped".
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CASES=(probe ping channels tcp-a-to-b tcp-b-to-a header-split rss ntuple)
+CASES=(probe ping channels tcp-a-to-b tcp-b-to-a header-split rss ntuple
+    devmem-selfcheck devmem-rx devmem-after devmem-hds-off)
 
 usage() {
     cat <<EOF
@@ -76,6 +84,10 @@ d="$logdir"
 vrbin="$d/vrbin"
 mkdir -p "$vrbin/bin"
 cp -f "$SGT" "$vrbin/bin/smc-guest-tests"
+say "ncdevmem: scripts/build-ncdevmem.sh"
+NCD_DIR="$("$HERE/build-ncdevmem.sh" 2>"$d/ncdevmem.log" | tail -n 1)" || NCD_DIR=""
+[[ -n $NCD_DIR && -x $NCD_DIR/ncdevmem ]] || fail_all "scripts/build-ncdevmem.sh failed (see $d/ncdevmem.log)"
+cp -f "$NCD_DIR/ncdevmem" "$vrbin/bin/ncdevmem"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 
 # ---- guest A (gve): every case prints "CASE <name> rc=<n> <detail>"
@@ -124,6 +136,29 @@ ethtool -S eth0 | grep -E '^ *(rx_packets|rx_hsplit_pkt|tx_packets|rx_bytes\[|rx
 # hold the device's state (rules, RSS table) until the host has read it
 touch /job/snapshot-ready
 i=0; while [ ! -e /job/snapshot-done ] && [ \$i -lt 60 ]; do i=\$((i+1)); sleep 1; done
+ethtool -N eth0 delete 63 2>/dev/null; ethtool -n eth0 | sed 's/^/RULES /'
+# devmem-selfcheck: without -s/-c ncdevmem checks the devmem API (empty queue
+# list refused, bind with header split off refused, bind with it on works,
+# shrinking channels under a bound queue refused)
+ncdevmem -f eth0 > /tmp/sc.log 2>&1; rc=\$?; sed 's/^/SELFCHECK /' /tmp/sc.log
+case_ devmem-selfcheck \$rc "\$(grep -c 'got dmabuf id' /tmp/sc.log) bind(s)"
+# devmem-rx: 64 MiB from B into a udmabuf bound to queue 1, validated (-v 7)
+ncdevmem -l -f eth0 -s $A -c $B -p 5204 -v 7 > /tmp/rx.out 2> /tmp/rx.err; rc=\$?
+tot=\$(sed -n 's/^total_received=//p' /tmp/rx.err | tail -n 1)
+bad=\$(grep -c 'Failed validation' /tmp/rx.err); frags=\$(grep -c 'Validated buffer' /tmp/rx.out)
+grep -vE '^(recvmsg ret|received frag|total_received)' /tmp/rx.err | sed 's/^/DEVMEM /'
+[ \$rc = 0 ] && [ "\$tot" = 67108864 ] && [ "\$bad" = 0 ]
+case_ devmem-rx \$? "total_received=\$tot validated_frags=\$frags failed=\$bad"
+# devmem-after: the queue takes ordinary pages again; plain TCP works
+ethtool -g eth0 | grep -i 'split' | sed 's/^/AFTER /'
+ping -c 3 -W 5 $B; r1=\$?
+smc-guest-tests stream server --proto tcp --addr $A --port 5206 --bytes 16M --seed 74 --once --accept-timeout 300; r2=\$?
+[ \$r1 = 0 ] && [ \$r2 = 0 ]; case_ devmem-after \$? "ping=\$r1 stream=\$r2"
+# devmem-hds-off: with header split off, binding a dmabuf is refused
+ethtool -G eth0 tcp-data-split off
+ncdevmem -l -n -f eth0 -s $A -p 5205 -t 1 -q 1 > /tmp/off.log 2>&1; rc=\$?; sed 's/^/HDSOFF /' /tmp/off.log
+[ \$rc != 0 ] && grep -q "tcp-data-split is disabled" /tmp/off.log
+case_ devmem-hds-off \$? "\$(grep -o "Kernel error: .*" /tmp/off.log | head -n 1)"
 exit 0
 EOF
 
@@ -134,8 +169,10 @@ i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] &&
 smc-guest-tests stream server --proto tcp --addr $B --port 5201 --bytes $bytes --seed 71 --once --accept-timeout 300; r1=\$?
 smc-guest-tests stream client --proto tcp --addr $A --port 5202 --bytes $bytes --seed 72 --connect-timeout 300; r2=\$?
 smc-guest-tests stream client --proto tcp --addr $A --port 5203 --bytes 16M --seed 73 --connect-timeout 300; r3=\$?
-echo "B-RESULT server=\$r1 client=\$r2 steered=\$r3"
-exit \$((r1 + r2 + r3))
+smc-guest-tests devmem-send --to $A:5204 --bind $B:5204 --bytes 64M --pattern-mod 7 --connect-timeout 300; r4=\$?
+smc-guest-tests stream client --proto tcp --addr $A --port 5206 --bytes 16M --seed 74 --connect-timeout 300; r5=\$?
+echo "B-RESULT server=\$r1 client=\$r2 steered=\$r3 devmem-send=\$r4 after=\$r5"
+exit \$((r1 + r2 + r3 + r4 + r5))
 EOF
 
 NO_COLOR=1 "$DAEMON" serve \
@@ -185,8 +222,8 @@ grep -E 'panicked' "$d/daemon.log" | tail -5
 out="$d/ga/a.job/out.log"
 [[ -f $out ]] || out=/dev/null
 case_line() { grep -E "^CASE $1 rc=" "$out" | tail -n 1; }
-dev() {  # dev PYTHON-EXPR over the gve status s (device counters)
-    python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['devices'][0]['gve']; print($1)" "$d/ctl-status-live.json" 2>/dev/null
+dev() {  # dev PYTHON-EXPR [FILE]: over the gve status s (default: as guest A left its rules)
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['devices'][0]['gve']; print($1)" "${2:-$d/ctl-status-live.json}" 2>/dev/null
 }
 for c in "${CASES[@]}"; do
     line="$(case_line "$c")"
@@ -213,6 +250,13 @@ for c in "${CASES[@]}"; do
             hb="$(dev "sum(q['header_bytes'] for q in s['counters']['rx_queues']), sum(q['payload_bytes'] for q in s['counters']['rx_queues'])")"
             extra=" device: split packets ${hs:-?}, header/payload bytes ${hb:-?}"
             [[ ${hs:-0} -gt 1000 ]] || line="${line/rc=0/rc=1}" ;;
+        devmem-rx)
+            # counters survive the device reset at the guest's exit
+            hs1="$(dev "s['counters']['rx_queues'][1]['hsplit_packets']" "$d/ctl-status.json")"
+            hb="$(dev "s['counters']['rx_queues'][1]['header_bytes'], s['counters']['rx_queues'][1]['payload_bytes']" "$d/ctl-status.json")"
+            extra=" device queue 1: split packets ${hs1:-?}, header/payload bytes ${hb:-?}"
+            # 64 MiB / MSS 1448 = 46 347 segments, each split
+            [[ ${hs1:-0} -ge 46000 ]] || line="${line/rc=0/rc=1}" ;;
         ntuple)
             hits="$(dev "sum(r['hits'] for r in s['flow_rules'])")"
             q1="$(dev "s['counters']['rx_queues'][1]['packets']")"

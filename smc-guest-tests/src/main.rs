@@ -40,6 +40,39 @@ enum Cmd {
     /// with immediate, RDMA WRITE (+imm), RDMA READ, atomic CAS / fetch-add,
     /// data verified. Run `server` in one guest, `client` in the other.
     Verbs(VerbsCli),
+    /// Sender for the kernel's devmem TCP RX test (`ncdevmem -l ... -v M`):
+    /// sends the byte pattern ncdevmem validates (`yes` of 0x01..0x06 for M = 7).
+    DevmemSend(DevmemSendArgs),
+}
+
+#[derive(Args, Debug)]
+struct DevmemSendArgs {
+    /// The ncdevmem server, IP:PORT (IPv6 as [ADDR]:PORT).
+    #[arg(long)]
+    to: std::net::SocketAddr,
+    /// Bind the socket to this local IP:PORT first (ncdevmem -c installs a
+    /// 5-tuple flow rule whose source port is the server port).
+    #[arg(long)]
+    bind: Option<std::net::SocketAddr>,
+    /// Payload bytes (suffixes K M G).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    bytes: u64,
+    /// ncdevmem's -v value: byte k is (k+1) % M, 0 meaning '\n'.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(2..))]
+    pattern_mod: u8,
+    /// write() size (rounded down to whole pattern periods).
+    #[arg(long, default_value = "64K", value_parser = parse_size)]
+    msg_size: u64,
+    /// Keep retrying refused connects for this many seconds (the server
+    /// configures the NIC before it listens).
+    #[arg(long, default_value = "120", value_parser = parse_secs)]
+    connect_timeout: f64,
+    /// SO_SNDTIMEO / SO_RCVTIMEO on the connection (0: none).
+    #[arg(long, default_value = "120", value_parser = parse_secs)]
+    io_timeout: f64,
+    /// Do not wait for the receiver to close after the half-close.
+    #[arg(long)]
+    no_wait_close: bool,
 }
 
 #[derive(Args, Debug)]
@@ -556,6 +589,48 @@ fn run_verbs(v: VerbsCli) -> Result<ExitCode> {
     bail!("this smc-guest-tests was built without the `verbs` feature (libibverbs)")
 }
 
+fn run_devmem_send(a: DevmemSendArgs) -> Result<ExitCode> {
+    use smc_guest_tests::devmem_send::{run, SendConfig};
+    if a.msg_size == 0 || a.msg_size > 64 << 20 {
+        bail!("--msg-size must be 1 byte .. 64 MiB");
+    }
+    let cfg = SendConfig {
+        to: a.to,
+        bind: a.bind,
+        bytes: a.bytes,
+        modulus: a.pattern_mod,
+        msg_size: a.msg_size as usize,
+        connect_timeout: Duration::from_secs_f64(a.connect_timeout),
+        io_timeout: Duration::from_secs_f64(a.io_timeout),
+        wait_close: !a.no_wait_close,
+    };
+    let r = run(&cfg).with_context(|| format!("devmem-send to {}", a.to))?;
+    let mbps = |secs: f64| {
+        if secs > 0.0 {
+            r.sent as f64 * 8.0 / secs / 1e6
+        } else {
+            0.0
+        }
+    };
+    let close = r
+        .close_secs
+        .map(|c| format!(" closed_by_peer_after={c:.2}s ({:.1} Mbit/s)", mbps(c)))
+        .unwrap_or_default();
+    println!(
+        "DEVMEM-SEND to={} local={} bytes={} pattern_mod={} attempts={} connect={:.2}s send={:.2}s ({:.1} Mbit/s){close} received_back={}",
+        a.to,
+        r.local.map(|l| l.to_string()).unwrap_or_else(|| "?".into()),
+        r.sent,
+        a.pattern_mod,
+        r.attempts,
+        r.connect_secs,
+        r.send_secs,
+        mbps(r.send_secs),
+        r.received_back
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
@@ -563,6 +638,7 @@ fn main() -> ExitCode {
         Cmd::Smc { cmd } => run_smc(cmd),
         Cmd::Qstats { dev } => run_qstats(&dev),
         Cmd::Verbs(v) => run_verbs(v),
+        Cmd::DevmemSend(a) => run_devmem_send(a),
     };
     match r {
         Ok(c) => c,
@@ -642,6 +718,41 @@ mod tests {
             verbs(&["client", "--peer", "10.0.0.1"]).is_err(),
             "--dev is required"
         );
+    }
+
+    #[test]
+    fn devmem_send_cli() {
+        let p = |args: &[&str]| {
+            let mut v = vec!["smc-guest-tests", "devmem-send"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v).map(|c| match c.cmd {
+                Cmd::DevmemSend(a) => a,
+                _ => unreachable!(),
+            })
+        };
+        let a = p(&["--to", "10.77.0.1:5201", "--bind", "10.77.0.2:5201"]).unwrap();
+        assert_eq!(a.to.to_string(), "10.77.0.1:5201");
+        assert_eq!(a.bind.unwrap().port(), 5201);
+        assert_eq!(
+            (a.bytes, a.pattern_mod, a.msg_size),
+            (64 << 20, 7, 64 << 10)
+        );
+        assert!(!a.no_wait_close);
+        let a = p(&[
+            "--to",
+            "[fd77::1]:5202",
+            "--bytes",
+            "1",
+            "--pattern-mod",
+            "8",
+        ])
+        .unwrap();
+        assert!(a.to.is_ipv6() && a.bind.is_none());
+        assert_eq!((a.bytes, a.pattern_mod), (1, 8));
+        assert!(p(&["--bytes", "1M"]).is_err(), "--to is required");
+        assert!(p(&["--to", "10.77.0.1"]).is_err(), "needs a port");
+        assert!(p(&["--to", "10.77.0.1:1", "--pattern-mod", "1"]).is_err());
+        assert!(p(&["--to", "10.77.0.1:1", "--pattern-mod", "256"]).is_err());
     }
 
     #[test]
