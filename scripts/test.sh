@@ -15,7 +15,10 @@
 #      scripts/e2e-vhost-iwarp.sh (a guest's siw against a virtual host:
 #      rping -V both roles with MPA CRC off and on, ucmatose both roles)
 #      scripts/e2e-gve.sh (the emulated gVNIC over vfio-user: ping, 256 MiB
-#      TCP both ways, header split, ethtool -l/-x/-X/-N with a steered flow)
+#      TCP both ways, header split, ethtool -l/-x/-X/-N with a steered flow,
+#      devmem TCP with ncdevmem), scripts/e2e-erdma.sh (the emulated erdma
+#      function against rxe: rdma link, ibv_rc_pingpong, perftest, rping,
+#      ucmatose)
 #      and the quick tier of the guest RDMA matrix: ci/matrix.sh --quick
 #      (7.3: rxe tools and verbs tests, SMC-R streams, tshark on captures)
 # and ends with one line "N passed, M failed, K skipped" counting every
@@ -124,6 +127,8 @@ if [[ $e2e -eq 1 ]]; then
     guest_script scripts/e2e-vhost-iwarp.sh "$ROOT/scripts/e2e-vhost-iwarp.sh" --no-build --profile release
     # The emulated gVNIC over vfio-user (kind=gve) against a virtio-net guest.
     guest_script scripts/e2e-gve.sh "$ROOT/scripts/e2e-gve.sh" --profile release
+    # The emulated erdma function (daemon-run RC QPs) against a guest's rxe.
+    guest_script scripts/e2e-erdma.sh "$ROOT/scripts/e2e-erdma.sh" --no-build --profile release
     # RDMA and SMC-R between two guests: the quick tier of the guest matrix
     # (7.3/rxe: the rdma-core tools and the verbs tests; 7.3/smcr: SMC-R
     # streams, every byte verified; tshark over both cells' captures). The
@@ -131,8 +136,8 @@ if [[ $e2e -eq 1 ]]; then
     # second tier: ci/matrix.sh (ci/README.md, results in ci/RESULTS.md).
     guest_script "ci/matrix.sh --quick" "$ROOT/ci/matrix.sh" --quick
 else
-    skipped=$((skipped + 6))
-    echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost, e2e-vhost-iwarp, e2e-gve, ci/matrix.sh --quick): --no-e2e given"
+    skipped=$((skipped + 7))
+    echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost, e2e-vhost-iwarp, e2e-gve, e2e-erdma, ci/matrix.sh --quick): --no-e2e given"
 fi
 
 echo

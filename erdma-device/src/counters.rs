@@ -2,7 +2,7 @@
 //! counted here instead of panicking.
 
 /// Counters of one device (monotonic, reset only by [`crate::ErdmaDevice::new`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Device resets (CTRL reset bit or function-level reset).
     pub resets: u64,

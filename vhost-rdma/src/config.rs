@@ -86,6 +86,10 @@ pub enum PortKind {
     /// An emulated Google gVNIC (gve, DQO RDA) served over vfio-user
     /// (`-device vfio-user-pci`): header split, flow rules, RSS, devmem RX.
     Gve,
+    /// An emulated Elastic RDMA function (erdma, RoCEv2) over vfio-user,
+    /// paired with the guest's virtio-net port `netdev=` (same MAC): its
+    /// RC queue pairs run in the daemon.
+    Erdma,
 }
 
 impl FromStr for PortKind {
@@ -94,7 +98,8 @@ impl FromStr for PortKind {
         match s {
             "virtio-net" | "vhost-user" => Ok(PortKind::VirtioNet),
             "gve" => Ok(PortKind::Gve),
-            _ => bail!("unknown port kind {s:?}: use virtio-net or gve"),
+            "erdma" => Ok(PortKind::Erdma),
+            _ => bail!("unknown port kind {s:?}: use virtio-net, gve or erdma"),
         }
     }
 }
@@ -116,6 +121,9 @@ pub struct PortConfig {
     /// What the port presents (`kind=`): virtio-net over vhost-user, or an
     /// emulated PCI NIC over vfio-user.
     pub kind: PortKind,
+    /// `kind=erdma`: the virtio-net port of the same guest (its MAC is the
+    /// function's; RoCEv2 frames to that MAC come here, the rest go there).
+    pub netdev: Option<String>,
     /// Bound of the per-queue-pair pending queue towards the guest.
     pub rx_queue_frames: usize,
     /// Flow steering rules installed at start (`[[port.flow-rule]]`).
@@ -145,6 +153,7 @@ impl PortConfig {
             queue_pairs: 1,
             form: DeviceForm::VirtioNetPci,
             kind: PortKind::VirtioNet,
+            netdev: None,
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
             flow_rules: Vec::new(),
         }
@@ -197,11 +206,12 @@ impl FromStr for PortConfig {
                 "queues" => p.queue_pairs = v.parse().with_context(|| format!("queues={v}"))?,
                 "form" => p.form = v.parse()?,
                 "kind" => p.kind = v.parse()?,
+                "netdev" => p.netdev = Some(v.to_string()),
                 "rx-queue-frames" => {
                     p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?
                 }
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, rx-queue-frames)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames)")
                 }
             }
         }
@@ -446,6 +456,7 @@ struct FilePort {
     queues: Option<u16>,
     form: Option<String>,
     kind: Option<String>,
+    netdev: Option<String>,
     rx_queue_frames: Option<usize>,
     #[serde(default)]
     flow_rule: Vec<crate::steering::FlowRuleSpec>,
@@ -502,6 +513,7 @@ impl DaemonConfig {
             if let Some(kind) = fp.kind {
                 p.kind = kind.parse()?;
             }
+            p.netdev = fp.netdev;
             if let Some(form) = fp.form {
                 p.form = form.parse()?;
             }
@@ -523,6 +535,31 @@ impl DaemonConfig {
     }
 
     /// Checks names, sockets and MACs are unique and at least one port exists.
+    /// Gives each `kind=erdma` port the MAC of its `netdev=` port (the
+    /// driver binds to the netdev whose permanent MAC is the function's).
+    pub fn pair_rdma_ports(&mut self) -> anyhow::Result<()> {
+        let macs: Vec<(String, PortKind, MacAddr)> = self
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), p.kind, p.mac))
+            .collect();
+        for p in self.ports.iter_mut().filter(|p| p.kind == PortKind::Erdma) {
+            let Some(nd) = &p.netdev else {
+                bail!(
+                    "port {}: kind=erdma needs netdev=PORT (the guest's virtio-net port)",
+                    p.name
+                );
+            };
+            match macs.iter().find(|(n, _, _)| n == nd) {
+                Some((_, PortKind::VirtioNet, mac)) => p.mac = *mac,
+                Some(_) => bail!("port {}: netdev={nd} is not a virtio-net port", p.name),
+                None => bail!("port {}: netdev={nd}: no such port", p.name),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the configuration as a whole (names, sockets, MACs, limits).
     pub fn validate(&self) -> anyhow::Result<()> {
         self.checker.check()?;
         if self.ports.is_empty() {
@@ -590,7 +627,10 @@ impl DaemonConfig {
                         a.socket.display()
                     );
                 }
-                if a.mac == b.mac {
+                let paired = |x: &PortConfig, y: &PortConfig| {
+                    x.kind == PortKind::Erdma && x.netdev.as_deref() == Some(y.name.as_str())
+                };
+                if a.mac == b.mac && !paired(a, b) && !paired(b, a) {
                     bail!(
                         "ports {} and {} have the same MAC {}",
                         a.name,

@@ -1,5 +1,6 @@
 //! Ports whose guest-facing side is an emulated PCI device served over
-//! vfio-user (`kind=gve`). The device model (`gve-device`) is sans-IO; this
+//! vfio-user (`kind=gve`, `kind=erdma`). The device models (`gve-device`,
+//! `erdma-device`) are sans-IO; this
 //! module is its edge in the daemon: the vfio-user server thread (BAR
 //! accesses, DMA, interrupts) and a pump thread that hands the frames the
 //! fabric queued for the port to the device.
@@ -10,11 +11,12 @@
 //! has posted no receive buffer, the pump retries every millisecond until it
 //! has (the `vfio_user` crate tells us of no doorbell), and only then.
 
-use crate::config::PortConfig;
+use crate::config::{PortConfig, PortKind};
 use crate::fabric::{Fabric, PortShared};
 use crate::frame::Frame;
 use crate::stats::QueueCounters;
 use crate::virtio_net::NetHdr;
+use erdma_device::{ErdmaConfig, ErdmaDevice};
 use gve_device::{GveConfig, GveDevice};
 use pci_model::RxRefusal;
 use std::os::fd::AsRawFd;
@@ -32,44 +34,134 @@ const STARVED_RETRY: Duration = Duration::from_millis(1);
 /// The device ports of a daemon, for the control socket.
 pub type Devices = Arc<Vec<DeviceEntry>>;
 
+/// What the daemon does with a served device, whatever its model.
+trait Served: Send + Sync {
+    fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal>;
+    fn poll(&self);
+    fn next_deadline(&self) -> Option<Instant>;
+    fn is_stopped(&self) -> bool;
+    fn stop(&self);
+    fn dma_regions(&self) -> usize;
+    fn detail(&self) -> DeviceDetail;
+}
+
+impl Served for DeviceHandle<GveDevice> {
+    fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal> {
+        DeviceHandle::receive(self, frame)
+    }
+    fn poll(&self) {
+        DeviceHandle::poll(self)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        DeviceHandle::next_deadline(self)
+    }
+    fn is_stopped(&self) -> bool {
+        DeviceHandle::is_stopped(self)
+    }
+    fn stop(&self) {
+        DeviceHandle::stop(self)
+    }
+    fn dma_regions(&self) -> usize {
+        DeviceHandle::dma_regions(self)
+    }
+    fn detail(&self) -> DeviceDetail {
+        DeviceDetail::Gve(Box::new(self.with_device(|d| d.status())))
+    }
+}
+
+impl Served for DeviceHandle<ErdmaDevice> {
+    fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal> {
+        DeviceHandle::receive(self, frame)
+    }
+    fn poll(&self) {
+        DeviceHandle::poll(self)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        DeviceHandle::next_deadline(self)
+    }
+    fn is_stopped(&self) -> bool {
+        DeviceHandle::is_stopped(self)
+    }
+    fn stop(&self) {
+        DeviceHandle::stop(self)
+    }
+    fn dma_regions(&self) -> usize {
+        DeviceHandle::dma_regions(self)
+    }
+    fn detail(&self) -> DeviceDetail {
+        DeviceDetail::Erdma(Box::new(self.with_device(|d| ErdmaStatus {
+            status_register: d.status(),
+            path_mtu: d.path_mtu(),
+            counters: d.counters(),
+        })))
+    }
+}
+
 /// A device port as the control socket sees it.
 #[derive(Clone)]
 pub struct DeviceEntry {
     /// Port name.
     pub port: String,
-    handle: DeviceHandle<GveDevice>,
+    handle: Arc<dyn Served>,
 }
 
 impl DeviceEntry {
     /// The port's status for `ctl status`.
     pub fn status(&self) -> DeviceStatus {
+        let detail = self.handle.detail();
         DeviceStatus {
             port: self.port.clone(),
-            kind: "gve".into(),
+            kind: match detail {
+                DeviceDetail::Gve(_) => "gve",
+                DeviceDetail::Erdma(_) => "erdma",
+            }
+            .into(),
             dma_regions: self.handle.dma_regions(),
-            gve: self.handle.with_device(|d| d.status()),
+            detail,
         }
     }
 }
 
-/// `ctl status` of a device port: the model's view (queues, header split,
-/// RSS, flow rules, counters) and how much guest memory QEMU mapped.
+/// `ctl status` of a device port: the model's view and how much guest
+/// memory QEMU mapped.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DeviceStatus {
     /// Port name.
     pub port: String,
-    /// Device kind (`gve`).
+    /// Device kind (`gve`, `erdma`).
     pub kind: String,
     /// DMA regions QEMU mapped (0: no guest attached).
     pub dma_regions: usize,
-    /// The gve model's status.
-    pub gve: gve_device::Status,
+    /// The model's own status.
+    #[serde(flatten)]
+    pub detail: DeviceDetail,
+}
+
+/// A device model's status.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceDetail {
+    /// gVNIC: queues, header split, RSS, flow rules, counters.
+    Gve(Box<gve_device::Status>),
+    /// erdma: handshake state, path MTU, counters.
+    Erdma(Box<ErdmaStatus>),
+}
+
+/// What `ctl status` shows of an erdma function.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ErdmaStatus {
+    /// The device STATUS register.
+    pub status_register: u32,
+    /// Path MTU (from CONF_MTU) its RC QPs use.
+    pub path_mtu: u32,
+    /// Counters.
+    pub counters: erdma_device::Counters,
 }
 
 /// A running device port.
 pub struct DevicePort {
     port: Arc<PortShared>,
-    handle: DeviceHandle<GveDevice>,
+    handle: Arc<dyn Served>,
     socket: crate::socket_path::OwnedSocket,
     stop: Arc<AtomicBool>,
     server: Option<JoinHandle<()>>,
@@ -86,13 +178,13 @@ fn gve_config(cfg: &PortConfig) -> GveConfig {
 }
 
 impl DevicePort {
-    /// Listens on the port's socket and serves a gve device on it.
+    /// Listens on the port's socket and serves the device its kind names
+    /// (gve or erdma) on it.
     pub fn start(port: Arc<PortShared>, fabric: Arc<Fabric>) -> anyhow::Result<DevicePort> {
         use anyhow::Context;
         let name = port.cfg.name.clone();
         let (listener, socket) = crate::socket_path::bind(&port.cfg.socket)
             .with_context(|| format!("port {name}: cannot listen"))?;
-        let device = GveDevice::new(gve_config(&port.cfg));
         let (f, index) = (fabric.clone(), port.index);
         let sink = move |data: Vec<u8>| {
             if let Some(p) = f.ports.get(index) {
@@ -108,24 +200,38 @@ impl DevicePort {
                 },
             );
         };
-        let server = VfioUserServer::from_listener(listener, device, sink, Limits::default())
-            .map_err(|e| anyhow::anyhow!("port {name}: vfio-user: {e}"))?;
-        let handle = server.handle();
+        let vfio_err = |e| anyhow::anyhow!("port {name}: vfio-user: {e}");
+        let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg.kind {
+            PortKind::Erdma => {
+                let dev = ErdmaDevice::new(ErdmaConfig::new(port.cfg.mac.0));
+                let server = VfioUserServer::from_listener(listener, dev, sink, Limits::default())
+                    .map_err(vfio_err)?;
+                (
+                    Arc::new(server.handle()),
+                    Box::new(move || log_end(server.run())),
+                )
+            }
+            _ => {
+                let dev = GveDevice::new(gve_config(&port.cfg));
+                let server = VfioUserServer::from_listener(listener, dev, sink, Limits::default())
+                    .map_err(vfio_err)?;
+                (
+                    Arc::new(server.handle()),
+                    Box::new(move || log_end(server.run())),
+                )
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let server_thread = std::thread::Builder::new()
             .name(format!("vfio-{name}"))
-            .spawn(move || {
-                if let Err(e) = server.run() {
-                    tracing::warn!("vfio-user server ended: {e}");
-                }
-            })
+            .spawn(run)
             .context("spawning the vfio-user thread")?;
         let (h, s, p) = (handle.clone(), stop.clone(), port.clone());
         let pump = std::thread::Builder::new()
             .name(format!("pump-{name}"))
-            .spawn(move || pump(&p, &h, &s))
+            .spawn(move || pump(&p, &*h, &s))
             .context("spawning the device pump")?;
-        tracing::info!(port = %name, socket = %port.cfg.socket.display(), "gve device listening (vfio-user)");
+        tracing::info!(port = %name, socket = %port.cfg.socket.display(), kind = ?port.cfg.kind, "device listening (vfio-user)");
         Ok(DevicePort {
             port,
             handle,
@@ -157,6 +263,12 @@ impl DevicePort {
     }
 }
 
+fn log_end(r: Result<(), vfio_user_server::Error>) {
+    if let Err(e) = r {
+        tracing::warn!("vfio-user server ended: {e}");
+    }
+}
+
 impl Drop for DevicePort {
     fn drop(&mut self) {
         self.shutdown();
@@ -164,7 +276,7 @@ impl Drop for DevicePort {
 }
 
 /// Hands pending frames to the device; runs the device's timers.
-fn pump(port: &PortShared, dev: &DeviceHandle<GveDevice>, stop: &AtomicBool) {
+fn pump(port: &PortShared, dev: &dyn Served, stop: &AtomicBool) {
     let Ok(epoll) = Epoll::new() else {
         tracing::warn!(port = %port.cfg.name, "cannot create epoll: device port stopped");
         return;

@@ -2,14 +2,14 @@
 //! queue per destination queue pair. It knows nothing of virtio rings; ports
 //! hand it frames and it hands frames to ports' pending queues.
 
-use crate::config::{DeviceForm, MacAddr, PortConfig};
+use crate::config::{DeviceForm, MacAddr, PortConfig, PortKind};
 pub use crate::frame::{flow_hash, now_ms, Frame};
 use crate::offload;
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use virtio_bindings::bindings::virtio_net::*;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
@@ -228,6 +228,9 @@ pub struct PortShared {
     pub steering: crate::steering::PortSteering,
     /// This port is a virtual host's attachment (`hosts`), not a vhost-user socket.
     pub is_host: bool,
+    /// The `kind=erdma` port paired with this virtio-net port: RoCEv2
+    /// frames to this port's MAC go there.
+    pub rdma_companion: OnceLock<usize>,
 }
 
 impl PortShared {
@@ -262,6 +265,7 @@ impl PortShared {
             tx_pauses: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             is_host: false,
+            rdma_companion: OnceLock::new(),
         })
     }
 
@@ -353,7 +357,8 @@ impl PortShared {
             mac: self.mac.lock().map(|m| m.to_string()).unwrap_or_default(),
             form: match self.cfg.form {
                 _ if self.is_host => "host".into(),
-                _ if self.cfg.kind == crate::config::PortKind::Gve => "gve".into(),
+                _ if self.cfg.kind == PortKind::Gve => "gve".into(),
+                _ if self.cfg.kind == PortKind::Erdma => "erdma".into(),
                 DeviceForm::VirtioNetPci => "pci".into(),
                 DeviceForm::TestDevice => "testdev".into(),
             },
@@ -415,6 +420,13 @@ impl Fabric {
             + 1;
         for q in ports.iter().flat_map(|p| p.rxq.iter()) {
             q.set_headroom(senders);
+        }
+        // An erdma function and its guest's virtio-net port share a MAC.
+        for r in ports.iter().filter(|p| p.cfg.kind == PortKind::Erdma) {
+            let nd = r.cfg.netdev.as_deref();
+            if let Some(n) = ports.iter().find(|p| Some(p.cfg.name.as_str()) == nd) {
+                let _ = n.rdma_companion.set(r.index);
+            }
         }
         Fabric {
             faults,
@@ -506,6 +518,7 @@ impl Fabric {
             return None;
         }
         let p = self.macs.read().ok()?.get(&dst).copied()?;
+        let p = self.rdma_target(p, data);
         let port = self.ports.get(p).filter(|_| p != src)?;
         if !port.connected.load(Relaxed) {
             return None;
@@ -537,18 +550,35 @@ impl Fabric {
         self.switch(src, frame)
     }
 
+    /// Where a frame for port `p` goes: its erdma function for RoCEv2, else `p`.
+    fn rdma_target(&self, p: usize, data: &[u8]) -> usize {
+        match self.ports.get(p).and_then(|x| x.rdma_companion.get()) {
+            Some(&r) if crate::frame::is_rocev2(data) => r,
+            _ => p,
+        }
+    }
+
     /// Switches a frame past ingress faults.
     fn switch(&self, src: usize, frame: Frame) -> usize {
         let mut dst = [0u8; 6];
         dst.copy_from_slice(&frame.data[0..6]);
         let mut smac = [0u8; 6];
         smac.copy_from_slice(&frame.data[6..12]);
-        self.learn(smac, src);
+        // An erdma function sends with its netdev's MAC: the netdev port
+        // owns the MAC in the table, RoCEv2 goes to the function (below).
+        if self
+            .ports
+            .get(src)
+            .is_some_and(|p| p.cfg.kind != PortKind::Erdma)
+        {
+            self.learn(smac, src);
+        }
         let known = if dst[0] & 1 == 0 {
             self.macs.read().ok().and_then(|m| m.get(&dst).copied())
         } else {
             None
         };
+        let known = known.map(|p| self.rdma_target(p, &frame.data));
         match known {
             Some(p) if p == src => 0,
             Some(p) => self.deliver(p, &frame),

@@ -84,3 +84,50 @@ pub fn flow_hash(f: &[u8]) -> u32 {
     }
     h
 }
+
+/// Whether `f` is a RoCEv2 packet (IPv4 or IPv6, UDP destination port 4791).
+pub fn is_rocev2(f: &[u8]) -> bool {
+    const ROCE_PORT: u16 = 4791;
+    let Some(et) = f.get(12..14).map(|e| u16::from_be_bytes([e[0], e[1]])) else {
+        return false;
+    };
+    let l4 = match et {
+        0x0800 if f.get(23) == Some(&17) => {
+            14 + usize::from(f.get(14).copied().unwrap_or(0) & 0xf) * 4
+        }
+        0x86dd if f.get(20) == Some(&17) => 54,
+        _ => return false,
+    };
+    f.get(l4 + 2..l4 + 4)
+        .is_some_and(|p| u16::from_be_bytes([p[0], p[1]]) == ROCE_PORT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_rocev2;
+
+    fn udp4(dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[23] = 17;
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn rocev2_is_udp_4791_over_ipv4_or_ipv6() {
+        assert!(is_rocev2(&udp4(4791)));
+        assert!(!is_rocev2(&udp4(4792)));
+        let mut tcp = udp4(4791);
+        tcp[23] = 6;
+        assert!(!is_rocev2(&tcp));
+        let mut v6 = vec![0u8; 14 + 40 + 8];
+        v6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        v6[20] = 17;
+        v6[56..58].copy_from_slice(&4791u16.to_be_bytes());
+        assert!(is_rocev2(&v6));
+        assert!(!is_rocev2(&udp4(4791)[..36]), "truncated");
+        assert!(!is_rocev2(&[]));
+    }
+}

@@ -249,8 +249,9 @@ fn serve(
         }
     }
     let server = Server::start(cfg.clone()).context("starting the daemon")?;
-    for p in &cfg.ports {
-        tracing::info!(port = %p.name, socket = %p.socket.display(), mac = %p.mac, queues = p.queue_pairs, form = ?p.form, "port ready");
+    // As started (an erdma port has taken its netdev's MAC by now).
+    for p in server.stats().iter().filter(|p| p.form != "host") {
+        tracing::info!(port = %p.name, socket = %p.socket, mac = %p.mac, queues = p.queue_pairs, form = %p.form, "port ready");
     }
     let mut sig: libc::c_int = 0;
     // SAFETY: `set` is initialised and `sig` is a valid out pointer.
@@ -405,7 +406,19 @@ fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()>
 }
 
 fn print_device(d: &vhost_rdma::device_port::DeviceStatus) {
-    let g = &d.gve;
+    use vhost_rdma::device_port::DeviceDetail;
+    let g = match &d.detail {
+        DeviceDetail::Gve(g) => g,
+        DeviceDetail::Erdma(e) => {
+            let c = &e.counters;
+            println!(
+                "device {} (erdma): status register {:#x}, {} DMA regions, path MTU {}",
+                d.port, e.status_register, d.dma_regions, e.path_mtu
+            );
+            println!("  {c:?}");
+            return;
+        }
+    };
     let c = &g.counters;
     println!(
         "device {} ({}): driver {:?}, {} DMA regions, mtu {}, admin commands {} ok {} failed",

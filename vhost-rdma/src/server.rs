@@ -47,7 +47,8 @@ pub struct Server {
 impl Server {
     /// Creates every port's socket and starts serving; returns once all
     /// sockets listen.
-    pub fn start(cfg: DaemonConfig) -> anyhow::Result<Server> {
+    pub fn start(mut cfg: DaemonConfig) -> anyhow::Result<Server> {
+        cfg.pair_rdma_ports()?;
         cfg.validate()?;
         let shared = cfg
             .ports
@@ -55,7 +56,7 @@ impl Server {
             .enumerate()
             .map(|(i, p)| match p.kind {
                 PortKind::VirtioNet => PortShared::new(i, p.clone()).map(Arc::new),
-                PortKind::Gve => PortShared::new_device(i, p).map(Arc::new),
+                PortKind::Gve | PortKind::Erdma => PortShared::new_device(i, p).map(Arc::new),
             })
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
@@ -89,7 +90,7 @@ impl Server {
         let mut runners = Vec::new();
         let mut devices = Vec::new();
         for port in shared {
-            if port.cfg.kind == PortKind::Gve {
+            if matches!(port.cfg.kind, PortKind::Gve | PortKind::Erdma) {
                 devices.push(crate::device_port::DevicePort::start(port, fabric.clone())?);
                 continue;
             }

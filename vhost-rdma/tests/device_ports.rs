@@ -1,5 +1,6 @@
-//! A `kind=gve` port: the daemon serves an emulated gVNIC over vfio-user on
-//! the port's socket, next to vhost-user ports, and shuts it down cleanly.
+//! Device ports: the daemon serves an emulated gVNIC (`kind=gve`) or erdma
+//! function (`kind=erdma`) over vfio-user on the port's socket, next to
+//! vhost-user ports, and shuts them down cleanly.
 
 mod common;
 
@@ -41,11 +42,11 @@ fn gve_port_answers_vfio_user_beside_a_virtio_port() {
         (st.devices[0].port.as_str(), st.devices[0].kind.as_str()),
         ("g", "gve")
     );
-    assert_eq!(st.devices[0].gve.counters.rx_queues.len(), 2);
-    assert!(
-        st.devices[0].gve.rx_queues.is_empty(),
-        "no queue before a driver"
-    );
+    let vhost_rdma::device_port::DeviceDetail::Gve(g) = &st.devices[0].detail else {
+        panic!("not a gve status: {:?}", st.devices[0]);
+    };
+    assert_eq!(g.counters.rx_queues.len(), 2);
+    assert!(g.rx_queues.is_empty(), "no queue before a driver");
     let stats = server.stats();
     assert_eq!(stats[0].form, "gve");
     assert_eq!(stats[1].form, "pci");
@@ -68,4 +69,35 @@ fn gve_kind_parses_from_flags_and_file() {
     assert_eq!(cfg.ports[0].kind, PortKind::Gve);
     let e = "g=/tmp/g.sock,kind=nic".parse::<PortConfig>().unwrap_err();
     assert!(format!("{e:#}").contains("unknown port kind"), "{e:#}");
+}
+
+#[test]
+fn erdma_port_pairs_with_its_netdev() {
+    let dir = common::TempDir::new("erdma-port");
+    let a = PortConfig::new("a", dir.path().join("a.sock"));
+    let mut r = PortConfig::new("r", dir.path().join("r.sock"));
+    r.kind = PortKind::Erdma;
+    // Without netdev= it cannot know its MAC.
+    let e = Server::start(DaemonConfig {
+        ports: vec![a.clone(), r.clone()],
+        ..DaemonConfig::default()
+    })
+    .err()
+    .expect("erdma without netdev accepted");
+    assert!(format!("{e:#}").contains("netdev"), "{e:#}");
+    r.netdev = Some("a".into());
+    let server = Server::start(DaemonConfig {
+        ports: vec![a, r],
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    let st = server.stats();
+    assert_eq!(st[1].form, "erdma");
+    assert_eq!(st[1].mac, st[0].mac, "the function takes its netdev's MAC");
+    let mut c = vfio_user::Client::new(&dir.path().join("r.sock")).unwrap();
+    let mut id = [0u8; 4];
+    c.region_read(CONFIG_REGION, 0, &mut id).unwrap();
+    assert_eq!(u32::from_le_bytes(id), 0x107f_1ded, "erdma vendor/device");
+    drop(c);
+    server.shutdown().unwrap();
 }

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# End-to-end test of the emulated erdma function (RoCEv2 RC queue pairs run
+# by the daemon): guest A (10.77.0.1) has a virtio-net port `a` and an erdma
+# function `r` (`kind=erdma,netdev=a`, QEMU -device vfio-user-pci) bound to
+# its eth0; guest B (10.77.0.2) runs rxe over virtio-net. The unmodified 7.3
+# erdma driver and rdma-core's liberdma run against the daemon.
+#
+# Cases (A's role first):
+#   rdma-link                 rdma link: erdma_0 on eth0, ACTIVE, RoCE v2 GID
+#   pingpong-server/-client   ibv_rc_pingpong, 200 iterations
+#   write-bw-server/-client   ib_write_bw, 200 iterations
+#   read-bw-client            ib_read_bw, A reads from B
+#   send-bw-client            ib_send_bw
+#   rping-server/-client      rping -V (rdma_cm over the GSI QP), 10 pings verified
+#   ucmatose-server/-client   ucmatose (rdma_cm connect, send, disconnect)
+#
+# Prints PASS/FAIL per case and ends with "N passed, M failed, K skipped".
+set -uo pipefail
+
+HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+CASES=(rdma-link pingpong-server pingpong-client write-bw-server write-bw-client
+    read-bw-client send-bw-client rping-server rping-client ucmatose-server ucmatose-client)
+
+usage() {
+    cat <<EOF
+Usage: ${0##*/} [options]
+  --no-build         do not run cargo build (use existing binaries)
+  --profile P        release (default) or debug binaries
+  --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
+  --qemu PATH        QEMU 11.1; default: scripts/setup-qemu.sh
+  --timeout SECS     per guest, boot to result (default 900)
+  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
+  --keep-logs        keep the logs when everything passed
+EOF
+}
+
+build=1 profile=release image="" qemu="" timeout=900 logdir="" keep_logs=0 accel=auto
+while (($#)); do
+    case "$1" in
+        --no-build) build=0; shift ;;
+        --profile) profile="$2"; shift 2 ;;
+        --image) image="$2"; shift 2 ;;
+        --qemu) qemu="$2"; shift 2 ;;
+        --timeout) timeout="$2"; shift 2 ;;
+        --logdir) logdir="$2"; shift 2 ;;
+        --keep-logs) keep_logs=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "e2e-erdma: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+E2E_NAME=e2e-erdma
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
+e2e_prepare
+if ! "$qemu" -machine none -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then
+    fail_all "$qemu has no vfio-user-pci device (QEMU >= 10.1 needed)"
+fi
+d="$logdir"
+A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
+
+# Shared by both guests: helpers and the RoCE v2 GID index of an address.
+cat >"$d/common.sh" <<'EOF'
+case_() { echo "CASE $1 rc=$2 $3"; }
+gid_index() {  # gid_index DEV IPV4
+    want=$(echo $2 | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
+    for t in $(seq 1 20); do
+        for f in /sys/class/infiniband/$1/ports/1/gids/*; do
+            n=${f##*/}
+            [ "$(cat $f 2>/dev/null)" = "$want" ] || continue
+            case "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$n 2>/dev/null)" in
+                *v2*|*V2*) echo $n; return 0 ;;
+            esac
+        done
+        sleep 1
+    done
+    return 1
+}
+# retry N CMD...: a client whose server may not listen yet
+retry() {
+    n=$1; shift
+    for t in $(seq 1 $n); do
+        "$@" && return 0
+        sleep 2
+    done
+    return 1
+}
+# rping_ok LOG: rping exits 0 even when it never connected; count the pings
+rping_ok() { [ "$(grep -c 'ping data:' $1)" -ge 10 ]; }
+EOF
+
+cat >"$d/a.sh" <<EOF
+. /opt/vr/common.sh
+echo "== \$VR_NAME (erdma): kernel \$(uname -r)"
+dmesg | grep -i erdma | sed 's/^/DMESG /'
+i=0; until ping -c 1 -W 2 $B >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+rdma link | sed 's/^/LINK /'
+g=\$(gid_index erdma_0 $A)
+rdma link | grep -q 'erdma_0/1 state ACTIVE .*netdev eth0' && [ -n "\$g" ]; case_ rdma-link \$? "gid_index=\$g"
+timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g -p 18515 -n 200; case_ pingpong-server \$? ""
+retry 60 timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g -p 18516 -n 200 $B; case_ pingpong-client \$? ""
+timeout 300 ib_write_bw -d erdma_0 -x \$g -p 18517 -n 200 > /tmp/w.log 2>&1; rc=\$?; cat /tmp/w.log
+case_ write-bw-server \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/w.log)"
+retry 60 timeout 300 ib_write_bw -d erdma_0 -x \$g -p 18518 -n 200 $B > /tmp/w2.log 2>&1; rc=\$?; cat /tmp/w2.log
+case_ write-bw-client \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/w2.log)"
+retry 60 timeout 300 ib_read_bw -d erdma_0 -x \$g -p 18519 -n 200 $B > /tmp/r.log 2>&1; rc=\$?; cat /tmp/r.log
+case_ read-bw-client \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/r.log)"
+retry 60 timeout 300 ib_send_bw -d erdma_0 -x \$g -p 18520 -n 200 $B > /tmp/s.log 2>&1; rc=\$?; cat /tmp/s.log
+case_ send-bw-client \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/s.log)"
+timeout 180 rping -s -a $A -p 7174 -v -V -C 10 > /tmp/rp.log 2>&1; cat /tmp/rp.log | tail -3
+rping_ok /tmp/rp.log; case_ rping-server \$? "\$(grep -c 'ping data:' /tmp/rp.log) pings"
+sleep 3
+retry 30 sh -c "timeout 120 rping -c -a $B -p 7175 -v -V -C 10 > /tmp/rp2.log 2>&1; grep -q 'ping data:' /tmp/rp2.log"
+cat /tmp/rp2.log | tail -3
+rping_ok /tmp/rp2.log; case_ rping-client \$? "\$(grep -c 'ping data:' /tmp/rp2.log) pings"
+timeout 180 ucmatose -b $A -p 7471 -C 10 > /tmp/u.log 2>&1; rc=\$?; cat /tmp/u.log
+case_ ucmatose-server \$rc ""
+retry 30 timeout 120 ucmatose -s $B -p 7472 -C 10 > /tmp/u2.log 2>&1; rc=\$?; cat /tmp/u2.log
+case_ ucmatose-client \$rc ""
+exit 0
+EOF
+
+cat >"$d/b.sh" <<EOF
+. /opt/vr/common.sh
+echo "== \$VR_NAME (rxe): kernel \$(uname -r)"
+rdma link add rxe0 type rxe netdev eth0
+i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+g=\$(gid_index rxe0 $B)
+retry 60 timeout 180 ibv_rc_pingpong -d rxe0 -g \$g -p 18515 -n 200 $A; echo "B pingpong-client rc=\$?"
+timeout 180 ibv_rc_pingpong -d rxe0 -g \$g -p 18516 -n 200; echo "B pingpong-server rc=\$?"
+retry 60 timeout 300 ib_write_bw -d rxe0 -x \$g -p 18517 -n 200 $A; echo "B write-bw-client rc=\$?"
+timeout 300 ib_write_bw -d rxe0 -x \$g -p 18518 -n 200; echo "B write-bw-server rc=\$?"
+timeout 300 ib_read_bw -d rxe0 -x \$g -p 18519 -n 200; echo "B read-bw-server rc=\$?"
+timeout 300 ib_send_bw -d rxe0 -x \$g -p 18520 -n 200; echo "B send-bw-server rc=\$?"
+sleep 3
+retry 30 sh -c "timeout 120 rping -c -a $A -p 7174 -v -V -C 10 > /tmp/rp.log 2>&1; grep -q 'ping data:' /tmp/rp.log"
+tail -3 /tmp/rp.log
+timeout 180 rping -s -a $B -p 7175 -v -V -C 10 > /tmp/rp2.log 2>&1; tail -3 /tmp/rp2.log
+retry 30 timeout 120 ucmatose -s $A -p 7471 -C 10; echo "B ucmatose-client rc=\$?"
+timeout 180 ucmatose -b $B -p 7472 -C 10; echo "B ucmatose-server rc=\$?"
+exit 0
+EOF
+vrbin="$d/vrbin"
+mkdir -p "$vrbin/bin"
+cp "$d/common.sh" "$vrbin/common.sh"
+
+NO_COLOR=1 "$DAEMON" serve \
+    --port "a=$d/a.sock,mac=$MACA" \
+    --port "r=$d/r.sock,kind=erdma,netdev=a" \
+    --port "b=$d/b.sock,mac=$MACB" \
+    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
+DAEMON_PID=$!
+for ((i = 0; i < 100; i++)); do
+    [[ -S $d/a.sock && -S $d/r.sock && -S $d/b.sock ]] && break
+    sleep 0.1
+done
+[[ -S $d/r.sock ]] || fail_all "daemon did not create its sockets (see $d/daemon.log)"
+
+t0=$SECONDS
+"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+    --guest-bin "$vrbin" --net vhost-user --logdir "$d/ga" \
+    --qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/r.sock\"}}" \
+    --guest "a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh" >"$d/run-a.log" 2>&1 &
+pa=$!
+"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+    --guest-bin "$vrbin" --net vhost-user --logdir "$d/gb" \
+    --guest "b,ip=$B/24,sock=$d/b.sock,mac=$MACB,cmd=$d/b.sh" >"$d/run-b.log" 2>&1 &
+pb=$!
+last=$SECONDS
+while kill -0 "$pa" 2>/dev/null || kill -0 "$pb" 2>/dev/null; do
+    sleep 1
+    if ((SECONDS - last >= 15)); then
+        last=$SECONDS
+        say "guests running ($((SECONDS - t0)) s): A $(grep -c '^CASE' "$d/ga/a.job/out.log" 2>/dev/null || echo 0) cases done"
+    fi
+done
+wait "$pa"; ra=$?
+wait "$pb"; rb=$?
+say "guests finished in $((SECONDS - t0)) s (run-guests A exit $ra, B exit $rb)"
+"$DAEMON" ctl --control "$d/ctl.sock" status | tee "$d/ctl-status.txt" | sed 's/^/    /'
+"$DAEMON" ctl --control "$d/ctl.sock" status --json >"$d/ctl-status.json" 2>&1
+stop_daemon
+grep -E 'panicked' "$d/daemon.log" | tail -5
+
+out="$d/ga/a.job/out.log"
+[[ -f $out ]] || out=/dev/null
+for c in "${CASES[@]}"; do
+    line="$(grep -E "^CASE $c rc=" "$out" | tail -n 1)"
+    if [[ -z $line ]]; then
+        record FAIL "$c" "guest A never reported it (run-guests A exit $ra; $d/ga/a.console.log)"
+    elif [[ $line == *" rc=0"* ]]; then
+        record PASS "$c" "${line#* rc=0}"
+    else
+        record FAIL "$c" "${line#CASE $c } (see $out)"
+    fi
+done
+finish
