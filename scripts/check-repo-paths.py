@@ -2,7 +2,8 @@
 """Fail when a tracked file refers to a path outside the repository.
 
 A user's clone has nothing beside it, so code, tests and docs may not reach
-into a sibling directory (`../shared/...`) or into the developers' workplace
+into a sibling directory (such as a `shared/` beside the checkout) or into
+the developers' workplace
 (`/work/...`). Checked: every relative path written with leading `../` that,
 resolved against the directory of the file that names it, leaves the
 repository; and every absolute `/work/` path. `.ci/run` (CI's own

@@ -18,7 +18,7 @@ use crate::stats::QueueCounters;
 use crate::virtio_net::NetHdr;
 use erdma_device::{ErdmaConfig, ErdmaDevice};
 use gve_device::{GveConfig, GveDevice};
-use pci_model::RxRefusal;
+use pci_model::{PciDevice, RxRefusal};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
@@ -45,31 +45,28 @@ trait Served: Send + Sync {
     fn detail(&self) -> DeviceDetail;
 }
 
-impl Served for DeviceHandle<GveDevice> {
-    fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal> {
-        DeviceHandle::receive(self, frame)
-    }
-    fn poll(&self) {
-        DeviceHandle::poll(self)
-    }
-    fn next_deadline(&self) -> Option<Instant> {
-        DeviceHandle::next_deadline(self)
-    }
-    fn is_stopped(&self) -> bool {
-        DeviceHandle::is_stopped(self)
-    }
-    fn stop(&self) {
-        DeviceHandle::stop(self)
-    }
-    fn dma_regions(&self) -> usize {
-        DeviceHandle::dma_regions(self)
-    }
+/// The model-specific part of a device port's status.
+trait Describe {
+    fn detail(&self) -> DeviceDetail;
+}
+
+impl Describe for GveDevice {
     fn detail(&self) -> DeviceDetail {
-        DeviceDetail::Gve(Box::new(self.with_device(|d| d.status())))
+        DeviceDetail::Gve(Box::new(self.status()))
     }
 }
 
-impl Served for DeviceHandle<ErdmaDevice> {
+impl Describe for ErdmaDevice {
+    fn detail(&self) -> DeviceDetail {
+        DeviceDetail::Erdma(Box::new(ErdmaStatus {
+            status_register: self.status(),
+            path_mtu: self.path_mtu(),
+            counters: self.counters(),
+        }))
+    }
+}
+
+impl<D: PciDevice + Describe + Send + 'static> Served for DeviceHandle<D> {
     fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal> {
         DeviceHandle::receive(self, frame)
     }
@@ -89,11 +86,7 @@ impl Served for DeviceHandle<ErdmaDevice> {
         DeviceHandle::dma_regions(self)
     }
     fn detail(&self) -> DeviceDetail {
-        DeviceDetail::Erdma(Box::new(self.with_device(|d| ErdmaStatus {
-            status_register: d.status(),
-            path_mtu: d.path_mtu(),
-            counters: d.counters(),
-        })))
+        self.with_device(|d| d.detail())
     }
 }
 

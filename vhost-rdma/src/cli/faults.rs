@@ -1,5 +1,6 @@
 //! `vhost-rdma ctl faults|link|capture ...`.
 
+use super::{parse_u32_any, parse_u8_any, MatchArgs};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use vhost_rdma::capture::CaptureStatus;
@@ -33,23 +34,9 @@ pub struct FaultAddArgs {
     /// Rule id (default: the next free one).
     #[arg(long)]
     pub id: Option<u32>,
-    #[arg(long, value_name = "MAC")]
-    pub src_mac: Option<String>,
-    #[arg(long, value_name = "MAC")]
-    pub dst_mac: Option<String>,
-    #[arg(long, value_parser = parse_u16_any)]
-    pub ethertype: Option<u16>,
-    #[arg(long, value_name = "IP[/LEN]")]
-    pub src_ip: Option<String>,
-    #[arg(long, value_name = "IP[/LEN]")]
-    pub dst_ip: Option<String>,
-    /// tcp, udp or a protocol number.
-    #[arg(long)]
-    pub proto: Option<String>,
-    #[arg(long)]
-    pub src_port: Option<u16>,
-    #[arg(long)]
-    pub dst_port: Option<u16>,
+    /// The L2-L4 fields to match.
+    #[command(flatten)]
+    pub fields: MatchArgs,
     /// RoCEv2 BTH opcode (number or name, e.g. RC_SEND_ONLY).
     #[arg(long)]
     pub opcode: Option<String>,
@@ -101,30 +88,6 @@ pub struct FaultAddArgs {
     /// rate: bucket depth (default one second's worth).
     #[arg(long)]
     pub burst: Option<f64>,
-}
-
-fn parse_u16_any(s: &str) -> Result<u16, String> {
-    match s.strip_prefix("0x") {
-        Some(h) => u16::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|e| e.to_string())
-}
-
-fn parse_u32_any(s: &str) -> Result<u32, String> {
-    match s.strip_prefix("0x") {
-        Some(h) => u32::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|e| e.to_string())
-}
-
-fn parse_u8_any(s: &str) -> Result<u8, String> {
-    match s.strip_prefix("0x") {
-        Some(h) => u8::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|e| e.to_string())
 }
 
 /// `ctl link down|up`.
@@ -208,14 +171,14 @@ pub fn faults(control: &Path, json: bool, cmd: FaultsCmd) -> anyhow::Result<()> 
                     id: a.id,
                     port: a.port,
                     dir: a.dir,
-                    src_mac: a.src_mac,
-                    dst_mac: a.dst_mac,
-                    ethertype: a.ethertype,
-                    src_ip: a.src_ip,
-                    dst_ip: a.dst_ip,
-                    proto: a.proto,
-                    src_port: a.src_port,
-                    dst_port: a.dst_port,
+                    src_mac: a.fields.src_mac,
+                    dst_mac: a.fields.dst_mac,
+                    ethertype: a.fields.ethertype,
+                    src_ip: a.fields.src_ip,
+                    dst_ip: a.fields.dst_ip,
+                    proto: a.fields.proto,
+                    src_port: a.fields.src_port,
+                    dst_port: a.fields.dst_port,
                     opcode: a.opcode,
                     qpn: a.qpn,
                     psn: a.psn,

@@ -1,5 +1,6 @@
 //! `vhost-rdma ctl flow-rule ...` and `vhost-rdma ctl rss ...`.
 
+use super::MatchArgs;
 use anyhow::{bail, Context};
 use std::path::Path;
 use vhost_rdma::control::{request, Reply, Request};
@@ -35,39 +36,15 @@ pub struct FlowRuleAddArgs {
     /// Lower numbers are tried first (default 0; ties in insertion order).
     #[arg(long, default_value_t = 0)]
     pub priority: u32,
-    #[arg(long, value_name = "MAC")]
-    pub src_mac: Option<String>,
-    #[arg(long, value_name = "MAC")]
-    pub dst_mac: Option<String>,
-    #[arg(long, value_parser = parse_u16_any)]
-    pub ethertype: Option<u16>,
-    /// ADDR or ADDR/PREFIX.
-    #[arg(long, value_name = "IP[/LEN]")]
-    pub src_ip: Option<String>,
-    /// ADDR or ADDR/PREFIX.
-    #[arg(long, value_name = "IP[/LEN]")]
-    pub dst_ip: Option<String>,
-    /// tcp, udp or a protocol number.
-    #[arg(long)]
-    pub proto: Option<String>,
-    #[arg(long)]
-    pub src_port: Option<u16>,
-    #[arg(long)]
-    pub dst_port: Option<u16>,
+    /// The L2-L4 fields to match.
+    #[command(flatten)]
+    pub fields: MatchArgs,
     /// Deliver to this queue pair (0-based).
     #[arg(long, conflicts_with = "drop", required_unless_present = "drop")]
     pub queue: Option<u16>,
     /// Drop matching frames (counted).
     #[arg(long)]
     pub drop: bool,
-}
-
-fn parse_u16_any(s: &str) -> Result<u16, String> {
-    match s.strip_prefix("0x") {
-        Some(h) => u16::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|e| e.to_string())
 }
 
 /// Options of `ctl rss`.
@@ -114,14 +91,14 @@ pub fn flow_rule(control: &Path, json: bool, cmd: FlowRuleCmd) -> anyhow::Result
             rule: FlowRuleSpec {
                 id: a.id,
                 priority: a.priority,
-                src_mac: a.src_mac,
-                dst_mac: a.dst_mac,
-                ethertype: a.ethertype,
-                src_ip: a.src_ip,
-                dst_ip: a.dst_ip,
-                proto: a.proto,
-                src_port: a.src_port,
-                dst_port: a.dst_port,
+                src_mac: a.fields.src_mac,
+                dst_mac: a.fields.dst_mac,
+                ethertype: a.fields.ethertype,
+                src_ip: a.fields.src_ip,
+                dst_ip: a.fields.dst_ip,
+                proto: a.fields.proto,
+                src_port: a.fields.src_port,
+                dst_port: a.fields.dst_port,
                 queue: a.queue,
                 drop: a.drop,
             },
