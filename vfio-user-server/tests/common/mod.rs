@@ -258,3 +258,66 @@ impl RawClient {
         self.call(VFIO_USER_REGION_WRITE, &p, &[])
     }
 }
+
+/// The test's own view of guest RAM: a shared mmap of the memfd it hands
+/// the server with `DMA_MAP`, addressed by IOVA as a driver would.
+pub struct MappedMem {
+    ptr: *mut u8,
+    len: usize,
+    base: u64,
+}
+
+impl MappedMem {
+    /// Maps all of `f` (`MAP_SHARED`, read/write), seen at IOVA `base`.
+    pub fn new(f: &File, base: u64) -> Self {
+        let len = f.metadata().unwrap().len() as usize;
+        // SAFETY: a fresh shared mapping of a file we hold; the kernel picks
+        // the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        MappedMem {
+            ptr: ptr.cast(),
+            len,
+            base,
+        }
+    }
+
+    fn offset(&self, iova: u64, n: usize) -> usize {
+        let off = iova
+            .checked_sub(self.base)
+            .expect("address below guest RAM") as usize;
+        assert!(off + n <= self.len, "address past guest RAM");
+        off
+    }
+
+    pub fn read(&self, iova: u64, n: usize) -> Vec<u8> {
+        let off = self.offset(iova, n);
+        let mut b = vec![0u8; n];
+        // SAFETY: `off + n` is inside the mapping (checked above); the
+        // server writes only while the test waits for its reply.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), b.as_mut_ptr(), n) };
+        b
+    }
+
+    pub fn write(&self, iova: u64, data: &[u8]) {
+        let off = self.offset(iova, data.len());
+        // SAFETY: as in `read`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+    }
+}
+
+impl Drop for MappedMem {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
