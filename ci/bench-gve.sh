@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Benchmark, one run: TCP receive in a Linux 7.3 guest through the emulated
+# gVNIC (kind=gve, vfio-user) versus through virtio-net (vhost-user), between
+# the same two guests (same image, kernel, vCPUs, sender), and on gve devmem
+# receive (ncdevmem into a udmabuf) versus ordinary receive.
+#
+#   ci/bench-gve.sh [--bytes 128M] [--no-build] [--logdir DIR]
+#
+# Every receive is validated byte by byte (smc-guest-tests stream verifies,
+# ncdevmem -v 7 validates). Rates are the receiver's (stream) or the
+# sender's until the receiver closed (devmem). Prints a table and ends with
+#   bench-gve bytes=N gve_mibps=X virtio_mibps=Y devmem_mibps=Z gve_ordinary_mibps=W
+# Guests run under TCG here: the guests' CPU is the limit, not the daemon.
+set -uo pipefail
+HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+bytes=128M build=1 logdir=""
+while (($#)); do
+    case "$1" in
+        --bytes) bytes="$2"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        --logdir) logdir="$2"; shift 2 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) echo "bench-gve: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
+logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-gve.XXXXXX")}"
+mkdir -p "$logdir"
+say() { printf '[bench-gve] %s\n' "$*" >&2; }
+if ((build)); then
+    (cd "$ROOT" && nice cargo build --release -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1 ||
+        { say "build failed ($logdir/build.log)"; exit 1; }
+fi
+DAEMON="$CARGO_TARGET_DIR/release/vhost-rdma"
+image="$("$ROOT/scripts/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || exit 1
+qemu="$("$ROOT/scripts/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || exit 1
+ncd="$("$ROOT/scripts/build-ncdevmem.sh" 2>"$logdir/ncdevmem.log" | tail -n 1)" || exit 1
+vrbin="$logdir/vrbin"
+mkdir -p "$vrbin/bin"
+cp -f "$CARGO_TARGET_DIR/release/smc-guest-tests" "$ncd/ncdevmem" "$vrbin/bin/"
+A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
+
+# run KIND: guest A on KIND (gve or virtio), B on virtio-net; B sends to A.
+run() {
+    local kind=$1 d="$logdir/$1" porta
+    mkdir -p "$d"
+    cat >"$d/a.sh" <<EOF
+i=0; until ping -c 1 -W 2 $B >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+smc-guest-tests stream server --proto tcp --addr $A --port 5301 --bytes $bytes --seed 81 --once --accept-timeout 300
+if [ $kind = gve ]; then
+    ethtool -K eth0 ntuple on
+    ncdevmem -l -f eth0 -s $A -c $B -p 5302 -v 7 > /tmp/rx.out 2> /tmp/rx.err
+    echo "DEVMEM rc=\$? total=\$(sed -n 's/^total_received=//p' /tmp/rx.err | tail -n 1) failed=\$(grep -c 'Failed validation' /tmp/rx.err)"
+fi
+EOF
+    cat >"$d/b.sh" <<EOF
+i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+smc-guest-tests stream client --proto tcp --addr $A --port 5301 --bytes $bytes --seed 81 --connect-timeout 300
+[ $kind = gve ] && smc-guest-tests devmem-send --to $A:5302 --bind $B:5302 --bytes $bytes --pattern-mod 7 --connect-timeout 300
+exit 0
+EOF
+    if [[ $kind == gve ]]; then porta="g=$d/a.sock,kind=gve,queues=2,mac=$MACA"; else porta="a=$d/a.sock,queues=2,mac=$MACA"; fi
+    NO_COLOR=1 "$DAEMON" serve --port "$porta" --port "v=$d/v.sock,mac=$MACB" \
+        --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
+    local dpid=$! i
+    for ((i = 0; i < 100; i++)); do [[ -S $d/a.sock && -S $d/v.sock ]] && break; sleep 0.1; done
+    local net=(--net vhost-user --queues 2) guest="a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh"
+    if [[ $kind == gve ]]; then
+        net=(--net none --qemu-arg=-device
+            --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/a.sock\"}}")
+        guest="a,ip=$A/24,cmd=$d/a.sh"
+    fi
+    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
+        --smp 2 "${net[@]}" --logdir "$d/ga" --guest "$guest" >"$d/run-a.log" 2>&1 &
+    local pa=$!
+    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
+        --net vhost-user --logdir "$d/gb" --guest "b,ip=$B/24,sock=$d/v.sock,mac=$MACB,cmd=$d/b.sh" \
+        >"$d/run-b.log" 2>&1
+    wait "$pa"
+    kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+}
+
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+say "gve run (logs $logdir/gve)"
+run gve
+say "virtio-net run (logs $logdir/virtio)"
+run virtio
+
+sg="$(grep -h '^STREAM-RESULT' "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+sv="$(grep -h '^STREAM-RESULT' "$logdir/virtio/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+dm="$(grep -h '^DEVMEM rc=' "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+ds="$(grep -h '^DEVMEM-SEND' "$logdir/gve/gb/b.job/out.log" 2>/dev/null | tail -n 1)"
+gve_mibps="$(field mibps "$sg")" virtio_mibps="$(field mibps "$sv")"
+gve_cpu="$(field cpu_s_per_gib "$sg")" virtio_cpu="$(field cpu_s_per_gib "$sv")"
+# the sender's rate until ncdevmem closed (Mbit/s in its line) -> MiB/s
+dev_mbit="$(sed -n 's/.*closed_by_peer_after=[0-9.]*s (\([0-9.]*\) Mbit\/s).*/\1/p' <<<"$ds")"
+[[ -n $dev_mbit ]] || dev_mbit="$(sed -n 's/.*send=[0-9.]*s (\([0-9.]*\) Mbit\/s).*/\1/p' <<<"$ds")"
+devmem_mibps="$(python3 -c "print(round(float('${dev_mbit:-0}') * 1e6 / 8 / 1048576, 2))")"
+ok=1
+[[ $sg == *verified=1* && $sv == *verified=1* ]] || ok=0
+[[ $dm == *"rc=0"* && $dm == *"failed=0"* ]] || ok=0
+echo
+echo "| receive path (guest A, 2 vCPUs, TCG) | MiB/s | receiver CPU s/GiB | validated |"
+echo "|---|---:|---:|---|"
+echo "| virtio-net (vhost-user), ordinary TCP | ${virtio_mibps:-?} | ${virtio_cpu:-?} | $([[ $sv == *verified=1* ]] && echo yes || echo NO) |"
+echo "| gve (vfio-user), ordinary TCP | ${gve_mibps:-?} | ${gve_cpu:-?} | $([[ $sg == *verified=1* ]] && echo yes || echo NO) |"
+echo "| gve, devmem TCP (ncdevmem, udmabuf) | ${devmem_mibps:-?} | - | $([[ $dm == *failed=0* ]] && echo yes || echo NO) |"
+echo
+echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0}"
+((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }
