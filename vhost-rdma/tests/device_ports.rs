@@ -101,3 +101,77 @@ fn erdma_port_pairs_with_its_netdev() {
     drop(c);
     server.shutdown().unwrap();
 }
+
+/// A hostile driver on a gve port (garbage BAR writes: register values,
+/// admin queue and doorbells pointing anywhere, resets) while two
+/// virtio-net guests exchange frames: they lose nothing, the daemon does
+/// not panic, and the device counts what it refused.
+#[test]
+fn hostile_gve_driver_leaves_other_ports_alone() {
+    use common::packet::tagged_frame;
+    use common::{feat, TestFabric, TxOpts, ARRIVE};
+    let fab = TestFabric::start_full(
+        3,
+        |i, dir| {
+            let mut p = TestFabric::port_config(dir, i, 1);
+            if i == 2 {
+                p.kind = PortKind::Gve;
+            }
+            p
+        },
+        true,
+    );
+    let mut a = fab.connect(0, feat::ALL);
+    let mut b = fab.connect(1, feat::ALL);
+    let sock = fab.socket(2).to_path_buf();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let attacker = std::thread::spawn(move || {
+        let mut c = vfio_user::Client::new(&sock).unwrap();
+        // xorshift: reproducible garbage
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut writes = 0u64;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let bar = [0u32, 2][(x & 1) as usize];
+            let off = (x >> 8) % 0x1000 & !3;
+            let v = (x >> 16) as u32;
+            if c.region_write(bar, off, &v.to_le_bytes()).is_ok() {
+                writes += 1;
+            }
+        }
+        writes
+    });
+    let (ma, mb) = (fab.mac(0), fab.mac(1));
+    b.post_rx(0, 200, 2048);
+    let frames: Vec<Vec<u8>> = (0..200).map(|t| tagged_frame(mb, ma, t, 600)).collect();
+    for chunk in frames.chunks(20) {
+        a.send_burst(0, chunk, &TxOpts::default());
+    }
+    let got = b.recv_n(0, 200, ARRIVE);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = attacker.join().unwrap();
+    assert_eq!(
+        got.len(),
+        200,
+        "B lost frames while the gve port was attacked"
+    );
+    for (i, r) in got.iter().enumerate() {
+        assert!(r.data == frames[i], "frame {i} corrupted or out of order");
+    }
+    assert!(writes > 100, "the attacker wrote only {writes} times");
+    let r =
+        vhost_rdma::control::request(&fab.control_socket(), &vhost_rdma::control::Request::Status)
+            .unwrap();
+    let st = r.status.unwrap();
+    let vhost_rdma::device_port::DeviceDetail::Gve(g) = &st.devices[0].detail else {
+        panic!("no gve status");
+    };
+    let c = &g.counters;
+    assert!(
+        c.bad_register_accesses + c.bad_doorbells + c.admin_bad_doorbell + c.resets > 0,
+        "the device counted nothing of {writes} garbage writes: {c:?}"
+    );
+}
