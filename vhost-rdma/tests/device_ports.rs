@@ -124,44 +124,54 @@ fn hostile_gve_driver_leaves_other_ports_alone() {
     let mut a = fab.connect(0, feat::ALL);
     let mut b = fab.connect(1, feat::ALL);
     let sock = fab.socket(2).to_path_buf();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
+    const WRITES: u64 = 3000;
     let attacker = std::thread::spawn(move || {
         let mut c = vfio_user::Client::new(&sock).unwrap();
         // xorshift: reproducible garbage
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut writes = 0u64;
-        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut done = 0u64;
+        for _ in 0..WRITES {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let bar = [0u32, 2][(x & 1) as usize];
-            let off = (x >> 8) % 0x1000 & !3;
+            let off = ((x >> 8) % 0x1000) & !3;
             let v = (x >> 16) as u32;
             if c.region_write(bar, off, &v.to_le_bytes()).is_ok() {
-                writes += 1;
+                done += 1;
             }
         }
-        writes
+        done
     });
+    // A sends to B in rounds for as long as the attack lasts (at least 10).
     let (ma, mb) = (fab.mac(0), fab.mac(1));
-    b.post_rx(0, 200, 2048);
-    let frames: Vec<Vec<u8>> = (0..200).map(|t| tagged_frame(mb, ma, t, 600)).collect();
-    for chunk in frames.chunks(20) {
-        a.send_burst(0, chunk, &TxOpts::default());
+    let mut rounds = 0u64;
+    while rounds < 10 || !attacker.is_finished() {
+        let frames: Vec<Vec<u8>> = (0..20)
+            .map(|t| tagged_frame(mb, ma, rounds * 20 + t, 600))
+            .collect();
+        b.post_rx(0, 20, 2048);
+        a.send_burst(0, &frames, &TxOpts::default());
+        let got = b.recv_n(0, 20, ARRIVE);
+        assert_eq!(
+            got.len(),
+            20,
+            "B lost frames in round {rounds} of the attack"
+        );
+        for (i, r) in got.iter().enumerate() {
+            assert!(
+                r.data == frames[i],
+                "round {rounds}: frame {i} corrupted or out of order"
+            );
+        }
+        a.reap_tx(0);
+        rounds += 1;
     }
-    let got = b.recv_n(0, 200, ARRIVE);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let writes = attacker.join().unwrap();
     assert_eq!(
-        got.len(),
-        200,
-        "B lost frames while the gve port was attacked"
+        writes, WRITES,
+        "the daemon stopped taking the attacker's writes"
     );
-    for (i, r) in got.iter().enumerate() {
-        assert!(r.data == frames[i], "frame {i} corrupted or out of order");
-    }
-    assert!(writes > 100, "the attacker wrote only {writes} times");
     let r =
         vhost_rdma::control::request(&fab.control_socket(), &vhost_rdma::control::Request::Status)
             .unwrap();
