@@ -50,10 +50,21 @@ vr_mac() { printf '52:54:00:77:00:%02x' $((10 + $1)); }
 vr_ip() { echo "10.77.0.$((1 + $1))"; }
 
 # vr_daemon NAME... : start one daemon serving one port per guest name
+# vr_daemon NAME[:gve|:erdma]...: a port per guest; NAME:gve serves guest
+# NAME an emulated gVNIC over vfio-user instead of virtio-net; NAME:erdma adds
+# an erdma function (RoCEv2, QPs run by the daemon) beside its virtio-net.
 vr_daemon() {
-    local args=(serve) i=0 n
-    for n in "$@"; do
-        args+=(--port "$n=$DIR/$n.sock,mac=$(vr_mac $i),queues=$QUEUES,form=$FORM")
+    local args=(serve) i=0 spec n kind socks=()
+    for spec in "$@"; do
+        n=${spec%%:*} kind=${spec#"$n"}
+        case "$kind" in
+            :gve) args+=(--port "$n=$DIR/$n.sock,kind=gve,mac=$(vr_mac $i),queues=$QUEUES") ;;
+            :erdma) args+=(--port "$n=$DIR/$n.sock,mac=$(vr_mac $i),queues=$QUEUES,form=$FORM"
+                           --port "$n-rdma=$DIR/$n-rdma.sock,kind=erdma,netdev=$n")
+                    socks+=("$n-rdma") ;;
+            *) args+=(--port "$n=$DIR/$n.sock,mac=$(vr_mac $i),queues=$QUEUES,form=$FORM") ;;
+        esac
+        socks+=("$n")
         i=$((i + 1))
     done
     args+=(--control "$DIR/ctl.sock")
@@ -61,18 +72,20 @@ vr_daemon() {
     vr_show "$DAEMON" "${args[@]}"
     ((PRINT)) && return 0
     [[ $DAEMON == none ]] && return 0
-    for n in "$@"; do rm -f "$DIR/$n.sock"; done
+    for n in "${socks[@]}"; do rm -f "$DIR/$n.sock"; done
     "$DAEMON" "${args[@]}" >"$DIR/daemon.log" 2>&1 &
     vr_pids+=($!)
-    for n in "$@"; do
+    for n in "${socks[@]}"; do
         for _ in $(seq 100); do [[ -S $DIR/$n.sock ]] && break; sleep 0.1; done
         [[ -S $DIR/$n.sock ]] || { echo "daemon did not create $DIR/$n.sock (see $DIR/daemon.log)" >&2; exit 1; }
     done
 }
 
-# vr_qemu_args NAME INDEX -> array QARGS: one guest on socket $DIR/NAME.sock
+# vr_qemu_args NAME INDEX [virtio|gve|erdma] -> array QARGS: one guest on
+# socket $DIR/NAME.sock (gve: the NIC is an emulated gVNIC, -device
+# vfio-user-pci; erdma: virtio-net plus an erdma function on NAME-rdma.sock)
 vr_qemu_args() {
-    local name=$1 i=$2
+    local name=$1 i=$2 nic=${3:-virtio}
     QARGS=("$QEMU")
     if [[ $ACCEL == kvm ]]; then QARGS+=(-accel kvm -cpu host); else QARGS+=(-accel tcg,tb-size=256 -cpu max); fi
     QARGS+=(
@@ -84,8 +97,16 @@ vr_qemu_args() {
         -drive "file=$IMAGE/rootfs.ext4,if=virtio,format=raw,snapshot=on"
         -fsdev "local,id=fsjob,path=$DIR/$name.job,security_model=none"
         -device virtio-9p-pci,fsdev=fsjob,mount_tag=job
-        -chardev "socket,id=c0,path=$DIR/$name.sock"
     )
+    if [[ $nic == gve ]]; then
+        # vfio-user (QEMU >= 10.1): the daemon serves the whole PCI function
+        QARGS+=(-device "{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$DIR/$name.sock\"}}")
+        return 0
+    fi
+    if [[ $nic == erdma ]]; then
+        QARGS+=(-device "{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$DIR/$name-rdma.sock\"}}")
+    fi
+    QARGS+=(-chardev "socket,id=c0,path=$DIR/$name.sock")
     if [[ $FORM == testdev ]]; then
         QARGS+=(-device "vhost-user-test-device-pci,chardev=c0,virtio-id=1,num_vqs=$((2 * QUEUES + 1)),vq_size=256,config_size=$CONFIG_SIZE")
     else
@@ -107,9 +128,9 @@ vr_job() {
     if [[ -n ${JOB:-} ]]; then cp "$JOB" "$DIR/$1.job/run.sh"; else printf '%s\n' "$2" >"$DIR/$1.job/run.sh"; fi
 }
 
-# vr_guest_fg NAME INDEX: console on this terminal (Ctrl-A X quits QEMU)
+# vr_guest_fg NAME INDEX [NIC]: console on this terminal (Ctrl-A X quits QEMU)
 vr_guest_fg() {
-    vr_qemu_args "$1" "$2"
+    vr_qemu_args "$1" "$2" "${3:-}"
     QARGS+=(-serial mon:stdio)
     echo "# guest $1"
     vr_show "${QARGS[@]}"
@@ -117,9 +138,9 @@ vr_guest_fg() {
     "${QARGS[@]}"
 }
 
-# vr_guest_bg NAME INDEX: console to $DIR/NAME.console.log
+# vr_guest_bg NAME INDEX [NIC]: console to $DIR/NAME.console.log
 vr_guest_bg() {
-    vr_qemu_args "$1" "$2"
+    vr_qemu_args "$1" "$2" "${3:-}"
     QARGS+=(-serial "file:$DIR/$1.console.log")
     echo "# guest $1 (console: $DIR/$1.console.log)"
     vr_show "${QARGS[@]}"
