@@ -13,6 +13,9 @@
 #   send-bw-client            ib_send_bw
 #   rping-server/-client      rping -V (rdma_cm over the GSI QP), 10 pings verified
 #   ucmatose-server/-client   ucmatose (rdma_cm connect, send, disconnect)
+#   pingpong-vhost            ibv_rc_pingpong (1000 iterations) against a
+#                             virtual host (10.77.0.10): both RC ends run
+#                             in the daemon, one behind the erdma function
 #
 # Prints PASS/FAIL per case and ends with "N passed, M failed, K skipped".
 set -uo pipefail
@@ -20,7 +23,8 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(rdma-link pingpong-server pingpong-client write-bw-server write-bw-client
-    read-bw-client send-bw-client rping-server rping-client ucmatose-server ucmatose-client)
+    read-bw-client send-bw-client rping-server rping-client ucmatose-server ucmatose-client
+    pingpong-vhost)
 
 usage() {
     cat <<EOF
@@ -118,6 +122,8 @@ timeout 180 ucmatose -b $A -p 7471 -C 10 > /tmp/u.log 2>&1; rc=\$?; cat /tmp/u.l
 case_ ucmatose-server \$rc ""
 retry 30 timeout 120 ucmatose -s $B -p 7472 -C 10 > /tmp/u2.log 2>&1; rc=\$?; cat /tmp/u2.log
 case_ ucmatose-client \$rc ""
+retry 10 timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g 10.77.0.10 > /tmp/vh.log 2>&1; rc=\$?; cat /tmp/vh.log
+[ \$rc = 0 ] && grep -q '^1000 iters' /tmp/vh.log; case_ pingpong-vhost \$? "\$(grep iters /tmp/vh.log)"
 exit 0
 EOF
 
@@ -149,6 +155,7 @@ NO_COLOR=1 "$DAEMON" serve \
     --port "a=$d/a.sock,mac=$MACA" \
     --port "r=$d/r.sock,kind=erdma,netdev=a" \
     --port "b=$d/b.sock,mac=$MACB" \
+    --host "vh=10.77.0.10/24,service=pingpong-server" \
     --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do
