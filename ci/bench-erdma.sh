@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Benchmark, one run: ib_write_bw between two Linux 7.3 guests (TCG, 1 vCPU
+# each) with RDMA done by emulated erdma functions (the daemon runs the RC
+# queue pairs) versus the guests' own rxe over virtio-net; same guests,
+# image, sizes and iterations. Also the guests' CPU seconds per GiB moved
+# (from /proc/stat around the transfer, both guests added).
+#
+#   ci/bench-erdma.sh [--size 65536] [--iters 2000] [--no-build] [--logdir DIR]
+#
+# Ends with one line:
+#   bench-erdma size=S iters=N erdma_mbps=X rxe_mbps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B
+set -uo pipefail
+HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+size=65536 iters=2000 build=1 logdir=""
+while (($#)); do
+    case "$1" in
+        --size) size="$2"; shift 2 ;;
+        --iters) iters="$2"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        --logdir) logdir="$2"; shift 2 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        *) echo "bench-erdma: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
+logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-erdma.XXXXXX")}"
+mkdir -p "$logdir"
+say() { printf '[bench-erdma] %s\n' "$*" >&2; }
+if ((build)); then
+    (cd "$ROOT" && nice cargo build --release -p vhost-rdma) >"$logdir/build.log" 2>&1 ||
+        { say "build failed ($logdir/build.log)"; exit 1; }
+fi
+DAEMON="$CARGO_TARGET_DIR/release/vhost-rdma"
+image="$("$ROOT/scripts/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || exit 1
+qemu="$("$ROOT/scripts/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || exit 1
+A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
+
+# The guest job: DEV is erdma_0 or rxe0; ROLE server|client. Prints the
+# perftest row and "CPU <busy jiffies> <HZ>" measured around the transfer.
+cat >"$logdir/job.sh" <<'EOF'
+DEV=$1 ROLE=$2 SELF=$3 PEER=$4 SIZE=$5 ITERS=$6
+[ $DEV = rxe0 ] && rdma link add rxe0 type rxe netdev eth0
+i=0; until ping -c 1 -W 2 $PEER >/dev/null 2>&1; do i=$((i+1)); [ $i -ge 120 ] && break; sleep 1; done
+want=$(echo $SELF | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
+g=""; for t in $(seq 20); do for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do [ "$(cat $f)" = "$want" ] && g=${f##*/}; done; [ -n "$g" ] && break; sleep 1; done
+busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+b0=$(busy)
+if [ $ROLE = server ]; then
+    timeout 600 ib_write_bw -d $DEV -x $g -s $SIZE -n $ITERS > /tmp/bw.log 2>&1
+else
+    for t in $(seq 60); do timeout 600 ib_write_bw -d $DEV -x $g -s $SIZE -n $ITERS $PEER > /tmp/bw.log 2>&1 && break; sleep 2; done
+fi
+rc=$?
+b1=$(busy)
+cat /tmp/bw.log
+echo "CPU $((b1 - b0)) 100"  # /proc/stat counts USER_HZ = 100 ticks a second
+echo "BW-RC $rc"
+EOF
+vrbin="$logdir/vrbin"
+mkdir -p "$vrbin"
+cp "$logdir/job.sh" "$vrbin/job.sh"
+
+run() {  # run erdma|rxe
+    local kind=$1 d="$logdir/$1"
+    mkdir -p "$d"
+    local dev=rxe0 ports=(--port "a=$d/a.sock,mac=$MACA" --port "b=$d/b.sock,mac=$MACB")
+    if [[ $kind == erdma ]]; then
+        dev=erdma_0
+        ports+=(--port "ra=$d/ra.sock,kind=erdma,netdev=a" --port "rb=$d/rb.sock,kind=erdma,netdev=b")
+    fi
+    echo "sh /opt/vr/job.sh $dev server $A $B $size $iters" >"$d/a.sh"
+    echo "sh /opt/vr/job.sh $dev client $B $A $size $iters" >"$d/b.sh"
+    NO_COLOR=1 "$DAEMON" serve "${ports[@]}" --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
+    local dpid=$! i
+    for ((i = 0; i < 100; i++)); do [[ -S $d/a.sock && -S $d/b.sock ]] && break; sleep 0.1; done
+    local xa=() xb=()
+    if [[ $kind == erdma ]]; then
+        xa=(--qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/ra.sock\"}}")
+        xb=(--qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/rb.sock\"}}")
+    fi
+    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
+        --net vhost-user "${xa[@]}" --logdir "$d/ga" \
+        --guest "a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh" >"$d/run-a.log" 2>&1 &
+    local pa=$!
+    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
+        --net vhost-user "${xb[@]}" --logdir "$d/gb" \
+        --guest "b,ip=$B/24,sock=$d/b.sock,mac=$MACB,cmd=$d/b.sh" >"$d/run-b.log" 2>&1
+    wait "$pa"
+    kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+}
+
+say "erdma run (logs $logdir/erdma)"
+run erdma
+say "rxe run (logs $logdir/rxe)"
+run rxe
+
+# result KIND -> "MB/s cpu_s_per_gib ok"
+result() {
+    local d="$logdir/$1" bw cpu=0 hz=100 ok=1 g
+    bw="$(awk -v s="$size" '$1 == s && NF >= 4 { print $4 }' "$d/gb/b.job/out.log" 2>/dev/null | tail -n 1)"
+    for g in a b; do
+        local line
+        line="$(grep -h '^CPU ' "$d/g$g/$g.job/out.log" 2>/dev/null | tail -n 1)"
+        [[ -n $line ]] || ok=0
+        cpu=$((cpu + $(awk '{print $2}' <<<"${line:-CPU 0 100}")))
+        hz="$(awk '{print $3}' <<<"${line:-CPU 0 100}")"
+        grep -q '^BW-RC 0' "$d/g$g/$g.job/out.log" 2>/dev/null || ok=0
+    done
+    python3 -c "
+import sys
+bw, cpu, hz, size, iters, ok = sys.argv[1:]
+gib = int(size) * int(iters) / 2**30
+print(bw or '0', round(int(cpu) / int(hz) / gib, 2) if gib else 0, ok)" "$bw" "$cpu" "$hz" "$size" "$iters" "$ok"
+}
+read -r e_bw e_cpu e_ok < <(result erdma)
+read -r r_bw r_cpu r_ok < <(result rxe)
+echo
+echo "| ib_write_bw, $size B x $iters, TCG | MB/s | guest CPU s/GiB (both guests) |"
+echo "|---|---:|---:|"
+echo "| erdma <-> erdma (QPs in the daemon) | $e_bw | $e_cpu |"
+echo "| rxe <-> rxe (QPs in the guests) | $r_bw | $r_cpu |"
+echo
+echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu"
+[[ $e_ok == 1 && $r_ok == 1 ]] || { say "a transfer failed (logs in $logdir)"; exit 1; }
