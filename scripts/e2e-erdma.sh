@@ -164,29 +164,11 @@ for ((i = 0; i < 100; i++)); do
 done
 [[ -S $d/r.sock ]] || fail_all "daemon did not create its sockets (see $d/daemon.log)"
 
-t0=$SECONDS
-"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
-    --guest-bin "$vrbin" --net vhost-user --logdir "$d/ga" \
-    --qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/r.sock\"}}" \
-    --guest "a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh" >"$d/run-a.log" 2>&1 &
-pa=$!
-"$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
-    --guest-bin "$vrbin" --net vhost-user --logdir "$d/gb" \
-    --guest "b,ip=$B/24,sock=$d/b.sock,mac=$MACB,cmd=$d/b.sh" >"$d/run-b.log" 2>&1 &
-pb=$!
-last=$SECONDS
-while kill -0 "$pa" 2>/dev/null || kill -0 "$pb" 2>/dev/null; do
-    sleep 1
-    if ((SECONDS - last >= 15)); then
-        last=$SECONDS
-        say "guests running ($((SECONDS - t0)) s): A $(grep -c '^CASE' "$d/ga/a.job/out.log" 2>/dev/null || echo 0) cases done"
-    fi
-done
-wait "$pa"; ra=$?
-wait "$pb"; rb=$?
-say "guests finished in $((SECONDS - t0)) s (run-guests A exit $ra, B exit $rb)"
-"$DAEMON" ctl --control "$d/ctl.sock" status | tee "$d/ctl-status.txt" | sed 's/^/    /'
-"$DAEMON" ctl --control "$d/ctl.sock" status --json >"$d/ctl-status.json" 2>&1
+RG_A=(--net vhost-user
+    --qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/r.sock\"}}"
+    --guest "a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh")
+RG_B=(--net vhost-user --guest "b,ip=$B/24,sock=$d/b.sock,mac=$MACB,cmd=$d/b.sh")
+e2e_run_pair
 stop_daemon
 grep -E 'panicked' "$d/daemon.log" | tail -5
 

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Shared by the single-guest virtual-host scripts (e2e-vhost.sh,
-# e2e-vhost-iwarp.sh): logs, result bookkeeping, daemon lifetime, and the
+# Shared by the guest scripts (e2e-vhost.sh,
+# e2e-vhost-iwarp.sh, e2e-gve.sh, e2e-erdma.sh): logs, result bookkeeping,
+# daemon lifetime, the two-guest runner (e2e_run_pair), and the
 # build / guest image / QEMU preparation. The caller sets E2E_NAME, CASES,
 # ROOT, HERE, build, profile, image, qemu, logdir and keep_logs, then sources
 # this file and calls e2e_prepare; DAEMON_PID is the daemon to stop at exit.
@@ -97,4 +98,31 @@ e2e_run_guest() {
     if grep -Eq 'panicked' "$d/daemon.log"; then
         grep -E 'panicked' "$d/daemon.log" | tail -5
     fi
+}
+
+# e2e_run_pair: boots guest A (run-guests arguments in the array RG_A, logs
+# in $d/ga) and guest B (RG_B, $d/gb) at once, both with the --guest-bin
+# $vrbin; calls e2e_tick (if the script defines it) every second while they
+# run, reports A's progress ("CASE" lines) every 15 s; sets ra and rb (the
+# run-guests exits), then saves the daemon's status in $d/ctl-status.{txt,json}.
+e2e_run_pair() {
+    local t0=$SECONDS last=$SECONDS pa pb
+    local common=(--qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" --guest-bin "$vrbin")
+    "$ROOT/scripts/run-guests" "${common[@]}" --logdir "$d/ga" "${RG_A[@]}" >"$d/run-a.log" 2>&1 &
+    pa=$!
+    "$ROOT/scripts/run-guests" "${common[@]}" --logdir "$d/gb" "${RG_B[@]}" >"$d/run-b.log" 2>&1 &
+    pb=$!
+    while kill -0 "$pa" 2>/dev/null || kill -0 "$pb" 2>/dev/null; do
+        sleep 1
+        if declare -F e2e_tick >/dev/null; then e2e_tick; fi
+        if ((SECONDS - last >= 15)); then
+            last=$SECONDS
+            say "guests running ($((SECONDS - t0)) s): A $(grep -c '^CASE' "$d/ga/a.job/out.log" 2>/dev/null || echo 0) cases done"
+        fi
+    done
+    wait "$pa"; ra=$?
+    wait "$pb"; rb=$?
+    say "guests finished in $((SECONDS - t0)) s (run-guests A exit $ra, B exit $rb)"
+    "$DAEMON" ctl --control "$d/ctl.sock" status | tee "$d/ctl-status.txt" | sed 's/^/    /'
+    "$DAEMON" ctl --control "$d/ctl.sock" status --json >"$d/ctl-status.json" 2>&1
 }
