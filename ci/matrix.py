@@ -84,9 +84,9 @@ for _c in CAPTURE_PROTOS:
 # in both directions. Every test must still pass with its data verified; the
 # host-side `loss-evidence` test asserts the fault rules acted and the guests
 # counted retransmissions.
-def _lossy_faults(match):
+def _lossy_faults(match, ports=("a", "b")):
     rules = []
-    for i, port in enumerate(("a", "b")):
+    for i, port in enumerate(ports):
         rules.append(dict(match, port=port, dir="ingress", action="drop", prob=0.02, seed=101 + i))
         rules.append(dict(match, port=port, dir="ingress", action="reorder", prob=0.05, window=4,
                           **{"hold-ms": 20}, seed=201 + i))
@@ -144,7 +144,75 @@ CELLS["siw-conn"] = {
     "tests": [("link-add-siw", BOTH)],
     "timeout": 2400,
 }
-CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS
+# The emulated erdma function (issue 15): the daemon runs the guest's RC
+# queue pairs. A cell's "rdma" names each role's RDMA device: "erdma" = a
+# kind=erdma port paired with the guest's virtio-net port (QEMU
+# vfio-user-pci; the driver binds it to eth0 at boot), "rxe" = the guest's
+# own rdma_rxe on eth0. Its test "erdma-up" replaces "link-add-rxe".
+ERDMA_BOTH = {"server": "erdma", "client": "erdma"}
+ERDMA_RXE = {"server": "erdma", "client": "rxe"}
+
+
+def _dev_tests(rdma):
+    """The device set-up test row(s) of a cell whose roles use the devices `rdma`."""
+    out = {}
+    for role, dev in rdma.items():
+        out.setdefault("erdma-up" if dev == "erdma" else f"link-add-{dev}", []).append(role)
+    return [(t, tuple(r)) for t, r in out.items()]
+
+
+def _with_devices(base, rdma, **kw):
+    """Cell `base` with the RDMA devices `rdma` (its link-add-rxe row replaced)."""
+    tests = _dev_tests(rdma) + [t for t in CELLS[base]["tests"]
+                                if not t[0].startswith("link-add-") and t[0] != "tshark"]
+    return dict(CELLS[base], rdma=rdma, tests=tests, capture=False, **kw)
+
+
+CELLS["erdma"] = _with_devices(
+    "rxe", ERDMA_BOTH,
+    what="erdma functions (RC QPs run by the daemon) in both guests: ibv_rc_pingpong, rping -V, "
+         "ib_send/write/read_bw, ucmatose; smc-guest-tests verbs: SEND, SEND+imm, WRITE(+imm), READ, CAS, FAA",
+    call="cell_verbs erdma")
+CELLS["erdma-rxe"] = _with_devices(
+    "rxe", ERDMA_RXE,
+    what="erdma function (server) against rdma_rxe (client): the same tools as the rxe cell",
+    call='cell_verbs "$CI_RDMA"')
+# clean runs: the protocol checker must report nothing (host row checker-clean)
+CELLS["erdma-smcr"] = _with_devices(
+    "smcr", ERDMA_BOTH, checker_clean=True,
+    what="SMC-Rv2 between two erdma functions: UEID on both; 1 B; 256 KiB x 64 conns; 64 MiB x 4 conns "
+         "both ways; 256 MiB s2c; every byte verified, smc_mode=smcr; no checker finding")
+CELLS["erdma-smcr"]["tests"] = CELLS["erdma-smcr"]["tests"] + [("checker-clean", ("host",))]
+CELLS["erdma-rxe-smcr"] = _with_devices(
+    "smcr", ERDMA_RXE, checker_clean=True,
+    what="SMC-Rv2 between an erdma function (server) and rdma_rxe (client), as erdma-smcr")
+CELLS["erdma-rxe-smcr"]["tests"] = CELLS["erdma-rxe-smcr"]["tests"] + [("checker-clean", ("host",))]
+for _mode in ("shared", "exclusive"):
+    CELLS[f"erdma-netns-{_mode}"] = {
+        "what": f"`rdma system set netns {_mode}`; the server guest moves eth0 into a namespace"
+                + (" and erdma_0 with it (rdma dev set ... netns)" if _mode == "exclusive" else "")
+                + "; erdma_0 visible " + ("in both namespaces" if _mode == "shared" else "only there")
+                + "; ibv_rc_pingpong, rping -V, ib_write_bw run inside it against the client",
+        "call": f"cell_netns {_mode}",
+        "rdma": ERDMA_BOTH,
+        "tests": [("rdma-netns-mode", ("server",)), ("erdma-up", BOTH), ("rdma-netns-visible", ("server",)),
+                  ("ibv_rc_pingpong", BOTH), ("rping", BOTH), ("ib_write_bw", BOTH)],
+        "timeout": 1200,
+    }
+# 2 % loss + reordering on the erdma ports (the daemon's own RC engine
+# retransmits); as the smcr-lossy cell.
+CELLS["erdma-smcr-lossy"] = dict(
+    CELLS["erdma-smcr"], checker_clean=False,
+    what="erdma-smcr with 2 % drop + 5 % reorder (window 4) on both erdma ports (RoCEv2, UDP 4791), "
+         "both directions",
+    faults=None,  # set below, once the port names are known
+    tests=[t for t in CELLS["erdma-smcr"]["tests"] if t[0] not in ("checker-clean", "smc-64conns")]
+    + [("loss-evidence", ("host",))],
+    timeout=CELLS["erdma-smcr"]["timeout"] + 900,
+    env=CELLS["smcr-lossy"]["env"])
+ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
+               "erdma-netns-exclusive", "erdma-smcr-lossy"]
+CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
 
 
 SIW_SETTLE_MS = 300
@@ -227,9 +295,22 @@ def last_line(cmd, log):
     return out_lines[-1].strip()
 
 
+def erdma_port(role):
+    """Daemon port name of a role's erdma function (paired with its virtio-net port)."""
+    return GUESTS[role][0] + "r"
+
+
+CELLS["erdma-smcr-lossy"]["faults"] = _lossy_faults({"proto": "udp", "dst-port": 4791},
+                                                    tuple(erdma_port(r) for r in BOTH))
+
+
 class Daemon:
-    def __init__(self, binary, d, faults=(), nics=1):
+    def __init__(self, binary, d, faults=(), nics=1, rdma=None):
         self.binary, self.d, self.p, self.faults, self.nics = binary, d, None, list(faults), nics
+        self.rdma = rdma or {}
+        # sockets the guests connect to: one per virtio-net port and erdma function
+        self.sockets = [f"{d}/{GUESTS[r][0]}.sock" for r in BOTH] + [
+            f"{d}/{erdma_port(r)}.sock" for r in BOTH if self.rdma.get(r) == "erdma"]
 
     def start(self):
         args = [self.binary, "serve"]
@@ -245,12 +326,15 @@ class Daemon:
         for role in BOTH:
             for name, _, mac in [GUESTS[role]] + ([GUESTS_NIC1[role]] if self.nics > 1 else []):
                 args += ["--port", f"{name}={self.d}/{name}.sock,mac={mac},queues=1,form=pci"]
+            if self.rdma.get(role) == "erdma":
+                name = GUESTS[role][0]
+                args += ["--port", f"{erdma_port(role)}={self.d}/{erdma_port(role)}.sock,kind=erdma,netdev={name}"]
         args += ["--control", f"{self.d}/ctl.sock", "--capture-dir", self.d]
         env = dict(os.environ, NO_COLOR="1")
         self.log = open(f"{self.d}/daemon.log", "w")
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         for _ in range(100):
-            if all(os.path.exists(f"{self.d}/{GUESTS[r][0]}.sock") for r in BOTH):
+            if all(os.path.exists(p) for p in self.sockets):
                 return None
             if self.p.poll() is not None:
                 break
@@ -552,6 +636,8 @@ def job_script(role, cell, kernel):
     # Phase 1 of smc-noueid (UEID on the server only): the decline code depends
     # on whether the client kernel has an SMC-D loopback device (ci/README.md).
     env = dict(JOB_ENV, CI_NOUEID_CODE=NOUEID_PHASE1_CODE[kernel], **CELLS[cell].get("env", {}))
+    if CELLS[cell].get("rdma"):
+        env["CI_RDMA"] = CELLS[cell]["rdma"][role]
     for var, val in env.items():
         if val:
             extra += f"{var}={val}; export {var}\n"
@@ -663,7 +749,13 @@ def daemon_counters(daemon_bin, d):
     with open(f"{d}/daemon-status.json", "w") as f:
         json.dump(st, f, indent=1)
     keys = ("tx_frames", "rx_frames", "rx_drops", "rx_errors", "tx_errors", "tx_pauses", "ctrl_errors")
-    return {p["name"]: {k: p.get(k) for k in keys} for p in st.get("ports", [])}
+    out = {p["name"]: {k: p.get(k) for k in keys} for p in st.get("ports", [])}
+    for dev in st.get("devices", []):
+        # erdma functions: the RC engines' recovery counters and the device's errors
+        c = (dev.get("erdma") or {}).get("counters") or {}
+        out.setdefault(dev.get("port", "?"), {}).update(
+            {k: v for k, v in c.items() if k.startswith("rc_") or k in ("dma_errors", "bad_wqes", "rx_dropped")})
+    return out
 
 
 def ctl_json(daemon_bin, d, *args):
@@ -856,7 +948,22 @@ def tshark_test(pcap, protos):
 # rdma statistic counters that count retransmissions / their triggers (rxe),
 # and the TCP ones (siw)
 RETRANS_COUNTERS = ("duplicate_request", "out_of_seq_request", "rcvd_seq_err", "completer_retry_err",
-                    "retry_exceeded_err", "rnr_nak_retry_err", "TcpRetransSegs", "TcpExtTCPOFOQueue")
+                    "retry_exceeded_err", "rnr_nak_retry_err", "TcpRetransSegs", "TcpExtTCPOFOQueue",
+                    # erdma functions (daemon status, erdma-device Counters)
+                    "rc_retries", "rc_timeouts", "rc_seq_naks_sent", "rc_duplicates")
+
+
+def checker_clean_test(ck):
+    """Host-side row of a clean erdma cell: the protocol checker saw no rule broken."""
+    row = {"test": "checker-clean", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
+    if ck is None:
+        row["detail"] = "no checker report from the daemon"
+    elif ck["findings"]:
+        row["detail"] = f"{ck['findings']} finding(s): {ck['rules']} (checker-findings.json)"
+    else:
+        row["status"] = "PASS"
+        row["detail"] = "no finding"
+    return row
 
 
 def loss_evidence_test(faults, counters):
@@ -915,7 +1022,9 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     net = getattr(a, "net", "vhost-user")
     res["net"] = net
     # --net stream: QEMU's own virtio-net + -netdev stream (no daemon), to tell daemon issues from guest ones
-    dm = (Daemon(daemon_bin, d, faults, spec.get("nics", 1)) if net == "vhost-user"
+    if spec.get("rdma") and net != "vhost-user":
+        res["problems"].append("the erdma function needs the daemon (--net vhost-user)")
+    dm = (Daemon(daemon_bin, d, faults, spec.get("nics", 1), spec.get("rdma")) if net == "vhost-user"
           else NoDaemon())
     err = dm.start()
     if err:
@@ -947,7 +1056,9 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
             if spec.get("nics", 1) > 1:
                 n1, ip1, mac1 = GUESTS_NIC1[role]
                 nic1 = f"ip1={ip1}/24,sock1={d}/{n1}.sock,mac1={mac1},"
-            args += ["--guest", f"{name},ip={ip}/24,{sock}{nic1}mac={mac},cmd={d}/{name}.sh"]
+            vfio = (f"vfio={d}/{erdma_port(role)}.sock,"
+                    if (spec.get("rdma") or {}).get(role) == "erdma" and net == "vhost-user" else "")
+            args += ["--guest", f"{name},ip={ip}/24,{sock}{nic1}{vfio}mac={mac},cmd={d}/{name}.sh"]
         watch = ConsoleWatch(d, a.verbose)
         watch.start()
         fo = None
@@ -1050,15 +1161,22 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 host_rows["tshark"] = {"test": "tshark", "status": "SKIP", "secs": 0, "bw": "",
                                        "detail": "--net stream: no daemon, no capture"}
             else:
-                host_rows["tshark"] = tshark_test(pcap, CAPTURE_PROTOS[cell.split("-")[0]])
+                host_rows["tshark"] = tshark_test(pcap, spec.get("capture_protos") or CAPTURE_PROTOS[cell.split("-")[0]])
                 if cap and cap.capped_at:
                     host_rows["tshark"]["detail"] += f" (capture stopped at {cap.capped_at} records)"
         if spec.get("failover"):
             host_rows["failover-evidence"] = (fo.evidence() if fo else
                                               {"test": "failover-evidence", "status": "SKIP", "secs": 0, "bw": "",
                                                "detail": "--net stream: no daemon to take a link down"})
+        if spec.get("checker_clean"):
+            host_rows["checker-clean"] = checker_clean_test(ck)
         if spec.get("faults"):
-            host_rows["loss-evidence"] = loss_evidence_test(fault_list, res.get("counters"))
+            # the erdma functions' RC engines run in the daemon: their recovery counters are its own
+            cnt = dict(res.get("counters") or {})
+            for port, c in (res.get("daemon_counters") or {}).items():
+                if any(k.startswith("rc_") for k in c):
+                    cnt[f"daemon:{port}"] = c
+            host_rows["loss-evidence"] = loss_evidence_test(fault_list, cnt)
         res["tests"] = [host_rows.get(t["test"], t) for t in res["tests"]]
         try:
             with open(f"{d}/summary.json") as f:
@@ -1376,8 +1494,10 @@ def main():
                     ap.error(f"unknown cell {c} (have {', '.join(CELL_ORDER)})")
                 # the lossy cells run on 7.3 only unless named with a kernel
                 # or --kernel is given (issue 6 asks for 7.3)
+                # erdma's RoCEv2 mode is newer than 6.12: its cells are 7.3 only
                 sel += [(k, c) for k in kernels
-                        if c not in LOSSY_CELLS or k == "7.3" or a.kernel != "all"]
+                        if (c not in LOSSY_CELLS or k == "7.3" or a.kernel != "all")
+                        and (c not in ERDMA_CELLS or k == "7.3")]
         sel = sorted(set(sel), key=lambda kc: (KERNELS.index(kc[0]), (CELL_ORDER + EXTRA_CELLS).index(kc[1])))
     if a.dry_run:
         for k, c in sel:

@@ -33,6 +33,10 @@ CI_PERFTEST_ITERS=${CI_PERFTEST_ITERS:-500}
 CI_VERBS_SIZE=${CI_VERBS_SIZE:-61441}
 CI_VERBS_ITERS=${CI_VERBS_ITERS:-8}
 CI_VERBS_TESTS="send send_imm write write_imm read cas faa"
+# This guest's RDMA device for the SMC-R cells: rxe (rdma link add rxe0 on
+# eth0) or erdma (the daemon's emulated function, erdma_0, probed at boot).
+CI_RDMA=${CI_RDMA:-rxe}
+if [ "$CI_RDMA" = erdma ]; then CI_RDMA_DEV=${CI_RDMA_DEV:-erdma_0}; else CI_RDMA_DEV=${CI_RDMA_DEV:-${CI_RDMA}0}; fi
 ci_barrier_n=0
 
 # The kernel's text symbols, for the host: if this guest stops answering,
@@ -40,7 +44,7 @@ ci_barrier_n=0
 # functions it spins in (StuckGuestWatch). Copied whole in the background
 # (the host keeps the text symbols; filtering here under TCG takes minutes);
 # a guest that cannot read them just leaves no file.
-[ -r /proc/kallsyms ] && [ -d /job ] &&
+[ -z "${CI_NO_KALLSYMS:-}" ] && [ -r /proc/kallsyms ] && [ -d /job ] &&
     (cat /proc/kallsyms >/job/kallsyms.tmp 2>/dev/null && mv /job/kallsyms.tmp /job/kallsyms) &
 
 say() { echo "[ci $CELL/$ROLE] $*"; }
@@ -112,10 +116,30 @@ net_up() {
 }
 
 # rdma_dev_up TYPE DEV: rdma link add DEV type TYPE netdev eth0, wait for ACTIVE
+# erdma_up DEV NETDEV: the emulated erdma function (the daemon's kind=erdma
+# port, a vfio-user PCI device) has no `rdma link add`: the driver probes it
+# at boot and binds it to the netdev with its MAC. Test "erdma-up": DEV is
+# bound to NETDEV and its port ACTIVE.
+erdma_up() {
+    _i=0
+    until rdma link show "$1/1" 2>/dev/null | grep -q "state ACTIVE.* netdev $2"; do
+        _i=$((_i + 1))
+        if [ $_i -ge 60 ]; then
+            result erdma-up FAIL $(($(now) - _t0)) "" "$1 not ACTIVE on $2 after 60 s: $(rdma link show 2>&1 | tr '\n' ' '); $(dmesg | grep -i erdma | tail -n 3 | tr '\n' ' ')"
+            return 1
+        fi
+        sleep 1
+    done
+    rdma link show "$1/1"
+    ibv_devices
+    result erdma-up PASS $(($(now) - _t0)) "" "$(rdma link show "$1/1" 2>&1)"
+}
+
 rdma_dev_up() {
     _t0=$(now)
     _log=$CI_LOGDIR/link-add.$ROLE.log
     _nd=${3:-eth0}
+    [ "$1" = erdma ] && { erdma_up "$2" "$_nd"; return; }
     if ! rdma link add "$2" type "$1" netdev "$_nd" >"$_log" 2>&1; then
         result "link-add-$1" FAIL $(($(now) - _t0)) "" "rdma link add $2 type $1 netdev $_nd: $(cat "$_log")"
         return 1
@@ -478,6 +502,7 @@ siw_trace_dump() {
 cell_verbs() {
     vtype=$1
     vdev=${vtype}0
+    [ "$vtype" = erdma ] && vdev=erdma_0
     net_up
     if ! rdma_dev_up "$vtype" "$vdev"; then
         echo "CI-ABORT reason=link-add"
@@ -487,7 +512,7 @@ cell_verbs() {
     [ "$vtype" = siw ] && [ "${CI_SIW_TRACE:-1}" != 0 ] && siw_trace_on
     barrier "devices up"
 
-    if [ "$vtype" = rxe ]; then
+    if [ "$vtype" != siw ]; then  # RoCE v2: rxe or erdma
         gidx=$(roce_gid_index "$vdev" "$SELF")
         if [ -z "$gidx" ]; then
             say "no RoCE v2 GID for $SELF on $vdev:"
@@ -569,7 +594,7 @@ cell_siw_conn() {
 # smc_setup yes|no: rxe0 + (optionally) the UEID; SMC info and device checks
 smc_setup() {
     net_up
-    if ! rdma_dev_up rxe rxe0; then
+    if ! rdma_dev_up "$CI_RDMA" "$CI_RDMA_DEV"; then
         echo "CI-ABORT reason=link-add"
         exit 0
     fi
@@ -664,7 +689,7 @@ cell_smcr() {
     [ "${CI_SMC_SKIP_MANY:-}" ] || smc_stream smc-64conns smcr "$CI_SMC_MANY_BYTES" 64 both 7785 server-first
     smc_stream smc-stream smcr "$CI_SMC_BYTES" "${CI_SMC_STREAM_CONNS:-4}" both 7781
     smc_stream smc-big-s2c smcr "$CI_SMC_BIG_BYTES" 1 s2c 7786 server-first
-    diag rxe0
+    diag "$CI_RDMA_DEV"
     say "cell done"
 }
 
@@ -743,4 +768,83 @@ cell_smc_noueid() {
     fi
     smc_stream smc-noueid-server 'decline:0x0303000[078]' 1M 1 both 7783
     say "cell done"
+}
+
+# RDMA devices in network namespaces (Documentation/infiniband/core_devices:
+# "rdma system set netns shared|exclusive"). cell_netns MODE, both roles on
+# their erdma function (CI_RDMA=erdma). The server sets the mode (only
+# possible while no other namespace exists), moves eth0 into a new
+# namespace "vr" (and, in exclusive mode, erdma_0 with it), checks where the
+# device is visible, then runs the tools from inside "vr": barriers, rdma_cm
+# and the GID of eth0's address all live there. The client stays in its
+# initial namespace.
+#   rdma-netns-mode      `rdma system show` reports MODE after the set
+#   rdma-netns-visible   shared: erdma_0 listed in the initial namespace and
+#                        in vr; exclusive: listed in vr only
+#   ibv_rc_pingpong, rping, ib_write_bw   run inside vr (server role)
+cell_netns() {
+    _mode=$1
+    net_up
+    if [ "$ROLE" = server ]; then
+        _t0=$(now)
+        _log=$CI_LOGDIR/netns-mode.$ROLE.log
+        rdma system set netns "$_mode" >"$_log" 2>&1
+        rdma system show >>"$_log" 2>&1
+        if grep -q "netns $_mode" "$_log"; then
+            result rdma-netns-mode PASS $(($(now) - _t0)) "" "$(grep netns "$_log")"
+        else
+            result rdma-netns-mode FAIL $(($(now) - _t0)) "" "$(tr '\n' ' ' <"$_log")"
+        fi
+    fi
+    if ! rdma_dev_up "$CI_RDMA" "$CI_RDMA_DEV"; then
+        echo "CI-ABORT reason=link-add"
+        exit 0
+    fi
+    if [ "$ROLE" != server ]; then
+        netns_tools
+        say "cell done"
+        return
+    fi
+    _t0=$(now)
+    _log=$CI_LOGDIR/netns-move.$ROLE.log
+    {
+        ip netns add vr &&
+            ip link set eth0 netns vr &&
+            ip -n vr link set lo up &&
+            ip -n vr addr add "$SELF/24" dev eth0 &&
+            ip -n vr link set eth0 up &&
+            if [ "$_mode" = exclusive ]; then rdma dev set "$CI_RDMA_DEV" netns vr; fi
+    } >"$_log" 2>&1
+    _moved=$?
+    _init=$(rdma dev show 2>&1 | grep -c " $CI_RDMA_DEV:")
+    _in_ns=$(ip netns exec vr rdma dev show 2>&1 | grep -c " $CI_RDMA_DEV:")
+    _seen="initial namespace lists $CI_RDMA_DEV: $_init, namespace vr: $_in_ns; $(ip netns exec vr rdma link show 2>&1 | tr '\n' ' ')"
+    if [ "$_mode" = exclusive ]; then _want="0 1"; else _want="1 1"; fi
+    if [ $_moved = 0 ] && [ "$_init $_in_ns" = "$_want" ]; then
+        result rdma-netns-visible PASS $(($(now) - _t0)) "" "$_seen"
+    else
+        result rdma-netns-visible FAIL $(($(now) - _t0)) "" "move rc=$_moved ($(tr '\n' ' ' <"$_log")); $_seen; want $_want"
+    fi
+    # the rest runs inside vr: a new shell that continues the barrier count
+    ip netns exec vr env CI_NO_KALLSYMS=1 sh -c ". /opt/vr/ci/ci-lib.sh; ci_barrier_n=$ci_barrier_n; netns_tools"
+    say "cell done"
+}
+
+# netns_tools: the tools of the netns cells (RoCE v2 GID of SELF on CI_RDMA_DEV).
+netns_tools() {
+    gidx=$(roce_gid_index "$CI_RDMA_DEV" "$SELF") || {
+        say "no RoCE v2 GID for $SELF on $CI_RDMA_DEV"
+        gidx=1
+    }
+    say "RoCE v2 GID index of $SELF on $CI_RDMA_DEV: $gidx ($(ip -o -4 addr show eth0 2>&1))"
+    tool_test ibv_rc_pingpong tcp 18601 \
+        "ibv_rc_pingpong -d $CI_RDMA_DEV -g $gidx -p 18601 -n 200" \
+        "ibv_rc_pingpong -d $CI_RDMA_DEV -g $gidx -p 18601 -n 200 $PEER" check_pingpong
+    RPING_COUNT=10 tool_test rping cm 18602 \
+        "rping -s -a $SELF -p 18602 -C 10 -v -V" \
+        "rping -c -a $PEER -p 18602 -C 10 -v -V" check_rping
+    tool_test ib_write_bw tcp 18611 \
+        "ib_write_bw -d $CI_RDMA_DEV -x $gidx -n $CI_PERFTEST_ITERS -p 18611" \
+        "ib_write_bw -d $CI_RDMA_DEV -x $gidx -n $CI_PERFTEST_ITERS -p 18611 $PEER" check_perftest
+    diag "$CI_RDMA_DEV"
 }

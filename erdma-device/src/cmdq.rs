@@ -875,6 +875,10 @@ impl ErdmaDevice {
 
     /// Frees the engine staging of a QP being destroyed.
     pub(crate) fn release_qp_staging(&mut self, mut qp: Qp) {
+        // its recovery counters outlive it (Counters::rc_*)
+        if let Some(e) = qp.engine.as_ref() {
+            self.counters.add_rc(e.stats());
+        }
         for k in qp.take_stage_keys() {
             let _ = self.shadow.deregister(k);
         }

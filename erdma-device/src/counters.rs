@@ -71,8 +71,23 @@ pub struct Counters {
     pub rx_frames: u64,
     /// Bytes received.
     pub rx_bytes: u64,
-    /// Received frames dropped (not RoCEv2, bad ICRC, unknown QP, ...).
+    /// Received frames dropped, all reasons (the `rx_drop_*` counters
+    /// name them).
     pub rx_dropped: u64,
+    /// Dropped: not a RoCEv2 frame, or larger than `max_frame`.
+    pub rx_drop_not_roce: u64,
+    /// Dropped: unicast to another MAC, or a GRH (RoCEv1) frame.
+    pub rx_drop_wrong_dest: u64,
+    /// Dropped: bad ICRC.
+    pub rx_drop_bad_icrc: u64,
+    /// Dropped: destination QP unknown.
+    pub rx_drop_unknown_qp: u64,
+    /// Dropped: transport (RC / UD) does not match the QP's.
+    pub rx_drop_wrong_transport: u64,
+    /// Dropped by the QP's RC engine (state, PSN, key or length checks).
+    pub rx_drop_refused_by_qp: u64,
+    /// Dropped by a UD QP (no receive posted, bad Q_Key, DMA error).
+    pub rx_drop_ud: u64,
     /// QPs live.
     pub qps_live: u64,
     /// CQs live.
@@ -91,4 +106,23 @@ pub struct Counters {
     pub fast_regs: u64,
     /// Local invalidations executed.
     pub local_invs: u64,
+    /// RC recovery, summed over every QP the device has run (live and
+    /// destroyed): go-back-N rewinds of the requester.
+    pub rc_retries: u64,
+    /// RC retransmit-timer expiries with work outstanding.
+    pub rc_timeouts: u64,
+    /// RC PSN-sequence-error NAKs sent (a gap seen by the responder).
+    pub rc_seq_naks_sent: u64,
+    /// RC duplicate requests received (the peer retransmitted).
+    pub rc_duplicates: u64,
+}
+
+impl Counters {
+    /// Adds the recovery counters of one RC engine.
+    pub(crate) fn add_rc(&mut self, s: &roce_model::QpStats) {
+        self.rc_retries += s.retries;
+        self.rc_timeouts += s.timeouts;
+        self.rc_seq_naks_sent += s.seq_naks_sent;
+        self.rc_duplicates += s.duplicates;
+    }
 }

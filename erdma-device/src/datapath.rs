@@ -1008,30 +1008,42 @@ impl ErdmaDevice {
         frame: &[u8],
         io: &mut DeviceIo<'_>,
     ) -> Result<(), RxRefusal> {
-        if frame.len() > self.cfg.max_frame {
+        let parsed = if frame.len() > self.cfg.max_frame {
+            None
+        } else {
+            RoceFrame::parse(frame).ok()
+        };
+        let Some(f) = parsed else {
             self.counters.rx_dropped += 1;
-            return Err(RxRefusal::Dropped);
-        }
-        let Ok(f) = RoceFrame::parse(frame) else {
-            self.counters.rx_dropped += 1;
+            self.counters.rx_drop_not_roce += 1;
             return Err(RxRefusal::Dropped);
         };
         let multicast = f.eth.dst[0] & 1 != 0;
-        if (!multicast && f.eth.dst != self.cfg.mac)
-            || matches!(f.net, NetLayer::Grh { .. })
-            || f.verify_icrc().is_err()
-        {
+        if (!multicast && f.eth.dst != self.cfg.mac) || matches!(f.net, NetLayer::Grh { .. }) {
             self.counters.rx_dropped += 1;
+            self.counters.rx_drop_wrong_dest += 1;
+            return Err(RxRefusal::Dropped);
+        }
+        if f.verify_icrc().is_err() {
+            self.counters.rx_dropped += 1;
+            self.counters.rx_drop_bad_icrc += 1;
             return Err(RxRefusal::Dropped);
         }
         let qpn = f.packet.bth.dest_qp;
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.rx_dropped += 1;
+            self.counters.rx_drop_unknown_qp += 1;
             return Err(RxRefusal::Dropped);
         };
         let transport = f.packet.bth.opcode.transport();
         let r = match (transport, qp.is_ud()) {
-            (Transport::Ud, true) => self.ud_receive(qpn, &f, io),
+            (Transport::Ud, true) => {
+                let r = self.ud_receive(qpn, &f, io);
+                if r.is_err() {
+                    self.counters.rx_drop_ud += 1;
+                }
+                r
+            }
             (Transport::Rc, false) => {
                 let now = self.instant(io.now);
                 let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -1043,21 +1055,32 @@ impl ErdmaDevice {
                 let Some(qp) = self.qps.get_mut(&qpn) else {
                     return Err(RxRefusal::Dropped);
                 };
-                let ok = qp
+                let res = qp
                     .engine
                     .as_mut()
-                    .map(|e| e.handle_packet(&pkt, now, &mut self.shadow).is_ok())
-                    .unwrap_or(false);
+                    .map(|e| e.handle_packet(&pkt, now, &mut self.shadow));
+                let ok = matches!(res, Some(Ok(())));
+                if !ok {
+                    // kept for `ctl status`: why the last frame was refused
+                    self.last_rx_refusal = Some(match res {
+                        Some(Err(e)) => format!("QP {qpn} ({:?}): {e}", pkt.bth.opcode),
+                        _ => format!("QP {qpn}: no RC engine"),
+                    });
+                }
                 let accepted = ok && qp.engine.as_ref().map(|e| e.expected_psn()) != before;
                 self.finish_request(qpn, &pkt, fixup, accepted, io);
                 self.pump_engine(qpn, io);
                 if ok {
                     Ok(())
                 } else {
+                    self.counters.rx_drop_refused_by_qp += 1;
                     Err(RxRefusal::Dropped)
                 }
             }
-            _ => Err(RxRefusal::Dropped),
+            _ => {
+                self.counters.rx_drop_wrong_transport += 1;
+                Err(RxRefusal::Dropped)
+            }
         };
         match r {
             Ok(()) => {

@@ -89,6 +89,8 @@ pub(crate) struct RegFile {
 pub struct ErdmaDevice {
     pub(crate) cfg: ErdmaConfig,
     pub(crate) counters: Counters,
+    /// Why the RC engine refused the last frame it refused.
+    pub(crate) last_rx_refusal: Option<String>,
     pub(crate) regs: RegFile,
     /// Low half of a 64-bit register written as two dwords: (offset, value).
     pub(crate) latch: Option<(u64, u32)>,
@@ -147,6 +149,7 @@ impl ErdmaDevice {
         ErdmaDevice {
             mrs: MrTable::new(cfg.max_live_mrs, max_mr_index),
             counters: Counters::default(),
+            last_rx_refusal: None,
             regs: RegFile::default(),
             latch: None,
             cmdq: None,
@@ -200,7 +203,16 @@ impl ErdmaDevice {
         c.ahs_live = self.ahs.len() as u64;
         c.gids_live = self.gids.iter().flatten().count() as u64;
         c.db_allocs_live = self.db_allocs.len() as u64;
+        for e in self.qps.values().filter_map(|q| q.engine.as_ref()) {
+            c.add_rc(e.stats());
+        }
         c
+    }
+
+    /// Why a QP's RC engine refused the last frame it refused (state, PSN,
+    /// key or length checks), for diagnosis.
+    pub fn last_rx_refusal(&self) -> Option<&str> {
+        self.last_rx_refusal.as_deref()
     }
 
     /// The `DEV_ST` register.
@@ -245,7 +257,11 @@ impl ErdmaDevice {
         self.aeq = None;
         self.ceqs.clear();
         self.cqs.clear();
-        self.qps.clear();
+        for q in std::mem::take(&mut self.qps).into_values() {
+            if let Some(e) = q.engine.as_ref() {
+                self.counters.add_rc(e.stats());
+            }
+        }
         self.mrs.clear();
         self.ahs.clear();
         for g in &mut self.gids {

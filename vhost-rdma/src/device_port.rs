@@ -62,6 +62,7 @@ impl Describe for ErdmaDevice {
             status_register: self.status(),
             path_mtu: self.path_mtu(),
             counters: self.counters(),
+            last_rx_refusal: self.last_rx_refusal().map(str::to_owned),
         }))
     }
 }
@@ -149,6 +150,9 @@ pub struct ErdmaStatus {
     pub path_mtu: u32,
     /// Counters.
     pub counters: erdma_device::Counters,
+    /// Why a QP refused the last frame it refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rx_refusal: Option<String>,
 }
 
 /// A running device port.

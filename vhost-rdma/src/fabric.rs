@@ -385,6 +385,12 @@ pub struct Fabric {
     macs: RwLock<HashMap<[u8; 6], usize>>,
     /// Source MACs not learned because the table was full.
     pub mac_table_full: AtomicU64,
+    /// IPv4 neighbours from ARP: where an erdma function's frames to MAC
+    /// zero go (`neighbors`).
+    pub neighbors: crate::neighbors::NeighborTable,
+    /// erdma frames to MAC zero whose destination IPv4 no ARP announced
+    /// (dropped).
+    pub rdma_unresolved: AtomicU64,
     /// Control connections refused at `limits.control_connections`.
     pub control_refused: AtomicU64,
     /// Flow rules refused at `limits.flow_rules`.
@@ -435,6 +441,8 @@ impl Fabric {
             ports,
             macs: RwLock::new(HashMap::new()),
             mac_table_full: AtomicU64::new(0),
+            neighbors: crate::neighbors::NeighborTable::new(limits.mac_table),
+            rdma_unresolved: AtomicU64::new(0),
             control_refused: AtomicU64::new(0),
             flow_rules_refused: AtomicU64::new(0),
             limits,
@@ -529,9 +537,26 @@ impl Fabric {
 
     /// Switches a frame a guest sent on port `src`. Returns how many copies
     /// were queued.
-    pub fn forward(&self, src: usize, frame: Frame) -> usize {
+    pub fn forward(&self, src: usize, mut frame: Frame) -> usize {
         if frame.data.len() < 14 {
             return 0;
+        }
+        if self
+            .ports
+            .get(src)
+            .is_some_and(|p| p.cfg.kind == PortKind::Erdma)
+        {
+            // delivered by IP when the QP's address vector has no MAC
+            if !self.neighbors.fill_zero_dmac(&mut frame.data) {
+                self.rdma_unresolved.fetch_add(1, Relaxed);
+                if let Some(p) = self.ports.get(src) {
+                    crate::guest_warn!(p.log, port = %p.cfg.name,
+                        "RDMA frame to MAC 00:00:00:00:00:00 and an IPv4 address no ARP on the fabric announced: dropped");
+                }
+                return 0;
+            }
+        } else {
+            self.neighbors.observe(&frame.data);
         }
         self.capture
             .record(src, crate::frame::Dir::Ingress, &frame.data);

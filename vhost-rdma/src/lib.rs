@@ -16,6 +16,7 @@ pub mod faults;
 pub mod frame;
 pub mod hosts;
 pub mod mpa_settle;
+pub mod neighbors;
 pub mod offload;
 pub mod port;
 pub mod proxy;

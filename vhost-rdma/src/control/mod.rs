@@ -118,6 +118,9 @@ pub struct Reply {
 pub struct Status {
     pub ports: Vec<crate::PortStats>,
     pub mac_table_full: u64,
+    /// erdma frames to MAC zero whose IPv4 destination no ARP announced.
+    #[serde(default)]
+    pub rdma_unresolved: u64,
     /// Control connections refused at `[limits] control-connections`.
     #[serde(default)]
     pub control_refused: u64,
@@ -289,6 +292,9 @@ fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts, devices: &crate::device_
                     ports: fabric.ports.iter().map(|p| p.stats()).collect(),
                     mac_table_full: fabric
                         .mac_table_full
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    rdma_unresolved: fabric
+                        .rdma_unresolved
                         .load(std::sync::atomic::Ordering::Relaxed),
                     control_refused: fabric
                         .control_refused
