@@ -116,10 +116,14 @@ print(bw or '0', round(int(cpu) / int(hz) / gib, 2) if gib else 0, ok)" "$bw" "$
 read -r e_bw e_cpu e_ok < <(result erdma)
 read -r r_bw r_cpu r_ok < <(result rxe)
 echo
-echo "| ib_write_bw, $size B x $iters, TCG | MB/s | guest CPU s/GiB (both guests) |"
-echo "|---|---:|---:|"
-echo "| erdma <-> erdma (QPs in the daemon) | $e_bw | $e_cpu |"
-echo "| rxe <-> rxe (QPs in the guests) | $r_bw | $r_cpu |"
+{
+    echo "| ib_write_bw, $size B x $iters, TCG | MB/s | guest CPU s/GiB (both guests) |"
+    echo "|---|---:|---:|"
+    echo "| erdma <-> erdma (QPs in the daemon) | $e_bw | $e_cpu |"
+    echo "| rxe <-> rxe (QPs in the guests) | $r_bw | $r_cpu |"
+} | tee "$logdir/bench.md"
+# a PNG next to the table; a missing matplotlib only costs the plot
+python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "erdma vs rxe, ib_write_bw" >&2 || true
 echo
 echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu"
 [[ $e_ok == 1 && $r_ok == 1 ]] || { say "a transfer failed (logs in $logdir)"; exit 1; }

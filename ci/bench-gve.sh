@@ -101,11 +101,15 @@ ok=1
 [[ $sg == *verified=1* && $sv == *verified=1* ]] || ok=0
 [[ $dm == *"rc=0"* && $dm == *"failed=0"* ]] || ok=0
 echo
-echo "| receive path (guest A, 2 vCPUs, TCG) | MiB/s | receiver CPU s/GiB | validated |"
-echo "|---|---:|---:|---|"
-echo "| virtio-net (vhost-user), ordinary TCP | ${virtio_mibps:-?} | ${virtio_cpu:-?} | $([[ $sv == *verified=1* ]] && echo yes || echo NO) |"
-echo "| gve (vfio-user), ordinary TCP | ${gve_mibps:-?} | ${gve_cpu:-?} | $([[ $sg == *verified=1* ]] && echo yes || echo NO) |"
-echo "| gve, devmem TCP (ncdevmem, udmabuf) | ${devmem_mibps:-?} | - | $([[ $dm == *failed=0* ]] && echo yes || echo NO) |"
+{
+    echo "| receive path (guest A, 2 vCPUs, TCG) | MiB/s | receiver CPU s/GiB | validated |"
+    echo "|---|---:|---:|---|"
+    echo "| virtio-net (vhost-user), ordinary TCP | ${virtio_mibps:-?} | ${virtio_cpu:-?} | $([[ $sv == *verified=1* ]] && echo yes || echo NO) |"
+    echo "| gve (vfio-user), ordinary TCP | ${gve_mibps:-?} | ${gve_cpu:-?} | $([[ $sg == *verified=1* ]] && echo yes || echo NO) |"
+    echo "| gve, devmem TCP (ncdevmem, udmabuf) | ${devmem_mibps:-?} | - | $([[ $dm == *failed=0* ]] && echo yes || echo NO) |"
+} | tee "$logdir/bench.md"
+# a PNG next to the table; a missing matplotlib only costs the plot
+python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "TCP receive: gve vs virtio-net" >&2 || true
 echo
 echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0}"
 ((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }

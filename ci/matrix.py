@@ -1392,6 +1392,17 @@ def combine_runs(paths, out):
     return 1 if n["FAIL"] else 0
 
 
+def write_junit(results, path):
+    """--junit: one <testsuite> per cell (matrix.KERNEL/CELL), one <testcase> per test (scripts/junit.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import junit
+    cases = [junit.Case(f"matrix.{r['kernel']}/{r['cell']}", t["test"], t["status"],
+                        t["detail"] + (f" ({t['bw']} MiB/s)" if t.get("bw") else ""), float(t["secs"] or 0))
+             for r in results for t in r["tests"]]
+    n = junit.write(cases, path, "ci/matrix.sh")
+    say(f"junit: {path}: {sum(n.values())} cases")
+
+
 def _terminate(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -1459,6 +1470,7 @@ def main():
     ap.add_argument("--combine", nargs="+", metavar="RESULTS_DIR",
                     help="write one Markdown table (--combine-out) from these runs' results.json and exit")
     ap.add_argument("--combine-out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML (one case per test)")
     a = ap.parse_args()
     if a.combine:
         return combine_runs(a.combine, a.combine_out)
@@ -1602,6 +1614,8 @@ def main():
         json.dump({"meta": meta, "cells": results}, f, indent=1)
     with open(os.path.join(resdir, "results.md"), "w") as f:
         f.write(fmt_md(results, meta))
+    if a.junit:
+        write_junit(results, a.junit)
     shutil.rmtree(work, ignore_errors=True)
 
     print("\n== matrix summary")

@@ -147,7 +147,7 @@ for p in ${paths//,/ }; do
     run_path "$p"; status[$p]=$?
 done
 
-python3 - "$logdir" "$paths" "$secs" "$form" "$queues" "$qver" "$smp" <<'EOF'
+python3 - "$logdir" "$paths" "$secs" "$form" "$queues" "$qver" "$smp" <<'EOF' | tee "$logdir/bench.md"
 import json, os, sys
 logdir, paths, secs, form, queues, qver, smp = sys.argv[1:]
 paths = paths.split(",")
@@ -192,6 +192,8 @@ for n in (1, 4):
     print("| " + " | ".join(row) + " |")
 print()
 EOF
+# a PNG next to the table; a missing matplotlib only costs the plot
+python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "guest-to-guest TCP (iperf3)" >&2 || true
 
 bench_rc=0
 if ((cargo_bench)); then

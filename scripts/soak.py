@@ -473,6 +473,13 @@ def main():
     report = "\n".join(lines) + "\n"
     with open(f"{resdir}/summary.md", "w") as f:
         f.write(report)
+    # PNGs next to the table: the transfers, and the daemon's memory over the
+    # run (ci/plot.py; a missing matplotlib only costs the plots)
+    plot = os.path.join(ROOT, "ci", "plot.py")
+    subprocess.call([sys.executable, plot, f"{resdir}/summary.md", f"{resdir}/summary.png",
+                     "--title", f"soak {date}: transfers"])
+    subprocess.call([sys.executable, plot, "--csv", f"{resdir}/rss.csv", f"{resdir}/rss.png", "--x", "wall_s",
+                     "--y", "vmrss_kib,rss_anon_kib,rss_shmem_kib", "--title", f"soak {date}: daemon memory (KiB)"])
     with open(f"{resdir}/summary.json", "w") as f:
         json.dump({"pass": ok, "minutes": a.minutes, "warmup_s": warmup, "rss": rss, "rounds": rounds_done,
                    "transfers": transfers, "setup": setup, "problems": problems}, f, indent=1)

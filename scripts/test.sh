@@ -4,8 +4,13 @@
 #   1. cargo fmt --check, cargo clippy -D warnings, scripts/check-repo-paths.py
 #      (nothing refers to a path outside the checkout),
 #      scripts/check-module-cycles.py, ci/test_matrix.py
-#      (the guest matrix's stuck-guest diagnosis, host only)
-#   2. cargo test --workspace (unit, codec and no-VM vhost-user tests)
+#      (the guest matrix's stuck-guest diagnosis, host only),
+#      scripts/test_junit.py (the JUnit writer), ci/test_plot.py (the bench
+#      plots), scripts/check-contrib.sh (systemd units: systemd-analyze
+#      verify; libvirt domains: virt-xml-validate)
+#   2. cargo test --workspace (unit, codec and no-VM vhost-user tests), then
+#      scripts/check-doc-examples.py (every `vhost-rdma` command line in
+#      README.md and docs/*.md against a live daemon: no usage errors)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
 #      both QEMU forms, QEMU 11.1 and the stock 7.2) and scripts/e2e-rss.sh
@@ -24,7 +29,10 @@
 # and ends with one line "N passed, M failed, K skipped" counting every
 # step, test and case. A step that cannot run here prints SKIPPED and why.
 #
-#   scripts/test.sh [--no-e2e] [--e2e-case NAME]...
+#   scripts/test.sh [--no-e2e] [--e2e-case NAME]... [--junit FILE]
+#
+# --junit FILE also writes the results as JUnit XML (scripts/junit.py): one
+# <testcase> per step, cargo test, script record and matrix test.
 #
 # Downloads and builds are cached under ${VHOST_RDMA_CACHE:-~/.cache/vhost-rdma}
 # (cargo's target dir too, unless CARGO_TARGET_DIR is set); a warm run
@@ -34,11 +42,12 @@ ROOT="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
 cd "$ROOT"
 CACHE="${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
-e2e=1 e2e_args=()
+e2e=1 e2e_args=() junit=""
 while (($#)); do
     case "$1" in
         --no-e2e) e2e=0; shift ;;
         --e2e-case) e2e_args+=(--case "$2"); shift 2 ;;
+        --junit) junit="$(realpath -m "$2")"; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -46,13 +55,42 @@ done
 
 passed=0 failed=0 skipped=0
 say() { printf '\n=== %s\n' "$*"; }
+# Logs kept for --junit: test.sh's own records (one line per step, in the
+# record format of scripts/lib-e2e.sh) and each script's and cargo's output.
+jdir="$(mktemp -d "${TMPDIR:-/tmp}/test.sh.XXXXXX")"
+trap 'rm -rf "$jdir"' EXIT
+junit_in=()
+note() { printf '%s %s: %s\n' "$1" "$2" "$3" >>"$jdir/test.sh.log"; }  # note PASS|FAIL|SKIPPED NAME DETAIL
 step() { # step NAME CMD...: run a step that counts as one test
-    local name="$1"; shift
+    local name="$1" rc; shift
     say "$name"
-    if "$@"; then
-        passed=$((passed + 1)); echo "--- PASS $name"
+    "$@"; rc=$?
+    if ((rc == 0)); then
+        passed=$((passed + 1)); echo "--- PASS $name"; note PASS "$name" "ok"
     else
-        failed=$((failed + 1)); echo "--- FAIL $name"
+        failed=$((failed + 1)); echo "--- FAIL $name"; note FAIL "$name" "exit status $rc (see the console log)"
+    fi
+}
+# counted LABEL SUITE CMD...: run a script that prints result records and
+# ends with "N passed, M failed, K skipped"; add its counts to the totals.
+counted() {
+    local label="$1" suite="$2" log rc line gp gf gs
+    shift 2
+    say "$label"
+    log="$jdir/$((${#junit_in[@]} + 1)).log"
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    junit_in+=(--records "$suite=$log")
+    line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
+    if [[ -n $line ]]; then
+        read -r gp gf gs < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
+        passed=$((passed + gp)); failed=$((failed + gf)); skipped=$((skipped + ${gs:-0}))
+        if [[ $rc -ne 0 && $gf -eq 0 ]]; then
+            failed=$((failed + 1)); echo "--- FAIL $suite exited $rc"; note FAIL "$suite" "exited $rc"
+        fi
+    else
+        failed=$((failed + 1)); echo "--- FAIL $suite printed no summary (rc=$rc)"
+        note FAIL "$suite" "printed no summary (rc=$rc)"
     fi
 }
 
@@ -69,43 +107,40 @@ step "no paths outside the repository" python3 "$ROOT/scripts/check-repo-paths.p
 step "no import cycles between modules" python3 "$ROOT/scripts/check-module-cycles.py"
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
 step "ci/test_matrix.py (stuck-guest diagnosis)" python3 "$ROOT/ci/test_matrix.py"
+# the JUnit writer (--junit here and in ci/matrix.sh) on sample logs
+step "scripts/test_junit.py (JUnit XML)" python3 "$ROOT/scripts/test_junit.py"
+# the bench/soak plots from a sample table (skips loudly without matplotlib)
+counted "ci/test_plot.py (bench plots)" ci/test_plot.py python3 "$ROOT/ci/test_plot.py"
+# contrib/: systemd units and libvirt domains through their validators
+counted "scripts/check-contrib.sh (contrib/ validators)" contrib "$ROOT/scripts/check-contrib.sh"
 
 # --- cargo tests ---------------------------------------------------------------
 say "cargo test --workspace"
-log="$(mktemp)"
+log="$jdir/cargo-test.log"
 cargo test --workspace --all-features --no-fail-fast 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+junit_in+=(--libtest "cargo=$log")
 # Count the libtest summaries ("test result: ok. 12 passed; 0 failed; 1 ignored").
 read -r tp tf ti < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1); if ($(i) ~ /^ignored;?$/) g += $(i-1) } } END { print p+0, f+0, g+0 }' "$log")
-rm -f "$log"
 passed=$((passed + tp)); failed=$((failed + tf)); skipped=$((skipped + ti))
 if [[ $rc -ne 0 && $tf -eq 0 ]]; then
     failed=$((failed + 1)); echo "--- FAIL cargo test exited $rc (build failure?)"
+    note FAIL "cargo test" "exited $rc (build failure?)"
 fi
 [[ $ti -gt 0 ]] && echo "SKIPPED: $ti ignored cargo tests (see above)"
+
+# --- README and docs/ examples against a live daemon (the debug build) -------------
+if cargo build -q -p vhost-rdma; then
+    counted "README and docs/ examples (scripts/check-doc-examples.py)" doc-examples \
+        python3 "$ROOT/scripts/check-doc-examples.py" --bin "$CARGO_TARGET_DIR/debug/vhost-rdma"
+else
+    failed=$((failed + 1)); echo "--- FAIL cargo build -p vhost-rdma"; note FAIL "doc-examples" "cargo build -p vhost-rdma failed"
+fi
 
 # --- guest end-to-end tier -----------------------------------------------------------
 # guest_script NAME CMD...: run a guest script and add its closing
 # "N passed, M failed, K skipped" line to the totals.
-guest_script() {
-    local name="$1" log rc line gp gf gs
-    shift
-    say "guest end-to-end: $name"
-    log="$(mktemp)"
-    "$@" 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    line="$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
-    rm -f "$log"
-    if [[ -n $line ]]; then
-        read -r gp gf gs < <(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?.*/\1 \2 \4/' <<<"$line")
-        passed=$((passed + gp)); failed=$((failed + gf)); skipped=$((skipped + ${gs:-0}))
-        if [[ $rc -ne 0 && $gf -eq 0 ]]; then
-            failed=$((failed + 1)); echo "--- FAIL $name exited $rc"
-        fi
-    else
-        failed=$((failed + 1)); echo "--- FAIL $name printed no summary (rc=$rc)"
-    fi
-}
+guest_script() { counted "guest end-to-end: $1" "$@"; }
 
 if [[ $e2e -eq 1 ]]; then
     guest_script "scripts/e2e-fabric.sh ${e2e_args[*]}" "$ROOT/scripts/e2e-fabric.sh" "${e2e_args[@]}"
@@ -115,11 +150,11 @@ if [[ $e2e -eq 1 ]]; then
     "$ROOT/scripts/e2e-rss.sh" --no-build 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     if grep -q '^SKIPPED e2e-rss' "$log"; then
-        skipped=$((skipped + 1))
+        skipped=$((skipped + 1)); note SKIPPED e2e-rss "$(grep -m1 '^SKIPPED e2e-rss' "$log")"
     elif [[ $rc -eq 0 ]] && grep -q '^PASS e2e-rss' "$log"; then
-        passed=$((passed + 1))
+        passed=$((passed + 1)); note PASS e2e-rss "ok"
     else
-        failed=$((failed + 1)); echo "--- FAIL e2e-rss (rc=$rc)"
+        failed=$((failed + 1)); echo "--- FAIL e2e-rss (rc=$rc)"; note FAIL e2e-rss "rc=$rc"
     fi
     rm -f "$log"
     # A guest's rxe and siw against virtual hosts (e2e-fabric's release build).
@@ -134,10 +169,23 @@ if [[ $e2e -eq 1 ]]; then
     # streams, every byte verified; tshark over both cells' captures). The
     # whole matrix (6.12, siw, loss, failover, negative SMC cell) is the
     # second tier: ci/matrix.sh (ci/README.md, results in ci/RESULTS.md).
-    guest_script "ci/matrix.sh --quick" "$ROOT/ci/matrix.sh" --quick
+    # (its JUnit file is merged: its console repeats cell lines as records)
+    jm="$jdir/matrix.xml"
+    counted "guest end-to-end: ci/matrix.sh --quick" "ci/matrix.sh --quick" "$ROOT/ci/matrix.sh" --quick --junit "$jm"
+    junit_in=("${junit_in[@]:0:${#junit_in[@]}-2}" --merge "$jm")
 else
     skipped=$((skipped + 7))
     echo "SKIPPED guest end-to-end tier (e2e-fabric, e2e-rss, e2e-vhost, e2e-vhost-iwarp, e2e-gve, e2e-erdma, ci/matrix.sh --quick): --no-e2e given"
+    for t in e2e-fabric e2e-rss e2e-vhost e2e-vhost-iwarp e2e-gve e2e-erdma "ci/matrix.sh --quick"; do
+        note SKIPPED "$t" "--no-e2e given"
+    done
+fi
+
+if [[ -n $junit ]]; then
+    say "JUnit XML: $junit"
+    touch "$jdir/test.sh.log"
+    python3 "$ROOT/scripts/junit.py" --out "$junit" --name scripts/test.sh --records "test.sh=$jdir/test.sh.log" "${junit_in[@]}" ||
+        { failed=$((failed + 1)); echo "--- FAIL writing $junit"; }
 fi
 
 echo
