@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# Benchmark, one run: ib_write_bw between two Linux 7.3 guests (TCG, 1 vCPU
-# each) with RDMA done by emulated erdma functions (the daemon runs the RC
-# queue pairs) versus the guests' own rxe over virtio-net; same guests,
-# image, sizes and iterations. Also the guests' CPU seconds per GiB moved
-# (from /proc/stat around the transfer, both guests added).
+# Benchmark, one run: ib_write_bw, then an SMC-Rv2 stream, between two Linux
+# 7.3 guests (TCG, 1 vCPU each) with RDMA done by emulated erdma functions
+# (the daemon runs the RC queue pairs) versus the guests' own rxe over
+# virtio-net; same guests, image, sizes and iterations. Also the guests' CPU
+# seconds per GiB moved (from /proc/stat around each transfer, both guests
+# added). The SMC-R stream (smc-guest-tests, one connection, client to
+# server, every byte verified, smc_mode=smcr required) uses the same UEID in
+# both guests.
 #
-#   ci/bench-erdma.sh [--size 65536] [--iters 2000] [--no-build] [--logdir DIR]
+#   ci/bench-erdma.sh [--size 65536] [--iters 2000] [--smc-mib 256] [--no-build] [--logdir DIR]
 #
-# Ends with one line:
+# Ends with two lines:
 #   bench-erdma size=S iters=N erdma_mbps=X rxe_mbps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B
+#   bench-erdma-smc mib=M erdma_mibps=X rxe_mibps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B
 set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-size=65536 iters=2000 build=1 logdir=""
+size=65536 iters=2000 smc_mib=256 build=1 logdir=""
 while (($#)); do
     case "$1" in
         --size) size="$2"; shift 2 ;;
         --iters) iters="$2"; shift 2 ;;
+        --smc-mib) smc_mib="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
         --logdir) logdir="$2"; shift 2 ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "bench-erdma: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -28,7 +33,7 @@ logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-erdma.XXXXXX")}"
 mkdir -p "$logdir"
 say() { printf '[bench-erdma] %s\n' "$*" >&2; }
 if ((build)); then
-    (cd "$ROOT" && nice cargo build --release -p vhost-rdma) >"$logdir/build.log" 2>&1 ||
+    (cd "$ROOT" && nice cargo build --release -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1 ||
         { say "build failed ($logdir/build.log)"; exit 1; }
 fi
 DAEMON="$CARGO_TARGET_DIR/release/vhost-rdma"
@@ -39,7 +44,7 @@ A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 # The guest job: DEV is erdma_0 or rxe0; ROLE server|client. Prints the
 # perftest row and "CPU <busy jiffies> <HZ>" measured around the transfer.
 cat >"$logdir/job.sh" <<'EOF'
-DEV=$1 ROLE=$2 SELF=$3 PEER=$4 SIZE=$5 ITERS=$6
+DEV=$1 ROLE=$2 SELF=$3 PEER=$4 SIZE=$5 ITERS=$6 SMCB=$7
 [ $DEV = rxe0 ] && rdma link add rxe0 type rxe netdev eth0
 i=0; until ping -c 1 -W 2 $PEER >/dev/null 2>&1; do i=$((i+1)); [ $i -ge 120 ] && break; sleep 1; done
 want=$(echo $SELF | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
@@ -56,10 +61,27 @@ b1=$(busy)
 cat /tmp/bw.log
 echo "CPU $((b1 - b0)) 100"  # /proc/stat counts USER_HZ = 100 ticks a second
 echo "BW-RC $rc"
+# SMC-Rv2: the same UEID on both sides; the client retries until the server listens
+smc-guest-tests smc ueid add VHOST-RDMA-BENCH >/dev/null 2>&1
+sleep 5
+b0=$(busy)
+if [ $ROLE = server ]; then
+    timeout 900 smc-guest-tests stream server --addr $SELF --proto smc --port 7790 --bytes $SMCB --conns 1 \
+        --direction c2s --expect-mode smcr --once --accept-timeout 300 > /tmp/smc.log 2>&1
+else
+    timeout 900 smc-guest-tests stream client --addr $PEER --proto smc --port 7790 --bytes $SMCB --conns 1 \
+        --direction c2s --expect-mode smcr --connect-timeout 120 > /tmp/smc.log 2>&1
+fi
+rc=$?
+b1=$(busy)
+grep -E '^(summary|STREAM-RESULT)' /tmp/smc.log
+echo "SMC-CPU $((b1 - b0)) 100"
+echo "SMC-RC $rc"
 EOF
 vrbin="$logdir/vrbin"
-mkdir -p "$vrbin"
+mkdir -p "$vrbin/bin"
 cp "$logdir/job.sh" "$vrbin/job.sh"
+cp "$CARGO_TARGET_DIR/release/smc-guest-tests" "$vrbin/bin/" || { say "no smc-guest-tests binary (build it)"; exit 1; }
 
 run() {  # run erdma|rxe
     local kind=$1 d="$logdir/$1"
@@ -69,8 +91,8 @@ run() {  # run erdma|rxe
         dev=erdma_0
         ports+=(--port "ra=$d/ra.sock,kind=erdma,netdev=a" --port "rb=$d/rb.sock,kind=erdma,netdev=b")
     fi
-    echo "sh /opt/vr/job.sh $dev server $A $B $size $iters" >"$d/a.sh"
-    echo "sh /opt/vr/job.sh $dev client $B $A $size $iters" >"$d/b.sh"
+    echo "sh /opt/vr/job.sh $dev server $A $B $size $iters ${smc_mib}M" >"$d/a.sh"
+    echo "sh /opt/vr/job.sh $dev client $B $A $size $iters ${smc_mib}M" >"$d/b.sh"
     NO_COLOR=1 "$DAEMON" serve "${ports[@]}" --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
     local dpid=$! i
     for ((i = 0; i < 100; i++)); do [[ -S $d/a.sock && -S $d/b.sock ]] && break; sleep 0.1; done
@@ -113,17 +135,41 @@ bw, cpu, hz, size, iters, ok = sys.argv[1:]
 gib = int(size) * int(iters) / 2**30
 print(bw or '0', round(int(cpu) / int(hz) / gib, 2) if gib else 0, ok)" "$bw" "$cpu" "$hz" "$size" "$iters" "$ok"
 }
+# smc_result KIND -> "MiB/s cpu_s_per_gib ok" of the SMC-R stream (the client's mibps)
+smc_result() {
+    local d="$logdir/$1" bw cpu=0 ok=1 g line
+    bw="$(sed -n 's/^STREAM-RESULT role=client .* mibps=\([0-9.]*\) .*smc_mode=smcr.*/\1/p' "$d/gb/b.job/out.log" 2>/dev/null | tail -n 1)"
+    [[ -n $bw ]] || ok=0
+    for g in a b; do
+        line="$(grep -h '^SMC-CPU ' "$d/g$g/$g.job/out.log" 2>/dev/null | tail -n 1)"
+        [[ -n $line ]] || ok=0
+        cpu=$((cpu + $(awk '{print $2}' <<<"${line:-SMC-CPU 0 100}")))
+        grep -q '^SMC-RC 0' "$d/g$g/$g.job/out.log" 2>/dev/null || ok=0
+    done
+    python3 -c "
+import sys
+bw, cpu, mib, ok = sys.argv[1:]
+print(bw or '0', round(int(cpu) / 100 / (int(mib) / 1024), 2), ok)" "$bw" "$cpu" "$smc_mib" "$ok"
+}
 read -r e_bw e_cpu e_ok < <(result erdma)
 read -r r_bw r_cpu r_ok < <(result rxe)
+read -r es_bw es_cpu es_ok < <(smc_result erdma)
+read -r rs_bw rs_cpu rs_ok < <(smc_result rxe)
 echo
 {
     echo "| ib_write_bw, $size B x $iters, TCG | MB/s | guest CPU s/GiB (both guests) |"
     echo "|---|---:|---:|"
     echo "| erdma <-> erdma (QPs in the daemon) | $e_bw | $e_cpu |"
     echo "| rxe <-> rxe (QPs in the guests) | $r_bw | $r_cpu |"
+    echo
+    echo "| SMC-Rv2 stream, ${smc_mib} MiB, 1 conn, TCG | MiB/s | guest CPU s/GiB (both guests) |"
+    echo "|---|---:|---:|"
+    echo "| erdma <-> erdma | $es_bw | $es_cpu |"
+    echo "| rxe <-> rxe | $rs_bw | $rs_cpu |"
 } | tee "$logdir/bench.md"
 # a PNG next to the table; a missing matplotlib only costs the plot
 python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "erdma vs rxe, ib_write_bw" >&2 || true
 echo
 echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu"
-[[ $e_ok == 1 && $r_ok == 1 ]] || { say "a transfer failed (logs in $logdir)"; exit 1; }
+echo "bench-erdma-smc mib=$smc_mib erdma_mibps=$es_bw rxe_mibps=$rs_bw erdma_cpu_s_per_gib=$es_cpu rxe_cpu_s_per_gib=$rs_cpu"
+[[ $e_ok == 1 && $r_ok == 1 && $es_ok == 1 && $rs_ok == 1 ]] || { say "a transfer failed (logs in $logdir)"; exit 1; }

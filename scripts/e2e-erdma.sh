@@ -9,8 +9,9 @@
 #   rdma-link                 rdma link: erdma_0 on eth0, ACTIVE, RoCE v2 GID
 #   pingpong-server/-client   ibv_rc_pingpong, 200 iterations
 #   write-bw-server/-client   ib_write_bw, 200 iterations
-#   read-bw-client            ib_read_bw, A reads from B
-#   send-bw-client            ib_send_bw
+#   read-bw-client/-server    ib_read_bw, 200 iterations
+#   send-bw-client/-server    ib_send_bw, 200 iterations
+#                             (a perftest case needs exit 0 and its 65536-byte row)
 #   rping-server/-client      rping -V (rdma_cm over the GSI QP), 10 pings verified
 #   ucmatose-server/-client   ucmatose (rdma_cm connect, send, disconnect)
 #   pingpong-vhost            ibv_rc_pingpong (1000 iterations) against a
@@ -23,7 +24,7 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(rdma-link pingpong-server pingpong-client write-bw-server write-bw-client
-    read-bw-client send-bw-client rping-server rping-client ucmatose-server ucmatose-client
+    read-bw-client send-bw-client read-bw-server send-bw-server rping-server rping-client ucmatose-server ucmatose-client
     pingpong-vhost)
 
 usage() {
@@ -67,6 +68,8 @@ A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 # Shared by both guests: helpers and the RoCE v2 GID index of an address.
 cat >"$d/common.sh" <<'EOF'
 case_() { echo "CASE $1 rc=$2 $3"; }
+# row_ok RC LOG: a perftest run passed: exit 0 and its 65536-byte result row
+row_ok() { [ "$1" = 0 ] && grep -q '^ *65536 ' "$2"; }
 gid_index() {  # gid_index DEV IPV4
     want=$(echo $2 | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
     for t in $(seq 1 20); do
@@ -105,13 +108,17 @@ rdma link | grep -q 'erdma_0/1 state ACTIVE .*netdev eth0' && [ -n "\$g" ]; case
 timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g -p 18515 -n 200; case_ pingpong-server \$? ""
 retry 60 timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g -p 18516 -n 200 $B; case_ pingpong-client \$? ""
 timeout 300 ib_write_bw -d erdma_0 -x \$g -p 18517 -n 200 > /tmp/w.log 2>&1; rc=\$?; cat /tmp/w.log
-case_ write-bw-server \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/w.log)"
+row_ok \$rc /tmp/w.log; case_ write-bw-server \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/w.log)"
 retry 60 timeout 300 ib_write_bw -d erdma_0 -x \$g -p 18518 -n 200 $B > /tmp/w2.log 2>&1; rc=\$?; cat /tmp/w2.log
-case_ write-bw-client \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/w2.log)"
+row_ok \$rc /tmp/w2.log; case_ write-bw-client \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/w2.log)"
 retry 60 timeout 300 ib_read_bw -d erdma_0 -x \$g -p 18519 -n 200 $B > /tmp/r.log 2>&1; rc=\$?; cat /tmp/r.log
-case_ read-bw-client \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/r.log)"
+row_ok \$rc /tmp/r.log; case_ read-bw-client \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/r.log)"
 retry 60 timeout 300 ib_send_bw -d erdma_0 -x \$g -p 18520 -n 200 $B > /tmp/s.log 2>&1; rc=\$?; cat /tmp/s.log
-case_ send-bw-client \$rc "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/s.log)"
+row_ok \$rc /tmp/s.log; case_ send-bw-client \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/s.log)"
+timeout 300 ib_read_bw -d erdma_0 -x \$g -p 18521 -n 200 > /tmp/r3.log 2>&1; rc=\$?; cat /tmp/r3.log
+row_ok \$rc /tmp/r3.log; case_ read-bw-server \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/r3.log)"
+timeout 300 ib_send_bw -d erdma_0 -x \$g -p 18522 -n 200 > /tmp/s3.log 2>&1; rc=\$?; cat /tmp/s3.log
+row_ok \$rc /tmp/s3.log; case_ send-bw-server \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/s3.log)"
 timeout 180 rping -s -a $A -p 7174 -v -V -C 10 > /tmp/rp.log 2>&1; cat /tmp/rp.log | tail -3
 rping_ok /tmp/rp.log; case_ rping-server \$? "\$(grep -c 'ping data:' /tmp/rp.log) pings"
 sleep 3
@@ -139,6 +146,8 @@ retry 60 timeout 300 ib_write_bw -d rxe0 -x \$g -p 18517 -n 200 $A; echo "B writ
 timeout 300 ib_write_bw -d rxe0 -x \$g -p 18518 -n 200; echo "B write-bw-server rc=\$?"
 timeout 300 ib_read_bw -d rxe0 -x \$g -p 18519 -n 200; echo "B read-bw-server rc=\$?"
 timeout 300 ib_send_bw -d rxe0 -x \$g -p 18520 -n 200; echo "B send-bw-server rc=\$?"
+retry 60 timeout 300 ib_read_bw -d rxe0 -x \$g -p 18521 -n 200 $A; echo "B read-bw-client rc=\$?"
+retry 60 timeout 300 ib_send_bw -d rxe0 -x \$g -p 18522 -n 200 $A; echo "B send-bw-client rc=\$?"
 sleep 3
 retry 30 sh -c "timeout 120 rping -c -a $A -p 7174 -v -V -C 10 > /tmp/rp.log 2>&1; grep -q 'ping data:' /tmp/rp.log"
 tail -3 /tmp/rp.log

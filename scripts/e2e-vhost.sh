@@ -4,6 +4,10 @@
 # one Linux 7.3 guest (10.77.0.1) attaches, creates rxe0 on eth0 and runs the
 # unmodified rdma-core tool against the host in both roles.
 #
+# --rdma erdma: the guest's RDMA device is instead the daemon's emulated erdma
+# function (port r, kind=erdma,netdev=g; QEMU vfio-user-pci), erdma_0 on eth0:
+# the same cases, with both RC ends run by the daemon.
+#
 # Cases (one guest boot runs all of them, in this order):
 #   ping                 the guest pings the virtual host (ARP + ICMP)
 #   pingpong-guest-server  ibv_rc_pingpong server in the guest (-p 18516); the
@@ -90,12 +94,14 @@ Usage: ${0##*/} [options]
                      ucmatose), perftest-cm (perftest -R over RoCE); default all
   --bw-size S        perftest -R message size (-s, default 65536)
   --count N          rping -C / ucmatose -C count (default 10)
+  --rdma DEV         the guest's RDMA device: rxe (default; rdma link add) or
+                     erdma (the daemon's erdma function, QEMU >= 10.1)
   -h, --help
 EOF
 }
 
 build=1 profile=debug image="" qemu="" accel=auto iters=1000 bw_iters=200 timeout=900 logdir="" keep_logs=0 capture=0
-only=verbs,cm,perftest-cm count=10 bw_size=65536
+only=verbs,cm,perftest-cm count=10 bw_size=65536 rdma=rxe
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
@@ -113,6 +119,7 @@ while (($#)); do
         --only) only="$2"; shift 2 ;;
         --bw-size) bw_size="$2"; shift 2 ;;
         --count) count="$2"; shift 2 ;;
+        --rdma) rdma="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -125,7 +132,11 @@ do_verbs=0 do_cm=0 do_perfcm=0
 # The old name of "no verbs cases".
 cm_only=$((1 - do_verbs))
 
-E2E_NAME=e2e-vhost
+case "$rdma" in
+    rxe) E2E_NAME=e2e-vhost DEV=rxe0 ;;
+    erdma) E2E_NAME=e2e-vhost-erdma DEV=erdma_0 ;;
+    *) echo "e2e-vhost: --rdma wants rxe or erdma, not $rdma" >&2; exit 2 ;;
+esac
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
 e2e_prepare
@@ -140,39 +151,40 @@ i=0; while [ "\$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do i=\$((
 i=0; until ping -c 1 -W 2 $HOST_IP >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 30 ] && break; sleep 1; done
 ping -c 3 -W 5 $HOST_IP; echo "VH-RESULT case=ping rc=\$?"
 ip neigh show $HOST_IP
-rdma link add rxe0 type rxe netdev eth0 || { echo 'E2E-FAIL rdma link add'; exit 11; }
-i=0; until rdma link show rxe0/1 2>/dev/null | grep -q 'state ACTIVE'; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL rxe0 not ACTIVE'; exit 12; }; sleep 1; done
+if [ $DEV = rxe0 ]; then rdma link add rxe0 type rxe netdev eth0 || { echo 'E2E-FAIL rdma link add'; exit 11; }; fi
+i=0; until rdma link show $DEV/1 2>/dev/null | grep -q 'state ACTIVE.* netdev eth0'; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL $DEV not ACTIVE on eth0'; rdma link show; exit 12; }; sleep 1; done
+rdma link show $DEV/1
 # The RoCE v2 GID of our IPv4 address (rxe lists it as ::ffff:a.b.c.d).
 want=\$(echo $GUEST_IP | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", \$1, \$2, \$3, \$4 }')
 gidx=""
 for t in 1 2 3 4 5 6 7 8 9 10; do
-    for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+    for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do
         n=\${f##*/}
         [ "\$(cat \$f 2>/dev/null)" = "\$want" ] || continue
-        case "\$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/\$n 2>/dev/null)" in *v2*|*V2*) gidx=\$n ;; esac
+        case "\$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/\$n 2>/dev/null)" in *v2*|*V2*) gidx=\$n ;; esac
     done
     [ -n "\$gidx" ] && break
     sleep 1
 done
-[ -n "\$gidx" ] || { echo 'E2E-FAIL no RoCE v2 GID'; for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do echo "\$f \$(cat \$f)"; done; exit 13; }
+[ -n "\$gidx" ] || { echo 'E2E-FAIL no RoCE v2 GID'; for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do echo "\$f \$(cat \$f)"; done; exit 13; }
 echo "RoCE v2 GID index: \$gidx"
 if [ $cm_only = 0 ]; then
 echo "== pingpong: guest server, virtual host client"
-timeout 300 ibv_rc_pingpong -d rxe0 -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
+timeout 300 ibv_rc_pingpong -d $DEV -g \$gidx -p 18516 -n $iters; echo "VH-RESULT case=pingpong-guest-server rc=\$?"
 echo "== pingpong: guest client, virtual host server"
-timeout 300 ibv_rc_pingpong -d rxe0 -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
+timeout 300 ibv_rc_pingpong -d $DEV -g \$gidx -n $iters $HOST_IP; echo "VH-RESULT case=pingpong-guest-client rc=\$?"
 echo "== ib_write_bw: guest client, virtual host server"
-timeout 600 ib_write_bw -d rxe0 -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
+timeout 600 ib_write_bw -d $DEV -x \$gidx -p 18517 -n $bw_iters $HOST_IP; echo "VH-RESULT case=write-bw-guest-client rc=\$?"
 echo "== ib_send_bw: guest client, virtual host server"
-timeout 600 ib_send_bw -d rxe0 -x \$gidx -p 18518 -n $bw_iters $HOST_IP; echo "VH-RESULT case=send-bw-guest-client rc=\$?"
+timeout 600 ib_send_bw -d $DEV -x \$gidx -p 18518 -n $bw_iters $HOST_IP; echo "VH-RESULT case=send-bw-guest-client rc=\$?"
 echo "== ib_read_bw: guest client, virtual host server"
-timeout 600 ib_read_bw -d rxe0 -x \$gidx -p 18519 -n $bw_iters $HOST_IP; echo "VH-RESULT case=read-bw-guest-client rc=\$?"
+timeout 600 ib_read_bw -d $DEV -x \$gidx -p 18519 -n $bw_iters $HOST_IP; echo "VH-RESULT case=read-bw-guest-client rc=\$?"
 echo "== ib_atomic_bw: guest client, virtual host server"
-timeout 600 ib_atomic_bw -d rxe0 -x \$gidx -p 18520 -n $bw_iters $HOST_IP; echo "VH-RESULT case=atomic-bw-guest-client rc=\$?"
+timeout 600 ib_atomic_bw -d $DEV -x \$gidx -p 18520 -n $bw_iters $HOST_IP; echo "VH-RESULT case=atomic-bw-guest-client rc=\$?"
 for t in write:18521 send:18522 read:18523 atomic:18524; do
     v=\${t%%:*}; p=\${t##*:}
     echo "== ib_\${v}_bw: guest server, virtual host client"
-    timeout 300 ib_\${v}_bw -d rxe0 -x \$gidx -p \$p -n $bw_iters; echo "VH-RESULT case=\$v-bw-guest-server rc=\$?"
+    timeout 300 ib_\${v}_bw -d $DEV -x \$gidx -p \$p -n $bw_iters; echo "VH-RESULT case=\$v-bw-guest-server rc=\$?"
 done
 fi
 if [ $do_cm = 1 ]; then
@@ -190,18 +202,18 @@ if [ $do_perfcm = 1 ]; then
 for t in write:${RC_PORT[write]} send:${RC_PORT[send]} read:${RC_PORT[read]} atomic:${RC_PORT[atomic]}; do
     v=\${t%%:*}; p=\${t##*:}; sz="-s $bw_size"; [ \$v = atomic ] && sz=
     echo "== CASE \$v-bw-R-guest-client"
-    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters \$sz $HOST2_IP
+    timeout 600 ib_\${v}_bw -R -d $DEV -p \$p -n $bw_iters \$sz $HOST2_IP
     echo "VH-RESULT case=\$v-bw-R-guest-client rc=\$?"
 done
 for t in write:${RS_PORT[write]} send:${RS_PORT[send]} read:${RS_PORT[read]} atomic:${RS_PORT[atomic]}; do
     v=\${t%%:*}; p=\${t##*:}; sz="-s $bw_size"; [ \$v = atomic ] && sz=
     echo "== CASE \$v-bw-R-guest-server"
-    timeout 600 ib_\${v}_bw -R -d rxe0 -p \$p -n $bw_iters \$sz
+    timeout 600 ib_\${v}_bw -R -d $DEV -p \$p -n $bw_iters \$sz
     echo "VH-RESULT case=\$v-bw-R-guest-server rc=\$?"
 done
 fi
 echo "== CASE end"
-rdma statistic show link rxe0/1 2>/dev/null | head -n 5
+rdma statistic show link $DEV/1 2>/dev/null | head -n 5
 exit 0
 EOF
 
@@ -254,9 +266,17 @@ size = $(r_size "$v")
 iters = $bw_iters
 EOF
 done
+ERDMA_PORT=() GUEST_EXTRA=""
+if [[ $rdma == erdma ]]; then
+    "$qemu" -machine none -device help 2>/dev/null | grep -q '"vfio-user-pci"' ||
+        fail_all "$qemu has no vfio-user-pci device (QEMU >= 10.1 needed for --rdma erdma)"
+    ERDMA_PORT=(--port "r=$d/r.sock,kind=erdma,netdev=g")
+    GUEST_EXTRA="vfio=$d/r.sock,"
+fi
 NO_COLOR=1 "$DAEMON" serve \
     --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
+    "${ERDMA_PORT[@]}" \
     --control "$d/ctl.sock" --capture-dir "$d" >"$d/daemon.log" 2>&1 &
 DAEMON_PID=$!
 for ((i = 0; i < 100; i++)); do

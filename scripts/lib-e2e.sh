@@ -88,7 +88,7 @@ e2e_run_guest() {
     local t0=$SECONDS
     "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
         --net vhost-user --logdir "$d" \
-        --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
+        --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,${GUEST_EXTRA:-}mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
     rg=${PIPESTATUS[0]}
     wall=$((SECONDS - t0))
     say "guest finished (run-guests exit $rg, ${wall}s)"

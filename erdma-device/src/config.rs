@@ -79,6 +79,9 @@ pub struct ErdmaConfig {
     pub max_frame: usize,
     /// IPv4 TTL when the AV hop limit is 0. Default 64.
     pub default_ttl: u8,
+    /// Largest path MTU in bytes the RC engines use, whatever the netdev
+    /// MTU allows (256, 512, 1024, 2048 or 4096). Default 4096.
+    pub max_path_mtu: u32,
 }
 
 impl ErdmaConfig {
@@ -115,6 +118,7 @@ impl ErdmaConfig {
             poll_budget: 256,
             max_frame: 9018,
             default_ttl: 64,
+            max_path_mtu: 4096,
         }
     }
 

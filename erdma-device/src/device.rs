@@ -236,8 +236,8 @@ impl ErdmaDevice {
     }
 
     pub(crate) fn engine_mtu(&self) -> roce_model::Mtu {
-        if self.mtu == 0 {
-            let code = match self.cfg.default_path_mtu {
+        let from_bytes = |b: u32| {
+            let code = match b {
                 0..=383 => 1,
                 384..=767 => 2,
                 768..=1535 => 3,
@@ -245,8 +245,17 @@ impl ErdmaDevice {
                 _ => 5,
             };
             roce_model::Mtu::from_code(code).unwrap_or(roce_model::Mtu::Mtu1024)
+        };
+        let mtu = if self.mtu == 0 {
+            from_bytes(self.cfg.default_path_mtu)
         } else {
             roce_model::Mtu::for_netdev_mtu(self.mtu).unwrap_or(roce_model::Mtu::Mtu256)
+        };
+        let cap = from_bytes(self.cfg.max_path_mtu);
+        if cap.bytes() < mtu.bytes() {
+            cap
+        } else {
+            mtu
         }
     }
 

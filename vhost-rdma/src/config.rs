@@ -128,6 +128,78 @@ pub struct PortConfig {
     pub rx_queue_frames: usize,
     /// Flow steering rules installed at start (`[[port.flow-rule]]`).
     pub flow_rules: Vec<crate::steering::FlowRuleSpec>,
+    /// `kind=erdma`: RC settings the erdma driver never passes.
+    pub rc: RcSettings,
+}
+
+/// RC queue-pair settings of an erdma function that its driver never
+/// passes (erdma's MODIFY_QP carries no timeout, retry count or path MTU);
+/// `None` keeps erdma-device's documented default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RcSettings {
+    /// ACK timeout exponent: 4.096 us * 2^n (default 14, about 67 ms).
+    pub ack_timeout: Option<u8>,
+    /// Transport retries before a QP errors out (default 7).
+    pub retry_cnt: Option<u8>,
+    /// RNR retries, 7 = infinite (default 7).
+    pub rnr_retry: Option<u8>,
+    /// Minimum RNR NAK timer code (default 12, 0.64 ms).
+    pub min_rnr_timer: Option<u8>,
+    /// Largest path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default
+    /// 4096; the netdev MTU may allow less).
+    pub path_mtu: Option<u32>,
+}
+
+impl RcSettings {
+    /// Sets one `key=value` (the `--port` spelling); false if `key` is not
+    /// an RC setting.
+    fn set(&mut self, key: &str, v: &str) -> anyhow::Result<bool> {
+        let small = |max: u8| -> anyhow::Result<u8> {
+            let n: u8 = v.parse().with_context(|| format!("{key}={v}"))?;
+            if n > max {
+                bail!("{key}={v}: at most {max}");
+            }
+            Ok(n)
+        };
+        match key {
+            "ack-timeout" => self.ack_timeout = Some(small(31)?),
+            "retry-cnt" => self.retry_cnt = Some(small(7)?),
+            "rnr-retry" => self.rnr_retry = Some(small(7)?),
+            "min-rnr-timer" => self.min_rnr_timer = Some(small(31)?),
+            "path-mtu" => {
+                let n: u32 = v.parse().with_context(|| format!("{key}={v}"))?;
+                if ![256, 512, 1024, 2048, 4096].contains(&n) {
+                    bail!("path-mtu={v}: one of 256, 512, 1024, 2048, 4096");
+                }
+                self.path_mtu = Some(n);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Range checks (the config file bypasses [`RcSettings::set`]).
+    fn validate(&self) -> anyhow::Result<()> {
+        let mut probe = RcSettings::default();
+        for (k, v) in [
+            ("ack-timeout", self.ack_timeout.map(u32::from)),
+            ("retry-cnt", self.retry_cnt.map(u32::from)),
+            ("rnr-retry", self.rnr_retry.map(u32::from)),
+            ("min-rnr-timer", self.min_rnr_timer.map(u32::from)),
+            ("path-mtu", self.path_mtu),
+        ] {
+            if let Some(v) = v {
+                probe.set(k, &v.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any setting is given.
+    pub fn is_set(&self) -> bool {
+        *self != RcSettings::default()
+    }
 }
 
 /// A port or host name (`what`) must be non-empty ASCII letters, digits,
@@ -156,6 +228,7 @@ impl PortConfig {
             netdev: None,
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
             flow_rules: Vec::new(),
+            rc: RcSettings::default(),
         }
     }
 
@@ -178,6 +251,15 @@ impl PortConfig {
             crate::steering::PortSteering::new(self.queue_pairs, &self.flow_rules)
                 .map_err(|e| anyhow::anyhow!("port {}: flow rule: {e}", self.name))?;
         }
+        if self.rc.is_set() && self.kind != PortKind::Erdma {
+            bail!(
+                "port {}: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer and path-mtu are settings of kind=erdma ports",
+                self.name
+            );
+        }
+        self.rc
+            .validate()
+            .with_context(|| format!("port {}", self.name))?;
         Ok(())
     }
 }
@@ -210,8 +292,9 @@ impl FromStr for PortConfig {
                 "rx-queue-frames" => {
                     p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?
                 }
+                _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu)")
                 }
             }
         }
@@ -460,6 +543,9 @@ struct FilePort {
     rx_queue_frames: Option<usize>,
     #[serde(default)]
     flow_rule: Vec<crate::steering::FlowRuleSpec>,
+    /// `kind=erdma`: `[port.rc]`.
+    #[serde(default)]
+    rc: RcSettings,
 }
 
 impl DaemonConfig {
@@ -521,6 +607,7 @@ impl DaemonConfig {
                 p.rx_queue_frames = n;
             }
             p.flow_rules = fp.flow_rule;
+            p.rc = fp.rc;
             p.check()?;
             cfg.ports.push(p);
         }
@@ -729,6 +816,42 @@ impl ServiceRequest {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn erdma_ports_take_rc_settings_and_others_refuse_them() {
+        let p: PortConfig =
+            "r=/tmp/r.sock,kind=erdma,netdev=a,ack-timeout=12,retry-cnt=3,rnr-retry=6,min-rnr-timer=1,path-mtu=2048"
+                .parse()
+                .unwrap();
+        assert_eq!(p.rc.ack_timeout, Some(12));
+        assert_eq!(p.rc.retry_cnt, Some(3));
+        assert_eq!(p.rc.rnr_retry, Some(6));
+        assert_eq!(p.rc.min_rnr_timer, Some(1));
+        assert_eq!(p.rc.path_mtu, Some(2048));
+        for bad in [
+            "r=/tmp/r.sock,kind=erdma,netdev=a,retry-cnt=8",
+            "r=/tmp/r.sock,kind=erdma,netdev=a,path-mtu=1500",
+            "r=/tmp/r.sock,kind=erdma,netdev=a,ack-timeout=x",
+            "a=/tmp/a.sock,retry-cnt=3",
+        ] {
+            assert!(bad.parse::<PortConfig>().is_err(), "{bad} accepted");
+        }
+        let f = DaemonConfig::from_toml(
+            "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n\
+             [[port]]\nname = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\n\
+             [port.rc]\nretry-cnt = 2\npath-mtu = 1024\n",
+        )
+        .unwrap();
+        assert_eq!(f.ports[1].rc.retry_cnt, Some(2));
+        assert_eq!(f.ports[1].rc.path_mtu, Some(1024));
+        let err = DaemonConfig::from_toml(
+            "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n\
+             [[port]]\nname = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\n\
+             [port.rc]\nrnr-retry = 9\n",
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("rnr-retry=9"), "{err:#}");
+    }
     use super::*;
 
     #[test]

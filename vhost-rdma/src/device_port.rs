@@ -174,6 +174,18 @@ fn gve_config(cfg: &PortConfig) -> GveConfig {
     }
 }
 
+/// The erdma model's configuration: its MAC and the port's RC settings.
+fn erdma_config(cfg: &PortConfig) -> ErdmaConfig {
+    let mut c = ErdmaConfig::new(cfg.mac.0);
+    let rc = &cfg.rc;
+    c.ack_timeout = rc.ack_timeout.unwrap_or(c.ack_timeout);
+    c.retry_cnt = rc.retry_cnt.unwrap_or(c.retry_cnt);
+    c.rnr_retry = rc.rnr_retry.unwrap_or(c.rnr_retry);
+    c.min_rnr_timer = rc.min_rnr_timer.unwrap_or(c.min_rnr_timer);
+    c.max_path_mtu = rc.path_mtu.unwrap_or(c.max_path_mtu);
+    c
+}
+
 impl DevicePort {
     /// Listens on the port's socket and serves the device its kind names
     /// (gve or erdma) on it.
@@ -200,7 +212,7 @@ impl DevicePort {
         let vfio_err = |e| anyhow::anyhow!("port {name}: vfio-user: {e}");
         let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg.kind {
             PortKind::Erdma => {
-                let dev = ErdmaDevice::new(ErdmaConfig::new(port.cfg.mac.0));
+                let dev = ErdmaDevice::new(erdma_config(&port.cfg));
                 let server = VfioUserServer::from_listener(listener, dev, sink, Limits::default())
                     .map_err(vfio_err)?;
                 (
