@@ -36,6 +36,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve ports until SIGINT/SIGTERM; removes the sockets it bound on exit.
+    ///
+    /// Under systemd socket activation (LISTEN_PID is ours, LISTEN_FDS >= 1)
+    /// the passed sockets (descriptors 3, 4, ...) serve virtio-net ports: one
+    /// named in LISTEN_FDNAMES (FileDescriptorName=) like a port goes to that
+    /// port, the others to the remaining ports in order; with no --port at
+    /// all each socket becomes a port of its own (named after it, else
+    /// net0, net1, ...). Inherited sockets and their paths stay systemd's.
     Serve(ServeArgs),
     /// Talk to a running daemon through its control socket.
     ///

@@ -347,3 +347,22 @@ fn usage_errors_keep_status_2_and_user_errors_say_error() {
         "{err}"
     );
 }
+
+#[test]
+fn qemu_description_file_matches_the_binary() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/50-vhost-rdma.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let caps = bin().arg("--print-capabilities").output().unwrap();
+    let caps: serde_json::Value = serde_json::from_slice(&caps.stdout).unwrap();
+    assert_eq!(v["type"], caps["type"], "{v}");
+    assert!(v["description"].as_str().is_some_and(|d| !d.is_empty()));
+    let bin = v["binary"].as_str().unwrap();
+    assert!(
+        bin.starts_with('/') && bin.ends_with("/vhost-rdma"),
+        "{bin}"
+    );
+    // Only the keys QEMU's vhost-user.json defines for a description.
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+}
