@@ -130,6 +130,10 @@ pub struct PortConfig {
     pub flow_rules: Vec<crate::steering::FlowRuleSpec>,
     /// `kind=erdma`: RC settings the erdma driver never passes.
     pub rc: RcSettings,
+    /// An inherited, already listening socket to serve instead of binding
+    /// `socket` (`--fd`, systemd socket activation); `socket` then only
+    /// names it in logs and status.
+    pub listen_fd: Option<i32>,
 }
 
 /// RC queue-pair settings of an erdma function that its driver never
@@ -229,6 +233,33 @@ impl PortConfig {
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
             flow_rules: Vec::new(),
             rc: RcSettings::default(),
+            listen_fd: None,
+        }
+    }
+
+    /// A port served on the inherited listening socket `fd`.
+    pub fn from_fd(name: &str, fd: i32) -> Self {
+        PortConfig {
+            listen_fd: Some(fd),
+            ..PortConfig::new(name, crate::socket_path::display_path(fd))
+        }
+    }
+
+    /// The port's listening socket: the inherited one, else `socket` bound
+    /// (with `perms`).
+    pub fn listen(
+        &self,
+        perms: &crate::socket_path::SocketPerms,
+    ) -> Result<
+        (
+            std::os::unix::net::UnixListener,
+            crate::socket_path::OwnedSocket,
+        ),
+        crate::socket_path::BindError,
+    > {
+        match self.listen_fd {
+            Some(fd) => crate::socket_path::adopt(fd),
+            None => crate::socket_path::bind_with(&self.socket, perms),
         }
     }
 
@@ -497,6 +528,9 @@ pub struct DaemonConfig {
     pub limits: Limits,
     /// The protocol checker (`[checker]`).
     pub checker: crate::checker::CheckerSettings,
+    /// Owner, group and mode of every port socket the daemon binds
+    /// (`--socket-user`, `--socket-group`, `--socket-mode`).
+    pub socket_perms: crate::socket_path::SocketPerms,
 }
 
 #[derive(Deserialize)]
@@ -560,6 +594,7 @@ impl DaemonConfig {
             faults: f.faults,
             limits: f.limits,
             checker: f.checker,
+            socket_perms: Default::default(),
         };
         cfg.limits.check()?;
         cfg.checker.check()?;
@@ -619,6 +654,58 @@ impl DaemonConfig {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Gives the ports the listening sockets systemd passed (socket
+    /// activation): a descriptor named (`FileDescriptorName=`) like a port
+    /// goes to that port; the others go, in order, to the virtio-net ports
+    /// still without one, in the order they were configured. With no ports
+    /// configured, each descriptor becomes a port named after it (or
+    /// `net0`, `net1`, ... when its name is not a valid port name).
+    pub fn adopt_listen_fds(&mut self, fds: &[crate::activation::ListenFd]) -> anyhow::Result<()> {
+        if self.ports.is_empty() {
+            for (i, l) in fds.iter().enumerate() {
+                let name = l
+                    .name
+                    .clone()
+                    .filter(|n| {
+                        check_name("port", n).is_ok() && !self.ports.iter().any(|p| &p.name == n)
+                    })
+                    .unwrap_or_else(|| format!("net{i}"));
+                self.ports.push(PortConfig::from_fd(&name, l.fd));
+            }
+            return Ok(());
+        }
+        let mut unnamed = Vec::new();
+        for l in fds {
+            match self
+                .ports
+                .iter_mut()
+                .find(|p| l.name.as_deref() == Some(p.name.as_str()))
+            {
+                Some(p) => p.listen_fd = Some(l.fd),
+                None => unnamed.push(l.fd),
+            }
+        }
+        let mut free = self
+            .ports
+            .iter_mut()
+            .filter(|p| p.kind == PortKind::VirtioNet && p.listen_fd.is_none());
+        for fd in unnamed {
+            let Some(p) = free.next() else {
+                bail!(
+                    "socket activation passed more sockets ({}) than there are virtio-net ports to serve them",
+                    fds.len()
+                );
+            };
+            p.listen_fd = Some(fd);
+        }
+        for p in self.ports.iter_mut().filter(|p| p.listen_fd.is_some()) {
+            if let Some(fd) = p.listen_fd {
+                p.socket = crate::socket_path::display_path(fd);
+            }
+        }
+        Ok(())
     }
 
     /// Checks names, sockets and MACs are unique and at least one port exists.
@@ -702,7 +789,18 @@ impl DaemonConfig {
         }
         for (i, a) in self.ports.iter().enumerate() {
             a.check()?;
+            if a.listen_fd.is_some() && a.kind != PortKind::VirtioNet {
+                // The vfio-user server stops by shutting its listener down,
+                // which would also break the caller's copy of the socket.
+                bail!(
+                    "port {}: only virtio-net ports can use an inherited socket (--fd, socket activation)",
+                    a.name
+                );
+            }
             for b in &self.ports[i + 1..] {
+                if a.listen_fd.is_some() && a.listen_fd == b.listen_fd {
+                    bail!("ports {} and {} use the same descriptor", a.name, b.name);
+                }
                 if a.name == b.name {
                     bail!("two ports are named {}", a.name);
                 }
@@ -1042,6 +1140,44 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("rdma-cm"), "{e:#}");
+    }
+
+    #[test]
+    fn activation_fds_go_to_named_ports_then_in_order() {
+        use crate::activation::ListenFd;
+        let fd = |fd, name: Option<&str>| ListenFd {
+            fd,
+            name: name.map(str::to_string),
+        };
+        let mut cfg = DaemonConfig {
+            ports: vec![
+                "a=/tmp/a.sock".parse().unwrap(),
+                "b=/tmp/b.sock".parse().unwrap(),
+                "c=/tmp/c.sock".parse().unwrap(),
+            ],
+            ..DaemonConfig::default()
+        };
+        cfg.adopt_listen_fds(&[fd(3, Some("vhost-rdma.socket")), fd(4, Some("b"))])
+            .unwrap();
+        let got: Vec<_> = cfg.ports.iter().map(|p| p.listen_fd).collect();
+        assert_eq!(got, vec![Some(3), Some(4), None]);
+        assert_eq!(cfg.ports[2].socket, PathBuf::from("/tmp/c.sock"));
+        // More sockets than ports.
+        let mut one = DaemonConfig {
+            ports: vec!["a=/tmp/a.sock".parse().unwrap()],
+            ..DaemonConfig::default()
+        };
+        assert!(one.adopt_listen_fds(&[fd(3, None), fd(4, None)]).is_err());
+        // No ports: one per socket, named after it when the name is valid.
+        let mut none = DaemonConfig::default();
+        none.adopt_listen_fds(&[fd(3, Some("guest1")), fd(4, Some("x.socket"))])
+            .unwrap();
+        let names: Vec<_> = none.ports.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["guest1", "net1"]);
+        // Two ports on one descriptor are refused.
+        let mut dup = none.clone();
+        dup.ports[1].listen_fd = Some(3);
+        assert!(dup.validate().is_err());
     }
 
     #[test]

@@ -189,10 +189,15 @@ fn erdma_config(cfg: &PortConfig) -> ErdmaConfig {
 impl DevicePort {
     /// Listens on the port's socket and serves the device its kind names
     /// (gve or erdma) on it.
-    pub fn start(port: Arc<PortShared>, fabric: Arc<Fabric>) -> anyhow::Result<DevicePort> {
+    /// The socket gets `perms` (owner, group, mode).
+    pub fn start(
+        port: Arc<PortShared>,
+        fabric: Arc<Fabric>,
+        perms: &crate::socket_path::SocketPerms,
+    ) -> anyhow::Result<DevicePort> {
         use anyhow::Context;
         let name = port.cfg.name.clone();
-        let (listener, socket) = crate::socket_path::bind(&port.cfg.socket)
+        let (listener, socket) = crate::socket_path::bind_with(&port.cfg.socket, perms)
             .with_context(|| format!("port {name}: cannot listen"))?;
         let (f, index) = (fabric.clone(), port.index);
         let sink = move |data: Vec<u8>| {

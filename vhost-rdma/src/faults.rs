@@ -71,6 +71,47 @@ pub enum FaultAction {
     MpaSettle,
 }
 
+impl FaultAction {
+    /// Every action, for help texts and completions.
+    pub const ALL: [FaultAction; 8] = [
+        FaultAction::Drop,
+        FaultAction::Dup,
+        FaultAction::Reorder,
+        FaultAction::Delay,
+        FaultAction::Corrupt,
+        FaultAction::Rate,
+        FaultAction::LinkDown,
+        FaultAction::MpaSettle,
+    ];
+
+    /// One line on what the action does and which options it takes.
+    pub fn summary(self) -> &'static str {
+        match self {
+            FaultAction::Drop => "drop the frame",
+            FaultAction::Dup => "deliver --copies extra copies (default 1)",
+            FaultAction::Reorder => {
+                "release --window frames (default 4) shuffled, a partial window after --hold-ms"
+            }
+            FaultAction::Delay => "deliver after --delay-ms plus up to --jitter-ms",
+            FaultAction::Corrupt => "XOR --xor into the byte at --offset, the ICRC (--icrc) or a random byte",
+            FaultAction::Rate => "token bucket of --fps or --bps, --burst deep; the excess is dropped",
+            FaultAction::LinkDown => "drop everything matched, as a cut link would",
+            FaultAction::MpaSettle => {
+                "not a fault: hold a TCP connection's data until --delay-ms after its MPA Reply (siw workaround)"
+            }
+        }
+    }
+
+    /// Other spellings [`FromStr`](std::str::FromStr) accepts.
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            FaultAction::Dup => &["duplicate"],
+            FaultAction::Rate => &["rate-limit"],
+            _ => &[],
+        }
+    }
+}
+
 impl std::str::FromStr for FaultAction {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

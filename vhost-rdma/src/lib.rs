@@ -5,6 +5,7 @@
 //! sleeps in epoll on the guest's kick eventfds and on a wake eventfd the
 //! fabric writes when frames are queued for it.
 
+pub mod activation;
 pub mod capture;
 pub mod chain;
 pub mod checker;

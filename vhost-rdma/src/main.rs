@@ -1,54 +1,49 @@
-//! `vhost-rdma`: the daemon (`serve`) and its control client (`ctl`).
+//! `vhost-rdma`: the daemon (`serve`, also the default when QEMU's backend
+//! options are given without a subcommand), its control client (`ctl`) and
+//! `generate` (man page, shell completions).
 
 mod cli;
 
 use anyhow::{bail, Context};
-use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use vhost_rdma::activation::ListenFd;
 use vhost_rdma::config::{DaemonConfig, HostSpec, PortConfig};
 use vhost_rdma::control::{request, Request};
+use vhost_rdma::socket_path::{resolve_group, resolve_user, SocketPerms};
 use vhost_rdma::Server;
 
 #[derive(Parser)]
 #[command(
     name = "vhost-rdma",
     version,
-    about = "vhost-user virtio-net fabric for RDMA/SMC-R testing with unmodified guests"
+    about = "vhost-user virtio-net fabric for RDMA/SMC-R testing with unmodified guests",
+    long_about = "vhost-user virtio-net fabric for RDMA/SMC-R testing with unmodified guests.\n\n\
+        `vhost-rdma serve` runs the daemon; `vhost-rdma ctl` talks to it. Without a \
+        subcommand the serve options apply, so QEMU's backend program conventions \
+        work: `vhost-rdma --print-capabilities`, `vhost-rdma --socket-path PATH`, \
+        `vhost-rdma --fd N`.",
+    args_conflicts_with_subcommands = true,
+    arg_required_else_help = true
 )]
 struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Serve ports until SIGINT/SIGTERM; removes the sockets on exit.
-    Serve {
-        /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]
-        #[arg(long = "port", value_name = "SPEC")]
-        ports: Vec<PortConfig>,
-        /// Virtual host on the fabric running RDMA tool services:
-        /// NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N];
-        /// KIND: pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server,
-        /// {write,send,read,atomic}-bw-client, rping-server, rping-client,
-        /// ucmatose-server, ucmatose-client (README "Virtual hosts")
-        #[arg(long = "host", value_name = "SPEC")]
-        hosts: Vec<HostSpec>,
-        /// TOML configuration file (ports from flags are added to it).
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Control socket for `vhost-rdma ctl`. Whoever can connect to it
-        /// acts with the daemon's rights (faults, captures, hosts); it is
-        /// created owner-only (mode 0600).
-        #[arg(long)]
-        control: Option<PathBuf>,
-        /// The only directory `ctl capture start` may create files in (new
-        /// files only, no symlinks followed); default
-        /// $XDG_RUNTIME_DIR/vhost-rdma/captures, /run/vhost-rdma/captures for
-        /// root.
-        #[arg(long, value_name = "DIR")]
-        capture_dir: Option<PathBuf>,
-    },
+    /// Serve ports until SIGINT/SIGTERM; removes the sockets it bound on exit.
+    ///
+    /// Under systemd socket activation (LISTEN_PID is ours, LISTEN_FDS >= 1)
+    /// the passed sockets (descriptors 3, 4, ...) serve virtio-net ports: one
+    /// named in LISTEN_FDNAMES (FileDescriptorName=) like a port goes to that
+    /// port, the others to the remaining ports in order; with no --port at
+    /// all each socket becomes a port of its own (named after it, else
+    /// net0, net1, ...). Inherited sockets and their paths stay systemd's.
+    Serve(ServeArgs),
     /// Talk to a running daemon through its control socket.
     ///
     /// The control socket is as powerful as the daemon's user: whoever can
@@ -58,7 +53,8 @@ enum Cmd {
     Ctl {
         /// The daemon's control socket [default: $VHOST_RDMA_CONTROL, else
         /// ctl.sock in the runtime directory: $XDG_RUNTIME_DIR/vhost-rdma,
-        /// /run/vhost-rdma for root]. Accepted anywhere on the line.
+        /// /run/vhost-rdma for root, /tmp/vhost-rdma-UID otherwise].
+        /// Accepted anywhere on the line.
         #[arg(long, global = true, value_name = "SOCKET")]
         control: Option<PathBuf>,
         /// Print JSON instead of a table. Accepted anywhere on the line.
@@ -67,6 +63,115 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CtlCmd,
     },
+    /// Write the man pages or shell completions generated from this command
+    /// line's definitions.
+    Generate {
+        #[command(subcommand)]
+        what: GenerateCmd,
+    },
+}
+
+/// `serve`'s options (also accepted without the subcommand).
+#[derive(Args, Clone, Debug, Default)]
+struct ServeArgs {
+    /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,kind=virtio-net|gve|erdma][,netdev=PORT][,rx-queue-frames=N]
+    #[arg(long = "port", value_name = "SPEC")]
+    ports: Vec<PortConfig>,
+    /// Virtual host on the fabric running RDMA tool services (--help lists
+    /// the service kinds).
+    #[arg(long = "host", value_name = "SPEC", long_help = host_long_help())]
+    hosts: Vec<HostSpec>,
+    /// TOML configuration file (ports from flags are added to it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Control socket for `vhost-rdma ctl` [default: the config file's
+    /// `control`, else $VHOST_RDMA_CONTROL, else ctl.sock in the runtime
+    /// directory ($XDG_RUNTIME_DIR/vhost-rdma, /run/vhost-rdma for root),
+    /// the same default `ctl` uses; a default already served by another
+    /// daemon is skipped with a warning]. Whoever can connect to it acts
+    /// with the daemon's rights (faults, captures, hosts); it is created
+    /// owner-only (mode 0600).
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// The only directory `ctl capture start` may create files in (new
+    /// files only, no symlinks followed); default
+    /// $XDG_RUNTIME_DIR/vhost-rdma/captures, /run/vhost-rdma/captures for
+    /// root.
+    #[arg(long, value_name = "DIR")]
+    capture_dir: Option<PathBuf>,
+    /// Print this vhost-user backend's capabilities as JSON
+    /// (`{"type":"net","features":[]}`) and exit (QEMU's backend program
+    /// conventions).
+    #[arg(long)]
+    print_capabilities: bool,
+    /// Serve one port, net0, at PATH (QEMU's backend program conventions;
+    /// the same as --port net0=PATH).
+    #[arg(long, value_name = "PATH", conflicts_with = "fd")]
+    socket_path: Option<PathBuf>,
+    /// Serve one port, net0, on FD: a Unix stream socket the caller already
+    /// bound and listens on, inherited open (QEMU's backend program
+    /// conventions). Its path is left to the caller.
+    #[arg(long, value_name = "FD", value_parser = clap::value_parser!(i32).range(0..))]
+    fd: Option<i32>,
+    /// Permission bits of every port socket the daemon binds, octal (e.g.
+    /// 0660 so that QEMU in --socket-group can connect).
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    socket_mode: Option<u32>,
+    /// Owner (name or uid) of every port socket the daemon binds.
+    #[arg(long, value_name = "USER")]
+    socket_user: Option<String>,
+    /// Group (name or gid) of every port socket the daemon binds (e.g. kvm).
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
+}
+
+/// `generate` subcommands.
+#[derive(Subcommand)]
+enum GenerateCmd {
+    /// Write vhost-rdma.1 and one page per subcommand (vhost-rdma-ctl.1, ...)
+    /// into DIR.
+    Man {
+        /// The directory (created if missing).
+        dir: PathBuf,
+    },
+    /// Print the completion script for SHELL.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// An octal permission mode such as 0660 or 660.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o7777 => Ok(m),
+        _ => Err(format!("{s:?} is not an octal mode such as 0660")),
+    }
+}
+
+/// `--host`'s long help, listing every service kind the virtual host knows
+/// (generated, so it cannot fall behind).
+fn host_long_help() -> String {
+    let kinds: Vec<String> = virtual_host::ServiceKind::ALL
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    format!(
+        "Virtual host on the fabric running RDMA tool services:\n\
+         NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N]\n\n\
+         KIND: {} (README \"Virtual hosts\")",
+        kinds.join(", ")
+    )
+}
+
+/// Values of `ctl host NAME start KIND`: every service kind.
+fn service_kind_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        virtual_host::ServiceKind::ALL
+            .iter()
+            .map(|k| clap::builder::PossibleValue::new(k.to_string())),
+    )
 }
 
 #[derive(Subcommand)]
@@ -88,7 +193,9 @@ enum CtlCmd {
     },
     /// Take a port's link down (frames to and from it dropped, counted) or up.
     Link {
+        /// The new state.
         state: cli::faults::LinkState,
+        /// The port.
         #[arg(long)]
         port: String,
     },
@@ -107,7 +214,10 @@ enum CtlCmd {
         clear: bool,
     },
     /// Checker counters; `on` / `off` switches it.
-    Checker { state: Option<cli::checker::OnOff> },
+    Checker {
+        /// Switch the checker on or off (default: only show its counters).
+        state: Option<cli::checker::OnOff>,
+    },
     /// Virtual hosts: services, counters and recent events.
     Hosts,
     /// Start or stop a service on a virtual host.
@@ -124,9 +234,8 @@ enum HostOp {
     /// Start a service, e.g. `pingpong-client --peer 10.77.0.1` to run
     /// ibv_rc_pingpong's client role against a guest's server.
     Start {
-        /// pingpong-server, pingpong-client, {write,send,read,atomic}-bw-server,
-        /// {write,send,read,atomic}-bw-client, rping-server, rping-client,
-        /// ucmatose-server or ucmatose-client.
+        /// The service kind (tool and role).
+        #[arg(value_parser = service_kind_parser())]
         kind: String,
         /// The guest to connect to (client services).
         #[arg(long)]
@@ -168,11 +277,16 @@ enum HostOp {
         echo: bool,
     },
     /// Stop a service by id.
-    Stop { id: u32 },
+    Stop {
+        /// The service's id (`ctl hosts`).
+        id: u32,
+    },
 }
 
 fn main() {
     use std::io::IsTerminal;
+    // First, while no other thread runs: the environment changes.
+    let inherited = vhost_rdma::activation::take_from_env();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VHOST_RDMA_LOG")
@@ -183,62 +297,107 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr)
         .init();
-    // One clear line and exit status 1 for every error, whatever
-    // RUST_BACKTRACE says: errors here are the user's to fix, not crashes.
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("vhost-rdma: {e:#}");
+    // Usage errors exit inside parse() with clap's status 2. The rest are
+    // the user's to fix, not crashes: one line and status 1, whatever
+    // RUST_BACKTRACE says.
+    if let Err(e) = run(Cli::parse(), inherited) {
+        eprintln!("vhost-rdma: error: {e:#}");
         std::process::exit(1);
     }
 }
 
-/// The control socket `ctl` talks to: `--control`, else
-/// `$VHOST_RDMA_CONTROL`, else `ctl.sock` in the runtime directory.
-fn control_socket(flag: Option<PathBuf>) -> PathBuf {
-    flag.or_else(|| {
-        std::env::var_os("VHOST_RDMA_CONTROL")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
-    .unwrap_or_else(|| vhost_rdma::capture::runtime_dir().join("ctl.sock"))
+/// The control socket when none is given: `$VHOST_RDMA_CONTROL`, else
+/// `ctl.sock` in the runtime directory. `serve` and `ctl` share it, so
+/// `vhost-rdma serve ...` then `vhost-rdma ctl status` need no flag.
+fn default_control() -> PathBuf {
+    std::env::var_os("VHOST_RDMA_CONTROL")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| vhost_rdma::capture::runtime_dir().join("ctl.sock"))
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, inherited: Vec<ListenFd>) -> anyhow::Result<()> {
     match cli.cmd {
-        Cmd::Serve {
-            ports,
-            hosts,
-            config,
-            control,
-            capture_dir,
-        } => serve(ports, hosts, config, control, capture_dir),
-        Cmd::Ctl { control, json, cmd } => {
-            // A reader that goes away (`ctl ... | head`) ends us quietly, as
-            // it would any Unix tool, instead of a failed print.
-            // SAFETY: resetting a signal's disposition to its default.
-            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-            ctl(&control_socket(control), json, cmd)
+        None => serve(cli.serve, inherited),
+        Some(Cmd::Serve(a)) => serve(a, inherited),
+        Some(Cmd::Ctl { control, json, cmd }) => {
+            default_sigpipe();
+            ctl(&control.unwrap_or_else(default_control), json, cmd)
+        }
+        Some(Cmd::Generate { what }) => {
+            default_sigpipe();
+            generate(what, &mut std::io::stdout())
         }
     }
 }
 
-fn serve(
-    ports: Vec<PortConfig>,
-    hosts: Vec<HostSpec>,
-    config: Option<PathBuf>,
-    control: Option<PathBuf>,
-    capture_dir: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    let mut cfg = match &config {
+/// A reader that goes away (`ctl ... | head`) ends us quietly, as it would
+/// any Unix tool, instead of a failed print.
+fn default_sigpipe() {
+    // SAFETY: resetting a signal's disposition to its default.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+fn generate(what: GenerateCmd, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let mut cmd = Cli::command();
+    match what {
+        GenerateCmd::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+        }
+        GenerateCmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut cmd, "vhost-rdma", out);
+        }
+    }
+    Ok(())
+}
+
+/// What `--print-capabilities` prints (`VHostUserBackendCapabilities` in
+/// QEMU's vhost-user.json): type first, as QEMU's examples show it. The
+/// schema defines no features for type "net", so the list is empty.
+#[derive(serde::Serialize)]
+struct Capabilities {
+    r#type: &'static str,
+    features: [&'static str; 0],
+}
+
+const CAPABILITIES: Capabilities = Capabilities {
+    r#type: "net",
+    features: [],
+};
+
+fn serve(a: ServeArgs, inherited: Vec<ListenFd>) -> anyhow::Result<()> {
+    if a.print_capabilities {
+        println!("{}", serde_json::to_string(&CAPABILITIES)?);
+        return Ok(());
+    }
+    let mut cfg = match &a.config {
         Some(p) => DaemonConfig::from_file(p)?,
         None => DaemonConfig::default(),
     };
-    cfg.ports.extend(ports);
-    cfg.hosts.extend(hosts);
-    if control.is_some() {
-        cfg.control = control;
+    cfg.ports.extend(a.ports);
+    if let Some(p) = a.socket_path {
+        cfg.ports.push(PortConfig::new("net0", p));
     }
-    if capture_dir.is_some() {
-        cfg.capture_dir = capture_dir;
+    if let Some(fd) = a.fd {
+        cfg.ports.push(PortConfig::from_fd("net0", fd));
+    }
+    cfg.adopt_listen_fds(&inherited)
+        .context("systemd socket activation")?;
+    cfg.hosts.extend(a.hosts);
+    cfg.socket_perms = SocketPerms {
+        mode: a.socket_mode,
+        uid: a.socket_user.as_deref().map(resolve_user).transpose()?,
+        gid: a.socket_group.as_deref().map(resolve_group).transpose()?,
+    };
+    if a.control.is_some() {
+        cfg.control = a.control;
+    } else if cfg.control.is_none() {
+        cfg.control = implicit_control();
+    }
+    if a.capture_dir.is_some() {
+        cfg.capture_dir = a.capture_dir;
     }
     // Block the signals in every thread; the main thread waits for them.
     let set = signal_set();
@@ -260,6 +419,18 @@ fn serve(
     server.shutdown()
 }
 
+/// The default control socket for `serve`, unless another daemon already
+/// serves it: a second daemon started without `--control` then runs without
+/// one (warned) instead of failing, as it did before there was a default.
+fn implicit_control() -> Option<PathBuf> {
+    let p = default_control();
+    if std::os::unix::net::UnixStream::connect(&p).is_ok() {
+        tracing::warn!(socket = %p.display(), "another daemon serves the default control socket; this one has none (give --control)");
+        return None;
+    }
+    Some(p)
+}
+
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigemptyset initialises the zeroed set before use.
     unsafe {
@@ -271,7 +442,7 @@ fn signal_set() -> libc::sigset_t {
     }
 }
 
-fn ctl(control: &std::path::Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
+fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
     match cmd {
         CtlCmd::FlowRule { op } => cli::steering::flow_rule(control, json, op),
         CtlCmd::Rss(a) => cli::steering::rss(control, json, a),
@@ -547,6 +718,186 @@ fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
         }
         for e in &h.events {
             println!("  event: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand and argument below `cmd`, with its path, that has no
+    /// help text.
+    fn missing_help(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for a in cmd.get_arguments() {
+            if a.get_help().is_none() && a.get_long_help().is_none() {
+                out.push(format!("{path} {}", a.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            let p = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                out.push(p.clone());
+            }
+            missing_help(sub, &p, out);
+        }
+    }
+
+    #[test]
+    fn every_argument_and_subcommand_has_help() {
+        let mut cmd = Cli::command();
+        // Builds the generated arguments (--help, --version) too.
+        cmd.build();
+        let mut missing = Vec::new();
+        missing_help(&cmd, "vhost-rdma", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+        cmd.debug_assert();
+    }
+
+    fn long_help(args: &[&str]) -> String {
+        let e = Cli::command()
+            .try_get_matches_from(args)
+            .expect_err("--help ends parsing");
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        e.to_string()
+    }
+
+    #[test]
+    fn help_lists_every_service_kind_and_fault_action() {
+        let serve = long_help(&["vhost-rdma", "serve", "--help"]);
+        let start = long_help(&["vhost-rdma", "ctl", "host", "h", "start", "--help"]);
+        for k in virtual_host::ServiceKind::ALL {
+            assert!(serve.contains(&k.to_string()), "serve --help lacks {k}");
+            assert!(
+                start.contains(&k.to_string()),
+                "host start --help lacks {k}"
+            );
+        }
+        let add = long_help(&["vhost-rdma", "ctl", "faults", "add", "--help"]);
+        for a in vhost_rdma::faults::FaultAction::ALL {
+            assert!(
+                add.contains(&format!("{a}: ")),
+                "faults add --help lacks {a}"
+            );
+        }
+    }
+
+    #[test]
+    fn fault_actions_and_service_kinds_parse_as_listed() {
+        use vhost_rdma::faults::FaultAction;
+        let parse = |action: &str| {
+            Cli::try_parse_from([
+                "vhost-rdma",
+                "ctl",
+                "faults",
+                "add",
+                "--port",
+                "a",
+                "--action",
+                action,
+            ])
+        };
+        for a in FaultAction::ALL {
+            let cli = parse(&a.to_string()).unwrap();
+            let Some(Cmd::Ctl {
+                cmd:
+                    CtlCmd::Faults {
+                        op: cli::faults::FaultsCmd::Add(args),
+                    },
+                ..
+            }) = cli.cmd
+            else {
+                panic!("not faults add");
+            };
+            assert_eq!(args.action, a);
+        }
+        assert!(parse("duplicate").is_ok(), "alias refused");
+        assert_eq!(
+            parse("explode").err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::InvalidValue)
+        );
+        let bad = Cli::try_parse_from(["vhost-rdma", "ctl", "host", "h", "start", "ping"]);
+        assert_eq!(
+            bad.err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::InvalidValue)
+        );
+    }
+
+    #[test]
+    fn ctl_flags_anywhere_and_qemu_options_without_subcommand() {
+        for args in [
+            &["vhost-rdma", "ctl", "--json", "--control", "/c", "status"][..],
+            &["vhost-rdma", "ctl", "status", "--json", "--control", "/c"],
+            &[
+                "vhost-rdma",
+                "ctl",
+                "faults",
+                "--json",
+                "list",
+                "--control=/c",
+            ],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Some(Cmd::Ctl { control, json, .. }) = cli.cmd else {
+                panic!("{args:?}: not ctl");
+            };
+            assert!(json, "{args:?}");
+            assert_eq!(control, Some(PathBuf::from("/c")), "{args:?}");
+        }
+        let cli = Cli::try_parse_from(["vhost-rdma", "--socket-path", "/s.sock"]).unwrap();
+        assert!(cli.cmd.is_none());
+        assert_eq!(cli.serve.socket_path, Some(PathBuf::from("/s.sock")));
+        let cli = Cli::try_parse_from(["vhost-rdma", "serve", "--fd", "3"]).unwrap();
+        assert!(matches!(
+            cli.cmd,
+            Some(Cmd::Serve(ServeArgs { fd: Some(3), .. }))
+        ));
+        assert!(Cli::try_parse_from(["vhost-rdma", "--fd", "3", "--socket-path", "/s"]).is_err());
+        assert!(
+            Cli::try_parse_from(["vhost-rdma", "--socket-path", "/s", "ctl", "status"]).is_err()
+        );
+    }
+
+    #[test]
+    fn socket_mode_is_octal() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("600"), Ok(0o600));
+        assert!(parse_mode("0999").is_err());
+        assert!(parse_mode("77777").is_err());
+    }
+
+    #[test]
+    fn capabilities_follow_qemus_schema() {
+        let text = serde_json::to_string(&CAPABILITIES).unwrap();
+        assert_eq!(text, r#"{"type":"net","features":[]}"#);
+    }
+
+    #[test]
+    fn man_pages_and_completions_generate() {
+        let dir = std::env::temp_dir().join(format!("vhr-man-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        generate(GenerateCmd::Man { dir: dir.clone() }, &mut std::io::sink()).unwrap();
+        let page = std::fs::read_to_string(dir.join("vhost-rdma.1")).unwrap();
+        assert!(page.contains(".TH vhost-rdma"), "{page}");
+        assert!(page.contains("print\\-capabilities"), "{page}");
+        assert!(dir.join("vhost-rdma-ctl.1").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            generate(GenerateCmd::Completions { shell }, &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            assert!(text.contains("print-capabilities"), "{shell}");
+            // fish's generator stops above `ctl faults add`.
+            if shell != clap_complete::Shell::Fish {
+                assert!(
+                    text.contains("mpa-settle"),
+                    "{shell}: fault actions missing"
+                );
+            }
         }
     }
 }

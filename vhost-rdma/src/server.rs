@@ -21,11 +21,15 @@ use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 struct PortRunner {
     socket: crate::socket_path::OwnedSocket,
-    /// The public listener, to wake its accept at shutdown.
-    listener: UnixListener,
+    /// Written at shutdown to end the port thread's wait for a connection.
+    /// Not shutdown(2) on the listener: an inherited listener (`--fd`,
+    /// systemd) is shared with its creator, which must still be able to
+    /// listen on it after we exit.
+    wake: EventFd,
     private_dir: PathBuf,
     thread: Option<JoinHandle<()>>,
     /// The connected front end's socket, to cut it at shutdown.
@@ -91,14 +95,22 @@ impl Server {
         let mut devices = Vec::new();
         for port in shared {
             if matches!(port.cfg.kind, PortKind::Gve | PortKind::Erdma) {
-                devices.push(crate::device_port::DevicePort::start(port, fabric.clone())?);
+                devices.push(crate::device_port::DevicePort::start(
+                    port,
+                    fabric.clone(),
+                    &cfg.socket_perms,
+                )?);
                 continue;
             }
-            let (public, sock) = crate::socket_path::bind(&port.cfg.socket)
+            let (public, sock) = port
+                .cfg
+                .listen(&cfg.socket_perms)
                 .with_context(|| format!("port {}: cannot listen", port.cfg.name))?;
-            let listener_handle = public
+            let wake = EventFd::new(EFD_NONBLOCK)
+                .with_context(|| format!("port {}: wake eventfd", port.cfg.name))?;
+            let wake_handle = wake
                 .try_clone()
-                .with_context(|| format!("port {}: listener", port.cfg.name))?;
+                .with_context(|| format!("port {}: wake eventfd", port.cfg.name))?;
             // The backend listens on a private socket; a relay joins the two
             // (see `proxy`).
             let private_dir = std::env::temp_dir().join(format!(
@@ -125,11 +137,17 @@ impl Server {
             let (f, s, c) = (fabric.clone(), stop.clone(), conn.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("port-{}", port.cfg.name))
-                .spawn(move || serve_port(port, f, public, listener, private, s, c))
+                .spawn(move || {
+                    let public = Public {
+                        listener: public,
+                        wake,
+                    };
+                    serve_port(port, f, public, listener, private, s, c)
+                })
                 .context("spawning port thread")?;
             runners.push(PortRunner {
                 socket: sock,
-                listener: listener_handle,
+                wake: wake_handle,
                 private_dir,
                 thread: Some(thread),
                 conn,
@@ -217,9 +235,9 @@ impl Server {
             {
                 let _ = c.shutdown(std::net::Shutdown::Both);
             }
-            // Wake a pending accept() on the socket itself: whatever
-            // happened to its path, shutdown is prompt.
-            crate::socket_path::unblock_accept(&r.listener);
+            // Wake the wait for a connection without going through the
+            // socket's path: whatever happened to it, shutdown is prompt.
+            let _ = r.wake.write(1);
             if let Some(t) = r.thread.take() {
                 let _ = t.join();
             }
@@ -242,10 +260,51 @@ fn nonce() -> u64 {
         .unwrap_or(0)
 }
 
+/// A port's public socket and the eventfd that ends the wait on it.
+struct Public {
+    listener: UnixListener,
+    wake: EventFd,
+}
+
+impl Public {
+    /// Waits until a connection can be accepted (true) or `wake` is
+    /// written (false).
+    fn wait(&self) -> std::io::Result<bool> {
+        wait_readable(&self.listener, &self.wake)
+    }
+}
+
+fn wait_readable(l: &UnixListener, wake: &EventFd) -> std::io::Result<bool> {
+    let mut fds = [
+        libc::pollfd {
+            fd: l.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfds for the call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if r >= 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(fds[1].revents == 0)
+}
+
 fn serve_port(
     port: Arc<PortShared>,
     fabric: Arc<Fabric>,
-    public: UnixListener,
+    public: Public,
     mut listener: Listener,
     private: PathBuf,
     stop: Arc<AtomicBool>,
@@ -254,7 +313,16 @@ fn serve_port(
     let name = port.cfg.name.clone();
     info!(port = %name, socket = %port.cfg.socket.display(), "listening");
     while !stop.load(SeqCst) {
-        let front = match public.accept() {
+        match public.wait() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                warn!(port = %name, "waiting for a connection: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        }
+        let front = match public.listener.accept() {
             Ok((s, _)) => s,
             Err(_) if stop.load(SeqCst) => break,
             Err(e) => {

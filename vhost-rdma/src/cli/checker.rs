@@ -9,7 +9,9 @@ use vhost_rdma::control::{Reply, Request};
 /// `ctl checker on|off`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum OnOff {
+    /// Check every frame.
     On,
+    /// Stop checking frames.
     Off,
 }
 

@@ -16,20 +16,23 @@ pub enum FaultsCmd {
     /// Rules with matched/acted counters, and link states.
     List,
     /// Remove a rule by id.
-    Del { id: u32 },
+    Del {
+        /// The rule's id (`faults list`).
+        id: u32,
+    },
 }
 
 /// Options of `ctl faults add`.
 #[derive(clap::Args, Debug)]
 pub struct FaultAddArgs {
+    /// The port whose frames the rule sees.
     #[arg(long)]
     pub port: String,
     /// ingress (frames the guest sent), egress (towards it) or both.
     #[arg(long, default_value = "both")]
     pub dir: Dir,
-    /// drop, dup, reorder, delay, corrupt, rate or link-down; or
-    /// mpa-settle (siw workaround, with --delay-ms).
-    #[arg(long)]
+    /// What happens to an acted-on frame.
+    #[arg(long, value_parser = fault_action_parser())]
     pub action: FaultAction,
     /// Rule id (default: the next free one).
     #[arg(long)]
@@ -93,8 +96,22 @@ pub struct FaultAddArgs {
 /// `ctl link down|up`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum LinkState {
+    /// Frames to and from the port are dropped (counted).
     Down,
+    /// Frames flow again.
     Up,
+}
+
+/// `--action`'s values: every [`FaultAction`] with its summary (so `--help`
+/// lists them all) and its other spellings.
+pub fn fault_action_parser() -> impl clap::builder::TypedValueParser<Value = FaultAction> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(FaultAction::ALL.iter().map(|a| {
+        PossibleValue::new(a.to_string())
+            .help(a.summary())
+            .aliases(a.aliases().iter().copied())
+    }))
+    .try_map(|s| s.parse::<FaultAction>())
 }
 
 /// `ctl capture` subcommands.
@@ -102,8 +119,11 @@ pub enum LinkState {
 pub enum CaptureCmd {
     /// Start writing pcapng: one port, or every port (one interface each).
     Start {
+        /// The new pcapng file, in the daemon's capture directory (a plain
+        /// name is created there).
         #[arg(long)]
         file: PathBuf,
+        /// Capture only this port (default: every port).
         #[arg(long)]
         port: Option<String>,
         /// Keep at most N bytes of each frame.

@@ -9,8 +9,10 @@ pub mod steering;
 /// same fields as `faults::FaultSpec` and `steering::FlowRuleSpec` take).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct MatchArgs {
+    /// Source MAC address.
     #[arg(long, value_name = "MAC")]
     pub src_mac: Option<String>,
+    /// Destination MAC address.
     #[arg(long, value_name = "MAC")]
     pub dst_mac: Option<String>,
     /// EtherType (decimal or 0x hex).

@@ -14,13 +14,16 @@ pub enum FlowRuleCmd {
     Add(FlowRuleAddArgs),
     /// List a port's rules in evaluation order, with hit counts.
     List {
+        /// The port.
         #[arg(long)]
         port: String,
     },
     /// Remove a rule by id.
     Del {
+        /// The port.
         #[arg(long)]
         port: String,
+        /// The rule's id (`flow-rule list`).
         id: u32,
     },
 }
@@ -28,6 +31,7 @@ pub enum FlowRuleCmd {
 /// Options of `ctl flow-rule add`.
 #[derive(clap::Args, Debug)]
 pub struct FlowRuleAddArgs {
+    /// The port whose incoming frames the rule steers.
     #[arg(long)]
     pub port: String,
     /// Rule id (default: the next free one).
@@ -50,6 +54,7 @@ pub struct FlowRuleAddArgs {
 /// Options of `ctl rss`.
 #[derive(clap::Args, Debug)]
 pub struct RssArgs {
+    /// The port.
     #[arg(long)]
     pub port: String,
     /// Also show where the model sends a flow:
