@@ -21,7 +21,7 @@
 #      rping -V both roles with MPA CRC off and on, ucmatose both roles)
 #      scripts/e2e-gve.sh (the emulated gVNIC over vfio-user: ping, 256 MiB
 #      TCP both ways, header split, ethtool -l/-x/-X/-N with a steered flow,
-#      devmem TCP with ncdevmem), scripts/e2e-erdma.sh (the emulated erdma
+#      devmem TCP with ncdevmem), scripts/e2e-vhost.sh --rdma erdma, scripts/e2e-erdma.sh (the emulated erdma
 #      function against rxe: rdma link, ibv_rc_pingpong, perftest, rping,
 #      ucmatose)
 #      and the quick tier of the guest RDMA matrix: ci/matrix.sh --quick
@@ -164,6 +164,9 @@ if [[ $e2e -eq 1 ]]; then
     guest_script scripts/e2e-gve.sh "$ROOT/scripts/e2e-gve.sh" --profile release
     # The emulated erdma function (daemon-run RC QPs) against a guest's rxe.
     guest_script scripts/e2e-erdma.sh "$ROOT/scripts/e2e-erdma.sh" --no-build --profile release
+    # The erdma function against a virtual host: every e2e-vhost case, both
+    # RC ends run by the daemon.
+    guest_script "scripts/e2e-vhost.sh --rdma erdma" "$ROOT/scripts/e2e-vhost.sh" --rdma erdma --no-build --profile release
     # RDMA and SMC-R between two guests: the quick tier of the guest matrix
     # (7.3/rxe: the rdma-core tools and the verbs tests; 7.3/smcr: SMC-R
     # streams, every byte verified; tshark over both cells' captures). The

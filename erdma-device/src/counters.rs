@@ -42,6 +42,8 @@ pub struct Counters {
     pub eq_overflows: u64,
     /// CQEs written (work completions, not command completions).
     pub cqes_written: u64,
+    /// Error CQEs written (a status other than success or flush).
+    pub error_cqes: u64,
     /// CQEs written while the CQ looked full (stale consumer index).
     pub cq_overruns: u64,
     /// CQEs lost because the CQ was missing or unreachable.

@@ -171,6 +171,15 @@ impl ErdmaDevice {
             self.counters.cqes_dropped += 1;
             return;
         };
+        if cqe.syndrome != wc_status::SUCCESS && cqe.syndrome != wc_status::FLUSH_ERR {
+            self.counters.error_cqes += 1;
+            if self.last_error_completion.is_none() {
+                self.last_error_completion = Some(format!(
+                    "QP {}: CQE opcode {} status {}",
+                    cqe.qpn, cqe.opcode, cqe.syndrome
+                ));
+            }
+        }
         match cq.push(io.dma, cqe, se) {
             Ok(p) => {
                 self.counters.cqes_written += 1;
@@ -886,6 +895,13 @@ impl ErdmaDevice {
     }
 
     fn engine_completion(&mut self, qpn: u32, c: roce_model::Completion, io: &mut DeviceIo<'_>) {
+        if !matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr) {
+            // kept for `ctl status`: the RC engine's own reason
+            self.last_error_completion = Some(format!(
+                "QP {qpn}: RC engine completed {:?} with {:?}",
+                c.opcode, c.status
+            ));
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };

@@ -91,6 +91,8 @@ pub struct ErdmaDevice {
     pub(crate) counters: Counters,
     /// Why the RC engine refused the last frame it refused.
     pub(crate) last_rx_refusal: Option<String>,
+    /// The first error completion (or the RC engine's last error reason).
+    pub(crate) last_error_completion: Option<String>,
     pub(crate) regs: RegFile,
     /// Low half of a 64-bit register written as two dwords: (offset, value).
     pub(crate) latch: Option<(u64, u32)>,
@@ -150,6 +152,7 @@ impl ErdmaDevice {
             mrs: MrTable::new(cfg.max_live_mrs, max_mr_index),
             counters: Counters::default(),
             last_rx_refusal: None,
+            last_error_completion: None,
             regs: RegFile::default(),
             latch: None,
             cmdq: None,
@@ -213,6 +216,12 @@ impl ErdmaDevice {
     /// key or length checks), for diagnosis.
     pub fn last_rx_refusal(&self) -> Option<&str> {
         self.last_rx_refusal.as_deref()
+    }
+
+    /// What the last error completion was (QP, opcode, status; the RC
+    /// engine's reason when it came from there), for diagnosis.
+    pub fn last_error_completion(&self) -> Option<&str> {
+        self.last_error_completion.as_deref()
     }
 
     /// The `DEV_ST` register.

@@ -63,6 +63,7 @@ impl Describe for ErdmaDevice {
             path_mtu: self.path_mtu(),
             counters: self.counters(),
             last_rx_refusal: self.last_rx_refusal().map(str::to_owned),
+            last_error_completion: self.last_error_completion().map(str::to_owned),
         }))
     }
 }
@@ -153,6 +154,10 @@ pub struct ErdmaStatus {
     /// Why a QP refused the last frame it refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_rx_refusal: Option<String>,
+    /// The last error completion (QP, opcode, status, and the RC engine's
+    /// reason when it came from there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_completion: Option<String>,
 }
 
 /// A running device port.
