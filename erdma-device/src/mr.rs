@@ -163,8 +163,10 @@ impl Mtt {
                 .checked_add((top_entries - 1) * 8)
                 .ok_or(XlateError::BadMtt)?;
             dma.read_u64_le(last)?;
-            // And the first data page pointer resolves.
-            self.page(dma, 0)?;
+            // And the first data page resolves and is guest memory (as a
+            // level-0 MR's pages are checked).
+            let first = self.page(dma, 0)?;
+            dma.read(first, &mut [0u8; 1])?;
         }
         Ok(())
     }
