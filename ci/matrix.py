@@ -219,7 +219,7 @@ SIW_SETTLE_MS = 300
 
 
 def siw_settle_rule(ms):
-    """The daemon's `mpa-settle` rule (vhost-rdma README, "Linux siw workaround"): on port a, both
+    """The daemon's `mpa-settle` rule (docs/faults-and-captures.md, "Linux siw workaround"): on port a, both
     directions, TCP data right behind an MPA Reply waits `ms` so that the guest kernel's two siw
     connection-setup races (ci/README.md) are not hit. Used in the siw cells (not in siw-conn, which
     exists to show the races) unless --siw-settle-ms 0."""
@@ -315,7 +315,7 @@ class Daemon:
     def start(self):
         args = [self.binary, "serve"]
         if self.faults:
-            # [[fault]] tables of the config file (README "Faults and captures")
+            # [[fault]] tables of the config file (docs/faults-and-captures.md)
             with open(f"{self.d}/daemon.toml", "w") as f:
                 for r in self.faults:
                     f.write("[[fault]]\n")
@@ -1337,7 +1337,7 @@ def fmt_md(results, meta):
     if ws:
         out += ["", "## Daemon workaround in the siw cells", "",
                 "The guest kernel's siw has two connection-setup races (ci/README.md); these cells ran with the "
-                "daemon's documented `mpa-settle` rule (README, \"Linux siw workaround\"), which holds TCP data "
+                "daemon's documented `mpa-settle` rule (docs/faults-and-captures.md, \"Linux siw workaround\"), which holds TCP data "
                 "behind an MPA Reply for a while. Without it (`--siw-settle-ms 0`) the races fail siw cells on "
                 "a loaded host.", ""]
         for r in ws:
@@ -1444,7 +1444,7 @@ def main():
     ap.add_argument("--verbs-iters", type=int, default=8, help="smc-guest-tests verbs --iters (8)")
     ap.add_argument("--tool-timeout", type=int, default=180, help="guest: seconds per RDMA tool run (180)")
     ap.add_argument("--siw-read-outs", type=int, default=16,
-                    help="siw: ib_read_bw -o N (16; 0 = perftest's default 128, which fails, see README)")
+                    help="siw: ib_read_bw -o N (16; 0 = perftest's default 128, which fails, see ci/README.md)")
     ap.add_argument("--siw-trace", type=int, default=1, choices=[0, 1],
                     help="siw cell: kprobes on siw connection management + tcp reset/retransmit tracepoints in the "
                          "guests, failures echoed in the console (CI-DIAG), full trace in /job/siw-trace.ROLE.log (1)")

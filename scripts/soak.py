@@ -236,7 +236,7 @@ def main():
             if r.returncode != 0:
                 problems.append(f"ctl faults add {name} {action}: {r.stderr.strip()}")
     if a.siw_settle_ms > 0 and "c" in [n for n, _ in ports]:
-        # the documented Linux siw workaround (README "Linux siw workaround"), as in the matrix's siw cells
+        # the documented Linux siw workaround (docs/faults-and-captures.md, "Linux siw workaround"), as in the matrix's siw cells
         r = ctl(daemon_bin, work, "faults", "add", "--port", "c", "--dir", "both", "--proto", "tcp",
                 "--action", "mpa-settle", "--delay-ms", str(a.siw_settle_ms))
         if r.returncode != 0:

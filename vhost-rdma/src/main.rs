@@ -160,7 +160,7 @@ fn host_long_help() -> String {
     format!(
         "Virtual host on the fabric running RDMA tool services:\n\
          NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N]\n\n\
-         KIND: {} (README \"Virtual hosts\")",
+         KIND: {} (docs/virtual-hosts.md)",
         kinds.join(", ")
     )
 }
