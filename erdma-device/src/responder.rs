@@ -111,6 +111,13 @@ impl ErdmaDevice {
         };
         let expected = qp.engine.as_ref().map(|e| e.expected_psn());
         let duplicate = expected.is_some_and(|e| Psn::new(pkt.bth.psn).is_before(e));
+        // A request past the expected PSN (one before it was lost) is
+        // dropped by the engine with a sequence NAK: it must not touch the
+        // stand-ins, or the WRITE in progress loses its region and its
+        // retransmitted packets meet a remote access error.
+        if expected.is_some_and(|e| Psn::new(pkt.bth.psn).is_after(e)) {
+            return Fixup::None;
+        }
         match info.kind {
             OpKind::Write => {
                 if !info.position.starts() || duplicate {
