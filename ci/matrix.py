@@ -204,14 +204,24 @@ for _mode in ("shared", "exclusive"):
 CELLS["erdma-smcr-lossy"] = dict(
     CELLS["erdma-smcr"], checker_clean=False,
     what="erdma-smcr with 2 % drop + 5 % reorder (window 4) on both erdma ports (RoCEv2, UDP 4791), "
-         "both directions",
+         "both directions: 1 B; 64 MiB x 4 conns both ways; 64 MiB s2c",
     faults=None,  # set below, once the port names are known
     tests=[t for t in CELLS["erdma-smcr"]["tests"] if t[0] not in ("checker-clean", "smc-64conns")]
     + [("loss-evidence", ("host",))],
     timeout=CELLS["erdma-smcr"]["timeout"] + 900,
-    env=CELLS["smcr-lossy"]["env"])
+    # the loss-free cell's 64 MiB x 4 connections both ways (the daemon's RC
+    # engine recovers fast enough); no 64-connection round, as in smcr-lossy
+    env=dict(CELLS["smcr-lossy"]["env"], CI_SMC_BYTES="64M", CI_SMC_STREAM_CONNS="4", CI_SMC_BIG_BYTES="64M"))
+CELLS["erdma-lossy"] = dict(
+    CELLS["erdma"],
+    what="erdma cell with 2 % drop + 5 % reorder (window 4) on both erdma ports (RoCEv2, UDP 4791), "
+         "both directions",
+    faults=None,  # set below, once the port names are known
+    tests=CELLS["erdma"]["tests"] + [("loss-evidence", ("host",))],
+    timeout=CELLS["erdma"]["timeout"] + 900,
+    env=CELLS["rxe-lossy"]["env"])
 ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
-               "erdma-netns-exclusive", "erdma-smcr-lossy"]
+               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy"]
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
 
 
@@ -300,8 +310,8 @@ def erdma_port(role):
     return GUESTS[role][0] + "r"
 
 
-CELLS["erdma-smcr-lossy"]["faults"] = _lossy_faults({"proto": "udp", "dst-port": 4791},
-                                                    tuple(erdma_port(r) for r in BOTH))
+for _c in ("erdma-lossy", "erdma-smcr-lossy"):
+    CELLS[_c]["faults"] = _lossy_faults({"proto": "udp", "dst-port": 4791}, tuple(erdma_port(r) for r in BOTH))
 
 
 class Daemon:
