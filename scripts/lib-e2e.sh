@@ -117,7 +117,7 @@ e2e_run_pair() {
         if declare -F e2e_tick >/dev/null; then e2e_tick; fi
         if ((SECONDS - last >= 15)); then
             last=$SECONDS
-            say "guests running ($((SECONDS - t0)) s): A $(grep -c '^CASE' "$d/ga/a.job/out.log" 2>/dev/null || echo 0) cases done"
+            say "guests running ($((SECONDS - t0)) s): A $(grep -c '^CASE' "$d/ga/a.job/out.log" 2>/dev/null) cases done"
         fi
     done
     wait "$pa"; ra=$?
