@@ -62,7 +62,10 @@ pub struct ErdmaConfig {
     /// 1024. `CONF_MTU` (the netdev MTU) replaces it with the largest IB MTU
     /// (256..4096) whose RoCEv2 packet fits.
     pub default_path_mtu: u32,
-    /// ACK timeout exponent (4.096 us * 2^n) for RC QPs. Default 14 (~67 ms).
+    /// ACK timeout exponent (4.096 us * 2^n) for RC QPs. Default 16 (~268
+    /// ms): a TCG guest on a busy host can leave an ACK unanswered for
+    /// 100 ms and more, and with 7 retries at ~67 ms a stalled peer errors
+    /// the QP out (an SMC-R link down) in half a second.
     pub ack_timeout: u8,
     /// Transport retry count. Default 7.
     pub retry_cnt: u8,
@@ -110,7 +113,7 @@ impl ErdmaConfig {
             max_ceqs: 31,
             max_db_allocs: 256,
             default_path_mtu: 1024,
-            ack_timeout: 14,
+            ack_timeout: 16,
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 12,

@@ -142,7 +142,7 @@ pub struct PortConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RcSettings {
-    /// ACK timeout exponent: 4.096 us * 2^n (default 14, about 67 ms).
+    /// ACK timeout exponent: 4.096 us * 2^n (default 16, about 268 ms).
     pub ack_timeout: Option<u8>,
     /// Transport retries before a QP errors out (default 7).
     pub retry_cnt: Option<u8>,
