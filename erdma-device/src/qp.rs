@@ -227,6 +227,12 @@ pub struct ReadStage {
     pub len: u32,
     /// Engine-side region holding the snapshot.
     pub stage_key: u32,
+    /// PSNs of the request and its last response packet: a duplicate READ
+    /// (a retry, possibly from the middle of the response) names a PSN in
+    /// this range, and the engine replays the resource with this key.
+    pub first_psn: u32,
+    /// See `first_psn`.
+    pub last_psn: u32,
 }
 
 impl std::fmt::Debug for Qp {

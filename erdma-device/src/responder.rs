@@ -166,21 +166,26 @@ impl ErdmaDevice {
                     return Fixup::None;
                 }
                 let guest = reth.rkey;
-                let found = self.qps.get(&qpn).and_then(|q| {
-                    q.read_stages
-                        .iter()
-                        .rev()
-                        .find(|s| {
-                            s.guest_stag == guest
-                                && reth.va >= s.va
-                                && reth.va.saturating_add(u64::from(reth.len))
-                                    <= s.va.saturating_add(u64::from(s.len))
-                        })
-                        .copied()
-                });
-                let key = match found {
-                    Some(s) if duplicate => Some(s.stage_key),
-                    _ => self.snapshot_read(qpn, pd, epd, guest, reth.va, reth.len, io),
+                let psn = Psn::new(pkt.bth.psn);
+                // A duplicate is matched by PSN, as the engine matches its
+                // resource: the same buffer is often read again and again,
+                // so its address says nothing about which READ this retries.
+                let key = if duplicate {
+                    self.qps.get(&qpn).and_then(|q| {
+                        q.read_stages
+                            .iter()
+                            .rev()
+                            .find(|s| {
+                                s.guest_stag == guest
+                                    && !psn.is_before(Psn::new(s.first_psn))
+                                    && !psn.is_after(Psn::new(s.last_psn))
+                            })
+                            .map(|s| s.stage_key)
+                    })
+                } else {
+                    let pmtu = self.engine_mtu().bytes().max(1);
+                    let last = psn.add(reth.len.div_ceil(pmtu).max(1) - 1);
+                    self.snapshot_read(qpn, pd, epd, guest, reth.va, reth.len, (psn, last), io)
                 };
                 reth.rkey = key.unwrap_or(0);
                 pkt.ext.reth = Some(reth);
@@ -258,6 +263,7 @@ impl ErdmaDevice {
         guest: u32,
         va: u64,
         len: u32,
+        (first, last): (Psn, Psn),
         io: &mut DeviceIo<'_>,
     ) -> Option<u32> {
         if len > MAX_READ_STAGE {
@@ -282,6 +288,8 @@ impl ErdmaDevice {
             va,
             len,
             stage_key: k,
+            first_psn: first.value(),
+            last_psn: last.value(),
         });
         let mut evicted = Vec::new();
         while qp.read_stages.len() > READ_RING {

@@ -765,3 +765,59 @@ fn write_after_a_lost_middle_packet_keeps_the_write_in_progress() {
     assert_eq!(b.d.mem_read(b.buf + 0x3000, 3000), second);
     assert_eq!(b.d.dev.counters().error_cqes, 0);
 }
+
+/// Three outstanding READs of the same remote buffer (as `ib_read_bw`
+/// posts them); a response packet of the first is lost, so the requester
+/// retries that READ from the middle. The responder must replay the first
+/// READ's snapshot (matched by PSN, not by address, which all three share).
+#[test]
+fn retried_read_among_reads_of_the_same_buffer_replays_its_own_snapshot() {
+    let mut a = side(MAC_A, IP_A, false, 2);
+    let mut b = side(MAC_B, IP_B, false, 3);
+    for s in [&mut a, &mut b] {
+        let mut req = [0u8; 12];
+        req[8..12].copy_from_slice(&1500u32.to_le_bytes());
+        assert_eq!(s.d.cmd(1, 3, &req).status, 0);
+    }
+    connect(&mut a, &mut b);
+    let remote: Vec<u8> = (0..3000u32).map(|i| (i * 11 + 3) as u8).collect();
+    b.d.mem_write(b.buf + 0x2000, &remote);
+    for i in 0..3u64 {
+        let r = read_sqe(3000, 0x7000_0000 + i * 0x1000, 0x7000_2000, STAG);
+        a.d.post_sqe(&mut a.qp, r);
+    }
+    a.d.poll();
+    for f in a.d.tx.drain(..).collect::<Vec<_>>() {
+        let _ = b.d.receive(&f);
+    }
+    b.d.poll();
+    let responses: Vec<_> = b.d.tx.drain(..).collect();
+    assert!(
+        responses.len() >= 9,
+        "3 x 3 response packets, got {}",
+        responses.len()
+    );
+    // the first READ's middle response is lost
+    for (i, f) in responses.iter().enumerate() {
+        if i != 1 {
+            let _ = a.d.receive(f);
+        }
+    }
+    shuttle(&mut a, &mut b);
+    for _ in 0..20 {
+        if let Some(t) = a.d.next_timeout_after_idle() {
+            a.d.now = a.d.now.max(t);
+        }
+        shuttle(&mut a, &mut b);
+    }
+    for i in 0..3u64 {
+        let wc = a.d.poll_cq(1).expect("READ CQE");
+        assert_eq!((wc.opcode, wc.syndrome), (op::READ, 0), "READ {i}");
+        assert_eq!(
+            a.d.mem_read(a.buf + i * 0x1000, 3000),
+            remote,
+            "READ {i} data"
+        );
+    }
+    assert_eq!(a.d.dev.counters().error_cqes, 0);
+}
