@@ -5,7 +5,9 @@
 #      (nothing refers to a path outside the checkout),
 #      scripts/check-module-cycles.py, ci/test_matrix.py
 #      (the guest matrix's stuck-guest diagnosis, host only)
-#   2. cargo test --workspace (unit, codec and no-VM vhost-user tests)
+#   2. cargo test --workspace (unit, codec and no-VM vhost-user tests), then
+#      scripts/e2e-uplink.sh (host-only: the VXLAN and TAP uplinks against a
+#      Linux vxlan netdev and bridge in network namespaces)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
 #      both QEMU forms, QEMU 11.1 and the stock 7.2) and scripts/e2e-rss.sh
@@ -106,6 +108,10 @@ guest_script() {
         failed=$((failed + 1)); echo "--- FAIL $name printed no summary (rc=$rc)"
     fi
 }
+
+# Host-only, no VM (network namespaces): the VXLAN and TAP uplinks against
+# a Linux vxlan netdev and a Linux bridge; SKIPPED (with why) without root.
+guest_script scripts/e2e-uplink.sh "$ROOT/scripts/e2e-uplink.sh" --profile debug
 
 if [[ $e2e -eq 1 ]]; then
     guest_script "scripts/e2e-fabric.sh ${e2e_args[*]}" "$ROOT/scripts/e2e-fabric.sh" "${e2e_args[@]}"
