@@ -70,7 +70,7 @@ step "no paths outside the repository" python3 "$ROOT/scripts/check-repo-paths.p
 # the module layering of every crate (vhost-rdma/README.md): no import cycles
 step "no import cycles between modules" python3 "$ROOT/scripts/check-module-cycles.py"
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
-step "ci/test_matrix.py (stuck-guest diagnosis)" python3 "$ROOT/ci/test_matrix.py"
+step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine)" python3 "$ROOT/ci/test_matrix.py"
 
 # --- cargo tests ---------------------------------------------------------------
 say "cargo test --workspace"
