@@ -281,6 +281,8 @@ impl Drop for UplinkPort {
     }
 }
 
+/// Best effort: the kernel caps the sizes at net.core.{r,w}mem_max, and a
+/// smaller buffer only means bursts are lost sooner (counted by the peer).
 fn set_buffers(fd: RawFd) {
     for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
         // SAFETY: setsockopt with a valid int option value and its size.
@@ -420,6 +422,16 @@ fn recv_from(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, Socket
     Ok(Some((n, addr, n > buf.len())))
 }
 
+/// What one read from the wire gave.
+enum Rx {
+    /// A frame for the fabric.
+    Frame(Vec<u8>),
+    /// Something refused (counted and logged already).
+    Refused,
+    /// Nothing waiting.
+    Empty,
+}
+
 const FABRIC: u64 = 1;
 const WIRE: u64 = 2;
 
@@ -465,7 +477,7 @@ fn run(
         let mut more = false;
         for i in 0..RX_BURST {
             match receive(port, &mut wire, &mut buf) {
-                Ok(Some(Some(data))) => {
+                Ok(Rx::Frame(data)) => {
                     let c = &rxq.counters;
                     QueueCounters::add(&c.tx_frames, 1);
                     QueueCounters::add(&c.tx_bytes, data.len() as u64);
@@ -477,8 +489,8 @@ fn run(
                         },
                     );
                 }
-                Ok(Some(None)) => QueueCounters::add(&rxq.counters.tx_errors, 1),
-                Ok(None) => break,
+                Ok(Rx::Refused) => QueueCounters::add(&rxq.counters.tx_errors, 1),
+                Ok(Rx::Empty) => break,
                 Err(e) => {
                     crate::guest_warn!(port.log, port = %port.cfg.name, "uplink receive failed: {e}");
                     // A wire that keeps failing (interface deleted) would
@@ -547,35 +559,30 @@ fn send(port: &PortShared, wire: &mut Wire, frame: &[u8]) -> bool {
     }
 }
 
-/// Reads one frame from the wire: `None` when nothing waits,
-/// `Some(None)` when what came was refused (counted, logged rate-limited).
-fn receive(
-    port: &PortShared,
-    wire: &mut Wire,
-    buf: &mut [u8],
-) -> std::io::Result<Option<Option<Vec<u8>>>> {
+/// Reads one frame from the wire without blocking.
+fn receive(port: &PortShared, wire: &mut Wire, buf: &mut [u8]) -> std::io::Result<Rx> {
     match wire {
         Wire::Vxlan { sock, ep } => {
             let Some((n, from, truncated)) = recv_from(sock.as_raw_fd(), buf)? else {
-                return Ok(None);
+                return Ok(Rx::Empty);
             };
             let got = &buf[..n.min(buf.len())];
             match ep.ingress(from, got, truncated) {
-                Ok(inner) => Ok(Some(Some(inner.to_vec()))),
+                Ok(inner) => Ok(Rx::Frame(inner.to_vec())),
                 Err(why) => {
                     crate::guest_warn!(port.log, port = %port.cfg.name, "VXLAN uplink drops a datagram: {why}");
-                    Ok(Some(None))
+                    Ok(Rx::Refused)
                 }
             }
         }
         Wire::Tap { file, counters, .. } => match file.read(buf) {
             Ok(n) if n < 14 => {
                 counters.short.fetch_add(1, Relaxed);
-                Ok(Some(None))
+                Ok(Rx::Refused)
             }
-            Ok(n) => Ok(Some(Some(buf[..n].to_vec()))),
+            Ok(n) => Ok(Rx::Frame(buf[..n].to_vec())),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                Ok(None)
+                Ok(Rx::Empty)
             }
             Err(e) => {
                 counters.read_errors.fetch_add(1, Relaxed);
