@@ -282,9 +282,9 @@ if want capture; then
         kill -TERM "$TSHARK_PID" 2>/dev/null; wait "$TSHARK_PID" 2>/dev/null; TSHARK_PID=""
         vx=$(tshark -r "$under" -Y 'vxlan.vni == 42 && icmp' 2>/dev/null | wc -l)
         inner=$(tshark -r "$logdir/captures/up.pcapng" -Y icmp 2>/dev/null | wc -l)
-        tshark -r "$under" -Y vxlan -V 2>/dev/null | grep -m 3 -E 'Virtual eXtensible|VXLAN Network Identifier' >"$logdir/capture-decode.txt"
+        tshark -r "$under" -Y vxlan -V 2>/dev/null | grep -m 1 -E 'VXLAN Network Identifier' >"$logdir/capture-decode.txt"
         if ((vx >= 6 && inner >= 6)); then
-            record PASS capture "underlay: $vx VXLAN VNI 42 ICMP packets decoded; daemon capture of port up: $inner ICMP frames ($(tr '\n' ' ' <"$logdir/capture-decode.txt" | sed 's/  */ /g'))"
+            record PASS capture "underlay: $vx VXLAN VNI 42 ICMP packets decoded; daemon capture of port up: $inner ICMP frames (tshark -V: $(tr '\n' ' ' <"$logdir/capture-decode.txt" | sed 's/  */ /g'))"
         else
             record FAIL capture "underlay VXLAN+ICMP packets $vx, daemon capture ICMP frames $inner (want >= 6 each; see $logdir)"
         fi
