@@ -1312,8 +1312,7 @@ def fmt_md(results, meta):
                        for t in r["tests"] if t["bw"])
         boot = "/".join(str(r["boot_s"].get(g, "?")) for g in ("a", "b"))
         st = r["status"] + (f" after {len(r['reruns'])} rerun(s), known flake" if r.get("reruns") else "")
-        src = f" (run {r['run']})" if r.get("run") else ""
-        out.append(f"| {r['kernel']}/{r['cell']}{src} | **{st}** | {r['wall_s']} | {boot} | "
+        out.append(f"| {r['kernel']}/{r['cell']} | **{st}** | {r['wall_s']} | {boot} | "
                    f"{nt['PASS']}/{nt['FAIL']}/{nt['SKIP']} | {tp or '-'} |")
     out.append("")
     out.append("## Tests")
@@ -1375,21 +1374,26 @@ def fmt_md(results, meta):
 
 def combine_runs(paths, out):
     """--combine: one table from several runs' results.json (a later run's cell
-    replaces an earlier run's same kernel/cell); every source run is named."""
+    replaces an earlier run's same kernel/cell), e.g. the shards (--shard I/N)
+    of one matrix run on several machines. The Cells and Tests tables are the
+    ones a single run of all those cells gives (same rows, same order); a
+    "Source runs" section names every run and the cells taken from it."""
     cells, sources = {}, []
     for i, p in enumerate(paths, 1):
         with open(os.path.join(p, "results.json") if os.path.isdir(p) else p) as f:
             d = json.load(f)
         m = d["meta"]
-        sources.append(f"{i}. {m['date']}, commit {m['commit']}, `{m['command']}`: {m['summary']}")
+        sources.append((i, f"{m['date']}, commit {m['commit']}, `{m['command']}`: {m['summary']}"))
         for r in d["cells"]:
             r = dict(r, run=i)
             cells[(r["kernel"], r["cell"])] = r
-    order = CELL_ORDER + EXTRA_CELLS
-    results = sorted(cells.values(), key=lambda r: (KERNELS.index(r["kernel"]),
-                                                    order.index(r["cell"]) if r["cell"] in order else 99))
+    results = sorted(cells.values(), key=lambda r: cell_key((r["kernel"], r["cell"])))
+    sources = [f"{i}. {text}; cells: "
+               + (", ".join(f"{r['kernel']}/{r['cell']}" for r in results if r["run"] == i) or "none (all replaced)")
+               for i, text in sources]
     n = {s_: sum(1 for r in results for t in r["tests"] if t["status"] == s_) for s_ in ("PASS", "FAIL", "SKIP")}
-    last = json.load(open(os.path.join(paths[-1], "results.json") if os.path.isdir(paths[-1]) else paths[-1]))["meta"]
+    with open(os.path.join(paths[-1], "results.json") if os.path.isdir(paths[-1]) else paths[-1]) as f:
+        last = json.load(f)["meta"]
     meta = dict(last, date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                 command=" + ".join(f"run {i}" for i in range(1, len(paths) + 1)),
                 summary=f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped")
@@ -1411,6 +1415,58 @@ def write_junit(results, path):
              for r in results for t in r["tests"]]
     n = junit.write(cases, path, "ci/matrix.sh")
     say(f"junit: {path}: {sum(n.values())} cases")
+
+
+def cell_key(kc):
+    """Sort key of a (kernel, cell): the order a run runs and reports cells."""
+    order = CELL_ORDER + EXTRA_CELLS
+    return (KERNELS.index(kc[0]) if kc[0] in KERNELS else 99, order.index(kc[1]) if kc[1] in order else 99)
+
+
+def parse_shard(text):
+    """`I/N` (1 <= I <= N) -> (I, N); ValueError otherwise."""
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", text or "")
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise ValueError(f"--shard {text!r}: expected I/N with 1 <= I <= N, e.g. 1/2")
+    return int(m.group(1)), int(m.group(2))
+
+
+def shard_cells(sel, i, n):
+    """The cells of shard I of N: those whose index in the run's stable order
+    (`sel`, sorted by cell_key) is I-1 modulo N. Shards 1..N together hold
+    every cell exactly once, whatever machine computes them."""
+    return [kc for idx, kc in enumerate(sorted(sel, key=cell_key)) if idx % n == i - 1]
+
+
+def select_cells(a):
+    """The (kernel, cell) list the arguments ask for, in the run's order;
+    ValueError for an unknown cell."""
+    if a.quick:
+        sel = list(QUICK)
+    else:
+        kernels = KERNELS if a.kernel == "all" else [a.kernel]
+        named = [c for c in a.cells.split(",") if c]
+        cells = named or CELL_ORDER
+        sel = []
+        for c in cells:
+            if "/" in c:
+                k, c2 = c.split("/", 1)
+                if k not in KERNELS or c2 not in CELLS:
+                    raise ValueError(f"unknown cell {c}")
+                sel.append((k, c2))
+            else:
+                if c not in CELLS:
+                    raise ValueError(f"unknown cell {c} (have {', '.join(CELL_ORDER)})")
+                # the lossy cells run on 7.3 only unless named with a kernel
+                # or --kernel is given (issue 6 asks for 7.3)
+                # erdma's RoCEv2 mode is newer than 6.12: its cells are 7.3 only
+                sel += [(k, c) for k in kernels
+                        if (c not in LOSSY_CELLS or k == "7.3" or a.kernel != "all")
+                        and (c not in ERDMA_CELLS or k == "7.3")]
+    sel = sorted(set(sel), key=cell_key)
+    if getattr(a, "shard", None):
+        sel = shard_cells(sel, *parse_shard(a.shard))
+    return sel
 
 
 def _terminate(signum, _frame):
@@ -1477,8 +1533,12 @@ def main():
     ap.add_argument("--siw-conn-rounds", type=int, default=5, help="siw-conn cell: rounds (5)")
     ap.add_argument("--try-unsupported", action="store_true",
                     help="siw: also run ibv_rc_pingpong (expected to fail) as evidence for its SKIP")
+    ap.add_argument("--shard", metavar="I/N",
+                    help="run only the cells whose index in the selection's stable order is I-1 modulo N "
+                         "(shards 1/N .. N/N together run every cell once; merge them with --combine)")
     ap.add_argument("--combine", nargs="+", metavar="RESULTS_DIR",
-                    help="write one Markdown table (--combine-out) from these runs' results.json and exit")
+                    help="write one Markdown table (--combine-out) from these runs' results.json (e.g. the "
+                         "shards of one run) and exit; its tables are those one run of all the cells gives")
     ap.add_argument("--combine-out", default=os.path.join(HERE, "RESULTS.md"))
     ap.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML (one case per test)")
     a = ap.parse_args()
@@ -1498,29 +1558,10 @@ def main():
 
     CELLS["siw-conn"]["tests"] = [("link-add-siw", BOTH)] + [
         (f"{t}-{r}", BOTH) for r in range(1, a.siw_conn_rounds + 1) for t in ("ucmatose", "ib_read_bw")]
-    if a.quick:
-        sel = list(QUICK)
-    else:
-        kernels = KERNELS if a.kernel == "all" else [a.kernel]
-        named = [c for c in a.cells.split(",") if c]
-        cells = named or CELL_ORDER
-        sel = []
-        for c in cells:
-            if "/" in c:
-                k, c2 = c.split("/", 1)
-                if k not in KERNELS or c2 not in CELLS:
-                    ap.error(f"unknown cell {c}")
-                sel.append((k, c2))
-            else:
-                if c not in CELLS:
-                    ap.error(f"unknown cell {c} (have {', '.join(CELL_ORDER)})")
-                # the lossy cells run on 7.3 only unless named with a kernel
-                # or --kernel is given (issue 6 asks for 7.3)
-                # erdma's RoCEv2 mode is newer than 6.12: its cells are 7.3 only
-                sel += [(k, c) for k in kernels
-                        if (c not in LOSSY_CELLS or k == "7.3" or a.kernel != "all")
-                        and (c not in ERDMA_CELLS or k == "7.3")]
-        sel = sorted(set(sel), key=lambda kc: (KERNELS.index(kc[0]), (CELL_ORDER + EXTRA_CELLS).index(kc[1])))
+    try:
+        sel = select_cells(a)
+    except ValueError as e:
+        ap.error(str(e))
     if a.dry_run:
         for k, c in sel:
             print(f"{k}/{c}: {CELLS[c]['what']}")

@@ -2,6 +2,7 @@
 """Host-only self-test of ci/matrix.py's stuck-guest diagnosis (no QEMU, no
 daemon): a fake `vhost-rdma ctl`, a fake QEMU human monitor on a unix
 socket, and real processes standing in for a spinning and an idle QEMU.
+Also --shard I/N and --combine (the cell plan and result records, no guest).
 
     python3 ci/test_matrix.py      # part of scripts/test.sh
 """
@@ -181,6 +182,91 @@ class StuckGuestTest(unittest.TestCase):
         watch.stop()
         self.assertIsNone(s.diagnosis)
         self.assertEqual(stopped, [])
+
+
+class ShardCombineTest(unittest.TestCase):
+    """--shard I/N splits a run's cells; --combine of the shards' results
+    gives the table one run of all the cells gives (no guests booted: the
+    cell plan via --dry-run, and result records as run_cell writes them)."""
+
+    def plan(self, *args):
+        out = subprocess.run([sys.executable, os.path.join(matrix.HERE, "matrix.py"), "--dry-run", *args],
+                             capture_output=True, text=True, check=True).stdout
+        return [line.split(":", 1)[0] for line in out.splitlines() if line]
+
+    def test_shards_cover_every_cell_exactly_once(self):
+        for args in ([], ["--kernel", "7.3"], ["--cells", "rxe,siw-conn,7.3/smcr-failover"], ["--quick"]):
+            whole = self.plan(*args)
+            self.assertTrue(whole, args)
+            for n in (1, 2, 3, len(whole) + 1):
+                shards = [self.plan(*args, "--shard", f"{i}/{n}") for i in range(1, n + 1)]
+                flat = [c for s in shards for c in s]
+                self.assertEqual(sorted(flat), sorted(whole), f"{args} N={n}: every cell once")
+                self.assertEqual(len(flat), len(set(flat)), f"{args} N={n}: no cell twice")
+                # stable order: index % N == I - 1
+                for i, s in enumerate(shards, 1):
+                    self.assertEqual(s, [c for j, c in enumerate(whole) if j % n == i - 1])
+        self.assertEqual(len(self.plan("--shard", "1/2")), (len(self.plan()) + 1) // 2)
+        for bad in ("0/2", "3/2", "2", "a/b", "1/0"):
+            r = subprocess.run([sys.executable, os.path.join(matrix.HERE, "matrix.py"), "--dry-run",
+                                "--shard", bad], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn("I/N", r.stderr, bad)
+
+    @staticmethod
+    def record(kc, status="PASS"):
+        """A result record of one cell, as run_cell writes it to results.json."""
+        k, c = kc
+        tests = [{"test": t, "status": "FAIL" if status == "FAIL" and i == 0 else "PASS", "secs": 3 + i,
+                  "bw": f"{i}.5" if i % 2 else "", "detail": f"{c} {t} detail"}
+                 for i, (t, _) in enumerate(matrix.CELLS[c]["tests"])]
+        return {"kernel": k, "cell": c, "what": matrix.CELLS[c]["what"], "status": status, "wall_s": 42.5,
+                "boot_s": {"a": 5.1, "b": 5.2}, "guest_kernel": {"a": f"{k}.4-rdma", "b": f"{k}.4-rdma"},
+                "problems": [], "logs": None, "tests": tests, "net": "vhost-user",
+                "daemon_counters": {"a": {"rx_frames": 10, "rx_drops": 0}}}
+
+    def write_run(self, d, name, cells, command):
+        res = [self.record(kc, "FAIL" if kc == ("7.3", "siw") else "PASS") for kc in cells]
+        n = {s: sum(1 for r in res for t in r["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
+        meta = {"date": "2026-11-25_160000", "host": "h", "commit": "abc", "qemu_version": "QEMU 11.1",
+                "accel": "tcg", "command": command,
+                "summary": f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped", "cells_failed": []}
+        p = os.path.join(d, name)
+        os.makedirs(p)
+        with open(os.path.join(p, "results.json"), "w") as f:
+            matrix.json.dump({"meta": meta, "cells": res}, f)
+        return p, res, meta
+
+    @staticmethod
+    def tables(md):
+        """Everything from the Cells table on: Cells, Tests, daemon counters,
+        the summary line."""
+        return md.split("\n## Cells\n", 1)[1]
+
+    def test_combine_of_the_shards_gives_the_whole_runs_table(self):
+        whole_cells = [tuple(c.split("/")) for c in self.plan()]
+        with tempfile.TemporaryDirectory() as d:
+            _, res, meta = self.write_run(d, "whole", whole_cells, "ci/matrix.sh")
+            whole_md = matrix.fmt_md(res, meta)
+            # Shards finish in any order; combine in reverse to show order does not matter.
+            parts = []
+            for i in (2, 1):
+                p, _, _ = self.write_run(d, f"shard{i}", matrix.shard_cells(whole_cells, i, 2),
+                                         f"ci/matrix.sh --shard {i}/2")
+                parts.append(p)
+            out = os.path.join(d, "combined.md")
+            rc = matrix.combine_runs(parts, out)
+            self.assertEqual(rc, 1, "a failed cell fails the combined run")
+            with open(out) as f:
+                combined = f.read()
+            self.assertEqual(self.tables(combined), self.tables(whole_md))
+            self.assertIn("| 7.3/siw | **FAIL** |", combined)
+            self.assertIn("## Source runs", combined)
+            self.assertIn("`ci/matrix.sh --shard 1/2`", combined)
+            # Every cell row appears once, in the whole run's order.
+            rows = [line.split(" | ")[0][2:] for line in combined.split("\n## Cells\n", 1)[1].split("\n## Tests")[0]
+                    .splitlines() if line.startswith("| ") and not line.startswith("| cell")]
+            self.assertEqual(rows, [f"{k}/{c}" for k, c in whole_cells])
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@
 #      verify; libvirt domains: virt-xml-validate)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests), then
 #      scripts/check-doc-examples.py (every `vhost-rdma` command line in
-#      README.md and docs/*.md against a live daemon: no usage errors)
+#      README.md and docs/*.md against a live daemon: no usage errors),
+#      scripts/e2e-uplink.sh (host-only: the VXLAN and TAP uplinks against a
+#      Linux vxlan netdev and bridge in network namespaces)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
 #      both QEMU forms, QEMU 11.1 and the stock 7.2) and scripts/e2e-rss.sh
@@ -106,7 +108,7 @@ step "no paths outside the repository" python3 "$ROOT/scripts/check-repo-paths.p
 # the module layering of every crate (vhost-rdma/README.md): no import cycles
 step "no import cycles between modules" python3 "$ROOT/scripts/check-module-cycles.py"
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
-step "ci/test_matrix.py (stuck-guest diagnosis)" python3 "$ROOT/ci/test_matrix.py"
+step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine)" python3 "$ROOT/ci/test_matrix.py"
 # the JUnit writer (--junit here and in ci/matrix.sh) on sample logs
 step "scripts/test_junit.py (JUnit XML)" python3 "$ROOT/scripts/test_junit.py"
 # the bench/soak plots from a sample table (skips loudly without matplotlib)
@@ -141,6 +143,10 @@ fi
 # guest_script NAME CMD...: run a guest script and add its closing
 # "N passed, M failed, K skipped" line to the totals.
 guest_script() { counted "guest end-to-end: $1" "$@"; }
+
+# Host-only, no VM (network namespaces): the VXLAN and TAP uplinks against
+# a Linux vxlan netdev and a Linux bridge; SKIPPED (with why) without root.
+guest_script scripts/e2e-uplink.sh "$ROOT/scripts/e2e-uplink.sh" --profile debug
 
 if [[ $e2e -eq 1 ]]; then
     guest_script "scripts/e2e-fabric.sh ${e2e_args[*]}" "$ROOT/scripts/e2e-fabric.sh" "${e2e_args[@]}"

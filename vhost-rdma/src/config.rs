@@ -90,6 +90,30 @@ pub enum PortKind {
     /// paired with the guest's virtio-net port `netdev=` (same MAC): its
     /// RC queue pairs run in the daemon.
     Erdma,
+    /// An uplink to remote VTEPs: VXLAN (RFC 7348) over UDP ([`crate::vxlan`]).
+    Vxlan,
+    /// An uplink to a host TAP device ([`crate::uplink`]).
+    Tap,
+}
+
+impl PortKind {
+    /// Whether the port's far end is outside the host's guests (`vxlan`,
+    /// `tap`): it has no socket, only its [`Uplink`] settings.
+    pub fn is_uplink(self) -> bool {
+        matches!(self, PortKind::Vxlan | PortKind::Tap)
+    }
+}
+
+/// Where an uplink port's frames go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Uplink {
+    /// VXLAN over UDP to the remote VTEPs.
+    Vxlan(crate::vxlan::VxlanConfig),
+    /// A TAP device of this name (created when missing).
+    Tap {
+        /// Interface name (at most 15 bytes).
+        ifname: String,
+    },
 }
 
 impl FromStr for PortKind {
@@ -99,7 +123,9 @@ impl FromStr for PortKind {
             "virtio-net" | "vhost-user" => Ok(PortKind::VirtioNet),
             "gve" => Ok(PortKind::Gve),
             "erdma" => Ok(PortKind::Erdma),
-            _ => bail!("unknown port kind {s:?}: use virtio-net, gve or erdma"),
+            "vxlan" => Ok(PortKind::Vxlan),
+            "tap" => Ok(PortKind::Tap),
+            _ => bail!("unknown port kind {s:?}: use virtio-net, gve, erdma, vxlan or tap"),
         }
     }
 }
@@ -134,6 +160,8 @@ pub struct PortConfig {
     /// `socket` (`--fd`, systemd socket activation); `socket` then only
     /// names it in logs and status.
     pub listen_fd: Option<i32>,
+    /// `kind=vxlan` and `kind=tap`: where the frames go (`socket` is empty).
+    pub uplink: Option<Uplink>,
 }
 
 /// RC queue-pair settings of an erdma function that its driver never
@@ -234,6 +262,7 @@ impl PortConfig {
             flow_rules: Vec::new(),
             rc: RcSettings::default(),
             listen_fd: None,
+            uplink: None,
         }
     }
 
@@ -265,6 +294,47 @@ impl PortConfig {
 
     fn check(&self) -> anyhow::Result<()> {
         check_name("port", &self.name)?;
+        match (&self.uplink, self.kind) {
+            (Some(Uplink::Vxlan(v)), PortKind::Vxlan) => v
+                .check()
+                .map_err(|e| anyhow::anyhow!("port {}: kind=vxlan: {e}", self.name))?,
+            (Some(Uplink::Tap { ifname }), PortKind::Tap) => {
+                // IFNAMSIZ is 16 with the NUL; '/' and whitespace are
+                // refused by the kernel anyway, say so first.
+                if ifname.is_empty()
+                    || ifname.len() > 15
+                    || ifname.bytes().any(|b| b == b'/' || b <= b' ' || b > b'~')
+                {
+                    bail!(
+                        "port {}: ifname={ifname:?} must be 1 to 15 printable bytes without '/'",
+                        self.name
+                    );
+                }
+            }
+            (None, k) if !k.is_uplink() => {}
+            (None, PortKind::Vxlan) => {
+                bail!(
+                    "port {}: kind=vxlan needs local=IP:PORT and remote=IP:PORT",
+                    self.name
+                )
+            }
+            (None, _) => bail!("port {}: kind=tap needs ifname=IF", self.name),
+            (Some(_), _) => bail!(
+                "port {}: local=, remote=, vni=, mtu= and ifname= are for kind=vxlan and kind=tap",
+                self.name
+            ),
+        }
+        if self.kind.is_uplink() != self.socket.as_os_str().is_empty() {
+            bail!(
+                "port {}: {}",
+                self.name,
+                if self.kind.is_uplink() {
+                    "an uplink (kind=vxlan, kind=tap) has no socket: write --port NAME,kind=..."
+                } else {
+                    "needs a socket path: --port NAME=SOCKET_PATH"
+                }
+            );
+        }
         if self.queue_pairs == 0 || self.queue_pairs > MAX_QUEUE_PAIRS {
             bail!(
                 "port {}: queues={} must be between 1 and {MAX_QUEUE_PAIRS}",
@@ -295,21 +365,84 @@ impl PortConfig {
     }
 }
 
+/// The uplink options of a port as given (flag or file), before checks.
+#[derive(Default)]
+struct UplinkOptions {
+    local: Option<String>,
+    remotes: Vec<String>,
+    vni: Option<u32>,
+    mtu: Option<u32>,
+    ifname: Option<String>,
+}
+
+impl UplinkOptions {
+    /// The uplink of a port of `kind`; `None` when none was asked for (the
+    /// port's check tells an uplink kind that lacks one).
+    fn build(self, kind: PortKind) -> anyhow::Result<Option<Uplink>> {
+        let addr = |what: &str, v: &str| -> anyhow::Result<std::net::SocketAddr> {
+            v.parse()
+                .with_context(|| format!("{what}={v:?} must be IP:PORT (IPv6: [IP]:PORT)"))
+        };
+        let vxlan_opts = self.local.is_some()
+            || !self.remotes.is_empty()
+            || self.vni.is_some()
+            || self.mtu.is_some();
+        match kind {
+            PortKind::Vxlan => {
+                if self.ifname.is_some() {
+                    bail!("ifname= is for kind=tap");
+                }
+                let Some(local) = self.local else {
+                    if vxlan_opts {
+                        bail!("kind=vxlan needs local=IP:PORT (e.g. local=0.0.0.0:4789)");
+                    }
+                    return Ok(None);
+                };
+                Ok(Some(Uplink::Vxlan(crate::vxlan::VxlanConfig {
+                    local: addr("local", &local)?,
+                    remotes: self
+                        .remotes
+                        .iter()
+                        .map(|r| addr("remote", r))
+                        .collect::<anyhow::Result<_>>()?,
+                    vni: self.vni.unwrap_or(crate::vxlan::DEFAULT_VNI),
+                    underlay_mtu: self.mtu.unwrap_or(crate::vxlan::DEFAULT_UNDERLAY_MTU),
+                })))
+            }
+            PortKind::Tap => {
+                if vxlan_opts {
+                    bail!("local=, remote=, vni= and mtu= are for kind=vxlan");
+                }
+                Ok(self.ifname.map(|ifname| Uplink::Tap { ifname }))
+            }
+            _ if vxlan_opts || self.ifname.is_some() => {
+                bail!("local=, remote=, vni=, mtu= and ifname= are for kind=vxlan and kind=tap")
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
 impl FromStr for PortConfig {
     type Err = anyhow::Error;
-    /// `NAME=SOCKET[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]`
+    /// `NAME=SOCKET[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]`,
+    /// or an uplink: `NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N]`
+    /// or `NAME,kind=tap,ifname=IF`.
     fn from_str(s: &str) -> anyhow::Result<Self> {
         let mut parts = s.split(',');
         let head = parts.next().unwrap_or_default();
-        let Some((name, sock)) = head.split_once('=') else {
-            bail!(
-                "--port {s:?}: expected NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev]"
-            );
+        // Uplinks have no socket: their head is the bare name.
+        let (name, sock) = match head.split_once('=') {
+            Some((_, "")) => bail!("--port {s:?}: empty socket path"),
+            Some((n, sock)) => (n, sock),
+            None if s.contains(",kind=vxlan") || s.contains(",kind=tap") => (head, ""),
+            None => bail!(
+                "--port {s:?}: expected NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev] \
+                 or NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT or NAME,kind=tap,ifname=IF"
+            ),
         };
-        if sock.is_empty() {
-            bail!("--port {s:?}: empty socket path");
-        }
         let mut p = PortConfig::new(name, sock);
+        let mut up = UplinkOptions::default();
         for kv in parts {
             let Some((k, v)) = kv.split_once('=') else {
                 bail!("--port {s:?}: option {kv:?} is not key=value")
@@ -323,12 +456,18 @@ impl FromStr for PortConfig {
                 "rx-queue-frames" => {
                     p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?
                 }
+                "local" => up.local = Some(v.to_string()),
+                "remote" => up.remotes.push(v.to_string()),
+                "vni" => up.vni = Some(v.parse().with_context(|| format!("vni={v}"))?),
+                "mtu" => up.mtu = Some(v.parse().with_context(|| format!("mtu={v}"))?),
+                "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu; uplinks: local, remote, vni, mtu, ifname)")
                 }
             }
         }
+        p.uplink = up.build(p.kind).with_context(|| format!("--port {s:?}"))?;
         p.check()?;
         Ok(p)
     }
@@ -568,7 +707,8 @@ struct FileHost {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct FilePort {
     name: String,
-    socket: PathBuf,
+    /// Absent for uplinks.
+    socket: Option<PathBuf>,
     mac: Option<String>,
     queues: Option<u16>,
     form: Option<String>,
@@ -580,6 +720,14 @@ struct FilePort {
     /// `kind=erdma`: `[port.rc]`.
     #[serde(default)]
     rc: RcSettings,
+    /// `kind = "vxlan"`.
+    local: Option<String>,
+    #[serde(default)]
+    remote: Vec<String>,
+    vni: Option<u32>,
+    mtu: Option<u32>,
+    /// `kind = "tap"`.
+    ifname: Option<String>,
 }
 
 impl DaemonConfig {
@@ -624,7 +772,7 @@ impl DaemonConfig {
             cfg.hosts.push(h);
         }
         for fp in f.ports {
-            let mut p = PortConfig::new(&fp.name, fp.socket);
+            let mut p = PortConfig::new(&fp.name, fp.socket.unwrap_or_default());
             if let Some(m) = fp.mac {
                 p.mac = m.parse()?;
             }
@@ -643,6 +791,16 @@ impl DaemonConfig {
             }
             p.flow_rules = fp.flow_rule;
             p.rc = fp.rc;
+            let up = UplinkOptions {
+                local: fp.local,
+                remotes: fp.remote,
+                vni: fp.vni,
+                mtu: fp.mtu,
+                ifname: fp.ifname,
+            };
+            p.uplink = up
+                .build(p.kind)
+                .with_context(|| format!("port {}", fp.name))?;
             p.check()?;
             cfg.ports.push(p);
         }
@@ -804,7 +962,23 @@ impl DaemonConfig {
                 if a.name == b.name {
                     bail!("two ports are named {}", a.name);
                 }
-                if a.socket == b.socket {
+                match (&a.uplink, &b.uplink) {
+                    (Some(Uplink::Vxlan(x)), Some(Uplink::Vxlan(y))) if x.local == y.local => {
+                        bail!(
+                            "ports {} and {} both bind local={}",
+                            a.name,
+                            b.name,
+                            x.local
+                        )
+                    }
+                    (Some(Uplink::Tap { ifname: x }), Some(Uplink::Tap { ifname: y }))
+                        if x == y =>
+                    {
+                        bail!("ports {} and {} both use TAP device {x}", a.name, b.name)
+                    }
+                    _ => {}
+                }
+                if a.socket == b.socket && !a.kind.is_uplink() {
                     bail!(
                         "ports {} and {} use the same socket {}",
                         a.name,
@@ -1178,6 +1352,84 @@ mod tests {
         let mut dup = none.clone();
         dup.ports[1].listen_fd = Some(3);
         assert!(dup.validate().is_err());
+    }
+
+    #[test]
+    fn uplink_flags_and_toml_agree() {
+        let v: PortConfig =
+            "up,kind=vxlan,local=127.0.0.1:4789,remote=127.0.0.2:4789,remote=127.0.0.3:4800,vni=42,mtu=9000"
+                .parse()
+                .unwrap();
+        assert_eq!(v.kind, PortKind::Vxlan);
+        assert!(v.socket.as_os_str().is_empty());
+        let Some(Uplink::Vxlan(x)) = &v.uplink else {
+            panic!("{v:?}")
+        };
+        assert_eq!(x.vni, 42);
+        assert_eq!(x.underlay_mtu, 9000);
+        assert_eq!(x.remotes.len(), 2);
+        assert_eq!(x.remotes[1], "127.0.0.3:4800".parse().unwrap());
+        let c = DaemonConfig::from_toml(
+            "[[port]]\nname = \"up\"\nkind = \"vxlan\"\nlocal = \"127.0.0.1:4789\"\n\
+             remote = [\"127.0.0.2:4789\", \"127.0.0.3:4800\"]\nvni = 42\nmtu = 9000\n\
+             [[port]]\nname = \"t\"\nkind = \"tap\"\nifname = \"vr-tap0\"\n",
+        )
+        .unwrap();
+        let t: PortConfig = "t,kind=tap,ifname=vr-tap0".parse().unwrap();
+        assert_eq!(c.ports, vec![v, t]);
+        // Defaults: VNI 1, underlay MTU 1500.
+        let d: PortConfig = "up,kind=vxlan,local=0.0.0.0:4789,remote=10.0.0.2:4789"
+            .parse()
+            .unwrap();
+        let Some(Uplink::Vxlan(x)) = &d.uplink else {
+            panic!()
+        };
+        assert_eq!((x.vni, x.underlay_mtu), (1, 1500));
+        for (bad, why) in [
+            ("up,kind=vxlan", "needs local"),
+            ("up,kind=vxlan,local=127.0.0.1:4789", "remote"),
+            (
+                "up,kind=vxlan,local=127.0.0.1,remote=127.0.0.2:4789",
+                "IP:PORT",
+            ),
+            (
+                "up,kind=vxlan,local=127.0.0.1:1,remote=127.0.0.2:1,vni=16777216",
+                "24-bit",
+            ),
+            (
+                "up,kind=vxlan,local=127.0.0.1:1,remote=127.0.0.2:1,ifname=x",
+                "kind=tap",
+            ),
+            (
+                "up=/tmp/s,kind=vxlan,local=127.0.0.1:1,remote=127.0.0.2:1",
+                "no socket",
+            ),
+            ("t,kind=tap", "ifname"),
+            ("t,kind=tap,ifname=waytoolongname16", "15"),
+            ("t,kind=tap,ifname=a/b", "'/'"),
+            ("t,kind=tap,ifname=x,vni=3", "kind=vxlan"),
+            ("a=/s,ifname=x", "kind=vxlan and kind=tap"),
+            ("a,mac=52:54:00:00:00:01", "expected NAME=SOCKET_PATH"),
+        ] {
+            let e = bad.parse::<PortConfig>().unwrap_err();
+            assert!(format!("{e:#}").contains(why), "{bad}: {e:#}");
+        }
+        let two = DaemonConfig {
+            ports: vec![
+                "a,kind=tap,ifname=x".parse().unwrap(),
+                "b,kind=tap,ifname=x".parse().unwrap(),
+            ],
+            ..DaemonConfig::default()
+        };
+        assert!(format!("{:#}", two.validate().unwrap_err()).contains("both use TAP"));
+        let ok = DaemonConfig {
+            ports: vec![
+                "a,kind=tap,ifname=x".parse().unwrap(),
+                "b,kind=tap,ifname=y".parse().unwrap(),
+            ],
+            ..DaemonConfig::default()
+        };
+        ok.validate().expect("two uplinks without sockets are fine");
     }
 
     #[test]

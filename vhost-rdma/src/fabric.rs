@@ -359,6 +359,8 @@ impl PortShared {
                 _ if self.is_host => "host".into(),
                 _ if self.cfg.kind == PortKind::Gve => "gve".into(),
                 _ if self.cfg.kind == PortKind::Erdma => "erdma".into(),
+                _ if self.cfg.kind == PortKind::Vxlan => "vxlan".into(),
+                _ if self.cfg.kind == PortKind::Tap => "tap".into(),
                 DeviceForm::VirtioNetPci => "pci".into(),
                 DeviceForm::TestDevice => "testdev".into(),
             },

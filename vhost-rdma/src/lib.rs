@@ -25,7 +25,9 @@ pub mod server;
 pub mod socket_path;
 pub mod stats;
 pub mod steering;
+pub mod uplink;
 pub mod virtio_net;
+pub mod vxlan;
 
 pub use config::{DaemonConfig, DeviceForm, HostSpec, MacAddr, PortConfig};
 pub use server::Server;

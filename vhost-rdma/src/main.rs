@@ -74,7 +74,9 @@ enum Cmd {
 /// `serve`'s options (also accepted without the subcommand).
 #[derive(Args, Clone, Debug, Default)]
 struct ServeArgs {
-    /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,kind=virtio-net|gve|erdma][,netdev=PORT][,rx-queue-frames=N]
+    /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,kind=virtio-net|gve|erdma][,netdev=PORT][,rx-queue-frames=N];
+    /// uplinks: NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N]
+    /// (VNI 1 and underlay MTU 1500 unless given) or NAME,kind=tap,ifname=IF (docs/uplinks.md)
     #[arg(long = "port", value_name = "SPEC")]
     ports: Vec<PortConfig>,
     /// Virtual host on the fabric running RDMA tool services (--help lists
@@ -571,8 +573,46 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
                 println!();
                 print_device(d);
             }
+            for u in &s.uplinks {
+                println!();
+                print_uplink(u);
+            }
             Ok(())
         }
+    }
+}
+
+fn print_uplink(u: &vhost_rdma::uplink::UplinkStatus) {
+    if let Some(v) = &u.vxlan {
+        let c = &v.counters;
+        println!(
+            "uplink {} (vxlan): local {} remotes {} vni {}, underlay MTU {} (inner frames up to {} bytes)",
+            u.port,
+            v.local,
+            v.remotes.join(","),
+            v.vni,
+            v.underlay_mtu,
+            v.max_inner_frame
+        );
+        println!(
+            "  tx {} datagrams (oversized {}, send errors {}), rx {} datagrams (unknown source {}, short {}, bad flags {}, wrong vni {}, oversized {}), {} MACs learned",
+            c.tx_datagrams,
+            c.tx_oversized,
+            c.tx_send_errors,
+            c.rx_datagrams,
+            c.rx_unknown_source,
+            c.rx_short,
+            c.rx_bad_flags,
+            c.rx_wrong_vni,
+            c.rx_oversized,
+            c.learned
+        );
+    }
+    if let Some(t) = &u.tap {
+        println!(
+            "uplink {} (tap): ifname {}, write errors {}, read errors {}, short frames {}",
+            u.port, t.ifname, t.write_errors, t.read_errors, t.short
+        );
     }
 }
 

@@ -46,6 +46,8 @@ pub struct Server {
     hosts: Arc<Vec<Arc<HostHandle>>>,
     /// Ports that are emulated PCI devices over vfio-user (`kind=gve`).
     devices: Vec<crate::device_port::DevicePort>,
+    /// Uplink ports (`kind=vxlan`, `kind=tap`).
+    uplinks: Vec<crate::uplink::UplinkPort>,
 }
 
 impl Server {
@@ -60,7 +62,10 @@ impl Server {
             .enumerate()
             .map(|(i, p)| match p.kind {
                 PortKind::VirtioNet => PortShared::new(i, p.clone()).map(Arc::new),
-                PortKind::Gve | PortKind::Erdma => PortShared::new_device(i, p).map(Arc::new),
+                // An uplink attaches like a device: always there, one queue.
+                PortKind::Gve | PortKind::Erdma | PortKind::Vxlan | PortKind::Tap => {
+                    PortShared::new_device(i, p).map(Arc::new)
+                }
             })
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
@@ -93,7 +98,12 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let mut runners = Vec::new();
         let mut devices = Vec::new();
+        let mut uplinks = Vec::new();
         for port in shared {
+            if port.cfg.kind.is_uplink() {
+                uplinks.push(crate::uplink::UplinkPort::start(port, fabric.clone())?);
+                continue;
+            }
             if matches!(port.cfg.kind, PortKind::Gve | PortKind::Erdma) {
                 devices.push(crate::device_port::DevicePort::start(
                     port,
@@ -173,15 +183,18 @@ impl Server {
             fault_timer,
             hosts: Arc::new(hosts),
             devices,
+            uplinks,
         };
         if let Some(path) = &cfg.control {
             let fabric = server.fabric.clone();
             let devices = Arc::new(server.devices.iter().map(|d| d.entry()).collect());
+            let uplinks = Arc::new(server.uplinks.iter().map(|u| u.entry()).collect());
             server.control = Some(ControlServer::start(
                 path,
                 fabric,
                 server.hosts.clone(),
                 devices,
+                uplinks,
             )?);
         }
         Ok(server)
@@ -218,6 +231,9 @@ impl Server {
         }
         for d in &mut self.devices {
             d.shutdown();
+        }
+        for u in &mut self.uplinks {
+            u.shutdown();
         }
         if self.fabric.capture.active() {
             let _ = self.fabric.capture.stop();

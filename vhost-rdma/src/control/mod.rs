@@ -139,6 +139,9 @@ pub struct Status {
     /// Ports that are emulated PCI devices (`kind=gve`).
     #[serde(default)]
     pub devices: Vec<crate::device_port::DeviceStatus>,
+    /// Uplink ports (`kind=vxlan`, `kind=tap`): settings and counters.
+    #[serde(default)]
+    pub uplinks: Vec<crate::uplink::UplinkStatus>,
 }
 
 /// Longest request line accepted.
@@ -159,6 +162,7 @@ impl ControlServer {
         fabric: Arc<Fabric>,
         hosts: Hosts,
         devices: crate::device_port::Devices,
+        uplinks: crate::uplink::Uplinks,
     ) -> anyhow::Result<Self> {
         // The socket is as powerful as the daemon's user: owner-only.
         let (l, socket) =
@@ -192,16 +196,17 @@ impl ControlServer {
                         }
                         continue;
                     }
-                    let (f, a, h, d) = (
+                    let (f, a, h, d, u) = (
                         fabric.clone(),
                         active.clone(),
                         hosts.clone(),
                         devices.clone(),
+                        uplinks.clone(),
                     );
                     let spawned = std::thread::Builder::new()
                         .name("control-conn".into())
                         .spawn(move || {
-                            serve(c, &f, &h, &d);
+                            serve(c, &f, &h, &d, &u);
                             a.fetch_sub(1, SeqCst);
                         });
                     if spawned.is_err() {
@@ -273,7 +278,13 @@ fn host_reply(hosts: &Hosts, req: &Request) -> Reply {
     }
 }
 
-fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts, devices: &crate::device_port::Devices) {
+fn serve(
+    c: UnixStream,
+    fabric: &Fabric,
+    hosts: &Hosts,
+    devices: &crate::device_port::Devices,
+    uplinks: &crate::uplink::Uplinks,
+) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
     let Ok(mut w) = c.try_clone() else { return };
     let mut r = BufReader::new(c);
@@ -309,6 +320,7 @@ fn serve(c: UnixStream, fabric: &Fabric, hosts: &Hosts, devices: &crate::device_
                     checker: Some(fabric.checker.status()),
                     hosts: hosts.iter().filter_map(|h| h.status().ok()).collect(),
                     devices: devices.iter().map(|d| d.status()).collect(),
+                    uplinks: uplinks.iter().map(|u| u.status()).collect(),
                 }),
                 ..Reply::default()
             },
