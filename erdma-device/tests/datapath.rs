@@ -710,12 +710,9 @@ fn write_through_a_level2_mtt_lands_in_the_right_pages() {
     assert_eq!(a.d.mem_read(a.buf + 0x1000, 64), msg);
 }
 
-/// The middle packet of a 3-packet WRITE is lost and the next WRITE's first
-/// packet arrives ahead of sequence (2 % loss under SMC-R met this): the
-/// responder must keep the first WRITE's region, so the go-back-N
-/// retransmission completes both WRITEs with the data in place.
-#[test]
-fn write_after_a_lost_middle_packet_keeps_the_write_in_progress() {
+/// Two connected RC sides whose netdev MTU is 1500 (path MTU 1024: a
+/// 3000-byte message is 3 packets).
+fn connected_pair_on_1500_mtu() -> (Side, Side) {
     let mut a = side(MAC_A, IP_A, false, 2);
     let mut b = side(MAC_B, IP_B, false, 3);
     for s in [&mut a, &mut b] {
@@ -724,6 +721,27 @@ fn write_after_a_lost_middle_packet_keeps_the_write_in_progress() {
         assert_eq!(s.d.cmd(1, 3, &req).status, 0);
     }
     connect(&mut a, &mut b);
+    (a, b)
+}
+
+/// Shuttles frames, letting A's retransmit timer fire, until both are quiet.
+fn settle_with_retransmits(a: &mut Side, b: &mut Side) {
+    shuttle(a, b);
+    for _ in 0..20 {
+        if let Some(t) = a.d.next_timeout_after_idle() {
+            a.d.now = a.d.now.max(t);
+        }
+        shuttle(a, b);
+    }
+}
+
+/// The middle packet of a 3-packet WRITE is lost and the next WRITE's first
+/// packet arrives ahead of sequence (2 % loss under SMC-R met this): the
+/// responder must keep the first WRITE's region, so the go-back-N
+/// retransmission completes both WRITEs with the data in place.
+#[test]
+fn write_after_a_lost_middle_packet_keeps_the_write_in_progress() {
+    let (mut a, mut b) = connected_pair_on_1500_mtu();
     let first: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     let second: Vec<u8> = (0..3000u32).map(|i| (i * 13 + 1) as u8).collect();
     a.d.mem_write(a.buf, &first);
@@ -750,13 +768,7 @@ fn write_after_a_lost_middle_packet_keeps_the_write_in_progress() {
             let _ = b.d.receive(f);
         }
     }
-    shuttle(&mut a, &mut b);
-    for _ in 0..20 {
-        if let Some(t) = a.d.next_timeout_after_idle() {
-            a.d.now = a.d.now.max(t);
-        }
-        shuttle(&mut a, &mut b);
-    }
+    settle_with_retransmits(&mut a, &mut b);
     let w1 = a.d.poll_cq(1).expect("WRITE 1 CQE");
     let w2 = a.d.poll_cq(1).expect("WRITE 2 CQE");
     assert_eq!((w1.opcode, w1.syndrome), (op::WRITE, 0));
@@ -772,14 +784,7 @@ fn write_after_a_lost_middle_packet_keeps_the_write_in_progress() {
 /// READ's snapshot (matched by PSN, not by address, which all three share).
 #[test]
 fn retried_read_among_reads_of_the_same_buffer_replays_its_own_snapshot() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    for s in [&mut a, &mut b] {
-        let mut req = [0u8; 12];
-        req[8..12].copy_from_slice(&1500u32.to_le_bytes());
-        assert_eq!(s.d.cmd(1, 3, &req).status, 0);
-    }
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = connected_pair_on_1500_mtu();
     let remote: Vec<u8> = (0..3000u32).map(|i| (i * 11 + 3) as u8).collect();
     b.d.mem_write(b.buf + 0x2000, &remote);
     for i in 0..3u64 {
@@ -803,13 +808,7 @@ fn retried_read_among_reads_of_the_same_buffer_replays_its_own_snapshot() {
             let _ = a.d.receive(f);
         }
     }
-    shuttle(&mut a, &mut b);
-    for _ in 0..20 {
-        if let Some(t) = a.d.next_timeout_after_idle() {
-            a.d.now = a.d.now.max(t);
-        }
-        shuttle(&mut a, &mut b);
-    }
+    settle_with_retransmits(&mut a, &mut b);
     for i in 0..3u64 {
         let wc = a.d.poll_cq(1).expect("READ CQE");
         assert_eq!((wc.opcode, wc.syndrome), (op::READ, 0), "READ {i}");
