@@ -72,7 +72,7 @@ impl QueuePair {
                 if progressed {
                     self.after_progress(now);
                 }
-                self.error_retry();
+                self.error_retry(false);
                 return Ok(());
             }
             if !w.sent {
@@ -130,7 +130,7 @@ impl QueuePair {
                         }
                         // While waiting out an RNR NAK the rewind is already due.
                         if self.req.rnr_until.is_none() {
-                            self.error_retry();
+                            self.error_retry(false);
                         }
                     }
                     AethSyndrome::Nak { code } => {
@@ -275,7 +275,12 @@ impl QueuePair {
 
     /// Retry after a timeout, a sequence NAK or a skipped READ/atomic
     /// (rxe `COMPST_ERROR_RETRY`): consumes `retry_cnt` (7 = infinite).
-    pub(super) fn error_retry(&mut self) {
+    /// Only a timeout starts a retry while one is under way.
+    pub(super) fn error_retry(&mut self, timeout: bool) {
+        if self.comp.started_retry && !timeout {
+            return;
+        }
+        self.comp.started_retry = true;
         if self.comp.retry_left == 0 {
             self.fail_front(WcStatus::RetryExcErr);
             return;

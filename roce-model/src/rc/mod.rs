@@ -290,6 +290,12 @@ struct CompState {
     psn: Psn,
     retry_left: u8,
     rnr_left: u8,
+    /// A retry is under way: later out-of-sequence responses and sequence
+    /// NAKs (the tail of what was in flight) start no new one until
+    /// progress or a timeout (rxe `comp.started_retry`). Without this, a
+    /// lost READ response followed by the responses of later READs rewinds
+    /// the send queue once per packet and the replays never end.
+    started_retry: bool,
 }
 
 /// A receive WQE taken by the responder.
@@ -415,6 +421,7 @@ impl QueuePair {
                 psn: Psn::new(0),
                 retry_left: 0,
                 rnr_left: 0,
+                started_retry: false,
             },
             rq: VecDeque::new(),
             resp: RespState {
@@ -681,7 +688,7 @@ impl QueuePair {
             self.req.retrans_at = None;
             if self.outstanding() {
                 self.stats.timeouts += 1;
-                self.error_retry();
+                self.error_retry(true);
             }
         }
     }
@@ -716,6 +723,7 @@ impl QueuePair {
     fn reset_retry_counters(&mut self) {
         self.comp.retry_left = self.attr.retry_cnt;
         self.comp.rnr_left = self.attr.rnr_retry;
+        self.comp.started_retry = false;
     }
 
     fn push_send_completion(&mut self, wqe: &SendWqe, status: WcStatus) {
