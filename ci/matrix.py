@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -219,7 +220,12 @@ CELLS["erdma-lossy"] = dict(
     faults=None,  # set below, once the port names are known
     tests=CELLS["erdma"]["tests"] + [("loss-evidence", ("host",))],
     timeout=CELLS["erdma"]["timeout"] + 900,
-    env=CELLS["rxe-lossy"]["env"])
+    # ibv_rc_pingpong's exit races under loss on any RC device: the side
+    # whose last SEND's ACK is lost retransmits to a peer that already
+    # destroyed its QP and waits forever (seen here, ci/README.md)
+    env=dict(CELLS["rxe-lossy"]["env"],
+             CI_SKIP_PINGPONG="under loss its exit races: a lost last ACK leaves one side retransmitting to "
+                              "a QP the other side destroyed (ci/README.md, erdma cells)"))
 ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
                "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy"]
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
@@ -650,7 +656,7 @@ def job_script(role, cell, kernel):
         env["CI_RDMA"] = CELLS[cell]["rdma"][role]
     for var, val in env.items():
         if val:
-            extra += f"{var}={val}; export {var}\n"
+            extra += f"{var}={shlex.quote(str(val))}; export {var}\n"
     return (
         f"ROLE={role} SELF={self_ip} PEER={peer_ip} CELL={kernel}/{cell}\n"
         "export ROLE SELF PEER CELL\n"
