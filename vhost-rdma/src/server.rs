@@ -269,11 +269,16 @@ impl Drop for Server {
     }
 }
 
+/// Unique within the process (several servers may run in one, as in the
+/// tests: the sub-second clock alone once gave two of them one directory).
 fn nonce() -> u64 {
-    std::time::SystemTime::now()
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    (n << 32) | t
 }
 
 /// A port's public socket and the eventfd that ends the wait on it.
