@@ -319,14 +319,7 @@ serve=(--config "$d/demo.toml"
 serve+=(--control "$d/ctl.sock" --capture-dir "$d")
 say "starting the daemon: vhost-rdma serve ${serve[*]//$d\//}"
 say "  (files in $d; virtual host vh $VH: pingpong-server :18515 and :18516, rping-server-roce and rping-server :7174)"
-NO_COLOR=1 "$DAEMON" serve "${serve[@]}" >"$d/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for ((i = 0; i < 100; i++)); do
-    [[ -S $d/ctl.sock && -S $d/a.sock && -S $d/b.sock ]] && break
-    kill -0 "$DAEMON_PID" 2>/dev/null || break
-    sleep 0.1
-done
-[[ -S $d/ctl.sock ]] || { tail -n 20 "$d/daemon.log" >&2; fail_all "the daemon did not start (see $d/daemon.log)"; }
+start_daemon "$d/ctl.sock" "$d/a.sock" "$d/b.sock" -- "${serve[@]}"
 cap="$d/demo.pcapng"
 rm -f "$cap"
 if C capture start --file "$cap" --snaplen 512 >"$d/capture-start.txt" 2>&1; then

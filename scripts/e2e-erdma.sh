@@ -160,18 +160,12 @@ vrbin="$d/vrbin"
 mkdir -p "$vrbin/bin"
 cp "$d/common.sh" "$vrbin/common.sh"
 
-NO_COLOR=1 "$DAEMON" serve \
+start_daemon "$d/a.sock" "$d/r.sock" "$d/b.sock" "$d/ctl.sock" -- \
     --port "a=$d/a.sock,mac=$MACA" \
     --port "r=$d/r.sock,kind=erdma,netdev=a" \
     --port "b=$d/b.sock,mac=$MACB" \
     --host "vh=10.77.0.10/24,service=pingpong-server" \
-    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for ((i = 0; i < 100; i++)); do
-    [[ -S $d/a.sock && -S $d/r.sock && -S $d/b.sock ]] && break
-    sleep 0.1
-done
-[[ -S $d/r.sock ]] || fail_all "daemon did not create its sockets (see $d/daemon.log)"
+    --control "$d/ctl.sock"
 
 RG_A=(--net vhost-user
     --qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/r.sock\"}}"

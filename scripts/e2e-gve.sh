@@ -175,16 +175,10 @@ echo "B-RESULT server=\$r1 client=\$r2 steered=\$r3 devmem-send=\$r4 after=\$r5"
 exit \$((r1 + r2 + r3 + r4 + r5))
 EOF
 
-NO_COLOR=1 "$DAEMON" serve \
+start_daemon "$d/g.sock" "$d/v.sock" "$d/ctl.sock" -- \
     --port "g=$d/g.sock,kind=gve,queues=2,mac=$MACA" \
     --port "v=$d/v.sock,mac=$MACB" \
-    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for ((i = 0; i < 100; i++)); do
-    [[ -S $d/g.sock && -S $d/v.sock && -S $d/ctl.sock ]] && break
-    sleep 0.1
-done
-[[ -S $d/g.sock && -S $d/v.sock ]] || fail_all "daemon did not create its sockets (see $d/daemon.log)"
+    --control "$d/ctl.sock"
 
 RG_A=(--net none --smp 2
     --qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/g.sock\"}}"

@@ -206,17 +206,10 @@ cat >>"$d/vhost.toml" <<EOF
 name = "vh2"
 address = "$HOST2_IP/24"
 EOF
-NO_COLOR=1 "$DAEMON" serve \
+start_daemon "$d/g.sock" "$d/ctl.sock" -- \
     --config "$d/vhost.toml" \
     --port "g=$d/g.sock,mac=$GMAC" \
-    --control "$d/ctl.sock" --capture-dir "$d" >"$d/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for ((i = 0; i < 100; i++)); do
-    [[ -S $d/g.sock && -S $d/ctl.sock ]] && break
-    kill -0 "$DAEMON_PID" 2>/dev/null || break
-    sleep 0.1
-done
-[[ -S $d/g.sock && -S $d/ctl.sock ]] || { tail -20 "$d/daemon.log" >&2; fail_all "daemon did not start (log: $d/daemon.log)"; }
+    --control "$d/ctl.sock" --capture-dir "$d"
 if ((capture)); then
     rm -f "$d/fabric.pcapng"  # captures never replace a file (a reused --logdir)
     "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen "${capture_snaplen:-128}" ||

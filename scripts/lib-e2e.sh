@@ -42,6 +42,28 @@ fail_all() {  # fail_all REASON: every case fails (setup broke)
 }
 
 DAEMON_PID=""
+# start_daemon SOCKET... -- SERVE_ARGS...: the one way the guest tiers start
+# the daemon: `$DAEMON serve SERVE_ARGS` in the background (NO_COLOR, log in
+# $d/daemon.log, pid in DAEMON_PID, stopped by stop_daemon on exit); waits up
+# to 10 s for every SOCKET. A daemon that exits or leaves a socket missing
+# fails every case (fail_all) with the log's tail.
+start_daemon() {
+    local socks=() s i ok
+    while (($#)) && [[ $1 != -- ]]; do socks+=("$1"); shift; done
+    (($#)) && shift
+    NO_COLOR=1 "$DAEMON" serve "$@" >"$d/daemon.log" 2>&1 &
+    DAEMON_PID=$!
+    for ((i = 0; i < 100; i++)); do
+        ok=1
+        for s in "${socks[@]}"; do [[ -S $s ]] || ok=0; done
+        ((ok)) && return 0
+        kill -0 "$DAEMON_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    tail -n 20 "$d/daemon.log" >&2
+    fail_all "the daemon did not start or create ${socks[*]} (log: $d/daemon.log)"
+}
+
 stop_daemon() {
     [[ -n $DAEMON_PID ]] || return 0
     kill -TERM "$DAEMON_PID" 2>/dev/null
