@@ -735,6 +735,15 @@ fn settle_with_retransmits(a: &mut Side, b: &mut Side) {
     }
 }
 
+/// Hands `to` every frame but the `lost`-th.
+fn deliver_all_but(frames: &[Vec<u8>], lost: usize, to: &mut Side) {
+    for (i, f) in frames.iter().enumerate() {
+        if i != lost {
+            let _ = to.d.receive(f);
+        }
+    }
+}
+
 /// The middle packet of a 3-packet WRITE is lost and the next WRITE's first
 /// packet arrives ahead of sequence (2 % loss under SMC-R met this): the
 /// responder must keep the first WRITE's region, so the go-back-N
@@ -763,11 +772,7 @@ fn write_after_a_lost_middle_packet_keeps_the_write_in_progress() {
     );
     // FIRST of WRITE 1 arrives, its MIDDLE is lost, the rest arrive
     // (LAST of WRITE 1 and FIRST of WRITE 2 out of sequence).
-    for (i, f) in frames.iter().enumerate() {
-        if i != 1 {
-            let _ = b.d.receive(f);
-        }
-    }
+    deliver_all_but(&frames, 1, &mut b);
     settle_with_retransmits(&mut a, &mut b);
     let w1 = a.d.poll_cq(1).expect("WRITE 1 CQE");
     let w2 = a.d.poll_cq(1).expect("WRITE 2 CQE");
@@ -803,11 +808,7 @@ fn retried_read_among_reads_of_the_same_buffer_replays_its_own_snapshot() {
         responses.len()
     );
     // the first READ's middle response is lost
-    for (i, f) in responses.iter().enumerate() {
-        if i != 1 {
-            let _ = a.d.receive(f);
-        }
-    }
+    deliver_all_but(&responses, 1, &mut a);
     settle_with_retransmits(&mut a, &mut b);
     for i in 0..3u64 {
         let wc = a.d.poll_cq(1).expect("READ CQE");

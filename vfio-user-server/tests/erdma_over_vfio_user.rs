@@ -276,11 +276,8 @@ impl Driver {
 
     /// `dma_alloc_coherent`: zeroed, aligned, inside the mapping.
     fn alloc(&mut self, size: u64, align: u64) -> u64 {
-        let a = self.next.div_ceil(align) * align;
-        self.next = a + size;
-        assert!(self.next <= IOVA + RAM, "guest memory exhausted");
-        self.mem.write(a, &vec![0; size as usize]);
-        a
+        self.mem
+            .alloc_zeroed(&mut self.next, IOVA + RAM, size, align)
     }
 
     fn read(&self, addr: u64, len: usize) -> Vec<u8> {

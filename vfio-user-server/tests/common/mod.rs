@@ -313,6 +313,16 @@ impl MappedMem {
         // SAFETY: as in `read`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
     }
+
+    /// A driver's `dma_alloc_coherent`: the next `size` bytes at `align`
+    /// from the bump pointer `next`, zeroed; panics past `end`.
+    pub fn alloc_zeroed(&self, next: &mut u64, end: u64, size: u64, align: u64) -> u64 {
+        let a = next.div_ceil(align) * align;
+        *next = a + size;
+        assert!(*next <= end, "guest memory exhausted");
+        self.write(a, &vec![0; size as usize]);
+        a
+    }
 }
 
 impl Drop for MappedMem {
