@@ -21,7 +21,7 @@ use roce_model::{
 };
 
 use crate::cq::{qtype, wc_status, Cqe};
-use crate::device::ErdmaDevice;
+use crate::device::{ErdmaDevice, RxRefusalNote};
 use crate::mr::{acc, mr_type, Mtt, XlateError};
 use crate::qp::{ipv4_of_gid, qps, Av, Inflight, RecvSlot};
 use crate::regs::{le, SQEBB_SIZE};
@@ -1077,10 +1077,12 @@ impl ErdmaDevice {
                     .map(|e| e.handle_packet(&pkt, now, &mut self.shadow));
                 let ok = matches!(res, Some(Ok(())));
                 if !ok {
-                    // kept for `ctl status`: why the last frame was refused
-                    self.last_rx_refusal = Some(match res {
-                        Some(Err(e)) => format!("QP {qpn} ({:?}): {e}", pkt.bth.opcode),
-                        _ => format!("QP {qpn}: no RC engine"),
+                    // kept for `ctl status` (formatted there: under loss this
+                    // runs for most frames)
+                    self.last_rx_refusal = Some(RxRefusalNote {
+                        qpn,
+                        opcode: pkt.bth.opcode,
+                        error: res.and_then(Result::err),
                     });
                 }
                 let accepted = ok && qp.engine.as_ref().map(|e| e.expected_psn()) != before;

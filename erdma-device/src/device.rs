@@ -85,12 +85,21 @@ pub(crate) struct RegFile {
     pub aeq_dbrec: u64,
 }
 
+/// A frame an RC engine refused: kept as is, formatted only when asked.
+#[derive(Debug, Clone)]
+pub(crate) struct RxRefusalNote {
+    pub(crate) qpn: u32,
+    pub(crate) opcode: roce_model::Opcode,
+    /// `None`: the QP has no RC engine.
+    pub(crate) error: Option<roce_model::QpError>,
+}
+
 /// The erdma device model (RoCEv2 flavour).
 pub struct ErdmaDevice {
     pub(crate) cfg: ErdmaConfig,
     pub(crate) counters: Counters,
     /// Why the RC engine refused the last frame it refused.
-    pub(crate) last_rx_refusal: Option<String>,
+    pub(crate) last_rx_refusal: Option<RxRefusalNote>,
     /// The first error completion (or the RC engine's last error reason).
     pub(crate) last_error_completion: Option<String>,
     pub(crate) regs: RegFile,
@@ -214,8 +223,11 @@ impl ErdmaDevice {
 
     /// Why a QP's RC engine refused the last frame it refused (state, PSN,
     /// key or length checks), for diagnosis.
-    pub fn last_rx_refusal(&self) -> Option<&str> {
-        self.last_rx_refusal.as_deref()
+    pub fn last_rx_refusal(&self) -> Option<String> {
+        self.last_rx_refusal.as_ref().map(|n| match &n.error {
+            Some(e) => format!("QP {} ({:?}): {e}", n.qpn, n.opcode),
+            None => format!("QP {}: no RC engine", n.qpn),
+        })
     }
 
     /// What the last error completion was (QP, opcode, status; the RC

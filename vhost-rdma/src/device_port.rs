@@ -62,7 +62,7 @@ impl Describe for ErdmaDevice {
             status_register: self.status(),
             path_mtu: self.path_mtu(),
             counters: self.counters(),
-            last_rx_refusal: self.last_rx_refusal().map(str::to_owned),
+            last_rx_refusal: self.last_rx_refusal(),
             last_error_completion: self.last_error_completion().map(str::to_owned),
         }))
     }
