@@ -66,36 +66,7 @@ d="$logdir"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 
 # Shared by both guests: helpers and the RoCE v2 GID index of an address.
-cat >"$d/common.sh" <<'EOF'
-case_() { echo "CASE $1 rc=$2 $3"; }
-# row_ok RC LOG: a perftest run passed: exit 0 and its 65536-byte result row
-row_ok() { [ "$1" = 0 ] && grep -q '^ *65536 ' "$2"; }
-gid_index() {  # gid_index DEV IPV4
-    want=$(echo $2 | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
-    for t in $(seq 1 20); do
-        for f in /sys/class/infiniband/$1/ports/1/gids/*; do
-            n=${f##*/}
-            [ "$(cat $f 2>/dev/null)" = "$want" ] || continue
-            case "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$n 2>/dev/null)" in
-                *v2*|*V2*) echo $n; return 0 ;;
-            esac
-        done
-        sleep 1
-    done
-    return 1
-}
-# retry N CMD...: a client whose server may not listen yet
-retry() {
-    n=$1; shift
-    for t in $(seq 1 $n); do
-        "$@" && return 0
-        sleep 2
-    done
-    return 1
-}
-# rping_ok LOG: rping exits 0 even when it never connected; count the pings
-rping_ok() { [ "$(grep -c 'ping data:' $1)" -ge 10 ]; }
-EOF
+cp "$HERE/guest/e2e-guest-lib.sh" "$d/common.sh"
 
 cat >"$d/a.sh" <<EOF
 . /opt/vr/common.sh

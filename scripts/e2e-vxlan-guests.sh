@@ -82,30 +82,9 @@ A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 PA=$((20000 + $$ % 20000)) PB=$((40000 + $$ % 20000))
 VNI=77
 
-cat >"$d/common.sh" <<'EOF'
-case_() { echo "CASE $1 rc=$2 $3"; }
-gid_index() {  # gid_index DEV IPV4
-    want=$(echo $2 | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
-    for t in $(seq 1 20); do
-        for f in /sys/class/infiniband/$1/ports/1/gids/*; do
-            n=${f##*/}
-            [ "$(cat $f 2>/dev/null)" = "$want" ] || continue
-            case "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$n 2>/dev/null)" in
-                *v2*|*V2*) echo $n; return 0 ;;
-            esac
-        done
-        sleep 1
-    done
-    return 1
-}
-retry() {
-    n=$1; shift
-    for t in $(seq 1 $n); do
-        "$@" && return 0
-        sleep 2
-    done
-    return 1
-}
+# the shared guest helpers (case_, gid_index, retry, ...), then this test's own
+cp "$HERE/guest/e2e-guest-lib.sh" "$d/common.sh"
+cat >>"$d/common.sh" <<'EOF'
 # The tunnel takes 50 bytes of the 1500-byte underlay MTU.
 setup() {
     ip link set eth0 mtu 1450
