@@ -70,38 +70,63 @@ where
 {
     let has = |f: u32| acked & bit(f) != 0;
     let hl = net_hdr_len(acked);
-    let mut buf: Vec<u8> = Vec::with_capacity(2048);
+    // The header goes into `h`, the frame into a recycled buffer: no
+    // allocation and no shifting of the frame past its header.
+    let mut h = [0u8; NET_HDR_HASH_LEN];
+    let mut got_hdr = 0usize;
+    let mut buf = crate::buffers::take();
     let mut last: Option<Descriptor> = None;
+    let refuse = |buf: Vec<u8>, e: ChainError| {
+        crate::buffers::give(buf);
+        Err(e)
+    };
     for desc in chain {
         if desc.is_write_only() {
-            return Err(ChainError::WritableInTx);
+            return refuse(buf, ChainError::WritableInTx);
         }
         let len = desc.len() as usize;
-        let start = buf.len();
-        if start + len > hl + MAX_FRAME_LEN {
-            return Err(ChainError::TooLong(start + len));
+        let total = got_hdr + buf.len();
+        if total + len > hl + MAX_FRAME_LEN {
+            return refuse(buf, ChainError::TooLong(total + len));
         }
-        buf.resize(start + len, 0);
-        mem.read_slice(&mut buf[start..], desc.addr())
-            .map_err(|_| ChainError::OutOfMemory {
-                addr: desc.addr().0,
-                len: desc.len(),
-            })?;
+        let oom = ChainError::OutOfMemory {
+            addr: desc.addr().0,
+            len: desc.len(),
+        };
+        let to_hdr = len.min(hl - got_hdr);
+        if to_hdr > 0
+            && mem
+                .read_slice(&mut h[got_hdr..got_hdr + to_hdr], desc.addr())
+                .is_err()
+        {
+            return refuse(buf, oom);
+        }
+        got_hdr += to_hdr;
+        if len > to_hdr {
+            let Some(at) = desc.addr().checked_add(to_hdr as u64) else {
+                return refuse(buf, oom);
+            };
+            let start = buf.len();
+            buf.resize(start + len - to_hdr, 0);
+            if mem.read_slice(&mut buf[start..], at).is_err() {
+                return refuse(buf, oom);
+            }
+        }
         last = Some(desc);
     }
     match last {
-        None => return Err(ChainError::Empty),
-        Some(d) if d.has_next() => return Err(ChainError::Broken),
+        None => return refuse(buf, ChainError::Empty),
+        Some(d) if d.has_next() => return refuse(buf, ChainError::Broken),
         _ => {}
     }
-    if buf.len() < hl + MIN_FRAME_LEN {
-        return Err(ChainError::TooShort(buf.len()));
+    if got_hdr + buf.len() < hl + MIN_FRAME_LEN {
+        let n = got_hdr + buf.len();
+        return refuse(buf, ChainError::TooShort(n));
     }
-    let mut h = [0u8; NET_HDR_LEN];
-    h.copy_from_slice(&buf[..NET_HDR_LEN]);
     // The hash fields of a TX header carry nothing for the device.
-    let hdr = NetHdr::parse(&h);
-    buf.drain(..hl);
+    let mut fixed = [0u8; NET_HDR_LEN];
+    fixed.copy_from_slice(&h[..NET_HDR_LEN]);
+    let hdr = NetHdr::parse(&fixed);
     if hdr.needs_csum() && !has(VIRTIO_NET_F_CSUM) {
         return Err(ChainError::NotNegotiated(
             "NEEDS_CSUM without VIRTIO_NET_F_CSUM",
@@ -200,12 +225,13 @@ pub struct RxFill {
     pub delivered: u64,
 }
 
-/// An RX chain a frame went into: its head, the bytes written, and its
-/// writable buffers (to patch `num_buffers` afterwards).
+/// An RX chain a frame went into: its head, the bytes written, and where its
+/// writable buffers sit in the pass's descriptor list (to patch
+/// `num_buffers` afterwards).
 struct RxChain {
     head: u16,
     len: u32,
-    descs: Vec<(GuestAddress, u32)>,
+    descs: std::ops::Range<usize>,
 }
 
 /// Writes frames from `src` into the available RX chains of `queue`, with a
@@ -229,12 +255,16 @@ where
     let ring_size = queue.size();
     let mut out = RxFill::default();
     let mut iter = queue.iter(mem.clone())?;
+    // Reused for every frame of the pass: nothing is allocated per frame.
+    let mut chains: Vec<RxChain> = Vec::new();
+    let mut all_descs: Vec<(GuestAddress, u32)> = Vec::new();
     'frames: while let Some(frame) = src.pop() {
         let hb = frame.hdr.to_hash_bytes(1);
         let hdr = &hb[..hl.min(hb.len())];
         let total = hdr.len() + frame.data.len();
         let mut off = 0usize;
-        let mut chains: Vec<RxChain> = Vec::new();
+        chains.clear();
+        all_descs.clear();
         while off < total {
             let Some(chain) = iter.next() else {
                 for _ in 0..chains.len() {
@@ -252,15 +282,16 @@ where
                 break 'frames;
             };
             let head = chain.head_index();
+            let first = all_descs.len();
             let descs = if head >= ring_size {
                 Err(ChainError::BadHead {
                     head,
                     size: ring_size,
                 })
             } else {
-                writable_descs(&chain).and_then(|d| {
-                    if d.iter().any(|x| x.1 > 0) {
-                        Ok(d)
+                writable_descs(&chain, &mut all_descs).and_then(|()| {
+                    if all_descs[first..].iter().any(|x| x.1 > 0) {
+                        Ok(first..all_descs.len())
                     } else {
                         Err(ChainError::Empty)
                     }
@@ -269,6 +300,7 @@ where
             let descs = match descs {
                 Ok(d) => d,
                 Err(e) => {
+                    all_descs.truncate(first);
                     QueueCounters::add(&c.rx_errors, 1);
                     crate::guest_warn!(ctx.log, port = %port, qp, "RX chain {head} refused: {e}");
                     if head < ring_size {
@@ -284,7 +316,10 @@ where
                     continue;
                 }
             };
-            let cap: u64 = descs.iter().map(|d| u64::from(d.1)).sum();
+            let cap: u64 = all_descs[descs.clone()]
+                .iter()
+                .map(|d| u64::from(d.1))
+                .sum();
             if !mrg && cap < total as u64 {
                 // Without mergeable buffers a frame must fit one chain.
                 iter.go_to_previous_position();
@@ -295,7 +330,7 @@ where
                 crate::guest_warn!(ctx.log, port = %port, qp, "RX buffer of {cap} bytes too small for a {total}-byte frame: dropped");
                 continue 'frames;
             }
-            match write_chain(&mem, &descs, hdr, &frame.data, off) {
+            match write_chain(&mem, &all_descs[descs.clone()], hdr, &frame.data, off) {
                 Ok(n) => {
                     off += n;
                     chains.push(RxChain {
@@ -314,23 +349,29 @@ where
         if chains.len() > 1 {
             // num_buffers sits at header offset 10 in the first chain.
             let nb = (chains.len() as u16).to_le_bytes();
-            let _ = write_at(&mem, &chains[0].descs, 10, &nb);
+            let _ = write_at(&mem, &all_descs[chains[0].descs.clone()], 10, &nb);
         }
         QueueCounters::add(&c.rx_frames, 1);
         QueueCounters::add(&c.rx_bytes, frame.data.len() as u64);
         src.fed();
         out.delivered += 1;
-        out.used.extend(chains.into_iter().map(|c| (c.head, c.len)));
+        out.used.extend(chains.iter().map(|c| (c.head, c.len)));
+        crate::buffers::give(frame.data);
     }
     Ok(out)
 }
 
-/// The writable descriptors of an RX chain, checked to be a complete chain.
-fn writable_descs<M>(chain: &DescriptorChain<M>) -> Result<Vec<(GuestAddress, u32)>, ChainError>
+/// Appends the writable descriptors of an RX chain to `out`, checking it is
+/// a complete chain (on error `out` may hold some of them: the caller
+/// truncates).
+fn writable_descs<M>(
+    chain: &DescriptorChain<M>,
+    out: &mut Vec<(GuestAddress, u32)>,
+) -> Result<(), ChainError>
 where
     M: Deref<Target = GuestMemoryMmap> + Clone,
 {
-    let mut out = Vec::new();
+    let first = out.len();
     let mut last = None;
     for d in chain.clone() {
         if d.is_write_only() {
@@ -341,8 +382,8 @@ where
     match last {
         None => Err(ChainError::Empty),
         Some(d) if d.has_next() => Err(ChainError::Broken),
-        _ if out.is_empty() => Err(ChainError::Empty),
-        _ => Ok(out),
+        _ if out.len() == first => Err(ChainError::Empty),
+        _ => Ok(()),
     }
 }
 

@@ -18,21 +18,10 @@ use vmm_sys_util::timerfd::TimerFd;
 /// stalled: senders stop waiting for it and drop instead.
 pub const STALL_MS: u64 = 500;
 
-/// What waits for one queue pair's RX buffers, and the frame its worker
-/// holds while it looks for a buffer.
+/// What waits for one queue pair's RX buffers.
 #[derive(Debug, Default)]
 struct Pending {
     frames: VecDeque<Frame>,
-    /// 1 while the worker holds a popped frame it may still put back. It
-    /// counts as queued: without it a sender that checks between the pop and
-    /// the put-back sees room that is not there, and its frame is dropped.
-    in_hand: usize,
-}
-
-impl Pending {
-    fn occupancy(&self) -> usize {
-        self.frames.len() + self.in_hand
-    }
 }
 
 /// Frames waiting for RX buffers of one queue pair of a port.
@@ -46,6 +35,12 @@ impl Pending {
 #[derive(Debug)]
 pub struct RxQueue {
     pending: Mutex<Pending>,
+    /// Frames the worker took and may still put back (one, or a batch). They
+    /// count as queued: without them a sender that checks between the take
+    /// and the put-back sees room that is not there, and its frame is
+    /// dropped. Changed under `pending`'s lock except when the worker
+    /// delivers one (a decrement: room appears, never vanishes).
+    in_hand: AtomicUsize,
     limit: usize,
     hard_limit: AtomicUsize,
     /// Wakes the port's worker thread for this queue pair.
@@ -65,6 +60,7 @@ impl RxQueue {
     fn new(limit: usize) -> std::io::Result<Self> {
         Ok(RxQueue {
             pending: Mutex::new(Pending::default()),
+            in_hand: AtomicUsize::new(0),
             limit,
             hard_limit: AtomicUsize::new(limit),
             wake: EventFd::new(EFD_NONBLOCK)?,
@@ -86,26 +82,35 @@ impl RxQueue {
             .store(self.limit.saturating_add(headroom), Relaxed);
     }
 
+    fn occupancy(&self, p: &Pending) -> usize {
+        p.frames.len() + self.in_hand.load(Relaxed)
+    }
+
     /// Queues the frames one sent frame became (segments of a TSO frame go
     /// together: all or none); drops them (counted) when the queue is past its
-    /// drop bound. Returns how many were queued.
-    fn push_all(&self, frames: Vec<Frame>) -> usize {
+    /// drop bound. Returns how many were queued. The worker is not woken:
+    /// the caller does, once per batch ([`Wakes`]).
+    fn push_quiet(&self, frames: Adapted) -> usize {
         let n = frames.len();
-        if n == 0 {
+        let mut p = self.lock();
+        if self.occupancy(&p) >= self.hard_limit.load(Relaxed) {
+            drop(p);
+            QueueCounters::add(&self.counters.rx_drops, n as u64);
+            frames.recycle();
             return 0;
         }
-        {
-            let mut p = self.lock();
-            if p.occupancy() >= self.hard_limit.load(Relaxed) {
-                QueueCounters::add(&self.counters.rx_drops, n as u64);
-                return 0;
-            }
-            p.frames.extend(frames);
+        match frames {
+            Adapted::One(f) => p.frames.push_back(f),
+            Adapted::Many(v) => p.frames.extend(v),
         }
+        n
+    }
+
+    /// Wakes the worker unless a wake is already on its way.
+    pub fn notify(&self) {
         if !self.wake_armed.swap(true, AcqRel) {
             let _ = self.wake.write(1);
         }
-        n
     }
 
     /// Called by the worker before draining, so that a later push wakes it again.
@@ -119,15 +124,47 @@ impl RxQueue {
     pub fn pop(&self) -> Option<Frame> {
         let mut p = self.lock();
         let f = p.frames.pop_front();
-        p.in_hand = usize::from(f.is_some());
+        self.in_hand.store(usize::from(f.is_some()), Relaxed);
         f
+    }
+
+    /// Takes up to `max` frames into `hand` with one lock (the worker's;
+    /// `hand` must be empty). They count as queued until
+    /// [`delivered`](Self::delivered) or [`put_back`](Self::put_back).
+    pub fn take_batch(&self, hand: &mut VecDeque<Frame>, max: usize) {
+        let mut p = self.lock();
+        let n = p.frames.len().min(max);
+        hand.extend(p.frames.drain(..n));
+        self.in_hand.store(n, Relaxed);
+    }
+
+    /// One frame of the worker's batch reached the guest.
+    pub fn delivered(&self) {
+        let _ = self
+            .in_hand
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// The worker returns the frames of its batch it could not deliver;
+    /// they go first next time.
+    pub fn put_back(&self, hand: &mut VecDeque<Frame>) {
+        if hand.is_empty() {
+            // (Frames the pass dropped were never `delivered`.)
+            self.in_hand.store(0, Relaxed);
+            return;
+        }
+        let mut p = self.lock();
+        while let Some(f) = hand.pop_back() {
+            p.frames.push_front(f);
+        }
+        self.in_hand.store(0, Relaxed);
     }
 
     /// Whether a sender should wait for this queue instead of dropping: it is
     /// full, and its guest has not been out of RX buffers for longer than
     /// [`STALL_MS`] (a guest that stopped reading only loses its own frames).
     pub fn congested(&self) -> bool {
-        if self.lock().occupancy() < self.limit {
+        if self.occupancy(&self.lock()) < self.limit {
             return false;
         }
         let since = self.starved_since_ms.load(Relaxed);
@@ -157,7 +194,7 @@ impl RxQueue {
     /// Wakes paused senders once the queue has drained to half (called by the
     /// worker after a batch).
     pub fn wake_waiters(&self) {
-        if self.lock().occupancy() > self.limit / 2 {
+        if self.occupancy(&self.lock()) > self.limit / 2 {
             return;
         }
         let ws = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
@@ -170,7 +207,7 @@ impl RxQueue {
     pub fn unpop(&self, f: Frame) {
         let mut p = self.lock();
         p.frames.push_front(f);
-        p.in_hand = 0;
+        self.in_hand.store(0, Relaxed);
     }
 
     /// Takes over a frame another queue pair's worker could not deliver (its
@@ -184,7 +221,7 @@ impl RxQueue {
         let mut p = self.lock();
         let n = p.frames.len();
         p.frames.clear();
-        p.in_hand = 0;
+        self.in_hand.store(0, Relaxed);
         n
     }
 
@@ -198,6 +235,136 @@ impl RxQueue {
         self.len() == 0
     }
 }
+
+/// What a receiver gets for one sent frame: usually the frame itself, or
+/// the segments of a TSO frame it cannot take whole.
+#[derive(Debug)]
+pub enum Adapted {
+    One(Frame),
+    Many(Vec<Frame>),
+}
+
+impl Adapted {
+    /// How many frames.
+    pub fn len(&self) -> usize {
+        match self {
+            Adapted::One(_) => 1,
+            Adapted::Many(v) => v.len(),
+        }
+    }
+
+    /// Whether there is none (an empty segment list).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frames, mutably (to stamp the hash report).
+    pub fn frames_mut(&mut self) -> &mut [Frame] {
+        match self {
+            Adapted::One(f) => std::slice::from_mut(f),
+            Adapted::Many(v) => v,
+        }
+    }
+
+    /// Returns the buffers to the pool (the frames were dropped).
+    fn recycle(self) {
+        match self {
+            Adapted::One(f) => crate::buffers::give(f.data),
+            Adapted::Many(v) => v.into_iter().for_each(|f| crate::buffers::give(f.data)),
+        }
+    }
+}
+
+/// The receive queues a batch of sent frames went to, woken once when the
+/// batch ends (or before its sender pauses) rather than once per frame: a
+/// burst of 64 frames costs the receiving worker one wake-up.
+#[derive(Debug, Default)]
+pub struct Wakes<'a> {
+    queues: Vec<&'a RxQueue>,
+}
+
+impl<'a> Wakes<'a> {
+    fn add(&mut self, q: &'a RxQueue) {
+        if !self.queues.iter().any(|x| std::ptr::eq(*x, q)) {
+            self.queues.push(q);
+        }
+    }
+
+    /// Wakes every queue the batch touched.
+    pub fn flush(&mut self) {
+        for q in self.queues.drain(..) {
+            q.notify();
+        }
+    }
+}
+
+impl Drop for Wakes<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// What [`Fabric::ingress`] did with a frame.
+#[derive(Debug)]
+pub enum Ingress<'a> {
+    /// Switched: this many copies were queued.
+    Forwarded(usize),
+    /// Its receiver is full but alive: the frame comes back untouched (no
+    /// stage saw it), for the sender to pause on the queue.
+    Congested(&'a RxQueue, Frame),
+}
+
+/// Where a frame goes, looked up once per frame.
+enum Route {
+    /// To one port, to the queue pair steering chose.
+    Unicast(usize, crate::steering::Steer),
+    /// To every other port.
+    Flood,
+    /// Back to its own port: nowhere.
+    Nowhere,
+}
+
+/// Multiplicative hashing of MAC addresses, keyed per process: the MAC
+/// table is looked up twice per frame and SipHash showed in profiles; the
+/// random key keeps a guest from choosing colliding addresses (the table
+/// is also bounded by `[limits] mac-table`).
+#[derive(Clone, Copy, Debug)]
+pub struct MacHashKey(u64);
+
+impl Default for MacHashKey {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        MacHashKey(h.finish() | 1)
+    }
+}
+
+impl std::hash::BuildHasher for MacHashKey {
+    type Hasher = MacHasher;
+    fn build_hasher(&self) -> MacHasher {
+        MacHasher(self.0)
+    }
+}
+
+/// The hasher of [`MacHashKey`].
+#[derive(Debug)]
+pub struct MacHasher(u64);
+
+impl std::hash::Hasher for MacHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn finish(&self) -> u64 {
+        // Fold the high half in: the table indexes by the low bits.
+        let m = u128::from(self.0) * 0xa076_1d64_78bd_642f;
+        (m as u64) ^ ((m >> 64) as u64)
+    }
+}
+
+type MacTable = HashMap<[u8; 6], usize, MacHashKey>;
 
 /// State of one port shared by the fabric and the port's vhost-user backend;
 /// it outlives guest connections.
@@ -299,10 +466,10 @@ impl PortShared {
         self.features.load(Relaxed) & bit(f) != 0
     }
 
-    /// Turns a frame into what this port's guest accepts: passes offloaded
-    /// frames through when the guest negotiated the matching feature, and
-    /// finishes them in software otherwise.
-    pub fn adapt(&self, f: &Frame) -> Result<Vec<Frame>, offload::OffloadError> {
+    /// The frames a receiver gets for `f`: the frame itself, its offloads
+    /// finished in place (checksum) or its TSO segments, as the receiver's
+    /// negotiated features require.
+    pub fn adapt(&self, mut f: Frame) -> Result<Adapted, offload::OffloadError> {
         let h = f.hdr;
         if h.gso_kind() != VIRTIO_NET_HDR_GSO_NONE as u8 {
             let ok = match u32::from(h.gso_kind()) {
@@ -312,30 +479,28 @@ impl PortShared {
             } && (!h.gso_ecn() || self.has(VIRTIO_NET_F_GUEST_ECN))
                 && self.has(VIRTIO_NET_F_GUEST_CSUM);
             if ok {
-                return Ok(vec![f.clone()]);
+                return Ok(Adapted::One(f));
             }
             let segs = offload::segment_tcp(&f.data, &h)?;
-            return Ok(segs
-                .into_iter()
-                .map(|data| Frame {
-                    hdr: NetHdr::default(),
-                    data,
-                })
-                .collect());
+            crate::buffers::give(f.data);
+            return Ok(Adapted::Many(
+                segs.into_iter()
+                    .map(|data| Frame {
+                        hdr: NetHdr::default(),
+                        data,
+                    })
+                    .collect(),
+            ));
         }
         if h.needs_csum() && !self.has(VIRTIO_NET_F_GUEST_CSUM) {
-            let mut data = f.data.clone();
-            offload::finish_csum(&mut data, h.csum_start, h.csum_offset)?;
-            return Ok(vec![Frame {
-                hdr: NetHdr::default(),
-                data,
-            }]);
+            offload::finish_csum(&mut f.data, h.csum_start, h.csum_offset)?;
+            f.hdr = NetHdr::default();
+            return Ok(Adapted::One(f));
         }
-        let mut out = f.clone();
         if !self.has(VIRTIO_NET_F_GUEST_CSUM) {
-            out.hdr = NetHdr::default();
+            f.hdr = NetHdr::default();
         }
-        Ok(vec![out])
+        Ok(Adapted::One(f))
     }
 
     /// Chooses the RX queue pair for a frame (`None`: a flow rule drops
@@ -384,7 +549,7 @@ impl PortShared {
 #[derive(Debug)]
 pub struct Fabric {
     pub ports: Vec<Arc<PortShared>>,
-    macs: RwLock<HashMap<[u8; 6], usize>>,
+    macs: RwLock<MacTable>,
     /// Source MACs not learned because the table was full.
     pub mac_table_full: AtomicU64,
     /// IPv4 neighbours from ARP: where an erdma function's frames to MAC
@@ -441,7 +606,7 @@ impl Fabric {
             capture,
             checker: crate::checker::FabricChecker::default(),
             ports,
-            macs: RwLock::new(HashMap::new()),
+            macs: RwLock::new(MacTable::default()),
             mac_table_full: AtomicU64::new(0),
             neighbors: crate::neighbors::NeighborTable::new(limits.mac_table),
             rdma_unresolved: AtomicU64::new(0),
@@ -469,13 +634,14 @@ impl Fabric {
     /// A frame a fault rule held comes back.
     fn resume(&self, r: crate::faults::Released) {
         let (port, dir) = (r.port, r.dir);
+        let mut wakes = Wakes::default();
         for f in self.faults.apply_after(r) {
             match dir {
                 crate::frame::Dir::Egress => {
-                    self.deliver_now(port, &f);
+                    self.deliver_now(port, f, None, &mut wakes);
                 }
                 _ => {
-                    self.switch(port, f);
+                    self.switch(port, f, &mut wakes);
                 }
             }
         }
@@ -523,58 +689,109 @@ impl Fabric {
     /// The receive queue a unicast frame from `src` would wait for, if that
     /// queue is congested (back-pressure). Flooded frames never wait.
     pub fn congested_queue(&self, src: usize, data: &[u8]) -> Option<&RxQueue> {
-        let dst: [u8; 6] = data.get(0..6)?.try_into().ok()?;
-        if dst[0] & 1 != 0 {
-            return None;
+        match self.route(src, data) {
+            Route::Unicast(p, s) => self.congested(p, &s),
+            _ => None,
         }
-        let p = self.macs.read().ok()?.get(&dst).copied()?;
-        let p = self.rdma_target(p, data);
-        let port = self.ports.get(p).filter(|_| p != src)?;
-        if !port.connected.load(Relaxed) {
-            return None;
-        }
-        let q = port.rxq.get(port.steer(data).queue?)?;
+    }
+
+    fn congested(&self, p: usize, s: &crate::steering::Steer) -> Option<&RxQueue> {
+        let q = self.ports.get(p)?.rxq.get(s.queue?)?;
         q.congested().then_some(q)
     }
 
-    /// Switches a frame a guest sent on port `src`. Returns how many copies
-    /// were queued.
-    pub fn forward(&self, src: usize, mut frame: Frame) -> usize {
-        if frame.data.len() < 14 {
-            return 0;
+    /// Where a frame from `src` goes now (MAC table, an erdma function's
+    /// RoCEv2, steering): looked up once and used by both the congestion
+    /// check and delivery.
+    fn route(&self, src: usize, data: &[u8]) -> Route {
+        let Some(dst) = data.get(0..6) else {
+            return Route::Nowhere;
+        };
+        if dst[0] & 1 != 0 {
+            return Route::Flood;
         }
-        if self
-            .ports
-            .get(src)
-            .is_some_and(|p| p.cfg.kind == PortKind::Erdma)
-        {
+        let mut d = [0u8; 6];
+        d.copy_from_slice(dst);
+        let known = self.macs.read().ok().and_then(|m| m.get(&d).copied());
+        match known.map(|p| self.rdma_target(p, data)) {
+            None => Route::Flood,
+            Some(p) if p == src => Route::Nowhere,
+            Some(p) => match self.ports.get(p) {
+                Some(port) if port.connected.load(Relaxed) => Route::Unicast(p, port.steer(data)),
+                _ => Route::Nowhere,
+            },
+        }
+    }
+
+    /// Switches a frame a port sent on port `src`. Returns how many copies
+    /// were queued (receivers are woken before returning).
+    pub fn forward(&self, src: usize, frame: Frame) -> usize {
+        let mut wakes = Wakes::default();
+        match self.ingress_inner(src, frame, &mut wakes, false) {
+            Ingress::Forwarded(n) => n,
+            Ingress::Congested(..) => 0,
+        }
+    }
+
+    /// Switches a frame a guest sent on port `src`, as one of a batch:
+    /// receivers are recorded in `wakes` (the caller flushes it once per
+    /// batch), and a frame whose receiver is congested comes back untouched.
+    pub fn ingress<'a>(&'a self, src: usize, frame: Frame, wakes: &mut Wakes<'a>) -> Ingress<'a> {
+        self.ingress_inner(src, frame, wakes, true)
+    }
+
+    fn ingress_inner<'a>(
+        &'a self,
+        src: usize,
+        mut frame: Frame,
+        wakes: &mut Wakes<'a>,
+        back_pressure: bool,
+    ) -> Ingress<'a> {
+        if frame.data.len() < 14 {
+            return Ingress::Forwarded(0);
+        }
+        let Some(sp) = self.ports.get(src) else {
+            return Ingress::Forwarded(0);
+        };
+        if sp.cfg.kind == PortKind::Erdma {
             // delivered by IP when the QP's address vector has no MAC
             if !self.neighbors.fill_zero_dmac(&mut frame.data) {
                 self.rdma_unresolved.fetch_add(1, Relaxed);
-                if let Some(p) = self.ports.get(src) {
-                    crate::guest_warn!(p.log, port = %p.cfg.name,
-                        "RDMA frame to MAC 00:00:00:00:00:00 and an IPv4 address no ARP on the fabric announced: dropped");
-                }
-                return 0;
+                crate::guest_warn!(sp.log, port = %sp.cfg.name,
+                    "RDMA frame to MAC 00:00:00:00:00:00 and an IPv4 address no ARP on the fabric announced: dropped");
+                return Ingress::Forwarded(0);
             }
-        } else {
+        } else if !self.faults.active() {
+            // (With faults on, `switch` learns from what passes them.) An
+            // erdma function sends with its netdev's MAC: the netdev port owns
+            // the MAC in the table, RoCEv2 goes to the function.
+            self.learn_from(src, &frame.data);
+        }
+        let route = self.route(src, &frame.data);
+        if back_pressure {
+            if let Route::Unicast(p, s) = &route {
+                if let Some(q) = self.congested(*p, s) {
+                    return Ingress::Congested(q, frame);
+                }
+            }
+        }
+        if sp.cfg.kind != PortKind::Erdma {
             self.neighbors.observe(&frame.data);
         }
         self.capture
             .record(src, crate::frame::Dir::Ingress, &frame.data);
         // The checker sees what the guest sent, before any fault acts.
-        if let Some(p) = self.ports.get(src) {
-            self.checker.observe(&p.cfg.name, &frame.data);
-        }
+        self.checker.observe(&sp.cfg.name, &frame.data);
         if self.faults.active() {
-            return self
+            let n = self
                 .faults
                 .apply(src, crate::frame::Dir::Ingress, frame)
                 .into_iter()
-                .map(|f| self.switch(src, f))
+                .map(|f| self.switch(src, f, wakes))
                 .sum();
+            return Ingress::Forwarded(n);
         }
-        self.switch(src, frame)
+        Ingress::Forwarded(self.send(src, frame, route, wakes))
     }
 
     /// Where a frame for port `p` goes: its erdma function for RoCEv2, else `p`.
@@ -585,38 +802,57 @@ impl Fabric {
         }
     }
 
-    /// Switches a frame past ingress faults.
-    fn switch(&self, src: usize, frame: Frame) -> usize {
-        let mut dst = [0u8; 6];
-        dst.copy_from_slice(&frame.data[0..6]);
+    fn learn_from(&self, src: usize, data: &[u8]) {
         let mut smac = [0u8; 6];
-        smac.copy_from_slice(&frame.data[6..12]);
-        // An erdma function sends with its netdev's MAC: the netdev port
-        // owns the MAC in the table, RoCEv2 goes to the function (below).
+        smac.copy_from_slice(&data[6..12]);
+        self.learn(smac, src);
+    }
+
+    /// Switches a frame past ingress faults (a rule may have changed it, or
+    /// held it while the table changed: routed afresh).
+    fn switch<'a>(&'a self, src: usize, frame: Frame, wakes: &mut Wakes<'a>) -> usize {
+        if frame.data.len() < 14 {
+            return 0;
+        }
         if self
             .ports
             .get(src)
             .is_some_and(|p| p.cfg.kind != PortKind::Erdma)
         {
-            self.learn(smac, src);
+            self.learn_from(src, &frame.data);
         }
-        let known = if dst[0] & 1 == 0 {
-            self.macs.read().ok().and_then(|m| m.get(&dst).copied())
-        } else {
-            None
-        };
-        let known = known.map(|p| self.rdma_target(p, &frame.data));
-        match known {
-            Some(p) if p == src => 0,
-            Some(p) => self.deliver(p, &frame),
-            None => (0..self.ports.len())
-                .filter(|&p| p != src)
-                .map(|p| self.deliver(p, &frame))
-                .sum(),
+        let route = self.route(src, &frame.data);
+        self.send(src, frame, route, wakes)
+    }
+
+    fn send<'a>(&'a self, src: usize, frame: Frame, route: Route, wakes: &mut Wakes<'a>) -> usize {
+        match route {
+            Route::Nowhere => {
+                crate::buffers::give(frame.data);
+                0
+            }
+            Route::Unicast(p, s) => self.deliver(p, frame, Some(s), wakes),
+            Route::Flood => {
+                let others: Vec<usize> = (0..self.ports.len()).filter(|&p| p != src).collect();
+                let Some((&last, rest)) = others.split_last() else {
+                    return 0;
+                };
+                let mut n = 0;
+                for &p in rest {
+                    n += self.deliver(p, frame.clone(), None, wakes);
+                }
+                n + self.deliver(last, frame, None, wakes)
+            }
         }
     }
 
-    fn deliver(&self, port: usize, frame: &Frame) -> usize {
+    fn deliver<'a>(
+        &'a self,
+        port: usize,
+        frame: Frame,
+        steer: Option<crate::steering::Steer>,
+        wakes: &mut Wakes<'a>,
+    ) -> usize {
         if self.faults.active() {
             if !self
                 .ports
@@ -627,29 +863,37 @@ impl Fabric {
             }
             return self
                 .faults
-                .apply(port, crate::frame::Dir::Egress, frame.clone())
-                .iter()
-                .map(|f| self.deliver_now(port, f))
+                .apply(port, crate::frame::Dir::Egress, frame)
+                .into_iter()
+                .map(|f| self.deliver_now(port, f, None, wakes))
                 .sum();
         }
-        self.deliver_now(port, frame)
+        self.deliver_now(port, frame, steer, wakes)
     }
 
-    /// Queues a frame for a port past egress faults.
-    fn deliver_now(&self, port: usize, frame: &Frame) -> usize {
+    /// Queues a frame for a port past egress faults; `steer` is the queue
+    /// choice made when the frame was routed (None: steer now).
+    fn deliver_now<'a>(
+        &'a self,
+        port: usize,
+        frame: Frame,
+        steer: Option<crate::steering::Steer>,
+        wakes: &mut Wakes<'a>,
+    ) -> usize {
         let Some(dst) = self.ports.get(port) else {
             return 0;
         };
         if !dst.connected.load(Relaxed) {
             return 0;
         }
-        let s = dst.steer(&frame.data);
+        let s = steer.unwrap_or_else(|| dst.steer(&frame.data));
         let report = dst.has(VIRTIO_NET_F_HASH_REPORT);
         dst.steering.record(&s, report && s.hash_report != 0);
-        let Some(q) = s.queue else {
+        let Some(r) = s.queue.and_then(|q| dst.rxq.get(q)) else {
+            crate::buffers::give(frame.data);
             return 0;
         };
-        let frames = match dst.adapt(frame) {
+        let mut frames = match dst.adapt(frame) {
             Ok(f) => f,
             Err(e) => {
                 // Validated at TX already; this would be our own bug. Count it.
@@ -659,11 +903,7 @@ impl Fabric {
                 return 0;
             }
         };
-        let Some(r) = dst.rxq.get(q) else {
-            return 0;
-        };
-        let mut frames = frames;
-        for f in &mut frames {
+        for f in frames.frames_mut() {
             if report {
                 f.hdr.hash_value = s.hash_value;
                 f.hdr.hash_report = s.hash_report;
@@ -671,7 +911,11 @@ impl Fabric {
             self.capture
                 .record(port, crate::frame::Dir::Egress, &f.data);
         }
-        r.push_all(frames)
+        let n = r.push_quiet(frames);
+        if n > 0 {
+            wakes.add(r);
+        }
+        n
     }
 }
 
@@ -695,7 +939,7 @@ mod tests {
     fn a_frame_in_the_workers_hand_still_counts() {
         let q = RxQueue::new(4).unwrap();
         for t in 0..4 {
-            assert_eq!(q.push_all(vec![frame(t)]), 1);
+            assert_eq!(q.push_quiet(Adapted::One(frame(t))), 1);
         }
         assert!(q.congested());
         let head = q.pop().unwrap();
@@ -717,18 +961,18 @@ mod tests {
         let q = RxQueue::new(4).unwrap();
         q.set_headroom(2);
         for t in 0..6 {
-            assert_eq!(q.push_all(vec![frame(t)]), 1, "frame {t}");
+            assert_eq!(q.push_quiet(Adapted::One(frame(t))), 1, "frame {t}");
         }
-        assert_eq!(q.push_all(vec![frame(6)]), 0);
+        assert_eq!(q.push_quiet(Adapted::One(frame(6))), 0);
         assert_eq!(q.counters.snapshot().rx_drops, 1);
         while q.pop().is_some() {}
         let segments: Vec<Frame> = (0..10).map(frame).collect();
         assert_eq!(
-            q.push_all(segments),
+            q.push_quiet(Adapted::Many(segments)),
             10,
             "segments of one frame go together"
         );
-        assert_eq!(q.push_all(vec![frame(11), frame(12)]), 0);
+        assert_eq!(q.push_quiet(Adapted::Many(vec![frame(11), frame(12)])), 0);
         assert_eq!(q.counters.snapshot().rx_drops, 3);
     }
 }

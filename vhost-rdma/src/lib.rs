@@ -6,6 +6,7 @@
 //! fabric writes when frames are queued for it.
 
 pub mod activation;
+pub mod buffers;
 pub mod capture;
 pub mod chain;
 pub mod checker;

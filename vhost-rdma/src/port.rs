@@ -8,7 +8,7 @@
 
 use crate::chain::{self, ChainLog, RxSource, TxStep};
 use crate::config::{DeviceForm, MacAddr};
-use crate::fabric::{Fabric, Frame, PortShared, RxQueue};
+use crate::fabric::{Fabric, Frame, Ingress, PortShared, RxQueue, Wakes};
 use crate::guest_warn;
 use crate::stats::QueueCounters;
 use crate::virtio_net::*;
@@ -118,6 +118,8 @@ impl PortBackend {
         if !vr.is_enabled() || !vr.get_queue().ready() {
             return;
         }
+        // Receivers are woken once per pass, not once per frame.
+        let mut wakes = Wakes::default();
         loop {
             if event_idx {
                 let _ = vr.disable_notification();
@@ -126,25 +128,35 @@ impl PortBackend {
             let drained = chain::drain_tx(mem.clone(), vr.get_queue_mut(), acked, |head, r| {
                 match r {
                     Ok(f) => {
+                        let len = f.data.len() as u64;
                         // Back-pressure: leave the chain in the ring while
                         // its receiver is full but alive; its drain (or the
-                        // stall timer) resumes us.
-                        if let Some(q) = self.fabric.congested_queue(self.shared.index, &f.data) {
-                            // Register first, then look again: a drain
-                            // between the two cannot be missed.
-                            q.add_waiter(&self.shared.tx_resume[qp]);
-                            if q.congested() {
-                                self.arm_tx_timer(qp);
-                                self.shared.tx_pauses.fetch_add(1, Relaxed);
-                                tracing::trace!(port = %self.shared.cfg.name, qp, "tx paused");
-                                return TxStep::Pause;
+                        // stall timer) resumes us. Forwarded at once
+                        // otherwise, so the next frame's congestion check
+                        // sees this one queued.
+                        let f = match self.fabric.ingress(self.shared.index, f, &mut wakes) {
+                            Ingress::Forwarded(_) => None,
+                            Ingress::Congested(q, f) => {
+                                // Register first, then look again: a drain
+                                // between the two cannot be missed.
+                                q.add_waiter(&self.shared.tx_resume[qp]);
+                                if q.congested() {
+                                    // The receiver must drain what we queued.
+                                    wakes.flush();
+                                    crate::buffers::give(f.data);
+                                    self.arm_tx_timer(qp);
+                                    self.shared.tx_pauses.fetch_add(1, Relaxed);
+                                    tracing::trace!(port = %self.shared.cfg.name, qp, "tx paused");
+                                    return TxStep::Pause;
+                                }
+                                Some(f)
                             }
+                        };
+                        if let Some(f) = f {
+                            self.fabric.forward(self.shared.index, f);
                         }
-                        // Forward at once, so the next frame's congestion
-                        // check sees this one queued.
                         QueueCounters::add(&c.tx_frames, 1);
-                        QueueCounters::add(&c.tx_bytes, f.data.len() as u64);
-                        self.fabric.forward(self.shared.index, f);
+                        QueueCounters::add(&c.tx_bytes, len);
                     }
                     Err(e) => {
                         QueueCounters::add(&c.tx_errors, 1);
@@ -227,6 +239,7 @@ impl PortBackend {
         let event_idx = self.event_idx.load(Relaxed);
         let c = &rxq.counters;
         let mut signal = false;
+        let mut hand = std::collections::VecDeque::new();
         loop {
             let Ok(seen) = vr.get_queue().avail_idx(&*mem, Ordering::Acquire) else {
                 return;
@@ -237,15 +250,13 @@ impl PortBackend {
                 port: &self.shared.cfg.name,
                 qp,
             };
-            let mut src = PendingSource(rxq);
-            let (used, starved) = match chain::fill_rx(
-                mem.clone(),
-                vr.get_queue_mut(),
-                &mut src,
-                hl,
-                mrg,
-                ctx,
-            ) {
+            let mut src = PendingSource {
+                q: rxq,
+                hand: std::mem::take(&mut hand),
+            };
+            let filled = chain::fill_rx(mem.clone(), vr.get_queue_mut(), &mut src, hl, mrg, ctx);
+            hand = src.finish();
+            let (used, starved) = match filled {
                 Ok(f) => (f.used, f.starved),
                 Err(e) => {
                     QueueCounters::add(&c.rx_errors, 1);
@@ -445,21 +456,42 @@ fn arm_avail_event(mem: &MemGuard, q: &virtio_queue::Queue, idx: u16) -> bool {
         .is_ok()
 }
 
-/// The port's pending queue as the frame source of an RX pass.
-struct PendingSource<'a>(&'a RxQueue);
+/// The port's pending queue as the frame source of an RX pass: frames are
+/// taken a batch at a time (one lock per batch), and what the ring had no
+/// room for goes back, first in line, when the pass ends.
+struct PendingSource<'a> {
+    q: &'a RxQueue,
+    hand: std::collections::VecDeque<Frame>,
+}
+
+impl PendingSource<'_> {
+    /// Frames taken per lock.
+    const BATCH: usize = 64;
+
+    /// Returns undelivered frames to the queue; gives back the (empty)
+    /// batch storage for the next pass.
+    fn finish(mut self) -> std::collections::VecDeque<Frame> {
+        self.q.put_back(&mut self.hand);
+        self.hand
+    }
+}
 
 impl RxSource for PendingSource<'_> {
     fn pop(&mut self) -> Option<Frame> {
-        self.0.pop()
+        if self.hand.is_empty() {
+            self.q.take_batch(&mut self.hand, Self::BATCH);
+        }
+        self.hand.pop_front()
     }
     fn unpop(&mut self, f: Frame) {
-        self.0.unpop(f)
+        self.hand.push_front(f)
     }
     fn starved(&mut self) {
-        self.0.mark_starved()
+        self.q.mark_starved()
     }
     fn fed(&mut self) {
-        self.0.mark_fed()
+        self.q.delivered();
+        self.q.mark_fed()
     }
 }
 
