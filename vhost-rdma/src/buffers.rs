@@ -28,7 +28,10 @@ thread_local! {
     static LOCAL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// An empty buffer of capacity [`BUF_CAP`], recycled when one is free.
+/// A buffer of capacity [`BUF_CAP`], recycled when one is free. Its length
+/// and contents are whatever its last frame left (stale bytes of this
+/// process, never shown to anyone): the caller overwrites and truncates, so
+/// that a reused buffer is not zeroed again for every frame.
 pub fn take() -> Vec<u8> {
     LOCAL
         .try_with(|l| {
@@ -48,11 +51,10 @@ pub fn take() -> Vec<u8> {
 
 /// Gives a frame's buffer back for reuse (buffers of another capacity are
 /// freed).
-pub fn give(mut b: Vec<u8>) {
+pub fn give(b: Vec<u8>) {
     if b.capacity() != BUF_CAP {
         return;
     }
-    b.clear();
     let _ = LOCAL.try_with(|l| {
         let mut l = l.borrow_mut();
         l.push(b);
@@ -71,15 +73,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buffers_come_back_empty_and_bounded() {
+    fn buffers_come_back_and_stay_bounded() {
         let mut v = take();
         assert_eq!(v.capacity(), BUF_CAP);
         v.extend_from_slice(&[1, 2, 3]);
         let p = v.as_ptr();
         give(v);
         let w = take();
-        assert!(w.is_empty());
         assert_eq!(w.as_ptr(), p, "the same buffer is reused");
+        assert_eq!(w.capacity(), BUF_CAP);
         give(w);
         // Odd sizes are not kept.
         give(Vec::with_capacity(65536));

@@ -75,6 +75,8 @@ where
     let mut h = [0u8; NET_HDR_HASH_LEN];
     let mut got_hdr = 0usize;
     let mut buf = crate::buffers::take();
+    // Bytes of the frame read so far (`buf` may be longer: stale bytes).
+    let mut got = 0usize;
     let mut last: Option<Descriptor> = None;
     let refuse = |buf: Vec<u8>, e: ChainError| {
         crate::buffers::give(buf);
@@ -85,7 +87,7 @@ where
             return refuse(buf, ChainError::WritableInTx);
         }
         let len = desc.len() as usize;
-        let total = got_hdr + buf.len();
+        let total = got_hdr + got;
         if total + len > hl + MAX_FRAME_LEN {
             return refuse(buf, ChainError::TooLong(total + len));
         }
@@ -106,9 +108,14 @@ where
             let Some(at) = desc.addr().checked_add(to_hdr as u64) else {
                 return refuse(buf, oom);
             };
-            let start = buf.len();
-            buf.resize(start + len - to_hdr, 0);
-            if mem.read_slice(&mut buf[start..], at).is_err() {
+            let start = got;
+            got += len - to_hdr;
+            // A recycled buffer is already initialised up to its length:
+            // only growth past it is zeroed.
+            if buf.len() < got {
+                buf.resize(got, 0);
+            }
+            if mem.read_slice(&mut buf[start..got], at).is_err() {
                 return refuse(buf, oom);
             }
         }
@@ -119,6 +126,7 @@ where
         Some(d) if d.has_next() => return refuse(buf, ChainError::Broken),
         _ => {}
     }
+    buf.truncate(got);
     if got_hdr + buf.len() < hl + MIN_FRAME_LEN {
         let n = got_hdr + buf.len();
         return refuse(buf, ChainError::TooShort(n));
@@ -451,6 +459,70 @@ fn write_at(
         }
     }
     Ok(())
+}
+
+/// Returns chains to the driver: writes their used elements (`(head,
+/// bytes written)`, heads already checked to be inside the ring) and then
+/// the used index once, where virtio-queue's `add_used` writes the index
+/// (and looks up guest memory again) per chain.
+pub fn publish_used(
+    mem: &GuestMemoryMmap,
+    queue: &mut Queue,
+    used: &[(u16, u32)],
+) -> Result<(), ChainError> {
+    use virtio_queue::QueueT;
+    if used.is_empty() {
+        return Ok(());
+    }
+    let size = queue.size();
+    let ring = GuestAddress(queue.used_ring());
+    let oom = |a: GuestAddress| ChainError::OutOfMemory { addr: a.0, len: 8 };
+    let mut next = queue.next_used();
+    let mut elems = [0u8; 8 * 64];
+    for batch in used.chunks(64) {
+        // Contiguous runs of slots, split where the ring wraps.
+        let mut i = 0;
+        while i < batch.len() {
+            let slot = next % size;
+            let run = (batch.len() - i).min(usize::from(size - slot));
+            for (k, &(head, len)) in batch[i..i + run].iter().enumerate() {
+                elems[8 * k..8 * k + 4].copy_from_slice(&u32::from(head).to_le_bytes());
+                elems[8 * k + 4..8 * k + 8].copy_from_slice(&len.to_le_bytes());
+            }
+            let at = ring.checked_add(4 + 8 * u64::from(slot)).ok_or(oom(ring))?;
+            mem.write_slice(&elems[..8 * run], at)
+                .map_err(|_| oom(at))?;
+            next = next.wrapping_add(run as u16);
+            i += run;
+        }
+    }
+    let idx = ring.checked_add(2).ok_or(oom(ring))?;
+    mem.store(next.to_le(), idx, std::sync::atomic::Ordering::Release)
+        .map_err(|_| oom(idx))?;
+    queue.set_next_used(next);
+    Ok(())
+}
+
+/// Whether the driver wants an interrupt for the chains returned since the
+/// used index was `old` (VIRTIO 1.2 2.7.10: with EVENT_IDX only when the
+/// index passed its `used_event`; without it always, as virtio-queue).
+pub fn needs_interrupt(mem: &GuestMemoryMmap, queue: &Queue, old: u16) -> bool {
+    use virtio_queue::QueueT;
+    let new = queue.next_used();
+    if new == old {
+        return false;
+    }
+    if !queue.event_idx_enabled() {
+        return true;
+    }
+    // Our used-index write before the driver's used_event read.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    let at = queue.avail_ring() + 4 + 2 * u64::from(queue.size());
+    let Ok(event) = mem.load::<u16>(GuestAddress(at), std::sync::atomic::Ordering::Relaxed) else {
+        return true;
+    };
+    let event = u16::from_le(event);
+    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
 }
 
 /// Reads a control-queue chain: the command bytes (device-readable

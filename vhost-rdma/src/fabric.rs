@@ -398,6 +398,9 @@ pub struct PortShared {
     /// The `kind=erdma` port paired with this virtio-net port: RoCEv2
     /// frames to this port's MAC go there.
     pub rdma_companion: OnceLock<usize>,
+    /// The source MAC this port last learned and the MAC table's generation
+    /// then, plus one (0: none); `Fabric::learn_from`'s shortcut.
+    pub learned: AtomicU64,
 }
 
 impl PortShared {
@@ -433,6 +436,7 @@ impl PortShared {
             protocol_errors: AtomicU64::new(0),
             is_host: false,
             rdma_companion: OnceLock::new(),
+            learned: AtomicU64::new(0),
         })
     }
 
@@ -550,6 +554,8 @@ impl PortShared {
 pub struct Fabric {
     pub ports: Vec<Arc<PortShared>>,
     macs: RwLock<MacTable>,
+    /// Bumped on every change of `macs` (see `learn_from`).
+    macs_gen: AtomicU64,
     /// Source MACs not learned because the table was full.
     pub mac_table_full: AtomicU64,
     /// IPv4 neighbours from ARP: where an erdma function's frames to MAC
@@ -607,6 +613,7 @@ impl Fabric {
             checker: crate::checker::FabricChecker::default(),
             ports,
             macs: RwLock::new(MacTable::default()),
+            macs_gen: AtomicU64::new(0),
             mac_table_full: AtomicU64::new(0),
             neighbors: crate::neighbors::NeighborTable::new(limits.mac_table),
             rdma_unresolved: AtomicU64::new(0),
@@ -660,16 +667,18 @@ impl Fabric {
     pub fn forget_port(&self, port: usize) {
         if let Ok(mut m) = self.macs.write() {
             m.retain(|_, p| *p != port);
+            self.macs_gen.fetch_add(1, Release);
         }
     }
 
-    fn learn(&self, src: [u8; 6], port: usize) {
+    /// Learns `src` on `port`; false when the table is full.
+    fn learn(&self, src: [u8; 6], port: usize) -> bool {
         if src[0] & 1 != 0 {
-            return;
+            return false;
         }
         if let Ok(m) = self.macs.read() {
             if m.get(&src) == Some(&port) {
-                return;
+                return true;
             }
         }
         if let Ok(mut m) = self.macs.write() {
@@ -680,10 +689,12 @@ impl Fabric {
                         "MAC table full ([limits] mac-table = {}): {} not learned, its frames flood",
                         self.limits.mac_table, crate::config::MacAddr(src));
                 }
-                return;
+                return false;
             }
             m.insert(src, port);
+            self.macs_gen.fetch_add(1, Release);
         }
+        true
     }
 
     /// The receive queue a unicast frame from `src` would wait for, if that
@@ -802,10 +813,30 @@ impl Fabric {
         }
     }
 
+    /// Learns a frame's source MAC on `src`. A port sends from one MAC
+    /// nearly always: when the table has not changed since this port last
+    /// learned this MAC, the table is not even read.
     fn learn_from(&self, src: usize, data: &[u8]) {
         let mut smac = [0u8; 6];
         smac.copy_from_slice(&data[6..12]);
-        self.learn(smac, src);
+        let Some(p) = self.ports.get(src) else {
+            return;
+        };
+        if smac[0] & 1 != 0 {
+            return; // never learned
+        }
+        // Read before the table is: a change racing with us leaves a stale
+        // generation here, and the next frame looks again.
+        let gen = self.macs_gen.load(Acquire) & 0xffff;
+        let mut m = [0u8; 8];
+        m[..6].copy_from_slice(&smac);
+        let tag = (u64::from_be_bytes(m) | gen).wrapping_add(1);
+        if p.learned.load(Relaxed) == tag {
+            return;
+        }
+        if self.learn(smac, src) {
+            p.learned.store(tag, Relaxed);
+        }
     }
 
     /// Switches a frame past ingress faults (a rule may have changed it, or

@@ -120,12 +120,13 @@ impl PortBackend {
         }
         // Receivers are woken once per pass, not once per frame.
         let mut wakes = Wakes::default();
+        let used_before = vr.get_queue().next_used();
         loop {
             if event_idx {
                 let _ = vr.disable_notification();
             }
             let acked = *self.acked.lock().unwrap_or_else(|e| e.into_inner());
-            let drained = chain::drain_tx(mem.clone(), vr.get_queue_mut(), acked, |head, r| {
+            let drained = chain::drain_tx(&*mem, vr.get_queue_mut(), acked, |head, r| {
                 match r {
                     Ok(f) => {
                         let len = f.data.len() as u64;
@@ -173,8 +174,11 @@ impl PortBackend {
                     return;
                 }
             };
-            for head in drained.used {
-                let _ = vr.add_used(head, 0);
+            let used: Vec<(u16, u32)> = drained.used.iter().map(|&h| (h, 0)).collect();
+            if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), &used) {
+                QueueCounters::add(&c.tx_errors, 1);
+                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX used ring unusable: {e}");
+                return;
             }
             if !event_idx || drained.paused {
                 break;
@@ -184,7 +188,7 @@ impl PortBackend {
                 _ => break,
             }
         }
-        if vr.needs_notification().unwrap_or(true) {
+        if chain::needs_interrupt(&mem, vr.get_queue(), used_before) {
             let _ = vr.signal_used_queue();
         }
     }
@@ -238,7 +242,7 @@ impl PortBackend {
         let hl = self.hdr_len();
         let event_idx = self.event_idx.load(Relaxed);
         let c = &rxq.counters;
-        let mut signal = false;
+        let used_before = vr.get_queue().next_used();
         let mut hand = std::collections::VecDeque::new();
         loop {
             let Ok(seen) = vr.get_queue().avail_idx(&*mem, Ordering::Acquire) else {
@@ -254,7 +258,7 @@ impl PortBackend {
                 q: rxq,
                 hand: std::mem::take(&mut hand),
             };
-            let filled = chain::fill_rx(mem.clone(), vr.get_queue_mut(), &mut src, hl, mrg, ctx);
+            let filled = chain::fill_rx(&*mem, vr.get_queue_mut(), &mut src, hl, mrg, ctx);
             hand = src.finish();
             let (used, starved) = match filled {
                 Ok(f) => (f.used, f.starved),
@@ -264,9 +268,10 @@ impl PortBackend {
                     return;
                 }
             };
-            signal |= !used.is_empty();
-            for (h, n) in used {
-                let _ = vr.add_used(h, n);
+            if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), &used) {
+                QueueCounters::add(&c.rx_errors, 1);
+                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX used ring unusable: {e}");
+                return;
             }
             if !starved || !event_idx {
                 break;
@@ -284,7 +289,7 @@ impl PortBackend {
                 _ => break,
             }
         }
-        if signal && vr.needs_notification().unwrap_or(true) {
+        if chain::needs_interrupt(&mem, vr.get_queue(), used_before) {
             let _ = vr.signal_used_queue();
         }
         drop(vr);
