@@ -52,7 +52,10 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Reply {
                     .map(|p| fabric.port_by_name(p).map(|p| p.index))
                     .transpose()?;
                 let names: Vec<String> = fabric.ports.iter().map(|p| p.cfg.name.clone()).collect();
-                let st = fabric.capture.start(file, &names, only, *snaplen)?;
+                let st = fabric
+                    .capture
+                    .start(file, &names, only, *snaplen)
+                    .map_err(|e| e.to_string())?;
                 tracing::info!(file = %file.display(), ports = ?st.ports, "capture started");
                 Reply {
                     capture: Some(st),
@@ -60,7 +63,7 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Reply {
                 }
             }
             R::CaptureStop => {
-                let st = fabric.capture.stop()?;
+                let st = fabric.capture.stop().map_err(|e| e.to_string())?;
                 tracing::info!(
                     records = st.records,
                     dropped = st.dropped,
