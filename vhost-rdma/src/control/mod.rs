@@ -255,10 +255,14 @@ fn host_reply(hosts: &Hosts, req: &Request) -> Reply {
                 hosts: Some(v),
                 ..Reply::default()
             },
-            Err(e) => err(e),
+            Err(e) => err(e.to_string()),
         },
         Request::HostStart { host, service } => {
-            match find(host).and_then(|h| h.start_service(service.spec()?)) {
+            let started = find(host).and_then(|h| {
+                let spec = service.spec().map_err(|e| e.to_string())?;
+                h.start_service(spec).map_err(|e| e.to_string())
+            });
+            match started {
                 Ok(id) => Reply {
                     ok: true,
                     service_id: Some(id),
@@ -267,13 +271,15 @@ fn host_reply(hosts: &Hosts, req: &Request) -> Reply {
                 Err(e) => err(e),
             }
         }
-        Request::HostStop { host, id } => match find(host).and_then(|h| h.stop_service(*id)) {
-            Ok(()) => Reply {
-                ok: true,
-                ..Reply::default()
-            },
-            Err(e) => err(e),
-        },
+        Request::HostStop { host, id } => {
+            match find(host).and_then(|h| h.stop_service(*id).map_err(|e| e.to_string())) {
+                Ok(()) => Reply {
+                    ok: true,
+                    ..Reply::default()
+                },
+                Err(e) => err(e),
+            }
+        }
         _ => err("not a host request".into()),
     }
 }
