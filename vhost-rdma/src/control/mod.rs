@@ -4,10 +4,10 @@
 pub mod handlers;
 mod protocol;
 
-pub use protocol::{Reply, Request, Status};
+pub use protocol::{Reply, ReplyBody, Request, RequestError, Status};
 
 use crate::fabric::Fabric;
-use anyhow::Context;
+use anyhow::Context as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -43,6 +43,12 @@ impl ControlServer {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ctx = Arc::new(Context {
+            fabric,
+            hosts,
+            devices,
+            uplinks,
+        });
         let thread = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
@@ -51,34 +57,24 @@ impl ControlServer {
                         break;
                     }
                     let Ok(mut c) = conn else { continue };
-                    let max = fabric.limits.control_connections;
+                    let max = ctx.fabric.limits.control_connections;
                     if active.fetch_add(1, SeqCst) >= max {
                         active.fetch_sub(1, SeqCst);
-                        fabric.control_refused.fetch_add(1, SeqCst);
-                        let reply = Reply {
-                            ok: false,
-                            error: Some(format!(
-                                "too many control connections (at most {max}, [limits] control-connections)"
-                            )),
-                            ..Reply::default()
-                        };
+                        ctx.fabric.control_refused.fetch_add(1, SeqCst);
+                        let reply = Reply::refused(format_args!(
+                            "too many control connections (at most {max}, [limits] control-connections)"
+                        ));
                         if let Ok(mut out) = serde_json::to_string(&reply) {
                             out.push('\n');
                             let _ = c.write_all(out.as_bytes());
                         }
                         continue;
                     }
-                    let (f, a, h, d, u) = (
-                        fabric.clone(),
-                        active.clone(),
-                        hosts.clone(),
-                        devices.clone(),
-                        uplinks.clone(),
-                    );
+                    let (ctx, a) = (ctx.clone(), active.clone());
                     let spawned = std::thread::Builder::new()
                         .name("control-conn".into())
                         .spawn(move || {
-                            serve(c, &f, &h, &d, &u);
+                            serve(c, &ctx);
                             a.fetch_sub(1, SeqCst);
                         });
                     if spawned.is_err() {
@@ -108,61 +104,59 @@ impl ControlServer {
 /// The daemon's virtual hosts, shared with the control threads.
 pub type Hosts = Arc<Vec<Arc<crate::hosts::HostHandle>>>;
 
-fn host_reply(hosts: &Hosts, req: &Request) -> Reply {
-    let err = |e: String| Reply {
-        ok: false,
-        error: Some(e),
-        ..Reply::default()
+/// What the control threads serve: the fabric and the daemon's parts beside
+/// the switch, shared by every connection.
+pub struct Context {
+    /// The switch and its engines.
+    pub fabric: Arc<Fabric>,
+    /// The virtual hosts.
+    pub hosts: Hosts,
+    /// The emulated PCI device ports.
+    pub devices: crate::device_port::Devices,
+    /// The uplink ports.
+    pub uplinks: crate::uplink::Uplinks,
+}
+
+/// Answers one request line: parse, hand to the feature's handler, wrap its
+/// answer (or the refusal) in a reply.
+fn answer(ctx: &Context, line: &str) -> Reply {
+    let req = match Request::parse(line) {
+        Ok(req) => req,
+        Err(e) => return Reply::refused(e),
     };
-    let find = |name: &str| {
-        hosts
-            .iter()
-            .find(|h| h.name == name)
-            .ok_or_else(|| format!("no virtual host named {name:?}"))
-    };
-    match req {
-        Request::Hosts => match hosts.iter().map(|h| h.status()).collect() {
-            Ok(v) => Reply {
-                ok: true,
-                hosts: Some(v),
-                ..Reply::default()
-            },
-            Err(e) => err(e.to_string()),
-        },
-        Request::HostStart { host, service } => {
-            let started = find(host).and_then(|h| {
-                let spec = service.spec().map_err(|e| e.to_string())?;
-                h.start_service(spec).map_err(|e| e.to_string())
-            });
-            match started {
-                Ok(id) => Reply {
-                    ok: true,
-                    service_id: Some(id),
-                    ..Reply::default()
-                },
-                Err(e) => err(e),
-            }
-        }
-        Request::HostStop { host, id } => {
-            match find(host).and_then(|h| h.stop_service(*id).map_err(|e| e.to_string())) {
-                Ok(()) => Reply {
-                    ok: true,
-                    ..Reply::default()
-                },
-                Err(e) => err(e),
-            }
-        }
-        _ => err("not a host request".into()),
+    match dispatch(ctx, &req) {
+        Ok(body) => Reply::ok(body),
+        Err(e) => Reply::refused(e),
     }
 }
 
-fn serve(
-    c: UnixStream,
-    fabric: &Fabric,
-    hosts: &Hosts,
-    devices: &crate::device_port::Devices,
-    uplinks: &crate::uplink::Uplinks,
-) {
+/// Routes a request to its feature's handler. Exhaustive, so a new request
+/// kind cannot be forgotten here.
+fn dispatch(ctx: &Context, req: &Request) -> handlers::Answer {
+    use Request as R;
+    match req {
+        R::Status => handlers::status::handle(ctx),
+        R::FlowRuleAdd { .. } | R::FlowRuleList { .. } | R::FlowRuleDel { .. } | R::Rss { .. } => {
+            handlers::steering::handle(&ctx.fabric, req)
+        }
+        R::FaultAdd { .. } | R::FaultList | R::FaultDel { .. } | R::Link { .. } => {
+            handlers::faults::handle(&ctx.fabric, req)
+        }
+        R::CaptureStart { .. } | R::CaptureStop | R::CaptureStatus => {
+            handlers::capture::handle(&ctx.fabric, req)
+        }
+        R::Flows | R::Findings { .. } | R::Checker { .. } => {
+            handlers::checker::handle(&ctx.fabric, req)
+        }
+        R::Hosts | R::HostStart { .. } | R::HostStop { .. } => {
+            handlers::hosts::handle(&ctx.hosts, req)
+        }
+    }
+}
+
+/// Serves one connection: a reply line for each request line, until the
+/// client closes, goes quiet for 30 s or sends an over-long line.
+fn serve(c: UnixStream, ctx: &Context) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
     let Ok(mut w) = c.try_clone() else { return };
     let mut r = BufReader::new(c);
@@ -173,57 +167,7 @@ fn serve(
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        let reply = match serde_json::from_str::<Request>(line.trim()) {
-            Ok(Request::Status) => Reply {
-                ok: true,
-                error: None,
-                status: Some(Status {
-                    ports: fabric.ports.iter().map(|p| p.stats()).collect(),
-                    mac_table_full: fabric
-                        .mac_table_full
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    rdma_unresolved: fabric
-                        .rdma_unresolved
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    control_refused: fabric
-                        .control_refused
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    fault_rules_refused: fabric
-                        .faults
-                        .refused_at_limit
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    flow_rules_refused: fabric
-                        .flow_rules_refused
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    checker: Some(fabric.checker.status()),
-                    hosts: hosts.iter().filter_map(|h| h.status().ok()).collect(),
-                    devices: devices.iter().map(|d| d.status()).collect(),
-                    uplinks: uplinks.iter().map(|u| u.status()).collect(),
-                }),
-                ..Reply::default()
-            },
-            Ok(
-                req @ (Request::FaultAdd { .. }
-                | Request::FaultList
-                | Request::FaultDel { .. }
-                | Request::Link { .. }
-                | Request::CaptureStart { .. }
-                | Request::CaptureStop
-                | Request::CaptureStatus),
-            ) => handlers::faults::handle(fabric, &req),
-            Ok(req @ (Request::Flows | Request::Findings { .. } | Request::Checker { .. })) => {
-                handlers::checker::handle(fabric, &req)
-            }
-            Ok(req @ (Request::Hosts | Request::HostStart { .. } | Request::HostStop { .. })) => {
-                host_reply(hosts, &req)
-            }
-            Ok(req) => handlers::steering::handle(fabric, &req),
-            Err(e) => Reply {
-                ok: false,
-                error: Some(format!("bad request: {e}")),
-                ..Reply::default()
-            },
-        };
+        let reply = answer(ctx, line.trim());
         let Ok(mut out) = serde_json::to_string(&reply) else {
             return;
         };
