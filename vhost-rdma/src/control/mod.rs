@@ -4,14 +4,17 @@
 pub mod handlers;
 mod protocol;
 
-pub use protocol::{Reply, ReplyBody, Request, RequestError, Status};
+pub use protocol::{
+    Reply, ReplyBody, Request, RequestError, Status, VersionedRequest, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+};
 
 use crate::fabric::Fabric;
 use anyhow::Context as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -48,6 +51,7 @@ impl ControlServer {
             hosts,
             devices,
             uplinks,
+            version_refused: AtomicU64::new(0),
         });
         let thread = std::thread::Builder::new()
             .name("control".into())
@@ -115,6 +119,9 @@ pub struct Context {
     pub devices: crate::device_port::Devices,
     /// The uplink ports.
     pub uplinks: crate::uplink::Uplinks,
+    /// Requests refused for their protocol version (`status`:
+    /// `control_version_refused`).
+    pub version_refused: AtomicU64,
 }
 
 /// Answers one request line: parse, hand to the feature's handler, wrap its
@@ -122,7 +129,12 @@ pub struct Context {
 fn answer(ctx: &Context, line: &str) -> Reply {
     let req = match Request::parse(line) {
         Ok(req) => req,
-        Err(e) => return Reply::refused(e),
+        Err(e) => {
+            if let RequestError::Version(_) = e {
+                ctx.version_refused.fetch_add(1, Relaxed);
+            }
+            return Reply::refused(e);
+        }
     };
     match dispatch(ctx, &req) {
         Ok(body) => Reply::ok(body),
@@ -183,7 +195,12 @@ pub fn request(path: &Path, req: &Request) -> anyhow::Result<Reply> {
     let mut c = UnixStream::connect(path)
         .with_context(|| format!("connecting to control socket {}", path.display()))?;
     c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut s = serde_json::to_string(req)?;
+    // Naming our version lets a daemon that does not speak it say so
+    // instead of misreading the request.
+    let mut s = serde_json::to_string(&VersionedRequest {
+        request: req,
+        version: PROTOCOL_VERSION,
+    })?;
     s.push('\n');
     c.write_all(s.as_bytes())?;
     let mut line = String::new();

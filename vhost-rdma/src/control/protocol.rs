@@ -1,10 +1,33 @@
 //! The wire types of the control protocol: [`Request`], [`Reply`] and its
-//! [`ReplyBody`]. Shared by the daemon and by clients
+//! [`ReplyBody`], and the version rule. Shared by the daemon and by clients
 //! (`vhost-rdma ctl`, the tests); the module documentation of
 //! [`crate::control`] describes the protocol.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+
+/// The control protocol version this daemon speaks. Every reply carries it;
+/// a request may name the version it speaks (absent: 1), and one this
+/// daemon does not speak is refused rather than half-understood.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The lowest protocol version this daemon speaks.
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
+
+/// The versions spoken, as the refusal of another version words them.
+fn spoken_versions() -> String {
+    if MIN_PROTOCOL_VERSION == PROTOCOL_VERSION {
+        format!("version {PROTOCOL_VERSION} only")
+    } else {
+        format!("versions {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}")
+    }
+}
+
+/// A request or reply without `"version"` is of version 1 (what every
+/// client and daemon spoke before the field existed).
+fn first_version() -> u32 {
+    1
+}
 
 /// Why a request line was not understood (before any handler saw it).
 #[derive(Debug, thiserror::Error)]
@@ -12,6 +35,12 @@ pub enum RequestError {
     /// Not JSON, or not one of the [`Request`] kinds and their fields.
     #[error("bad request: {0}")]
     Bad(#[from] serde_json::Error),
+    /// The client speaks a protocol version this daemon does not.
+    #[error(
+        "control protocol version {0} is not spoken by this daemon (it speaks {versions}); use the vhost-rdma ctl of the daemon's release",
+        versions = spoken_versions()
+    )]
+    Version(u32),
 }
 
 /// A control request: one JSON object per line, its kind in `"cmd"`.
@@ -82,14 +111,43 @@ pub enum Request {
 }
 
 impl Request {
-    /// Parses one request line.
+    /// Parses one request line. The `"version"` field (absent: 1) is checked
+    /// first: a newer client's request may use kinds or fields this daemon
+    /// does not know, and "not this version" is the useful answer.
     pub fn parse(line: &str) -> Result<Request, RequestError> {
-        Ok(serde_json::from_str::<Request>(line)?)
+        /// The version field alone (the request's other fields ignored).
+        #[derive(Deserialize)]
+        struct Versioned {
+            #[serde(default = "first_version")]
+            version: u32,
+        }
+        let versioned = serde_json::from_str::<Versioned>(line);
+        if let Ok(Versioned { version }) = versioned {
+            if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
+                return Err(RequestError::Version(version));
+            }
+        }
+        // A malformed line gets the request's own error, as it always did;
+        // a well-formed request with a malformed version gets the version's.
+        let req = serde_json::from_str::<Request>(line)?;
+        versioned?;
+        Ok(req)
     }
 }
 
-/// A control reply: `ok`, `error` when refused, and the body's fields (at
-/// the top level of the object, as the protocol always had them).
+/// A request line as `vhost-rdma ctl` sends it: the request's fields and
+/// the version the client speaks.
+#[derive(Serialize)]
+pub struct VersionedRequest<'a> {
+    /// The request (its fields at the top level of the object).
+    #[serde(flatten)]
+    pub request: &'a Request,
+    /// The client's [`PROTOCOL_VERSION`].
+    pub version: u32,
+}
+
+/// A control reply: `ok`, `error` when refused, the body's fields (at the
+/// top level of the object, as the protocol always had them) and `version`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Reply {
     /// Whether the request was carried out.
@@ -101,6 +159,10 @@ pub struct Reply {
     /// refusal.
     #[serde(flatten)]
     pub body: Option<ReplyBody>,
+    /// The daemon's [`PROTOCOL_VERSION`] (absent from the replies of daemons
+    /// from before versions: 1).
+    #[serde(default = "first_version")]
+    pub version: u32,
 }
 
 /// The answer of a reply, one variant per kind. Serialized without a tag: the
@@ -189,6 +251,7 @@ impl Reply {
             ok: true,
             error: None,
             body,
+            version: PROTOCOL_VERSION,
         }
     }
 
@@ -198,6 +261,7 @@ impl Reply {
             ok: false,
             error: Some(error.to_string()),
             body: None,
+            version: PROTOCOL_VERSION,
         }
     }
 
@@ -311,6 +375,10 @@ pub struct Status {
     /// Control connections refused at `[limits] control-connections`.
     #[serde(default)]
     pub control_refused: u64,
+    /// Control requests refused for a protocol version this daemon does not
+    /// speak.
+    #[serde(default)]
+    pub control_version_refused: u64,
     /// Fault rules refused at `[limits] fault-rules`.
     #[serde(default)]
     pub fault_rules_refused: u64,
@@ -371,6 +439,10 @@ mod tests {
         hosts: Option<Vec<HostStats>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         service_id: Option<u32>,
+        /// Not in the old struct: the one key the protocol version adds,
+        /// last. `None` gives the old bytes exactly.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        version: Option<u32>,
     }
 
     fn status() -> Status {
@@ -556,39 +628,48 @@ mod tests {
         ]
     }
 
-    /// Each reply is, byte for byte, what the old struct sent, and reads back
-    /// as the same reply (the right variant: re-sending it gives the same
-    /// bytes).
+    /// Each reply is, byte for byte, what the old struct sent plus
+    /// `"version":1` at the end, and reads back as the same reply (the right
+    /// variant: re-sending it gives the same bytes). The old bytes, without
+    /// the version, read as the same reply too.
     #[test]
     fn replies_keep_the_old_wire_shape_and_round_trip() {
         for (new, old) in pairs() {
             let sent = serde_json::to_string(&new).unwrap();
-            assert_eq!(sent, serde_json::to_string(&old).unwrap());
-            let back: Reply = serde_json::from_str(&sent).unwrap();
-            assert_eq!(serde_json::to_string(&back).unwrap(), sent, "{back:?}");
+            let old_bytes = serde_json::to_string(&old).unwrap();
+            let versioned = OldReply {
+                version: Some(1),
+                ..old
+            };
+            assert_eq!(sent, serde_json::to_string(&versioned).unwrap());
+            for line in [&sent, &old_bytes] {
+                let back: Reply = serde_json::from_str(line).unwrap();
+                assert_eq!(back.version, 1);
+                assert_eq!(serde_json::to_string(&back).unwrap(), sent, "{back:?}");
+            }
         }
     }
 
     #[test]
     fn exact_json_of_some_replies() {
         let json = |r: &Reply| serde_json::to_string(r).unwrap();
-        assert_eq!(json(&Reply::ok(None)), r#"{"ok":true}"#);
+        assert_eq!(json(&Reply::ok(None)), r#"{"ok":true,"version":1}"#);
         assert_eq!(
             json(&Reply::refused("no capture runs")),
-            r#"{"ok":false,"error":"no capture runs"}"#
+            r#"{"ok":false,"error":"no capture runs","version":1}"#
         );
         assert_eq!(
             json(&Reply::ok(Some(ReplyBody::RuleAdded {
                 rules: vec![],
                 rule_id: 3
             }))),
-            r#"{"ok":true,"rules":[],"rule_id":3}"#
+            r#"{"ok":true,"rules":[],"rule_id":3,"version":1}"#
         );
         assert_eq!(
             json(&Reply::ok(Some(ReplyBody::ServiceStarted {
                 service_id: 2
             }))),
-            r#"{"ok":true,"service_id":2}"#
+            r#"{"ok":true,"service_id":2,"version":1}"#
         );
     }
 
@@ -646,6 +727,66 @@ mod tests {
         assert!(matches!(
             Request::parse(r#"{"cmd":"fault-del","id":4}"#),
             Ok(Request::FaultDel { id: 4 })
+        ));
+    }
+
+    /// Requests name their version or not (1); a version this daemon does
+    /// not speak is refused with the versions it does, before the request
+    /// itself is looked at.
+    #[test]
+    fn request_versions() {
+        for line in [
+            r#"{"cmd":"status"}"#,
+            r#"{"cmd":"status","version":1}"#,
+            r#"{"version":1,"cmd":"fault-del","id":4}"#,
+        ] {
+            assert!(Request::parse(line).is_ok(), "{line}");
+        }
+        for (line, v) in [
+            (r#"{"cmd":"status","version":2}"#, 2),
+            (r#"{"cmd":"from-the-future","version":7}"#, 7),
+            (r#"{"cmd":"status","version":0}"#, 0),
+        ] {
+            let e = Request::parse(line).unwrap_err();
+            assert!(matches!(e, RequestError::Version(x) if x == v), "{e:?}");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "control protocol version {v} is not spoken by this daemon (it speaks version 1 only); use the vhost-rdma ctl of the daemon's release"
+                )
+            );
+        }
+        let e = Request::parse(r#"{"cmd":"status","version":"1"}"#).unwrap_err();
+        assert!(matches!(e, RequestError::Bad(_)), "{e:?}");
+        assert!(e
+            .to_string()
+            .starts_with("bad request: invalid type: string"));
+    }
+
+    /// What the client sends: the request's fields, then the version; a
+    /// daemon from before versions reads it as the bare request.
+    #[test]
+    fn versioned_requests() {
+        let req = Request::FaultDel { id: 4 };
+        let line = serde_json::to_string(&VersionedRequest {
+            request: &req,
+            version: PROTOCOL_VERSION,
+        })
+        .unwrap();
+        assert_eq!(line, r#"{"cmd":"fault-del","id":4,"version":1}"#);
+        assert!(matches!(
+            serde_json::from_str::<Request>(&line),
+            Ok(Request::FaultDel { id: 4 })
+        ));
+        let line = serde_json::to_string(&VersionedRequest {
+            request: &Request::Status,
+            version: PROTOCOL_VERSION,
+        })
+        .unwrap();
+        assert_eq!(line, r#"{"cmd":"status","version":1}"#);
+        assert!(matches!(
+            serde_json::from_str::<Request>(&line),
+            Ok(Request::Status)
         ));
     }
 }

@@ -13,6 +13,7 @@ pub fn handle(ctx: &Context) -> Answer {
         mac_table_full: fabric.mac_table_full.load(Relaxed),
         rdma_unresolved: fabric.rdma_unresolved.load(Relaxed),
         control_refused: fabric.control_refused.load(Relaxed),
+        control_version_refused: ctx.version_refused.load(Relaxed),
         fault_rules_refused: fabric.faults.refused_at_limit.load(Relaxed),
         flow_rules_refused: fabric.flow_rules_refused.load(Relaxed),
         checker: Some(fabric.checker.status()),
