@@ -1,5 +1,40 @@
-//! The control socket: one JSON request per line, one JSON reply per line.
-//! `{"cmd":"status"}` returns every port's counters.
+//! The control socket and its protocol.
+//!
+//! **Transport.** A Unix stream socket, owner-only (mode 0600). The client
+//! writes one JSON object per line and reads one JSON reply line for each;
+//! a connection may carry many requests. Lines over 64 KiB, 30 s of
+//! silence, or more than `[limits] control-connections` connections at once
+//! end (or refuse) the connection.
+//!
+//! **Requests** ([`Request`]) name their kind in `"cmd"` (kebab-case), the
+//! kind's fields beside it: `status`; `flow-rule-add`, `flow-rule-list`,
+//! `flow-rule-del`, `rss` (steering); `fault-add`, `fault-list`,
+//! `fault-del`, `link` (faults); `capture-start`, `capture-stop`,
+//! `capture-status`; `flows`, `findings`, `checker` (protocol checker);
+//! `hosts`, `host-start`, `host-stop` (virtual hosts). For example
+//! `{"cmd":"flow-rule-del","port":"a","id":3}`.
+//!
+//! **Replies** ([`Reply`]) are `{"ok":true, <body>, "version":1}` or
+//! `{"ok":false,"error":"why","version":1}`. The body ([`ReplyBody`]) is
+//! one kind of answer whose fields sit at the top level: `status`, `rss`,
+//! `rules` (and `rule_id` after an add), `faults` (and `fault_id` after an
+//! add), `capture`, `flows` or `findings` (each with `checker`), `checker`,
+//! `hosts`, `service_id`; none for a bare acknowledgement (`host-stop`).
+//!
+//! **Versions.** Every reply carries the daemon's [`PROTOCOL_VERSION`]
+//! (1). A request may carry `"version"`, the version its client speaks
+//! (absent: 1); one outside [`MIN_PROTOCOL_VERSION`]..=[`PROTOCOL_VERSION`]
+//! is refused, whatever else it says, with an error naming the versions
+//! spoken, and counted in `status.control_version_refused`. A change that
+//! existing clients would misread (a key renamed or removed, a meaning
+//! changed) raises the version; new request kinds and new reply keys do
+//! not.
+//!
+//! **Code.** The wire types (`protocol.rs`, re-exported here) are shared
+//! with clients; [`request`] is `vhost-rdma ctl`'s side. The server parses a
+//! line, dispatches it to one of the [`handlers`] (one per feature), which
+//! answers from the engines, and writes the reply. The engines know nothing
+//! of this protocol.
 
 pub mod handlers;
 mod protocol;
