@@ -2,9 +2,10 @@
 //!
 //! **Transport.** A Unix stream socket, owner-only (mode 0600). The client
 //! writes one JSON object per line and reads one JSON reply line for each;
-//! a connection may carry many requests. Lines over 64 KiB, 30 s of
-//! silence, or more than `[limits] control-connections` connections at once
-//! end (or refuse) the connection.
+//! a connection may carry many requests. A request line is at most 64 KiB
+//! (a longer one is not understood); a connection silent for 30 s is
+//! closed; one beyond `[limits] control-connections` gets a refusal and is
+//! closed.
 //!
 //! **Requests** ([`Request`]) name their kind in `"cmd"` (kebab-case), the
 //! kind's fields beside it: `status`; `flow-rule-add`, `flow-rule-list`,

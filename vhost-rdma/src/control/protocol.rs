@@ -51,35 +51,62 @@ pub enum Request {
     Status,
     /// Adds a flow rule to a port (`steering`).
     FlowRuleAdd {
+        /// The port's name.
         port: String,
+        /// The rule.
         rule: crate::steering::FlowRuleSpec,
     },
     /// A port's flow rules.
-    FlowRuleList { port: String },
+    FlowRuleList {
+        /// The port's name.
+        port: String,
+    },
     /// Removes a flow rule.
-    FlowRuleDel { port: String, id: u32 },
+    FlowRuleDel {
+        /// The port's name.
+        port: String,
+        /// The rule's id.
+        id: u32,
+    },
     /// A port's RSS state and steering counters, and where the model sends
     /// the given flows (`SRC:SPORT-DST:DPORT/tcp|udp`).
     Rss {
+        /// The port's name.
         port: String,
+        /// Flows to predict the queue of.
         #[serde(default)]
         predict: Vec<String>,
+        /// Forget the flows seen so far first (the reply lists none).
         #[serde(default)]
         clear_flows: bool,
     },
     /// Adds a fault rule (`faults`).
-    FaultAdd { rule: Box<crate::faults::FaultSpec> },
+    FaultAdd {
+        /// The rule.
+        rule: Box<crate::faults::FaultSpec>,
+    },
     /// Fault rules with counters, and link states.
     FaultList,
     /// Removes a fault rule.
-    FaultDel { id: u32 },
+    FaultDel {
+        /// The rule's id.
+        id: u32,
+    },
     /// Sets a port's link down or up.
-    Link { port: String, up: bool },
+    Link {
+        /// The port's name.
+        port: String,
+        /// Up (true) or down.
+        up: bool,
+    },
     /// Starts a pcapng capture of one port or of all.
     CaptureStart {
+        /// A new file in the capture directory.
         file: PathBuf,
+        /// Only this port (default: all).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         port: Option<String>,
+        /// Bytes kept of each frame (default: all).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         snaplen: Option<u32>,
     },
@@ -89,13 +116,15 @@ pub enum Request {
     CaptureStatus,
     /// Connections the protocol checker has seen, with their state.
     Flows,
-    /// The checker's findings; `clear` forgets them after replying.
+    /// The checker's findings.
     Findings {
+        /// Forget them after replying.
         #[serde(default)]
         clear: bool,
     },
-    /// Checker settings and counters; `enabled` turns it on or off.
+    /// Checker settings and counters.
     Checker {
+        /// Turns the checker on or off (default: leave it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         enabled: Option<bool>,
     },
@@ -103,11 +132,18 @@ pub enum Request {
     Hosts,
     /// Starts a service on a virtual host (e.g. a client towards a guest).
     HostStart {
+        /// The host's name.
         host: String,
+        /// The service.
         service: crate::config::ServiceRequest,
     },
     /// Stops a virtual host's service.
-    HostStop { host: String, id: u32 },
+    HostStop {
+        /// The host's name.
+        host: String,
+        /// The service's id.
+        id: u32,
+    },
 }
 
 impl Request {
@@ -367,7 +403,9 @@ impl Reply {
 /// Reply to `status`.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Status {
+    /// Every port with its counters.
     pub ports: Vec<crate::PortStats>,
+    /// Source MACs not learned because the MAC table was full.
     pub mac_table_full: u64,
     /// erdma frames to MAC zero whose IPv4 destination no ARP announced.
     #[serde(default)]
