@@ -194,6 +194,34 @@ pub enum CaptureFileError {
     },
 }
 
+/// Why a capture did not start or stop.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The snapshot length is 0 or above [`MAX_SNAPLEN`].
+    #[error("snaplen must be 1..={MAX_SNAPLEN}")]
+    Snaplen,
+    /// One capture at a time: this one writes into the given file.
+    #[error("a capture into {0} runs already; stop it first")]
+    Running(PathBuf),
+    /// The file was refused or could not be created.
+    #[error(transparent)]
+    File(#[from] CaptureFileError),
+    /// Writing the file's header failed.
+    #[error("{file}: {source}")]
+    Write {
+        /// The capture file.
+        file: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The writer thread could not be started.
+    #[error("capture thread: {0}")]
+    Thread(std::io::Error),
+    /// `stop` without a running capture.
+    #[error("no capture runs")]
+    NotRunning,
+}
+
 /// The default capture directory: `captures/` under the daemon's runtime
 /// directory (`$XDG_RUNTIME_DIR/vhost-rdma`, else `/run/vhost-rdma` for
 /// root, else `/tmp/vhost-rdma-UID`).
@@ -364,19 +392,16 @@ impl Capture {
         names: &[String],
         only: Option<usize>,
         snaplen: Option<u32>,
-    ) -> Result<CaptureStatus, String> {
+    ) -> Result<CaptureStatus, CaptureError> {
         let snaplen = snaplen.unwrap_or(MAX_SNAPLEN);
         if snaplen == 0 || snaplen > MAX_SNAPLEN {
-            return Err(format!("snaplen must be 1..={MAX_SNAPLEN}"));
+            return Err(CaptureError::Snaplen);
         }
         let mut run = self.run.write().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = run.as_ref() {
-            return Err(format!(
-                "a capture into {} runs already; stop it first",
-                r.file.display()
-            ));
+            return Err(CaptureError::Running(r.file.clone()));
         }
-        let (f, file) = open_new_capture_file(&self.dir(), file).map_err(|e| e.to_string())?;
+        let (f, file) = open_new_capture_file(&self.dir(), file)?;
         let file = file.as_path();
         let mut w = BufWriter::new(f);
         let mut ifaces = vec![None; names.len()];
@@ -392,7 +417,10 @@ impl Capture {
         }
         w.write_all(&head)
             .and_then(|_| w.flush())
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+            .map_err(|source| CaptureError::Write {
+                file: file.to_path_buf(),
+                source,
+            })?;
         let counters = Arc::new(Counters::default());
         counters.bytes.store(head.len() as u64, Relaxed);
         let (tx, rx) = sync_channel::<Rec>(CHANNEL_RECORDS);
@@ -442,7 +470,7 @@ impl Capture {
                     fail(e);
                 }
             })
-            .map_err(|e| format!("capture thread: {e}"))?;
+            .map_err(CaptureError::Thread)?;
         let r = Running {
             tx,
             file: file.to_path_buf(),
@@ -459,13 +487,13 @@ impl Capture {
     }
 
     /// Stops the capture, writes what is queued and closes the file.
-    pub fn stop(&self) -> Result<CaptureStatus, String> {
+    pub fn stop(&self) -> Result<CaptureStatus, CaptureError> {
         let r = self
             .run
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .take()
-            .ok_or("no capture runs")?;
+            .ok_or(CaptureError::NotRunning)?;
         self.active.store(false, SeqCst);
         let Running {
             tx,

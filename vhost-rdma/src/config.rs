@@ -1043,15 +1043,15 @@ pub struct ServiceRequest {
 
 impl ServiceRequest {
     /// The service spec, validated.
-    pub fn spec(&self) -> Result<ServiceSpec, String> {
+    pub fn spec(&self) -> Result<ServiceSpec, virtual_host::HostError> {
         let s = self.unvalidated_spec()?;
-        s.validate().map_err(|e| e.to_string())?;
+        s.validate()?;
         Ok(s)
     }
 
     /// The service spec: the kind parsed, the given parameters applied.
-    pub(crate) fn unvalidated_spec(&self) -> Result<ServiceSpec, String> {
-        let kind: virtual_host::ServiceKind = self.kind.parse().map_err(|e| format!("{e}"))?;
+    pub(crate) fn unvalidated_spec(&self) -> Result<ServiceSpec, virtual_host::HostError> {
+        let kind: virtual_host::ServiceKind = self.kind.parse()?;
         let mut s = ServiceSpec::new(kind);
         s.peer = self.peer;
         if let Some(v) = self.port {

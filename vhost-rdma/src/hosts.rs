@@ -16,7 +16,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
-use virtual_host::{HostConfig, HostEvent, ServiceSpec, VirtualHost};
+use virtual_host::{HostConfig, HostError, HostEvent, ServiceSpec, VirtualHost};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
@@ -111,8 +111,22 @@ pub struct IwarpStats {
 
 enum Command {
     Status(mpsc::Sender<HostStats>),
-    Start(ServiceSpec, mpsc::Sender<Result<u32, String>>),
-    Stop(u32, mpsc::Sender<Result<(), String>>),
+    Start(ServiceSpec, mpsc::Sender<Result<u32, HostError>>),
+    Stop(u32, mpsc::Sender<Result<(), HostError>>),
+}
+
+/// Why a command to a virtual host's thread failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostCommandError {
+    /// The host's command queue is full (its thread is stuck or flooded).
+    #[error("host {0}: too many pending commands")]
+    Busy(String),
+    /// The host's thread did not answer in time.
+    #[error("host {0}: no answer")]
+    NoAnswer(String),
+    /// The host refused (e.g. a service limit or bad service parameters).
+    #[error(transparent)]
+    Refused(#[from] HostError),
 }
 
 /// A running virtual host.
@@ -177,11 +191,11 @@ impl HostHandle {
         Ok(h)
     }
 
-    fn command(&self, c: Command) -> Result<(), String> {
+    fn command(&self, c: Command) -> Result<(), HostCommandError> {
         {
             let mut q = self.commands.lock().unwrap_or_else(|e| e.into_inner());
             if q.len() >= COMMAND_LIMIT {
-                return Err(format!("host {}: too many pending commands", self.name));
+                return Err(HostCommandError::Busy(self.name.clone()));
             }
             q.push_back(c);
         }
@@ -190,27 +204,29 @@ impl HostHandle {
     }
 
     /// Status snapshot (from the host thread).
-    pub fn status(&self) -> Result<HostStats, String> {
+    pub fn status(&self) -> Result<HostStats, HostCommandError> {
         let (tx, rx) = mpsc::channel();
         self.command(Command::Status(tx))?;
         rx.recv_timeout(COMMAND_TIMEOUT)
-            .map_err(|_| format!("host {}: no answer", self.name))
+            .map_err(|_| HostCommandError::NoAnswer(self.name.clone()))
     }
 
     /// Starts a service; returns its id.
-    pub fn start_service(&self, spec: ServiceSpec) -> Result<u32, String> {
+    pub fn start_service(&self, spec: ServiceSpec) -> Result<u32, HostCommandError> {
         let (tx, rx) = mpsc::channel();
         self.command(Command::Start(spec, tx))?;
-        rx.recv_timeout(COMMAND_TIMEOUT)
-            .map_err(|_| format!("host {}: no answer", self.name))?
+        Ok(rx
+            .recv_timeout(COMMAND_TIMEOUT)
+            .map_err(|_| HostCommandError::NoAnswer(self.name.clone()))??)
     }
 
     /// Stops a service.
-    pub fn stop_service(&self, id: u32) -> Result<(), String> {
+    pub fn stop_service(&self, id: u32) -> Result<(), HostCommandError> {
         let (tx, rx) = mpsc::channel();
         self.command(Command::Stop(id, tx))?;
-        rx.recv_timeout(COMMAND_TIMEOUT)
-            .map_err(|_| format!("host {}: no answer", self.name))?
+        Ok(rx
+            .recv_timeout(COMMAND_TIMEOUT)
+            .map_err(|_| HostCommandError::NoAnswer(self.name.clone()))??)
     }
 
     /// Ends the thread.
@@ -268,14 +284,14 @@ impl HostHandle {
                     }
                     Command::Start(spec, tx) => {
                         let kind = spec.kind;
-                        let r = host.start_service(spec, now).map_err(|e| e.to_string());
+                        let r = host.start_service(spec, now);
                         if let Ok(id) = r {
                             info!(host = %self.name, service = id, %kind, "service started");
                         }
                         let _ = tx.send(r);
                     }
                     Command::Stop(id, tx) => {
-                        let _ = tx.send(host.stop_service(id, now).map_err(|e| e.to_string()));
+                        let _ = tx.send(host.stop_service(id, now));
                     }
                 }
             }

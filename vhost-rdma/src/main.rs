@@ -463,7 +463,7 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
             if !r.ok {
                 bail!("daemon refused: {}", r.error.unwrap_or_default());
             }
-            let hosts = r.hosts.unwrap_or_default();
+            let hosts = r.into_hosts().unwrap_or_default();
             if json {
                 println!("{}", serde_json::to_string_pretty(&hosts)?);
             } else {
@@ -514,7 +514,7 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
             }
             if json {
                 println!("{}", serde_json::to_string(&r)?);
-            } else if let Some(id) = r.service_id {
+            } else if let Some(id) = r.service_id() {
                 println!("host {name}: service {id} started");
             } else {
                 println!("ok");
@@ -526,7 +526,7 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
             if !r.ok {
                 bail!("daemon refused: {}", r.error.unwrap_or_default());
             }
-            let s = r.status.context("reply without status")?;
+            let s = r.into_status().context("reply without status")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
                 return Ok(());

@@ -120,40 +120,62 @@ impl VxlanConfig {
     }
 
     /// Checks the VNI, MTU and remote list.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         if self.vni > MAX_VNI {
-            return Err(format!(
-                "vni={} exceeds the 24-bit maximum {MAX_VNI}",
-                self.vni
-            ));
+            return Err(ConfigError::Vni(self.vni));
         }
         // The smallest IPv4 MTU (RFC 791) plus the encapsulation; the UDP
         // length field caps the top.
         if !(576..=65535).contains(&self.underlay_mtu) {
-            return Err(format!(
-                "mtu={} must be between 576 and 65535",
-                self.underlay_mtu
-            ));
+            return Err(ConfigError::Mtu(self.underlay_mtu));
         }
         if self.remotes.is_empty() {
-            return Err("needs at least one remote=IP:PORT".into());
+            return Err(ConfigError::NoRemote);
         }
         for (i, r) in self.remotes.iter().enumerate() {
             if r.ip().is_unspecified() || r.port() == 0 {
-                return Err(format!("remote={r} is not a unicast address and port"));
+                return Err(ConfigError::NotUnicast(*r));
             }
             if r.is_ipv4() != self.local.is_ipv4() {
-                return Err(format!(
-                    "remote={r} and local={} are of different IP versions",
-                    self.local
-                ));
+                return Err(ConfigError::MixedIpVersions {
+                    remote: *r,
+                    local: self.local,
+                });
             }
             if self.remotes[..i].contains(r) {
-                return Err(format!("remote={r} is given twice"));
+                return Err(ConfigError::RemoteTwice(*r));
             }
         }
         Ok(())
     }
+}
+
+/// Why a VXLAN uplink's settings ([`VxlanConfig::check`]) were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The VNI does not fit 24 bits.
+    #[error("vni={0} exceeds the 24-bit maximum {MAX_VNI}")]
+    Vni(u32),
+    /// The underlay MTU is outside what IPv4 and UDP allow.
+    #[error("mtu={0} must be between 576 and 65535")]
+    Mtu(u32),
+    /// No remote VTEP.
+    #[error("needs at least one remote=IP:PORT")]
+    NoRemote,
+    /// A remote with the unspecified address or port 0.
+    #[error("remote={0} is not a unicast address and port")]
+    NotUnicast(SocketAddr),
+    /// A remote of the other IP version than `local`.
+    #[error("remote={remote} and local={local} are of different IP versions")]
+    MixedIpVersions {
+        /// The remote.
+        remote: SocketAddr,
+        /// The local address.
+        local: SocketAddr,
+    },
+    /// The same remote twice.
+    #[error("remote={0} is given twice")]
+    RemoteTwice(SocketAddr),
 }
 
 /// Live counters of a VXLAN uplink (beyond the port's frame counters).
@@ -555,21 +577,32 @@ mod tests {
     #[test]
     fn config_checks() {
         assert!(cfg(&["127.0.0.1:4789"]).check().is_ok());
-        assert!(cfg(&[]).check().unwrap_err().contains("remote"));
+        let e = cfg(&[]).check().unwrap_err();
+        assert_eq!(e, ConfigError::NoRemote);
+        assert!(e.to_string().contains("remote"));
         assert!(cfg(&["0.0.0.0:4789"]).check().is_err());
-        assert!(cfg(&["[::1]:4789"])
-            .check()
-            .unwrap_err()
-            .contains("IP versions"));
-        assert!(cfg(&["127.0.0.1:1", "127.0.0.1:1"])
-            .check()
-            .unwrap_err()
-            .contains("twice"));
+        assert_eq!(
+            cfg(&["[::1]:4789"]).check().unwrap_err().to_string(),
+            "remote=[::1]:4789 and local=127.0.0.1:4789 are of different IP versions"
+        );
+        assert_eq!(
+            cfg(&["127.0.0.1:1", "127.0.0.1:1"])
+                .check()
+                .unwrap_err()
+                .to_string(),
+            "remote=127.0.0.1:1 is given twice"
+        );
         let mut c = cfg(&["127.0.0.1:4789"]);
         c.vni = 1 << 24;
-        assert!(c.check().is_err());
+        assert_eq!(
+            c.check().unwrap_err().to_string(),
+            "vni=16777216 exceeds the 24-bit maximum 16777215"
+        );
         c.vni = 1;
         c.underlay_mtu = 100;
-        assert!(c.check().is_err());
+        assert_eq!(
+            c.check().unwrap_err().to_string(),
+            "mtu=100 must be between 576 and 65535"
+        );
     }
 }

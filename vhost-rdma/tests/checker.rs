@@ -72,13 +72,13 @@ fn tx(g: &mut TestGuest, f: &[u8]) {
 fn flows(ctl: &Path) -> FlowsView {
     let r = request(ctl, &Request::Flows).unwrap();
     assert!(r.ok, "{:?}", r.error);
-    r.flows.unwrap()
+    r.into_flows().unwrap()
 }
 
 fn findings(ctl: &Path, clear: bool) -> FindingsReply {
     let r = request(ctl, &Request::Findings { clear }).unwrap();
     assert!(r.ok, "{:?}", r.error);
-    r.findings.unwrap()
+    r.into_findings().unwrap()
 }
 
 /// A sends SEND ONLYs with `psns` (corrupting the ICRC of `bad_icrc`), B
@@ -126,7 +126,10 @@ fn clean_run_has_no_findings_and_shows_the_connection() {
     assert_eq!(c.halves[1].last_ack_psn, Some(7));
     assert_eq!(c.halves[1].msn, Some(8));
     // Counters in `status`.
-    let s = request(&ctl, &Request::Status).unwrap().status.unwrap();
+    let s = request(&ctl, &Request::Status)
+        .unwrap()
+        .into_status()
+        .unwrap();
     let ch = s.checker.unwrap();
     assert!(ch.enabled);
     assert_eq!(ch.stats.roce_packets, 9);
@@ -250,7 +253,7 @@ fn checker_can_be_switched_off() {
         },
     )
     .unwrap();
-    assert!(!r.checker.unwrap().enabled);
+    assert!(!r.into_checker().unwrap().enabled);
     run(&fab, &mut a, &mut b, &[0, 5], Some(0));
     assert!(findings(&ctl, false).findings.is_empty());
     assert!(flows(&ctl).roce.is_empty());

@@ -36,7 +36,7 @@ fn gve_port_answers_vfio_user_beside_a_virtio_port() {
     );
     // ctl status shows the device: no driver yet, two queues at most.
     let r = vhost_rdma::control::request(&ctl, &vhost_rdma::control::Request::Status).unwrap();
-    let st = r.status.unwrap();
+    let st = r.into_status().unwrap();
     assert_eq!(st.devices.len(), 1);
     assert_eq!(
         (st.devices[0].port.as_str(), st.devices[0].kind.as_str()),
@@ -175,7 +175,7 @@ fn hostile_gve_driver_leaves_other_ports_alone() {
     let r =
         vhost_rdma::control::request(&fab.control_socket(), &vhost_rdma::control::Request::Status)
             .unwrap();
-    let st = r.status.unwrap();
+    let st = r.into_status().unwrap();
     let vhost_rdma::device_port::DeviceDetail::Gve(g) = &st.devices[0].detail else {
         panic!("no gve status");
     };

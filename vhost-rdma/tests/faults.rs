@@ -466,7 +466,10 @@ fn link_down_and_up_through_the_control_socket() {
     assert!(b.wait_tx(0, ARRIVE));
     assert!(recv_tags(&mut b, QUIET).is_empty());
     assert!(recv_tags(&mut a, QUIET).is_empty());
-    let st = request(&sock, &Request::FaultList).unwrap().faults.unwrap();
+    let st = request(&sock, &Request::FaultList)
+        .unwrap()
+        .into_faults()
+        .unwrap();
     let l = st.links.iter().find(|l| l.port == "p1").unwrap();
     assert!(!l.up);
     assert_eq!(l.drops, 6, "5 towards it, 1 from it");
@@ -509,15 +512,18 @@ fn control_socket_adds_lists_and_deletes_rules() {
     )
     .unwrap();
     assert!(r.ok, "{:?}", r.error);
-    let id = r.fault_id.unwrap();
+    let id = r.fault_id().unwrap();
     send_tags(&fab, &mut a, 0..2);
     assert!(recv_tags(&mut b, QUIET).is_empty());
-    let l = request(&sock, &Request::FaultList).unwrap().faults.unwrap();
+    let l = request(&sock, &Request::FaultList)
+        .unwrap()
+        .into_faults()
+        .unwrap();
     assert_eq!(l.rules.len(), 1);
     assert_eq!((l.rules[0].matched, l.rules[0].acted), (2, 2));
     assert!(l.rules[0].description.contains("link-down"));
     let r = request(&sock, &Request::FaultDel { id }).unwrap();
-    assert!(r.ok && r.faults.unwrap().rules.is_empty());
+    assert!(r.ok && r.into_faults().unwrap().rules.is_empty());
     send_tags(&fab, &mut a, 5..6);
     assert_eq!(recv_tags(&mut b, QUIET), vec![5]);
     // Bad rules are refused with a reason.
@@ -692,7 +698,7 @@ fn capture_start(sock: &Path, file: &Path, port: Option<&str>, snaplen: Option<u
 fn capture_stop(sock: &Path) -> vhost_rdma::capture::CaptureStatus {
     let r = request(sock, &Request::CaptureStop).unwrap();
     assert!(r.ok, "capture stop: {:?}", r.error);
-    r.capture.unwrap()
+    r.into_capture().unwrap()
 }
 
 #[test]
@@ -723,7 +729,7 @@ fn capture_of_the_whole_fabric_parses() {
     assert_eq!((st.records, st.dropped), (4, 0));
     let status = request(&sock, &Request::CaptureStatus)
         .unwrap()
-        .capture
+        .into_capture()
         .unwrap();
     assert_eq!(status.records, 4);
     let p = read_pcapng(&file);
@@ -913,7 +919,7 @@ fn capture_refused(sock: &Path, file: &Path, why: &str, victim: &Path, content: 
     // Nothing runs after a refusal: a later capture can start.
     let st = request(sock, &Request::CaptureStatus).unwrap();
     assert!(
-        !st.capture.is_some_and(|c| c.running),
+        !st.into_capture().is_some_and(|c| c.running),
         "a refused capture runs"
     );
 }

@@ -146,7 +146,10 @@ fn guest_gets_arp_ping_and_tcp_answers_from_a_virtual_host() {
     assert_eq!(&r[42..46], &5001u32.to_be_bytes());
 
     // The control socket lists the host and its counters.
-    let st = request(&s.ctl, &Request::Status).unwrap().status.unwrap();
+    let st = request(&s.ctl, &Request::Status)
+        .unwrap()
+        .into_status()
+        .unwrap();
     let p = st.ports.iter().find(|p| p.name == "vh").expect("host port");
     assert_eq!(p.form, "host");
     assert!(p.rx_frames >= 3 && p.tx_frames >= 3, "{p:?}");
@@ -194,7 +197,7 @@ fn control_socket_starts_and_stops_services_with_clear_errors() {
     // A client towards the (silent) guest: it starts and waits.
     let r = start("pingpong-client", Some(GUEST_IP));
     assert!(r.ok, "{r:?}");
-    let id = r.service_id.unwrap();
+    let id = r.service_id().unwrap();
     let hosts = virtual_hosts(&s.ctl);
     assert!(hosts[0].services.iter().any(|v| v.id == id));
     let stop = || {

@@ -22,7 +22,7 @@ fn fabric(n: usize, limits: Limits) -> TestFabric {
 
 fn status(fab: &TestFabric) -> vhost_rdma::control::Status {
     let r = request(&fab.control_socket(), &Request::Status).unwrap();
-    r.status.expect("status reply")
+    r.into_status().expect("status reply")
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn capture_file_limit() {
     );
     let r = request(&sock, &Request::CaptureStop).unwrap();
     assert!(r.ok, "{:?}", r.error);
-    let st = r.capture.expect("capture status");
+    let st = r.into_capture().expect("capture status");
     assert!(st.limited > 0, "{st:?}");
     let e = st.error.clone().unwrap_or_default();
     assert!(

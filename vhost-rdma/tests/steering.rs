@@ -122,7 +122,7 @@ fn rss_status(fab: &TestFabric, predict: Vec<String>) -> vhost_rdma::steering::R
     )
     .expect("control request");
     assert!(r.ok, "rss request refused: {:?}", r.error);
-    r.rss.expect("rss status")
+    r.into_rss().expect("rss status")
 }
 
 /// Receives one frame (any queue) and returns it.
@@ -283,7 +283,7 @@ fn flow_rules_from_the_control_socket_move_and_drop_flows() {
         )
         .unwrap();
         assert!(r.ok, "{:?}", r.error);
-        r.rule_id.unwrap()
+        r.rule_id().unwrap()
     };
     let move_id = add(FlowRuleSpec {
         proto: Some("tcp".into()),
@@ -366,7 +366,7 @@ fn flow_rules_from_the_control_socket_move_and_drop_flows() {
     assert_eq!(st.rule_drops, 5);
     assert_eq!(st.queues[usize::from(target)].rule, 5);
     let r = request(&ctl, &Request::FlowRuleList { port: "p0".into() }).unwrap();
-    let rules = r.rules.unwrap();
+    let rules = r.into_rules().unwrap();
     assert_eq!(rules.len(), 2);
     // Evaluation order: priority 0 before 5.
     assert_eq!((rules[0].id, rules[0].hits), (move_id, 5));

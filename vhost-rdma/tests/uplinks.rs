@@ -37,7 +37,10 @@ fn vxlan_port(name: &str, local: SocketAddr, remotes: &[SocketAddr], vni: u32) -
 }
 
 fn uplink(ctl: &std::path::Path, name: &str) -> UplinkStatus {
-    let st = request(ctl, &Request::Status).unwrap().status.unwrap();
+    let st = request(ctl, &Request::Status)
+        .unwrap()
+        .into_status()
+        .unwrap();
     st.uplinks
         .into_iter()
         .find(|u| u.port == name)
@@ -145,7 +148,10 @@ fn frames_cross_a_vxlan_uplink_both_ways_with_the_vni() {
     );
     assert_eq!(v.max_inner_frame, 1464);
     assert_eq!((v.counters.tx_datagrams, v.counters.rx_datagrams), (2, 1));
-    let st = request(&d.ctl, &Request::Status).unwrap().status.unwrap();
+    let st = request(&d.ctl, &Request::Status)
+        .unwrap()
+        .into_status()
+        .unwrap();
     let p = st.ports.iter().find(|p| p.name == "up").unwrap();
     assert_eq!(p.form, "vxlan");
     assert_eq!((p.rx_frames, p.tx_frames), (2, 1), "{p:?}");
@@ -203,7 +209,10 @@ fn hostile_datagrams_and_oversized_frames_are_counted_and_dropped() {
     assert_eq!(&buf[..n], &vxlan(VNI, &ok)[..]);
     let c = uplink(&d.ctl, "up").vxlan.unwrap().counters;
     assert_eq!((c.tx_oversized, c.tx_datagrams), (1, 1), "{c:?}");
-    let st = request(&d.ctl, &Request::Status).unwrap().status.unwrap();
+    let st = request(&d.ctl, &Request::Status)
+        .unwrap()
+        .into_status()
+        .unwrap();
     let p = st.ports.iter().find(|p| p.name == "up").unwrap();
     assert_eq!(p.rx_drops, 1, "the oversized frame: {p:?}");
     assert_eq!(p.tx_errors, 8, "the refused datagrams: {p:?}");
@@ -231,7 +240,7 @@ fn faults_and_captures_act_on_the_uplink_port() {
     )
     .unwrap();
     assert!(r.ok, "{r:?}");
-    let id = r.fault_id.unwrap();
+    let id = r.fault_id().unwrap();
     d.guest
         .send(0, &frame(far, me, 100, 1), &Default::default());
     d.vtep

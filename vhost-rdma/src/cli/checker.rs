@@ -34,7 +34,7 @@ fn hex(v: Option<u32>) -> String {
 /// `ctl flows`.
 pub fn flows(control: &Path, json: bool) -> anyhow::Result<()> {
     let r = ask(control, &Request::Flows)?;
-    let f = r.flows.context("reply without flows")?;
+    let f = r.into_flows().context("reply without flows")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&f)?);
         return Ok(());
@@ -157,7 +157,7 @@ pub fn flows(control: &Path, json: bool) -> anyhow::Result<()> {
 /// `ctl findings [--clear]`.
 pub fn findings(control: &Path, json: bool, clear: bool) -> anyhow::Result<()> {
     let r = ask(control, &Request::Findings { clear })?;
-    let f = r.findings.context("reply without findings")?;
+    let f = r.into_findings().context("reply without findings")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&f)?);
         return Ok(());
@@ -178,7 +178,7 @@ pub fn findings(control: &Path, json: bool, clear: bool) -> anyhow::Result<()> {
 /// `ctl checker [on|off]`.
 pub fn checker(control: &Path, json: bool, enabled: Option<bool>) -> anyhow::Result<()> {
     let r = ask(control, &Request::Checker { enabled })?;
-    let s = r.checker.context("reply without checker status")?;
+    let s = r.into_checker().context("reply without checker status")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());

@@ -224,13 +224,14 @@ pub fn faults(control: &Path, json: bool, cmd: FaultsCmd) -> anyhow::Result<()> 
         FaultsCmd::Del { id } => Request::FaultDel { id },
     };
     let r = call(control, &req)?;
-    let s = r.faults.context("reply without faults")?;
+    let fault_id = r.fault_id();
+    let s = r.into_faults().context("reply without faults")?;
     if json {
-        let v = serde_json::json!({ "fault_id": r.fault_id, "faults": s });
+        let v = serde_json::json!({ "fault_id": fault_id, "faults": s });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    if let Some(id) = r.fault_id {
+    if let Some(id) = fault_id {
         println!("added fault rule {id}");
     }
     print_faults(&s);
@@ -241,7 +242,7 @@ pub fn faults(control: &Path, json: bool, cmd: FaultsCmd) -> anyhow::Result<()> 
 pub fn link(control: &Path, json: bool, port: String, state: LinkState) -> anyhow::Result<()> {
     let up = matches!(state, LinkState::Up);
     let r = call(control, &Request::Link { port, up })?;
-    let s = r.faults.context("reply without faults")?;
+    let s = r.into_faults().context("reply without faults")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s.links)?);
         return Ok(());
@@ -296,7 +297,7 @@ pub fn capture(control: &Path, json: bool, cmd: CaptureCmd) -> anyhow::Result<()
         CaptureCmd::Status => Request::CaptureStatus,
     };
     let r = call(control, &req)?;
-    let s = r.capture.context("reply without capture")?;
+    let s = r.into_capture().context("reply without capture")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());

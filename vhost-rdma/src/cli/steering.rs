@@ -112,13 +112,14 @@ pub fn flow_rule(control: &Path, json: bool, cmd: FlowRuleCmd) -> anyhow::Result
         FlowRuleCmd::Del { port, id } => Request::FlowRuleDel { port, id },
     };
     let r = call(control, &req)?;
-    let rules = r.rules.context("reply without rules")?;
+    let rule_id = r.rule_id();
+    let rules = r.into_rules().context("reply without rules")?;
     if json {
-        let v = serde_json::json!({ "rule_id": r.rule_id, "rules": rules });
+        let v = serde_json::json!({ "rule_id": rule_id, "rules": rules });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    if let Some(id) = r.rule_id {
+    if let Some(id) = rule_id {
         println!("added rule {id}");
     }
     print_rules(&rules);
@@ -135,7 +136,7 @@ pub fn rss(control: &Path, json: bool, a: RssArgs) -> anyhow::Result<()> {
             clear_flows: a.clear_flows,
         },
     )?;
-    let s = r.rss.context("reply without rss")?;
+    let s = r.into_rss().context("reply without rss")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());

@@ -1,148 +1,59 @@
-//! The control socket: one JSON request per line, one JSON reply per line.
-//! `{"cmd":"status"}` returns every port's counters.
+//! The control socket and its protocol.
+//!
+//! **Transport.** A Unix stream socket, owner-only (mode 0600). The client
+//! writes one JSON object per line and reads one JSON reply line for each;
+//! a connection may carry many requests. A request line is at most 64 KiB
+//! (a longer one is not understood); a connection silent for 30 s is
+//! closed; one beyond `[limits] control-connections` gets a refusal and is
+//! closed.
+//!
+//! **Requests** ([`Request`]) name their kind in `"cmd"` (kebab-case), the
+//! kind's fields beside it: `status`; `flow-rule-add`, `flow-rule-list`,
+//! `flow-rule-del`, `rss` (steering); `fault-add`, `fault-list`,
+//! `fault-del`, `link` (faults); `capture-start`, `capture-stop`,
+//! `capture-status`; `flows`, `findings`, `checker` (protocol checker);
+//! `hosts`, `host-start`, `host-stop` (virtual hosts). For example
+//! `{"cmd":"flow-rule-del","port":"a","id":3}`.
+//!
+//! **Replies** ([`Reply`]) are `{"ok":true, <body>, "version":1}` or
+//! `{"ok":false,"error":"why","version":1}`. The body ([`ReplyBody`]) is
+//! one kind of answer whose fields sit at the top level: `status`, `rss`,
+//! `rules` (and `rule_id` after an add), `faults` (and `fault_id` after an
+//! add), `capture`, `flows` or `findings` (each with `checker`), `checker`,
+//! `hosts`, `service_id`; none for a bare acknowledgement (`host-stop`).
+//!
+//! **Versions.** Every reply carries the daemon's [`PROTOCOL_VERSION`]
+//! (1). A request may carry `"version"`, the version its client speaks
+//! (absent: 1); one outside [`MIN_PROTOCOL_VERSION`]..=[`PROTOCOL_VERSION`]
+//! is refused, whatever else it says, with an error naming the versions
+//! spoken, and counted in `status.control_version_refused`. A change that
+//! existing clients would misread (a key renamed or removed, a meaning
+//! changed) raises the version; new request kinds and new reply keys do
+//! not.
+//!
+//! **Code.** The wire types (`protocol.rs`, re-exported here) are shared
+//! with clients; [`request`] is `vhost-rdma ctl`'s side. The server parses a
+//! line, dispatches it to one of the [`handlers`] (one per feature), which
+//! answers from the engines, and writes the reply. The engines know nothing
+//! of this protocol.
 
 pub mod handlers;
+mod protocol;
+
+pub use protocol::{
+    Reply, ReplyBody, Request, RequestError, Status, VersionedRequest, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+};
 
 use crate::fabric::Fabric;
-use anyhow::Context;
-use serde::{Deserialize, Serialize};
+use anyhow::Context as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// A control request.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "cmd", rename_all = "kebab-case")]
-pub enum Request {
-    /// Ports and counters.
-    Status,
-    /// Adds a flow rule to a port (`steering`).
-    FlowRuleAdd {
-        port: String,
-        rule: crate::steering::FlowRuleSpec,
-    },
-    /// A port's flow rules.
-    FlowRuleList { port: String },
-    /// Removes a flow rule.
-    FlowRuleDel { port: String, id: u32 },
-    /// A port's RSS state and steering counters, and where the model sends
-    /// the given flows (`SRC:SPORT-DST:DPORT/tcp|udp`).
-    Rss {
-        port: String,
-        #[serde(default)]
-        predict: Vec<String>,
-        #[serde(default)]
-        clear_flows: bool,
-    },
-    /// Adds a fault rule (`faults`).
-    FaultAdd { rule: Box<crate::faults::FaultSpec> },
-    /// Fault rules with counters, and link states.
-    FaultList,
-    /// Removes a fault rule.
-    FaultDel { id: u32 },
-    /// Sets a port's link down or up.
-    Link { port: String, up: bool },
-    /// Starts a pcapng capture of one port or of all.
-    CaptureStart {
-        file: PathBuf,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        port: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        snaplen: Option<u32>,
-    },
-    /// Stops the capture.
-    CaptureStop,
-    /// The running (or last) capture.
-    CaptureStatus,
-    /// Connections the protocol checker has seen, with their state.
-    Flows,
-    /// The checker's findings; `clear` forgets them after replying.
-    Findings {
-        #[serde(default)]
-        clear: bool,
-    },
-    /// Checker settings and counters; `enabled` turns it on or off.
-    Checker {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        enabled: Option<bool>,
-    },
-    /// Virtual hosts with their services and recent events.
-    Hosts,
-    /// Starts a service on a virtual host (e.g. a client towards a guest).
-    HostStart {
-        host: String,
-        service: crate::config::ServiceRequest,
-    },
-    /// Stops a virtual host's service.
-    HostStop { host: String, id: u32 },
-}
-
-/// A control reply.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct Reply {
-    pub ok: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<Status>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rss: Option<crate::steering::RssStatus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rules: Option<Vec<crate::steering::RuleInfo>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule_id: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub faults: Option<crate::faults::FaultsStatus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fault_id: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capture: Option<crate::capture::CaptureStatus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flows: Option<wire_checker::FlowsView>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub findings: Option<crate::checker::FindingsReply>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checker: Option<crate::checker::CheckerStatus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hosts: Option<Vec<crate::hosts::HostStats>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_id: Option<u32>,
-}
-
-/// Reply to `status`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Status {
-    pub ports: Vec<crate::PortStats>,
-    pub mac_table_full: u64,
-    /// erdma frames to MAC zero whose IPv4 destination no ARP announced.
-    #[serde(default)]
-    pub rdma_unresolved: u64,
-    /// Control connections refused at `[limits] control-connections`.
-    #[serde(default)]
-    pub control_refused: u64,
-    /// Fault rules refused at `[limits] fault-rules`.
-    #[serde(default)]
-    pub fault_rules_refused: u64,
-    /// Flow rules refused at `[limits] flow-rules`.
-    #[serde(default)]
-    pub flow_rules_refused: u64,
-    /// Protocol checker counters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checker: Option<crate::checker::CheckerStatus>,
-    /// Virtual hosts.
-    #[serde(default)]
-    pub hosts: Vec<crate::hosts::HostStats>,
-    /// Ports that are emulated PCI devices (`kind=gve`).
-    #[serde(default)]
-    pub devices: Vec<crate::device_port::DeviceStatus>,
-    /// Uplink ports (`kind=vxlan`, `kind=tap`): settings and counters.
-    #[serde(default)]
-    pub uplinks: Vec<crate::uplink::UplinkStatus>,
-}
 
 /// Longest request line accepted.
 const MAX_REQUEST: usize = 64 * 1024;
@@ -171,6 +82,13 @@ impl ControlServer {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ctx = Arc::new(Context {
+            fabric,
+            hosts,
+            devices,
+            uplinks,
+            version_refused: AtomicU64::new(0),
+        });
         let thread = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
@@ -179,34 +97,24 @@ impl ControlServer {
                         break;
                     }
                     let Ok(mut c) = conn else { continue };
-                    let max = fabric.limits.control_connections;
+                    let max = ctx.fabric.limits.control_connections;
                     if active.fetch_add(1, SeqCst) >= max {
                         active.fetch_sub(1, SeqCst);
-                        fabric.control_refused.fetch_add(1, SeqCst);
-                        let reply = Reply {
-                            ok: false,
-                            error: Some(format!(
-                                "too many control connections (at most {max}, [limits] control-connections)"
-                            )),
-                            ..Reply::default()
-                        };
+                        ctx.fabric.control_refused.fetch_add(1, SeqCst);
+                        let reply = Reply::refused(format_args!(
+                            "too many control connections (at most {max}, [limits] control-connections)"
+                        ));
                         if let Ok(mut out) = serde_json::to_string(&reply) {
                             out.push('\n');
                             let _ = c.write_all(out.as_bytes());
                         }
                         continue;
                     }
-                    let (f, a, h, d, u) = (
-                        fabric.clone(),
-                        active.clone(),
-                        hosts.clone(),
-                        devices.clone(),
-                        uplinks.clone(),
-                    );
+                    let (ctx, a) = (ctx.clone(), active.clone());
                     let spawned = std::thread::Builder::new()
                         .name("control-conn".into())
                         .spawn(move || {
-                            serve(c, &f, &h, &d, &u);
+                            serve(c, &ctx);
                             a.fetch_sub(1, SeqCst);
                         });
                     if spawned.is_err() {
@@ -236,55 +144,67 @@ impl ControlServer {
 /// The daemon's virtual hosts, shared with the control threads.
 pub type Hosts = Arc<Vec<Arc<crate::hosts::HostHandle>>>;
 
-fn host_reply(hosts: &Hosts, req: &Request) -> Reply {
-    let err = |e: String| Reply {
-        ok: false,
-        error: Some(e),
-        ..Reply::default()
-    };
-    let find = |name: &str| {
-        hosts
-            .iter()
-            .find(|h| h.name == name)
-            .ok_or_else(|| format!("no virtual host named {name:?}"))
-    };
-    match req {
-        Request::Hosts => match hosts.iter().map(|h| h.status()).collect() {
-            Ok(v) => Reply {
-                ok: true,
-                hosts: Some(v),
-                ..Reply::default()
-            },
-            Err(e) => err(e),
-        },
-        Request::HostStart { host, service } => {
-            match find(host).and_then(|h| h.start_service(service.spec()?)) {
-                Ok(id) => Reply {
-                    ok: true,
-                    service_id: Some(id),
-                    ..Reply::default()
-                },
-                Err(e) => err(e),
+/// What the control threads serve: the fabric and the daemon's parts beside
+/// the switch, shared by every connection.
+pub struct Context {
+    /// The switch and its engines.
+    pub fabric: Arc<Fabric>,
+    /// The virtual hosts.
+    pub hosts: Hosts,
+    /// The emulated PCI device ports.
+    pub devices: crate::device_port::Devices,
+    /// The uplink ports.
+    pub uplinks: crate::uplink::Uplinks,
+    /// Requests refused for their protocol version (`status`:
+    /// `control_version_refused`).
+    pub version_refused: AtomicU64,
+}
+
+/// Answers one request line: parse, hand to the feature's handler, wrap its
+/// answer (or the refusal) in a reply.
+fn answer(ctx: &Context, line: &str) -> Reply {
+    let req = match Request::parse(line) {
+        Ok(req) => req,
+        Err(e) => {
+            if let RequestError::Version(_) = e {
+                ctx.version_refused.fetch_add(1, Relaxed);
             }
+            return Reply::refused(e);
         }
-        Request::HostStop { host, id } => match find(host).and_then(|h| h.stop_service(*id)) {
-            Ok(()) => Reply {
-                ok: true,
-                ..Reply::default()
-            },
-            Err(e) => err(e),
-        },
-        _ => err("not a host request".into()),
+    };
+    match dispatch(ctx, &req) {
+        Ok(body) => Reply::ok(body),
+        Err(e) => Reply::refused(e),
     }
 }
 
-fn serve(
-    c: UnixStream,
-    fabric: &Fabric,
-    hosts: &Hosts,
-    devices: &crate::device_port::Devices,
-    uplinks: &crate::uplink::Uplinks,
-) {
+/// Routes a request to its feature's handler. Exhaustive, so a new request
+/// kind cannot be forgotten here.
+fn dispatch(ctx: &Context, req: &Request) -> handlers::Answer {
+    use Request as R;
+    match req {
+        R::Status => handlers::status::handle(ctx),
+        R::FlowRuleAdd { .. } | R::FlowRuleList { .. } | R::FlowRuleDel { .. } | R::Rss { .. } => {
+            handlers::steering::handle(&ctx.fabric, req)
+        }
+        R::FaultAdd { .. } | R::FaultList | R::FaultDel { .. } | R::Link { .. } => {
+            handlers::faults::handle(&ctx.fabric, req)
+        }
+        R::CaptureStart { .. } | R::CaptureStop | R::CaptureStatus => {
+            handlers::capture::handle(&ctx.fabric, req)
+        }
+        R::Flows | R::Findings { .. } | R::Checker { .. } => {
+            handlers::checker::handle(&ctx.fabric, req)
+        }
+        R::Hosts | R::HostStart { .. } | R::HostStop { .. } => {
+            handlers::hosts::handle(&ctx.hosts, req)
+        }
+    }
+}
+
+/// Serves one connection: a reply line for each request line, until the
+/// client closes, goes quiet for 30 s or sends an over-long line.
+fn serve(c: UnixStream, ctx: &Context) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
     let Ok(mut w) = c.try_clone() else { return };
     let mut r = BufReader::new(c);
@@ -295,57 +215,7 @@ fn serve(
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        let reply = match serde_json::from_str::<Request>(line.trim()) {
-            Ok(Request::Status) => Reply {
-                ok: true,
-                error: None,
-                status: Some(Status {
-                    ports: fabric.ports.iter().map(|p| p.stats()).collect(),
-                    mac_table_full: fabric
-                        .mac_table_full
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    rdma_unresolved: fabric
-                        .rdma_unresolved
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    control_refused: fabric
-                        .control_refused
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    fault_rules_refused: fabric
-                        .faults
-                        .refused_at_limit
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    flow_rules_refused: fabric
-                        .flow_rules_refused
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    checker: Some(fabric.checker.status()),
-                    hosts: hosts.iter().filter_map(|h| h.status().ok()).collect(),
-                    devices: devices.iter().map(|d| d.status()).collect(),
-                    uplinks: uplinks.iter().map(|u| u.status()).collect(),
-                }),
-                ..Reply::default()
-            },
-            Ok(
-                req @ (Request::FaultAdd { .. }
-                | Request::FaultList
-                | Request::FaultDel { .. }
-                | Request::Link { .. }
-                | Request::CaptureStart { .. }
-                | Request::CaptureStop
-                | Request::CaptureStatus),
-            ) => handlers::faults::handle(fabric, &req),
-            Ok(req @ (Request::Flows | Request::Findings { .. } | Request::Checker { .. })) => {
-                handlers::checker::handle(fabric, &req)
-            }
-            Ok(req @ (Request::Hosts | Request::HostStart { .. } | Request::HostStop { .. })) => {
-                host_reply(hosts, &req)
-            }
-            Ok(req) => handlers::steering::handle(fabric, &req),
-            Err(e) => Reply {
-                ok: false,
-                error: Some(format!("bad request: {e}")),
-                ..Reply::default()
-            },
-        };
+        let reply = answer(ctx, line.trim());
         let Ok(mut out) = serde_json::to_string(&reply) else {
             return;
         };
@@ -361,7 +231,12 @@ pub fn request(path: &Path, req: &Request) -> anyhow::Result<Reply> {
     let mut c = UnixStream::connect(path)
         .with_context(|| format!("connecting to control socket {}", path.display()))?;
     c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut s = serde_json::to_string(req)?;
+    // Naming our version lets a daemon that does not speak it say so
+    // instead of misreading the request.
+    let mut s = serde_json::to_string(&VersionedRequest {
+        request: req,
+        version: PROTOCOL_VERSION,
+    })?;
     s.push('\n');
     c.write_all(s.as_bytes())?;
     let mut line = String::new();

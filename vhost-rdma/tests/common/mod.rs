@@ -20,7 +20,7 @@ use vhost_rdma::{DaemonConfig, DeviceForm, MacAddr, PortConfig, PortStats, Serve
 pub fn virtual_hosts(ctl: &Path) -> Vec<vhost_rdma::hosts::HostStats> {
     vhost_rdma::control::request(ctl, &vhost_rdma::control::Request::Hosts)
         .unwrap()
-        .hosts
+        .into_hosts()
         .unwrap()
 }
 

@@ -1,38 +1,30 @@
 //! Protocol checker requests.
 
-use crate::control::{Reply, Request};
+use super::{Answer, HandlerError};
+use crate::control::{ReplyBody, Request};
 use crate::fabric::Fabric;
 
-/// Control requests of the checker.
-pub fn handle(fabric: &Fabric, req: &Request) -> Reply {
+/// Serves the checker requests of the control socket.
+pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
     let ch = &fabric.checker;
-    match req {
-        Request::Flows => Reply {
-            ok: true,
-            flows: Some(ch.flows()),
-            checker: Some(ch.status()),
-            ..Reply::default()
+    let body = match req {
+        Request::Flows => ReplyBody::Flows {
+            flows: ch.flows(),
+            checker: ch.status(),
         },
-        Request::Findings { clear } => Reply {
-            ok: true,
-            findings: Some(ch.findings(*clear)),
-            checker: Some(ch.status()),
-            ..Reply::default()
+        Request::Findings { clear } => ReplyBody::Findings {
+            findings: ch.findings(*clear),
+            checker: ch.status(),
         },
         Request::Checker { enabled } => {
             if let Some(on) = enabled {
                 ch.set_enabled(*on);
             }
-            Reply {
-                ok: true,
-                checker: Some(ch.status()),
-                ..Reply::default()
+            ReplyBody::Checker {
+                checker: ch.status(),
             }
         }
-        _ => Reply {
-            ok: false,
-            error: Some("not a checker request".into()),
-            ..Reply::default()
-        },
-    }
+        _ => return Err(HandlerError::Misrouted("checker")),
+    };
+    Ok(Some(body))
 }

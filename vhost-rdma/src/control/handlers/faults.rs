@@ -1,86 +1,35 @@
-//! Fault, link and capture requests.
+//! Fault and link requests.
 
-use crate::control::{Reply, Request};
+use super::{Answer, HandlerError};
+use crate::control::{ReplyBody, Request};
 use crate::fabric::Fabric;
 
-/// Serves the fault, link and capture requests of the control socket.
-pub fn handle(fabric: &Fabric, req: &Request) -> Reply {
-    use crate::control::Request as R;
-    let r = (|| -> Result<Reply, String> {
-        let ok = Reply {
-            ok: true,
-            ..Reply::default()
-        };
-        let f = &fabric.faults;
-        Ok(match req {
-            R::FaultAdd { rule } => {
-                let id = f.add((**rule).clone())?;
-                tracing::info!(id, rule = %rule.describe(), "fault rule added");
-                Reply {
-                    fault_id: Some(id),
-                    faults: Some(f.status()),
-                    ..ok
-                }
+/// Serves the fault and link requests of the control socket.
+pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
+    let f = &fabric.faults;
+    // The fault engine refuses in words; they are the reply's error as given.
+    let refused = HandlerError::Engine;
+    let body = match req {
+        Request::FaultAdd { rule } => {
+            let fault_id = f.add((**rule).clone()).map_err(refused)?;
+            tracing::info!(id = fault_id, rule = %rule.describe(), "fault rule added");
+            ReplyBody::FaultAdded {
+                faults: f.status(),
+                fault_id,
             }
-            R::FaultDel { id } => {
-                f.del(*id)?;
-                tracing::info!(id, "fault rule removed");
-                Reply {
-                    faults: Some(f.status()),
-                    ..ok
-                }
-            }
-            R::FaultList => Reply {
-                faults: Some(f.status()),
-                ..ok
-            },
-            R::Link { port, up } => {
-                f.set_link(port, *up)?;
-                tracing::info!(port = %port, up, "link set");
-                Reply {
-                    faults: Some(f.status()),
-                    ..ok
-                }
-            }
-            R::CaptureStart {
-                file,
-                port,
-                snaplen,
-            } => {
-                let only = port
-                    .as_deref()
-                    .map(|p| fabric.port_by_name(p).map(|p| p.index))
-                    .transpose()?;
-                let names: Vec<String> = fabric.ports.iter().map(|p| p.cfg.name.clone()).collect();
-                let st = fabric.capture.start(file, &names, only, *snaplen)?;
-                tracing::info!(file = %file.display(), ports = ?st.ports, "capture started");
-                Reply {
-                    capture: Some(st),
-                    ..ok
-                }
-            }
-            R::CaptureStop => {
-                let st = fabric.capture.stop()?;
-                tracing::info!(
-                    records = st.records,
-                    dropped = st.dropped,
-                    "capture stopped"
-                );
-                Reply {
-                    capture: Some(st),
-                    ..ok
-                }
-            }
-            R::CaptureStatus => Reply {
-                capture: Some(fabric.capture.status()),
-                ..ok
-            },
-            _ => return Err("not a fault or capture request".into()),
-        })
-    })();
-    r.unwrap_or_else(|e| Reply {
-        ok: false,
-        error: Some(e),
-        ..Reply::default()
-    })
+        }
+        Request::FaultDel { id } => {
+            f.del(*id).map_err(refused)?;
+            tracing::info!(id, "fault rule removed");
+            ReplyBody::Faults { faults: f.status() }
+        }
+        Request::FaultList => ReplyBody::Faults { faults: f.status() },
+        Request::Link { port, up } => {
+            f.set_link(port, *up).map_err(refused)?;
+            tracing::info!(port = %port, up, "link set");
+            ReplyBody::Faults { faults: f.status() }
+        }
+        _ => return Err(HandlerError::Misrouted("fault or link")),
+    };
+    Ok(Some(body))
 }

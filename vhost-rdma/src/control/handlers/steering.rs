@@ -1,89 +1,78 @@
 //! Flow rule and RSS requests.
 
-use crate::control::{Reply, Request};
+use super::{Answer, HandlerError};
+use crate::control::{ReplyBody, Request};
 use crate::fabric::Fabric;
 use crate::steering::*;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Serves the steering requests of the control socket.
-pub fn handle(fabric: &Fabric, req: &Request) -> Reply {
-    use crate::control::Request as R;
-    let r = (|| -> Result<Reply, String> {
-        let ok = Reply {
-            ok: true,
-            ..Reply::default()
-        };
-        Ok(match req {
-            R::FlowRuleAdd { port, rule } => {
-                let p = fabric.port_by_name(port)?;
-                let max = fabric.limits.flow_rules;
-                if p.steering.rules().len() >= max {
-                    fabric.flow_rules_refused.fetch_add(1, Relaxed);
-                    return Err(format!(
-                        "too many flow rules on port {port} (at most {max}, [limits] flow-rules); delete some first"
-                    ));
-                }
-                let id = p.steering.add_rule(rule.clone())?;
-                tracing::info!(port = %port, id, rule = %rule.describe(), "flow rule added");
-                Reply {
-                    rule_id: Some(id),
-                    rules: Some(p.steering.rules()),
-                    ..ok
-                }
+pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
+    // The fabric and the steering engine refuse in words; they are the
+    // reply's error as given.
+    let refused = HandlerError::Engine;
+    let port_by_name = |name: &str| fabric.port_by_name(name).map_err(refused);
+    let body = match req {
+        Request::FlowRuleAdd { port, rule } => {
+            let p = port_by_name(port)?;
+            let max = fabric.limits.flow_rules;
+            if p.steering.rules().len() >= max {
+                fabric.flow_rules_refused.fetch_add(1, Relaxed);
+                return Err(HandlerError::FlowRuleLimit {
+                    port: port.clone(),
+                    max,
+                });
             }
-            R::FlowRuleDel { port, id } => {
-                let p = fabric.port_by_name(port)?;
-                p.steering.del_rule(*id)?;
-                tracing::info!(port = %port, id, "flow rule removed");
-                Reply {
-                    rules: Some(p.steering.rules()),
-                    ..ok
-                }
+            let rule_id = p.steering.add_rule(rule.clone()).map_err(refused)?;
+            tracing::info!(port = %port, id = rule_id, rule = %rule.describe(), "flow rule added");
+            ReplyBody::RuleAdded {
+                rules: p.steering.rules(),
+                rule_id,
             }
-            R::FlowRuleList { port } => Reply {
-                rules: Some(fabric.port_by_name(port)?.steering.rules()),
-                ..ok
-            },
-            R::Rss {
-                port,
-                predict: flows,
-                clear_flows,
-            } => {
-                let p = fabric.port_by_name(port)?;
-                if *clear_flows {
-                    p.steering.clear_flows();
-                }
-                let view = PortView {
-                    name: &p.cfg.name,
-                    connected: p.connected.load(Relaxed),
-                    features: p.features.load(Relaxed),
-                    active_queue_pairs: p.active_qps.load(Relaxed),
-                    rx: p
-                        .rxq
-                        .iter()
-                        .map(|q| {
-                            let c = q.counters.snapshot();
-                            (c.rx_frames, c.rx_drops)
-                        })
-                        .collect(),
-                };
-                let mut s = status(&p.steering, view);
-                s.predictions = flows
+        }
+        Request::FlowRuleDel { port, id } => {
+            let p = port_by_name(port)?;
+            p.steering.del_rule(*id).map_err(refused)?;
+            tracing::info!(port = %port, id, "flow rule removed");
+            ReplyBody::Rules {
+                rules: p.steering.rules(),
+            }
+        }
+        Request::FlowRuleList { port } => ReplyBody::Rules {
+            rules: port_by_name(port)?.steering.rules(),
+        },
+        Request::Rss {
+            port,
+            predict: flows,
+            clear_flows,
+        } => {
+            let p = port_by_name(port)?;
+            if *clear_flows {
+                p.steering.clear_flows();
+            }
+            let view = PortView {
+                name: &p.cfg.name,
+                connected: p.connected.load(Relaxed),
+                features: p.features.load(Relaxed),
+                active_queue_pairs: p.active_qps.load(Relaxed),
+                rx: p
+                    .rxq
                     .iter()
-                    .map(|f| predict(f, |frame| p.steer(frame)))
-                    .collect::<Result<_, _>>()?;
-                Reply { rss: Some(s), ..ok }
-            }
-            _ => return Err("not a steering request".into()),
-        })
-    })();
-    r.unwrap_or_else(err)
-}
-
-fn err(e: String) -> Reply {
-    Reply {
-        ok: false,
-        error: Some(e),
-        ..Reply::default()
-    }
+                    .map(|q| {
+                        let c = q.counters.snapshot();
+                        (c.rx_frames, c.rx_drops)
+                    })
+                    .collect(),
+            };
+            let mut s = status(&p.steering, view);
+            s.predictions = flows
+                .iter()
+                .map(|f| predict(f, |frame| p.steer(frame)))
+                .collect::<Result<_, _>>()
+                .map_err(refused)?;
+            ReplyBody::Rss { rss: s }
+        }
+        _ => return Err(HandlerError::Misrouted("steering")),
+    };
+    Ok(Some(body))
 }
