@@ -35,12 +35,15 @@ struct Pending {
 #[derive(Debug)]
 pub struct RxQueue {
     pending: Mutex<Pending>,
-    /// Frames the worker took and may still put back (one, or a batch). They
-    /// count as queued: without them a sender that checks between the take
-    /// and the put-back sees room that is not there, and its frame is
-    /// dropped. Changed under `pending`'s lock except when the worker
-    /// delivers one (a decrement: room appears, never vanishes).
+    /// Frames the worker took and may still put back (one, or a batch);
+    /// only the worker changes it.
     in_hand: AtomicUsize,
+    /// Frames queued plus those in the worker's hand: what senders' checks
+    /// read, without the lock. Frames in the hand count as queued: without
+    /// them a sender that checks between the take and the put-back sees
+    /// room that is not there, and its frame is dropped. One counter, so a
+    /// frame moving between queue and hand never makes room appear.
+    occupied: AtomicUsize,
     limit: usize,
     hard_limit: AtomicUsize,
     /// Wakes the port's worker thread for this queue pair.
@@ -61,6 +64,7 @@ impl RxQueue {
         Ok(RxQueue {
             pending: Mutex::new(Pending::default()),
             in_hand: AtomicUsize::new(0),
+            occupied: AtomicUsize::new(0),
             limit,
             hard_limit: AtomicUsize::new(limit),
             wake: EventFd::new(EFD_NONBLOCK)?,
@@ -82,8 +86,17 @@ impl RxQueue {
             .store(self.limit.saturating_add(headroom), Relaxed);
     }
 
-    fn occupancy(&self, p: &Pending) -> usize {
-        p.frames.len() + self.in_hand.load(Relaxed)
+    fn occupancy(&self) -> usize {
+        self.occupied.load(Acquire)
+    }
+
+    /// `n` frames left for good (delivered, dropped, cleared).
+    fn gone(&self, n: usize) {
+        if n > 0 {
+            let _ = self
+                .occupied
+                .fetch_update(AcqRel, Acquire, |o| Some(o.saturating_sub(n)));
+        }
     }
 
     /// Queues the frames one sent frame became (segments of a TSO frame go
@@ -93,7 +106,7 @@ impl RxQueue {
     fn push_quiet(&self, frames: Adapted) -> usize {
         let n = frames.len();
         let mut p = self.lock();
-        if self.occupancy(&p) >= self.hard_limit.load(Relaxed) {
+        if self.occupancy() >= self.hard_limit.load(Relaxed) {
             drop(p);
             QueueCounters::add(&self.counters.rx_drops, n as u64);
             frames.recycle();
@@ -103,6 +116,7 @@ impl RxQueue {
             Adapted::One(f) => p.frames.push_back(f),
             Adapted::Many(v) => p.frames.extend(v),
         }
+        self.occupied.fetch_add(n, AcqRel);
         n
     }
 
@@ -124,7 +138,9 @@ impl RxQueue {
     pub fn pop(&self) -> Option<Frame> {
         let mut p = self.lock();
         let f = p.frames.pop_front();
-        self.in_hand.store(usize::from(f.is_some()), Relaxed);
+        // The frame popped before this one was delivered.
+        let before = self.in_hand.swap(usize::from(f.is_some()), Relaxed);
+        self.gone(before);
         f
     }
 
@@ -135,36 +151,42 @@ impl RxQueue {
         let mut p = self.lock();
         let n = p.frames.len().min(max);
         hand.extend(p.frames.drain(..n));
-        self.in_hand.store(n, Relaxed);
+        let before = self.in_hand.swap(n, Relaxed);
+        self.gone(before);
     }
 
     /// One frame of the worker's batch reached the guest.
     pub fn delivered(&self) {
-        let _ = self
+        if self
             .in_hand
-            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            self.gone(1);
+        }
     }
 
     /// The worker returns the frames of its batch it could not deliver;
     /// they go first next time.
     pub fn put_back(&self, hand: &mut VecDeque<Frame>) {
+        // Frames of the hand neither delivered nor put back were dropped by
+        // the pass (counted there).
+        let held = self.in_hand.swap(0, Relaxed);
+        self.gone(held.saturating_sub(hand.len()));
         if hand.is_empty() {
-            // (Frames the pass dropped were never `delivered`.)
-            self.in_hand.store(0, Relaxed);
             return;
         }
         let mut p = self.lock();
         while let Some(f) = hand.pop_back() {
             p.frames.push_front(f);
         }
-        self.in_hand.store(0, Relaxed);
     }
 
     /// Whether a sender should wait for this queue instead of dropping: it is
     /// full, and its guest has not been out of RX buffers for longer than
     /// [`STALL_MS`] (a guest that stopped reading only loses its own frames).
     pub fn congested(&self) -> bool {
-        if self.occupancy(&self.lock()) < self.limit {
+        if self.occupancy() < self.limit {
             return false;
         }
         let since = self.starved_since_ms.load(Relaxed);
@@ -194,7 +216,7 @@ impl RxQueue {
     /// Wakes paused senders once the queue has drained to half (called by the
     /// worker after a batch).
     pub fn wake_waiters(&self) {
-        if self.occupancy(&self.lock()) > self.limit / 2 {
+        if self.occupancy() > self.limit / 2 {
             return;
         }
         let ws = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
@@ -213,7 +235,9 @@ impl RxQueue {
     /// Takes over a frame another queue pair's worker could not deliver (its
     /// ring was disabled): it goes first, whatever the bound.
     pub fn take_over(&self, f: Frame) {
-        self.lock().frames.push_front(f);
+        let mut p = self.lock();
+        p.frames.push_front(f);
+        self.occupied.fetch_add(1, AcqRel);
     }
 
     /// Drops everything pending (guest gone); returns how many.
@@ -221,7 +245,8 @@ impl RxQueue {
         let mut p = self.lock();
         let n = p.frames.len();
         p.frames.clear();
-        self.in_hand.store(0, Relaxed);
+        let held = self.in_hand.swap(0, Relaxed);
+        self.gone(n + held);
         n
     }
 
