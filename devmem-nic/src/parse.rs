@@ -658,7 +658,9 @@ mod tests {
         b.vlan_tci = vlan;
         // BTH: RC SEND ONLY (4), dest QP 0x123456, PSN 0xabcdef; then a
         // 4-byte payload and the ICRC.
-        let mut bth = vec![4, 0, 0xff, 0xff, 0, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef];
+        let mut bth = vec![
+            4, 0, 0xff, 0xff, 0, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef,
+        ];
         bth.extend_from_slice(&[1, 2, 3, 4, 9, 9, 9, 9]);
         b.build(&bth)
     }
