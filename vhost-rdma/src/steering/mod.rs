@@ -12,9 +12,9 @@
 //!   negotiated VIRTIO_NET_F_HASH_REPORT.
 //! * With nothing configured the data path takes no lock.
 
-use crate::frame::flow_hash;
+use crate::frame::{flow_hash_view, view, FrameView};
 use crate::match_spec::{MatchError, MatchSpec};
-use devmem_nic::parse::{parse, L4Proto, L3};
+use devmem_nic::parse::L4Proto;
 use devmem_nic::{
     Action, FlowRule, HashConfig, Nic, NicConfig, NicError, Reason, RssConfig, RssLimits,
 };
@@ -422,8 +422,20 @@ impl PortSteering {
 
     /// Chooses the queue pair for a frame: rules, then RSS, else the FNV flow
     /// hash over the `active` queue pairs; a queue the guest has not enabled
-    /// falls back to 0. No side effects.
+    /// falls back to 0. No side effects. Parses `data`; [`steer_view`]
+    /// (Self::steer_view) reads a view parsed already.
     pub fn steer(&self, data: &[u8], active: usize, enabled: impl Fn(usize) -> bool) -> Steer {
+        self.steer_view(&view(data), active, enabled)
+    }
+
+    /// [`steer`](Self::steer) for a frame parsed already: rules, RSS and the
+    /// flow hash all read `v`.
+    pub fn steer_view(
+        &self,
+        v: &FrameView,
+        active: usize,
+        enabled: impl Fn(usize) -> bool,
+    ) -> Steer {
         let n = self.queues.len();
         let mut s = Steer {
             queue: Some(0),
@@ -434,14 +446,13 @@ impl PortSteering {
         };
         let mut want = None;
         if self.active.load(Relaxed) {
-            let p = parse(data);
-            s.key = flow_key(&p);
+            s.key = flow_key(v);
             let d = self
                 .state
                 .read()
                 .unwrap_or_else(lock_err)
                 .nic
-                .classify_parsed(&p);
+                .classify_parsed(v);
             s.hash_value = d.hash_value;
             s.hash_report = d.hash_report.code();
             s.how = match d.reason {
@@ -465,7 +476,7 @@ impl PortSteering {
             if active == 1 {
                 0
             } else {
-                flow_hash(data) as usize % active
+                flow_hash_view(v) as usize % active
             }
         });
         s.queue = Some(if q < n && (q == 0 || enabled(q)) {
@@ -535,13 +546,9 @@ impl PortSteering {
     }
 }
 
-fn flow_key(p: &devmem_nic::ParsedFrame) -> Option<FlowKey> {
-    let l3 = p.l3?;
-    let (src, dst) = match l3 {
-        L3::V4(i) => (IpAddr::V4(i.src), IpAddr::V4(i.dst)),
-        L3::V6(i) => (IpAddr::V6(i.src), IpAddr::V6(i.dst)),
-    };
-    let (sport, dport, proto) = match p.l4 {
+fn flow_key(v: &FrameView) -> Option<FlowKey> {
+    let (src, dst, proto) = (v.src_ip()?, v.dst_ip()?, v.ip_protocol()?);
+    let (sport, dport, proto) = match v.l4 {
         Some(l4) => (
             l4.src_port,
             l4.dst_port,
@@ -550,7 +557,7 @@ fn flow_key(p: &devmem_nic::ParsedFrame) -> Option<FlowKey> {
                 L4Proto::Udp => 17,
             },
         ),
-        None => (0, 0, l3.protocol()),
+        None => (0, 0, proto),
     };
     Some(FlowKey {
         src,
@@ -904,6 +911,34 @@ mod tests {
         // A bad value inside the match still names the type.
         let e = serde_json::from_str::<FlowRuleSpec>(r#"{"dst-port":"x"}"#).unwrap_err();
         assert!(e.to_string().contains("expected u16"), "{e}");
+    }
+
+    #[test]
+    fn steer_view_is_steer() {
+        use devmem_nic::builder::FrameBuilder;
+        let st = PortSteering::new(4, &[]).unwrap();
+        let f = FrameBuilder::tcp(
+            "10.0.0.1".parse().unwrap(),
+            1000,
+            "10.0.0.2".parse().unwrap(),
+            5201,
+        )
+        .build(b"x");
+        let q = |s: Steer| (s.queue, s.how, s.hash_value, s.hash_report);
+        let all = |_| true;
+        assert_eq!(q(st.steer(&f, 4, all)), q(st.steer_view(&view(&f), 4, all)));
+        st.add_rule(FlowRuleSpec {
+            fields: MatchSpec {
+                dst_port: Some(5201),
+                ..MatchSpec::default()
+            },
+            queue: Some(3),
+            ..FlowRuleSpec::default()
+        })
+        .unwrap();
+        let s = st.steer_view(&view(&f), 4, all);
+        assert_eq!((s.queue, s.how), (Some(3), How::Rule(1)));
+        assert_eq!(q(st.steer(&f, 4, all)), q(s));
     }
 
     #[test]
