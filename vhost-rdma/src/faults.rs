@@ -884,7 +884,7 @@ impl Faults {
         };
         for (dir, frame) in held {
             self.held[r.port].fetch_sub(1, Relaxed);
-            self.schedule_release(r.port, dir, id, frame, Duration::ZERO);
+            self.schedule_release(r.port, dir, id, frame, Instant::now());
         }
         Ok(())
     }
@@ -935,26 +935,68 @@ impl Faults {
     }
 
     /// Runs a frame of `port` in direction `dir` (ingress or egress) through
-    /// the link state and the port's rules; returns what passes now.
+    /// the link state and the port's rules; returns what passes now. Reads
+    /// the clock and parses the frame if a rule needs it;
+    /// [`apply_view`](Self::apply_view) takes both as input.
     pub fn apply(&self, port: usize, dir: Dir, frame: Frame) -> Vec<Frame> {
+        self.apply_at(port, dir, frame, None, Instant::now())
+    }
+
+    /// [`apply`](Self::apply) for a frame parsed already: `v` must be the
+    /// view of `frame.data` (rules read it instead of parsing; after a
+    /// `corrupt` rule changed the bytes, later rules parse again). `now` is
+    /// the time rate limits, delays and reorder holds count from.
+    pub fn apply_view(
+        &self,
+        port: usize,
+        dir: Dir,
+        v: &FrameView,
+        frame: Frame,
+        now: Instant,
+    ) -> Vec<Frame> {
+        self.apply_at(port, dir, frame, Some(*v), now)
+    }
+
+    fn apply_at(
+        &self,
+        port: usize,
+        dir: Dir,
+        frame: Frame,
+        v: Option<FrameView>,
+        now: Instant,
+    ) -> Vec<Frame> {
         if !self.link_up(port) {
             self.links[port].drops.fetch_add(1, Relaxed);
             return Vec::new();
         }
-        self.run(port, dir, 0, frame)
+        self.run(port, dir, 0, frame, v, now)
     }
 
     /// Continues a released frame through the rules after rule `after` (none
-    /// if that rule is gone: the frame was past it already).
+    /// if that rule is gone: the frame was past it already). Reads the
+    /// clock; [`apply_after_at`](Self::apply_after_at) takes it as input.
     pub fn apply_after(&self, r: Released) -> Vec<Frame> {
+        self.apply_after_at(r, Instant::now())
+    }
+
+    /// [`apply_after`](Self::apply_after) at time `now`.
+    pub fn apply_after_at(&self, r: Released, now: Instant) -> Vec<Frame> {
         if !self.link_up(r.port) {
             self.links[r.port].drops.fetch_add(1, Relaxed);
             return Vec::new();
         }
-        self.run(r.port, r.dir, r.after, r.frame)
+        self.run(r.port, r.dir, r.after, r.frame, None, now)
     }
 
-    fn run(&self, port: usize, dir: Dir, after: u32, frame: Frame) -> Vec<Frame> {
+    fn run(
+        &self,
+        port: usize,
+        dir: Dir,
+        after: u32,
+        frame: Frame,
+        v: Option<FrameView>,
+        now: Instant,
+    ) -> Vec<Frame> {
         let rules: Vec<Arc<Rule>> = {
             let all = self.rules.read().unwrap_or_else(|e| e.into_inner());
             let start = if after == 0 {
@@ -971,23 +1013,33 @@ impl Faults {
                 .cloned()
                 .collect()
         };
-        let mut cur = vec![frame];
+        // Each frame with its view, parsed at most once (and again only
+        // after a `corrupt` rule changed its bytes).
+        let mut cur = vec![(frame, v)];
         for r in rules {
             let mut next = Vec::with_capacity(cur.len());
-            for f in cur {
-                self.run_rule(&r, dir, f, &mut next);
+            for (f, v) in cur {
+                self.run_rule(&r, dir, f, v, now, &mut next);
             }
             cur = next;
             if cur.is_empty() {
                 break;
             }
         }
-        cur
+        cur.into_iter().map(|(f, _)| f).collect()
     }
 
-    fn run_rule(&self, r: &Rule, dir: Dir, mut f: Frame, out: &mut Vec<Frame>) {
-        if !r.matcher.matches(&f.data, &mut None) {
-            out.push(f);
+    fn run_rule(
+        &self,
+        r: &Rule,
+        dir: Dir,
+        mut f: Frame,
+        mut v: Option<FrameView>,
+        now: Instant,
+        out: &mut Vec<(Frame, Option<FrameView>)>,
+    ) {
+        if !r.matcher.matches(&f.data, &mut v) {
+            out.push((f, v));
             return;
         }
         r.matched.fetch_add(1, Relaxed);
@@ -996,11 +1048,12 @@ impl Faults {
         st.matched += 1;
         if s.action == FaultAction::MpaSettle {
             drop(st);
-            self.settle(r, dir, f, out);
+            if let Some(f) = self.settle(r, dir, f, now) {
+                out.push((f, v));
+            }
             return;
         }
         if s.action == FaultAction::Rate {
-            let now = Instant::now();
             let dt = now.duration_since(st.refilled).as_secs_f64();
             st.refilled = now;
             let rate = s.fps.or(s.bps).unwrap_or(1.0);
@@ -1013,7 +1066,7 @@ impl Faults {
             };
             if st.tokens >= cost {
                 st.tokens -= cost;
-                out.push(f);
+                out.push((f, v));
             } else {
                 r.acted.fetch_add(1, Relaxed);
             }
@@ -1025,7 +1078,7 @@ impl Faults {
             _ => true,
         };
         if !go {
-            out.push(f);
+            out.push((f, v));
             return;
         }
         match s.action {
@@ -1035,14 +1088,15 @@ impl Faults {
             | FaultAction::MpaSettle => {}
             FaultAction::Dup => {
                 for _ in 0..s.copies.unwrap_or(1) {
-                    out.push(f.clone());
+                    out.push((f.clone(), v));
                 }
-                out.push(f);
+                out.push((f, v));
             }
             FaultAction::Corrupt => {
                 let x = s.xor.unwrap_or(0xff);
                 let at = if s.icrc {
-                    icrc_offset(&f.data).map(|o| (o, 4))
+                    let v = v.get_or_insert_with(|| view(&f.data));
+                    icrc_offset_view(v, &f.data).map(|o| (o, 4))
                 } else if let Some(o) = s.offset {
                     (o < f.data.len()).then_some((o, 1))
                 } else {
@@ -1057,11 +1111,12 @@ impl Faults {
                     }
                     None => {
                         // Nothing to corrupt (not RoCE, or short): passes.
-                        out.push(f);
+                        out.push((f, v));
                         return;
                     }
                 }
-                out.push(f);
+                // The bytes changed: later rules parse them again.
+                out.push((f, None));
             }
             FaultAction::Delay => {
                 let j = s.jitter_ms.unwrap_or(0);
@@ -1077,7 +1132,7 @@ impl Faults {
                     frame: f,
                     counted: true,
                 };
-                self.schedule(job, Duration::from_millis(ms));
+                self.schedule(job, now + Duration::from_millis(ms));
             }
             FaultAction::Reorder => {
                 if !self.reserve(r) {
@@ -1090,7 +1145,8 @@ impl Faults {
                         rule: r.id,
                         batch: st.batch,
                     };
-                    self.schedule(job, Duration::from_millis(s.hold_ms.unwrap_or(100)));
+                    let hold = Duration::from_millis(s.hold_ms.unwrap_or(100));
+                    self.schedule(job, now + hold);
                 }
                 if st.held.len() >= s.window.unwrap_or(4) {
                     let batch = shuffle(&mut st);
@@ -1098,9 +1154,9 @@ impl Faults {
                     for (d, f) in batch {
                         self.held[r.port].fetch_sub(1, Relaxed);
                         if d == dir {
-                            out.push(f);
+                            out.push((f, None));
                         } else {
-                            self.schedule_release(r.port, d, r.id, f, Duration::ZERO);
+                            self.schedule_release(r.port, d, r.id, f, now);
                         }
                     }
                 }
@@ -1110,30 +1166,28 @@ impl Faults {
     }
 
     /// `mpa-settle` (module [`crate::mpa_settle`]): lets an MPA Reply
-    /// through and holds what follows it for a while, in order.
-    fn settle(&self, r: &Rule, dir: Dir, f: Frame, out: &mut Vec<Frame>) {
+    /// through and holds what follows it for a while, in order. Returns the
+    /// frame if it passes now.
+    fn settle(&self, r: &Rule, dir: Dir, f: Frame, now: Instant) -> Option<Frame> {
         use crate::mpa_settle::Offer;
         let delay = Duration::from_millis(r.spec.delay_ms.unwrap_or(0));
         let mut st = lock(&r.state);
-        match st
-            .settle
-            .offer(dir, f, Instant::now(), delay, || self.reserve(r))
-        {
-            Ok(Offer::Pass(f)) => out.push(f),
+        match st.settle.offer(dir, f, now, delay, || self.reserve(r)) {
+            Ok(Offer::Pass(f)) => Some(f),
             Ok(Offer::Untracked(f)) => {
                 r.overflow.fetch_add(1, Relaxed);
-                out.push(f);
+                Some(f)
             }
             Ok(Offer::Held(job)) => {
                 r.acted.fetch_add(1, Relaxed);
                 if let Some((pair, at)) = job {
                     drop(st);
-                    let wait = at.saturating_duration_since(Instant::now());
-                    self.schedule(Job::Settle { rule: r.id, pair }, wait);
+                    self.schedule(Job::Settle { rule: r.id, pair }, at.max(now));
                 }
+                None
             }
             // Beyond the held-frame bound: dropped (`reserve` counted it).
-            Err(_) => {}
+            Err(_) => None,
         }
     }
 
@@ -1153,7 +1207,8 @@ impl Faults {
         true
     }
 
-    fn schedule_release(&self, port: usize, dir: Dir, after: u32, frame: Frame, d: Duration) {
+    /// Hands `frame` back to the fabric at `due` (now: at once).
+    fn schedule_release(&self, port: usize, dir: Dir, after: u32, frame: Frame, due: Instant) {
         self.schedule(
             Job::Release {
                 port,
@@ -1162,15 +1217,15 @@ impl Faults {
                 frame,
                 counted: false,
             },
-            d,
+            due,
         );
     }
 
-    fn schedule(&self, job: Job, d: Duration) {
+    /// Queues `job` for the timer thread at `due`.
+    fn schedule(&self, job: Job, due: Instant) {
         let mut q = lock(&self.timer);
         q.seq += 1;
         let seq = q.seq;
-        let due = Instant::now() + d;
         let wake = q.heap.peek().is_none_or(|t| due < t.due);
         q.heap.push(Timed { due, seq, job });
         drop(q);
@@ -1192,9 +1247,11 @@ impl Faults {
         self.timer_running.store(true, SeqCst);
         while !self.stop.load(SeqCst) {
             let mut due = Vec::new();
+            // One clock reading per round: what is due and what the
+            // released jobs count from.
+            let now = Instant::now();
             {
                 let mut q = lock(&self.timer);
-                let now = Instant::now();
                 while q.heap.peek().is_some_and(|t| t.due <= now) {
                     if let Some(t) = q.heap.pop() {
                         due.push(t.job);
@@ -1241,7 +1298,7 @@ impl Faults {
                         // Deliver under the rule's lock: a segment of this
                         // host pair arriving meanwhile waits, then follows.
                         let st = &mut *lock(&r.state);
-                        let (frames, next) = st.settle.release(&pair, Instant::now());
+                        let (frames, next) = st.settle.release(&pair, now);
                         for (dir, frame) in frames {
                             self.held[r.port].fetch_sub(1, Relaxed);
                             deliver(Released {
@@ -1252,8 +1309,7 @@ impl Faults {
                             });
                         }
                         if let Some(at) = next {
-                            let wait = at.saturating_duration_since(Instant::now());
-                            self.schedule(Job::Settle { rule, pair }, wait);
+                            self.schedule(Job::Settle { rule, pair }, at.max(now));
                         }
                     }
                     Job::Flush { rule, batch } => {
@@ -1497,5 +1553,63 @@ mod tests {
             "action \"nope\": use drop, dup, reorder, delay, corrupt, rate, link-down or mpa-settle"
         );
         assert_eq!(String::from(FaultError::Qpn), "qpn is 24 bits");
+    }
+
+    fn roce(qpn: u32, psn: u32) -> Vec<u8> {
+        use roce_model::{FrameBuilder, NetParams, PacketBuilder};
+        FrameBuilder {
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            vlan_tci: None,
+            net: NetParams::Ipv4 {
+                src: [10, 0, 0, 1],
+                dst: [10, 0, 0, 2],
+                tos: 0,
+                ttl: 64,
+                ident: 1,
+                udp_src_port: 49152,
+            },
+        }
+        .build(&PacketBuilder::new(Opcode::RcSendOnly, qpn, psn).payload(b"data"))
+        .unwrap()
+    }
+
+    #[test]
+    fn rules_read_the_view_and_take_time_as_input() {
+        let f = Faults::new(vec!["p0".into()]);
+        f.add(FaultSpec {
+            port: "p0".into(),
+            qpn: Some(5),
+            psn: Some("10-20".into()),
+            opcode: Some("RC_SEND_ONLY".into()),
+            action: FaultAction::Rate,
+            fps: Some(10.0),
+            burst: Some(1.0),
+            ..FaultSpec::default()
+        })
+        .unwrap();
+        let frame = |data: Vec<u8>| Frame {
+            data,
+            ..Frame::default()
+        };
+        let t0 = Instant::now();
+        let run = |data: Vec<u8>, t: Instant| {
+            f.apply_view(0, Dir::Ingress, &view(&data), frame(data.clone()), t)
+                .len()
+        };
+        // Not matched (another QP, a PSN outside the range): never limited.
+        for _ in 0..3 {
+            assert_eq!(run(roce(6, 15), t0), 1);
+            assert_eq!(run(roce(5, 21), t0), 1);
+        }
+        // Matched: one frame per 100 ms of the caller's clock.
+        assert_eq!(run(roce(5, 15), t0), 1);
+        assert_eq!(run(roce(5, 15), t0), 0);
+        assert_eq!(run(roce(5, 10), t0 + Duration::from_millis(50)), 0);
+        assert_eq!(run(roce(5, 20), t0 + Duration::from_millis(200)), 1);
+        // apply (parses, reads the clock) agrees with apply_view.
+        assert_eq!(f.apply(0, Dir::Ingress, frame(roce(6, 15))).len(), 1);
+        let st = f.status();
+        assert_eq!((st.rules[0].matched, st.rules[0].acted), (4, 2));
     }
 }
