@@ -940,12 +940,18 @@ impl Faults {
     /// [`apply_view`](Self::apply_view) takes both as input.
     pub fn apply(&self, port: usize, dir: Dir, frame: Frame) -> Vec<Frame> {
         self.apply_at(port, dir, frame, None, Instant::now())
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
     }
 
     /// [`apply`](Self::apply) for a frame parsed already: `v` must be the
-    /// view of `frame.data` (rules read it instead of parsing; after a
-    /// `corrupt` rule changed the bytes, later rules parse again). `now` is
-    /// the time rate limits, delays and reorder holds count from.
+    /// view of `frame.data`. Rules read it instead of parsing, and each frame
+    /// that passes comes back with its view, for the stages after faults:
+    /// the same view, unless a `corrupt` rule changed the bytes or a
+    /// reorder batch released frames of earlier calls (those are parsed
+    /// again, once). `now` is the time rate limits, delays and reorder holds
+    /// count from.
     pub fn apply_view(
         &self,
         port: usize,
@@ -953,8 +959,14 @@ impl Faults {
         v: &FrameView,
         frame: Frame,
         now: Instant,
-    ) -> Vec<Frame> {
+    ) -> Vec<(Frame, FrameView)> {
         self.apply_at(port, dir, frame, Some(*v), now)
+            .into_iter()
+            .map(|(f, v)| {
+                let v = v.unwrap_or_else(|| view(&f.data));
+                (f, v)
+            })
+            .collect()
     }
 
     fn apply_at(
@@ -964,7 +976,7 @@ impl Faults {
         frame: Frame,
         v: Option<FrameView>,
         now: Instant,
-    ) -> Vec<Frame> {
+    ) -> Vec<(Frame, Option<FrameView>)> {
         if !self.link_up(port) {
             self.links[port].drops.fetch_add(1, Relaxed);
             return Vec::new();
@@ -986,6 +998,9 @@ impl Faults {
             return Vec::new();
         }
         self.run(r.port, r.dir, r.after, r.frame, None, now)
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
     }
 
     fn run(
@@ -996,7 +1011,7 @@ impl Faults {
         frame: Frame,
         v: Option<FrameView>,
         now: Instant,
-    ) -> Vec<Frame> {
+    ) -> Vec<(Frame, Option<FrameView>)> {
         let rules: Vec<Arc<Rule>> = {
             let all = self.rules.read().unwrap_or_else(|e| e.into_inner());
             let start = if after == 0 {
@@ -1026,7 +1041,7 @@ impl Faults {
                 break;
             }
         }
-        cur.into_iter().map(|(f, _)| f).collect()
+        cur
     }
 
     fn run_rule(
@@ -1607,9 +1622,59 @@ mod tests {
         assert_eq!(run(roce(5, 15), t0), 0);
         assert_eq!(run(roce(5, 10), t0 + Duration::from_millis(50)), 0);
         assert_eq!(run(roce(5, 20), t0 + Duration::from_millis(200)), 1);
+        // What passes comes back with its view.
+        let data = roce(5, 15);
+        let out = f.apply_view(
+            0,
+            Dir::Egress,
+            &view(&data),
+            frame(data.clone()),
+            t0 + Duration::from_secs(1),
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].1, view(&out[0].0.data));
         // apply (parses, reads the clock) agrees with apply_view.
         assert_eq!(f.apply(0, Dir::Ingress, frame(roce(6, 15))).len(), 1);
         let st = f.status();
-        assert_eq!((st.rules[0].matched, st.rules[0].acted), (4, 2));
+        assert_eq!((st.rules[0].matched, st.rules[0].acted), (5, 2));
+    }
+
+    #[test]
+    fn a_corrupted_frame_comes_back_with_a_fresh_view() {
+        let f = Faults::new(vec!["p0".into()]);
+        let base = FaultSpec {
+            port: "p0".into(),
+            ..FaultSpec::default()
+        };
+        // Flip the last byte of the IPv4 destination, then match on the new
+        // destination: the second rule must see the changed bytes.
+        f.add(FaultSpec {
+            action: FaultAction::Corrupt,
+            offset: Some(33),
+            xor: Some(0x01),
+            ..base.clone()
+        })
+        .unwrap();
+        f.add(FaultSpec {
+            action: FaultAction::Dup,
+            fields: MatchSpec {
+                dst_ip: Some("10.0.0.3".into()),
+                ..MatchSpec::default()
+            },
+            ..base
+        })
+        .unwrap();
+        let data = roce(5, 1);
+        let v = view(&data);
+        let fr = Frame {
+            data,
+            ..Frame::default()
+        };
+        let out = f.apply_view(0, Dir::Ingress, &v, fr, Instant::now());
+        assert_eq!(out.len(), 2, "the dup rule saw the corrupted destination");
+        for (f, w) in &out {
+            assert_eq!(w.dst_ip(), Some("10.0.0.3".parse().unwrap()));
+            assert_eq!(*w, view(&f.data));
+        }
     }
 }
