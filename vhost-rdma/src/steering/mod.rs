@@ -5,7 +5,8 @@
 //!   reporting only (`VIRTIO_NET_CTRL_MQ_HASH_CONFIG`) over the control queue
 //!   (test-device form); the host adds flow rules through the control socket
 //!   or the config file (`[[port.flow-rule]]`).
-//! * For every frame towards the port the fabric asks [`PortSteering::steer`]:
+//! * For every frame towards the port the fabric asks [`PortSteering::steer`]
+//!   (or [`PortSteering::steer_view`] with the frame's parsed view):
 //!   flow rules first (a `drop` rule drops, counted), then RSS (Toeplitz
 //!   hash, indirection table), else the fabric's FNV flow hash as before.
 //!   The hash value and report go into the 20-byte RX header when the guest
@@ -422,8 +423,8 @@ impl PortSteering {
 
     /// Chooses the queue pair for a frame: rules, then RSS, else the FNV flow
     /// hash over the `active` queue pairs; a queue the guest has not enabled
-    /// falls back to 0. No side effects. Parses `data`; [`steer_view`]
-    /// (Self::steer_view) reads a view parsed already.
+    /// falls back to 0. No side effects. Parses `data`;
+    /// [`steer_view`](Self::steer_view) reads a view parsed already.
     pub fn steer(&self, data: &[u8], active: usize, enabled: impl Fn(usize) -> bool) -> Steer {
         self.steer_view(&view(data), active, enabled)
     }
