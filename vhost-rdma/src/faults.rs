@@ -1063,7 +1063,8 @@ impl Faults {
         st.matched += 1;
         if s.action == FaultAction::MpaSettle {
             drop(st);
-            if let Some(f) = self.settle(r, dir, f, now) {
+            let w = *v.get_or_insert_with(|| view(&f.data));
+            if let Some(f) = self.settle(r, dir, f, &w, now) {
                 out.push((f, v));
             }
             return;
@@ -1183,11 +1184,14 @@ impl Faults {
     /// `mpa-settle` (module [`crate::mpa_settle`]): lets an MPA Reply
     /// through and holds what follows it for a while, in order. Returns the
     /// frame if it passes now.
-    fn settle(&self, r: &Rule, dir: Dir, f: Frame, now: Instant) -> Option<Frame> {
+    fn settle(&self, r: &Rule, dir: Dir, f: Frame, v: &FrameView, now: Instant) -> Option<Frame> {
         use crate::mpa_settle::Offer;
         let delay = Duration::from_millis(r.spec.delay_ms.unwrap_or(0));
         let mut st = lock(&r.state);
-        match st.settle.offer(dir, f, now, delay, || self.reserve(r)) {
+        match st
+            .settle
+            .offer_view(dir, f, v, now, delay, || self.reserve(r))
+        {
             Ok(Offer::Pass(f)) => Some(f),
             Ok(Offer::Untracked(f)) => {
                 r.overflow.fetch_add(1, Relaxed);
