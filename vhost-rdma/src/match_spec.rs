@@ -232,17 +232,24 @@ macro_rules! strict_rule_serde {
                         $ty::deserialize(d).map(Own)
                     }
                 }
+                // Refusing inside the derived map visit (not after it) keeps
+                // the position the format adds to errors (serde_json's
+                // "at line L column C", toml's span).
+                fn no_unknown<'de, D: ::serde::Deserializer<'de>>(d: D) -> Result<(), D::Error> {
+                    let rest =
+                        <$crate::match_spec::Leftovers as ::serde::Deserialize>::deserialize(d)?;
+                    $crate::match_spec::reject_unknown(&rest, $fields)
+                }
                 #[derive(::serde::Deserialize)]
                 struct Strict {
                     #[serde(flatten)]
                     fields: $crate::match_spec::MatchSpec,
                     #[serde(flatten)]
                     own: Own,
-                    #[serde(flatten)]
-                    rest: $crate::match_spec::Leftovers,
+                    #[serde(flatten, deserialize_with = "no_unknown")]
+                    _rest: (),
                 }
                 let s = Strict::deserialize(d)?;
-                $crate::match_spec::reject_unknown(&s.rest, $fields)?;
                 Ok($ty {
                     fields: s.fields,
                     ..s.own.0

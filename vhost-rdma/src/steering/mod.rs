@@ -904,6 +904,10 @@ mod tests {
             ),
             "{e}"
         );
+        assert!(
+            e.ends_with(" at line 1 column 27"),
+            "the position is kept: {e}"
+        );
         let e = toml::from_str::<FlowRuleSpec>("queue = 1\nqpn = 3\n").unwrap_err();
         assert!(e.to_string().contains("unknown field `qpn`"), "{e}");
         let t: FlowRuleSpec =
