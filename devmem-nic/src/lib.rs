@@ -6,7 +6,8 @@
 //!
 //! 1. [`parse`](parse::parse): Ethernet (+ one VLAN tag), IPv4 (options,
 //!    fragments), IPv6 (extension headers, Home Address option, type 2
-//!    Routing header), TCP, UDP. Never panics.
+//!    Routing header), TCP, UDP, RoCEv2 BTH. Never panics. The result is the
+//!    one `Copy` view of a frame that callers share between their stages.
 //! 2. [`steering`]: flow rules with masks, priorities and `Queue`/`Drop`
 //!    actions, evaluated before RSS.
 //! 3. [`rss`]: the virtio-net hash-type selection and [`toeplitz`] hash,
@@ -35,7 +36,7 @@ pub mod toeplitz;
 
 pub use error::NicError;
 pub use nic::{Decision, Delivery, Nic, NicConfig, NicCounters, Reason, RxOutcome};
-pub use parse::{parse, ParsedFrame};
+pub use parse::{parse, ParsedFrame, RoceBth};
 pub use pool::{BufferId, BufferPool};
 pub use queue::{DropReason, HdsConfig, Placement, QueueConfig, QueueCounters, RxQueue, Segment};
 pub use rss::{hash_types, HashConfig, HashReport, HashResult, RssConfig, RssLimits};

@@ -20,17 +20,16 @@
 //!   (ci/README.md) are not hit by data arriving right behind the Reply.
 
 pub use crate::frame::Dir;
-use crate::frame::Frame;
-use crate::steering::FlowRuleSpec;
-use devmem_nic::parse::{parse, L4Proto};
-use roce_model::headers::Header;
-use roce_model::{Bth, Opcode};
+use crate::frame::{view, Frame, FrameView};
+use crate::match_spec::{MatchError, MatchSpec};
+use roce_model::Opcode;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
+use thiserror::Error;
 
 /// Fault rules in the whole daemon.
 pub const MAX_FAULT_RULES: usize = 64;
@@ -40,8 +39,105 @@ pub const MAX_HELD_PER_PORT: usize = 4096;
 pub const MAX_WINDOW: usize = 1024;
 /// Largest delay or jitter.
 pub const MAX_DELAY_MS: u64 = 60_000;
-/// RoCEv2 UDP port.
-const ROCE_PORT: u16 = 4791;
+
+/// Why a fault rule (or a link request) is refused. The messages are what
+/// the control socket and the config check show.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum FaultError {
+    /// A match field does not parse.
+    #[error(transparent)]
+    Match(#[from] MatchError),
+    /// Not an action name.
+    #[error("action {0:?}: use drop, dup, reorder, delay, corrupt, rate, link-down or mpa-settle")]
+    Action(String),
+    /// Not an opcode number or name.
+    #[error("opcode {0:?}: a number or a name such as RC_SEND_ONLY")]
+    Opcode(String),
+    /// A PSN that is not a 24-bit number.
+    #[error("PSN {0:?}: a number up to 16777215")]
+    Psn(String),
+    /// A QPN above 24 bits.
+    #[error("qpn is 24 bits")]
+    Qpn,
+    /// `prob` outside 0..=1.
+    #[error("prob {0} is not in 0..=1")]
+    Prob(f64),
+    /// `every = 0`.
+    #[error("every must be at least 1")]
+    EveryZero,
+    /// Both `prob` and `every`.
+    #[error("give at most one of prob and every")]
+    ProbAndEvery,
+    /// Options of another action.
+    #[error("{options} does not apply to action {action}")]
+    NotForAction {
+        /// The kinds of option that do not apply.
+        options: &'static str,
+        /// The rule's action.
+        action: FaultAction,
+    },
+    /// `copies` outside 1..=16.
+    #[error("copies must be 1..=16")]
+    Copies,
+    /// `window` outside 2..=MAX_WINDOW.
+    #[error("window must be 2..={MAX_WINDOW}")]
+    Window,
+    /// `hold-ms` above MAX_DELAY_MS.
+    #[error("hold-ms above {MAX_DELAY_MS}")]
+    HoldMs,
+    /// `delay` without `delay-ms`.
+    #[error("delay needs delay-ms")]
+    DelayMissing,
+    /// `delay-ms` or `jitter-ms` above MAX_DELAY_MS.
+    #[error("delay-ms and jitter-ms are at most {MAX_DELAY_MS}")]
+    DelayTooLong,
+    /// Both `offset` and `icrc`.
+    #[error("give at most one of offset and icrc")]
+    OffsetAndIcrc,
+    /// `xor = 0`.
+    #[error("xor 0 changes nothing")]
+    XorZero,
+    /// `mpa-settle` with `jitter-ms`, `prob` or `every`.
+    #[error("mpa-settle takes none of jitter-ms, prob and every")]
+    SettleOptions,
+    /// `mpa-settle` without a `delay-ms` in range.
+    #[error("mpa-settle needs delay-ms 1..={MAX_DELAY_MS}")]
+    SettleDelay,
+    /// `rate` with `prob` or `every`.
+    #[error("rate takes neither prob nor every")]
+    RateOptions,
+    /// `rate` without exactly one positive `fps` or `bps`.
+    #[error("rate needs exactly one of fps and bps, above 0")]
+    RateNeeds,
+    /// `burst` below 1.
+    #[error("burst must be at least 1")]
+    Burst,
+    /// No port of that name.
+    #[error("no port named {0:?}")]
+    NoPort(String),
+    /// At the rule limit.
+    #[error("too many fault rules (at most {max}, [limits] fault-rules); delete some first")]
+    TooMany {
+        /// The limit.
+        max: usize,
+    },
+    /// Rule id 0.
+    #[error("rule id 0 is reserved")]
+    IdZero,
+    /// A rule with that id is installed.
+    #[error("fault rule {0} exists already")]
+    Exists(u32),
+    /// No rule with that id.
+    #[error("no fault rule {0}")]
+    NoRule(u32),
+}
+
+/// The control socket's handlers still answer with `String` errors.
+impl From<FaultError> for String {
+    fn from(e: FaultError) -> String {
+        e.to_string()
+    }
+}
 
 /// What a rule does to the frames it selects.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,8 +209,8 @@ impl FaultAction {
 }
 
 impl std::str::FromStr for FaultAction {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = FaultError;
+    fn from_str(s: &str) -> Result<Self, FaultError> {
         Ok(match s {
             "drop" => FaultAction::Drop,
             "dup" | "duplicate" => FaultAction::Dup,
@@ -124,11 +220,7 @@ impl std::str::FromStr for FaultAction {
             "rate" | "rate-limit" => FaultAction::Rate,
             "link-down" => FaultAction::LinkDown,
             "mpa-settle" => FaultAction::MpaSettle,
-            _ => {
-                return Err(format!(
-                    "action {s:?}: use drop, dup, reorder, delay, corrupt, rate, link-down or mpa-settle"
-                ))
-            }
+            _ => return Err(FaultError::Action(s.to_string())),
         })
     }
 }
@@ -150,8 +242,11 @@ impl std::fmt::Display for FaultAction {
 
 /// A fault rule as the control socket and the config file (`[[fault]]`)
 /// spell it. Every given match field must match.
+///
+/// Unknown keys are refused (as `deny_unknown_fields` would, which serde
+/// does not support next to `flatten`): see [`FAULT_FIELDS`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(remote = "Self", rename_all = "kebab-case")]
 pub struct FaultSpec {
     /// Rule id (unique); chosen by the daemon when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,24 +254,10 @@ pub struct FaultSpec {
     pub port: String,
     #[serde(default)]
     pub dir: Dir,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src_mac: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_mac: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ethertype: Option<u16>,
-    /// `ADDR` or `ADDR/PREFIX`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src_ip: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_ip: Option<String>,
-    /// `tcp`, `udp` or a number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proto: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src_port: Option<u16>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_port: Option<u16>,
+    /// The L2-L4 match (the same fields as a flow rule's).
+    // Deserialized next to the others by `strict_rule_serde!` below.
+    #[serde(flatten, skip_deserializing)]
+    pub fields: MatchSpec,
     /// RoCEv2 BTH opcode: a number or a name (`RC_SEND_ONLY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opcode: Option<String>,
@@ -228,7 +309,43 @@ pub struct FaultSpec {
     pub burst: Option<f64>,
 }
 
-fn parse_opcode(s: &str) -> Result<u8, String> {
+/// Every key of a [`FaultSpec`], in order: the list the "unknown field"
+/// error names.
+pub const FAULT_FIELDS: &[&str] = &[
+    "id",
+    "port",
+    "dir",
+    "src-mac",
+    "dst-mac",
+    "ethertype",
+    "src-ip",
+    "dst-ip",
+    "proto",
+    "src-port",
+    "dst-port",
+    "opcode",
+    "qpn",
+    "psn",
+    "action",
+    "prob",
+    "every",
+    "seed",
+    "copies",
+    "window",
+    "hold-ms",
+    "delay-ms",
+    "jitter-ms",
+    "offset",
+    "icrc",
+    "xor",
+    "fps",
+    "bps",
+    "burst",
+];
+
+crate::match_spec::strict_rule_serde!(FaultSpec, FAULT_FIELDS);
+
+fn parse_opcode(s: &str) -> Result<u8, FaultError> {
     let n = match s.strip_prefix("0x") {
         Some(h) => u8::from_str_radix(h, 16).ok(),
         None => s.parse::<u8>().ok(),
@@ -241,16 +358,16 @@ fn parse_opcode(s: &str) -> Result<u8, String> {
         .iter()
         .find(|o| o.info().name == want)
         .map(|o| o.as_u8())
-        .ok_or_else(|| format!("opcode {s:?}: a number or a name such as RC_SEND_ONLY"))
+        .ok_or_else(|| FaultError::Opcode(s.to_string()))
 }
 
-fn parse_psn(s: &str) -> Result<(u32, u32), String> {
+fn parse_psn(s: &str) -> Result<(u32, u32), FaultError> {
     let num = |x: &str| {
         x.trim()
             .parse::<u32>()
             .ok()
             .filter(|&v| v <= 0xff_ffff)
-            .ok_or_else(|| format!("PSN {x:?}: a number up to 16777215"))
+            .ok_or_else(|| FaultError::Psn(x.to_string()))
     };
     match s.split_once('-') {
         Some((a, b)) => Ok((num(a)?, num(b)?)),
@@ -262,22 +379,25 @@ fn parse_psn(s: &str) -> Result<(u32, u32), String> {
 }
 
 impl FaultSpec {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), FaultError> {
         use FaultAction::*;
         if let Some(p) = self.prob {
             if !(0.0..=1.0).contains(&p) {
-                return Err(format!("prob {p} is not in 0..=1"));
+                return Err(FaultError::Prob(p));
             }
         }
         if self.every == Some(0) {
-            return Err("every must be at least 1".into());
+            return Err(FaultError::EveryZero);
         }
         if self.prob.is_some() && self.every.is_some() {
-            return Err("give at most one of prob and every".into());
+            return Err(FaultError::ProbAndEvery);
         }
-        let only = |ok: &[Option<()>], name: &str| -> Result<(), String> {
+        let only = |ok: &[Option<()>], options: &'static str| -> Result<(), FaultError> {
             if ok.iter().any(|o| o.is_some()) {
-                Err(format!("{name} does not apply to action {}", self.action))
+                Err(FaultError::NotForAction {
+                    options,
+                    action: self.action,
+                })
             } else {
                 Ok(())
             }
@@ -296,60 +416,60 @@ impl FaultSpec {
             Dup => {
                 only(&[w, d, x, r], "window/delay/corrupt/rate options")?;
                 if !(1..=16).contains(&self.copies.unwrap_or(1)) {
-                    return Err("copies must be 1..=16".into());
+                    return Err(FaultError::Copies);
                 }
             }
             Reorder => {
                 only(&[c, d, x, r], "copies/delay/corrupt/rate options")?;
                 let win = self.window.unwrap_or(4);
                 if !(2..=MAX_WINDOW).contains(&win) {
-                    return Err(format!("window must be 2..={MAX_WINDOW}"));
+                    return Err(FaultError::Window);
                 }
                 if self.hold_ms.unwrap_or(0) > MAX_DELAY_MS {
-                    return Err(format!("hold-ms above {MAX_DELAY_MS}"));
+                    return Err(FaultError::HoldMs);
                 }
             }
             Delay => {
                 only(&[c, w, x, r], "copies/window/corrupt/rate options")?;
                 if self.delay_ms.is_none() {
-                    return Err("delay needs delay-ms".into());
+                    return Err(FaultError::DelayMissing);
                 }
                 if self.delay_ms.unwrap_or(0) > MAX_DELAY_MS
                     || self.jitter_ms.unwrap_or(0) > MAX_DELAY_MS
                 {
-                    return Err(format!("delay-ms and jitter-ms are at most {MAX_DELAY_MS}"));
+                    return Err(FaultError::DelayTooLong);
                 }
             }
             Corrupt => {
                 only(&[c, w, d, r], "copies/window/delay/rate options")?;
                 if self.icrc && self.offset.is_some() {
-                    return Err("give at most one of offset and icrc".into());
+                    return Err(FaultError::OffsetAndIcrc);
                 }
                 if self.xor == Some(0) {
-                    return Err("xor 0 changes nothing".into());
+                    return Err(FaultError::XorZero);
                 }
             }
             MpaSettle => {
                 only(&[c, w, x, r], "copies/window/corrupt/rate options")?;
                 if self.jitter_ms.is_some() || self.prob.is_some() || self.every.is_some() {
-                    return Err("mpa-settle takes none of jitter-ms, prob and every".into());
+                    return Err(FaultError::SettleOptions);
                 }
                 match self.delay_ms {
                     Some(1..=MAX_DELAY_MS) => {}
-                    _ => return Err(format!("mpa-settle needs delay-ms 1..={MAX_DELAY_MS}")),
+                    _ => return Err(FaultError::SettleDelay),
                 }
             }
             Rate => {
                 only(&[c, w, d, x], "copies/window/delay/corrupt options")?;
                 if self.prob.is_some() || self.every.is_some() {
-                    return Err("rate takes neither prob nor every".into());
+                    return Err(FaultError::RateOptions);
                 }
                 match (self.fps, self.bps) {
                     (Some(v), None) | (None, Some(v)) if v > 0.0 && v.is_finite() => {}
-                    _ => return Err("rate needs exactly one of fps and bps, above 0".into()),
+                    _ => return Err(FaultError::RateNeeds),
                 }
                 if self.burst.is_some_and(|b| !(b >= 1.0 && b.is_finite())) {
-                    return Err("burst must be at least 1".into());
+                    return Err(FaultError::Burst);
                 }
             }
         }
@@ -362,19 +482,12 @@ impl FaultSpec {
             self.port.clone(),
             format!("{:?}", self.dir).to_ascii_lowercase(),
         ];
+        v.extend(self.fields.describe());
         let mut f = |k: &str, x: Option<String>| {
             if let Some(x) = x {
                 v.push(format!("{k} {x}"));
             }
         };
-        f("src-mac", self.src_mac.clone());
-        f("dst-mac", self.dst_mac.clone());
-        f("ethertype", self.ethertype.map(|e| format!("{e:#06x}")));
-        f("proto", self.proto.clone());
-        f("src-ip", self.src_ip.clone());
-        f("src-port", self.src_port.map(|p| p.to_string()));
-        f("dst-ip", self.dst_ip.clone());
-        f("dst-port", self.dst_port.map(|p| p.to_string()));
         f("opcode", self.opcode.clone());
         f("qpn", self.qpn.map(|q| q.to_string()));
         f("psn", self.psn.clone());
@@ -401,9 +514,11 @@ impl FaultSpec {
     }
 }
 
-/// Compiled match of a rule.
+/// Compiled match of a rule: the shared L2-L4 matcher plus the RoCEv2
+/// fields only faults match on.
 #[derive(Debug)]
 struct Matcher {
+    /// `None`: no L2-L4 field given (matches every frame).
     flow: Option<devmem_nic::FlowMatch>,
     opcode: Option<u8>,
     qpn: Option<u32>,
@@ -411,27 +526,14 @@ struct Matcher {
 }
 
 impl Matcher {
-    fn new(s: &FaultSpec) -> Result<Self, String> {
-        let fs = FlowRuleSpec {
-            src_mac: s.src_mac.clone(),
-            dst_mac: s.dst_mac.clone(),
-            ethertype: s.ethertype,
-            src_ip: s.src_ip.clone(),
-            dst_ip: s.dst_ip.clone(),
-            proto: s.proto.clone(),
-            src_port: s.src_port,
-            dst_port: s.dst_port,
-            drop: true,
-            ..FlowRuleSpec::default()
-        };
+    fn new(s: &FaultSpec) -> Result<Self, FaultError> {
         let qpn = s.qpn;
         if qpn.is_some_and(|q| q > 0xff_ffff) {
-            return Err("qpn is 24 bits".into());
+            return Err(FaultError::Qpn);
         }
-        // An empty match (no L2-L4 field given) matches everything.
-        let flow = fs.to_rule(0)?.matcher;
+        let flow = s.fields.compile()?;
         Ok(Matcher {
-            flow: (flow != devmem_nic::FlowMatch::default()).then_some(flow),
+            flow: (!s.fields.is_empty()).then_some(flow),
             opcode: s.opcode.as_deref().map(parse_opcode).transpose()?,
             qpn,
             psn: s.psn.as_deref().map(parse_psn).transpose()?,
@@ -442,29 +544,33 @@ impl Matcher {
         self.opcode.is_some() || self.qpn.is_some() || self.psn.is_some()
     }
 
-    fn matches(&self, data: &[u8]) -> bool {
+    /// Whether `data` matches, parsing it into `v` only if a field needs
+    /// reading and no view is there yet.
+    fn matches(&self, data: &[u8], v: &mut Option<FrameView>) -> bool {
         if self.flow.is_none() && !self.roce() {
             return true;
         }
-        let p = parse(data);
+        self.matches_view(v.get_or_insert_with(|| view(data)))
+    }
+
+    fn matches_view(&self, v: &FrameView) -> bool {
         if let Some(m) = &self.flow {
-            if !m.matches(&p) {
+            if !m.matches(v) {
                 return false;
             }
         }
         if !self.roce() {
             return true;
         }
-        if !p
-            .l4
-            .is_some_and(|l| l.proto == L4Proto::Udp && l.dst_port == ROCE_PORT)
-        {
-            return false;
-        }
-        let Some(Ok(bth)) = data.get(p.l4_offset + 8..).map(Bth::parse) else {
+        // A BTH whose opcode roce-model does not know matches no RoCE field
+        // (as when the BTH was parsed with roce-model here).
+        let Some(bth) = v
+            .bth
+            .filter(|b| v.is_rocev2() && Opcode::try_from(b.opcode).is_ok())
+        else {
             return false;
         };
-        if self.opcode.is_some_and(|o| o != bth.opcode.as_u8()) {
+        if self.opcode.is_some_and(|o| o != bth.opcode) {
             return false;
         }
         if self.qpn.is_some_and(|q| q != bth.dest_qp) {
@@ -484,13 +590,16 @@ impl Matcher {
     }
 }
 
-/// Offset of the ICRC of a RoCEv2 frame.
+/// Offset of the ICRC of a RoCEv2 frame. Parses `data`;
+/// [`icrc_offset_view`] reads a view parsed already.
 pub fn icrc_offset(data: &[u8]) -> Option<usize> {
+    icrc_offset_view(&view(data), data)
+}
+
+/// [`icrc_offset`] with `v`, the view of `data`.
+pub fn icrc_offset_view(v: &FrameView, data: &[u8]) -> Option<usize> {
     roce_model::RoceFrame::parse(data).ok()?;
-    let p = parse(data);
-    let l4 = p.l4?;
-    (l4.proto == L4Proto::Udp && l4.dst_port == ROCE_PORT && p.l3_end >= 4)
-        .then(|| p.l3_end - roce_model::ICRC_LEN)
+    (v.is_rocev2() && v.l3_end >= 4).then(|| v.l3_end - roce_model::ICRC_LEN)
 }
 
 /// splitmix64.
@@ -706,15 +815,15 @@ impl Faults {
         self.active.store(on, Relaxed);
     }
 
-    fn port_index(&self, name: &str) -> Result<usize, String> {
+    fn port_index(&self, name: &str) -> Result<usize, FaultError> {
         self.names
             .iter()
             .position(|n| n == name)
-            .ok_or_else(|| format!("no port named {name:?}"))
+            .ok_or_else(|| FaultError::NoPort(name.to_string()))
     }
 
     /// Adds a rule; returns its id.
-    pub fn add(&self, mut spec: FaultSpec) -> Result<u32, String> {
+    pub fn add(&self, mut spec: FaultSpec) -> Result<u32, FaultError> {
         let port = self.port_index(&spec.port)?;
         spec.check()?;
         let matcher = Matcher::new(&spec)?;
@@ -722,15 +831,11 @@ impl Faults {
         let max = self.max_rules.load(Relaxed);
         if rules.len() >= max {
             self.refused_at_limit.fetch_add(1, Relaxed);
-            return Err(format!(
-                "too many fault rules (at most {max}, [limits] fault-rules); delete some first"
-            ));
+            return Err(FaultError::TooMany { max });
         }
         let id = match spec.id {
-            Some(0) => return Err("rule id 0 is reserved".into()),
-            Some(id) if rules.iter().any(|r| r.id == id) => {
-                return Err(format!("fault rule {id} exists already"))
-            }
+            Some(0) => return Err(FaultError::IdZero),
+            Some(id) if rules.iter().any(|r| r.id == id) => return Err(FaultError::Exists(id)),
             Some(id) => id,
             None => rules.iter().map(|r| r.id).max().unwrap_or(0) + 1,
         };
@@ -762,12 +867,12 @@ impl Faults {
     }
 
     /// Removes a rule; frames it holds for reordering are released at once.
-    pub fn del(&self, id: u32) -> Result<(), String> {
+    pub fn del(&self, id: u32) -> Result<(), FaultError> {
         let mut rules = self.rules.write().unwrap_or_else(|e| e.into_inner());
         let i = rules
             .iter()
             .position(|r| r.id == id)
-            .ok_or_else(|| format!("no fault rule {id}"))?;
+            .ok_or(FaultError::NoRule(id))?;
         let r = rules.remove(i);
         self.update_active(&rules);
         drop(rules);
@@ -779,13 +884,13 @@ impl Faults {
         };
         for (dir, frame) in held {
             self.held[r.port].fetch_sub(1, Relaxed);
-            self.schedule_release(r.port, dir, id, frame, Duration::ZERO);
+            self.schedule_release(r.port, dir, id, frame, Instant::now());
         }
         Ok(())
     }
 
     /// Sets a port's link up or down.
-    pub fn set_link(&self, port: &str, up: bool) -> Result<(), String> {
+    pub fn set_link(&self, port: &str, up: bool) -> Result<(), FaultError> {
         let i = self.port_index(port)?;
         self.links[i].down.store(!up, Relaxed);
         let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
@@ -830,26 +935,83 @@ impl Faults {
     }
 
     /// Runs a frame of `port` in direction `dir` (ingress or egress) through
-    /// the link state and the port's rules; returns what passes now.
+    /// the link state and the port's rules; returns what passes now. Reads
+    /// the clock and parses the frame if a rule needs it;
+    /// [`apply_view`](Self::apply_view) takes both as input.
     pub fn apply(&self, port: usize, dir: Dir, frame: Frame) -> Vec<Frame> {
+        self.apply_at(port, dir, frame, None, Instant::now())
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
+    }
+
+    /// [`apply`](Self::apply) for a frame parsed already: `v` must be the
+    /// view of `frame.data`. Rules read it instead of parsing, and each frame
+    /// that passes comes back with its view, for the stages after faults:
+    /// the same view, unless a `corrupt` rule changed the bytes or a
+    /// reorder batch released frames of earlier calls (those are parsed
+    /// again, once). `now` is the time rate limits, delays and reorder holds
+    /// count from.
+    pub fn apply_view(
+        &self,
+        port: usize,
+        dir: Dir,
+        v: &FrameView,
+        frame: Frame,
+        now: Instant,
+    ) -> Vec<(Frame, FrameView)> {
+        self.apply_at(port, dir, frame, Some(*v), now)
+            .into_iter()
+            .map(|(f, v)| {
+                let v = v.unwrap_or_else(|| view(&f.data));
+                (f, v)
+            })
+            .collect()
+    }
+
+    fn apply_at(
+        &self,
+        port: usize,
+        dir: Dir,
+        frame: Frame,
+        v: Option<FrameView>,
+        now: Instant,
+    ) -> Vec<(Frame, Option<FrameView>)> {
         if !self.link_up(port) {
             self.links[port].drops.fetch_add(1, Relaxed);
             return Vec::new();
         }
-        self.run(port, dir, 0, frame)
+        self.run(port, dir, 0, frame, v, now)
     }
 
     /// Continues a released frame through the rules after rule `after` (none
-    /// if that rule is gone: the frame was past it already).
+    /// if that rule is gone: the frame was past it already). Reads the
+    /// clock; [`apply_after_at`](Self::apply_after_at) takes it as input.
     pub fn apply_after(&self, r: Released) -> Vec<Frame> {
+        self.apply_after_at(r, Instant::now())
+    }
+
+    /// [`apply_after`](Self::apply_after) at time `now`.
+    pub fn apply_after_at(&self, r: Released, now: Instant) -> Vec<Frame> {
         if !self.link_up(r.port) {
             self.links[r.port].drops.fetch_add(1, Relaxed);
             return Vec::new();
         }
-        self.run(r.port, r.dir, r.after, r.frame)
+        self.run(r.port, r.dir, r.after, r.frame, None, now)
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
     }
 
-    fn run(&self, port: usize, dir: Dir, after: u32, frame: Frame) -> Vec<Frame> {
+    fn run(
+        &self,
+        port: usize,
+        dir: Dir,
+        after: u32,
+        frame: Frame,
+        v: Option<FrameView>,
+        now: Instant,
+    ) -> Vec<(Frame, Option<FrameView>)> {
         let rules: Vec<Arc<Rule>> = {
             let all = self.rules.read().unwrap_or_else(|e| e.into_inner());
             let start = if after == 0 {
@@ -866,11 +1028,13 @@ impl Faults {
                 .cloned()
                 .collect()
         };
-        let mut cur = vec![frame];
+        // Each frame with its view, parsed at most once (and again only
+        // after a `corrupt` rule changed its bytes).
+        let mut cur = vec![(frame, v)];
         for r in rules {
             let mut next = Vec::with_capacity(cur.len());
-            for f in cur {
-                self.run_rule(&r, dir, f, &mut next);
+            for (f, v) in cur {
+                self.run_rule(&r, dir, f, v, now, &mut next);
             }
             cur = next;
             if cur.is_empty() {
@@ -880,9 +1044,17 @@ impl Faults {
         cur
     }
 
-    fn run_rule(&self, r: &Rule, dir: Dir, mut f: Frame, out: &mut Vec<Frame>) {
-        if !r.matcher.matches(&f.data) {
-            out.push(f);
+    fn run_rule(
+        &self,
+        r: &Rule,
+        dir: Dir,
+        mut f: Frame,
+        mut v: Option<FrameView>,
+        now: Instant,
+        out: &mut Vec<(Frame, Option<FrameView>)>,
+    ) {
+        if !r.matcher.matches(&f.data, &mut v) {
+            out.push((f, v));
             return;
         }
         r.matched.fetch_add(1, Relaxed);
@@ -891,11 +1063,13 @@ impl Faults {
         st.matched += 1;
         if s.action == FaultAction::MpaSettle {
             drop(st);
-            self.settle(r, dir, f, out);
+            let w = *v.get_or_insert_with(|| view(&f.data));
+            if let Some(f) = self.settle(r, dir, f, &w, now) {
+                out.push((f, v));
+            }
             return;
         }
         if s.action == FaultAction::Rate {
-            let now = Instant::now();
             let dt = now.duration_since(st.refilled).as_secs_f64();
             st.refilled = now;
             let rate = s.fps.or(s.bps).unwrap_or(1.0);
@@ -908,7 +1082,7 @@ impl Faults {
             };
             if st.tokens >= cost {
                 st.tokens -= cost;
-                out.push(f);
+                out.push((f, v));
             } else {
                 r.acted.fetch_add(1, Relaxed);
             }
@@ -920,7 +1094,7 @@ impl Faults {
             _ => true,
         };
         if !go {
-            out.push(f);
+            out.push((f, v));
             return;
         }
         match s.action {
@@ -930,14 +1104,15 @@ impl Faults {
             | FaultAction::MpaSettle => {}
             FaultAction::Dup => {
                 for _ in 0..s.copies.unwrap_or(1) {
-                    out.push(f.clone());
+                    out.push((f.clone(), v));
                 }
-                out.push(f);
+                out.push((f, v));
             }
             FaultAction::Corrupt => {
                 let x = s.xor.unwrap_or(0xff);
                 let at = if s.icrc {
-                    icrc_offset(&f.data).map(|o| (o, 4))
+                    let v = v.get_or_insert_with(|| view(&f.data));
+                    icrc_offset_view(v, &f.data).map(|o| (o, 4))
                 } else if let Some(o) = s.offset {
                     (o < f.data.len()).then_some((o, 1))
                 } else {
@@ -952,11 +1127,12 @@ impl Faults {
                     }
                     None => {
                         // Nothing to corrupt (not RoCE, or short): passes.
-                        out.push(f);
+                        out.push((f, v));
                         return;
                     }
                 }
-                out.push(f);
+                // The bytes changed: later rules parse them again.
+                out.push((f, None));
             }
             FaultAction::Delay => {
                 let j = s.jitter_ms.unwrap_or(0);
@@ -972,7 +1148,7 @@ impl Faults {
                     frame: f,
                     counted: true,
                 };
-                self.schedule(job, Duration::from_millis(ms));
+                self.schedule(job, now + Duration::from_millis(ms));
             }
             FaultAction::Reorder => {
                 if !self.reserve(r) {
@@ -985,7 +1161,8 @@ impl Faults {
                         rule: r.id,
                         batch: st.batch,
                     };
-                    self.schedule(job, Duration::from_millis(s.hold_ms.unwrap_or(100)));
+                    let hold = Duration::from_millis(s.hold_ms.unwrap_or(100));
+                    self.schedule(job, now + hold);
                 }
                 if st.held.len() >= s.window.unwrap_or(4) {
                     let batch = shuffle(&mut st);
@@ -993,9 +1170,9 @@ impl Faults {
                     for (d, f) in batch {
                         self.held[r.port].fetch_sub(1, Relaxed);
                         if d == dir {
-                            out.push(f);
+                            out.push((f, None));
                         } else {
-                            self.schedule_release(r.port, d, r.id, f, Duration::ZERO);
+                            self.schedule_release(r.port, d, r.id, f, now);
                         }
                     }
                 }
@@ -1005,30 +1182,31 @@ impl Faults {
     }
 
     /// `mpa-settle` (module [`crate::mpa_settle`]): lets an MPA Reply
-    /// through and holds what follows it for a while, in order.
-    fn settle(&self, r: &Rule, dir: Dir, f: Frame, out: &mut Vec<Frame>) {
+    /// through and holds what follows it for a while, in order. Returns the
+    /// frame if it passes now.
+    fn settle(&self, r: &Rule, dir: Dir, f: Frame, v: &FrameView, now: Instant) -> Option<Frame> {
         use crate::mpa_settle::Offer;
         let delay = Duration::from_millis(r.spec.delay_ms.unwrap_or(0));
         let mut st = lock(&r.state);
         match st
             .settle
-            .offer(dir, f, Instant::now(), delay, || self.reserve(r))
+            .offer_view(dir, f, v, now, delay, || self.reserve(r))
         {
-            Ok(Offer::Pass(f)) => out.push(f),
+            Ok(Offer::Pass(f)) => Some(f),
             Ok(Offer::Untracked(f)) => {
                 r.overflow.fetch_add(1, Relaxed);
-                out.push(f);
+                Some(f)
             }
             Ok(Offer::Held(job)) => {
                 r.acted.fetch_add(1, Relaxed);
                 if let Some((pair, at)) = job {
                     drop(st);
-                    let wait = at.saturating_duration_since(Instant::now());
-                    self.schedule(Job::Settle { rule: r.id, pair }, wait);
+                    self.schedule(Job::Settle { rule: r.id, pair }, at.max(now));
                 }
+                None
             }
             // Beyond the held-frame bound: dropped (`reserve` counted it).
-            Err(_) => {}
+            Err(_) => None,
         }
     }
 
@@ -1048,7 +1226,8 @@ impl Faults {
         true
     }
 
-    fn schedule_release(&self, port: usize, dir: Dir, after: u32, frame: Frame, d: Duration) {
+    /// Hands `frame` back to the fabric at `due` (now: at once).
+    fn schedule_release(&self, port: usize, dir: Dir, after: u32, frame: Frame, due: Instant) {
         self.schedule(
             Job::Release {
                 port,
@@ -1057,15 +1236,15 @@ impl Faults {
                 frame,
                 counted: false,
             },
-            d,
+            due,
         );
     }
 
-    fn schedule(&self, job: Job, d: Duration) {
+    /// Queues `job` for the timer thread at `due`.
+    fn schedule(&self, job: Job, due: Instant) {
         let mut q = lock(&self.timer);
         q.seq += 1;
         let seq = q.seq;
-        let due = Instant::now() + d;
         let wake = q.heap.peek().is_none_or(|t| due < t.due);
         q.heap.push(Timed { due, seq, job });
         drop(q);
@@ -1087,9 +1266,11 @@ impl Faults {
         self.timer_running.store(true, SeqCst);
         while !self.stop.load(SeqCst) {
             let mut due = Vec::new();
+            // One clock reading per round: what is due and what the
+            // released jobs count from.
+            let now = Instant::now();
             {
                 let mut q = lock(&self.timer);
-                let now = Instant::now();
                 while q.heap.peek().is_some_and(|t| t.due <= now) {
                     if let Some(t) = q.heap.pop() {
                         due.push(t.job);
@@ -1136,7 +1317,7 @@ impl Faults {
                         // Deliver under the rule's lock: a segment of this
                         // host pair arriving meanwhile waits, then follows.
                         let st = &mut *lock(&r.state);
-                        let (frames, next) = st.settle.release(&pair, Instant::now());
+                        let (frames, next) = st.settle.release(&pair, now);
                         for (dir, frame) in frames {
                             self.held[r.port].fetch_sub(1, Relaxed);
                             deliver(Released {
@@ -1147,8 +1328,7 @@ impl Faults {
                             });
                         }
                         if let Some(at) = next {
-                            let wait = at.saturating_duration_since(Instant::now());
-                            self.schedule(Job::Settle { rule, pair }, wait);
+                            self.schedule(Job::Settle { rule, pair }, at.max(now));
                         }
                     }
                     Job::Flush { rule, batch } => {
@@ -1207,6 +1387,7 @@ fn shuffle(st: &mut RuleState) -> Vec<(Dir, Frame)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::match_spec::MatchSpec;
 
     #[test]
     fn opcodes_and_psns_parse() {
@@ -1295,6 +1476,209 @@ mod tests {
         };
         for seed in 0..20 {
             assert_eq!(run(seed), vec![1, 0]);
+        }
+    }
+
+    #[test]
+    fn spec_spelling_is_unchanged_and_unknown_keys_are_refused() {
+        let json = r#"{"id":2,"port":"p0","dir":"egress","src-mac":"02:00:00:00:00:01","dst-mac":"02:00:00:00:00:02","ethertype":2048,"src-ip":"10.0.0.1","dst-ip":"10.0.0.2/32","proto":"udp","src-port":1,"dst-port":4791,"opcode":"RC_SEND_ONLY","qpn":17,"psn":"1-9","action":"corrupt","prob":0.5,"every":3,"seed":7,"copies":1,"window":4,"hold-ms":5,"delay-ms":6,"jitter-ms":7,"offset":8,"icrc":true,"xor":9,"fps":1.5,"bps":2.5,"burst":3.5}"#;
+        let r: FaultSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(r.fields.dst_port, Some(4791));
+        assert_eq!(
+            (r.dir, r.action, r.qpn),
+            (Dir::Egress, FaultAction::Corrupt, Some(17))
+        );
+        assert_eq!(serde_json::to_string(&r).unwrap(), json);
+        let keys: Vec<String> =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+        let mut fields = FAULT_FIELDS.to_vec();
+        fields.sort_unstable();
+        assert_eq!(keys, fields, "FAULT_FIELDS lists every key");
+        let e = serde_json::from_str::<FaultSpec>(r#"{"port":"p0","action":"drop","queue":1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("unknown field `queue`, expected one of `id`, `port`, `dir`, `src-mac`"),
+            "{e}"
+        );
+        let e = serde_json::from_str::<FaultSpec>(r#"{"action":"drop"}"#).unwrap_err();
+        assert!(e.to_string().contains("missing field `port`"), "{e}");
+        let t: FaultSpec =
+            toml::from_str("port = \"p0\"\naction = \"rate\"\nfps = 100\nproto = \"udp\"\n")
+                .unwrap();
+        assert_eq!(t.describe(), "p0 both proto udp -> rate fps 100");
+        assert!(
+            toml::from_str::<FaultSpec>("port = \"p0\"\naction = \"drop\"\nbogus = 1\n")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown field `bogus`")
+        );
+    }
+
+    #[test]
+    fn errors_read_as_before() {
+        let e = |r: Result<u32, FaultError>| r.unwrap_err().to_string();
+        let f = Faults::new(vec!["p0".into()]);
+        let spec = |action| FaultSpec {
+            port: "p0".into(),
+            action,
+            ..FaultSpec::default()
+        };
+        assert_eq!(
+            e(f.add(FaultSpec {
+                port: "px".into(),
+                ..spec(FaultAction::Drop)
+            })),
+            "no port named \"px\""
+        );
+        assert_eq!(
+            e(f.add(FaultSpec {
+                copies: Some(2),
+                ..spec(FaultAction::Drop)
+            })),
+            "copies/window/delay/corrupt/rate options does not apply to action drop"
+        );
+        assert_eq!(
+            e(f.add(FaultSpec {
+                psn: Some("x".into()),
+                ..spec(FaultAction::Drop)
+            })),
+            "PSN \"x\": a number up to 16777215"
+        );
+        assert_eq!(
+            e(f.add(FaultSpec {
+                fields: MatchSpec {
+                    proto: Some("sctpx".into()),
+                    ..MatchSpec::default()
+                },
+                ..spec(FaultAction::Drop)
+            })),
+            "protocol \"sctpx\": use tcp, udp or a number"
+        );
+        assert_eq!(
+            e(f.add(FaultSpec {
+                id: Some(0),
+                ..spec(FaultAction::Drop)
+            })),
+            "rule id 0 is reserved"
+        );
+        assert_eq!(f.del(9).unwrap_err().to_string(), "no fault rule 9");
+        assert_eq!(
+            "nope".parse::<FaultAction>().unwrap_err().to_string(),
+            "action \"nope\": use drop, dup, reorder, delay, corrupt, rate, link-down or mpa-settle"
+        );
+        assert_eq!(String::from(FaultError::Qpn), "qpn is 24 bits");
+    }
+
+    fn roce(qpn: u32, psn: u32) -> Vec<u8> {
+        use roce_model::{FrameBuilder, NetParams, PacketBuilder};
+        FrameBuilder {
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            vlan_tci: None,
+            net: NetParams::Ipv4 {
+                src: [10, 0, 0, 1],
+                dst: [10, 0, 0, 2],
+                tos: 0,
+                ttl: 64,
+                ident: 1,
+                udp_src_port: 49152,
+            },
+        }
+        .build(&PacketBuilder::new(Opcode::RcSendOnly, qpn, psn).payload(b"data"))
+        .unwrap()
+    }
+
+    #[test]
+    fn rules_read_the_view_and_take_time_as_input() {
+        let f = Faults::new(vec!["p0".into()]);
+        f.add(FaultSpec {
+            port: "p0".into(),
+            qpn: Some(5),
+            psn: Some("10-20".into()),
+            opcode: Some("RC_SEND_ONLY".into()),
+            action: FaultAction::Rate,
+            fps: Some(10.0),
+            burst: Some(1.0),
+            ..FaultSpec::default()
+        })
+        .unwrap();
+        let frame = |data: Vec<u8>| Frame {
+            data,
+            ..Frame::default()
+        };
+        let t0 = Instant::now();
+        let run = |data: Vec<u8>, t: Instant| {
+            f.apply_view(0, Dir::Ingress, &view(&data), frame(data.clone()), t)
+                .len()
+        };
+        // Not matched (another QP, a PSN outside the range): never limited.
+        for _ in 0..3 {
+            assert_eq!(run(roce(6, 15), t0), 1);
+            assert_eq!(run(roce(5, 21), t0), 1);
+        }
+        // Matched: one frame per 100 ms of the caller's clock.
+        assert_eq!(run(roce(5, 15), t0), 1);
+        assert_eq!(run(roce(5, 15), t0), 0);
+        assert_eq!(run(roce(5, 10), t0 + Duration::from_millis(50)), 0);
+        assert_eq!(run(roce(5, 20), t0 + Duration::from_millis(200)), 1);
+        // What passes comes back with its view.
+        let data = roce(5, 15);
+        let out = f.apply_view(
+            0,
+            Dir::Egress,
+            &view(&data),
+            frame(data.clone()),
+            t0 + Duration::from_secs(1),
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].1, view(&out[0].0.data));
+        // apply (parses, reads the clock) agrees with apply_view.
+        assert_eq!(f.apply(0, Dir::Ingress, frame(roce(6, 15))).len(), 1);
+        let st = f.status();
+        assert_eq!((st.rules[0].matched, st.rules[0].acted), (5, 2));
+    }
+
+    #[test]
+    fn a_corrupted_frame_comes_back_with_a_fresh_view() {
+        let f = Faults::new(vec!["p0".into()]);
+        let base = FaultSpec {
+            port: "p0".into(),
+            ..FaultSpec::default()
+        };
+        // Flip the last byte of the IPv4 destination, then match on the new
+        // destination: the second rule must see the changed bytes.
+        f.add(FaultSpec {
+            action: FaultAction::Corrupt,
+            offset: Some(33),
+            xor: Some(0x01),
+            ..base.clone()
+        })
+        .unwrap();
+        f.add(FaultSpec {
+            action: FaultAction::Dup,
+            fields: MatchSpec {
+                dst_ip: Some("10.0.0.3".into()),
+                ..MatchSpec::default()
+            },
+            ..base
+        })
+        .unwrap();
+        let data = roce(5, 1);
+        let v = view(&data);
+        let fr = Frame {
+            data,
+            ..Frame::default()
+        };
+        let out = f.apply_view(0, Dir::Ingress, &v, fr, Instant::now());
+        assert_eq!(out.len(), 2, "the dup rule saw the corrupted destination");
+        for (f, w) in &out {
+            assert_eq!(w.dst_ip(), Some("10.0.0.3".parse().unwrap()));
+            assert_eq!(*w, view(&f.data));
         }
     }
 }

@@ -1,9 +1,11 @@
 //! What every stage of the fabric passes around: a frame with its offload
 //! header, the direction a stage sees it in, the fabric's clock, and the
-//! flow hash. A leaf module: it depends on nothing else in the daemon.
+//! flow hash, and the parsed view of a frame ([`FrameView`]). A leaf module:
+//! it depends on nothing else in the daemon but the virtio-net header.
 
 use crate::virtio_net::NetHdr;
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -12,6 +14,15 @@ pub fn now_ms() -> u64 {
     static T0: OnceLock<Instant> = OnceLock::new();
     T0.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
+
+/// The parsed view of a frame: parsed once (by [`view`]), `Copy`, no
+/// allocation; steering, RSS, flow rules and faults read it instead of
+/// parsing the bytes again. It is devmem-nic's [`ParsedFrame`]
+/// (`devmem_nic::ParsedFrame`), so that the daemon and the NIC model share
+/// one parser.
+///
+/// [`ParsedFrame`]: devmem_nic::ParsedFrame
+pub type FrameView = devmem_nic::ParsedFrame;
 
 /// A frame in flight: the Ethernet frame and its offload description.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,21 +51,51 @@ impl Dir {
     }
 }
 
+/// A direction name that is none of `ingress`, `in`, `egress`, `out`, `both`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("direction {0:?}: use ingress, egress or both")]
+pub struct DirError(pub String);
+
 impl std::str::FromStr for Dir {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = DirError;
+    fn from_str(s: &str) -> Result<Self, DirError> {
         match s {
             "ingress" | "in" => Ok(Dir::Ingress),
             "egress" | "out" => Ok(Dir::Egress),
             "both" => Ok(Dir::Both),
-            _ => Err(format!("direction {s:?}: use ingress, egress or both")),
+            _ => Err(DirError(s.to_string())),
         }
     }
 }
 
+/// Parses a frame once into the view every stage reads (devmem-nic's
+/// parser: Ethernet with at most one 802.1Q/802.1ad tag, IPv4, IPv6 with
+/// extension headers, TCP, UDP, RoCEv2 BTH). Never panics.
+pub fn view(f: &[u8]) -> FrameView {
+    devmem_nic::parse(f)
+}
+
 /// FNV-1a over IP addresses and L4 ports (0 for non-IP): keeps a flow on one
-/// queue.
+/// queue. Parses `f`; [`flow_hash_view`] reads a view parsed already.
 pub fn flow_hash(f: &[u8]) -> u32 {
+    flow_hash_view(&view(f))
+}
+
+/// [`flow_hash`] of a parsed frame.
+///
+/// VLAN-tagged frames hash to 0, as they did when this function read the
+/// ethertype at byte 12 itself. Frames the view finds malformed (an IPv4
+/// header with a bad version, IHL or total length) hash to 0; fragments hash
+/// over the addresses only (they carry no ports) and IPv6 ports are found
+/// behind extension headers: keeping every fragment of a flow, and every
+/// IPv6 flow, on one queue is what the hash is for.
+pub fn flow_hash_view(v: &FrameView) -> u32 {
+    if v.vlan().is_some() {
+        return 0;
+    }
+    let (Some(src), Some(dst)) = (v.src_ip(), v.dst_ip()) else {
+        return 0;
+    };
     let mut h: u32 = 0x811c_9dc5;
     let mut eat = |b: &[u8]| {
         for &x in b {
@@ -62,54 +103,42 @@ pub fn flow_hash(f: &[u8]) -> u32 {
             h = h.wrapping_mul(0x0100_0193);
         }
     };
-    let et = match f.get(12..14) {
-        Some(e) => u16::from_be_bytes([e[0], e[1]]),
-        None => return 0,
-    };
-    let (addrs, l4, proto) = match et {
-        0x0800 => {
-            let ihl = usize::from(f.get(14).copied().unwrap_or(0) & 0xf) * 4;
-            (f.get(26..34), 14 + ihl, f.get(23).copied())
+    for a in [src, dst] {
+        match a {
+            IpAddr::V4(a) => eat(&a.octets()),
+            IpAddr::V6(a) => eat(&a.octets()),
         }
-        0x86dd => (f.get(22..54), 54, f.get(20).copied()),
-        _ => return 0,
-    };
-    if let Some(a) = addrs {
-        eat(a);
     }
-    if matches!(proto, Some(6) | Some(17)) {
-        if let Some(p) = f.get(l4..l4 + 4) {
-            eat(p);
-        }
+    if let Some((sp, dp)) = v.ports() {
+        eat(&sp.to_be_bytes());
+        eat(&dp.to_be_bytes());
     }
     h
 }
 
 /// Whether `f` is a RoCEv2 packet (IPv4 or IPv6, UDP destination port 4791).
+/// Parses `f`; [`is_rocev2_view`] reads a view parsed already.
 pub fn is_rocev2(f: &[u8]) -> bool {
-    const ROCE_PORT: u16 = 4791;
-    let Some(et) = f.get(12..14).map(|e| u16::from_be_bytes([e[0], e[1]])) else {
-        return false;
-    };
-    let l4 = match et {
-        0x0800 if f.get(23) == Some(&17) => {
-            14 + usize::from(f.get(14).copied().unwrap_or(0) & 0xf) * 4
-        }
-        0x86dd if f.get(20) == Some(&17) => 54,
-        _ => return false,
-    };
-    f.get(l4 + 2..l4 + 4)
-        .is_some_and(|p| u16::from_be_bytes([p[0], p[1]]) == ROCE_PORT)
+    is_rocev2_view(&view(f))
+}
+
+/// [`is_rocev2`] of a parsed frame. A VLAN-tagged frame is not RoCEv2 here,
+/// as before the view existed: the fabric switches untagged frames to the
+/// erdma functions only.
+pub fn is_rocev2_view(v: &FrameView) -> bool {
+    v.vlan().is_none() && v.is_rocev2()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_rocev2;
+    use super::*;
+    use devmem_nic::builder::FrameBuilder;
 
     fn udp4(dport: u16) -> Vec<u8> {
         let mut f = vec![0u8; 14 + 20 + 8];
         f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
         f[14] = 0x45;
+        f[16..18].copy_from_slice(&28u16.to_be_bytes());
         f[23] = 17;
         f[36..38].copy_from_slice(&dport.to_be_bytes());
         f
@@ -124,10 +153,90 @@ mod tests {
         assert!(!is_rocev2(&tcp));
         let mut v6 = vec![0u8; 14 + 40 + 8];
         v6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        v6[14] = 0x60;
+        v6[18..20].copy_from_slice(&8u16.to_be_bytes());
         v6[20] = 17;
         v6[56..58].copy_from_slice(&4791u16.to_be_bytes());
         assert!(is_rocev2(&v6));
         assert!(!is_rocev2(&udp4(4791)[..36]), "truncated");
         assert!(!is_rocev2(&[]));
+        // Tagged: not RoCEv2 for the fabric, as before.
+        let mut tagged = udp4(4791);
+        tagged.splice(12..12, [0x81, 0x00, 0, 5]);
+        assert!(view(&tagged).is_rocev2() && !is_rocev2(&tagged));
+    }
+
+    /// The hash as it was computed from the bytes before the view: the
+    /// reference the view-based hash must reproduce for well-formed frames.
+    fn flow_hash_bytes(f: &[u8]) -> u32 {
+        let mut h: u32 = 0x811c_9dc5;
+        let mut eat = |b: &[u8]| {
+            for &x in b {
+                h ^= u32::from(x);
+                h = h.wrapping_mul(0x0100_0193);
+            }
+        };
+        let et = match f.get(12..14) {
+            Some(e) => u16::from_be_bytes([e[0], e[1]]),
+            None => return 0,
+        };
+        let (addrs, l4, proto) = match et {
+            0x0800 => {
+                let ihl = usize::from(f.get(14).copied().unwrap_or(0) & 0xf) * 4;
+                (f.get(26..34), 14 + ihl, f.get(23).copied())
+            }
+            0x86dd => (f.get(22..54), 54, f.get(20).copied()),
+            _ => return 0,
+        };
+        if let Some(a) = addrs {
+            eat(a);
+        }
+        if matches!(proto, Some(6) | Some(17)) {
+            if let Some(p) = f.get(l4..l4 + 4) {
+                eat(p);
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn flow_hash_of_the_view_is_the_old_hash() {
+        let addrs: [(IpAddr, IpAddr); 2] = [
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()),
+            ("fe80::1".parse().unwrap(), "2001:db8::9".parse().unwrap()),
+        ];
+        for (a, b) in addrs {
+            for (sp, dp) in [(1, 2), (40000, 5201), (4791, 4791), (0, 65535)] {
+                for tcp in [false, true] {
+                    let mut fb = if tcp {
+                        FrameBuilder::tcp(a, sp, b, dp)
+                    } else {
+                        FrameBuilder::udp(a, sp, b, dp)
+                    };
+                    for opts in [vec![], vec![1, 1, 1, 1, 1, 1, 1, 1]] {
+                        fb.ipv4_options = opts;
+                        let f = fb.build(b"some payload");
+                        assert_eq!(flow_hash(&f), flow_hash_bytes(&f), "{a} {sp} {b} {dp}");
+                        assert_ne!(flow_hash(&f), 0);
+                    }
+                    fb.vlan_tci = Some(9);
+                    assert_eq!(flow_hash(&fb.build(b"")), 0, "tagged");
+                }
+            }
+            let f =
+                FrameBuilder::new(a, b, devmem_nic::builder::Transport::Other(47)).build(b"gre");
+            assert_eq!(flow_hash(&f), flow_hash_bytes(&f), "addresses only");
+        }
+        assert_eq!(flow_hash(&[0u8; 60]), 0, "not IP");
+        assert_eq!(flow_hash(&[]), 0);
+    }
+
+    #[test]
+    fn directions_parse() {
+        assert_eq!("in".parse::<Dir>(), Ok(Dir::Ingress));
+        assert_eq!(
+            "up".parse::<Dir>().unwrap_err().to_string(),
+            "direction \"up\": use ingress, egress or both"
+        );
     }
 }

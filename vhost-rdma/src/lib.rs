@@ -17,6 +17,7 @@ pub mod fabric;
 pub mod faults;
 pub mod frame;
 pub mod hosts;
+pub mod match_spec;
 pub mod mpa_settle;
 pub mod neighbors;
 pub mod offload;

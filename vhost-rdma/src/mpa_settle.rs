@@ -15,9 +15,8 @@
 //! queues behind it (FIFO for the host pair, both directions), and a queue is
 //! released front first as far as each segment's own settle time allows.
 
-use crate::frame::Dir;
-use crate::frame::Frame;
-use devmem_nic::parse::{parse, L4Proto, L3};
+use crate::frame::{view, Dir, Frame, FrameView};
+use devmem_nic::parse::{L4Proto, L3};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -43,7 +42,11 @@ pub struct Segment {
 
 /// Parses an Ethernet frame as a TCP segment (IPv4 or IPv6); `None` otherwise.
 pub fn tcp_segment(data: &[u8]) -> Option<Segment> {
-    let p = parse(data);
+    tcp_segment_view(&view(data), data)
+}
+
+/// [`tcp_segment`] with `p`, the parsed view of `data`.
+pub fn tcp_segment_view(p: &FrameView, data: &[u8]) -> Option<Segment> {
     let l4 = p.l4.filter(|l| l.proto == L4Proto::Tcp)?;
     let o = p.l3_offset;
     let (src, dst) = match p.l3? {
@@ -120,7 +123,21 @@ impl SettleState {
         delay: Duration,
         may_hold: impl FnOnce() -> bool,
     ) -> Result<Offer, Frame> {
-        let Some(seg) = tcp_segment(&frame.data) else {
+        let v = view(&frame.data);
+        self.offer_view(dir, frame, &v, now, delay, may_hold)
+    }
+
+    /// [`offer`](Self::offer) with `v`, the parsed view of `frame.data`.
+    pub fn offer_view(
+        &mut self,
+        dir: Dir,
+        frame: Frame,
+        v: &FrameView,
+        now: Instant,
+        delay: Duration,
+        may_hold: impl FnOnce() -> bool,
+    ) -> Result<Offer, Frame> {
+        let Some(seg) = tcp_segment_view(v, &frame.data) else {
             return Ok(Offer::Pass(frame));
         };
         if seg.mpa_reply && !self.pairs.contains_key(&seg.pair) {

@@ -85,6 +85,12 @@ pub struct TcpLayout {
 }
 
 /// Locates Ethernet (optionally one VLAN tag), IPv4/IPv6 and TCP headers.
+///
+/// This reads the bytes itself instead of the parsed view
+/// ([`FrameView`](crate::frame::FrameView)): the view bounds TCP by the IP
+/// length fields, and those of a GSO super-frame are not to be trusted (an
+/// IPv4 BIG TCP frame carries total length 0; segmentation rewrites them
+/// anyway), so the view would refuse frames this accepts.
 pub fn tcp_layout(frame: &[u8]) -> Option<TcpLayout> {
     let mut l3 = 14;
     let mut ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);

@@ -16,6 +16,7 @@ use roce_model::{FrameBuilder, NetParams, Opcode, PacketBuilder, RoceFrame};
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::fabric::Fabric;
 use vhost_rdma::faults::{Dir, FaultAction, FaultSpec};
+use vhost_rdma::match_spec::MatchSpec;
 
 fn fabric_of(f: &TestFabric) -> Arc<Fabric> {
     f.server.as_ref().unwrap().fabric().clone()
@@ -321,7 +322,7 @@ fn mpa_settle_holds_data_behind_an_mpa_reply_in_order() {
         .faults
         .add(spec("p0", Dir::Both, FaultAction::MpaSettle))
         .unwrap_err();
-    assert!(e.contains("delay-ms"), "{e}");
+    assert!(e.to_string().contains("delay-ms"), "{e}");
     let e = f
         .faults
         .add(FaultSpec {
@@ -330,7 +331,7 @@ fn mpa_settle_holds_data_behind_an_mpa_reply_in_order() {
             ..spec("p0", Dir::Both, FaultAction::MpaSettle)
         })
         .unwrap_err();
-    assert!(e.contains("prob"), "{e}");
+    assert!(e.to_string().contains("prob"), "{e}");
 }
 
 fn roce_frame(fab: &TestFabric, qpn: u32, psn: u32, payload: &[u8]) -> Vec<u8> {
@@ -557,7 +558,10 @@ fn rules_are_bounded() {
     for _ in 0..vhost_rdma::faults::MAX_FAULT_RULES {
         f.faults
             .add(FaultSpec {
-                dst_port: Some(1),
+                fields: MatchSpec {
+                    dst_port: Some(1),
+                    ..MatchSpec::default()
+                },
                 ..spec("p0", Dir::Both, FaultAction::Drop)
             })
             .unwrap();
@@ -566,7 +570,7 @@ fn rules_are_bounded() {
         .faults
         .add(spec("p0", Dir::Both, FaultAction::Drop))
         .unwrap_err();
-    assert!(e.contains("too many fault rules"), "{e}");
+    assert!(e.to_string().contains("too many fault rules"), "{e}");
 }
 
 #[test]

@@ -13,6 +13,7 @@ use common::{feat, TestFabric, TxOpts, ARRIVE};
 use vhost_rdma::config::Limits;
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::faults::{Dir, FaultAction, FaultSpec};
+use vhost_rdma::match_spec::MatchSpec;
 use vhost_rdma::steering::FlowRuleSpec;
 use vhost_rdma::DaemonConfig;
 
@@ -151,8 +152,11 @@ fn flow_rule_limit() {
             &Request::FlowRuleAdd {
                 port: "p0".into(),
                 rule: FlowRuleSpec {
-                    proto: Some("tcp".into()),
-                    dst_port: Some(dport),
+                    fields: MatchSpec {
+                        proto: Some("tcp".into()),
+                        dst_port: Some(dport),
+                        ..MatchSpec::default()
+                    },
                     queue: Some(1),
                     ..FlowRuleSpec::default()
                 },
@@ -176,8 +180,11 @@ fn flow_rule_limit() {
     p.queue_pairs = 2;
     p.flow_rules = (0..3)
         .map(|i| FlowRuleSpec {
-            dst_port: Some(i),
-            proto: Some("udp".into()),
+            fields: MatchSpec {
+                dst_port: Some(i),
+                proto: Some("udp".into()),
+                ..MatchSpec::default()
+            },
             queue: Some(0),
             ..FlowRuleSpec::default()
         })

@@ -10,6 +10,7 @@ use devmem_nic::builder::FrameBuilder;
 use devmem_nic::{hash_types, Nic, NicConfig, RssConfig};
 use std::net::IpAddr;
 use vhost_rdma::control::{request, Request};
+use vhost_rdma::match_spec::MatchSpec;
 use vhost_rdma::steering::FlowRuleSpec;
 use vhost_rdma::DeviceForm;
 
@@ -286,16 +287,22 @@ fn flow_rules_from_the_control_socket_move_and_drop_flows() {
         r.rule_id().unwrap()
     };
     let move_id = add(FlowRuleSpec {
-        proto: Some("tcp".into()),
-        src_port: Some(moved.1),
-        dst_port: Some(moved.2),
+        fields: MatchSpec {
+            proto: Some("tcp".into()),
+            src_port: Some(moved.1),
+            dst_port: Some(moved.2),
+            ..MatchSpec::default()
+        },
         queue: Some(target),
         ..FlowRuleSpec::default()
     });
     let drop_id = add(FlowRuleSpec {
-        proto: Some("udp".into()),
-        dst_ip: Some("10.9.0.1/32".into()),
-        dst_port: Some(dropped.2),
+        fields: MatchSpec {
+            proto: Some("udp".into()),
+            dst_ip: Some("10.9.0.1/32".into()),
+            dst_port: Some(dropped.2),
+            ..MatchSpec::default()
+        },
         drop: true,
         priority: 5,
         ..FlowRuleSpec::default()

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use vhost_rdma::capture::CaptureStatus;
 use vhost_rdma::control::{request, Reply, Request};
 use vhost_rdma::faults::{Dir, FaultAction, FaultSpec, FaultsStatus};
+use vhost_rdma::match_spec::MatchSpec;
 
 /// `ctl faults` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -191,14 +192,16 @@ pub fn faults(control: &Path, json: bool, cmd: FaultsCmd) -> anyhow::Result<()> 
                     id: a.id,
                     port: a.port,
                     dir: a.dir,
-                    src_mac: a.fields.src_mac,
-                    dst_mac: a.fields.dst_mac,
-                    ethertype: a.fields.ethertype,
-                    src_ip: a.fields.src_ip,
-                    dst_ip: a.fields.dst_ip,
-                    proto: a.fields.proto,
-                    src_port: a.fields.src_port,
-                    dst_port: a.fields.dst_port,
+                    fields: MatchSpec {
+                        src_mac: a.fields.src_mac,
+                        dst_mac: a.fields.dst_mac,
+                        ethertype: a.fields.ethertype,
+                        src_ip: a.fields.src_ip,
+                        dst_ip: a.fields.dst_ip,
+                        proto: a.fields.proto,
+                        src_port: a.fields.src_port,
+                        dst_port: a.fields.dst_port,
+                    },
                     opcode: a.opcode,
                     qpn: a.qpn,
                     psn: a.psn,

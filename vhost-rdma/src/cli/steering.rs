@@ -4,6 +4,7 @@ use super::MatchArgs;
 use anyhow::{bail, Context};
 use std::path::Path;
 use vhost_rdma::control::{request, Reply, Request};
+use vhost_rdma::match_spec::MatchSpec;
 use vhost_rdma::steering::{report_name, FlowRuleSpec, RssStatus, RuleInfo};
 
 /// `ctl flow-rule` subcommands.
@@ -96,14 +97,16 @@ pub fn flow_rule(control: &Path, json: bool, cmd: FlowRuleCmd) -> anyhow::Result
             rule: FlowRuleSpec {
                 id: a.id,
                 priority: a.priority,
-                src_mac: a.fields.src_mac,
-                dst_mac: a.fields.dst_mac,
-                ethertype: a.fields.ethertype,
-                src_ip: a.fields.src_ip,
-                dst_ip: a.fields.dst_ip,
-                proto: a.fields.proto,
-                src_port: a.fields.src_port,
-                dst_port: a.fields.dst_port,
+                fields: MatchSpec {
+                    src_mac: a.fields.src_mac,
+                    dst_mac: a.fields.dst_mac,
+                    ethertype: a.fields.ethertype,
+                    src_ip: a.fields.src_ip,
+                    dst_ip: a.fields.dst_ip,
+                    proto: a.fields.proto,
+                    src_port: a.fields.src_port,
+                    dst_port: a.fields.dst_port,
+                },
                 queue: a.queue,
                 drop: a.drop,
             },

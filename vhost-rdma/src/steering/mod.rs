@@ -5,24 +5,26 @@
 //!   reporting only (`VIRTIO_NET_CTRL_MQ_HASH_CONFIG`) over the control queue
 //!   (test-device form); the host adds flow rules through the control socket
 //!   or the config file (`[[port.flow-rule]]`).
-//! * For every frame towards the port the fabric asks [`PortSteering::steer`]:
+//! * For every frame towards the port the fabric asks [`PortSteering::steer`]
+//!   (or [`PortSteering::steer_view`] with the frame's parsed view):
 //!   flow rules first (a `drop` rule drops, counted), then RSS (Toeplitz
 //!   hash, indirection table), else the fabric's FNV flow hash as before.
 //!   The hash value and report go into the 20-byte RX header when the guest
 //!   negotiated VIRTIO_NET_F_HASH_REPORT.
 //! * With nothing configured the data path takes no lock.
 
-use crate::frame::flow_hash;
-use devmem_nic::parse::{parse, L4Proto, L3};
+use crate::frame::{flow_hash_view, view, FrameView};
+use crate::match_spec::{MatchError, MatchSpec};
+use devmem_nic::parse::L4Proto;
 use devmem_nic::{
-    Action, FlowMatch, FlowRule, HashConfig, IpMatch, Masked, Nic, NicConfig, Reason, RssConfig,
-    RssLimits,
+    Action, FlowRule, HashConfig, Nic, NicConfig, NicError, Reason, RssConfig, RssLimits,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
+use thiserror::Error;
 
 /// Flow rules per port.
 pub const MAX_RULES: usize = 256;
@@ -35,8 +37,11 @@ fn is_false(b: &bool) -> bool {
 
 /// A flow rule as the control socket and the config file spell it. Every
 /// given field must match; `queue` or `drop` says what happens.
+///
+/// Unknown keys are refused (as `deny_unknown_fields` would, which serde
+/// does not support next to `flatten`): see [`FLOW_RULE_FIELDS`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(remote = "Self", rename_all = "kebab-case")]
 pub struct FlowRuleSpec {
     /// Rule id (unique per port); chosen by the daemon when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,24 +49,10 @@ pub struct FlowRuleSpec {
     /// Lower numbers are tried first; ties in insertion order.
     #[serde(default)]
     pub priority: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src_mac: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_mac: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ethertype: Option<u16>,
-    /// `ADDR` or `ADDR/PREFIX` (IPv4 or IPv6).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src_ip: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_ip: Option<String>,
-    /// `tcp`, `udp` or an IP protocol number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proto: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src_port: Option<u16>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_port: Option<u16>,
+    /// The L2-L4 match (the same fields as a fault rule's).
+    // Deserialized next to the others by `strict_rule_serde!` below.
+    #[serde(flatten, skip_deserializing)]
+    pub fields: MatchSpec,
     /// Deliver to this queue pair (0-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<u16>,
@@ -70,104 +61,88 @@ pub struct FlowRuleSpec {
     pub drop: bool,
 }
 
-fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let mut m = [0u8; 6];
-    if parts.len() != 6 {
-        return Err(format!("MAC {s:?} must have six colon-separated hex bytes"));
-    }
-    for (i, p) in parts.iter().enumerate() {
-        m[i] = u8::from_str_radix(p, 16).map_err(|_| format!("bad byte {p:?} in MAC {s:?}"))?;
-    }
-    Ok(m)
+/// Every key of a [`FlowRuleSpec`], in order: the list the "unknown field"
+/// error names.
+pub const FLOW_RULE_FIELDS: &[&str] = &[
+    "id",
+    "priority",
+    "src-mac",
+    "dst-mac",
+    "ethertype",
+    "src-ip",
+    "dst-ip",
+    "proto",
+    "src-port",
+    "dst-port",
+    "queue",
+    "drop",
+];
+
+crate::match_spec::strict_rule_serde!(FlowRuleSpec, FLOW_RULE_FIELDS);
+
+/// Why a flow rule, an RSS configuration or a `--predict` flow is refused.
+/// The messages are what the control socket, the config check and the
+/// guest log show.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum SteeringError {
+    /// A match field does not parse.
+    #[error(transparent)]
+    Match(#[from] MatchError),
+    /// Neither or both of `queue` and `drop`.
+    #[error("give exactly one of queue and drop")]
+    Action,
+    /// The NIC model refused a rule (queue, id, table size).
+    #[error(transparent)]
+    Nic(#[from] NicError),
+    /// The guest's `VIRTIO_NET_CTRL_MQ_RSS_CONFIG` payload.
+    #[error("RSS_CONFIG: {0}")]
+    RssConfig(NicError),
+    /// `max_tx_vq` outside the port's queue pairs.
+    #[error("RSS_CONFIG: max_tx_vq {max_tx_vq} not in 1..={queue_pairs}")]
+    MaxTxVq {
+        /// What the guest asked for.
+        max_tx_vq: u16,
+        /// Queue pairs of the port.
+        queue_pairs: u16,
+    },
+    /// The guest's `VIRTIO_NET_CTRL_MQ_HASH_CONFIG` payload.
+    #[error("HASH_CONFIG: {0}")]
+    HashConfig(NicError),
+    /// A `--predict` flow that is not `SRC:SPORT-DST:DPORT/tcp|udp`.
+    #[error("flow {0:?}: expected SRC:SPORT-DST:DPORT/tcp|udp")]
+    FlowSyntax(String),
+    /// A `--predict` flow with one IPv4 and one IPv6 end.
+    #[error("flow {0:?}: mixes IPv4 and IPv6")]
+    FlowFamilies(String),
 }
 
-fn parse_ip(s: &str) -> Result<IpMatch, String> {
-    let (a, prefix) = match s.split_once('/') {
-        Some((a, p)) => (
-            a,
-            Some(
-                p.parse::<u8>()
-                    .map_err(|_| format!("bad prefix in {s:?}"))?,
-            ),
-        ),
-        None => (s, None),
-    };
-    match a.parse::<IpAddr>().map_err(|e| format!("{s:?}: {e}"))? {
-        IpAddr::V4(v4) => match prefix {
-            Some(p) if p > 32 => Err(format!("{s:?}: IPv4 prefix above 32")),
-            p => Ok(IpMatch::v4_prefix(v4, p.unwrap_or(32))),
-        },
-        IpAddr::V6(v6) => match prefix {
-            Some(p) if p > 128 => Err(format!("{s:?}: IPv6 prefix above 128")),
-            p => Ok(IpMatch::v6_prefix(v6, p.unwrap_or(128))),
-        },
-    }
-}
-
-fn parse_proto(s: &str) -> Result<u8, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "tcp" => Ok(6),
-        "udp" => Ok(17),
-        n => n
-            .parse()
-            .map_err(|_| format!("protocol {s:?}: use tcp, udp or a number")),
+/// The control socket's handlers still answer with `String` errors.
+impl From<SteeringError> for String {
+    fn from(e: SteeringError) -> String {
+        e.to_string()
     }
 }
 
 impl FlowRuleSpec {
     /// The devmem-nic rule (queue numbers are checked against the port by
     /// the model).
-    pub fn to_rule(&self, id: u32) -> Result<FlowRule, String> {
+    pub fn to_rule(&self, id: u32) -> Result<FlowRule, SteeringError> {
         let action = match (self.queue, self.drop) {
             (Some(q), false) => Action::Queue(q),
             (None, true) => Action::Drop,
-            _ => return Err("give exactly one of queue and drop".into()),
-        };
-        let matcher = FlowMatch {
-            dst_mac: self
-                .dst_mac
-                .as_deref()
-                .map(parse_mac)
-                .transpose()?
-                .map(Masked::exact),
-            src_mac: self
-                .src_mac
-                .as_deref()
-                .map(parse_mac)
-                .transpose()?
-                .map(Masked::exact),
-            ethertype: self.ethertype,
-            src_ip: self.src_ip.as_deref().map(parse_ip).transpose()?,
-            dst_ip: self.dst_ip.as_deref().map(parse_ip).transpose()?,
-            ip_proto: self.proto.as_deref().map(parse_proto).transpose()?,
-            src_port: self.src_port.map(Masked::exact),
-            dst_port: self.dst_port.map(Masked::exact),
+            _ => return Err(SteeringError::Action),
         };
         Ok(FlowRule {
             id,
             priority: self.priority,
-            matcher,
+            matcher: self.fields.compile()?,
             action,
         })
     }
 
     /// One-line description, e.g. `proto tcp dst-port 5201 -> queue 3`.
     pub fn describe(&self) -> String {
-        let mut v = Vec::new();
-        let mut f = |k: &str, x: Option<String>| {
-            if let Some(x) = x {
-                v.push(format!("{k} {x}"));
-            }
-        };
-        f("src-mac", self.src_mac.clone());
-        f("dst-mac", self.dst_mac.clone());
-        f("ethertype", self.ethertype.map(|e| format!("{e:#06x}")));
-        f("proto", self.proto.clone());
-        f("src-ip", self.src_ip.clone());
-        f("src-port", self.src_port.map(|p| p.to_string()));
-        f("dst-ip", self.dst_ip.clone());
-        f("dst-port", self.dst_port.map(|p| p.to_string()));
+        let v = self.fields.describe();
         let m = if v.is_empty() {
             "any".to_string()
         } else {
@@ -303,7 +278,7 @@ fn lock_err<T>(e: std::sync::PoisonError<T>) -> T {
 impl PortSteering {
     /// Steering for a port with `queue_pairs` queue pairs and the configured
     /// rules.
-    pub fn new(queue_pairs: u16, rules: &[FlowRuleSpec]) -> Result<Self, String> {
+    pub fn new(queue_pairs: u16, rules: &[FlowRuleSpec]) -> Result<Self, SteeringError> {
         let qps = queue_pairs.max(1);
         let nic = Nic::new(NicConfig {
             num_queues: qps,
@@ -316,8 +291,7 @@ impl PortSteering {
                 supported_hash_types: crate::virtio_net::RSS_SUPPORTED_HASH_TYPES,
             },
             ..NicConfig::default()
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         let s = PortSteering {
             state: RwLock::new(State {
                 nic,
@@ -347,11 +321,11 @@ impl PortSteering {
     }
 
     /// Adds a rule; returns its id.
-    pub fn add_rule(&self, mut spec: FlowRuleSpec) -> Result<u32, String> {
+    pub fn add_rule(&self, mut spec: FlowRuleSpec) -> Result<u32, SteeringError> {
         let mut st = self.state.write().unwrap_or_else(lock_err);
         let id = spec.id.unwrap_or(st.next_id);
         let rule = spec.to_rule(id)?;
-        st.nic.add_rule(rule).map_err(|e| e.to_string())?;
+        st.nic.add_rule(rule)?;
         spec.id = Some(id);
         st.specs.push(spec);
         st.hits.insert(id, AtomicU64::new(0));
@@ -361,9 +335,9 @@ impl PortSteering {
     }
 
     /// Removes a rule.
-    pub fn del_rule(&self, id: u32) -> Result<(), String> {
+    pub fn del_rule(&self, id: u32) -> Result<(), SteeringError> {
         let mut st = self.state.write().unwrap_or_else(lock_err);
-        st.nic.remove_rule(id).map_err(|e| e.to_string())?;
+        st.nic.remove_rule(id)?;
         st.specs.retain(|s| s.id != Some(id));
         st.hits.remove(&id);
         self.update_active(&st);
@@ -391,18 +365,23 @@ impl PortSteering {
     /// `VIRTIO_NET_CTRL_MQ_RSS_CONFIG` from the guest: parses, checks (table
     /// length and entries, key size, hash types, `max_tx_vq` in
     /// `1..=queue_pairs`) and applies. Returns `max_tx_vq`.
-    pub fn set_rss_from_guest(&self, payload: &[u8], queue_pairs: u16) -> Result<u16, String> {
+    pub fn set_rss_from_guest(
+        &self,
+        payload: &[u8],
+        queue_pairs: u16,
+    ) -> Result<u16, SteeringError> {
         let (cfg, max_tx_vq) =
-            RssConfig::from_virtio_bytes(payload).map_err(|e| format!("RSS_CONFIG: {e}"))?;
+            RssConfig::from_virtio_bytes(payload).map_err(SteeringError::RssConfig)?;
         if max_tx_vq == 0 || max_tx_vq > queue_pairs {
-            return Err(format!(
-                "RSS_CONFIG: max_tx_vq {max_tx_vq} not in 1..={queue_pairs}"
-            ));
+            return Err(SteeringError::MaxTxVq {
+                max_tx_vq,
+                queue_pairs,
+            });
         }
         let mut st = self.state.write().unwrap_or_else(lock_err);
         st.nic
             .set_rss(Some(cfg))
-            .map_err(|e| format!("RSS_CONFIG: {e}"))?;
+            .map_err(SteeringError::RssConfig)?;
         st.max_tx_vq = max_tx_vq;
         st.rss_configs += 1;
         self.update_active(&st);
@@ -411,12 +390,12 @@ impl PortSteering {
 
     /// `VIRTIO_NET_CTRL_MQ_HASH_CONFIG` from the guest (hash reporting
     /// without RSS).
-    pub fn set_hash_from_guest(&self, payload: &[u8]) -> Result<(), String> {
-        let h = HashConfig::from_virtio_bytes(payload).map_err(|e| format!("HASH_CONFIG: {e}"))?;
+    pub fn set_hash_from_guest(&self, payload: &[u8]) -> Result<(), SteeringError> {
+        let h = HashConfig::from_virtio_bytes(payload).map_err(SteeringError::HashConfig)?;
         let mut st = self.state.write().unwrap_or_else(lock_err);
         st.nic
             .set_hash_config(Some(h.clone()))
-            .map_err(|e| format!("HASH_CONFIG: {e}"))?;
+            .map_err(SteeringError::HashConfig)?;
         st.hash_only = Some(h);
         st.hash_configs += 1;
         self.update_active(&st);
@@ -444,8 +423,20 @@ impl PortSteering {
 
     /// Chooses the queue pair for a frame: rules, then RSS, else the FNV flow
     /// hash over the `active` queue pairs; a queue the guest has not enabled
-    /// falls back to 0. No side effects.
+    /// falls back to 0. No side effects. Parses `data`;
+    /// [`steer_view`](Self::steer_view) reads a view parsed already.
     pub fn steer(&self, data: &[u8], active: usize, enabled: impl Fn(usize) -> bool) -> Steer {
+        self.steer_view(&view(data), active, enabled)
+    }
+
+    /// [`steer`](Self::steer) for a frame parsed already: rules, RSS and the
+    /// flow hash all read `v`.
+    pub fn steer_view(
+        &self,
+        v: &FrameView,
+        active: usize,
+        enabled: impl Fn(usize) -> bool,
+    ) -> Steer {
         let n = self.queues.len();
         let mut s = Steer {
             queue: Some(0),
@@ -456,14 +447,13 @@ impl PortSteering {
         };
         let mut want = None;
         if self.active.load(Relaxed) {
-            let p = parse(data);
-            s.key = flow_key(&p);
+            s.key = flow_key(v);
             let d = self
                 .state
                 .read()
                 .unwrap_or_else(lock_err)
                 .nic
-                .classify_parsed(&p);
+                .classify_parsed(v);
             s.hash_value = d.hash_value;
             s.hash_report = d.hash_report.code();
             s.how = match d.reason {
@@ -487,7 +477,7 @@ impl PortSteering {
             if active == 1 {
                 0
             } else {
-                flow_hash(data) as usize % active
+                flow_hash_view(v) as usize % active
             }
         });
         s.queue = Some(if q < n && (q == 0 || enabled(q)) {
@@ -557,13 +547,9 @@ impl PortSteering {
     }
 }
 
-fn flow_key(p: &devmem_nic::ParsedFrame) -> Option<FlowKey> {
-    let l3 = p.l3?;
-    let (src, dst) = match l3 {
-        L3::V4(i) => (IpAddr::V4(i.src), IpAddr::V4(i.dst)),
-        L3::V6(i) => (IpAddr::V6(i.src), IpAddr::V6(i.dst)),
-    };
-    let (sport, dport, proto) = match p.l4 {
+fn flow_key(v: &FrameView) -> Option<FlowKey> {
+    let (src, dst, proto) = (v.src_ip()?, v.dst_ip()?, v.ip_protocol()?);
+    let (sport, dport, proto) = match v.l4 {
         Some(l4) => (
             l4.src_port,
             l4.dst_port,
@@ -572,7 +558,7 @@ fn flow_key(p: &devmem_nic::ParsedFrame) -> Option<FlowKey> {
                 L4Proto::Udp => 17,
             },
         ),
-        None => (0, 0, l3.protocol()),
+        None => (0, 0, proto),
     };
     Some(FlowKey {
         src,
@@ -676,8 +662,8 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// Parses `SRC:SPORT-DST:DPORT/tcp|udp` (IPv6 as `[ADDR]:PORT`).
-pub fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr, bool), String> {
-    let bad = || format!("flow {s:?}: expected SRC:SPORT-DST:DPORT/tcp|udp");
+pub fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr, bool), SteeringError> {
+    let bad = || SteeringError::FlowSyntax(s.to_string());
     let (addrs, proto) = s.rsplit_once('/').ok_or_else(bad)?;
     let tcp = match proto.to_ascii_lowercase().as_str() {
         "tcp" => true,
@@ -688,14 +674,14 @@ pub fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr, bool), String> {
     let a: SocketAddr = a.parse().map_err(|_| bad())?;
     let b: SocketAddr = b.parse().map_err(|_| bad())?;
     if a.is_ipv4() != b.is_ipv4() {
-        return Err(format!("flow {s:?}: mixes IPv4 and IPv6"));
+        return Err(SteeringError::FlowFamilies(s.to_string()));
     }
     Ok((a, b, tcp))
 }
 
 /// The model's decision for a flow towards `port`, as the data path would
 /// take it now.
-pub fn predict(flow: &str, steer: impl Fn(&[u8]) -> Steer) -> Result<Prediction, String> {
+pub fn predict(flow: &str, steer: impl Fn(&[u8]) -> Steer) -> Result<Prediction, SteeringError> {
     use devmem_nic::builder::FrameBuilder;
     let (a, b, tcp) = parse_flow(flow)?;
     let fb = if tcp {
@@ -811,9 +797,12 @@ mod tests {
     #[test]
     fn rule_specs_convert_and_refuse_nonsense() {
         let s = FlowRuleSpec {
-            dst_ip: Some("10.0.0.0/8".into()),
-            proto: Some("tcp".into()),
-            dst_port: Some(5201),
+            fields: MatchSpec {
+                dst_ip: Some("10.0.0.0/8".into()),
+                proto: Some("tcp".into()),
+                dst_port: Some(5201),
+                ..MatchSpec::default()
+            },
             queue: Some(3),
             ..FlowRuleSpec::default()
         };
@@ -833,17 +822,26 @@ mod tests {
                 ..FlowRuleSpec::default()
             },
             FlowRuleSpec {
-                dst_ip: Some("10.0.0.1/33".into()),
+                fields: MatchSpec {
+                    dst_ip: Some("10.0.0.1/33".into()),
+                    ..MatchSpec::default()
+                },
                 drop: true,
                 ..FlowRuleSpec::default()
             },
             FlowRuleSpec {
-                proto: Some("sctpx".into()),
+                fields: MatchSpec {
+                    proto: Some("sctpx".into()),
+                    ..MatchSpec::default()
+                },
                 drop: true,
                 ..FlowRuleSpec::default()
             },
             FlowRuleSpec {
-                src_mac: Some("zz".into()),
+                fields: MatchSpec {
+                    src_mac: Some("zz".into()),
+                    ..MatchSpec::default()
+                },
                 drop: true,
                 ..FlowRuleSpec::default()
             },
@@ -873,6 +871,79 @@ mod tests {
             .is_err());
         assert!(st.del_rule(1).is_ok());
         assert!(st.del_rule(1).is_err());
+    }
+
+    #[test]
+    fn rule_spelling_is_unchanged_and_unknown_keys_are_refused() {
+        let json = r#"{"id":4,"priority":2,"src-mac":"02:00:00:00:00:01","dst-mac":"02:00:00:00:00:02","ethertype":2048,"src-ip":"10.0.0.1","dst-ip":"10.0.0.0/8","proto":"udp","src-port":1,"dst-port":4791,"queue":1,"drop":true}"#;
+        let r: FlowRuleSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(r.fields.dst_port, Some(4791));
+        assert_eq!(
+            (r.id, r.priority, r.queue, r.drop),
+            (Some(4), 2, Some(1), true)
+        );
+        assert_eq!(serde_json::to_string(&r).unwrap(), json);
+        // The error names every field, as deny_unknown_fields did.
+        let keys: Vec<String> =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+        let mut fields: Vec<&str> = FLOW_RULE_FIELDS.to_vec();
+        fields.sort_unstable();
+        assert_eq!(keys, fields, "FLOW_RULE_FIELDS lists every key");
+        let e = serde_json::from_str::<FlowRuleSpec>(r#"{"dst-prot":80,"drop":true}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "unknown field `dst-prot`, expected one of `id`, `priority`, `src-mac`, \
+                 `dst-mac`, `ethertype`, `src-ip`, `dst-ip`, `proto`, `src-port`, \
+                 `dst-port`, `queue`, `drop`"
+            ),
+            "{e}"
+        );
+        assert!(
+            e.ends_with(" at line 1 column 27"),
+            "the position is kept: {e}"
+        );
+        let e = toml::from_str::<FlowRuleSpec>("queue = 1\nqpn = 3\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `qpn`"), "{e}");
+        let t: FlowRuleSpec =
+            toml::from_str("dst-port = 5201\nproto = \"tcp\"\nqueue = 2\n").unwrap();
+        assert_eq!(t.describe(), "proto tcp dst-port 5201 -> queue 2");
+        // A bad value inside the match still names the type.
+        let e = serde_json::from_str::<FlowRuleSpec>(r#"{"dst-port":"x"}"#).unwrap_err();
+        assert!(e.to_string().contains("expected u16"), "{e}");
+    }
+
+    #[test]
+    fn steer_view_is_steer() {
+        use devmem_nic::builder::FrameBuilder;
+        let st = PortSteering::new(4, &[]).unwrap();
+        let f = FrameBuilder::tcp(
+            "10.0.0.1".parse().unwrap(),
+            1000,
+            "10.0.0.2".parse().unwrap(),
+            5201,
+        )
+        .build(b"x");
+        let q = |s: Steer| (s.queue, s.how, s.hash_value, s.hash_report);
+        let all = |_| true;
+        assert_eq!(q(st.steer(&f, 4, all)), q(st.steer_view(&view(&f), 4, all)));
+        st.add_rule(FlowRuleSpec {
+            fields: MatchSpec {
+                dst_port: Some(5201),
+                ..MatchSpec::default()
+            },
+            queue: Some(3),
+            ..FlowRuleSpec::default()
+        })
+        .unwrap();
+        let s = st.steer_view(&view(&f), 4, all);
+        assert_eq!((s.queue, s.how), (Some(3), How::Rule(1)));
+        assert_eq!(q(st.steer(&f, 4, all)), q(s));
     }
 
     #[test]
