@@ -3,7 +3,7 @@
 //! hand it frames and it hands frames to ports' pending queues.
 
 use crate::config::{DeviceForm, MacAddr, PortConfig, PortKind};
-pub use crate::frame::{flow_hash, now_ms, Frame};
+pub use crate::frame::{flow_hash, now_ms, Frame, FrameView, LazyView};
 use crate::offload;
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
@@ -537,10 +537,27 @@ impl PortShared {
     /// hash over the enabled, active queue pairs, so one flow stays on one
     /// queue. Also gives the hash for the RX header.
     pub fn steer(&self, data: &[u8]) -> crate::steering::Steer {
+        self.steer_view(&crate::frame::view(data))
+    }
+
+    /// [`steer`](Self::steer) for a frame parsed already.
+    pub fn steer_view(&self, v: &FrameView) -> crate::steering::Steer {
         let active = usize::from(self.active_qps.load(Relaxed));
-        self.steering.steer(data, active, |q| {
+        self.steering.steer_view(v, active, |q| {
             self.rxq.get(q).is_some_and(|r| r.enabled.load(Relaxed))
         })
+    }
+
+    /// [`steer`](Self::steer), parsing `data` only if steering reads it.
+    fn steer_lazy(&self, data: &[u8], v: &LazyView) -> crate::steering::Steer {
+        let active = usize::from(self.active_qps.load(Relaxed));
+        let enabled = |q: usize| self.rxq.get(q).is_some_and(|r| r.enabled.load(Relaxed));
+        if self.steering.reads_frame(active) {
+            self.steering.steer_view(v.get(data), active, enabled)
+        } else {
+            self.steering
+                .steer_view(&FrameView::default(), active, enabled)
+        }
     }
 
     /// Counter snapshot.
@@ -667,13 +684,14 @@ impl Fabric {
     fn resume(&self, r: crate::faults::Released) {
         let (port, dir) = (r.port, r.dir);
         let mut wakes = Wakes::default();
-        for f in self.faults.apply_after(r) {
+        for f in self.faults.apply_after_at(r, std::time::Instant::now()) {
+            let v = LazyView::default();
             match dir {
                 crate::frame::Dir::Egress => {
-                    self.deliver_now(port, f, None, &mut wakes);
+                    self.deliver_now(port, f, &v, None, &mut wakes);
                 }
                 _ => {
-                    self.switch(port, f, &mut wakes);
+                    self.switch(port, f, &v, &mut wakes);
                 }
             }
         }
@@ -725,7 +743,7 @@ impl Fabric {
     /// The receive queue a unicast frame from `src` would wait for, if that
     /// queue is congested (back-pressure). Flooded frames never wait.
     pub fn congested_queue(&self, src: usize, data: &[u8]) -> Option<&RxQueue> {
-        match self.route(src, data) {
+        match self.route(src, data, &LazyView::default()) {
             Route::Unicast(p, s) => self.congested(p, &s),
             _ => None,
         }
@@ -739,7 +757,7 @@ impl Fabric {
     /// Where a frame from `src` goes now (MAC table, an erdma function's
     /// RoCEv2, steering): looked up once and used by both the congestion
     /// check and delivery.
-    fn route(&self, src: usize, data: &[u8]) -> Route {
+    fn route(&self, src: usize, data: &[u8], v: &LazyView) -> Route {
         let Some(dst) = data.get(0..6) else {
             return Route::Nowhere;
         };
@@ -749,11 +767,13 @@ impl Fabric {
         let mut d = [0u8; 6];
         d.copy_from_slice(dst);
         let known = self.macs.read().ok().and_then(|m| m.get(&d).copied());
-        match known.map(|p| self.rdma_target(p, data)) {
+        match known.map(|p| self.rdma_target(p, data, v)) {
             None => Route::Flood,
             Some(p) if p == src => Route::Nowhere,
             Some(p) => match self.ports.get(p) {
-                Some(port) if port.connected.load(Relaxed) => Route::Unicast(p, port.steer(data)),
+                Some(port) if port.connected.load(Relaxed) => {
+                    Route::Unicast(p, port.steer_lazy(data, v))
+                }
                 _ => Route::Nowhere,
             },
         }
@@ -803,7 +823,9 @@ impl Fabric {
             // the MAC in the table, RoCEv2 goes to the function.
             self.learn_from(src, &frame.data);
         }
-        let route = self.route(src, &frame.data);
+        // Parsed at most once, when routing, steering or faults first ask.
+        let v = LazyView::default();
+        let route = self.route(src, &frame.data, &v);
         if back_pressure {
             if let Route::Unicast(p, s) = &route {
                 if let Some(q) = self.congested(*p, s) {
@@ -819,21 +841,28 @@ impl Fabric {
         // The checker sees what the guest sent, before any fault acts.
         self.checker.observe(&sp.cfg.name, &frame.data);
         if self.faults.active() {
+            let now = std::time::Instant::now();
             let n = self
                 .faults
-                .apply(src, crate::frame::Dir::Ingress, frame)
+                .apply_view(
+                    src,
+                    crate::frame::Dir::Ingress,
+                    &v.get(&frame.data).clone(),
+                    frame,
+                    now,
+                )
                 .into_iter()
-                .map(|f| self.switch(src, f, wakes))
+                .map(|(f, v)| self.switch(src, f, &LazyView::of(v), wakes))
                 .sum();
             return Ingress::Forwarded(n);
         }
-        Ingress::Forwarded(self.send(src, frame, route, wakes))
+        Ingress::Forwarded(self.send(src, frame, &v, route, wakes))
     }
 
     /// Where a frame for port `p` goes: its erdma function for RoCEv2, else `p`.
-    fn rdma_target(&self, p: usize, data: &[u8]) -> usize {
+    fn rdma_target(&self, p: usize, data: &[u8], v: &LazyView) -> usize {
         match self.ports.get(p).and_then(|x| x.rdma_companion.get()) {
-            Some(&r) if crate::frame::is_rocev2(data) => r,
+            Some(&r) if crate::frame::is_rocev2_view(v.get(data)) => r,
             _ => p,
         }
     }
@@ -866,7 +895,13 @@ impl Fabric {
 
     /// Switches a frame past ingress faults (a rule may have changed it, or
     /// held it while the table changed: routed afresh).
-    fn switch<'a>(&'a self, src: usize, frame: Frame, wakes: &mut Wakes<'a>) -> usize {
+    fn switch<'a>(
+        &'a self,
+        src: usize,
+        frame: Frame,
+        v: &LazyView,
+        wakes: &mut Wakes<'a>,
+    ) -> usize {
         if frame.data.len() < 14 {
             return 0;
         }
@@ -877,17 +912,24 @@ impl Fabric {
         {
             self.learn_from(src, &frame.data);
         }
-        let route = self.route(src, &frame.data);
-        self.send(src, frame, route, wakes)
+        let route = self.route(src, &frame.data, v);
+        self.send(src, frame, v, route, wakes)
     }
 
-    fn send<'a>(&'a self, src: usize, frame: Frame, route: Route, wakes: &mut Wakes<'a>) -> usize {
+    fn send<'a>(
+        &'a self,
+        src: usize,
+        frame: Frame,
+        v: &LazyView,
+        route: Route,
+        wakes: &mut Wakes<'a>,
+    ) -> usize {
         match route {
             Route::Nowhere => {
                 crate::buffers::give(frame.data);
                 0
             }
-            Route::Unicast(p, s) => self.deliver(p, frame, Some(s), wakes),
+            Route::Unicast(p, s) => self.deliver(p, frame, v, Some(s), wakes),
             Route::Flood => {
                 let others: Vec<usize> = (0..self.ports.len()).filter(|&p| p != src).collect();
                 let Some((&last, rest)) = others.split_last() else {
@@ -895,9 +937,9 @@ impl Fabric {
                 };
                 let mut n = 0;
                 for &p in rest {
-                    n += self.deliver(p, frame.clone(), None, wakes);
+                    n += self.deliver(p, frame.clone(), v, None, wakes);
                 }
-                n + self.deliver(last, frame, None, wakes)
+                n + self.deliver(last, frame, v, None, wakes)
             }
         }
     }
@@ -906,6 +948,7 @@ impl Fabric {
         &'a self,
         port: usize,
         frame: Frame,
+        v: &LazyView,
         steer: Option<crate::steering::Steer>,
         wakes: &mut Wakes<'a>,
     ) -> usize {
@@ -917,14 +960,21 @@ impl Fabric {
             {
                 return 0;
             }
+            let now = std::time::Instant::now();
             return self
                 .faults
-                .apply(port, crate::frame::Dir::Egress, frame)
+                .apply_view(
+                    port,
+                    crate::frame::Dir::Egress,
+                    &v.get(&frame.data).clone(),
+                    frame,
+                    now,
+                )
                 .into_iter()
-                .map(|f| self.deliver_now(port, f, None, wakes))
+                .map(|(f, v)| self.deliver_now(port, f, &LazyView::of(v), None, wakes))
                 .sum();
         }
-        self.deliver_now(port, frame, steer, wakes)
+        self.deliver_now(port, frame, v, steer, wakes)
     }
 
     /// Queues a frame for a port past egress faults; `steer` is the queue
@@ -933,6 +983,7 @@ impl Fabric {
         &'a self,
         port: usize,
         frame: Frame,
+        v: &LazyView,
         steer: Option<crate::steering::Steer>,
         wakes: &mut Wakes<'a>,
     ) -> usize {
@@ -942,7 +993,7 @@ impl Fabric {
         if !dst.connected.load(Relaxed) {
             return 0;
         }
-        let s = steer.unwrap_or_else(|| dst.steer(&frame.data));
+        let s = steer.unwrap_or_else(|| dst.steer_lazy(&frame.data, v));
         let report = dst.has(VIRTIO_NET_F_HASH_REPORT);
         dst.steering.record(&s, report && s.hash_report != 0);
         let Some(r) = s.queue.and_then(|q| dst.rxq.get(q)) else {

@@ -75,6 +75,27 @@ pub fn view(f: &[u8]) -> FrameView {
     devmem_nic::parse(f)
 }
 
+/// A frame's view, parsed when a stage first asks for it: a unicast frame
+/// between single-queue ports with no rules, faults or RDMA function is
+/// switched on its MAC addresses alone and never parsed; otherwise it is
+/// parsed once, whichever stages read it.
+#[derive(Debug, Default)]
+pub struct LazyView(std::cell::OnceCell<FrameView>);
+
+impl LazyView {
+    /// A view parsed already.
+    pub fn of(v: FrameView) -> Self {
+        let c = std::cell::OnceCell::new();
+        let _ = c.set(v);
+        LazyView(c)
+    }
+
+    /// The view of `data`, which must be the frame this view belongs to.
+    pub fn get(&self, data: &[u8]) -> &FrameView {
+        self.0.get_or_init(|| view(data))
+    }
+}
+
 /// FNV-1a over IP addresses and L4 ports (0 for non-IP): keeps a flow on one
 /// queue. Parses `f`; [`flow_hash_view`] reads a view parsed already.
 pub fn flow_hash(f: &[u8]) -> u32 {

@@ -431,6 +431,13 @@ impl PortSteering {
 
     /// [`steer`](Self::steer) for a frame parsed already: rules, RSS and the
     /// flow hash all read `v`.
+    /// Whether [`steer_view`](Self::steer_view) would read the frame at
+    /// all: only for flow rules, RSS or a flow hash over several queues. A
+    /// caller may skip parsing otherwise (any view gives queue 0).
+    pub fn reads_frame(&self, active: usize) -> bool {
+        self.active.load(Relaxed) || active.clamp(1, self.queues.len().max(1)) > 1
+    }
+
     pub fn steer_view(
         &self,
         v: &FrameView,

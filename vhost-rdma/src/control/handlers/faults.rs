@@ -7,11 +7,9 @@ use crate::fabric::Fabric;
 /// Serves the fault and link requests of the control socket.
 pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
     let f = &fabric.faults;
-    // The fault engine refuses in words; they are the reply's error as given.
-    let refused = HandlerError::Engine;
     let body = match req {
         Request::FaultAdd { rule } => {
-            let fault_id = f.add((**rule).clone()).map_err(refused)?;
+            let fault_id = f.add((**rule).clone())?;
             tracing::info!(id = fault_id, rule = %rule.describe(), "fault rule added");
             ReplyBody::FaultAdded {
                 faults: f.status(),
@@ -19,13 +17,13 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
             }
         }
         Request::FaultDel { id } => {
-            f.del(*id).map_err(refused)?;
+            f.del(*id)?;
             tracing::info!(id, "fault rule removed");
             ReplyBody::Faults { faults: f.status() }
         }
         Request::FaultList => ReplyBody::Faults { faults: f.status() },
         Request::Link { port, up } => {
-            f.set_link(port, *up).map_err(refused)?;
+            f.set_link(port, *up)?;
             tracing::info!(port = %port, up, "link set");
             ReplyBody::Faults { faults: f.status() }
         }

@@ -23,10 +23,15 @@ pub enum HandlerError {
     /// The request reached the handler of another feature (a dispatch bug).
     #[error("not a {0} request")]
     Misrouted(&'static str),
-    /// An engine refused; the fault and steering engines and the fabric's
-    /// port lookup answer in words.
+    /// The fabric's port lookup refused (it answers in words).
     #[error("{0}")]
     Engine(String),
+    /// The fault engine refused a rule, a removal or a link change.
+    #[error(transparent)]
+    Fault(#[from] crate::faults::FaultError),
+    /// The steering engine refused a flow rule, a removal or a flow.
+    #[error(transparent)]
+    Steering(#[from] crate::steering::SteeringError),
     /// The port has `[limits] flow-rules` rules already.
     #[error(
         "too many flow rules on port {port} (at most {max}, [limits] flow-rules); delete some first"

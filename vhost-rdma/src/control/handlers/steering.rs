@@ -8,10 +8,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// Serves the steering requests of the control socket.
 pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
-    // The fabric and the steering engine refuse in words; they are the
-    // reply's error as given.
-    let refused = HandlerError::Engine;
-    let port_by_name = |name: &str| fabric.port_by_name(name).map_err(refused);
+    // The fabric's port lookup refuses in words: the reply's error as given.
+    let port_by_name = |name: &str| fabric.port_by_name(name).map_err(HandlerError::Engine);
     let body = match req {
         Request::FlowRuleAdd { port, rule } => {
             let p = port_by_name(port)?;
@@ -23,7 +21,7 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
                     max,
                 });
             }
-            let rule_id = p.steering.add_rule(rule.clone()).map_err(refused)?;
+            let rule_id = p.steering.add_rule(rule.clone())?;
             tracing::info!(port = %port, id = rule_id, rule = %rule.describe(), "flow rule added");
             ReplyBody::RuleAdded {
                 rules: p.steering.rules(),
@@ -32,7 +30,7 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
         }
         Request::FlowRuleDel { port, id } => {
             let p = port_by_name(port)?;
-            p.steering.del_rule(*id).map_err(refused)?;
+            p.steering.del_rule(*id)?;
             tracing::info!(port = %port, id, "flow rule removed");
             ReplyBody::Rules {
                 rules: p.steering.rules(),
@@ -68,8 +66,7 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
             s.predictions = flows
                 .iter()
                 .map(|f| predict(f, |frame| p.steer(frame)))
-                .collect::<Result<_, _>>()
-                .map_err(refused)?;
+                .collect::<Result<_, _>>()?;
             ReplyBody::Rss { rss: s }
         }
         _ => return Err(HandlerError::Misrouted("steering")),
