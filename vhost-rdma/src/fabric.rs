@@ -591,6 +591,11 @@ impl PortShared {
     }
 }
 
+/// A request named a port the daemon does not have.
+#[derive(Debug, thiserror::Error)]
+#[error("no port named {0:?}")]
+pub struct NoSuchPort(pub String);
+
 /// The L2 switch.
 #[derive(Debug)]
 pub struct Fabric {
@@ -698,12 +703,12 @@ impl Fabric {
     }
 
     /// The port named `name`.
-    pub fn port_by_name(&self, name: &str) -> Result<&PortShared, String> {
+    pub fn port_by_name(&self, name: &str) -> Result<&PortShared, NoSuchPort> {
         self.ports
             .iter()
             .find(|p| p.cfg.name == name)
             .map(|p| &**p)
-            .ok_or_else(|| format!("no port named {name:?}"))
+            .ok_or_else(|| NoSuchPort(name.to_string()))
     }
 
     /// Forgets what was learned on a port (its guest went away).

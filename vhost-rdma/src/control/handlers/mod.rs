@@ -23,9 +23,9 @@ pub enum HandlerError {
     /// The request reached the handler of another feature (a dispatch bug).
     #[error("not a {0} request")]
     Misrouted(&'static str),
-    /// The fabric's port lookup refused (it answers in words).
-    #[error("{0}")]
-    Engine(String),
+    /// No port has that name.
+    #[error(transparent)]
+    NoSuchPort(#[from] crate::fabric::NoSuchPort),
     /// The fault engine refused a rule, a removal or a link change.
     #[error(transparent)]
     Fault(#[from] crate::faults::FaultError),

@@ -8,8 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// Serves the steering requests of the control socket.
 pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
-    // The fabric's port lookup refuses in words: the reply's error as given.
-    let port_by_name = |name: &str| fabric.port_by_name(name).map_err(HandlerError::Engine);
+    let port_by_name = |name: &str| fabric.port_by_name(name);
     let body = match req {
         Request::FlowRuleAdd { port, rule } => {
             let p = port_by_name(port)?;
