@@ -468,33 +468,38 @@ fn write_at(
 pub fn publish_used(
     mem: &GuestMemoryMmap,
     queue: &mut Queue,
-    used: &[(u16, u32)],
+    used: impl IntoIterator<Item = (u16, u32)>,
 ) -> Result<(), ChainError> {
     use virtio_queue::QueueT;
-    if used.is_empty() {
-        return Ok(());
-    }
     let size = queue.size();
     let ring = GuestAddress(queue.used_ring());
     let oom = |a: GuestAddress| ChainError::OutOfMemory { addr: a.0, len: 8 };
-    let mut next = queue.next_used();
+    let start = queue.next_used();
+    let mut next = start;
+    // Elements gathered for one write: up to 64, never across the ring's end.
     let mut elems = [0u8; 8 * 64];
-    for batch in used.chunks(64) {
-        // Contiguous runs of slots, split where the ring wraps.
-        let mut i = 0;
-        while i < batch.len() {
-            let slot = next % size;
-            let run = (batch.len() - i).min(usize::from(size - slot));
-            for (k, &(head, len)) in batch[i..i + run].iter().enumerate() {
-                elems[8 * k..8 * k + 4].copy_from_slice(&u32::from(head).to_le_bytes());
-                elems[8 * k + 4..8 * k + 8].copy_from_slice(&len.to_le_bytes());
-            }
-            let at = ring.checked_add(4 + 8 * u64::from(slot)).ok_or(oom(ring))?;
-            mem.write_slice(&elems[..8 * run], at)
-                .map_err(|_| oom(at))?;
-            next = next.wrapping_add(run as u16);
-            i += run;
+    let mut n = 0usize;
+    let mut first_slot = next % size;
+    let flush = |elems: &[u8], slot: u16| -> Result<(), ChainError> {
+        let at = ring.checked_add(4 + 8 * u64::from(slot)).ok_or(oom(ring))?;
+        mem.write_slice(elems, at).map_err(|_| oom(at))
+    };
+    for (head, len) in used {
+        elems[8 * n..8 * n + 4].copy_from_slice(&u32::from(head).to_le_bytes());
+        elems[8 * n + 4..8 * n + 8].copy_from_slice(&len.to_le_bytes());
+        n += 1;
+        next = next.wrapping_add(1);
+        if n == 64 || next.is_multiple_of(size) {
+            flush(&elems[..8 * n], first_slot)?;
+            n = 0;
+            first_slot = next % size;
         }
+    }
+    if n > 0 {
+        flush(&elems[..8 * n], first_slot)?;
+    }
+    if next == start {
+        return Ok(());
     }
     let idx = ring.checked_add(2).ok_or(oom(ring))?;
     mem.store(next.to_le(), idx, std::sync::atomic::Ordering::Release)

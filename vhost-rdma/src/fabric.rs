@@ -93,6 +93,8 @@ impl RxQueue {
     /// `n` frames left for good (delivered, dropped, cleared).
     fn gone(&self, n: usize) {
         if n > 0 {
+            // Saturating: a reset (`clear`) racing with the worker must not
+            // wrap the count into "full forever".
             let _ = self
                 .occupied
                 .fetch_update(AcqRel, Acquire, |o| Some(o.saturating_sub(n)));
@@ -172,7 +174,12 @@ impl RxQueue {
         // Frames of the hand neither delivered nor put back were dropped by
         // the pass (counted there).
         let held = self.in_hand.swap(0, Relaxed);
-        self.gone(held.saturating_sub(hand.len()));
+        if hand.len() > held {
+            // A reset cleared the count of the hand meanwhile.
+            self.occupied.fetch_add(hand.len() - held, AcqRel);
+        } else {
+            self.gone(held - hand.len());
+        }
         if hand.is_empty() {
             return;
         }

@@ -174,8 +174,8 @@ impl PortBackend {
                     return;
                 }
             };
-            let used: Vec<(u16, u32)> = drained.used.iter().map(|&h| (h, 0)).collect();
-            if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), &used) {
+            let used = drained.used.iter().map(|&h| (h, 0));
+            if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), used) {
                 QueueCounters::add(&c.tx_errors, 1);
                 guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX used ring unusable: {e}");
                 return;
@@ -257,6 +257,7 @@ impl PortBackend {
             let mut src = PendingSource {
                 q: rxq,
                 hand: std::mem::take(&mut hand),
+                fed: false,
             };
             let filled = chain::fill_rx(&*mem, vr.get_queue_mut(), &mut src, hl, mrg, ctx);
             hand = src.finish();
@@ -268,7 +269,7 @@ impl PortBackend {
                     return;
                 }
             };
-            if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), &used) {
+            if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), used.iter().copied()) {
                 QueueCounters::add(&c.rx_errors, 1);
                 guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX used ring unusable: {e}");
                 return;
@@ -467,6 +468,8 @@ fn arm_avail_event(mem: &MemGuard, q: &virtio_queue::Queue, idx: u16) -> bool {
 struct PendingSource<'a> {
     q: &'a RxQueue,
     hand: std::collections::VecDeque<Frame>,
+    /// A frame reached the guest in this pass.
+    fed: bool,
 }
 
 impl PendingSource<'_> {
@@ -476,6 +479,9 @@ impl PendingSource<'_> {
     /// Returns undelivered frames to the queue; gives back the (empty)
     /// batch storage for the next pass.
     fn finish(mut self) -> std::collections::VecDeque<Frame> {
+        if self.fed {
+            self.q.mark_fed();
+        }
         self.q.put_back(&mut self.hand);
         self.hand
     }
@@ -495,8 +501,9 @@ impl RxSource for PendingSource<'_> {
         self.q.mark_starved()
     }
     fn fed(&mut self) {
-        self.q.delivered();
-        self.q.mark_fed()
+        // Counted when the pass ends (`finish`): the hand's frames not put
+        // back were delivered or dropped.
+        self.fed = true;
     }
 }
 
