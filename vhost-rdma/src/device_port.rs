@@ -191,6 +191,22 @@ fn erdma_config(cfg: &PortConfig) -> ErdmaConfig {
     c
 }
 
+/// How the fabric treats an emulated PCI device port: always attached
+/// with one pending queue (the device refuses what it cannot take yet and
+/// steers to its own queues). An erdma function is its netdev port's RDMA
+/// function: it sends with that port's MAC, so it is not learned from, and
+/// its frames to MAC zero go by destination IPv4.
+pub fn profile(cfg: &PortConfig) -> crate::fabric::PortProfile {
+    let erdma = cfg.kind == PortKind::Erdma;
+    crate::fabric::PortProfile {
+        form: if erdma { "erdma" } else { "gve" },
+        learns: !erdma,
+        zero_mac_by_ip: erdma,
+        always_attached: true,
+        rdma_function_of: if erdma { cfg.netdev.clone() } else { None },
+    }
+}
+
 impl DevicePort {
     /// Listens on the port's socket and serves the device its kind names
     /// (gve or erdma) on it.

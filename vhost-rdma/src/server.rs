@@ -60,12 +60,13 @@ impl Server {
             .ports
             .iter()
             .enumerate()
-            .map(|(i, p)| match p.kind {
-                PortKind::VirtioNet => PortShared::new(i, p.clone()).map(Arc::new),
-                // An uplink attaches like a device: always there, one queue.
-                PortKind::Gve | PortKind::Erdma | PortKind::Vxlan | PortKind::Tap => {
-                    PortShared::new_device(i, p).map(Arc::new)
-                }
+            .map(|(i, p)| {
+                let profile = match p.kind {
+                    PortKind::VirtioNet => crate::port::profile(p),
+                    PortKind::Gve | PortKind::Erdma => crate::device_port::profile(p),
+                    PortKind::Vxlan | PortKind::Tap => crate::uplink::profile(p),
+                };
+                PortShared::new(i, p.clone(), profile).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
@@ -74,7 +75,7 @@ impl Server {
             .hosts
             .iter()
             .enumerate()
-            .map(|(i, h)| PortShared::new_host(shared.len() + i, &h.name, h.mac).map(Arc::new))
+            .map(|(i, h)| HostHandle::attachment(shared.len() + i, h).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .context("creating host state")?;
         let mut all = shared.clone();

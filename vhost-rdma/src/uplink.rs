@@ -197,6 +197,20 @@ pub struct UplinkPort {
     thread: Option<JoinHandle<()>>,
 }
 
+/// How the fabric treats an uplink: attached like a device port (always
+/// there, one pending queue towards the wire); `ctl status` shows `vxlan`
+/// or `tap`.
+pub fn profile(cfg: &crate::config::PortConfig) -> crate::fabric::PortProfile {
+    crate::fabric::PortProfile {
+        form: match cfg.kind {
+            crate::config::PortKind::Tap => "tap",
+            _ => "vxlan",
+        },
+        always_attached: true,
+        ..Default::default()
+    }
+}
+
 impl UplinkPort {
     /// Opens the port's socket or TAP device and starts its thread.
     pub fn start(port: Arc<PortShared>, fabric: Arc<Fabric>) -> Result<UplinkPort, UplinkError> {
