@@ -8,25 +8,20 @@
 pub mod activation;
 pub mod buffers;
 pub mod capture;
-pub mod chain;
 pub mod checker;
 pub mod config;
 pub mod control;
-pub mod device_port;
 pub mod fabric;
 pub mod faults;
 pub mod frame;
-pub mod hosts;
 pub mod mpa_settle;
 pub mod neighbors;
 pub mod offload;
-pub mod port;
-pub mod proxy;
+pub mod ports;
 pub mod server;
 pub mod socket_path;
 pub mod stats;
 pub mod steering;
-pub mod uplink;
 pub mod virtio_net;
 pub mod vxlan;
 

@@ -4,8 +4,8 @@
 use crate::config::{DaemonConfig, PortKind};
 use crate::control::ControlServer;
 use crate::fabric::{Fabric, PortShared};
-use crate::hosts::HostHandle;
-use crate::port::PortBackend;
+use crate::ports::host::HostHandle;
+use crate::ports::virtio_net::backend::PortBackend;
 use crate::stats::PortStats;
 use anyhow::Context;
 use std::os::fd::AsRawFd;
@@ -45,9 +45,9 @@ pub struct Server {
     fault_timer: Option<JoinHandle<()>>,
     hosts: Arc<Vec<Arc<HostHandle>>>,
     /// Ports that are emulated PCI devices over vfio-user (`kind=gve`).
-    devices: Vec<crate::device_port::DevicePort>,
+    devices: Vec<crate::ports::device::DevicePort>,
     /// Uplink ports (`kind=vxlan`, `kind=tap`).
-    uplinks: Vec<crate::uplink::UplinkPort>,
+    uplinks: Vec<crate::ports::uplink::UplinkPort>,
 }
 
 impl Server {
@@ -62,9 +62,9 @@ impl Server {
             .enumerate()
             .map(|(i, p)| {
                 let profile = match p.kind {
-                    PortKind::VirtioNet => crate::port::profile(p),
-                    PortKind::Gve | PortKind::Erdma => crate::device_port::profile(p),
-                    PortKind::Vxlan | PortKind::Tap => crate::uplink::profile(p),
+                    PortKind::VirtioNet => crate::ports::virtio_net::backend::profile(p),
+                    PortKind::Gve | PortKind::Erdma => crate::ports::device::profile(p),
+                    PortKind::Vxlan | PortKind::Tap => crate::ports::uplink::profile(p),
                 };
                 PortShared::new(i, p.clone(), profile).map(Arc::new)
             })
@@ -102,11 +102,14 @@ impl Server {
         let mut uplinks = Vec::new();
         for port in shared {
             if port.cfg.kind.is_uplink() {
-                uplinks.push(crate::uplink::UplinkPort::start(port, fabric.clone())?);
+                uplinks.push(crate::ports::uplink::UplinkPort::start(
+                    port,
+                    fabric.clone(),
+                )?);
                 continue;
             }
             if matches!(port.cfg.kind, PortKind::Gve | PortKind::Erdma) {
-                devices.push(crate::device_port::DevicePort::start(
+                devices.push(crate::ports::device::DevicePort::start(
                     port,
                     fabric.clone(),
                     &cfg.socket_perms,
@@ -123,7 +126,7 @@ impl Server {
                 .try_clone()
                 .with_context(|| format!("port {}: wake eventfd", port.cfg.name))?;
             // The backend listens on a private socket; a relay joins the two
-            // (see `proxy`).
+            // (see `ports::virtio_net::proxy`).
             let private_dir = std::env::temp_dir().join(format!(
                 "vhost-rdma-{}-{}-{}",
                 std::process::id(),
@@ -427,7 +430,7 @@ fn serve_port(
         let relay_name = name.clone();
         let relay = std::thread::Builder::new()
             .name(format!("vu-{name}"))
-            .spawn(move || crate::proxy::relay(front, back, &relay_name));
+            .spawn(move || crate::ports::virtio_net::proxy::relay(front, back, &relay_name));
         let result = daemon.wait();
         if let Ok(Ok(Err(e))) = relay.map(|t| t.join()) {
             info!(port = %name, "front-end connection: {e}");
