@@ -1,5 +1,6 @@
-//! vhost-rdma daemon library: ports (vhost-user virtio-net devices), the
-//! fabric (an L2 learning switch between them), and the server that runs them.
+//! vhost-rdma daemon library: the fabric (an L2 learning switch), the ports
+//! it joins (`ports`: vhost-user virtio-net devices, emulated PCI devices
+//! over vfio-user, uplinks, virtual hosts), and the server that runs them.
 //!
 //! The data path is event-driven: each queue pair has a worker thread that
 //! sleeps in epoll on the guest's kick eventfds and on a wake eventfd the

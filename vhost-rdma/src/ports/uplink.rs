@@ -197,17 +197,39 @@ pub struct UplinkPort {
     thread: Option<JoinHandle<()>>,
 }
 
-/// How the fabric treats an uplink: attached like a device port (always
-/// there, one pending queue towards the wire); `ctl status` shows `vxlan`
-/// or `tap`.
-pub fn profile(cfg: &crate::config::PortConfig) -> crate::fabric::PortProfile {
-    crate::fabric::PortProfile {
-        form: match cfg.kind {
-            crate::config::PortKind::Tap => "tap",
-            _ => "vxlan",
-        },
-        always_attached: true,
-        ..Default::default()
+/// The port kind of uplinks (`kind=vxlan`, `kind=tap`).
+pub struct UplinkDriver;
+
+impl crate::ports::PortDriver for UplinkDriver {
+    /// Attached like a device port (always there, one pending queue
+    /// towards the wire); `ctl status` shows `vxlan` or `tap`.
+    fn profile(&self, cfg: &crate::config::PortConfig) -> crate::fabric::PortProfile {
+        crate::fabric::PortProfile {
+            form: match cfg.kind {
+                crate::config::PortKind::Tap => "tap",
+                _ => "vxlan",
+            },
+            always_attached: true,
+            ..Default::default()
+        }
+    }
+
+    fn start(
+        &self,
+        port: Arc<PortShared>,
+        ctx: &crate::ports::StartContext<'_>,
+    ) -> anyhow::Result<Box<dyn crate::ports::RunningPort>> {
+        Ok(Box::new(UplinkPort::start(port, ctx.fabric.clone())?))
+    }
+}
+
+impl crate::ports::RunningPort for UplinkPort {
+    fn status(&self) -> crate::ports::PortStatus {
+        crate::ports::PortStatus::Uplink(self.entry())
+    }
+
+    fn shutdown(&mut self) {
+        UplinkPort::shutdown(self);
     }
 }
 

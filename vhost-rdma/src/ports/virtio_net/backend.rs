@@ -36,18 +36,6 @@ pub const MAX_QUEUE_SIZE: usize = 1024;
 
 pub use crate::ports::virtio_net::chain::ChainError;
 
-/// How the fabric treats a vhost-user virtio-net port: learned from,
-/// attached while a guest is connected; `ctl status` shows its form.
-pub fn profile(cfg: &crate::config::PortConfig) -> crate::fabric::PortProfile {
-    crate::fabric::PortProfile {
-        form: match cfg.form {
-            DeviceForm::VirtioNetPci => "pci",
-            DeviceForm::TestDevice => "testdev",
-        },
-        ..Default::default()
-    }
-}
-
 /// One vhost-user connection's backend for a port.
 pub struct PortBackend {
     shared: Arc<PortShared>,
