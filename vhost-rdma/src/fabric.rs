@@ -1023,4 +1023,84 @@ mod tests {
         assert_eq!(q.push_quiet(Adapted::Many(vec![frame(11), frame(12)])), 0);
         assert_eq!(q.counters.snapshot().rx_drops, 3);
     }
+
+    fn arp(mac: [u8; 6], ip: [u8; 4]) -> Frame {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&mac);
+        f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+        f.extend_from_slice(&mac);
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&[0; 6]);
+        f.extend_from_slice(&[10, 0, 0, 9]);
+        Frame {
+            hdr: NetHdr::default(),
+            data: f,
+        }
+    }
+
+    /// An IPv4 UDP frame to `dport` (4791: RoCEv2).
+    fn udp(dst: [u8; 6], src: [u8; 6], dst_ip: [u8; 4], dport: u16) -> Frame {
+        let mut f = dst.to_vec();
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1]);
+        f.extend_from_slice(&dst_ip);
+        f.extend_from_slice(&[0x12, 0x34]);
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&[0, 16, 0, 0]);
+        f.extend_from_slice(&[0; 8]);
+        Frame {
+            hdr: NetHdr::default(),
+            data: f,
+        }
+    }
+
+    /// The switch acts on a port's profile alone, whatever its kind: an
+    /// RDMA function is not learned from, RoCEv2 to its netdev port's MAC
+    /// goes to it, and its frames to MAC zero go by the neighbour table
+    /// (unresolved ones are dropped and counted).
+    #[test]
+    fn profiles_drive_learning_rdma_pairing_and_mac_zero() {
+        let port = |i: usize, name: &str, profile: PortProfile| {
+            let p = PortShared::new(i, PortConfig::new(name, ""), profile).unwrap();
+            p.connected.store(true, Relaxed);
+            p.rxq[0].enabled.store(true, Relaxed);
+            Arc::new(p)
+        };
+        let function = PortProfile {
+            form: "rdma",
+            learns: false,
+            zero_mac_by_ip: true,
+            always_attached: true,
+            rdma_function_of: Some("vm".into()),
+        };
+        let f = Fabric::new(vec![
+            port(0, "vm", PortProfile::default()),
+            port(1, "peer", PortProfile::default()),
+            port(2, "fn", function),
+        ]);
+        let (vm, peer) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let queued = |p: usize| f.ports[p].rxq[0].clear();
+        assert_eq!(f.forward(0, arp(vm, [10, 0, 0, 1])), 2);
+        assert_eq!(f.forward(1, arp(peer, [10, 0, 0, 2])), 2);
+        for p in 0..3 {
+            queued(p);
+        }
+        // The function sends with its netdev's MAC, which stays the netdev's.
+        assert_eq!(f.forward(2, udp(peer, vm, [10, 0, 0, 2], 9)), 1);
+        assert_eq!(queued(1), 1);
+        assert_eq!(f.forward(1, udp(vm, peer, [10, 0, 0, 1], 9)), 1);
+        assert_eq!((queued(0), queued(2)), (1, 0));
+        // RoCEv2 to the netdev's MAC goes to the function.
+        assert_eq!(f.forward(1, udp(vm, peer, [10, 0, 0, 1], 4791)), 1);
+        assert_eq!((queued(0), queued(2)), (0, 1));
+        // MAC zero: delivered by destination IPv4, or dropped and counted.
+        assert_eq!(f.forward(2, udp([0; 6], vm, [10, 0, 0, 2], 4791)), 1);
+        assert_eq!(queued(1), 1);
+        assert_eq!(f.forward(2, udp([0; 6], vm, [10, 0, 0, 7], 4791)), 0);
+        assert_eq!(f.rdma_unresolved.load(Relaxed), 1);
+        // Another port's frame to MAC zero is switched like any unknown MAC.
+        assert_eq!(f.forward(1, udp([0; 6], peer, [10, 0, 0, 1], 4791)), 2);
+        assert_eq!(f.rdma_unresolved.load(Relaxed), 1);
+    }
 }
