@@ -1,4 +1,4 @@
-//! vhost-rdma descriptor-chain walking (`vhost_rdma::chain`): the daemon's
+//! vhost-rdma descriptor-chain walking (`vhost_rdma::ports::virtio_net::chain`): the daemon's
 //! real TX drain (`drain_tx` -> `read_tx_chain`), RX fill (`fill_rx`, with
 //! and without mergeable buffers) and control-command read
 //! (`read_ctrl_chain`) over guest memory and a split virtqueue built from the
@@ -28,7 +28,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::collections::VecDeque;
-use vhost_rdma::chain::{self, ChainError, ChainLog, RxSource, TxStep, MAX_CTRL_LEN};
+use vhost_rdma::ports::virtio_net::chain::{self, ChainError, ChainLog, RxSource, TxStep, MAX_CTRL_LEN};
 use vhost_rdma::fabric::Frame;
 use vhost_rdma::stats::{LogLimiter, QueueCounters};
 use vhost_rdma::virtio_net::{NetHdr, MAX_FRAME_LEN, MIN_FRAME_LEN};

@@ -92,7 +92,7 @@ pub enum PortKind {
     Erdma,
     /// An uplink to remote VTEPs: VXLAN (RFC 7348) over UDP ([`crate::vxlan`]).
     Vxlan,
-    /// An uplink to a host TAP device ([`crate::uplink`]).
+    /// An uplink to a host TAP device ([`crate::ports::uplink`]).
     Tap,
 }
 

@@ -2,7 +2,7 @@
 //! queue per destination queue pair. It knows nothing of virtio rings; ports
 //! hand it frames and it hands frames to ports' pending queues.
 
-use crate::config::{DeviceForm, MacAddr, PortConfig, PortKind};
+use crate::config::{MacAddr, PortConfig};
 pub use crate::frame::{flow_hash, now_ms, Frame, FrameView, LazyView};
 use crate::offload;
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
@@ -398,12 +398,55 @@ impl std::hash::Hasher for MacHasher {
 
 type MacTable = HashMap<[u8; 6], usize, MacHashKey>;
 
-/// State of one port shared by the fabric and the port's vhost-user backend;
-/// it outlives guest connections.
+/// What the switch needs to know of a port beyond its configuration: each
+/// kind of port (`crate::ports`) describes itself with one, so the switch
+/// treats every port alike and a new kind needs no change here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortProfile {
+    /// The port's `form` in `ctl status` (`pci`, `testdev`, `host`, `gve`,
+    /// `erdma`, `vxlan`, `tap`).
+    pub form: &'static str,
+    /// The fabric learns the source MACs of the port's frames and the IPv4
+    /// neighbours its ARP announces. Off for an RDMA function, which sends
+    /// with its netdev port's MAC: that port owns the MAC in the table.
+    pub learns: bool,
+    /// The port's frames to MAC 00:00:00:00:00:00 go to their destination
+    /// IPv4's MAC from the neighbour table (an RDMA function whose QP's
+    /// address vector has no MAC); unresolved ones are dropped and counted.
+    pub zero_mac_by_ip: bool,
+    /// The port is attached from the start and for good, with one pending
+    /// queue whatever its queue count: behind it is a device model, a
+    /// virtual host or a wire that takes frames itself (and steers them to
+    /// its own queues), not a guest that connects and sets up rings.
+    pub always_attached: bool,
+    /// The port is the RDMA function of the port of this name (its guest's
+    /// netdev, same MAC): RoCEv2 frames to that port come here.
+    pub rdma_function_of: Option<String>,
+}
+
+impl Default for PortProfile {
+    /// A port like a vhost-user guest's: learned from, attached while a
+    /// guest is connected.
+    fn default() -> Self {
+        PortProfile {
+            form: "pci",
+            learns: true,
+            zero_mac_by_ip: false,
+            always_attached: false,
+            rdma_function_of: None,
+        }
+    }
+}
+
+/// State of one port shared by the fabric and the port's own threads (a
+/// vhost-user backend, a device pump, a host or an uplink); it outlives
+/// guest connections.
 #[derive(Debug)]
 pub struct PortShared {
     pub index: usize,
     pub cfg: PortConfig,
+    /// How the switch treats this port (given by its kind).
+    pub profile: PortProfile,
     pub connected: AtomicBool,
     pub connections: AtomicU64,
     /// Virtio features acked by the connected guest.
@@ -425,10 +468,9 @@ pub struct PortShared {
     pub protocol_errors: AtomicU64,
     /// Flow rules, RSS and hash reporting (`steering`).
     pub steering: crate::steering::PortSteering,
-    /// This port is a virtual host's attachment (`hosts`), not a vhost-user socket.
-    pub is_host: bool,
-    /// The `kind=erdma` port paired with this virtio-net port: RoCEv2
-    /// frames to this port's MAC go there.
+    /// The port whose profile names this one in `rdma_function_of` (an
+    /// erdma function paired with this virtio-net port): RoCEv2 frames to
+    /// this port's MAC go there.
     pub rdma_companion: OnceLock<usize>,
     /// The source MAC this port last learned and the MAC table's generation
     /// then, plus one (0: none); `Fabric::learn_from`'s shortcut.
@@ -436,10 +478,18 @@ pub struct PortShared {
 }
 
 impl PortShared {
-    /// Creates the shared state of a port from its configuration.
-    pub fn new(index: usize, cfg: PortConfig) -> std::io::Result<Self> {
-        let qps = usize::from(cfg.queue_pairs.max(1));
-        let rxq = (0..qps)
+    /// Creates the shared state of a port from its configuration and the
+    /// profile its kind gives it.
+    pub fn new(index: usize, cfg: PortConfig, profile: PortProfile) -> std::io::Result<Self> {
+        // An always-attached port has one pending queue; `cfg.queue_pairs`
+        // stays the device's own queue count (its RSS and rules pick among
+        // them).
+        let qps = if profile.always_attached {
+            1
+        } else {
+            usize::from(cfg.queue_pairs.max(1))
+        };
+        let rxq: Vec<RxQueue> = (0..qps)
             .map(|_| RxQueue::new(cfg.rx_queue_frames.max(1)))
             .collect::<Result<_, _>>()?;
         let tx_resume = (0..qps)
@@ -450,13 +500,17 @@ impl PortShared {
             .collect::<Result<_, _>>()?;
         let steering = crate::steering::PortSteering::new(qps as u16, &cfg.flow_rules)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        if profile.always_attached {
+            rxq[0].enabled.store(true, Relaxed);
+        }
         Ok(PortShared {
             steering,
             index,
             mac: Mutex::new(cfg.mac),
             active_qps: AtomicU16::new(qps as u16),
             cfg,
-            connected: AtomicBool::new(false),
+            connected: AtomicBool::new(profile.always_attached),
+            profile,
             connections: AtomicU64::new(0),
             features: AtomicU64::new(0),
             rxq,
@@ -466,36 +520,9 @@ impl PortShared {
             tx_timer,
             tx_pauses: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
-            is_host: false,
             rdma_companion: OnceLock::new(),
             learned: AtomicU64::new(0),
         })
-    }
-
-    /// The attachment of a virtual host: one always-connected queue pair
-    /// whose "guest" is the host thread.
-    pub fn new_host(index: usize, name: &str, mac: MacAddr) -> std::io::Result<Self> {
-        let mut cfg = PortConfig::new(name, "");
-        cfg.mac = mac;
-        let mut p = PortShared::new(index, cfg)?;
-        p.is_host = true;
-        p.connected = AtomicBool::new(true);
-        p.rxq[0].enabled.store(true, Relaxed);
-        Ok(p)
-    }
-
-    /// The attachment of an emulated PCI device (`kind=gve`): one pending
-    /// queue towards the device (which steers to its own queues), always
-    /// attached; the device refuses what it cannot take yet.
-    pub fn new_device(index: usize, cfg: &PortConfig) -> std::io::Result<Self> {
-        let mut one = cfg.clone();
-        one.queue_pairs = 1;
-        let mut p = PortShared::new(index, one)?;
-        // The device's own queue count (its RSS and rules pick among them).
-        p.cfg.queue_pairs = cfg.queue_pairs;
-        p.connected.store(true, Relaxed);
-        p.rxq[0].enabled.store(true, Relaxed);
-        Ok(p)
     }
 
     fn has(&self, f: u32) -> bool {
@@ -573,15 +600,7 @@ impl PortShared {
             name: self.cfg.name.clone(),
             socket: self.cfg.socket.display().to_string(),
             mac: self.mac.lock().map(|m| m.to_string()).unwrap_or_default(),
-            form: match self.cfg.form {
-                _ if self.is_host => "host".into(),
-                _ if self.cfg.kind == PortKind::Gve => "gve".into(),
-                _ if self.cfg.kind == PortKind::Erdma => "erdma".into(),
-                _ if self.cfg.kind == PortKind::Vxlan => "vxlan".into(),
-                _ if self.cfg.kind == PortKind::Tap => "tap".into(),
-                DeviceForm::VirtioNetPci => "pci".into(),
-                DeviceForm::TestDevice => "testdev".into(),
-            },
+            form: self.profile.form.into(),
             connected: self.connected.load(Relaxed),
             connections: self.connections.load(Relaxed),
             features: self.features.load(Relaxed),
@@ -654,10 +673,12 @@ impl Fabric {
         for q in ports.iter().flat_map(|p| p.rxq.iter()) {
             q.set_headroom(senders);
         }
-        // An erdma function and its guest's virtio-net port share a MAC.
-        for r in ports.iter().filter(|p| p.cfg.kind == PortKind::Erdma) {
-            let nd = r.cfg.netdev.as_deref();
-            if let Some(n) = ports.iter().find(|p| Some(p.cfg.name.as_str()) == nd) {
+        // An RDMA function and its guest's virtio-net port share a MAC.
+        for r in &ports {
+            let Some(nd) = r.profile.rdma_function_of.as_deref() else {
+                continue;
+            };
+            if let Some(n) = ports.iter().find(|p| p.cfg.name == nd) {
                 let _ = n.rdma_companion.set(r.index);
             }
         }
@@ -821,18 +842,18 @@ impl Fabric {
         let Some(sp) = self.ports.get(src) else {
             return Ingress::Forwarded(0);
         };
-        if sp.cfg.kind == PortKind::Erdma {
-            // delivered by IP when the QP's address vector has no MAC
-            if !self.neighbors.fill_zero_dmac(&mut frame.data) {
-                self.rdma_unresolved.fetch_add(1, Relaxed);
-                crate::guest_warn!(sp.log, port = %sp.cfg.name,
-                    "RDMA frame to MAC 00:00:00:00:00:00 and an IPv4 address no ARP on the fabric announced: dropped");
-                return Ingress::Forwarded(0);
-            }
-        } else if !self.faults.active() {
+        // delivered by IP when the QP's address vector has no MAC
+        if sp.profile.zero_mac_by_ip && !self.neighbors.fill_zero_dmac(&mut frame.data) {
+            self.rdma_unresolved.fetch_add(1, Relaxed);
+            crate::guest_warn!(sp.log, port = %sp.cfg.name,
+                "RDMA frame to MAC 00:00:00:00:00:00 and an IPv4 address no ARP on the fabric announced: dropped");
+            return Ingress::Forwarded(0);
+        }
+        if sp.profile.learns && !self.faults.active() {
             // (With faults on, `switch` learns from what passes them.) An
-            // erdma function sends with its netdev's MAC: the netdev port owns
-            // the MAC in the table, RoCEv2 goes to the function.
+            // erdma function does not learn: it sends with its netdev's MAC,
+            // the netdev port owns the MAC in the table, RoCEv2 goes to the
+            // function.
             self.learn_from(src, &frame.data);
         }
         // Parsed at most once, when routing, steering or faults first ask.
@@ -845,7 +866,7 @@ impl Fabric {
                 }
             }
         }
-        if sp.cfg.kind != PortKind::Erdma {
+        if sp.profile.learns {
             self.neighbors.observe(&frame.data);
         }
         self.capture
@@ -917,11 +938,7 @@ impl Fabric {
         if frame.data.len() < 14 {
             return 0;
         }
-        if self
-            .ports
-            .get(src)
-            .is_some_and(|p| p.cfg.kind != PortKind::Erdma)
-        {
+        if self.ports.get(src).is_some_and(|p| p.profile.learns) {
             self.learn_from(src, &frame.data);
         }
         let route = self.route(src, &frame.data, v);
@@ -1093,5 +1110,85 @@ mod tests {
         );
         assert_eq!(q.push_quiet(Adapted::Many(vec![frame(11), frame(12)])), 0);
         assert_eq!(q.counters.snapshot().rx_drops, 3);
+    }
+
+    fn arp(mac: [u8; 6], ip: [u8; 4]) -> Frame {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&mac);
+        f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+        f.extend_from_slice(&mac);
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&[0; 6]);
+        f.extend_from_slice(&[10, 0, 0, 9]);
+        Frame {
+            hdr: NetHdr::default(),
+            data: f,
+        }
+    }
+
+    /// An IPv4 UDP frame to `dport` (4791: RoCEv2).
+    fn udp(dst: [u8; 6], src: [u8; 6], dst_ip: [u8; 4], dport: u16) -> Frame {
+        let mut f = dst.to_vec();
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1]);
+        f.extend_from_slice(&dst_ip);
+        f.extend_from_slice(&[0x12, 0x34]);
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&[0, 16, 0, 0]);
+        f.extend_from_slice(&[0; 8]);
+        Frame {
+            hdr: NetHdr::default(),
+            data: f,
+        }
+    }
+
+    /// The switch acts on a port's profile alone, whatever its kind: an
+    /// RDMA function is not learned from, RoCEv2 to its netdev port's MAC
+    /// goes to it, and its frames to MAC zero go by the neighbour table
+    /// (unresolved ones are dropped and counted).
+    #[test]
+    fn profiles_drive_learning_rdma_pairing_and_mac_zero() {
+        let port = |i: usize, name: &str, profile: PortProfile| {
+            let p = PortShared::new(i, PortConfig::new(name, ""), profile).unwrap();
+            p.connected.store(true, Relaxed);
+            p.rxq[0].enabled.store(true, Relaxed);
+            Arc::new(p)
+        };
+        let function = PortProfile {
+            form: "rdma",
+            learns: false,
+            zero_mac_by_ip: true,
+            always_attached: true,
+            rdma_function_of: Some("vm".into()),
+        };
+        let f = Fabric::new(vec![
+            port(0, "vm", PortProfile::default()),
+            port(1, "peer", PortProfile::default()),
+            port(2, "fn", function),
+        ]);
+        let (vm, peer) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let queued = |p: usize| f.ports[p].rxq[0].clear();
+        assert_eq!(f.forward(0, arp(vm, [10, 0, 0, 1])), 2);
+        assert_eq!(f.forward(1, arp(peer, [10, 0, 0, 2])), 2);
+        for p in 0..3 {
+            queued(p);
+        }
+        // The function sends with its netdev's MAC, which stays the netdev's.
+        assert_eq!(f.forward(2, udp(peer, vm, [10, 0, 0, 2], 9)), 1);
+        assert_eq!(queued(1), 1);
+        assert_eq!(f.forward(1, udp(vm, peer, [10, 0, 0, 1], 9)), 1);
+        assert_eq!((queued(0), queued(2)), (1, 0));
+        // RoCEv2 to the netdev's MAC goes to the function.
+        assert_eq!(f.forward(1, udp(vm, peer, [10, 0, 0, 1], 4791)), 1);
+        assert_eq!((queued(0), queued(2)), (0, 1));
+        // MAC zero: delivered by destination IPv4, or dropped and counted.
+        assert_eq!(f.forward(2, udp([0; 6], vm, [10, 0, 0, 2], 4791)), 1);
+        assert_eq!(queued(1), 1);
+        assert_eq!(f.forward(2, udp([0; 6], vm, [10, 0, 0, 7], 4791)), 0);
+        assert_eq!(f.rdma_unresolved.load(Relaxed), 1);
+        // Another port's frame to MAC zero is switched like any unknown MAC.
+        assert_eq!(f.forward(1, udp([0; 6], peer, [10, 0, 0, 1], 4791)), 2);
+        assert_eq!(f.rdma_unresolved.load(Relaxed), 1);
     }
 }

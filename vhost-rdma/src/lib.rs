@@ -1,5 +1,6 @@
-//! vhost-rdma daemon library: ports (vhost-user virtio-net devices), the
-//! fabric (an L2 learning switch between them), and the server that runs them.
+//! vhost-rdma daemon library: the fabric (an L2 learning switch), the ports
+//! it joins (`ports`: vhost-user virtio-net devices, emulated PCI devices
+//! over vfio-user, uplinks, virtual hosts), and the server that runs them.
 //!
 //! The data path is event-driven: each queue pair has a worker thread that
 //! sleeps in epoll on the guest's kick eventfds and on a wake eventfd the
@@ -8,26 +9,21 @@
 pub mod activation;
 pub mod buffers;
 pub mod capture;
-pub mod chain;
 pub mod checker;
 pub mod config;
 pub mod control;
-pub mod device_port;
 pub mod fabric;
 pub mod faults;
 pub mod frame;
-pub mod hosts;
 pub mod match_spec;
 pub mod mpa_settle;
 pub mod neighbors;
 pub mod offload;
-pub mod port;
-pub mod proxy;
+pub mod ports;
 pub mod server;
 pub mod socket_path;
 pub mod stats;
 pub mod steering;
-pub mod uplink;
 pub mod virtio_net;
 pub mod vxlan;
 

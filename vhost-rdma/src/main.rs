@@ -488,7 +488,7 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
                     echo,
                 } => Request::HostStart {
                     host: name.clone(),
-                    service: vhost_rdma::hosts::ServiceRequest {
+                    service: vhost_rdma::ports::host::ServiceRequest {
                         kind,
                         peer,
                         port,
@@ -582,7 +582,7 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
     }
 }
 
-fn print_uplink(u: &vhost_rdma::uplink::UplinkStatus) {
+fn print_uplink(u: &vhost_rdma::ports::uplink::UplinkStatus) {
     if let Some(v) = &u.vxlan {
         let c = &v.counters;
         println!(
@@ -616,8 +616,8 @@ fn print_uplink(u: &vhost_rdma::uplink::UplinkStatus) {
     }
 }
 
-fn print_device(d: &vhost_rdma::device_port::DeviceStatus) {
-    use vhost_rdma::device_port::DeviceDetail;
+fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
+    use vhost_rdma::ports::device::DeviceDetail;
     let g = match &d.detail {
         DeviceDetail::Gve(g) => g,
         DeviceDetail::Erdma(e) => {
@@ -686,7 +686,7 @@ fn print_device(d: &vhost_rdma::device_port::DeviceStatus) {
     }
 }
 
-fn print_hosts(hosts: &[vhost_rdma::hosts::HostStats]) {
+fn print_hosts(hosts: &[vhost_rdma::ports::host::HostStats]) {
     for h in hosts {
         println!(
             "host {} {} mac {}: rx {} tx {} frames, roce rx {} tx {} (icrc errors {}, malformed {}, no qp {}, dropped {}), qps {} mrs {} tcp {}",

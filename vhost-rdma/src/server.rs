@@ -1,53 +1,25 @@
-//! The running daemon: one listener thread per port, each accepting guest
-//! connections one after another for as long as the daemon runs.
+//! The running daemon: the fabric, every port started through its kind's
+//! [`PortDriver`](crate::ports::PortDriver), the virtual hosts, the fault
+//! timer and the control socket.
 
-use crate::config::{DaemonConfig, PortKind};
+use crate::config::DaemonConfig;
 use crate::control::ControlServer;
-use crate::fabric::{Fabric, PortShared};
-use crate::hosts::HostHandle;
-use crate::port::PortBackend;
+use crate::fabric::Fabric;
+use crate::ports::host::HostHandle;
+use crate::ports::{PortStatus, RunningPort, StartContext};
 use crate::stats::PortStats;
 use anyhow::Context;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixListener;
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
-use tracing::{info, warn};
-use vhost::vhost_user::Listener;
-use vhost_user_backend::VhostUserDaemon;
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
-
-struct PortRunner {
-    socket: crate::socket_path::OwnedSocket,
-    /// Written at shutdown to end the port thread's wait for a connection.
-    /// Not shutdown(2) on the listener: an inherited listener (`--fd`,
-    /// systemd) is shared with its creator, which must still be able to
-    /// listen on it after we exit.
-    wake: EventFd,
-    private_dir: PathBuf,
-    thread: Option<JoinHandle<()>>,
-    /// The connected front end's socket, to cut it at shutdown.
-    conn: Arc<Mutex<Option<UnixStream>>>,
-}
 
 /// A running daemon.
 pub struct Server {
     fabric: Arc<Fabric>,
-    runners: Vec<PortRunner>,
-    stop: Arc<AtomicBool>,
+    /// The `--port` ports, in configuration order.
+    ports: Vec<Box<dyn RunningPort>>,
     control: Option<ControlServer>,
     fault_timer: Option<JoinHandle<()>>,
     hosts: Arc<Vec<Arc<HostHandle>>>,
-    /// Ports that are emulated PCI devices over vfio-user (`kind=gve`).
-    devices: Vec<crate::device_port::DevicePort>,
-    /// Uplink ports (`kind=vxlan`, `kind=tap`).
-    uplinks: Vec<crate::uplink::UplinkPort>,
 }
 
 impl Server {
@@ -60,13 +32,7 @@ impl Server {
             .ports
             .iter()
             .enumerate()
-            .map(|(i, p)| match p.kind {
-                PortKind::VirtioNet => PortShared::new(i, p.clone()).map(Arc::new),
-                // An uplink attaches like a device: always there, one queue.
-                PortKind::Gve | PortKind::Erdma | PortKind::Vxlan | PortKind::Tap => {
-                    PortShared::new_device(i, p).map(Arc::new)
-                }
-            })
+            .map(|(i, p)| crate::ports::attach(i, p).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .context("creating port state")?;
         // Virtual hosts attach to the switch as ports after the guests' ports.
@@ -74,7 +40,7 @@ impl Server {
             .hosts
             .iter()
             .enumerate()
-            .map(|(i, h)| PortShared::new_host(shared.len() + i, &h.name, h.mac).map(Arc::new))
+            .map(|(i, h)| HostHandle::attachment(shared.len() + i, h).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .context("creating host state")?;
         let mut all = shared.clone();
@@ -95,73 +61,14 @@ impl Server {
                 .start_fault_timer()
                 .context("spawning the fault timer")?,
         );
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut runners = Vec::new();
-        let mut devices = Vec::new();
-        let mut uplinks = Vec::new();
+        let ctx = StartContext {
+            fabric: &fabric,
+            socket_perms: &cfg.socket_perms,
+        };
+        let mut ports = Vec::new();
         for port in shared {
-            if port.cfg.kind.is_uplink() {
-                uplinks.push(crate::uplink::UplinkPort::start(port, fabric.clone())?);
-                continue;
-            }
-            if matches!(port.cfg.kind, PortKind::Gve | PortKind::Erdma) {
-                devices.push(crate::device_port::DevicePort::start(
-                    port,
-                    fabric.clone(),
-                    &cfg.socket_perms,
-                )?);
-                continue;
-            }
-            let (public, sock) = port
-                .cfg
-                .listen(&cfg.socket_perms)
-                .with_context(|| format!("port {}: cannot listen", port.cfg.name))?;
-            let wake = EventFd::new(EFD_NONBLOCK)
-                .with_context(|| format!("port {}: wake eventfd", port.cfg.name))?;
-            let wake_handle = wake
-                .try_clone()
-                .with_context(|| format!("port {}: wake eventfd", port.cfg.name))?;
-            // The backend listens on a private socket; a relay joins the two
-            // (see `proxy`).
-            let private_dir = std::env::temp_dir().join(format!(
-                "vhost-rdma-{}-{}-{}",
-                std::process::id(),
-                port.index,
-                nonce()
-            ));
-            std::fs::create_dir_all(&private_dir)
-                .with_context(|| format!("creating {}", private_dir.display()))?;
-            let _ = std::fs::set_permissions(
-                &private_dir,
-                std::os::unix::fs::PermissionsExt::from_mode(0o700),
-            );
-            let private = private_dir.join("backend.sock");
-            let listener = Listener::new(&private, true).map_err(|e| {
-                anyhow::anyhow!(
-                    "port {}: cannot listen on {}: {e}",
-                    port.cfg.name,
-                    private.display()
-                )
-            })?;
-            let conn = Arc::new(Mutex::new(None));
-            let (f, s, c) = (fabric.clone(), stop.clone(), conn.clone());
-            let thread = std::thread::Builder::new()
-                .name(format!("port-{}", port.cfg.name))
-                .spawn(move || {
-                    let public = Public {
-                        listener: public,
-                        wake,
-                    };
-                    serve_port(port, f, public, listener, private, s, c)
-                })
-                .context("spawning port thread")?;
-            runners.push(PortRunner {
-                socket: sock,
-                wake: wake_handle,
-                private_dir,
-                thread: Some(thread),
-                conn,
-            });
+            // (On an error, dropping `ports` stops those already started.)
+            ports.push(crate::ports::driver(port.cfg.kind).start(port, &ctx)?);
         }
         let mut hosts = Vec::new();
         for (spec, port) in cfg.hosts.iter().zip(host_ports) {
@@ -177,18 +84,22 @@ impl Server {
         }
         let mut server = Server {
             fabric,
-            runners,
-            stop,
+            ports,
             control: None,
             fault_timer,
             hosts: Arc::new(hosts),
-            devices,
-            uplinks,
         };
         if let Some(path) = &cfg.control {
             let fabric = server.fabric.clone();
-            let devices = Arc::new(server.devices.iter().map(|d| d.entry()).collect());
-            let uplinks = Arc::new(server.uplinks.iter().map(|u| u.entry()).collect());
+            let (mut devices, mut uplinks) = (Vec::new(), Vec::new());
+            for p in &server.ports {
+                match p.status() {
+                    PortStatus::CountersOnly => {}
+                    PortStatus::Device(d) => devices.push(d),
+                    PortStatus::Uplink(u) => uplinks.push(u),
+                }
+            }
+            let (devices, uplinks) = (Arc::new(devices), Arc::new(uplinks));
             server.control = Some(ControlServer::start(
                 path,
                 fabric,
@@ -222,18 +133,14 @@ impl Server {
     }
 
     fn stop_all(&mut self) {
-        self.stop.store(true, SeqCst);
         if let Some(c) = self.control.take() {
             c.stop();
         }
         for h in self.hosts.iter() {
             h.shutdown();
         }
-        for d in &mut self.devices {
-            d.shutdown();
-        }
-        for u in &mut self.uplinks {
-            u.shutdown();
+        for mut p in self.ports.drain(..) {
+            p.shutdown();
         }
         if self.fabric.capture.active() {
             let _ = self.fabric.capture.stop();
@@ -242,24 +149,6 @@ impl Server {
         if let Some(t) = self.fault_timer.take() {
             let _ = t.join();
         }
-        for r in &mut self.runners {
-            if let Some(c) = r
-                .conn
-                .lock()
-                .ok()
-                .and_then(|c| c.as_ref().and_then(|s| s.try_clone().ok()))
-            {
-                let _ = c.shutdown(std::net::Shutdown::Both);
-            }
-            // Wake the wait for a connection without going through the
-            // socket's path: whatever happened to it, shutdown is prompt.
-            let _ = r.wake.write(1);
-            if let Some(t) = r.thread.take() {
-                let _ = t.join();
-            }
-            r.socket.remove();
-            let _ = std::fs::remove_dir_all(&r.private_dir);
-        }
     }
 }
 
@@ -267,192 +156,4 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop_all();
     }
-}
-
-/// Unique within the process (several servers may run in one, as in the
-/// tests: the sub-second clock alone once gave two of them one directory).
-fn nonce() -> u64 {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(0);
-    (n << 32) | t
-}
-
-/// A port's public socket and the eventfd that ends the wait on it.
-struct Public {
-    listener: UnixListener,
-    wake: EventFd,
-}
-
-impl Public {
-    /// Waits until a connection can be accepted (true) or `wake` is
-    /// written (false).
-    fn wait(&self) -> std::io::Result<bool> {
-        wait_readable(&self.listener, &self.wake)
-    }
-}
-
-fn wait_readable(l: &UnixListener, wake: &EventFd) -> std::io::Result<bool> {
-    let mut fds = [
-        libc::pollfd {
-            fd: l.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    loop {
-        // SAFETY: `fds` is a valid array of two pollfds for the call.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if r >= 0 {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(fds[1].revents == 0)
-}
-
-fn serve_port(
-    port: Arc<PortShared>,
-    fabric: Arc<Fabric>,
-    public: Public,
-    mut listener: Listener,
-    private: PathBuf,
-    stop: Arc<AtomicBool>,
-    conn: Arc<Mutex<Option<UnixStream>>>,
-) {
-    let name = port.cfg.name.clone();
-    info!(port = %name, socket = %port.cfg.socket.display(), "listening");
-    while !stop.load(SeqCst) {
-        match public.wait() {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => {
-                warn!(port = %name, "waiting for a connection: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        }
-        let front = match public.listener.accept() {
-            Ok((s, _)) => s,
-            Err(_) if stop.load(SeqCst) => break,
-            Err(e) => {
-                warn!(port = %name, "accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        if stop.load(SeqCst) {
-            break;
-        }
-        let backend = match PortBackend::new(port.clone(), fabric.clone()) {
-            Ok(b) => Arc::new(b),
-            Err(e) => {
-                warn!(port = %name, "cannot create backend: {e}");
-                continue;
-            }
-        };
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let mut daemon =
-            match VhostUserDaemon::new(format!("vhost-rdma-{name}"), backend.clone(), mem) {
-                Ok(d) => d,
-                Err(e) => {
-                    warn!(port = %name, "cannot create vhost-user daemon: {e}");
-                    continue;
-                }
-            };
-        for (t, h) in daemon.get_epoll_handlers().iter().enumerate() {
-            if let Some(q) = port.rxq.get(t) {
-                if let Err(e) =
-                    h.register_listener(q.wake.as_raw_fd(), EventSet::IN, backend.wake_event_id(t))
-                {
-                    warn!(port = %name, "cannot register wake event: {e}");
-                }
-            }
-            if let Some(r) = port.tx_resume.get(t) {
-                if let Err(e) =
-                    h.register_listener(r.as_raw_fd(), EventSet::IN, backend.resume_event_id(t))
-                {
-                    warn!(port = %name, "cannot register TX resume event: {e}");
-                }
-            }
-            if let Some(tm) = port.tx_timer.get(t) {
-                let fd = tm.lock().map(|t| t.as_raw_fd()).unwrap_or(-1);
-                if let Err(e) = h.register_listener(fd, EventSet::IN, backend.timer_event_id(t)) {
-                    warn!(port = %name, "cannot register TX timer: {e}");
-                }
-            }
-        }
-        // The connection is queued in the private listener's backlog, so
-        // start() below accepts it at once.
-        let back = match UnixStream::connect(&private) {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(port = %name, "cannot reach backend socket: {e}");
-                backend.signal_exit();
-                continue;
-            }
-        };
-        if let Err(e) = daemon.start(&mut listener) {
-            warn!(port = %name, "backend accept failed: {e}");
-            backend.signal_exit();
-            continue;
-        }
-        if let Ok(mut c) = conn.lock() {
-            *c = front.try_clone().ok();
-        }
-        if stop.load(SeqCst) {
-            let _ = front.shutdown(std::net::Shutdown::Both);
-        }
-        // Assume every RX queue usable until its worker finds the vring
-        // disabled (it then hands the frames to queue pair 0); waiting for
-        // the enable event instead races with the first frames.
-        for q in &port.rxq {
-            q.enabled.store(true, SeqCst);
-        }
-        port.connected.store(true, SeqCst);
-        let n = port.connections.fetch_add(1, SeqCst) + 1;
-        info!(port = %name, connection = n, "guest connected");
-        let relay_name = name.clone();
-        let relay = std::thread::Builder::new()
-            .name(format!("vu-{name}"))
-            .spawn(move || crate::proxy::relay(front, back, &relay_name));
-        let result = daemon.wait();
-        if let Ok(Ok(Err(e))) = relay.map(|t| t.join()) {
-            info!(port = %name, "front-end connection: {e}");
-        }
-        port.connected.store(false, SeqCst);
-        if let Ok(mut c) = conn.lock() {
-            *c = None;
-        }
-        fabric.forget_port(port.index);
-        let dropped: usize = port.rxq.iter().map(|q| q.clear()).sum();
-        match result {
-            Ok(()) => info!(port = %name, dropped_pending = dropped, "guest disconnected"),
-            Err(vhost_user_backend::Error::HandleRequest(
-                vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
-            )) => info!(port = %name, dropped_pending = dropped, "guest disconnected"),
-            Err(e) => {
-                port.protocol_errors.fetch_add(1, SeqCst);
-                info!(port = %name, dropped_pending = dropped, "guest connection ended: {e}")
-            }
-        }
-        backend.signal_exit();
-        drop(daemon);
-        for q in &port.rxq {
-            q.enabled.store(false, SeqCst);
-        }
-        port.features.store(0, SeqCst);
-    }
-    info!(port = %name, "stopped");
 }

@@ -2,7 +2,7 @@
 //! header build and parse, the VNI check, which configured remote VTEPs a
 //! frame goes to (learned inner MAC, else all of them: head-end
 //! replication), the path-MTU rule and the counters. The UDP socket and
-//! its thread live in [`crate::uplink`].
+//! its thread live in [`crate::ports::uplink`].
 //!
 //! What goes on the wire is exactly what a Linux `vxlan` netdev sends and
 //! expects: an 8-byte header (flags `0x08`, the I bit, then a 24-bit VNI)

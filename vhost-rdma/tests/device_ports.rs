@@ -42,7 +42,7 @@ fn gve_port_answers_vfio_user_beside_a_virtio_port() {
         (st.devices[0].port.as_str(), st.devices[0].kind.as_str()),
         ("g", "gve")
     );
-    let vhost_rdma::device_port::DeviceDetail::Gve(g) = &st.devices[0].detail else {
+    let vhost_rdma::ports::device::DeviceDetail::Gve(g) = &st.devices[0].detail else {
         panic!("not a gve status: {:?}", st.devices[0]);
     };
     assert_eq!(g.counters.rx_queues.len(), 2);
@@ -176,7 +176,7 @@ fn hostile_gve_driver_leaves_other_ports_alone() {
         vhost_rdma::control::request(&fab.control_socket(), &vhost_rdma::control::Request::Status)
             .unwrap();
     let st = r.into_status().unwrap();
-    let vhost_rdma::device_port::DeviceDetail::Gve(g) = &st.devices[0].detail else {
+    let vhost_rdma::ports::device::DeviceDetail::Gve(g) = &st.devices[0].detail else {
         panic!("no gve status");
     };
     let c = &g.counters;

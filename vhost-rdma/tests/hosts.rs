@@ -9,7 +9,7 @@ use common::{feat, port_mac, virtual_hosts, TempDir, TestFabric, TestGuest, ARRI
 use std::net::Ipv4Addr;
 use vhost_rdma::config::{DaemonConfig, HostSpec};
 use vhost_rdma::control::{request, Request};
-use vhost_rdma::hosts::ServiceRequest;
+use vhost_rdma::ports::host::ServiceRequest;
 use vhost_rdma::Server;
 
 const GUEST_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -272,7 +272,7 @@ fn two_virtual_hosts_run_sessions_through_the_daemon() {
         false,
     );
     let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let done = |kind: &str, hosts: &[vhost_rdma::hosts::HostStats]| {
+    let done = |kind: &str, hosts: &[vhost_rdma::ports::host::HostStats]| {
         hosts
             .iter()
             .flat_map(|h| h.services.iter())

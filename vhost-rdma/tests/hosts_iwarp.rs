@@ -8,12 +8,16 @@ use common::{virtual_hosts, TempDir, TestFabric};
 use std::time::{Duration, Instant};
 use vhost_rdma::config::{DaemonConfig, HostSpec};
 use vhost_rdma::control::{request, Request};
-use vhost_rdma::hosts::ServiceRequest;
+use vhost_rdma::ports::host::ServiceRequest;
 use vhost_rdma::Server;
 
 /// Polls the control socket until `kind` on host `name` has finished a
 /// session or failed one.
-fn wait_session(ctl: &std::path::Path, name: &str, kind: &str) -> vhost_rdma::hosts::ServiceStats {
+fn wait_session(
+    ctl: &std::path::Path,
+    name: &str,
+    kind: &str,
+) -> vhost_rdma::ports::host::ServiceStats {
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let hs = virtual_hosts(ctl);

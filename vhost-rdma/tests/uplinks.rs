@@ -14,8 +14,8 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use vhost_rdma::config::{DaemonConfig, HostSpec, PortConfig};
 use vhost_rdma::control::{request, Request};
-use vhost_rdma::hosts::ServiceRequest;
-use vhost_rdma::uplink::UplinkStatus;
+use vhost_rdma::ports::host::ServiceRequest;
+use vhost_rdma::ports::uplink::UplinkStatus;
 use vhost_rdma::Server;
 
 const VNI: u32 = 4242;

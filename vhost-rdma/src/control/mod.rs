@@ -72,8 +72,8 @@ impl ControlServer {
         path: &Path,
         fabric: Arc<Fabric>,
         hosts: Hosts,
-        devices: crate::device_port::Devices,
-        uplinks: crate::uplink::Uplinks,
+        devices: crate::ports::device::Devices,
+        uplinks: crate::ports::uplink::Uplinks,
     ) -> anyhow::Result<Self> {
         // The socket is as powerful as the daemon's user: owner-only.
         let (l, socket) =
@@ -142,7 +142,7 @@ impl ControlServer {
 }
 
 /// The daemon's virtual hosts, shared with the control threads.
-pub type Hosts = Arc<Vec<Arc<crate::hosts::HostHandle>>>;
+pub type Hosts = Arc<Vec<Arc<crate::ports::host::HostHandle>>>;
 
 /// What the control threads serve: the fabric and the daemon's parts beside
 /// the switch, shared by every connection.
@@ -152,9 +152,9 @@ pub struct Context {
     /// The virtual hosts.
     pub hosts: Hosts,
     /// The emulated PCI device ports.
-    pub devices: crate::device_port::Devices,
+    pub devices: crate::ports::device::Devices,
     /// The uplink ports.
-    pub uplinks: crate::uplink::Uplinks,
+    pub uplinks: crate::ports::uplink::Uplinks,
     /// Requests refused for their protocol version (`status`:
     /// `control_version_refused`).
     pub version_refused: AtomicU64,

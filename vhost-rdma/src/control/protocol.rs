@@ -271,7 +271,7 @@ pub enum ReplyBody {
     /// `hosts`: the virtual hosts.
     Hosts {
         /// Each host with its services and recent events.
-        hosts: Vec<crate::hosts::HostStats>,
+        hosts: Vec<crate::ports::host::HostStats>,
     },
     /// `host-start`: the new service's id.
     ServiceStarted {
@@ -384,7 +384,7 @@ impl Reply {
     }
 
     /// The `hosts` of a `hosts` reply.
-    pub fn into_hosts(self) -> Option<Vec<crate::hosts::HostStats>> {
+    pub fn into_hosts(self) -> Option<Vec<crate::ports::host::HostStats>> {
         match self.body? {
             ReplyBody::Hosts { hosts } => Some(hosts),
             _ => None,
@@ -428,13 +428,13 @@ pub struct Status {
     pub checker: Option<crate::checker::CheckerStatus>,
     /// Virtual hosts.
     #[serde(default)]
-    pub hosts: Vec<crate::hosts::HostStats>,
+    pub hosts: Vec<crate::ports::host::HostStats>,
     /// Ports that are emulated PCI devices (`kind=gve`).
     #[serde(default)]
-    pub devices: Vec<crate::device_port::DeviceStatus>,
+    pub devices: Vec<crate::ports::device::DeviceStatus>,
     /// Uplink ports (`kind=vxlan`, `kind=tap`): settings and counters.
     #[serde(default)]
-    pub uplinks: Vec<crate::uplink::UplinkStatus>,
+    pub uplinks: Vec<crate::ports::uplink::UplinkStatus>,
 }
 
 #[cfg(test)]
@@ -443,7 +443,7 @@ mod tests {
     use crate::capture::CaptureStatus;
     use crate::checker::{CheckerStatus, FindingsReply};
     use crate::faults::FaultsStatus;
-    use crate::hosts::HostStats;
+    use crate::ports::host::HostStats;
     use crate::steering::{RssStatus, RuleInfo};
 
     /// The reply as it was before its body became an enum, attributes and

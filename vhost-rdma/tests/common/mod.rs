@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use vhost_rdma::{DaemonConfig, DeviceForm, MacAddr, PortConfig, PortStats, Server};
 
 /// The virtual hosts the daemon behind control socket `ctl` lists.
-pub fn virtual_hosts(ctl: &Path) -> Vec<vhost_rdma::hosts::HostStats> {
+pub fn virtual_hosts(ctl: &Path) -> Vec<vhost_rdma::ports::host::HostStats> {
     vhost_rdma::control::request(ctl, &vhost_rdma::control::Request::Hosts)
         .unwrap()
         .into_hosts()

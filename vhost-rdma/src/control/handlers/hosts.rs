@@ -2,7 +2,7 @@
 
 use super::{Answer, HandlerError};
 use crate::control::{Hosts, ReplyBody, Request};
-use crate::hosts::HostHandle;
+use crate::ports::host::HostHandle;
 
 /// Serves the virtual host requests of the control socket.
 pub fn handle(hosts: &Hosts, req: &Request) -> Answer {

@@ -50,7 +50,7 @@ pub enum HandlerError {
     Capture(#[from] crate::capture::CaptureError),
     /// A virtual host's thread failed or refused the command.
     #[error(transparent)]
-    Host(#[from] crate::hosts::HostCommandError),
+    Host(#[from] crate::ports::host::HostCommandError),
     /// The service parameters were refused.
     #[error(transparent)]
     Service(#[from] virtual_host::HostError),

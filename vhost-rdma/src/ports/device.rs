@@ -191,6 +191,46 @@ fn erdma_config(cfg: &PortConfig) -> ErdmaConfig {
     c
 }
 
+/// The port kind of emulated PCI devices (`kind=gve`, `kind=erdma`).
+pub struct DeviceDriver;
+
+impl crate::ports::PortDriver for DeviceDriver {
+    /// Always attached with one pending queue (the device refuses what it
+    /// cannot take yet and steers to its own queues). An erdma function is
+    /// its netdev port's RDMA function: it sends with that port's MAC, so it
+    /// is not learned from, and its frames to MAC zero go by destination
+    /// IPv4.
+    fn profile(&self, cfg: &PortConfig) -> crate::fabric::PortProfile {
+        let erdma = cfg.kind == PortKind::Erdma;
+        crate::fabric::PortProfile {
+            form: if erdma { "erdma" } else { "gve" },
+            learns: !erdma,
+            zero_mac_by_ip: erdma,
+            always_attached: true,
+            rdma_function_of: if erdma { cfg.netdev.clone() } else { None },
+        }
+    }
+
+    fn start(
+        &self,
+        port: Arc<PortShared>,
+        ctx: &crate::ports::StartContext<'_>,
+    ) -> anyhow::Result<Box<dyn crate::ports::RunningPort>> {
+        let p = DevicePort::start(port, ctx.fabric.clone(), ctx.socket_perms)?;
+        Ok(Box::new(p))
+    }
+}
+
+impl crate::ports::RunningPort for DevicePort {
+    fn status(&self) -> crate::ports::PortStatus {
+        crate::ports::PortStatus::Device(self.entry())
+    }
+
+    fn shutdown(&mut self) {
+        DevicePort::shutdown(self);
+    }
+}
+
 impl DevicePort {
     /// Listens on the port's socket and serves the device its kind names
     /// (gve or erdma) on it.

@@ -4,7 +4,7 @@
 //!
 //! This is everything the daemon does with guest-posted descriptors; it needs
 //! no vhost-user connection, so the fuzz target `virtio_chains` and the port
-//! worker (the `port` module) run the same code. All guest memory access goes
+//! worker (`backend`) run the same code. All guest memory access goes
 //! through vm-memory's checked `read_slice`/`write_slice`, which refuse any
 //! range not wholly inside one registered region.
 

@@ -197,6 +197,42 @@ pub struct UplinkPort {
     thread: Option<JoinHandle<()>>,
 }
 
+/// The port kind of uplinks (`kind=vxlan`, `kind=tap`).
+pub struct UplinkDriver;
+
+impl crate::ports::PortDriver for UplinkDriver {
+    /// Attached like a device port (always there, one pending queue
+    /// towards the wire); `ctl status` shows `vxlan` or `tap`.
+    fn profile(&self, cfg: &crate::config::PortConfig) -> crate::fabric::PortProfile {
+        crate::fabric::PortProfile {
+            form: match cfg.kind {
+                crate::config::PortKind::Tap => "tap",
+                _ => "vxlan",
+            },
+            always_attached: true,
+            ..Default::default()
+        }
+    }
+
+    fn start(
+        &self,
+        port: Arc<PortShared>,
+        ctx: &crate::ports::StartContext<'_>,
+    ) -> anyhow::Result<Box<dyn crate::ports::RunningPort>> {
+        Ok(Box::new(UplinkPort::start(port, ctx.fabric.clone())?))
+    }
+}
+
+impl crate::ports::RunningPort for UplinkPort {
+    fn status(&self) -> crate::ports::PortStatus {
+        crate::ports::PortStatus::Uplink(self.entry())
+    }
+
+    fn shutdown(&mut self) {
+        UplinkPort::shutdown(self);
+    }
+}
+
 impl UplinkPort {
     /// Opens the port's socket or TAP device and starts its thread.
     pub fn start(port: Arc<PortShared>, fabric: Arc<Fabric>) -> Result<UplinkPort, UplinkError> {

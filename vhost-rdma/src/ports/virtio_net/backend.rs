@@ -6,10 +6,10 @@
 //! also serves the control queue in the test-device form. Every worker sleeps
 //! in epoll on its kick eventfds and on its pending-queue wake eventfd.
 
-use crate::chain::{self, ChainLog, RxSource, TxStep};
 use crate::config::{DeviceForm, MacAddr};
 use crate::fabric::{Fabric, Frame, Ingress, PortShared, RxQueue, Wakes};
 use crate::guest_warn;
+use crate::ports::virtio_net::chain::{self, ChainLog, RxSource, TxStep};
 use crate::stats::QueueCounters;
 use crate::virtio_net::*;
 use std::io;
@@ -34,7 +34,7 @@ type MemGuard = GuestMemoryLoadGuard<GuestMemoryMmap>;
 /// Largest virtqueue the device accepts.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 
-pub use crate::chain::ChainError;
+pub use crate::ports::virtio_net::chain::ChainError;
 
 /// One vhost-user connection's backend for a port.
 pub struct PortBackend {

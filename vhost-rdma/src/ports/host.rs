@@ -140,6 +140,19 @@ pub struct HostHandle {
 }
 
 impl HostHandle {
+    /// The host's attachment to the fabric: a port with one pending queue,
+    /// always attached (its "guest" is the host thread), shown as `host`.
+    pub fn attachment(index: usize, spec: &HostSpec) -> std::io::Result<PortShared> {
+        let mut cfg = crate::config::PortConfig::new(&spec.name, "");
+        cfg.mac = spec.mac;
+        let profile = crate::fabric::PortProfile {
+            form: "host",
+            always_attached: true,
+            ..Default::default()
+        };
+        PortShared::new(index, cfg, profile)
+    }
+
     /// Creates the host and starts its thread and configured services.
     pub fn start(
         spec: &HostSpec,
