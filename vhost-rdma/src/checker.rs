@@ -135,6 +135,11 @@ impl FabricChecker {
     }
 
     /// Shows a frame a guest sent on `port` to the checker.
+    /// Whether the checker is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
     pub fn observe(&self, port: &str, frame: &[u8]) {
         if !self.enabled.load(Relaxed) {
             return;

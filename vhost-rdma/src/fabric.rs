@@ -3,8 +3,10 @@
 //! hand it frames and it hands frames to ports' pending queues.
 
 use crate::config::{MacAddr, PortConfig};
+use crate::frame::Dir;
 pub use crate::frame::{flow_hash, now_ms, Frame, FrameView, LazyView};
 use crate::offload;
+use crate::stages::{Passed, Stage};
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
 use std::collections::{HashMap, VecDeque};
@@ -720,8 +722,8 @@ impl Fabric {
         for f in self.faults.apply_after_at(r, std::time::Instant::now()) {
             let v = LazyView::default();
             match dir {
-                crate::frame::Dir::Egress => {
-                    self.deliver_now(port, f, &v, None, &mut wakes);
+                Dir::Egress => {
+                    self.deliver_now(port, f, &v, None, false, &mut wakes);
                 }
                 _ => {
                     self.switch(port, f, &v, &mut wakes);
@@ -869,27 +871,41 @@ impl Fabric {
         if sp.profile.learns {
             self.neighbors.observe(&frame.data);
         }
-        self.capture
-            .record(src, crate::frame::Dir::Ingress, &frame.data);
-        // The checker sees what the guest sent, before any fault acts.
-        self.checker.observe(&sp.cfg.name, &frame.data);
-        if self.faults.active() {
-            let now = std::time::Instant::now();
-            let n = self
-                .faults
-                .apply_view(
-                    src,
-                    crate::frame::Dir::Ingress,
-                    &v.get(&frame.data).clone(),
-                    frame,
-                    now,
-                )
-                .into_iter()
-                .map(|(f, v)| self.switch(src, f, &LazyView::of(v), wakes))
-                .sum();
-            return Ingress::Forwarded(n);
+        match crate::stages::run(
+            &self.ingress_stages(),
+            src,
+            &sp.cfg.name,
+            Dir::Ingress,
+            frame,
+            &v,
+        ) {
+            // No stage took it: as routed above.
+            Passed::Same(f) => Ingress::Forwarded(self.send(src, f, &v, route, wakes)),
+            // Changed, held, dropped or multiplied (faults): routed afresh.
+            Passed::Changed(frames) => Ingress::Forwarded(
+                frames
+                    .into_iter()
+                    .map(|(f, fv)| self.switch(src, f, &LazyView::of(fv), wakes))
+                    .sum(),
+            ),
         }
-        Ingress::Forwarded(self.send(src, frame, &v, route, wakes))
+    }
+
+    /// The stages at ingress, in order: the capture records what the port
+    /// sent, the checker judges it, then faults act.
+    fn ingress_stages(&self) -> [&dyn Stage; 3] {
+        [&self.capture, &self.checker, &self.faults]
+    }
+
+    /// The stages at egress, in order: faults act on what the receiver would
+    /// get, the capture records what it gets. A frame a fault held comes back
+    /// past the faults (`from_faults` false).
+    fn egress_stages(&self, with_faults: bool) -> [&dyn Stage; 2] {
+        if with_faults {
+            [&self.faults, &self.capture]
+        } else {
+            [&NoStage, &self.capture]
+        }
     }
 
     /// Where a frame for port `p` goes: its erdma function for RoCEv2, else `p`.
@@ -981,39 +997,20 @@ impl Fabric {
         steer: Option<crate::steering::Steer>,
         wakes: &mut Wakes<'a>,
     ) -> usize {
-        if self.faults.active() {
-            if !self
-                .ports
-                .get(port)
-                .is_some_and(|p| p.connected.load(Relaxed))
-            {
-                return 0;
-            }
-            let now = std::time::Instant::now();
-            return self
-                .faults
-                .apply_view(
-                    port,
-                    crate::frame::Dir::Egress,
-                    &v.get(&frame.data).clone(),
-                    frame,
-                    now,
-                )
-                .into_iter()
-                .map(|(f, v)| self.deliver_now(port, f, &LazyView::of(v), None, wakes))
-                .sum();
-        }
-        self.deliver_now(port, frame, v, steer, wakes)
+        self.deliver_now(port, frame, v, steer, true, wakes)
     }
 
-    /// Queues a frame for a port past egress faults; `steer` is the queue
-    /// choice made when the frame was routed (None: steer now).
+    /// Queues a frame for a port: chooses its queue (`steer`: the choice
+    /// made when the frame was routed; None: now), finishes its offloads for
+    /// the receiver, runs the egress stages (faults only if `with_faults`:
+    /// not for a frame they held and released) and queues what passes.
     fn deliver_now<'a>(
         &'a self,
         port: usize,
         frame: Frame,
         v: &LazyView,
         steer: Option<crate::steering::Steer>,
+        with_faults: bool,
         wakes: &mut Wakes<'a>,
     ) -> usize {
         let Some(dst) = self.ports.get(port) else {
@@ -1024,7 +1021,10 @@ impl Fabric {
         }
         let s = steer.unwrap_or_else(|| dst.steer_lazy(&frame.data, v));
         let report = dst.has(VIRTIO_NET_F_HASH_REPORT);
-        dst.steering.record(&s, report && s.hash_report != 0);
+        if with_faults {
+            // (A released frame was counted when it first came by.)
+            dst.steering.record(&s, report && s.hash_report != 0);
+        }
         let Some(r) = s.queue.and_then(|q| dst.rxq.get(q)) else {
             crate::buffers::give(frame.data);
             return 0;
@@ -1039,19 +1039,66 @@ impl Fabric {
                 return 0;
             }
         };
-        for f in frames.frames_mut() {
-            if report {
+        if report {
+            for f in frames.frames_mut() {
                 f.hdr.hash_value = s.hash_value;
                 f.hdr.hash_report = s.hash_report;
             }
-            self.capture
-                .record(port, crate::frame::Dir::Egress, &f.data);
+        }
+        let stages = self.egress_stages(with_faults);
+        if stages.iter().any(|s| s.active()) {
+            frames = match self.egress(&stages, dst, frames) {
+                Some(f) => f,
+                None => return 0,
+            };
         }
         let n = r.push_quiet(frames);
         if n > 0 {
             wakes.add(r);
         }
         n
+    }
+
+    /// Runs a receiver's frames (one, or a TSO frame's segments) through the
+    /// egress stages; None when nothing is left.
+    fn egress(&self, stages: &[&dyn Stage], dst: &PortShared, frames: Adapted) -> Option<Adapted> {
+        let list = match frames {
+            Adapted::One(f) => vec![f],
+            Adapted::Many(v) => v,
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for f in list {
+            // The offloads may have changed the frame: parsed afresh if a
+            // stage asks.
+            let v = LazyView::default();
+            match crate::stages::run(stages, dst.index, &dst.cfg.name, Dir::Egress, f, &v) {
+                Passed::Same(f) => out.push(f),
+                Passed::Changed(fs) => out.extend(fs.into_iter().map(|(f, _)| f)),
+            }
+        }
+        match out.len() {
+            0 => None,
+            1 => out.pop().map(Adapted::One),
+            _ => Some(Adapted::Many(out)),
+        }
+    }
+}
+
+/// A place-holder stage that never acts (the egress list of a released frame).
+struct NoStage;
+
+impl Stage for NoStage {
+    fn active(&self) -> bool {
+        false
+    }
+    fn process(
+        &self,
+        _cx: &crate::stages::StageCtx<'_>,
+        frame: Frame,
+        _view: &FrameView,
+        _out: &mut Vec<(Frame, FrameView)>,
+    ) -> Option<Frame> {
+        Some(frame)
     }
 }
 

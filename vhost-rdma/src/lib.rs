@@ -22,6 +22,7 @@ pub mod offload;
 pub mod ports;
 pub mod server;
 pub mod socket_path;
+pub mod stages;
 pub mod stats;
 pub mod steering;
 pub mod virtio_net;

@@ -1,0 +1,220 @@
+//! Stages: what sees frames at the fabric's two points besides switching
+//! itself. At **ingress** (a frame a port sent, before it is switched) the
+//! capture, the protocol checker and fault injection run, in that order; at
+//! **egress** (a frame about to be queued for a port, after its offloads are
+//! finished for that receiver) fault injection and the capture run.
+//!
+//! The switch only runs a list of stages at each point; a stage that is not
+//! [`active`](Stage::active) costs a frame one relaxed load, and when no stage
+//! is active a frame passes without any allocation. A stage may pass a frame
+//! on untouched, or take it and put what goes on in its place: nothing
+//! (dropped, or held to come back later through the fault timer), a changed
+//! frame, or several.
+
+use crate::frame::{Dir, Frame, FrameView, LazyView};
+use std::time::Instant;
+
+/// Where and when a stage sees a frame.
+#[derive(Clone, Copy, Debug)]
+pub struct StageCtx<'a> {
+    /// The port that sent the frame (ingress) or will receive it (egress).
+    pub port: usize,
+    /// Its name.
+    pub port_name: &'a str,
+    /// Which point: [`Dir::Ingress`] or [`Dir::Egress`].
+    pub dir: Dir,
+    /// The time, read once per frame by the fabric (the stages read no clock).
+    pub now: Instant,
+}
+
+/// One stage at a point of the fabric.
+pub trait Stage: Sync {
+    /// Whether the stage acts now (a capture runs, the checker is on, fault
+    /// rules or downed links exist).
+    fn active(&self) -> bool;
+
+    /// Sees a frame. Returns it to pass it on unchanged, or takes it and
+    /// appends what goes on instead to `out` (each with its view).
+    fn process(
+        &self,
+        cx: &StageCtx<'_>,
+        frame: Frame,
+        view: &FrameView,
+        out: &mut Vec<(Frame, FrameView)>,
+    ) -> Option<Frame>;
+}
+
+/// What comes out of a point's stages.
+#[derive(Debug)]
+pub enum Passed {
+    /// The frame, untouched: its view (if parsed) still holds.
+    Same(Frame),
+    /// What a stage put in the frame's place (possibly nothing).
+    Changed(Vec<(Frame, FrameView)>),
+}
+
+/// Runs `frame` through `stages` in order. `view` is the frame's view
+/// (parsed only if a stage runs). `now` is read only if a stage is active.
+pub fn run(
+    stages: &[&dyn Stage],
+    port: usize,
+    port_name: &str,
+    dir: Dir,
+    frame: Frame,
+    view: &LazyView,
+) -> Passed {
+    let mut cur = Passed::Same(frame);
+    let mut cx: Option<StageCtx<'_>> = None;
+    for stage in stages {
+        if !stage.active() {
+            continue;
+        }
+        let cx = *cx.get_or_insert_with(|| StageCtx {
+            port,
+            port_name,
+            dir,
+            now: Instant::now(),
+        });
+        cur = match cur {
+            Passed::Same(f) => {
+                let v = *view.get(&f.data);
+                let mut out = Vec::new();
+                match stage.process(&cx, f, &v, &mut out) {
+                    Some(f) => Passed::Same(f),
+                    None => Passed::Changed(out),
+                }
+            }
+            Passed::Changed(frames) => {
+                let mut next = Vec::with_capacity(frames.len());
+                for (f, v) in frames {
+                    if let Some(f) = stage.process(&cx, f, &v, &mut next) {
+                        next.push((f, v));
+                    }
+                }
+                Passed::Changed(next)
+            }
+        };
+    }
+    cur
+}
+
+impl Stage for crate::capture::Capture {
+    fn active(&self) -> bool {
+        crate::capture::Capture::active(self)
+    }
+    fn process(
+        &self,
+        cx: &StageCtx<'_>,
+        frame: Frame,
+        _view: &FrameView,
+        _out: &mut Vec<(Frame, FrameView)>,
+    ) -> Option<Frame> {
+        self.record(cx.port, cx.dir, &frame.data);
+        Some(frame)
+    }
+}
+
+impl Stage for crate::checker::FabricChecker {
+    fn active(&self) -> bool {
+        self.enabled()
+    }
+    fn process(
+        &self,
+        cx: &StageCtx<'_>,
+        frame: Frame,
+        _view: &FrameView,
+        _out: &mut Vec<(Frame, FrameView)>,
+    ) -> Option<Frame> {
+        // The checker judges what the ports sent, before any fault acts.
+        if cx.dir == Dir::Ingress {
+            self.observe(cx.port_name, &frame.data);
+        }
+        Some(frame)
+    }
+}
+
+impl Stage for crate::faults::Faults {
+    fn active(&self) -> bool {
+        crate::faults::Faults::active(self)
+    }
+    fn process(
+        &self,
+        cx: &StageCtx<'_>,
+        frame: Frame,
+        view: &FrameView,
+        out: &mut Vec<(Frame, FrameView)>,
+    ) -> Option<Frame> {
+        out.extend(self.apply_view(cx.port, cx.dir, view, frame, cx.now));
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+
+    /// Counts what it sees; doubles frames when asked.
+    #[derive(Default)]
+    struct Probe {
+        on: AtomicBool,
+        seen: AtomicUsize,
+        double: bool,
+    }
+
+    impl Stage for Probe {
+        fn active(&self) -> bool {
+            self.on.load(Relaxed)
+        }
+        fn process(
+            &self,
+            _cx: &StageCtx<'_>,
+            frame: Frame,
+            view: &FrameView,
+            out: &mut Vec<(Frame, FrameView)>,
+        ) -> Option<Frame> {
+            self.seen.fetch_add(1, Relaxed);
+            if !self.double {
+                return Some(frame);
+            }
+            out.push((frame.clone(), *view));
+            out.push((frame, *view));
+            None
+        }
+    }
+
+    fn frame() -> Frame {
+        Frame {
+            data: vec![0u8; 60],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn inactive_stages_are_skipped_and_taken_frames_flow_on() {
+        let observer = Probe::default();
+        let doubler = Probe {
+            double: true,
+            ..Default::default()
+        };
+        let after = Probe::default();
+        let stages: [&dyn Stage; 3] = [&observer, &doubler, &after];
+        let v = LazyView::default();
+        // Nothing active: the frame passes as it is.
+        assert!(matches!(
+            run(&stages, 0, "a", Dir::Ingress, frame(), &v),
+            Passed::Same(_)
+        ));
+        assert_eq!(observer.seen.load(Relaxed), 0);
+        for p in [&observer, &doubler, &after] {
+            p.on.store(true, Relaxed);
+        }
+        match run(&stages, 0, "a", Dir::Ingress, frame(), &v) {
+            Passed::Changed(out) => assert_eq!(out.len(), 2),
+            Passed::Same(_) => panic!("the doubler took the frame"),
+        }
+        assert_eq!(observer.seen.load(Relaxed), 1);
+        assert_eq!(doubler.seen.load(Relaxed), 1);
+        assert_eq!(after.seen.load(Relaxed), 2, "each copy goes on");
+    }
+}
