@@ -5,12 +5,16 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Live counters of one queue pair (atomics, updated on the data path).
+/// Live counters of one queue pair (atomics, updated on the data path). The
+/// TX worker writes the `tx_` ones, the RX worker the `rx_` ones: they sit
+/// on separate cache lines so the two threads do not contend for one.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 pub struct QueueCounters {
     pub tx_frames: AtomicU64,
     pub tx_bytes: AtomicU64,
     pub tx_errors: AtomicU64,
+    _rx_apart: [u64; 5],
     pub rx_frames: AtomicU64,
     pub rx_bytes: AtomicU64,
     pub rx_drops: AtomicU64,

@@ -121,6 +121,8 @@ impl PortBackend {
         // Receivers are woken once per pass, not once per frame.
         let mut wakes = Wakes::default();
         let used_before = vr.get_queue().next_used();
+        // (frames, bytes) forwarded in this pass.
+        let mut sent = (0u64, 0u64);
         loop {
             if event_idx {
                 let _ = vr.disable_notification();
@@ -156,8 +158,9 @@ impl PortBackend {
                         if let Some(f) = f {
                             self.fabric.forward(self.shared.index, f);
                         }
-                        QueueCounters::add(&c.tx_frames, 1);
-                        QueueCounters::add(&c.tx_bytes, len);
+                        // Added to the counters once per pass.
+                        sent.0 += 1;
+                        sent.1 += len;
                     }
                     Err(e) => {
                         QueueCounters::add(&c.tx_errors, 1);
@@ -170,6 +173,8 @@ impl PortBackend {
                 Ok(d) => d,
                 Err(e) => {
                     QueueCounters::add(&c.tx_errors, 1);
+                    QueueCounters::add(&c.tx_frames, sent.0);
+                    QueueCounters::add(&c.tx_bytes, sent.1);
                     guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX ring unusable: {e}");
                     return;
                 }
@@ -177,6 +182,8 @@ impl PortBackend {
             let used = drained.used.iter().map(|&h| (h, 0));
             if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), used) {
                 QueueCounters::add(&c.tx_errors, 1);
+                QueueCounters::add(&c.tx_frames, sent.0);
+                QueueCounters::add(&c.tx_bytes, sent.1);
                 guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX used ring unusable: {e}");
                 return;
             }
@@ -188,6 +195,8 @@ impl PortBackend {
                 _ => break,
             }
         }
+        QueueCounters::add(&c.tx_frames, sent.0);
+        QueueCounters::add(&c.tx_bytes, sent.1);
         if chain::needs_interrupt(&mem, vr.get_queue(), used_before) {
             let _ = vr.signal_used_queue();
         }

@@ -266,6 +266,8 @@ where
     // Reused for every frame of the pass: nothing is allocated per frame.
     let mut chains: Vec<RxChain> = Vec::new();
     let mut all_descs: Vec<(GuestAddress, u32)> = Vec::new();
+    // Added to the counters once per pass.
+    let mut delivered_bytes = 0u64;
     'frames: while let Some(frame) = src.pop() {
         let hb = frame.hdr.to_hash_bytes(1);
         let hdr = &hb[..hl.min(hb.len())];
@@ -359,13 +361,14 @@ where
             let nb = (chains.len() as u16).to_le_bytes();
             let _ = write_at(&mem, &all_descs[chains[0].descs.clone()], 10, &nb);
         }
-        QueueCounters::add(&c.rx_frames, 1);
-        QueueCounters::add(&c.rx_bytes, frame.data.len() as u64);
         src.fed();
         out.delivered += 1;
+        delivered_bytes += frame.data.len() as u64;
         out.used.extend(chains.iter().map(|c| (c.head, c.len)));
         crate::buffers::give(frame.data);
     }
+    QueueCounters::add(&c.rx_frames, out.delivered);
+    QueueCounters::add(&c.rx_bytes, delivered_bytes);
     Ok(out)
 }
 
