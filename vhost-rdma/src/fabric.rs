@@ -1095,7 +1095,7 @@ impl Stage for NoStage {
         &self,
         _cx: &crate::stages::StageCtx<'_>,
         frame: Frame,
-        _view: &FrameView,
+        _view: &LazyView,
         _out: &mut Vec<(Frame, FrameView)>,
     ) -> Option<Frame> {
         Some(frame)

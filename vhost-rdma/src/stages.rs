@@ -15,7 +15,7 @@ use crate::frame::{Dir, Frame, FrameView, LazyView};
 use std::time::Instant;
 
 /// Where and when a stage sees a frame.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct StageCtx<'a> {
     /// The port that sent the frame (ingress) or will receive it (egress).
     pub port: usize,
@@ -23,8 +23,16 @@ pub struct StageCtx<'a> {
     pub port_name: &'a str,
     /// Which point: [`Dir::Ingress`] or [`Dir::Egress`].
     pub dir: Dir,
-    /// The time, read once per frame by the fabric (the stages read no clock).
-    pub now: Instant,
+    /// The time: read at most once per frame, by the first stage that asks
+    /// (the stages read no clock themselves).
+    now: std::cell::OnceCell<Instant>,
+}
+
+impl StageCtx<'_> {
+    /// The time the frame reached this point.
+    pub fn now(&self) -> Instant {
+        *self.now.get_or_init(Instant::now)
+    }
 }
 
 /// One stage at a point of the fabric.
@@ -39,7 +47,7 @@ pub trait Stage: Sync {
         &self,
         cx: &StageCtx<'_>,
         frame: Frame,
-        view: &FrameView,
+        view: &LazyView,
         out: &mut Vec<(Frame, FrameView)>,
     ) -> Option<Frame>;
 }
@@ -54,7 +62,7 @@ pub enum Passed {
 }
 
 /// Runs `frame` through `stages` in order. `view` is the frame's view
-/// (parsed only if a stage runs). `now` is read only if a stage is active.
+/// (parsed only if a stage reads it); the clock is read only if one asks.
 pub fn run(
     stages: &[&dyn Stage],
     port: usize,
@@ -64,22 +72,20 @@ pub fn run(
     view: &LazyView,
 ) -> Passed {
     let mut cur = Passed::Same(frame);
-    let mut cx: Option<StageCtx<'_>> = None;
+    let cx = StageCtx {
+        port,
+        port_name,
+        dir,
+        now: std::cell::OnceCell::new(),
+    };
     for stage in stages {
         if !stage.active() {
             continue;
         }
-        let cx = *cx.get_or_insert_with(|| StageCtx {
-            port,
-            port_name,
-            dir,
-            now: Instant::now(),
-        });
         cur = match cur {
             Passed::Same(f) => {
-                let v = *view.get(&f.data);
                 let mut out = Vec::new();
-                match stage.process(&cx, f, &v, &mut out) {
+                match stage.process(&cx, f, view, &mut out) {
                     Some(f) => Passed::Same(f),
                     None => Passed::Changed(out),
                 }
@@ -87,7 +93,8 @@ pub fn run(
             Passed::Changed(frames) => {
                 let mut next = Vec::with_capacity(frames.len());
                 for (f, v) in frames {
-                    if let Some(f) = stage.process(&cx, f, &v, &mut next) {
+                    let lazy = LazyView::of(v);
+                    if let Some(f) = stage.process(&cx, f, &lazy, &mut next) {
                         next.push((f, v));
                     }
                 }
@@ -106,7 +113,7 @@ impl Stage for crate::capture::Capture {
         &self,
         cx: &StageCtx<'_>,
         frame: Frame,
-        _view: &FrameView,
+        _view: &LazyView,
         _out: &mut Vec<(Frame, FrameView)>,
     ) -> Option<Frame> {
         self.record(cx.port, cx.dir, &frame.data);
@@ -122,7 +129,7 @@ impl Stage for crate::checker::FabricChecker {
         &self,
         cx: &StageCtx<'_>,
         frame: Frame,
-        _view: &FrameView,
+        _view: &LazyView,
         _out: &mut Vec<(Frame, FrameView)>,
     ) -> Option<Frame> {
         // The checker judges what the ports sent, before any fault acts.
@@ -141,10 +148,11 @@ impl Stage for crate::faults::Faults {
         &self,
         cx: &StageCtx<'_>,
         frame: Frame,
-        view: &FrameView,
+        view: &LazyView,
         out: &mut Vec<(Frame, FrameView)>,
     ) -> Option<Frame> {
-        out.extend(self.apply_view(cx.port, cx.dir, view, frame, cx.now));
+        let v = *view.get(&frame.data);
+        out.extend(self.apply_view(cx.port, cx.dir, &v, frame, cx.now()));
         None
     }
 }
@@ -170,15 +178,16 @@ mod tests {
             &self,
             _cx: &StageCtx<'_>,
             frame: Frame,
-            view: &FrameView,
+            view: &LazyView,
             out: &mut Vec<(Frame, FrameView)>,
         ) -> Option<Frame> {
             self.seen.fetch_add(1, Relaxed);
             if !self.double {
                 return Some(frame);
             }
-            out.push((frame.clone(), *view));
-            out.push((frame, *view));
+            let v = *view.get(&frame.data);
+            out.push((frame.clone(), v));
+            out.push((frame, v));
             None
         }
     }
