@@ -1,10 +1,18 @@
 //! The fabric: an L2 learning switch between ports, with a bounded pending
-//! queue per destination queue pair. It knows nothing of virtio rings; ports
-//! hand it frames and it hands frames to ports' pending queues.
+//! queue per destination queue pair. It knows nothing of virtio rings or
+//! port kinds; ports hand it frames and it hands frames to ports' pending
+//! queues.
+//!
+//! Like the engines it reads no clock and starts no thread: a port hands
+//! frames in a [`Batch`] carrying the time the port read, the stages
+//! (`stages`: capture, checker, faults) get that time, and the fault timer
+//! thread passes its own. Its only system calls are the wake-ups it owes a
+//! receiving worker at the end of a batch (an eventfd write).
 
 use crate::config::{MacAddr, PortConfig};
+use crate::frame::ms_at;
 use crate::frame::Dir;
-pub use crate::frame::{flow_hash, now_ms, Frame, FrameView, LazyView};
+pub use crate::frame::{flow_hash, Frame, FrameView, LazyView};
 use crate::offload;
 use crate::stages::{Passed, Stage};
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
@@ -12,6 +20,7 @@ use crate::virtio_net::{bit, NetHdr};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 use virtio_bindings::bindings::virtio_net::*;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
@@ -54,7 +63,7 @@ pub struct RxQueue {
     /// The guest enabled this RX vring (set by the worker).
     pub enabled: AtomicBool,
     pub counters: QueueCounters,
-    /// Since when (`now_ms`) frames wait here with no RX buffer; 0 = not.
+    /// Since when (`frame::ms_at`) frames wait here with no RX buffer; 0 = not.
     starved_since_ms: AtomicU64,
     /// Senders paused because this queue was full (back-pressure), woken
     /// when it drains to half.
@@ -106,7 +115,7 @@ impl RxQueue {
     /// Queues the frames one sent frame became (segments of a TSO frame go
     /// together: all or none); drops them (counted) when the queue is past its
     /// drop bound. Returns how many were queued. The worker is not woken:
-    /// the caller does, once per batch ([`Wakes`]).
+    /// the caller does, once per batch ([`Batch`]).
     fn push_quiet(&self, frames: Adapted) -> usize {
         let n = frames.len();
         let mut p = self.lock();
@@ -194,19 +203,19 @@ impl RxQueue {
     /// Whether a sender should wait for this queue instead of dropping: it is
     /// full, and its guest has not been out of RX buffers for longer than
     /// [`STALL_MS`] (a guest that stopped reading only loses its own frames).
-    pub fn congested(&self) -> bool {
+    pub fn congested(&self, now: Instant) -> bool {
         if self.occupancy() < self.limit {
             return false;
         }
         let since = self.starved_since_ms.load(Relaxed);
-        since == 0 || now_ms().saturating_sub(since) < STALL_MS
+        since == 0 || ms_at(now).saturating_sub(since) < STALL_MS
     }
 
-    /// The worker found frames pending but no RX buffer.
-    pub fn mark_starved(&self) {
+    /// The worker found frames pending but no RX buffer (at `now`).
+    pub fn mark_starved(&self, now: Instant) {
         let _ = self
             .starved_since_ms
-            .compare_exchange(0, now_ms().max(1), Relaxed, Relaxed);
+            .compare_exchange(0, ms_at(now).max(1), Relaxed, Relaxed);
     }
 
     /// The worker delivered a frame: the guest is reading.
@@ -309,15 +318,31 @@ impl Adapted {
     }
 }
 
-/// The receive queues a batch of sent frames went to, woken once when the
-/// batch ends (or before its sender pauses) rather than once per frame: a
-/// burst of 64 frames costs the receiving worker one wake-up.
-#[derive(Debug, Default)]
-pub struct Wakes<'a> {
+/// One batch of frames a port hands the fabric (a TX pass): the time the
+/// port read, which the fabric and its stages use (they read no clock), and
+/// the receive queues the batch went to, woken once when the batch ends (or
+/// before its sender pauses) rather than once per frame: a burst of 64
+/// frames costs the receiving worker one wake-up.
+#[derive(Debug)]
+pub struct Batch<'a> {
+    now: Instant,
     queues: Vec<&'a RxQueue>,
 }
 
-impl<'a> Wakes<'a> {
+impl<'a> Batch<'a> {
+    /// A batch handed over at `now`.
+    pub fn new(now: Instant) -> Self {
+        Batch {
+            now,
+            queues: Vec::new(),
+        }
+    }
+
+    /// The batch's time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
     fn add(&mut self, q: &'a RxQueue) {
         if !self.queues.iter().any(|x| std::ptr::eq(*x, q)) {
             self.queues.push(q);
@@ -332,7 +357,7 @@ impl<'a> Wakes<'a> {
     }
 }
 
-impl Drop for Wakes<'_> {
+impl Drop for Batch<'_> {
     fn drop(&mut self) {
         self.flush();
     }
@@ -707,7 +732,7 @@ impl Fabric {
         self.faults.timer_started();
         std::thread::Builder::new()
             .name("fault-timer".into())
-            .spawn(move || me.faults.run_timer(|r| me.resume(r)))
+            .spawn(move || me.faults.run_timer(|r, now| me.resume(r, now)))
     }
 
     /// Ends the fault timer thread.
@@ -716,10 +741,10 @@ impl Fabric {
     }
 
     /// A frame a fault rule held comes back.
-    fn resume(&self, r: crate::faults::Released) {
+    fn resume(&self, r: crate::faults::Released, now: Instant) {
         let (port, dir) = (r.port, r.dir);
-        let mut wakes = Wakes::default();
-        for f in self.faults.apply_after_at(r, std::time::Instant::now()) {
+        let mut wakes = Batch::new(now);
+        for f in self.faults.apply_after_at(r, now) {
             let v = LazyView::default();
             match dir {
                 Dir::Egress => {
@@ -775,18 +800,11 @@ impl Fabric {
         true
     }
 
-    /// The receive queue a unicast frame from `src` would wait for, if that
-    /// queue is congested (back-pressure). Flooded frames never wait.
-    pub fn congested_queue(&self, src: usize, data: &[u8]) -> Option<&RxQueue> {
-        match self.route(src, data, &LazyView::default()) {
-            Route::Unicast(p, s) => self.congested(p, &s),
-            _ => None,
-        }
-    }
-
-    fn congested(&self, p: usize, s: &crate::steering::Steer) -> Option<&RxQueue> {
+    /// The receive queue of port `p` a frame steered by `s` would wait for,
+    /// if it is congested (back-pressure) at `now`.
+    fn congested(&self, p: usize, s: &crate::steering::Steer, now: Instant) -> Option<&RxQueue> {
         let q = self.ports.get(p)?.rxq.get(s.queue?)?;
-        q.congested().then_some(q)
+        q.congested(now).then_some(q)
     }
 
     /// Where a frame from `src` goes now (MAC table, an erdma function's
@@ -814,10 +832,11 @@ impl Fabric {
         }
     }
 
-    /// Switches a frame a port sent on port `src`. Returns how many copies
-    /// were queued (receivers are woken before returning).
-    pub fn forward(&self, src: usize, frame: Frame) -> usize {
-        let mut wakes = Wakes::default();
+    /// Switches a frame a port sent on port `src` at `now`, on its own.
+    /// Returns how many copies were queued (receivers are woken before
+    /// returning).
+    pub fn forward(&self, src: usize, frame: Frame, now: Instant) -> usize {
+        let mut wakes = Batch::new(now);
         match self.ingress_inner(src, frame, &mut wakes, false) {
             Ingress::Forwarded(n) => n,
             Ingress::Congested(..) => 0,
@@ -827,7 +846,7 @@ impl Fabric {
     /// Switches a frame a guest sent on port `src`, as one of a batch:
     /// receivers are recorded in `wakes` (the caller flushes it once per
     /// batch), and a frame whose receiver is congested comes back untouched.
-    pub fn ingress<'a>(&'a self, src: usize, frame: Frame, wakes: &mut Wakes<'a>) -> Ingress<'a> {
+    pub fn ingress<'a>(&'a self, src: usize, frame: Frame, wakes: &mut Batch<'a>) -> Ingress<'a> {
         self.ingress_inner(src, frame, wakes, true)
     }
 
@@ -835,7 +854,7 @@ impl Fabric {
         &'a self,
         src: usize,
         mut frame: Frame,
-        wakes: &mut Wakes<'a>,
+        wakes: &mut Batch<'a>,
         back_pressure: bool,
     ) -> Ingress<'a> {
         if frame.data.len() < 14 {
@@ -863,7 +882,7 @@ impl Fabric {
         let route = self.route(src, &frame.data, &v);
         if back_pressure {
             if let Route::Unicast(p, s) = &route {
-                if let Some(q) = self.congested(*p, s) {
+                if let Some(q) = self.congested(*p, s, wakes.now) {
                     return Ingress::Congested(q, frame);
                 }
             }
@@ -876,6 +895,7 @@ impl Fabric {
             src,
             &sp.cfg.name,
             Dir::Ingress,
+            wakes.now,
             frame,
             &v,
         ) {
@@ -949,7 +969,7 @@ impl Fabric {
         src: usize,
         frame: Frame,
         v: &LazyView,
-        wakes: &mut Wakes<'a>,
+        wakes: &mut Batch<'a>,
     ) -> usize {
         if frame.data.len() < 14 {
             return 0;
@@ -967,7 +987,7 @@ impl Fabric {
         frame: Frame,
         v: &LazyView,
         route: Route,
-        wakes: &mut Wakes<'a>,
+        wakes: &mut Batch<'a>,
     ) -> usize {
         match route {
             Route::Nowhere => {
@@ -995,7 +1015,7 @@ impl Fabric {
         frame: Frame,
         v: &LazyView,
         steer: Option<crate::steering::Steer>,
-        wakes: &mut Wakes<'a>,
+        wakes: &mut Batch<'a>,
     ) -> usize {
         self.deliver_now(port, frame, v, steer, true, wakes)
     }
@@ -1011,7 +1031,7 @@ impl Fabric {
         v: &LazyView,
         steer: Option<crate::steering::Steer>,
         with_faults: bool,
-        wakes: &mut Wakes<'a>,
+        wakes: &mut Batch<'a>,
     ) -> usize {
         let Some(dst) = self.ports.get(port) else {
             return 0;
@@ -1047,7 +1067,7 @@ impl Fabric {
         }
         let stages = self.egress_stages(with_faults);
         if stages.iter().any(|s| s.active()) {
-            frames = match self.egress(&stages, dst, frames) {
+            frames = match self.egress(&stages, dst, frames, wakes.now) {
                 Some(f) => f,
                 None => return 0,
             };
@@ -1061,7 +1081,13 @@ impl Fabric {
 
     /// Runs a receiver's frames (one, or a TSO frame's segments) through the
     /// egress stages; None when nothing is left.
-    fn egress(&self, stages: &[&dyn Stage], dst: &PortShared, frames: Adapted) -> Option<Adapted> {
+    fn egress(
+        &self,
+        stages: &[&dyn Stage],
+        dst: &PortShared,
+        frames: Adapted,
+        now: Instant,
+    ) -> Option<Adapted> {
         let list = match frames {
             Adapted::One(f) => vec![f],
             Adapted::Many(v) => v,
@@ -1071,7 +1097,7 @@ impl Fabric {
             // The offloads may have changed the frame: parsed afresh if a
             // stage asks.
             let v = LazyView::default();
-            match crate::stages::run(stages, dst.index, &dst.cfg.name, Dir::Egress, f, &v) {
+            match crate::stages::run(stages, dst.index, &dst.cfg.name, Dir::Egress, now, f, &v) {
                 Passed::Same(f) => out.push(f),
                 Passed::Changed(fs) => out.extend(fs.into_iter().map(|(f, _)| f)),
             }
@@ -1124,16 +1150,19 @@ mod tests {
         for t in 0..4 {
             assert_eq!(q.push_quiet(Adapted::One(frame(t))), 1);
         }
-        assert!(q.congested());
+        assert!(q.congested(Instant::now()));
         let head = q.pop().unwrap();
-        assert!(q.congested(), "a popped frame left room that is not there");
+        assert!(
+            q.congested(Instant::now()),
+            "a popped frame left room that is not there"
+        );
         q.unpop(head);
-        assert!(q.congested());
+        assert!(q.congested(Instant::now()));
         // Delivered (the next pop): now there is room.
         let _delivered = q.pop();
         let _next = q.pop();
         assert_eq!(q.len(), 2);
-        assert!(!q.congested());
+        assert!(!q.congested(Instant::now()));
     }
 
     /// Senders that checked for room just before another filled the queue
@@ -1216,26 +1245,44 @@ mod tests {
         ]);
         let (vm, peer) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
         let queued = |p: usize| f.ports[p].rxq[0].clear();
-        assert_eq!(f.forward(0, arp(vm, [10, 0, 0, 1])), 2);
-        assert_eq!(f.forward(1, arp(peer, [10, 0, 0, 2])), 2);
+        assert_eq!(f.forward(0, arp(vm, [10, 0, 0, 1]), Instant::now()), 2);
+        assert_eq!(f.forward(1, arp(peer, [10, 0, 0, 2]), Instant::now()), 2);
         for p in 0..3 {
             queued(p);
         }
         // The function sends with its netdev's MAC, which stays the netdev's.
-        assert_eq!(f.forward(2, udp(peer, vm, [10, 0, 0, 2], 9)), 1);
+        assert_eq!(
+            f.forward(2, udp(peer, vm, [10, 0, 0, 2], 9), Instant::now()),
+            1
+        );
         assert_eq!(queued(1), 1);
-        assert_eq!(f.forward(1, udp(vm, peer, [10, 0, 0, 1], 9)), 1);
+        assert_eq!(
+            f.forward(1, udp(vm, peer, [10, 0, 0, 1], 9), Instant::now()),
+            1
+        );
         assert_eq!((queued(0), queued(2)), (1, 0));
         // RoCEv2 to the netdev's MAC goes to the function.
-        assert_eq!(f.forward(1, udp(vm, peer, [10, 0, 0, 1], 4791)), 1);
+        assert_eq!(
+            f.forward(1, udp(vm, peer, [10, 0, 0, 1], 4791), Instant::now()),
+            1
+        );
         assert_eq!((queued(0), queued(2)), (0, 1));
         // MAC zero: delivered by destination IPv4, or dropped and counted.
-        assert_eq!(f.forward(2, udp([0; 6], vm, [10, 0, 0, 2], 4791)), 1);
+        assert_eq!(
+            f.forward(2, udp([0; 6], vm, [10, 0, 0, 2], 4791), Instant::now()),
+            1
+        );
         assert_eq!(queued(1), 1);
-        assert_eq!(f.forward(2, udp([0; 6], vm, [10, 0, 0, 7], 4791)), 0);
+        assert_eq!(
+            f.forward(2, udp([0; 6], vm, [10, 0, 0, 7], 4791), Instant::now()),
+            0
+        );
         assert_eq!(f.rdma_unresolved.load(Relaxed), 1);
         // Another port's frame to MAC zero is switched like any unknown MAC.
-        assert_eq!(f.forward(1, udp([0; 6], peer, [10, 0, 0, 1], 4791)), 2);
+        assert_eq!(
+            f.forward(1, udp([0; 6], peer, [10, 0, 0, 1], 4791), Instant::now()),
+            2
+        );
         assert_eq!(f.rdma_unresolved.load(Relaxed), 1);
     }
 }

@@ -1262,7 +1262,7 @@ impl Faults {
 
     /// The timer thread's loop: hands due frames to `deliver` until
     /// [`stop_timer`](Self::stop_timer).
-    pub fn run_timer(&self, deliver: impl Fn(Released)) {
+    pub fn run_timer(&self, deliver: impl Fn(Released, Instant)) {
         self.timer_running.store(true, SeqCst);
         while !self.stop.load(SeqCst) {
             let mut due = Vec::new();
@@ -1301,12 +1301,15 @@ impl Faults {
                         if counted {
                             self.held[port].fetch_sub(1, Relaxed);
                         }
-                        deliver(Released {
-                            port,
-                            dir,
-                            after,
-                            frame,
-                        });
+                        deliver(
+                            Released {
+                                port,
+                                dir,
+                                after,
+                                frame,
+                            },
+                            now,
+                        );
                     }
                     Job::Settle { rule, pair } => {
                         let r = {
@@ -1320,12 +1323,15 @@ impl Faults {
                         let (frames, next) = st.settle.release(&pair, now);
                         for (dir, frame) in frames {
                             self.held[r.port].fetch_sub(1, Relaxed);
-                            deliver(Released {
-                                port: r.port,
-                                dir,
-                                after: r.id,
-                                frame,
-                            });
+                            deliver(
+                                Released {
+                                    port: r.port,
+                                    dir,
+                                    after: r.id,
+                                    frame,
+                                },
+                                now,
+                            );
                         }
                         if let Some(at) = next {
                             self.schedule(Job::Settle { rule, pair }, at.max(now));
@@ -1346,12 +1352,15 @@ impl Faults {
                         };
                         for (dir, frame) in frames {
                             self.held[r.port].fetch_sub(1, Relaxed);
-                            deliver(Released {
-                                port: r.port,
-                                dir,
-                                after: r.id,
-                                frame,
-                            });
+                            deliver(
+                                Released {
+                                    port: r.port,
+                                    dir,
+                                    after: r.id,
+                                    frame,
+                                },
+                                now,
+                            );
                         }
                     }
                 }

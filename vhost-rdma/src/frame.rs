@@ -11,8 +11,14 @@ use std::time::Instant;
 
 /// Milliseconds on a process-wide monotonic clock.
 pub fn now_ms() -> u64 {
+    ms_at(Instant::now())
+}
+
+/// `t` in milliseconds on the clock of [`now_ms`] (0 before its start).
+pub fn ms_at(t: Instant) -> u64 {
     static T0: OnceLock<Instant> = OnceLock::new();
-    T0.get_or_init(Instant::now).elapsed().as_millis() as u64
+    t.saturating_duration_since(*T0.get_or_init(Instant::now))
+        .as_millis() as u64
 }
 
 /// The parsed view of a frame: parsed once (by [`view`]), `Copy`, no

@@ -23,16 +23,9 @@ pub struct StageCtx<'a> {
     pub port_name: &'a str,
     /// Which point: [`Dir::Ingress`] or [`Dir::Egress`].
     pub dir: Dir,
-    /// The time: read at most once per frame, by the first stage that asks
-    /// (the stages read no clock themselves).
-    now: std::cell::OnceCell<Instant>,
-}
-
-impl StageCtx<'_> {
-    /// The time the frame reached this point.
-    pub fn now(&self) -> Instant {
-        *self.now.get_or_init(Instant::now)
-    }
+    /// The time, passed in by the port that read the clock (the fabric and
+    /// its stages read none).
+    pub now: Instant,
 }
 
 /// One stage at a point of the fabric.
@@ -61,13 +54,14 @@ pub enum Passed {
     Changed(Vec<(Frame, FrameView)>),
 }
 
-/// Runs `frame` through `stages` in order. `view` is the frame's view
-/// (parsed only if a stage reads it); the clock is read only if one asks.
+/// Runs `frame` through `stages` in order at time `now`. `view` is the
+/// frame's view (parsed only if a stage reads it).
 pub fn run(
     stages: &[&dyn Stage],
     port: usize,
     port_name: &str,
     dir: Dir,
+    now: Instant,
     frame: Frame,
     view: &LazyView,
 ) -> Passed {
@@ -76,7 +70,7 @@ pub fn run(
         port,
         port_name,
         dir,
-        now: std::cell::OnceCell::new(),
+        now,
     };
     for stage in stages {
         if !stage.active() {
@@ -152,7 +146,7 @@ impl Stage for crate::faults::Faults {
         out: &mut Vec<(Frame, FrameView)>,
     ) -> Option<Frame> {
         let v = *view.get(&frame.data);
-        out.extend(self.apply_view(cx.port, cx.dir, &v, frame, cx.now()));
+        out.extend(self.apply_view(cx.port, cx.dir, &v, frame, cx.now));
         None
     }
 }
@@ -211,14 +205,14 @@ mod tests {
         let v = LazyView::default();
         // Nothing active: the frame passes as it is.
         assert!(matches!(
-            run(&stages, 0, "a", Dir::Ingress, frame(), &v),
+            run(&stages, 0, "a", Dir::Ingress, Instant::now(), frame(), &v),
             Passed::Same(_)
         ));
         assert_eq!(observer.seen.load(Relaxed), 0);
         for p in [&observer, &doubler, &after] {
             p.on.store(true, Relaxed);
         }
-        match run(&stages, 0, "a", Dir::Ingress, frame(), &v) {
+        match run(&stages, 0, "a", Dir::Ingress, Instant::now(), frame(), &v) {
             Passed::Changed(out) => assert_eq!(out.len(), 2),
             Passed::Same(_) => panic!("the doubler took the frame"),
         }

@@ -257,6 +257,7 @@ impl DevicePort {
                     hdr: NetHdr::default(),
                     data,
                 },
+                Instant::now(),
             );
         };
         let vfio_err = |e| anyhow::anyhow!("port {name}: vfio-user: {e}");
@@ -364,7 +365,7 @@ fn pump(port: &PortShared, dev: &dyn Served, stop: &AtomicBool) {
                 }
                 Err(RxRefusal::NoBuffers) => {
                     rxq.unpop(f);
-                    rxq.mark_starved();
+                    rxq.mark_starved(Instant::now());
                     starved = true;
                     break;
                 }

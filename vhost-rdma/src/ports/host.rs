@@ -342,6 +342,7 @@ impl HostHandle {
     fn flush(&self, host: &mut VirtualHost, fabric: &Fabric, outbox: &mut Vec<Vec<u8>>) {
         outbox.extend(std::iter::from_fn(|| host.poll_transmit()));
         let c = &self.port.rxq[0].counters;
+        let now = Instant::now();
         for data in outbox.drain(..) {
             QueueCounters::add(&c.tx_frames, 1);
             QueueCounters::add(&c.tx_bytes, data.len() as u64);
@@ -351,6 +352,7 @@ impl HostHandle {
                     hdr: Default::default(),
                     data,
                 },
+                now,
             );
         }
     }

@@ -523,6 +523,7 @@ fn run(
                             hdr: NetHdr::default(),
                             data,
                         },
+                        std::time::Instant::now(),
                     );
                 }
                 Ok(Rx::Refused) => QueueCounters::add(&rxq.counters.tx_errors, 1),

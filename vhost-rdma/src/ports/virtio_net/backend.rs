@@ -7,7 +7,7 @@
 //! in epoll on its kick eventfds and on its pending-queue wake eventfd.
 
 use crate::config::{DeviceForm, MacAddr};
-use crate::fabric::{Fabric, Frame, Ingress, PortShared, RxQueue, Wakes};
+use crate::fabric::{Batch, Fabric, Frame, Ingress, PortShared, RxQueue};
 use crate::guest_warn;
 use crate::ports::virtio_net::chain::{self, ChainLog, RxSource, TxStep};
 use crate::stats::QueueCounters;
@@ -118,8 +118,9 @@ impl PortBackend {
         if !vr.is_enabled() || !vr.get_queue().ready() {
             return;
         }
-        // Receivers are woken once per pass, not once per frame.
-        let mut wakes = Wakes::default();
+        // Receivers are woken once per pass, not once per frame; the clock
+        // is read once per pass, here at the edge.
+        let mut wakes = Batch::new(std::time::Instant::now());
         let used_before = vr.get_queue().next_used();
         // (frames, bytes) forwarded in this pass.
         let mut sent = (0u64, 0u64);
@@ -143,7 +144,7 @@ impl PortBackend {
                                 // Register first, then look again: a drain
                                 // between the two cannot be missed.
                                 q.add_waiter(&self.shared.tx_resume[qp]);
-                                if q.congested() {
+                                if q.congested(wakes.now()) {
                                     // The receiver must drain what we queued.
                                     wakes.flush();
                                     crate::buffers::give(f.data);
@@ -156,7 +157,7 @@ impl PortBackend {
                             }
                         };
                         if let Some(f) = f {
-                            self.fabric.forward(self.shared.index, f);
+                            self.fabric.forward(self.shared.index, f, wakes.now());
                         }
                         // Added to the counters once per pass.
                         sent.0 += 1;
@@ -507,7 +508,7 @@ impl RxSource for PendingSource<'_> {
         self.hand.push_front(f)
     }
     fn starved(&mut self) {
-        self.q.mark_starved()
+        self.q.mark_starved(std::time::Instant::now())
     }
     fn fed(&mut self) {
         // Counted when the pass ends (`finish`): the hand's frames not put
