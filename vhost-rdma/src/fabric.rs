@@ -843,6 +843,17 @@ impl Fabric {
         }
     }
 
+    /// Switches a frame a port sent on port `src` as one of `batch` (no
+    /// back-pressure: for ports that cannot leave a frame where it was).
+    /// Returns how many copies were queued; receivers are woken when the
+    /// batch ends.
+    pub fn forward_in<'a>(&'a self, src: usize, frame: Frame, batch: &mut Batch<'a>) -> usize {
+        match self.ingress_inner(src, frame, batch, false) {
+            Ingress::Forwarded(n) => n,
+            Ingress::Congested(..) => 0,
+        }
+    }
+
     /// Switches a frame a guest sent on port `src`, as one of a batch:
     /// receivers are recorded in `wakes` (the caller flushes it once per
     /// batch), and a frame whose receiver is congested comes back untouched.

@@ -342,17 +342,18 @@ impl HostHandle {
     fn flush(&self, host: &mut VirtualHost, fabric: &Fabric, outbox: &mut Vec<Vec<u8>>) {
         outbox.extend(std::iter::from_fn(|| host.poll_transmit()));
         let c = &self.port.rxq[0].counters;
-        let now = Instant::now();
+        // One batch per flush: receivers are woken once, after it.
+        let mut batch = crate::fabric::Batch::new(Instant::now());
         for data in outbox.drain(..) {
             QueueCounters::add(&c.tx_frames, 1);
             QueueCounters::add(&c.tx_bytes, data.len() as u64);
-            fabric.forward(
+            fabric.forward_in(
                 self.port.index,
                 Frame {
                     hdr: Default::default(),
                     data,
                 },
-                now,
+                &mut batch,
             );
         }
     }

@@ -19,7 +19,7 @@
 //! own counters in `ctl status` for why).
 
 use crate::config::Uplink;
-use crate::fabric::{Fabric, Frame, PortShared};
+use crate::fabric::{Batch, Fabric, Frame, PortShared};
 use crate::stats::QueueCounters;
 use crate::virtio_net::NetHdr;
 use crate::vxlan::{VxlanEndpoint, VxlanStats};
@@ -511,19 +511,21 @@ fn run(
         rxq.wake_waiters();
         // Wire to fabric.
         let mut more = false;
+        // One batch per burst: receivers are woken once, after it.
+        let mut batch = Batch::new(std::time::Instant::now());
         for i in 0..RX_BURST {
             match receive(port, &mut wire, &mut buf) {
                 Ok(Rx::Frame(data)) => {
                     let c = &rxq.counters;
                     QueueCounters::add(&c.tx_frames, 1);
                     QueueCounters::add(&c.tx_bytes, data.len() as u64);
-                    fabric.forward(
+                    fabric.forward_in(
                         port.index,
                         Frame {
                             hdr: NetHdr::default(),
                             data,
                         },
-                        std::time::Instant::now(),
+                        &mut batch,
                     );
                 }
                 Ok(Rx::Refused) => QueueCounters::add(&rxq.counters.tx_errors, 1),
@@ -531,13 +533,16 @@ fn run(
                 Err(e) => {
                     crate::guest_warn!(port.log, port = %port.cfg.name, "uplink receive failed: {e}");
                     // A wire that keeps failing (interface deleted) would
-                    // wake epoll at once again: retry at a slow pace.
+                    // wake epoll at once again: retry at a slow pace (after
+                    // handing over what came before).
+                    batch.flush();
                     std::thread::sleep(std::time::Duration::from_millis(100));
                     break;
                 }
             }
             more = i + 1 == RX_BURST;
         }
+        batch.flush();
         if more || !rxq.is_empty() {
             continue;
         }
