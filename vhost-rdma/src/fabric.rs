@@ -345,6 +345,10 @@ impl<'a> Batch<'a> {
 
     fn add(&mut self, q: &'a RxQueue) {
         if !self.queues.iter().any(|x| std::ptr::eq(*x, q)) {
+            // The batch's first frame for this receiver wakes it at once, so
+            // it starts while the rest is copied (a TCP stream's latency);
+            // the rest are covered by one more wake when the batch ends.
+            q.notify();
             self.queues.push(q);
         }
     }
