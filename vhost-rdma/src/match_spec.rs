@@ -17,35 +17,68 @@ use thiserror::Error;
 
 /// Which frames a rule selects: every given field must match; none given
 /// matches every frame. Names as the control socket and config files spell
-/// them (kebab-case).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// them (kebab-case), and as `ctl faults add` and `ctl flow-rule add` take
+/// them (`--src-mac`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(rename_all = "kebab-case")]
 pub struct MatchSpec {
     /// Source MAC, `aa:bb:cc:dd:ee:ff`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "MAC", help = "Source MAC address")]
     pub src_mac: Option<String>,
     /// Destination MAC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "MAC", help = "Destination MAC address")]
     pub dst_mac: Option<String>,
     /// Ethertype after the (one, optional) VLAN tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_parser = parse_u16_any, help = "EtherType (decimal or 0x hex)")]
     pub ethertype: Option<u16>,
     /// `ADDR` or `ADDR/PREFIX` (IPv4 or IPv6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(
+        long,
+        value_name = "IP[/LEN]",
+        help = "ADDR or ADDR/PREFIX (IPv4 or IPv6)"
+    )]
     pub src_ip: Option<String>,
     /// `ADDR` or `ADDR/PREFIX` (IPv4 or IPv6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(
+        long,
+        value_name = "IP[/LEN]",
+        help = "ADDR or ADDR/PREFIX (IPv4 or IPv6)"
+    )]
     pub dst_ip: Option<String>,
     /// `tcp`, `udp` or an IP protocol number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, help = "tcp, udp or a protocol number")]
     pub proto: Option<String>,
     /// TCP/UDP source port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, help = "L4 source port")]
     pub src_port: Option<u16>,
     /// TCP/UDP destination port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, help = "L4 destination port")]
     pub dst_port: Option<u16>,
 }
+
+macro_rules! parse_any {
+    ($name:ident, $ty:ty) => {
+        /// Decimal or 0x-prefixed hexadecimal (command-line numbers).
+        pub fn $name(s: &str) -> Result<$ty, String> {
+            match s.strip_prefix("0x") {
+                Some(h) => <$ty>::from_str_radix(h, 16),
+                None => s.parse(),
+            }
+            .map_err(|e| e.to_string())
+        }
+    };
+}
+parse_any!(parse_u8_any, u8);
+parse_any!(parse_u16_any, u16);
+parse_any!(parse_u32_any, u32);
 
 /// The serde names of [`MatchSpec`]'s fields, in declaration order (for the
 /// field lists of the rule types that embed it).

@@ -1,6 +1,6 @@
 //! `vhost-rdma ctl faults|link|capture ...`.
 
-use super::{parse_u32_any, parse_u8_any, MatchArgs};
+use super::{parse_u32_any, parse_u8_any};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use vhost_rdma::capture::CaptureStatus;
@@ -40,7 +40,7 @@ pub struct FaultAddArgs {
     pub id: Option<u32>,
     /// The L2-L4 fields to match.
     #[command(flatten)]
-    pub fields: MatchArgs,
+    pub fields: MatchSpec,
     /// RoCEv2 BTH opcode (number or name, e.g. RC_SEND_ONLY).
     #[arg(long)]
     pub opcode: Option<String>,
@@ -192,16 +192,7 @@ pub fn faults(control: &Path, json: bool, cmd: FaultsCmd) -> anyhow::Result<()> 
                     id: a.id,
                     port: a.port,
                     dir: a.dir,
-                    fields: MatchSpec {
-                        src_mac: a.fields.src_mac,
-                        dst_mac: a.fields.dst_mac,
-                        ethertype: a.fields.ethertype,
-                        src_ip: a.fields.src_ip,
-                        dst_ip: a.fields.dst_ip,
-                        proto: a.fields.proto,
-                        src_port: a.fields.src_port,
-                        dst_port: a.fields.dst_port,
-                    },
+                    fields: a.fields,
                     opcode: a.opcode,
                     qpn: a.qpn,
                     psn: a.psn,

@@ -1,6 +1,5 @@
 //! `vhost-rdma ctl flow-rule ...` and `vhost-rdma ctl rss ...`.
 
-use super::MatchArgs;
 use anyhow::{bail, Context};
 use std::path::Path;
 use vhost_rdma::control::{request, Reply, Request};
@@ -43,7 +42,7 @@ pub struct FlowRuleAddArgs {
     pub priority: u32,
     /// The L2-L4 fields to match.
     #[command(flatten)]
-    pub fields: MatchArgs,
+    pub fields: MatchSpec,
     /// Deliver to this queue pair (0-based).
     #[arg(long, conflicts_with = "drop", required_unless_present = "drop")]
     pub queue: Option<u16>,
@@ -97,16 +96,7 @@ pub fn flow_rule(control: &Path, json: bool, cmd: FlowRuleCmd) -> anyhow::Result
             rule: FlowRuleSpec {
                 id: a.id,
                 priority: a.priority,
-                fields: MatchSpec {
-                    src_mac: a.fields.src_mac,
-                    dst_mac: a.fields.dst_mac,
-                    ethertype: a.fields.ethertype,
-                    src_ip: a.fields.src_ip,
-                    dst_ip: a.fields.dst_ip,
-                    proto: a.fields.proto,
-                    src_port: a.fields.src_port,
-                    dst_port: a.fields.dst_port,
-                },
+                fields: a.fields,
                 queue: a.queue,
                 drop: a.drop,
             },
