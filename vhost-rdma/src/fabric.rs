@@ -158,25 +158,14 @@ impl RxQueue {
     }
 
     /// Takes up to `max` frames into `hand` with one lock (the worker's;
-    /// `hand` must be empty). They count as queued until
-    /// [`delivered`](Self::delivered) or [`put_back`](Self::put_back).
+    /// `hand` must be empty). They count as queued until the worker's
+    /// [`put_back`](Self::put_back) at the end of its pass (or its next take).
     pub fn take_batch(&self, hand: &mut VecDeque<Frame>, max: usize) {
         let mut p = self.lock();
         let n = p.frames.len().min(max);
         hand.extend(p.frames.drain(..n));
         let before = self.in_hand.swap(n, Relaxed);
         self.gone(before);
-    }
-
-    /// One frame of the worker's batch reached the guest.
-    pub fn delivered(&self) {
-        if self
-            .in_hand
-            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            self.gone(1);
-        }
     }
 
     /// The worker returns the frames of its batch it could not deliver;
@@ -840,11 +829,7 @@ impl Fabric {
     /// Returns how many copies were queued (receivers are woken before
     /// returning).
     pub fn forward(&self, src: usize, frame: Frame, now: Instant) -> usize {
-        let mut wakes = Batch::new(now);
-        match self.ingress_inner(src, frame, &mut wakes, false) {
-            Ingress::Forwarded(n) => n,
-            Ingress::Congested(..) => 0,
-        }
+        self.forward_in(src, frame, &mut Batch::new(now))
     }
 
     /// Switches a frame a port sent on port `src` as one of `batch` (no
@@ -933,14 +918,10 @@ impl Fabric {
     }
 
     /// The stages at egress, in order: faults act on what the receiver would
-    /// get, the capture records what it gets. A frame a fault held comes back
-    /// past the faults (`from_faults` false).
-    fn egress_stages(&self, with_faults: bool) -> [&dyn Stage; 2] {
-        if with_faults {
-            [&self.faults, &self.capture]
-        } else {
-            [&NoStage, &self.capture]
-        }
+    /// get, the capture records what it gets (faults first: `deliver_now`
+    /// skips them for a frame they held and released).
+    fn egress_stages(&self) -> [&dyn Stage; 2] {
+        [&self.faults, &self.capture]
     }
 
     /// Where a frame for port `p` goes: its erdma function for RoCEv2, else `p`.
@@ -1080,9 +1061,11 @@ impl Fabric {
                 f.hdr.hash_report = s.hash_report;
             }
         }
-        let stages = self.egress_stages(with_faults);
+        let all = self.egress_stages();
+        // A frame the faults held and released skips them.
+        let stages = &all[usize::from(!with_faults)..];
         if stages.iter().any(|s| s.active()) {
-            frames = match self.egress(&stages, dst, frames, wakes.now) {
+            frames = match self.egress(stages, dst, frames, wakes.now) {
                 Some(f) => f,
                 None => return 0,
             };
@@ -1122,24 +1105,6 @@ impl Fabric {
             1 => out.pop().map(Adapted::One),
             _ => Some(Adapted::Many(out)),
         }
-    }
-}
-
-/// A place-holder stage that never acts (the egress list of a released frame).
-struct NoStage;
-
-impl Stage for NoStage {
-    fn active(&self) -> bool {
-        false
-    }
-    fn process(
-        &self,
-        _cx: &crate::stages::StageCtx<'_>,
-        frame: Frame,
-        _view: &LazyView,
-        _out: &mut Vec<(Frame, FrameView)>,
-    ) -> Option<Frame> {
-        Some(frame)
     }
 }
 

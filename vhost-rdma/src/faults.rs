@@ -805,7 +805,7 @@ impl Faults {
         self.max_rules.store(n.max(1), Relaxed);
     }
 
-    /// Whether anything is configured (else the fabric skips [`apply`](Self::apply)).
+    /// Whether anything is configured (else the fabric skips [`apply_view`](Self::apply_view)).
     pub fn active(&self) -> bool {
         self.active.load(Relaxed)
     }
@@ -935,18 +935,8 @@ impl Faults {
     }
 
     /// Runs a frame of `port` in direction `dir` (ingress or egress) through
-    /// the link state and the port's rules; returns what passes now. Reads
-    /// the clock and parses the frame if a rule needs it;
-    /// [`apply_view`](Self::apply_view) takes both as input.
-    pub fn apply(&self, port: usize, dir: Dir, frame: Frame) -> Vec<Frame> {
-        self.apply_at(port, dir, frame, None, Instant::now())
-            .into_iter()
-            .map(|(f, _)| f)
-            .collect()
-    }
-
-    /// [`apply`](Self::apply) for a frame parsed already: `v` must be the
-    /// view of `frame.data`. Rules read it instead of parsing, and each frame
+    /// the link state and the port's rules; returns what passes now. `v` must
+    /// be the view of `frame.data`. Rules read it instead of parsing, and each frame
     /// that passes comes back with its view, for the stages after faults:
     /// the same view, unless a `corrupt` rule changed the bytes or a
     /// reorder batch released frames of earlier calls (those are parsed
@@ -985,13 +975,7 @@ impl Faults {
     }
 
     /// Continues a released frame through the rules after rule `after` (none
-    /// if that rule is gone: the frame was past it already). Reads the
-    /// clock; [`apply_after_at`](Self::apply_after_at) takes it as input.
-    pub fn apply_after(&self, r: Released) -> Vec<Frame> {
-        self.apply_after_at(r, Instant::now())
-    }
-
-    /// [`apply_after`](Self::apply_after) at time `now`.
+    /// if that rule is gone: the frame was past it already), at time `now`.
     pub fn apply_after_at(&self, r: Released, now: Instant) -> Vec<Frame> {
         if !self.link_up(r.port) {
             self.links[r.port].drops.fetch_add(1, Relaxed);
@@ -1646,8 +1630,6 @@ mod tests {
         );
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].1, view(&out[0].0.data));
-        // apply (parses, reads the clock) agrees with apply_view.
-        assert_eq!(f.apply(0, Dir::Ingress, frame(roce(6, 15))).len(), 1);
         let st = f.status();
         assert_eq!((st.rules[0].matched, st.rules[0].acted), (5, 2));
     }
