@@ -992,15 +992,18 @@ impl Fabric {
             }
             Route::Unicast(p, s) => self.deliver(p, frame, v, Some(s), wakes),
             Route::Flood => {
-                let others: Vec<usize> = (0..self.ports.len()).filter(|&p| p != src).collect();
-                let Some((&last, rest)) = others.split_last() else {
-                    return 0;
-                };
+                // A copy for every other port but the last, which gets the frame.
                 let mut n = 0;
-                for &p in rest {
-                    n += self.deliver(p, frame.clone(), v, None, wakes);
+                let mut last = None;
+                for p in (0..self.ports.len()).filter(|&p| p != src) {
+                    if let Some(prev) = last.replace(p) {
+                        n += self.deliver(prev, frame.clone(), v, None, wakes);
+                    }
                 }
-                n + self.deliver(last, frame, v, None, wakes)
+                match last {
+                    Some(p) => n + self.deliver(p, frame, v, None, wakes),
+                    None => n,
+                }
             }
         }
     }
