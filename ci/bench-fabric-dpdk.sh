@@ -3,8 +3,11 @@
 # against DPDK's dpdk-testpmd as a vhost-user switch (two net_vhost ports,
 # io forwarding, one forwarding core), each a separate process, both driven
 # by the same in-process vhost-user frontend with the same bursts, at 64 B
-# and 1500 B (vhost-rdma/benches/fabric.rs, which also keeps the in-process
-# TestGuest measurement).
+# and 1500 B, first as fast as each goes (saturation), then both at the same
+# paced load (1 M frames/s at 64 B, 10 Gbit/s at 1500 B). Each switch is
+# given the last CPU (testpmd -l, vhost-rdma --cpu-affinity; the daemon is
+# also measured unpinned), the frontend CPU 0 (vhost-rdma/benches/fabric.rs,
+# which also keeps the in-process TestGuest measurement).
 #
 #   ci/bench-fabric-dpdk.sh [--quick] [--secs N] [--no-install] [--perf] [--logdir DIR]
 #
@@ -17,7 +20,10 @@
 # Ends with
 #   fabric-bench size=64 ours_fps=N dpdk_fps=N ours_cpu_ns=N dpdk_cpu_ns=N
 #   fabric-bench size=1500 ours_fps=N dpdk_fps=N ours_cpu_ns=N dpdk_cpu_ns=N
-# (dpdk_*=NA, after a loud SKIPPED line, when testpmd is missing or fails).
+# (fps: the most each forwarded; cpu_ns: at the paced load, testpmd's idle
+# polling between bursts counted; the fabric-bench-saturated and
+# fabric-bench-paced lines above give both whole; dpdk_*=NA, after a loud
+# SKIPPED line, when testpmd is missing or fails).
 # --perf records `perf record -g` of each switch during its timed loops into
 # DIR and prints the top symbols of each.
 set -uo pipefail
@@ -31,7 +37,7 @@ while (($#)); do
         --no-install) install=0; shift ;;
         --perf) perf=1; shift ;;
         --logdir) logdir="$2"; shift 2 ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "bench-fabric-dpdk: unknown argument $1" >&2; exit 2 ;;
     esac
 done

@@ -7,29 +7,45 @@
 //!    `vhost-rdma serve` daemon, and `dpdk-testpmd` (Debian's DPDK) with two
 //!    `net_vhost` ports in io forwarding mode. Both are driven by the same
 //!    lean in-process vhost-user frontend (`fabric/frontend.rs`) with the
-//!    same bursts of the same frames, at 64 B then 1500 B. Per size, after
-//!    priming (a burst must arrive unchanged) and a warm-up, the two switches
-//!    take turns for a few rounds (the one not measured is frozen with
-//!    SIGSTOP, so testpmd's polling core does not steal the CPU from the
-//!    daemon, and load from elsewhere on the machine hits both alike). The
-//!    switch's CPU time (user + system of the whole process, every thread,
-//!    `/proc/PID/stat`) is read around each timed round and divided by the
-//!    frames forwarded. testpmd's forwarding core polls even when it has
-//!    nothing to do; that time is in its figure, as it is in the machine's
-//!    bill.
+//!    same bursts of the same frames, at 64 B then 1500 B. Each switch is
+//!    given the machine's last CPU (testpmd's forwarding lcore with `-l`,
+//!    the daemon with `--cpu-affinity`); the frontend, which plays the
+//!    guests, runs on CPU 0. The daemon also runs a second time unpinned
+//!    (its default), reported beside. Per size, after priming (a burst must
+//!    arrive unchanged) and a warm-up, the switches take turns for a few
+//!    rounds (testpmd is frozen with SIGSTOP while the daemon is measured, so
+//!    its polling core does not steal the daemon's CPU; load from elsewhere
+//!    hits all alike):
+//!    - saturation: bursts as fast as the switch takes them;
+//!    - paced: both switches offered the same load, the goal rate of issue
+//!      13 (1 M frames/s at 64 B, 10 Gbit/s at 1500 B), the frontend
+//!      sleeping between bursts.
+//!
+//!    The switch's CPU time (user + system of the whole process, every
+//!    thread, `/proc/PID/stat`) is read around each timed round and divided
+//!    by the frames forwarded. testpmd's forwarding core polls even when it
+//!    has nothing to do; that time is in its figure, as it is in the
+//!    machine's bill: at saturation it is never idle, at the paced load it
+//!    is idle between bursts.
 //!
 //! The output ends with one line per frame size:
-//! `fabric-bench size=64 ours_fps=N dpdk_fps=N ours_cpu_ns=N dpdk_cpu_ns=N`
-//! (`NA` for DPDK when dpdk-testpmd is missing or failed, loudly said above).
+//! `fabric-bench size=64 ours_fps=N dpdk_fps=N ours_cpu_ns=N dpdk_cpu_ns=N`:
+//! `*_fps` the most each switch forwarded (saturation), `*_cpu_ns` the CPU
+//! per frame at the paced load (at saturation if the paced rounds are off).
+//! Above them, `fabric-bench-saturated` and `fabric-bench-paced` lines give
+//! both measurements whole, with the unpinned daemon's figures. `NA` for a
+//! switch that is missing or failed, loudly said above.
 //!
 //! Run: `cargo bench -p vhost-rdma --bench fabric` (`-- --quick` or
 //! `VHOST_RDMA_BENCH_QUICK=1` for short runs). `ci/bench-fabric-dpdk.sh`
 //! installs DPDK and runs it. Knobs: `VHOST_RDMA_BENCH_SECS` (seconds per
-//! switch and size, default 3), `VHOST_RDMA_BENCH_ROUNDS` (default 3),
+//! switch, size and load, default 3), `VHOST_RDMA_BENCH_ROUNDS` (default 3),
 //! `VHOST_RDMA_BENCH_WINDOW` (frames in flight, default 192),
-//! `VHOST_RDMA_BENCH_QSIZE` (ring size, default 256), `DPDK_TESTPMD` (path),
-//! `VHOST_RDMA_BIN` (daemon binary), `VHOST_RDMA_BENCH_PERF=DIR` (record
-//! `perf record -g` of each switch's timed loop into DIR).
+//! `VHOST_RDMA_BENCH_QSIZE` (ring size, default 256),
+//! `VHOST_RDMA_BENCH_PACED=0` (no paced rounds),
+//! `VHOST_RDMA_BENCH_UNPINNED=0` (no unpinned daemon), `DPDK_TESTPMD`
+//! (path), `VHOST_RDMA_BIN` (daemon binary), `VHOST_RDMA_BENCH_PERF=DIR`
+//! (record `perf record -g` of each switch's timed loop into DIR).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -47,6 +63,18 @@ use switches::Switch;
 
 const BURST: usize = 64;
 const SIZES: [usize; 2] = [64, 1500];
+
+/// The paced load per frame size: issue 13's goal rates, 1 M frames/s at
+/// 64 B and 10 Gbit/s of frames above that (833,333 frames/s at 1500 B).
+/// Both switches carry this same offered load, so a switch that polls pays
+/// for its idle time between bursts, as it does on a real machine.
+fn goal_fps(len: usize) -> f64 {
+    if len <= 64 {
+        1e6
+    } else {
+        10e9 / (len as f64 * 8.0)
+    }
+}
 
 /// Part 1: the in-process measurement (TestGuest harness, one burst in flight).
 fn in_process(len: usize, min_time: Duration) -> (u64, f64) {
@@ -84,6 +112,8 @@ struct Cfg {
     window: usize,
     qsize: u16,
     perf: Option<PathBuf>,
+    /// Also measure both switches at the same paced load ([`goal_fps`]).
+    paced: bool,
 }
 
 /// One switch with its two guests: port 0 sends, port 1 receives.
@@ -101,9 +131,11 @@ struct Side {
     _dir: TempDir,
 }
 
-/// One (switch, frame size): the sums over the rounds.
+/// One (switch, frame size, offered load): the sums over the rounds.
 struct Row {
     size: usize,
+    /// The paced load in frames/s; None: as fast as the switch goes.
+    offered: Option<f64>,
     frames: u64,
     secs: f64,
     switch_cpu_ns: u64,
@@ -125,6 +157,12 @@ impl Row {
     }
     fn cpu_per_frame(&self) -> f64 {
         self.switch_cpu_ns as f64 / self.frames as f64
+    }
+    fn offered_label(&self) -> String {
+        match self.offered {
+            None => "saturation".to_string(),
+            Some(r) => format!("paced {:.0} k frames/s", r / 1e3),
+        }
     }
 }
 
@@ -168,6 +206,13 @@ impl Side {
         };
         side.pause();
         Ok(side)
+    }
+
+    /// The row of frame size `len` at load `offered`.
+    fn row(&self, len: usize, offered: Option<f64>) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.size == len && r.offered == offered)
     }
 
     fn pause(&self) {
@@ -219,21 +264,41 @@ impl Side {
                 cfg.window,
                 cfg.warmup,
                 ARRIVE,
+                None,
             )
         });
         self.pause();
         r.map(|_| ()).map_err(|e| self.fail(e))
     }
 
-    /// One timed round at `len` bytes, added to this size's row.
-    fn round(&mut self, len: usize, secs: Duration, cfg: &Cfg) -> anyhow::Result<()> {
+    /// One timed round at `len` bytes (paced at `rate` frames/s, or as fast
+    /// as the switch goes), added to that row.
+    fn round(
+        &mut self,
+        len: usize,
+        rate: Option<f64>,
+        secs: Duration,
+        cfg: &Cfg,
+    ) -> anyhow::Result<()> {
         let me = std::process::id();
         self.resume();
-        let perf = perf_start(cfg, self.sw.pid(), &format!("{}-{len}", self.tag));
+        let tag = match rate {
+            None => format!("{}-{len}", self.tag),
+            Some(r) => format!("{}-{len}-paced{r:.0}", self.tag),
+        };
+        let perf = perf_start(cfg, self.sw.pid(), &tag);
         let x0 = switches::ctx_switches(self.sw.pid());
         let c0 = self.sw.cpu_ns()?;
         let f0 = switches::cpu_ns(me)?;
-        let run = drive(&mut self.a, &mut self.b, BURST, cfg.window, secs, ARRIVE);
+        let run = drive(
+            &mut self.a,
+            &mut self.b,
+            BURST,
+            cfg.window,
+            secs,
+            ARRIVE,
+            rate,
+        );
         let c1 = self.sw.cpu_ns()?;
         let f1 = switches::cpu_ns(me)?;
         let x1 = switches::ctx_switches(self.sw.pid());
@@ -241,9 +306,14 @@ impl Side {
         perf_stop(perf);
         self.pause();
         let run = run.map_err(|e| self.fail(e))?;
-        if self.rows.last().is_none_or(|r| r.size != len) {
+        if self
+            .rows
+            .last()
+            .is_none_or(|r| r.size != len || r.offered != rate)
+        {
             self.rows.push(Row {
                 size: len,
+                offered: rate,
                 frames: 0,
                 secs: 0.0,
                 switch_cpu_ns: 0,
@@ -255,7 +325,9 @@ impl Side {
                 round_fps: Vec::new(),
             });
         }
-        let r = self.rows.last_mut().unwrap();
+        let Some(r) = self.rows.last_mut() else {
+            anyhow::bail!("no row for {len} B");
+        };
         r.frames += run.frames;
         r.secs += run.secs;
         r.switch_cpu_ns += c1 - c0;
@@ -339,7 +411,12 @@ fn main() {
         window: env_num("VHOST_RDMA_BENCH_WINDOW").map_or(192, |w| w as usize),
         qsize: env_num("VHOST_RDMA_BENCH_QSIZE").map_or(256, |q| q as u16),
         perf: std::env::var_os("VHOST_RDMA_BENCH_PERF").map(PathBuf::from),
+        paced: std::env::var("VHOST_RDMA_BENCH_PACED").map_or(true, |v| v != "0"),
     };
+    // Paced bursts are tens of microseconds apart: the default 50 us timer
+    // slack would bunch them.
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes an integer and touches no memory.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     assert!(
         cfg.window >= BURST && cfg.window <= cfg.qsize as usize,
         "window must be in BURST..=QSIZE"
@@ -371,17 +448,33 @@ fn main() {
     );
     println!();
     let bin = daemon_bin();
+    let cpu = switches::forwarding_cpu();
     println!(
-        "ours: {} serve --port a=SOCK0,mac=52:54:00:13:00:0a --port b=SOCK1,mac=52:54:00:13:00:0b --control CTL",
+        "ours: {} serve --cpu-affinity {cpu} --port a=SOCK0,mac=52:54:00:13:00:0a --port b=SOCK1,mac=52:54:00:13:00:0b --control CTL",
         bin.display()
     );
-    let mut ours = match Side::start("ours", false, |d| switches::start_daemon(&bin, d), &cfg) {
+    let start_ours = |tag: &'static str, pin: Option<usize>| match Side::start(
+        tag,
+        false,
+        |d| switches::start_daemon(&bin, d, pin),
+        &cfg,
+    ) {
         Ok(s) => s,
         Err(e) => {
-            println!("FAILED: vhost-rdma serve: {e:#}");
+            println!("FAILED: vhost-rdma serve ({tag}): {e:#}");
             std::process::exit(1);
         }
     };
+    // Given the CPU testpmd's forwarding lcore polls on, as testpmd is
+    // given it with -l; and, unless VHOST_RDMA_BENCH_UNPINNED=0, the same
+    // daemon left to the scheduler (its default).
+    let mut ours = start_ours("ours", Some(cpu));
+    let mut unpinned = std::env::var("VHOST_RDMA_BENCH_UNPINNED")
+        .map_or(true, |v| v != "0")
+        .then(|| {
+            println!("ours-unpinned: the same without --cpu-affinity");
+            start_ours("ours-unpinned", None)
+        });
     let mut dpdk = match switches::find_testpmd() {
         None => {
             skipped("dpdk-testpmd not installed (apt-get install dpdk dpdk-dev; Debian 12 ships dpdk-testpmd in dpdk-dev)");
@@ -404,6 +497,23 @@ fn main() {
             }
         }
     };
+    // The frontend plays the guests: on a CPU of their own, as vCPUs would
+    // be, away from the CPU the switches are given (children started above
+    // keep the whole machine: only this thread is pinned).
+    let frontend_cpu = (cpu > 0).then_some(0);
+    if let Some(c) = frontend_cpu {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; c < CPU_SETSIZE;
+        // sched_setaffinity(0) applies to this thread only.
+        let ok = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(c, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        };
+        println!(
+            "frontend pinned to CPU {c}: {}",
+            if ok { "yes" } else { "no (sched_setaffinity failed)" }
+        );
+    }
     println!(
         "frontend: benches/fabric/frontend.rs, bursts of {BURST} frames, at most {} in flight, rings of {}, asked {}",
         cfg.window,
@@ -416,11 +526,23 @@ fn main() {
         cfg.secs.as_secs_f64() / cfg.rounds as f64,
         cfg.warmup.as_secs_f64()
     );
+    if cfg.paced {
+        let loads: Vec<String> = SIZES
+            .iter()
+            .map(|&l| format!("{:.0} frames/s at {l} B", goal_fps(l)))
+            .collect();
+        println!(
+            "paced: then the same rounds with both switches offered the same load ({}): a burst goes when due, the frontend sleeps between bursts; CPU per frame counts what each switch spends while idle between bursts",
+            loads.join(", ")
+        );
+    }
     let round = cfg.secs / cfg.rounds as u32;
     for len in SIZES {
-        if let Err(e) = ours.prepare(len, &cfg) {
-            println!("FAILED: vhost-rdma serve, {len} B: {e:#}");
-            std::process::exit(1);
+        for o in std::iter::once(&mut ours).chain(unpinned.as_mut()) {
+            if let Err(e) = o.prepare(len, &cfg) {
+                println!("FAILED: vhost-rdma serve ({}), {len} B: {e:#}", o.tag);
+                std::process::exit(1);
+            }
         }
         if let Some(d) = &mut dpdk {
             if let Err(e) = d.prepare(len, &cfg) {
@@ -428,21 +550,30 @@ fn main() {
                 dpdk = None;
             }
         }
-        for _ in 0..cfg.rounds {
-            if let Err(e) = ours.round(len, round, &cfg) {
-                println!("FAILED: vhost-rdma serve, {len} B: {e:#}");
-                std::process::exit(1);
-            }
-            if let Some(d) = &mut dpdk {
-                if let Err(e) = d.round(len, round, &cfg) {
-                    skipped(&format!("dpdk-testpmd failed at {len} B: {e:#}"));
-                    dpdk = None;
+        // As fast as each goes, then both at the same paced load.
+        let loads = [None]
+            .into_iter()
+            .chain(cfg.paced.then(|| Some(goal_fps(len))));
+        for rate in loads {
+            for _ in 0..cfg.rounds {
+                for o in std::iter::once(&mut ours).chain(unpinned.as_mut()) {
+                    if let Err(e) = o.round(len, rate, round, &cfg) {
+                        println!("FAILED: vhost-rdma serve ({}), {len} B: {e:#}", o.tag);
+                        std::process::exit(1);
+                    }
+                }
+                if let Some(d) = &mut dpdk {
+                    if let Err(e) = d.round(len, rate, round, &cfg) {
+                        skipped(&format!("dpdk-testpmd failed at {len} B: {e:#}"));
+                        dpdk = None;
+                    }
                 }
             }
         }
     }
     let idle_t = Duration::from_secs_f64((cfg.secs.as_secs_f64() / 3.0).clamp(0.2, 1.0));
     let idle: Vec<String> = std::iter::once(&ours)
+        .chain(unpinned.as_ref())
         .chain(dpdk.as_ref())
         .map(|s| match s.idle_cores(idle_t) {
             Ok(c) => format!("{} {c:.2} cores", s.tag),
@@ -459,24 +590,32 @@ fn main() {
         println!("dpdk features: {}", d.negotiated);
     }
     println!();
-    let sides: Vec<&Side> = std::iter::once(&ours).chain(dpdk.as_ref()).collect();
-    println!("| frame size | side | frames | seconds | frames/s | Gbit/s | switch CPU ns/frame | switch CPU (cores) | frontend CPU ns/frame |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    let sides: Vec<&Side> = std::iter::once(&ours)
+        .chain(unpinned.as_ref())
+        .chain(dpdk.as_ref())
+        .collect();
+    println!("| frame size | offered load | side | frames | seconds | frames/s | Gbit/s | switch CPU ns/frame | switch CPU (cores) | frontend CPU ns/frame |");
+    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for len in SIZES {
-        for s in &sides {
-            let r = s.rows.iter().find(|r| r.size == len).unwrap();
-            println!(
-                "| {} B | {} | {} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} |",
-                r.size,
-                s.tag,
-                r.frames,
-                r.secs,
-                r.fps(),
-                r.gbps(),
-                r.cpu_per_frame(),
-                r.switch_cpu_ns as f64 / 1e9 / r.secs,
-                r.frontend_cpu_ns as f64 / r.frames as f64
-            );
+        for offered in [None, Some(goal_fps(len))] {
+            for s in &sides {
+                let Some(r) = s.row(len, offered) else {
+                    continue;
+                };
+                println!(
+                    "| {} B | {} | {} | {} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} |",
+                    r.size,
+                    r.offered_label(),
+                    s.tag,
+                    r.frames,
+                    r.secs,
+                    r.fps(),
+                    r.gbps(),
+                    r.cpu_per_frame(),
+                    r.switch_cpu_ns as f64 / 1e9 / r.secs,
+                    r.frontend_cpu_ns as f64 / r.frames as f64
+                );
+            }
         }
     }
     println!();
@@ -484,9 +623,10 @@ fn main() {
         for r in &s.rows {
             let fps: Vec<String> = r.round_fps.iter().map(|f| format!("{f:.0}")).collect();
             println!(
-                "{} {} B: rounds {} frames/s; switch ({} threads) {:.4} context switches per frame; frontend slept {} times (longest {:.1} ms), {:.4} kicks per frame",
+                "{} {} B, {}: rounds {} frames/s; switch ({} threads) {:.4} context switches per frame; frontend slept {} times (longest {:.1} ms), {:.4} kicks per frame",
                 s.tag,
                 r.size,
+                r.offered_label(),
                 fps.join(" / "),
                 s.threads,
                 r.ctx_switches as f64 / r.frames as f64,
@@ -497,22 +637,57 @@ fn main() {
         }
     }
     println!();
-    for len in SIZES {
-        let o = ours.rows.iter().find(|r| r.size == len).unwrap();
-        let (dfps, dcpu) = match dpdk
-            .as_ref()
-            .and_then(|d| d.rows.iter().find(|r| r.size == len))
-        {
-            Some(d) => (
-                format!("{:.0}", d.fps()),
-                format!("{:.0}", d.cpu_per_frame()),
+    // The figures of one row of each side, or NA for a side that failed.
+    let figures = |len: usize, offered: Option<f64>| {
+        let fmt = |r: Option<&Row>| match r {
+            Some(r) => (
+                format!("{:.0}", r.fps()),
+                format!("{:.0}", r.cpu_per_frame()),
             ),
-            None => ("NA".into(), "NA".into()),
+            None => ("NA".to_string(), "NA".to_string()),
         };
+        let (ofps, ocpu) = fmt(ours.row(len, offered));
+        let (dfps, dcpu) = fmt(dpdk.as_ref().and_then(|d| d.row(len, offered)));
+        (ofps, dfps, ocpu, dcpu)
+    };
+    let free = |len: usize, offered: Option<f64>| match unpinned.as_ref() {
+        Some(u) => match u.row(len, offered) {
+            Some(r) => format!(
+                " unpinned_fps={:.0} unpinned_cpu_ns={:.0}",
+                r.fps(),
+                r.cpu_per_frame()
+            ),
+            None => " unpinned_fps=NA unpinned_cpu_ns=NA".to_string(),
+        },
+        None => String::new(),
+    };
+    // Saturation first: what each switch costs per frame when it is never idle.
+    for len in SIZES {
+        let (ofps, dfps, ocpu, dcpu) = figures(len, None);
         println!(
-            "fabric-bench size={len} ours_fps={:.0} dpdk_fps={dfps} ours_cpu_ns={:.0} dpdk_cpu_ns={dcpu}",
-            o.fps(),
-            o.cpu_per_frame()
+            "fabric-bench-saturated size={len} ours_fps={ofps} dpdk_fps={dfps} ours_cpu_ns={ocpu} dpdk_cpu_ns={dcpu}{}",
+            free(len, None)
+        );
+    }
+    if cfg.paced {
+        for len in SIZES {
+            let (ofps, dfps, ocpu, dcpu) = figures(len, Some(goal_fps(len)));
+            println!(
+                "fabric-bench-paced size={len} offered_fps={:.0} ours_fps={ofps} dpdk_fps={dfps} ours_cpu_ns={ocpu} dpdk_cpu_ns={dcpu}{}",
+                goal_fps(len),
+                free(len, Some(goal_fps(len)))
+            );
+        }
+    }
+    // The summary lines: each switch's highest frame rate (saturation), and
+    // CPU per frame at the goal load, testpmd's idle polling counted (at
+    // saturation when the paced rounds are off).
+    for len in SIZES {
+        let (ofps, dfps, _, _) = figures(len, None);
+        let load = cfg.paced.then(|| goal_fps(len));
+        let (_, _, ocpu, dcpu) = figures(len, load);
+        println!(
+            "fabric-bench size={len} ours_fps={ofps} dpdk_fps={dfps} ours_cpu_ns={ocpu} dpdk_cpu_ns={dcpu}"
         );
     }
 }

@@ -670,6 +670,9 @@ pub struct DaemonConfig {
     /// Owner, group and mode of every port socket the daemon binds
     /// (`--socket-user`, `--socket-group`, `--socket-mode`).
     pub socket_perms: crate::socket_path::SocketPerms,
+    /// The CPUs the daemon's threads run on (`--cpu-affinity`,
+    /// `cpu-affinity`); None: wherever the scheduler puts them.
+    pub cpu_affinity: Option<crate::affinity::CpuList>,
 }
 
 #[derive(Deserialize)]
@@ -688,6 +691,7 @@ struct FileConfig {
     checker: crate::checker::CheckerSettings,
     #[serde(default, rename = "host")]
     hosts: Vec<FileHost>,
+    cpu_affinity: Option<crate::affinity::CpuList>,
 }
 
 #[derive(Deserialize)]
@@ -743,6 +747,7 @@ impl DaemonConfig {
             limits: f.limits,
             checker: f.checker,
             socket_perms: Default::default(),
+            cpu_affinity: f.cpu_affinity,
         };
         cfg.limits.check()?;
         cfg.checker.check()?;
@@ -1088,6 +1093,19 @@ impl ServiceRequest {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn cpu_affinity_is_a_cpu_list_string() {
+        let f = DaemonConfig::from_toml("cpu-affinity = \"2-3,0\"\n").unwrap();
+        assert_eq!(
+            f.cpu_affinity.as_ref().map(|c| c.cpus().to_vec()),
+            Some(vec![0, 2, 3])
+        );
+        assert_eq!(DaemonConfig::from_toml("").unwrap().cpu_affinity, None);
+        let err = DaemonConfig::from_toml("cpu-affinity = \"1-\"\n").unwrap_err();
+        assert!(format!("{err:#}").contains("not a CPU list"), "{err:#}");
+        assert!(DaemonConfig::from_toml("cpu-affinity = 1\n").is_err());
+    }
 
     #[test]
     fn erdma_ports_take_rc_settings_and_others_refuse_them() {

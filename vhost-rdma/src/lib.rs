@@ -7,6 +7,7 @@
 //! fabric writes when frames are queued for it.
 
 pub mod activation;
+pub mod affinity;
 pub mod buffers;
 pub mod capture;
 pub mod checker;

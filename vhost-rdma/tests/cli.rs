@@ -366,3 +366,57 @@ fn qemu_description_file_matches_the_binary() {
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
     assert_eq!(keys.len(), 3, "{keys:?}");
 }
+
+/// The CPUs thread `tid` of process `pid` may run on (`Cpus_allowed_list`).
+fn cpus_allowed(pid: u32, tid: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
+#[test]
+fn cpu_affinity_pins_every_thread_and_refuses_unusable_lists() {
+    let allowed = vhost_rdma::affinity::CpuList::allowed().unwrap();
+    let cpu = allowed.cpus()[allowed.cpus().len() - 1];
+    let dir = common::TempDir::new("cli-affinity");
+    let mut child = bin()
+        .args(["serve", "--cpu-affinity", &cpu.to_string(), "--port"])
+        .arg(format!("a={}", dir.path().join("a.sock").display()))
+        .arg("--control")
+        .arg(dir.path().join("ctl.sock"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_status(&mut child, &dir.path().join("ctl.sock"));
+    let pid = child.id();
+    let tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    // The main thread, the control socket's, the port's listener at least.
+    assert!(tids.len() >= 3, "{tids:?}");
+    for t in &tids {
+        if let Some(c) = cpus_allowed(pid, t) {
+            assert_eq!(c, cpu.to_string(), "thread {t}");
+        }
+    }
+    stop(child);
+    // A list of no CPU this process may use: a one-line error, nothing served.
+    let o = bin()
+        .args(["serve", "--cpu-affinity", "1023", "--port"])
+        .arg(format!("a={}", dir.path().join("b.sock").display()))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("none of CPUs 1023 may be used"), "{err}");
+    assert!(!dir.path().join("b.sock").exists());
+    // Bad syntax is a usage error.
+    let o = bin()
+        .args(["serve", "--cpu-affinity", "2-1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a CPU list"));
+}

@@ -461,8 +461,9 @@ pub struct Wake<'a> {
     pub rx_after: Option<u16>,
 }
 
-/// Arms the wanted calls, re-checks, and sleeps in poll(2) until one of them
-/// is signalled or `timeout` passes. Returns false on timeout.
+/// Arms the wanted calls, re-checks, and sleeps in ppoll(2) until one of them
+/// is signalled or `timeout` passes (nanosecond resolution: a paced sender
+/// sleeps for tens of microseconds). Returns false on timeout.
 pub fn sleep(wakes: &[Wake], timeout: Duration) -> bool {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
     let mut ready = false;
@@ -483,12 +484,21 @@ pub fn sleep(wakes: &[Wake], timeout: Duration) -> bool {
     let woke = ready || {
         let deadline = Instant::now() + timeout;
         loop {
-            let ms = deadline
-                .saturating_duration_since(Instant::now())
-                .as_millis()
-                .clamp(0, i32::MAX as u128) as i32;
-            // SAFETY: fds is a valid pollfd array for the duration of the call.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ts = libc::timespec {
+                tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
+            };
+            // SAFETY: fds is a valid pollfd array and ts a valid timespec for
+            // the duration of the call; no signal mask is given.
+            let r = unsafe {
+                libc::ppoll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    &ts,
+                    std::ptr::null(),
+                )
+            };
             if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
@@ -526,8 +536,10 @@ pub struct Run {
 /// Sends bursts of `burst` frames from `a` to `b` for `duration`, keeping
 /// at most `window` frames between "sent" and "received" (so that the
 /// receiver always has a posted buffer for every frame in flight), then
-/// drains. Fails if the switch stops returning chains or frames for
-/// `stall` (a frame lost, say).
+/// drains. With `rate` (frames/s), a burst goes only when it is due: the
+/// offered load is that rate, and the driver sleeps between bursts; without
+/// it, bursts go as fast as the switch takes them. Fails if the switch stops
+/// returning chains or frames for `stall` (a frame lost, say).
 pub fn drive(
     a: &mut Guest,
     b: &mut Guest,
@@ -535,6 +547,7 @@ pub fn drive(
     window: usize,
     duration: Duration,
     stall: Duration,
+    rate: Option<f64>,
 ) -> Result<Run> {
     let len = a.frame_len;
     assert!(len > 0, "set_frames first");
@@ -551,8 +564,17 @@ pub fn drive(
             sending = false;
         }
         let mut progress = false;
+        // When the next burst is due (paced runs); None: now.
+        let mut next_due: Option<Instant> = None;
         if sending {
             while a.tx_free() >= burst && (sent - got) as usize + burst <= window {
+                if let Some(r) = rate {
+                    let due = start + Duration::from_secs_f64((sent + burst as u64) as f64 / r);
+                    if due > Instant::now() {
+                        next_due = Some(due);
+                        break;
+                    }
+                }
                 a.send(burst);
                 sent += burst as u64;
                 progress = true;
@@ -572,9 +594,11 @@ pub fn drive(
         let in_flight = (sent - got) as usize;
         let rx_after = (in_flight > 0).then(|| in_flight.min(burst) as u16);
         let tx_after = (sending && a.tx_free() < burst).then(|| (burst - a.tx_free()) as u16);
-        if rx_after.is_none() && tx_after.is_none() {
-            continue;
-        }
+        let timeout = match next_due {
+            Some(due) => due.saturating_duration_since(Instant::now()).min(stall),
+            None if rx_after.is_none() && tx_after.is_none() => continue,
+            None => stall,
+        };
         let t = Instant::now();
         let woke = sleep(
             &[
@@ -589,11 +613,12 @@ pub fn drive(
                     rx_after,
                 },
             ],
-            stall,
+            timeout,
         );
         sleeps += 1;
         max_sleep = max_sleep.max(t.elapsed());
-        if !woke && a.tx.pending() == 0 && b.rx.pending() == 0 {
+        // (A paced wait that ran out is the pace, not a stall.)
+        if !woke && next_due.is_none() && a.tx.pending() == 0 && b.rx.pending() == 0 {
             bail!(
                 "stalled for {stall:?}: sent {sent}, received {got}, {} TX chains out",
                 a.queue_size() - a.tx_free()

@@ -177,7 +177,17 @@ fn mac_str(m: [u8; 6]) -> String {
 }
 
 /// `vhost-rdma serve` with ports a and b in `dir`.
-pub fn start_daemon(bin: &Path, dir: &Path) -> Result<Switch> {
+/// The CPU a switch forwards on when it is given one: the last, where
+/// testpmd's forwarding lcore polls (`-l 0,LAST`) and where the daemon is
+/// pinned with `--cpu-affinity`.
+pub fn forwarding_cpu() -> usize {
+    let ncpu = std::thread::available_parallelism().map_or(2, |n| n.get());
+    ncpu.max(2) - 1
+}
+
+/// Starts `vhost-rdma serve` with two ports, its threads pinned to `cpu`
+/// (`--cpu-affinity`) when given.
+pub fn start_daemon(bin: &Path, dir: &Path, cpu: Option<usize>) -> Result<Switch> {
     let (ma, mb) = (
         [0x52, 0x54, 0, 0x13, 0, 0x0a],
         [0x52, 0x54, 0, 0x13, 0, 0x0b],
@@ -185,8 +195,12 @@ pub fn start_daemon(bin: &Path, dir: &Path) -> Result<Switch> {
     let sockets = [dir.join("ours-a.sock"), dir.join("ours-b.sock")];
     let log = dir.join("daemon.log");
     let out = std::fs::File::create(&log)?;
-    let child = Command::new(bin)
-        .arg("serve")
+    let mut cmd = Command::new(bin);
+    cmd.arg("serve");
+    if let Some(c) = cpu {
+        cmd.arg("--cpu-affinity").arg(c.to_string());
+    }
+    let child = cmd
         .arg("--port")
         .arg(format!("a={},mac={}", sockets[0].display(), mac_str(ma)))
         .arg("--port")
@@ -233,10 +247,9 @@ pub fn find_testpmd() -> Option<PathBuf> {
 /// The testpmd command line (EAL options, then `--`, then testpmd's), for
 /// the report: `sock0`/`sock1` are the two vhost-user sockets.
 pub fn testpmd_args(sock0: &Path, sock1: &Path) -> Vec<String> {
-    let ncpu = std::thread::available_parallelism().map_or(2, |n| n.get());
     // Main lcore 0 (sleeps in read(2) waiting for Enter) and one forwarding
     // lcore, the last CPU, which busy-polls both ports.
-    let lcores = format!("0,{}", ncpu.max(2) - 1);
+    let lcores = format!("0,{}", forwarding_cpu());
     [
         "-l",
         &lcores,
