@@ -137,15 +137,17 @@ impl PortBackend {
                         // its receiver is full but alive; its drain (or the
                         // stall timer) resumes us. Forwarded at once
                         // otherwise, so the next frame's congestion check
-                        // sees this one queued.
+                        // sees this one queued (or staged in `wakes`).
                         let f = match self.fabric.ingress(self.shared.index, f, &mut wakes) {
                             Ingress::Forwarded(_) => None,
                             Ingress::Congested(q, f) => {
                                 // Register first, then look again: a drain
                                 // between the two cannot be missed.
                                 q.add_waiter(&self.shared.tx_resume[qp]);
-                                if q.congested(wakes.now()) {
-                                    // The receiver must drain what we queued.
+                                // Counting what this pass staged for it.
+                                if wakes.congested(q) {
+                                    // The receiver must drain what we queued
+                                    // (the flush pushes what we staged).
                                     wakes.flush();
                                     crate::buffers::give(f.data);
                                     self.arm_tx_timer(qp);
@@ -157,7 +159,9 @@ impl PortBackend {
                             }
                         };
                         if let Some(f) = f {
-                            self.fabric.forward(self.shared.index, f, wakes.now());
+                            // In this pass's batch: behind what it staged
+                            // for the same receiver, in order.
+                            self.fabric.forward_in(self.shared.index, f, &mut wakes);
                         }
                         // Added to the counters once per pass.
                         sent.0 += 1;
