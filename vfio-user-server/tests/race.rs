@@ -79,9 +79,14 @@ fn device_dma_racing_unmap() {
             h.poll();
         }
     });
-    let end = Instant::now() + Duration::from_millis(500);
+    // At least 500 ms and 20 rounds: on a loaded 2-CPU machine a round can
+    // take far longer than its 200 us sleep (the cap keeps a wedged server
+    // from hanging the test; the asserts below then say what happened).
+    let start = Instant::now();
     let mut rounds = 0;
-    while Instant::now() < end {
+    while (start.elapsed() < Duration::from_millis(500) || rounds < 20)
+        && start.elapsed() < Duration::from_secs(20)
+    {
         // a fresh memfd each time, closed right after the unmap: any access
         // after the unmap would fault on the munmapped range
         let ram = memfd(SIZE);

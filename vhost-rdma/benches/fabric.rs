@@ -511,7 +511,11 @@ fn main() {
         };
         println!(
             "frontend pinned to CPU {c}: {}",
-            if ok { "yes" } else { "no (sched_setaffinity failed)" }
+            if ok {
+                "yes"
+            } else {
+                "no (sched_setaffinity failed)"
+            }
         );
     }
     println!(

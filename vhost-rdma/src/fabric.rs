@@ -423,6 +423,9 @@ struct Staged<'a> {
     frames: usize,
     /// The queue was woken in this batch (at the first frame queued).
     woken: bool,
+    /// Frames were queued in this batch (at once or by a push of staged
+    /// ones): the flush must wake the queue even if it pushes nothing more.
+    queued: bool,
 }
 
 impl Staged<'_> {
@@ -430,7 +433,9 @@ impl Staged<'_> {
     fn push(&mut self) -> usize {
         self.frames = 0;
         if self.connected.load(Relaxed) {
-            self.q.push_staged(&mut self.items)
+            let n = self.q.push_staged(&mut self.items);
+            self.queued |= n > 0;
+            n
         } else {
             self.items.drain(..).for_each(Adapted::recycle);
             0
@@ -494,7 +499,13 @@ impl<'a> Batch<'a> {
     /// connection flag is `connected`: the batch's first for `q` at once,
     /// later ones staged. Returns how many frames were queued or staged
     /// (a staged frame the push later drops is counted in `rx_drops` then).
-    fn queue(&mut self, q: &'a RxQueue, connected: &'a AtomicBool, frames: Adapted) -> usize {
+    fn queue(
+        &mut self,
+        q: &'a RxQueue,
+        connected: &'a AtomicBool,
+        frames: Adapted,
+        early_wake: bool,
+    ) -> usize {
         let n = frames.len();
         if n == 0 {
             return 0;
@@ -504,22 +515,29 @@ impl<'a> Batch<'a> {
             .position(|s| std::ptr::eq(s.q, q))
             .and_then(|i| self.staged.get_mut(i))
         else {
-            // The batch's first frame for this receiver wakes it at once, so
-            // it starts while the rest is copied (a TCP stream's latency);
-            // the rest are covered by one more wake when the batch ends.
-            let queued = q.push_quiet(frames);
-            if queued > 0 {
-                q.notify();
+            if early_wake {
+                // The batch's first frame for this receiver wakes it at
+                // once, so it starts while the rest is copied (a TCP
+                // stream's latency); the rest are covered by one more wake
+                // when the batch ends.
+                let queued = q.push_quiet(frames);
+                if queued > 0 {
+                    q.notify();
+                }
+                self.open(q, connected, queued > 0);
+                return queued;
             }
-            self.open(q, connected, queued > 0);
-            return queued;
+            // One CPU: the receiver could not run beside us anyway; staged
+            // like the rest, woken when the batch ends.
+            self.open(q, connected, false);
+            return self.queue(q, connected, frames, false);
         };
         if s.items.capacity() == 0 {
             s.items = spare_list();
         }
         s.items.push(frames);
         s.frames += n;
-        if s.frames >= STAGE_FRAMES && s.push() > 0 && !s.woken {
+        if s.frames >= STAGE_FRAMES && s.push() > 0 && !s.woken && early_wake {
             s.q.notify();
             s.woken = true;
         }
@@ -534,6 +552,7 @@ impl<'a> Batch<'a> {
                 s.connected = connected;
                 s.frames = 0;
                 s.woken = woken;
+                s.queued = woken;
             }
             None => self.staged.push(Staged {
                 q,
@@ -541,6 +560,7 @@ impl<'a> Batch<'a> {
                 items: Vec::new(),
                 frames: 0,
                 woken,
+                queued: woken,
             }),
         }
         self.live += 1;
@@ -551,7 +571,9 @@ impl<'a> Batch<'a> {
     /// it sent.
     pub fn flush(&mut self) {
         for s in &mut self.staged[..self.live] {
-            if s.push() > 0 || s.woken {
+            s.push();
+            // (`notify` costs nothing when a wake is already on its way.)
+            if s.queued {
                 s.q.notify();
             }
         }
@@ -881,12 +903,25 @@ pub struct Fabric {
     pub capture: crate::capture::Capture,
     /// Live protocol checker (`checker`), fed at ingress before faults.
     pub checker: crate::checker::FabricChecker,
+    /// Whether a batch wakes a receiver at its first frame for it as well
+    /// as when it ends: worth it only when the receiver's worker can run
+    /// beside the sender. Confined to one CPU (`--cpu-affinity 3`, a 1-CPU
+    /// host), the early wake would only preempt the sender and cost a
+    /// second wake-up per batch (`set_early_wake`).
+    early_wake: AtomicBool,
 }
 
 impl Fabric {
     /// A fabric over the given ports, with default [`Limits`](crate::config::Limits).
     pub fn new(ports: Vec<Arc<PortShared>>) -> Self {
         Self::with_limits(ports, crate::config::Limits::default())
+    }
+
+    /// Sets whether receivers are woken at a batch's first frame for them
+    /// as well as at its end (on by default; the server turns it off when
+    /// the process may use one CPU only).
+    pub fn set_early_wake(&self, on: bool) {
+        self.early_wake.store(on, Relaxed);
     }
 
     /// A fabric over the given ports with the given table bounds.
@@ -930,6 +965,7 @@ impl Fabric {
             rdma_unresolved: AtomicU64::new(0),
             control_refused: AtomicU64::new(0),
             flow_rules_refused: AtomicU64::new(0),
+            early_wake: AtomicBool::new(true),
             limits,
         }
     }
@@ -1294,7 +1330,7 @@ impl Fabric {
                 None => return 0,
             };
         }
-        wakes.queue(r, &dst.connected, frames)
+        wakes.queue(r, &dst.connected, frames, self.early_wake.load(Relaxed))
     }
 
     /// Runs a receiver's frames (one, or a TSO frame's segments) through the
@@ -1495,6 +1531,46 @@ mod tests {
         assert!(q.congested(b.now()));
         assert_eq!(q.counters.snapshot().rx_drops, 0);
         assert_eq!(at_b(&f), (0..40).map(to_b).collect::<Vec<_>>());
+    }
+
+    /// Without the early wake (one CPU), nothing is pushed and no one is
+    /// woken until the batch ends (or 32 frames are staged: pushed, still
+    /// not woken); then everything arrives in order with one wake.
+    #[test]
+    fn without_early_wake_the_receiver_is_woken_once_at_the_end() {
+        let f = a_and_b(1024);
+        f.set_early_wake(false);
+        let q = &f.ports[1].rxq[0];
+        let mut b = Batch::new(Instant::now());
+        for t in 0..40 {
+            assert!(matches!(
+                f.ingress(0, to_b(t), &mut b),
+                Ingress::Forwarded(1)
+            ));
+            if t == 9 {
+                assert_eq!((q.len(), b.staged(q)), (0, 10));
+            }
+        }
+        assert_eq!((q.len(), b.staged(q)), (32, 8));
+        assert!(q.wake.read().is_err(), "woken before the batch ended");
+        b.flush();
+        assert_eq!(q.wake.read().ok(), Some(1));
+        assert_eq!(at_b(&f), (0..40).map(to_b).collect::<Vec<_>>());
+        // A pass of exactly 64: both pushes at the bound, nothing left
+        // staged at the end, and still one wake.
+        q.disarm();
+        let mut b = Batch::new(Instant::now());
+        for t in 0..64 {
+            assert!(matches!(
+                f.ingress(0, to_b(t), &mut b),
+                Ingress::Forwarded(1)
+            ));
+        }
+        assert_eq!((q.len(), b.staged(q)), (64, 0));
+        assert!(q.wake.read().is_err(), "woken before the batch ended");
+        drop(b);
+        assert_eq!(q.wake.read().ok(), Some(1), "not woken for a pass of 64");
+        assert_eq!(at_b(&f).len(), 64);
     }
 
     /// A batch dropped without a flush pushes what it staged.

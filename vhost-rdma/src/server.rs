@@ -46,6 +46,12 @@ impl Server {
         let mut all = shared.clone();
         all.extend(host_ports.iter().cloned());
         let fabric = Arc::new(Fabric::with_limits(all, cfg.limits.clone()));
+        // Confined to one CPU (--cpu-affinity, a 1-CPU host), a receiver's
+        // worker cannot run beside its sender: an early wake would only
+        // preempt the sender.
+        if let Ok(cpus) = crate::affinity::CpuList::allowed() {
+            fabric.set_early_wake(cpus.cpus().len() > 1);
+        }
         fabric.checker.configure(cfg.checker);
         if let Some(dir) = &cfg.capture_dir {
             fabric.capture.set_dir(dir.clone());

@@ -81,6 +81,43 @@ fn frames_cross_intact_with_every_descriptor_layout() {
     b.check_idle().unwrap();
 }
 
+/// A daemon confined to one CPU wakes a receiver only when the sender's
+/// batch ends: frames still cross, one and many at a time.
+#[test]
+fn frames_cross_without_the_early_wake() {
+    let fab = TestFabric::start(2, 1);
+    if let Some(s) = &fab.server {
+        s.fabric().set_early_wake(false);
+    }
+    let mut a = fab.connect(0, feat::ALL);
+    let mut b = fab.connect(1, feat::ALL);
+    a.post_rx(0, 128, 2048);
+    b.post_rx(0, 128, 2048);
+    let (ma, mb) = (fab.mac(0), fab.mac(1));
+    for i in 0..5u64 {
+        let f = tagged_frame(mb, ma, i, 100);
+        expect_cross(&mut a, &mut b, &f, &TxOpts::default(), &format!("A->B {i}"));
+        let f = tagged_frame(ma, mb, 100 + i, 100);
+        expect_cross(&mut b, &mut a, &f, &TxOpts::default(), &format!("B->A {i}"));
+    }
+    // 40 in one pass: a push at 32 and the rest at the end, one wake.
+    let burst: Vec<Vec<u8>> = (0..40u64)
+        .map(|i| tagged_frame(mb, ma, 1000 + i, 80))
+        .collect();
+    for f in &burst {
+        a.send(0, f, &TxOpts::default());
+    }
+    for (i, f) in burst.iter().enumerate() {
+        let r = b
+            .recv_any(ARRIVE)
+            .unwrap_or_else(|| panic!("frame {i} of the burst did not arrive"));
+        assert!(
+            r.data == *f,
+            "frame {i} of the burst differs or is out of order"
+        );
+    }
+}
+
 #[test]
 fn rx_chains_of_several_descriptors_and_indirect_rx() {
     // A non-mergeable receiver posting multi-descriptor and indirect RX chains
