@@ -454,7 +454,9 @@ impl Staged<'_> {
 /// (and the queue woken) at once, so that the receiver starts while the
 /// rest is copied (a TCP stream's latency); later ones are staged here, in
 /// order, and pushed under one lock when [`STAGE_FRAMES`] are staged, at
-/// [`flush`](Self::flush) and when the batch is dropped. Congestion checks
+/// [`flush`](Self::flush) and when the batch is dropped. With the fabric's
+/// early wake off (one CPU, [`Fabric::set_early_wake`]) the first frame is
+/// staged too and the queue is woken only by the flush. Congestion checks
 /// count the staged frames ([`congested`](Self::congested)).
 #[derive(Debug)]
 pub struct Batch<'a> {
@@ -1471,6 +1473,16 @@ mod tests {
         udp(MAC_B, MAC_A, [10, 0, 0, 2], 1000 + t)
     }
 
+    /// Sends frames `ts` from A to B in batch `b`; each must be forwarded.
+    fn send_a_to_b<'a>(f: &'a Fabric, b: &mut Batch<'a>, ts: std::ops::Range<u16>) {
+        for t in ts {
+            assert!(
+                matches!(f.ingress(0, to_b(t), b), Ingress::Forwarded(1)),
+                "frame {t}"
+            );
+        }
+    }
+
     /// What waits in B's queue, in order.
     fn at_b(f: &Fabric) -> Vec<Frame> {
         std::iter::from_fn(|| f.ports[1].rxq[0].pop()).collect()
@@ -1542,15 +1554,9 @@ mod tests {
         f.set_early_wake(false);
         let q = &f.ports[1].rxq[0];
         let mut b = Batch::new(Instant::now());
-        for t in 0..40 {
-            assert!(matches!(
-                f.ingress(0, to_b(t), &mut b),
-                Ingress::Forwarded(1)
-            ));
-            if t == 9 {
-                assert_eq!((q.len(), b.staged(q)), (0, 10));
-            }
-        }
+        send_a_to_b(&f, &mut b, 0..10);
+        assert_eq!((q.len(), b.staged(q)), (0, 10));
+        send_a_to_b(&f, &mut b, 10..40);
         assert_eq!((q.len(), b.staged(q)), (32, 8));
         assert!(q.wake.read().is_err(), "woken before the batch ended");
         b.flush();
@@ -1560,12 +1566,7 @@ mod tests {
         // staged at the end, and still one wake.
         q.disarm();
         let mut b = Batch::new(Instant::now());
-        for t in 0..64 {
-            assert!(matches!(
-                f.ingress(0, to_b(t), &mut b),
-                Ingress::Forwarded(1)
-            ));
-        }
+        send_a_to_b(&f, &mut b, 0..64);
         assert_eq!((q.len(), b.staged(q)), (64, 0));
         assert!(q.wake.read().is_err(), "woken before the batch ended");
         drop(b);
@@ -1580,12 +1581,7 @@ mod tests {
         let q = &f.ports[1].rxq[0];
         {
             let mut b = Batch::new(Instant::now());
-            for t in 0..10 {
-                assert!(matches!(
-                    f.ingress(0, to_b(t), &mut b),
-                    Ingress::Forwarded(1)
-                ));
-            }
+            send_a_to_b(&f, &mut b, 0..10);
             assert_eq!((q.len(), b.staged(q)), (1, 9), "staged, not pushed yet");
         }
         assert_eq!(at_b(&f), (0..10).map(to_b).collect::<Vec<_>>());

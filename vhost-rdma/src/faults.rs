@@ -1244,6 +1244,12 @@ impl Faults {
         self.timer_running.store(true, SeqCst);
     }
 
+    /// The installed rule `id`, if it still is.
+    fn rule(&self, id: u32) -> Option<Arc<Rule>> {
+        let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        rules.iter().find(|r| r.id == id).cloned()
+    }
+
     /// The timer thread's loop: hands due frames to `deliver` until
     /// [`stop_timer`](Self::stop_timer).
     pub fn run_timer(&self, deliver: impl Fn(Released, Instant)) {
@@ -1273,6 +1279,22 @@ impl Faults {
                     continue;
                 }
             }
+            // A rule's held frames, let go: each is no longer held and
+            // continues after that rule.
+            let hand_on = |port: usize, after, frames: Vec<(Dir, Frame)>| {
+                for (dir, frame) in frames {
+                    self.held[port].fetch_sub(1, Relaxed);
+                    deliver(
+                        Released {
+                            port,
+                            dir,
+                            after,
+                            frame,
+                        },
+                        now,
+                    );
+                }
+            };
             for job in due {
                 match job {
                     Job::Release {
@@ -1296,37 +1318,18 @@ impl Faults {
                         );
                     }
                     Job::Settle { rule, pair } => {
-                        let r = {
-                            let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
-                            rules.iter().find(|r| r.id == rule).cloned()
-                        };
-                        let Some(r) = r else { continue };
+                        let Some(r) = self.rule(rule) else { continue };
                         // Deliver under the rule's lock: a segment of this
                         // host pair arriving meanwhile waits, then follows.
                         let st = &mut *lock(&r.state);
                         let (frames, next) = st.settle.release(&pair, now);
-                        for (dir, frame) in frames {
-                            self.held[r.port].fetch_sub(1, Relaxed);
-                            deliver(
-                                Released {
-                                    port: r.port,
-                                    dir,
-                                    after: r.id,
-                                    frame,
-                                },
-                                now,
-                            );
-                        }
+                        hand_on(r.port, r.id, frames);
                         if let Some(at) = next {
                             self.schedule(Job::Settle { rule, pair }, at.max(now));
                         }
                     }
                     Job::Flush { rule, batch } => {
-                        let r = {
-                            let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
-                            rules.iter().find(|r| r.id == rule).cloned()
-                        };
-                        let Some(r) = r else { continue };
+                        let Some(r) = self.rule(rule) else { continue };
                         let frames = {
                             let mut st = lock(&r.state);
                             if st.batch != batch || st.held.is_empty() {
@@ -1334,18 +1337,7 @@ impl Faults {
                             }
                             shuffle(&mut st)
                         };
-                        for (dir, frame) in frames {
-                            self.held[r.port].fetch_sub(1, Relaxed);
-                            deliver(
-                                Released {
-                                    port: r.port,
-                                    dir,
-                                    after: r.id,
-                                    frame,
-                                },
-                                now,
-                            );
-                        }
+                        hand_on(r.port, r.id, frames);
                     }
                 }
             }

@@ -17,8 +17,15 @@ fn bin() -> Command {
 /// Starts `serve` with one port and a control socket in `dir`; waits until
 /// the control socket answers.
 fn serve(dir: &Path, port_sock: &str) -> Child {
+    serve_with(dir, port_sock, &[])
+}
+
+/// [`serve`] with `extra` arguments.
+fn serve_with(dir: &Path, port_sock: &str, extra: &[&str]) -> Child {
     let mut child = bin()
-        .args(["serve", "--port"])
+        .arg("serve")
+        .args(extra)
+        .arg("--port")
         .arg(format!("a={}", dir.join(port_sock).display()))
         .arg("--control")
         .arg(dir.join("ctl.sock"))
@@ -380,15 +387,7 @@ fn cpu_affinity_pins_every_thread_and_refuses_unusable_lists() {
     let allowed = vhost_rdma::affinity::CpuList::allowed().unwrap();
     let cpu = allowed.cpus()[allowed.cpus().len() - 1];
     let dir = common::TempDir::new("cli-affinity");
-    let mut child = bin()
-        .args(["serve", "--cpu-affinity", &cpu.to_string(), "--port"])
-        .arg(format!("a={}", dir.path().join("a.sock").display()))
-        .arg("--control")
-        .arg(dir.path().join("ctl.sock"))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_status(&mut child, &dir.path().join("ctl.sock"));
+    let child = serve_with(dir.path(), "a.sock", &["--cpu-affinity", &cpu.to_string()]);
     let pid = child.id();
     let tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
