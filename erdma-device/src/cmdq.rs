@@ -236,7 +236,7 @@ impl ErdmaDevice {
             (submod::RDMA, rdma_op::DESTROY_QP) => {
                 let qpn = le::u32_at(b, 8);
                 let qp = self.qps.remove(&qpn).ok_or(status::BAD_OBJECT)?;
-                self.release_qp_staging(qp);
+                self.retire_qp(qp);
                 self.sq_kicks.remove(&qpn);
                 self.rq_kicks.remove(&qpn);
                 Ok((0, 0))
@@ -648,14 +648,16 @@ impl ErdmaDevice {
             qpn, pd, qp_type, sq, sq_depth, rq, rq_depth, scqn, rcqn, sq_dbrec, rq_dbrec,
         );
         if qp_type == qpt::RC {
-            let epd = self.shadow.alloc_pd();
+            // The engine's PD is the driver's: the keys it meets are checked
+            // against it by the device's memory store.
             let caps = roce_model::QpCaps {
-                max_send_wr: (sq_depth as usize).max(1),
-                max_recv_wr: (rq_depth as usize).max(1),
-                max_sge: 1,
+                max_send_wr: (sq_depth as usize).clamp(1, self.cfg.max_wrs_per_qp),
+                max_recv_wr: (rq_depth as usize).clamp(1, self.cfg.max_wrs_per_qp),
+                max_sge: crate::wqe::MAX_SEND_SGE,
+                max_inline_data: crate::wqe::MAX_INLINE,
             };
+            let epd = roce_model::ProtectionDomain::new(pd);
             qp.engine = Some(roce_model::QueuePair::new(qpn, epd, caps));
-            qp.engine_pd = Some(epd);
         }
         self.qps.insert(qpn, qp);
         Ok((0, 0))
@@ -755,9 +757,8 @@ impl ErdmaDevice {
                 qp.rq_pi = 0;
                 qp.rq_ci = 0;
                 qp.sq_stopped = false;
-                for k in qp.take_stage_keys() {
-                    let _ = self.shadow.deregister(k);
-                }
+                self.engine_wrs -= qp.engine_work().min(self.engine_wrs);
+                qp.drop_engine_work();
             }
             // Work posted before the transition may now run (or flush).
             self.sq_kicks.insert(qpn);
@@ -873,14 +874,14 @@ impl ErdmaDevice {
         Ok((0, 0))
     }
 
-    /// Frees the engine staging of a QP being destroyed.
-    pub(crate) fn release_qp_staging(&mut self, mut qp: Qp) {
+    /// Keeps the counters of a QP being destroyed.
+    pub(crate) fn retire_qp(&mut self, qp: Qp) {
+        self.engine_wrs -= qp.engine_work().min(self.engine_wrs);
+        self.stalled_sq.remove(&qp.qpn);
+        self.stalled_rq.remove(&qp.qpn);
         // its recovery counters outlive it (Counters::rc_*)
         if let Some(e) = qp.engine.as_ref() {
             self.counters.add_rc(e.stats());
-        }
-        for k in qp.take_stage_keys() {
-            let _ = self.shadow.deregister(k);
         }
     }
 }

@@ -85,6 +85,23 @@ pub struct ErdmaConfig {
     /// Largest path MTU in bytes the RC engines use, whatever the netdev
     /// MTU allows (256, 512, 1024, 2048 or 4096). Default 4096.
     pub max_path_mtu: u32,
+    /// Most work requests (send and receive) the RC engines of this device
+    /// hold at once: the daemon's memory for a device's RC work. Payload
+    /// is never held (it moves between guest memory and frames), so a work
+    /// request is its bookkeeping, about 250 bytes with its SGEs or inline
+    /// bytes: the default 65536 bounds it near 16 MiB. Past it, SQEs and
+    /// RQEs wait in the driver's rings until completions free room (the
+    /// device slows down, as hardware whose on-chip queues are full does);
+    /// each wait counts in `engine_wr_stalls`.
+    pub max_engine_wrs: usize,
+    /// Most work requests of one direction (SQ or RQ) one QP's engine holds.
+    /// Default 4096.
+    pub max_wrs_per_qp: usize,
+    /// Most frames one `poll` (or one received frame) may produce; the rest
+    /// wait in the engines and the device asks to be polled again at once.
+    /// Bounds what a poll allocates for frames: default 1024 (at most 9 MiB
+    /// of 9018-byte frames).
+    pub max_tx_frames_per_poll: usize,
 }
 
 impl ErdmaConfig {
@@ -122,6 +139,9 @@ impl ErdmaConfig {
             max_frame: 9018,
             default_ttl: 64,
             max_path_mtu: 4096,
+            max_engine_wrs: 65_536,
+            max_wrs_per_qp: 4096,
+            max_tx_frames_per_poll: 1024,
         }
     }
 

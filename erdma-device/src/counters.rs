@@ -117,6 +117,12 @@ pub struct Counters {
     pub rc_seq_naks_sent: u64,
     /// RC duplicate requests received (the peer retransmitted).
     pub rc_duplicates: u64,
+    /// Times an SQE or RQE was left in the driver's ring because the RC
+    /// engines held their budget of work requests
+    /// (`ErdmaConfig::max_engine_wrs`, `max_wrs_per_qp`).
+    pub engine_wr_stalls: u64,
+    /// Work requests the RC engines hold now.
+    pub engine_wrs_live: u64,
 }
 
 impl Counters {

@@ -1,23 +1,20 @@
 //! The data path: SQ / RQ consumption, UD (GSI) sends and receives done by
-//! the device itself, RC work handed to `roce_model`'s engine through
-//! staging buffers, CQEs, frames.
+//! the device itself, RC work run by `roce_model`'s engines, CQEs, frames.
 //!
-//! RC staging: the engine only knows its own `roce_model::Memory`, whose
-//! keys it chooses and whose backing cannot reach guest memory through
-//! `Dma`. So a send's payload is gathered from guest memory (MR + MTT
-//! translation) into a staging region registered in that memory, READ and
-//! atomic results land in a staging region copied out at completion, and
-//! each receive WQE gets a staging region copied into the guest buffer at
-//! completion. Incoming RDMA WRITE / READ / atomics aimed at guest MRs are
-//! therefore refused by the engine (remote access NAK) until roce-model can
-//! resolve driver-chosen keys through the device (see README).
+//! RC payload never passes through the daemon's memory: the engines resolve
+//! the driver's keys through [`GuestStore`] (MR table + MTT translation over
+//! `Dma`) at the moment they move bytes, so a send is gathered from guest
+//! memory straight into its frame (`poll_transmit_into` writes after the
+//! room left for the outer headers), and a received WRITE, READ response,
+//! SEND or atomic lands straight in the guest buffer. Incoming READs are
+//! answered from guest memory as each response packet is built.
 
 use std::time::{Duration, Instant};
 
 use pci_model::{DeviceIo, RxRefusal};
 use roce_model::{
-    Deth, FrameBuilder, MemError, MemoryAccess, NetLayer, NetParams, Opcode, PacketBuilder, RecvWr,
-    RoceFrame, RocePacket, SendOp, SendWr, Transport, WcOpcode, WcStatus,
+    Deth, FrameBuilder, NetLayer, NetParams, Opcode, PacketBuilder, RecvWr, RoceFrame, SendOp,
+    SendWr, Sge, Transport, WcOpcode, WcStatus,
 };
 
 use crate::cq::{qtype, wc_status, Cqe};
@@ -25,41 +22,8 @@ use crate::device::{ErdmaDevice, RxRefusalNote};
 use crate::mr::{acc, mr_type, Mtt, XlateError};
 use crate::qp::{ipv4_of_gid, qps, Av, Inflight, RecvSlot};
 use crate::regs::{le, SQEBB_SIZE};
+use crate::store::GuestStore;
 use crate::wqe::{op, parse_sqe, Payload, Rqe, SendWqe, SqeHdr};
-
-/// Largest message the model stages (bytes).
-pub const MAX_STAGE: u64 = 16 << 20;
-
-/// A staging buffer that only allocates what is written.
-struct Stage {
-    size: usize,
-    data: Vec<u8>,
-}
-
-impl MemoryAccess for Stage {
-    fn size(&self) -> usize {
-        self.size
-    }
-    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
-        dst.fill(0);
-        if offset < self.data.len() {
-            let n = (self.data.len() - offset).min(dst.len());
-            dst[..n].copy_from_slice(&self.data[offset..offset + n]);
-        }
-        Ok(())
-    }
-    fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<(), MemError> {
-        let end = offset
-            .checked_add(src.len())
-            .filter(|&e| e <= self.size)
-            .ok_or(MemError::Backing("stage overflow"))?;
-        if self.data.len() < end {
-            self.data.resize(end, 0);
-        }
-        self.data[offset..end].copy_from_slice(src);
-        Ok(())
-    }
-}
 
 fn xlate_status(e: &XlateError, send: bool) -> u8 {
     match (e, send) {
@@ -78,14 +42,19 @@ fn xlate_status(e: &XlateError, send: bool) -> u8 {
     }
 }
 
-fn engine_status(s: WcStatus) -> u8 {
-    match s {
-        WcStatus::Success => wc_status::SUCCESS,
-        WcStatus::WrFlushErr => wc_status::FLUSH_ERR,
-        WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr => wc_status::RETRY_EXC_ERR,
-        WcStatus::LocProtErr => wc_status::SEND_ADDR_VIOLATION_ERR,
-        WcStatus::LocLenErr => wc_status::RECV_ADDR_VIOLATION_ERR,
-        WcStatus::RemAccessErr => wc_status::RECV_RIGHT_VIOLATION_ERR,
+/// The CQE status of an engine completion (`send`: on the SQ).
+fn engine_status(s: WcStatus, send: bool) -> u8 {
+    match (s, send) {
+        (WcStatus::Success, _) => wc_status::SUCCESS,
+        (WcStatus::WrFlushErr, _) => wc_status::FLUSH_ERR,
+        (WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr, _) => wc_status::RETRY_EXC_ERR,
+        // A local buffer the engine could not read or write: the driver's
+        // key was checked when the WQE was taken, so what failed is the
+        // range (its pages, or an MR changed since).
+        (WcStatus::LocProtErr, true) => wc_status::SEND_ADDR_VIOLATION_ERR,
+        (WcStatus::LocProtErr | WcStatus::LocLenErr, false) => wc_status::RECV_ADDR_VIOLATION_ERR,
+        (WcStatus::LocLenErr, true) => wc_status::SEND_WQE_FORMAT_ERR,
+        (WcStatus::RemAccessErr, _) => wc_status::RECV_RIGHT_VIOLATION_ERR,
         _ => wc_status::GENERAL_ERR,
     }
 }
@@ -97,7 +66,8 @@ impl ErdmaDevice {
 
     /// When the engines' timers want a `poll`, or now if work is left over.
     pub(crate) fn engine_timeout(&self) -> Option<Duration> {
-        if !self.sq_kicks.is_empty() || !self.rq_kicks.is_empty() || self.cmdq_kick {
+        if !self.sq_kicks.is_empty() || !self.rq_kicks.is_empty() || self.cmdq_kick || self.tx_more
+        {
             return Some(self.last_now);
         }
         self.qps
@@ -139,12 +109,20 @@ impl ErdmaDevice {
         mr.write(dma, addr, data)
     }
 
-    fn gather(&mut self, io: &DeviceIo<'_>, pd: u32, p: &Payload) -> Result<Vec<u8>, u8> {
+    /// Gathers a UD payload (at most `max` bytes) from guest memory.
+    fn gather(
+        &mut self,
+        io: &DeviceIo<'_>,
+        pd: u32,
+        p: &Payload,
+        max: usize,
+    ) -> Result<Vec<u8>, u8> {
         match p {
-            Payload::Inline(b) => Ok(b.clone()),
+            Payload::Inline(b) if b.len() <= max => Ok(b.clone()),
+            Payload::Inline(_) => Err(wc_status::SEND_WQE_FORMAT_ERR),
             Payload::Sgl(sges) => {
                 let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-                if total > MAX_STAGE {
+                if total > max as u64 {
                     return Err(wc_status::SEND_WQE_FORMAT_ERR);
                 }
                 let mut out = vec![0u8; total as usize];
@@ -163,6 +141,22 @@ impl ErdmaDevice {
                 Ok(out)
             }
         }
+    }
+
+    /// Checks a local SGE the way the engine will use it (key, PD, rights,
+    /// bounds), so that a bad key fails at once with the status the driver
+    /// expects rather than as a protection error in the engine.
+    fn check_local_sge(&self, pd: u32, key: u32, addr: u64, len: u32, need: u8) -> Result<(), u8> {
+        if key == self.cfg.local_dma_key {
+            return match addr.checked_add(u64::from(len)) {
+                Some(_) => Ok(()),
+                None => Err(wc_status::SEND_ADDR_VIOLATION_ERR),
+            };
+        }
+        self.mrs
+            .lookup(key, Some(pd), need)
+            .and_then(|mr| mr.check(addr, u64::from(len)))
+            .map_err(|e| xlate_status(&e, true))
     }
 
     /// Writes a CQE on `cqn` and fires its event if armed.
@@ -201,6 +195,7 @@ impl ErdmaDevice {
 
     /// One pass over the data path.
     pub(crate) fn run_datapath(&mut self, io: &mut DeviceIo<'_>) {
+        self.tx_more = false;
         let rc: Vec<u32> = self
             .qps
             .iter()
@@ -308,6 +303,15 @@ impl ErdmaDevice {
                 self.sq_error(qpn, idx, hdr.opcode, wc_status::SEND_WQE_FORMAT_ERR, io);
                 continue;
             }
+            if self.tx_budget_spent(io) {
+                // This poll has made all the frames it may: the rest of the
+                // SQ is taken on the next one.
+                return false;
+            }
+            let rc = !ud && hdr.opcode != op::REG_MR && hdr.opcode != op::LOCAL_INV;
+            if rc && !self.engine_has_room(qpn, true) {
+                return true;
+            }
             // Completions of one SQ stay in order: a local operation (fast
             // register, local invalidate) or a fenced WQE waits until the
             // work already inside the RC engine has completed.
@@ -353,6 +357,38 @@ impl ErdmaDevice {
         false
     }
 
+    /// May the QP hand one more work request to its engine (`send`: SQ)?
+    /// If not, the queue waits, without polling, until a completion frees
+    /// room: the device's memory for RC work stays within its budget
+    /// whatever the driver posts.
+    fn engine_has_room(&mut self, qpn: u32, send: bool) -> bool {
+        let Some(qp) = self.qps.get(&qpn) else {
+            return false;
+        };
+        let held = if send {
+            qp.inflight.len()
+        } else {
+            qp.recvs.len()
+        };
+        if held < self.cfg.max_wrs_per_qp && self.engine_wrs < self.cfg.max_engine_wrs {
+            return true;
+        }
+        self.counters.engine_wr_stalls += 1;
+        if send {
+            self.stalled_sq.insert(qpn);
+        } else {
+            self.stalled_rq.insert(qpn);
+        }
+        false
+    }
+
+    /// A work request left an engine: queues that waited for room go on.
+    fn engine_wr_done(&mut self) {
+        self.engine_wrs = self.engine_wrs.saturating_sub(1);
+        self.sq_kicks.append(&mut self.stalled_sq);
+        self.rq_kicks.append(&mut self.stalled_rq);
+    }
+
     fn advance_sq(&mut self, qpn: u32, n: u16) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             qp.sq_ci = qp.sq_ci.wrapping_add(n);
@@ -365,16 +401,25 @@ impl ErdmaDevice {
         let Some(scqn) = self.qps.get(&qpn).map(|q| q.scqn) else {
             return;
         };
-        // Earlier WQEs still inside the engine complete (flushed) first, so
-        // that the SQ's CQEs stay in order (the drivers derive their SQ
-        // consumer index from each CQE and rdma-core drops one that goes
-        // backwards).
+        // Earlier WQEs inside the engine go first, as hardware executes in
+        // order: what they may send now is sent (reading guest memory as it
+        // goes, so one of them may meet its own error and take the QP to
+        // ERROR; this WQE is then only flushed). The rest of them complete
+        // flushed before this one, so that the SQ's CQEs stay in order (the
+        // drivers derive their SQ consumer index from each CQE and rdma-core
+        // drops one that goes backwards).
+        self.pump_engine(qpn, io);
+        let earlier_failed = self.qps.get(&qpn).is_some_and(|q| q.state == qps::ERROR);
         self.enter_error(qpn);
         self.pump_engine(qpn, io);
         let cqe = Cqe {
             opcode,
             qtype: qtype::SQ,
-            syndrome: st,
+            syndrome: if earlier_failed {
+                wc_status::FLUSH_ERR
+            } else {
+                st
+            },
             qe_idx: u32::from(idx),
             qpn,
             ..Cqe::default()
@@ -492,15 +537,13 @@ impl ErdmaDevice {
                 payload,
                 ..
             } => {
-                let data = self.gather(io, pd, &payload)?;
+                let mtu = self.engine_mtu().bytes() as usize;
+                let data = self.gather(io, pd, &payload, mtu)?;
                 let ah = self
                     .ahs
                     .get(&ahn)
                     .copied()
                     .ok_or(wc_status::SEND_WQE_FORMAT_ERR)?;
-                if data.len() > self.engine_mtu().bytes() as usize {
-                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
-                }
                 let psn = match self.qps.get_mut(&qpn) {
                     Some(qp) => {
                         let p = qp.ud_psn;
@@ -527,9 +570,7 @@ impl ErdmaDevice {
                 }
                 Ok(Some(data.len() as u32))
             }
-            other => self
-                .post_to_engine(qpn, pd, hdr, idx, other, io)
-                .map(|_| None),
+            other => self.post_to_engine(qpn, pd, hdr, idx, other).map(|_| None),
         }
     }
 
@@ -540,27 +581,22 @@ impl ErdmaDevice {
         hdr: &SqeHdr,
         idx: u16,
         wqe: SendWqe,
-        io: &mut DeviceIo<'_>,
     ) -> Result<(), u8> {
-        let epd = self
-            .qps
-            .get(&qpn)
-            .and_then(|q| q.engine_pd)
-            .ok_or(wc_status::SEND_WQE_FORMAT_ERR)?;
-        let (op_, stage, sink, invalidate): (SendOp, Option<Vec<u8>>, _, _) = match wqe {
+        let wr_id = self.next_wr_id;
+        let mut invalidate = None;
+        let wr = match wqe {
             SendWqe::Send {
                 imm,
-                invalidate,
+                invalidate: inv,
                 payload,
                 ..
             } => {
-                let data = self.gather(io, pd, &payload)?;
-                let o = match (imm, invalidate) {
+                let o = match (imm, inv) {
                     (Some(imm), _) => SendOp::SendWithImm { imm },
                     (None, Some(rkey)) => SendOp::SendWithInv { rkey },
                     _ => SendOp::Send,
                 };
-                (o, Some(data), None, None)
+                self.send_wr(wr_id, o, pd, payload)?
             }
             SendWqe::Write {
                 imm,
@@ -569,7 +605,6 @@ impl ErdmaDevice {
                 payload,
                 ..
             } => {
-                let data = self.gather(io, pd, &payload)?;
                 let o = match imm {
                     Some(imm) => SendOp::RdmaWriteWithImm {
                         remote_addr,
@@ -578,31 +613,26 @@ impl ErdmaDevice {
                     },
                     None => SendOp::RdmaWrite { remote_addr, rkey },
                 };
-                (o, Some(data), None, None)
+                self.send_wr(wr_id, o, pd, payload)?
             }
             SendWqe::Read {
-                invalidate,
+                invalidate: inv,
                 length,
                 sink_key,
                 sink_addr,
                 remote_addr,
                 rkey,
             } => {
-                if u64::from(length) > MAX_STAGE {
-                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
-                }
-                // Check the sink now so that a bad key fails early.
-                if sink_key != self.cfg.local_dma_key {
-                    self.mrs
-                        .lookup(sink_key, Some(pd), acc::LW)
-                        .map_err(|e| xlate_status(&e, true))?;
-                }
-                (
-                    SendOp::RdmaRead { remote_addr, rkey },
-                    Some(vec![0u8; length as usize]),
-                    Some((sink_key, sink_addr, length)),
-                    invalidate,
-                )
+                // The sink is checked now so that a bad key fails early; the
+                // response lands in it directly.
+                self.check_local_sge(pd, sink_key, sink_addr, length, acc::LW)?;
+                invalidate = inv;
+                let sges = if length == 0 {
+                    Vec::new()
+                } else {
+                    vec![Sge::new(sink_addr, length, sink_key)]
+                };
+                SendWr::new(wr_id, SendOp::RdmaRead { remote_addr, rkey }, sges)
             }
             SendWqe::Atomic {
                 cas,
@@ -612,6 +642,7 @@ impl ErdmaDevice {
                 rkey,
                 local,
             } => {
+                self.check_local_sge(pd, local.key, local.addr, 8, acc::LW)?;
                 let o = if cas {
                     SendOp::AtomicCmpAndSwp {
                         remote_addr,
@@ -626,62 +657,103 @@ impl ErdmaDevice {
                         add: swap_add,
                     }
                 };
-                (
-                    o,
-                    Some(vec![0u8; 8]),
-                    Some((local.key, local.addr, 8)),
-                    None,
-                )
+                SendWr::new(wr_id, o, vec![Sge::new(local.addr, 8, local.key)])
             }
             _ => return Err(wc_status::SEND_WQE_FORMAT_ERR),
         };
-        let wr_id = self.next_wr_id;
-        self.next_wr_id = self.next_wr_id.wrapping_add(1);
-        let mut sges = Vec::new();
-        let mut stage_key = None;
-        if let Some(data) = stage {
-            if !data.is_empty() {
-                let len = data.len();
-                let keys = self
-                    .shadow
-                    .register(
-                        epd,
-                        0,
-                        Stage { size: len, data },
-                        roce_model::Access::LOCAL_WRITE,
-                    )
-                    .map_err(|_| wc_status::GENERAL_ERR)?;
-                stage_key = Some(keys.lkey);
-                sges.push(roce_model::Sge::new(0, len as u32, keys.lkey));
-            }
-        }
-        let wr = SendWr::new(wr_id, op_, sges)
-            .signaled(true)
-            .solicited(hdr.se);
+        let wr = wr.signaled(true).solicited(hdr.se);
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return Err(wc_status::GENERAL_ERR);
         };
-        let posted = qp.engine.as_mut().map(|e| e.post_send(wr));
-        match posted {
+        match qp.engine.as_mut().map(|e| e.post_send(wr)) {
             Some(Ok(())) => {
+                self.next_wr_id = self.next_wr_id.wrapping_add(1);
                 qp.inflight.push_back(Inflight {
                     wr_id,
                     sq_idx: idx,
                     opcode: hdr.opcode,
                     signaled: hdr.ce,
-                    stage_key,
-                    sink,
                     invalidate,
                 });
+                self.engine_wrs += 1;
                 Ok(())
             }
-            _ => {
-                if let Some(k) = stage_key {
-                    let _ = self.shadow.deregister(k);
+            _ => Err(wc_status::SEND_WQE_FORMAT_ERR),
+        }
+    }
+
+    /// A SEND or WRITE work request: inline bytes travel with it, a gather
+    /// list is checked now and read by the engine from guest memory.
+    fn send_wr(&self, wr_id: u64, o: SendOp, pd: u32, payload: Payload) -> Result<SendWr, u8> {
+        match payload {
+            Payload::Inline(b) => Ok(SendWr::inline(wr_id, o, b)),
+            Payload::Sgl(sges) => {
+                let mut list = Vec::with_capacity(sges.len());
+                for s in sges.iter().filter(|s| s.length > 0) {
+                    self.check_local_sge(pd, s.key, s.addr, s.length, 0)?;
+                    list.push(Sge::new(s.addr, s.length, s.key));
                 }
-                Err(wc_status::SEND_WQE_FORMAT_ERR)
+                Ok(SendWr::new(wr_id, o, list))
             }
         }
+    }
+
+    /// The outer headers of a frame along `av` (the IPv4 ident is the next
+    /// one; RC frames built in place take theirs from `next_ident`).
+    fn frame_builder(&mut self, av: &Av) -> Result<FrameBuilder, ()> {
+        let sgid = self
+            .gids
+            .get(usize::from(av.sgid_index))
+            .copied()
+            .flatten()
+            .ok_or(())?;
+        let ttl = if av.hop_limit == 0 {
+            self.cfg.default_ttl
+        } else {
+            av.hop_limit
+        };
+        let net = match (ipv4_of_gid(&sgid.gid), av.dst_ipv4()) {
+            (Some(src), Some(dst)) => NetParams::Ipv4 {
+                src,
+                dst,
+                tos: av.traffic_class,
+                ttl,
+                ident: self.next_ident(),
+                udp_src_port: av.udp_sport,
+            },
+            (None, None) => NetParams::Ipv6 {
+                src: sgid.gid,
+                dst: av.dgid,
+                traffic_class: av.traffic_class,
+                flow_label: av.flow_label,
+                hop_limit: ttl,
+                udp_src_port: av.udp_sport,
+            },
+            _ => return Err(()),
+        };
+        Ok(FrameBuilder {
+            dst_mac: av.dmac,
+            src_mac: self.cfg.mac,
+            vlan_tci: None,
+            net,
+        })
+    }
+
+    fn next_ident(&mut self) -> u16 {
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        self.ip_ident
+    }
+
+    /// Counts and queues a finished frame, unless it is larger than the
+    /// device sends.
+    fn push_frame(&mut self, frame: Vec<u8>, io: &mut DeviceIo<'_>) -> Result<(), ()> {
+        if frame.len() > self.cfg.max_frame {
+            return Err(());
+        }
+        self.counters.tx_frames += 1;
+        self.counters.tx_bytes += frame.len() as u64;
+        io.tx.push(frame);
+        Ok(())
     }
 
     /// Builds and sends one frame along `av`.
@@ -691,54 +763,9 @@ impl ErdmaDevice {
         pkt: &PacketBuilder<'_>,
         io: &mut DeviceIo<'_>,
     ) -> Result<(), ()> {
-        let sgid = self
-            .gids
-            .get(usize::from(av.sgid_index))
-            .copied()
-            .flatten()
-            .ok_or(())?;
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        let net = match (ipv4_of_gid(&sgid.gid), av.dst_ipv4()) {
-            (Some(src), Some(dst)) => NetParams::Ipv4 {
-                src,
-                dst,
-                tos: av.traffic_class,
-                ttl: if av.hop_limit == 0 {
-                    self.cfg.default_ttl
-                } else {
-                    av.hop_limit
-                },
-                ident: self.ip_ident,
-                udp_src_port: av.udp_sport,
-            },
-            (None, None) => NetParams::Ipv6 {
-                src: sgid.gid,
-                dst: av.dgid,
-                traffic_class: av.traffic_class,
-                flow_label: av.flow_label,
-                hop_limit: if av.hop_limit == 0 {
-                    self.cfg.default_ttl
-                } else {
-                    av.hop_limit
-                },
-                udp_src_port: av.udp_sport,
-            },
-            _ => return Err(()),
-        };
-        let fb = FrameBuilder {
-            dst_mac: av.dmac,
-            src_mac: self.cfg.mac,
-            vlan_tci: None,
-            net,
-        };
+        let fb = self.frame_builder(av)?;
         let frame = fb.build(pkt).map_err(|_| ())?;
-        if frame.len() > self.cfg.max_frame {
-            return Err(());
-        }
-        self.counters.tx_frames += 1;
-        self.counters.tx_bytes += frame.len() as u64;
-        io.tx.push(frame);
-        Ok(())
+        self.push_frame(frame, io)
     }
 
     /// Moves RQEs of `qpn` into the engine (RC), or flushes them (ERROR).
@@ -758,6 +785,13 @@ impl ErdmaDevice {
                 return true;
             }
             let (state, ud, rcqn, idx) = (qp.state, qp.is_ud(), qp.rcqn, qp.rq_ci);
+            if state != qps::ERROR
+                && !ud
+                && state != qps::RESET
+                && !self.engine_has_room(qpn, false)
+            {
+                return true;
+            }
             if state == qps::ERROR {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     qp.rq_ci = qp.rq_ci.wrapping_add(1);
@@ -783,33 +817,11 @@ impl ErdmaDevice {
                 return true;
             };
             let wr_id = self.next_wr_id;
-            self.next_wr_id = self.next_wr_id.wrapping_add(1);
-            let Some(epd) = self.qps.get(&qpn).and_then(|q| q.engine_pd) else {
-                return true;
+            let sges = if rqe.length > 0 {
+                vec![Sge::new(rqe.to, rqe.length, rqe.stag)]
+            } else {
+                Vec::new()
             };
-            let mut sges = Vec::new();
-            let mut stage_key = None;
-            if rqe.length > 0 {
-                match self.shadow.register(
-                    epd,
-                    0,
-                    Stage {
-                        size: rqe.length as usize,
-                        data: Vec::new(),
-                    },
-                    roce_model::Access::LOCAL_WRITE,
-                ) {
-                    Ok(k) => {
-                        stage_key = Some(k.lkey);
-                        sges.push(roce_model::Sge::new(0, rqe.length, k.lkey));
-                    }
-                    Err(_) => {
-                        // Staging table full: retry on the next doorbell.
-                        self.counters.cmd_limit_hit += 1;
-                        return true;
-                    }
-                }
-            }
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 return true;
             };
@@ -819,23 +831,13 @@ impl ErdmaDevice {
                 .map(|e| e.post_recv(RecvWr::new(wr_id, sges)));
             match r {
                 Some(Ok(())) => {
+                    self.next_wr_id = self.next_wr_id.wrapping_add(1);
                     qp.rq_ci = qp.rq_ci.wrapping_add(1);
-                    qp.recvs.push_back(RecvSlot {
-                        wr_id,
-                        rq_idx: idx,
-                        stag: rqe.stag,
-                        to: rqe.to,
-                        length: rqe.length,
-                        stage_key,
-                    });
+                    qp.recvs.push_back(RecvSlot { wr_id, rq_idx: idx });
+                    self.engine_wrs += 1;
                     self.counters.rqes_consumed += 1;
                 }
-                _ => {
-                    if let Some(k) = stage_key {
-                        let _ = self.shadow.deregister(k);
-                    }
-                    return true;
-                }
+                _ => return true,
             }
         }
         false
@@ -854,39 +856,75 @@ impl ErdmaDevice {
         Ok(Rqe::parse(&b))
     }
 
-    /// Runs an RC engine: timers, transmit, completions.
+    /// Runs an RC engine: timers, transmit, completions. Each packet is
+    /// written by the engine into its frame after the room for the outer
+    /// headers, which are then filled in place: payload is copied once,
+    /// from guest memory into the frame.
     fn pump_engine(&mut self, qpn: u32, io: &mut DeviceIo<'_>) {
         let now = self.instant(io.now);
-        let budget = self.cfg.poll_budget;
-        let mut packets = Vec::new();
-        let mut comps = Vec::new();
-        let av;
-        {
-            let Some(qp) = self.qps.get_mut(&qpn) else {
-                return;
+        let Some(av) = self.qps.get(&qpn).and_then(|q| q.av) else {
+            // No path yet: still run the timers and hand out completions.
+            self.engine_timers_and_completions(qpn, now, io);
+            return;
+        };
+        let mut fb = self.frame_builder(&av).ok();
+        let headroom = fb.map_or(0, |f| f.header_len());
+        let mut sent = 0;
+        loop {
+            if sent >= self.cfg.poll_budget || self.tx_budget_spent(io) {
+                break;
+            }
+            let mut frame = Vec::new();
+            let (written, dma_errors) = {
+                let Some(e) = self.qps.get_mut(&qpn).and_then(|q| q.engine.as_mut()) else {
+                    return;
+                };
+                if e.poll_timeout().is_some_and(|t| t <= now) {
+                    e.handle_timeout(now);
+                }
+                let store = GuestStore::new(&mut self.mrs, io.dma, self.cfg.local_dma_key);
+                let w = e.poll_transmit_into(now, &store, &mut frame, headroom);
+                (w, store.dma_errors())
             };
-            av = qp.av;
-            let Some(e) = qp.engine.as_mut() else { return };
+            self.counters.dma_errors += dma_errors;
+            if !written {
+                break;
+            }
+            sent += 1;
+            let Some(f) = fb.as_mut() else {
+                // The AV names no usable source GID: nothing can be sent.
+                self.counters.tx_errors += 1;
+                continue;
+            };
+            if let NetParams::Ipv4 { ident, .. } = &mut f.net {
+                *ident = self.next_ident();
+            }
+            let ok = f.wrap_in_place(&mut frame).is_ok() && self.push_frame(frame, io).is_ok();
+            if !ok {
+                self.counters.tx_errors += 1;
+            }
+        }
+        if sent >= self.cfg.poll_budget || self.tx_budget_spent(io) {
+            // Frames are left in the engine: come back after the edge has
+            // forwarded this batch.
+            self.tx_more = true;
+        }
+        self.engine_timers_and_completions(qpn, now, io);
+    }
+
+    /// Has this poll produced as many frames as one poll may?
+    fn tx_budget_spent(&self, io: &DeviceIo<'_>) -> bool {
+        io.tx.len() >= self.cfg.max_tx_frames_per_poll
+    }
+
+    fn engine_timers_and_completions(&mut self, qpn: u32, now: Instant, io: &mut DeviceIo<'_>) {
+        let mut comps = Vec::new();
+        if let Some(e) = self.qps.get_mut(&qpn).and_then(|q| q.engine.as_mut()) {
             if e.poll_timeout().is_some_and(|t| t <= now) {
                 e.handle_timeout(now);
             }
-            while packets.len() < budget {
-                match e.poll_transmit(now, &self.shadow) {
-                    Some(p) => packets.push(p),
-                    None => break,
-                }
-            }
             while let Some(c) = e.poll_completion() {
                 comps.push(c);
-            }
-        }
-        for p in packets {
-            let (Some(av), Ok(pkt)) = (av.as_ref(), RocePacket::parse(&p)) else {
-                continue;
-            };
-            let b = pkt.to_builder();
-            if self.send_frame(av, &b, io).is_err() {
-                self.counters.tx_errors += 1;
             }
         }
         for c in comps {
@@ -905,7 +943,7 @@ impl ErdmaDevice {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        let (pd, scqn, rcqn) = (qp.pd, qp.scqn, qp.rcqn);
+        let (scqn, rcqn) = (qp.scqn, qp.rcqn);
         if c.is_recv() || c.opcode == WcOpcode::Recv {
             let Some(pos) = qp.recvs.iter().position(|r| r.wr_id == c.wr_id) else {
                 return;
@@ -913,41 +951,11 @@ impl ErdmaDevice {
             let Some(slot) = qp.recvs.remove(pos) else {
                 return;
             };
-            let mut st = engine_status(c.status);
-            if st == wc_status::SUCCESS && c.byte_len > 0 && c.opcode == WcOpcode::Recv {
-                if let Some(k) = slot.stage_key {
-                    let data = self
-                        .shadow
-                        .read(k, 0, (c.byte_len as usize).min(slot.length as usize))
-                        .unwrap_or_default();
-                    if let Err(e) = self.write_local(io.dma, pd, slot.stag, slot.to, &data) {
-                        if matches!(e, XlateError::Dma(_)) {
-                            self.counters.dma_errors += 1;
-                        }
-                        st = xlate_status(&e, false);
-                    }
-                }
-            }
-            if let Some(k) = slot.stage_key {
-                let _ = self.shadow.deregister(k);
-            }
-            let mut inv_rkey = None;
-            if let Some(d) = c.invalidated_rkey {
-                let guest = self.qps.get_mut(&qpn).and_then(|q| {
-                    let i = q.pending_inv.iter().position(|(k, _)| *k == d)?;
-                    Some(q.pending_inv.remove(i).1)
-                });
-                if let Some(g) = guest {
-                    if st == wc_status::SUCCESS {
-                        if let Some(mr) = self.mrs.get_mut(g >> 8) {
-                            if mr.key == (g & 0xff) as u8 {
-                                mr.valid = false;
-                            }
-                        }
-                    }
-                    inv_rkey = Some(g);
-                }
-            }
+            self.engine_wr_done();
+            let st = engine_status(c.status, false);
+            // SEND with invalidate: the engine invalidated the driver's MR
+            // through the store when the message arrived.
+            let inv_rkey = c.invalidated_rkey;
             let opcode = match (c.opcode, c.imm, inv_rkey) {
                 (WcOpcode::RecvRdmaWithImm, _, _) => op::RECV_IMM,
                 (_, Some(_), _) => op::RSP_SEND_IMM,
@@ -981,25 +989,14 @@ impl ErdmaDevice {
             qp.sq_wait_drain = false;
             self.sq_kicks.insert(qpn);
         }
-        let mut st = engine_status(c.status);
+        self.engine_wr_done();
+        let st = engine_status(c.status, true);
         if st == wc_status::SUCCESS {
-            if let (Some((key, addr, len)), Some(k)) = (inf.sink, inf.stage_key) {
-                let data = self.shadow.read(k, 0, len as usize).unwrap_or_default();
-                if let Err(e) = self.write_local(io.dma, pd, key, addr, &data) {
-                    if matches!(e, XlateError::Dma(_)) {
-                        self.counters.dma_errors += 1;
-                    }
-                    st = xlate_status(&e, true);
-                }
-            }
             if let Some(k) = inf.invalidate {
                 if let Some(mr) = self.mrs.get_mut(k >> 8) {
                     mr.valid = false;
                 }
             }
-        }
-        if let Some(k) = inf.stage_key {
-            let _ = self.shadow.deregister(k);
         }
         if inf.signaled || st != wc_status::SUCCESS {
             let cqe = Cqe {
@@ -1062,31 +1059,22 @@ impl ErdmaDevice {
             }
             (Transport::Rc, false) => {
                 let now = self.instant(io.now);
-                let Some(qp) = self.qps.get_mut(&qpn) else {
+                let Some(e) = self.qps.get_mut(&qpn).and_then(|q| q.engine.as_mut()) else {
                     return Err(RxRefusal::Dropped);
                 };
-                let before = qp.engine.as_ref().map(|e| e.expected_psn());
-                let mut pkt = f.packet;
-                let fixup = self.rewrite_request(qpn, &mut pkt, io);
-                let Some(qp) = self.qps.get_mut(&qpn) else {
-                    return Err(RxRefusal::Dropped);
-                };
-                let res = qp
-                    .engine
-                    .as_mut()
-                    .map(|e| e.handle_packet(&pkt, now, &mut self.shadow));
-                let ok = matches!(res, Some(Ok(())));
-                if !ok {
+                let mut store = GuestStore::new(&mut self.mrs, io.dma, self.cfg.local_dma_key);
+                let res = e.handle_packet(&f.packet, now, &mut store);
+                self.counters.dma_errors += store.dma_errors();
+                let ok = res.is_ok();
+                if let Err(error) = res {
                     // kept for `ctl status` (formatted there: under loss this
                     // runs for most frames)
                     self.last_rx_refusal = Some(RxRefusalNote {
                         qpn,
-                        opcode: pkt.bth.opcode,
-                        error: res.and_then(Result::err),
+                        opcode: f.packet.bth.opcode,
+                        error: Some(error),
                     });
                 }
-                let accepted = ok && qp.engine.as_ref().map(|e| e.expected_psn()) != before;
-                self.finish_request(qpn, &pkt, fixup, accepted, io);
                 self.pump_engine(qpn, io);
                 if ok {
                     Ok(())

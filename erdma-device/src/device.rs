@@ -130,8 +130,16 @@ pub struct ErdmaDevice {
     pub(crate) cmdq_kick: bool,
     /// CQs armed with completions already pending (event due).
     pub(crate) pending_cq_events: BTreeSet<u32>,
-    /// Staging memory of the RC engines.
-    pub(crate) shadow: roce_model::Memory,
+    /// Work requests the RC engines hold for this device (send and
+    /// receive), bounded by `ErdmaConfig::max_engine_wrs`.
+    pub(crate) engine_wrs: usize,
+    /// QPs whose SQ waits for room in the engines (re-kicked when a
+    /// completion frees some).
+    pub(crate) stalled_sq: BTreeSet<u32>,
+    /// Likewise for RQs.
+    pub(crate) stalled_rq: BTreeSet<u32>,
+    /// A poll stopped at its frame budget with RC frames left to send.
+    pub(crate) tx_more: bool,
     /// Fixed origin turning `DeviceIo::now` into the engines' `Instant`.
     pub(crate) epoch: Instant,
     /// Last `now` seen.
@@ -180,7 +188,10 @@ impl ErdmaDevice {
             rq_kicks: BTreeSet::new(),
             cmdq_kick: false,
             pending_cq_events: BTreeSet::new(),
-            shadow: Self::new_shadow(),
+            engine_wrs: 0,
+            stalled_sq: BTreeSet::new(),
+            stalled_rq: BTreeSet::new(),
+            tx_more: false,
             // The only clock read: a fixed origin for the engines' Instant
             // API; all time comes from DeviceIo::now.
             epoch: Instant::now(),
@@ -189,10 +200,6 @@ impl ErdmaDevice {
             ip_ident: 0,
             cfg,
         }
-    }
-
-    fn new_shadow() -> roce_model::Memory {
-        roce_model::Memory::new(0x5eed_e7d3a).with_max_regions(1 << 20)
     }
 
     /// A device with the default configuration for `mac`.
@@ -215,6 +222,7 @@ impl ErdmaDevice {
         c.ahs_live = self.ahs.len() as u64;
         c.gids_live = self.gids.iter().flatten().count() as u64;
         c.db_allocs_live = self.db_allocs.len() as u64;
+        c.engine_wrs_live = self.engine_wrs as u64;
         for e in self.qps.values().filter_map(|q| q.engine.as_ref()) {
             c.add_rc(e.stats());
         }
@@ -305,7 +313,10 @@ impl ErdmaDevice {
         self.rq_kicks.clear();
         self.cmdq_kick = false;
         self.pending_cq_events.clear();
-        self.shadow = Self::new_shadow();
+        self.engine_wrs = 0;
+        self.stalled_sq.clear();
+        self.stalled_rq.clear();
+        self.tx_more = false;
         self.latch = None;
         self.counters.resets += 1;
     }

@@ -11,8 +11,6 @@
 //! * [`mr`]: MTTs (levels 0..3) and memory regions.
 //! * [`datapath`]: SQ/RQ execution, UD (GSI) in the device, RC through
 //!   `roce_model`.
-//! * [`responder`]: incoming WRITE / READ / atomics / SEND-with-invalidate
-//!   aimed at guest MRs (key translation for the engine).
 //! * [`config`], [`counters`].
 //!
 //! See `README.md` for the device specification as learnt from the driver.
@@ -30,7 +28,7 @@ pub mod eq;
 pub mod mr;
 pub mod qp;
 pub mod regs;
-pub mod responder;
+mod store;
 pub mod wqe;
 
 pub use config::ErdmaConfig;

@@ -114,10 +114,6 @@ pub struct Inflight {
     pub opcode: u8,
     /// Completion requested.
     pub signaled: bool,
-    /// Staging region key in the engine's memory, if any.
-    pub stage_key: Option<u32>,
-    /// Where READ / atomic results go: (stag, address, length).
-    pub sink: Option<(u32, u64, u32)>,
     /// Local key to invalidate after success (READ_WITH_INV).
     pub invalidate: Option<u32>,
 }
@@ -129,14 +125,6 @@ pub struct RecvSlot {
     pub wr_id: u64,
     /// RQE index.
     pub rq_idx: u16,
-    /// The RQE.
-    pub stag: u32,
-    /// Buffer address.
-    pub to: u64,
-    /// Buffer length.
-    pub length: u32,
-    /// Staging key.
-    pub stage_key: Option<u32>,
 }
 
 /// One queue pair.
@@ -187,8 +175,6 @@ pub struct Qp {
     pub ud_psn: u32,
     /// RC engine (created at CREATE_QP for RC QPs).
     pub engine: Option<roce_model::QueuePair>,
-    /// Engine protection domain for staging buffers.
-    pub engine_pd: Option<roce_model::ProtectionDomain>,
     /// Send WQEs inside the engine.
     pub inflight: VecDeque<Inflight>,
     /// Receive WQEs inside the engine.
@@ -197,42 +183,6 @@ pub struct Qp {
     pub sq_stopped: bool,
     /// A local operation or fenced WQE waits for the engine to drain.
     pub sq_wait_drain: bool,
-    /// Incoming RDMA WRITE in progress (responder side).
-    pub rx_write: Option<RxWrite>,
-    /// Snapshots of guest memory served to incoming READs (replay ring).
-    pub read_stages: VecDeque<ReadStage>,
-    /// SEND-with-invalidate stand-in keys and the guest keys they name.
-    pub pending_inv: Vec<(u32, u32)>,
-}
-
-/// An incoming RDMA WRITE being placed into a guest MR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RxWrite {
-    /// Engine-side sink region standing in for the guest MR.
-    pub stage_key: u32,
-    /// The guest stag the peer named.
-    pub guest_stag: u32,
-    /// Where the next payload byte goes.
-    pub next_va: u64,
-}
-
-/// A snapshot of guest memory answering an incoming RDMA READ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadStage {
-    /// The guest stag the peer named.
-    pub guest_stag: u32,
-    /// First address.
-    pub va: u64,
-    /// Length.
-    pub len: u32,
-    /// Engine-side region holding the snapshot.
-    pub stage_key: u32,
-    /// PSNs of the request and its last response packet: a duplicate READ
-    /// (a retry, possibly from the middle of the response) names a PSN in
-    /// this range, and the engine replays the resource with this key.
-    pub first_psn: u32,
-    /// See `first_psn`.
-    pub last_psn: u32,
 }
 
 impl std::fmt::Debug for Qp {
@@ -289,30 +239,23 @@ impl Qp {
             rq_ci: 0,
             ud_psn: 0,
             engine: None,
-            engine_pd: None,
             inflight: VecDeque::new(),
             recvs: VecDeque::new(),
             sq_stopped: false,
             sq_wait_drain: false,
-            rx_write: None,
-            read_stages: VecDeque::new(),
-            pending_inv: Vec::new(),
         }
     }
 
-    /// Takes every engine staging key this QP holds (send, receive, WRITE
-    /// sink, READ snapshots), leaving the lists empty.
-    pub fn take_stage_keys(&mut self) -> Vec<u32> {
-        let mut v: Vec<u32> = self
-            .inflight
-            .drain(..)
-            .filter_map(|i| i.stage_key)
-            .collect();
-        v.extend(self.recvs.drain(..).filter_map(|r| r.stage_key));
-        v.extend(self.rx_write.take().map(|w| w.stage_key));
-        v.extend(self.read_stages.drain(..).map(|r| r.stage_key));
-        self.pending_inv.clear();
-        v
+    /// Work requests this QP has inside its engine.
+    pub fn engine_work(&self) -> usize {
+        self.inflight.len() + self.recvs.len()
+    }
+
+    /// Forgets the work handed to the engine (QP reset or destroyed: the
+    /// engine goes with it or is reset too).
+    pub fn drop_engine_work(&mut self) {
+        self.inflight.clear();
+        self.recvs.clear();
     }
 
     /// Is this a datagram QP (UD or GSI)?

@@ -118,7 +118,10 @@ fn mr_past_memory_fails_at_use_with_error_cqe() {
     for _ in 0..3 {
         assert_eq!(d.poll_cq(1).unwrap().syndrome, 15);
     }
-    assert!(d.tx.is_empty());
+    // Payload is read from guest memory packet by packet, as hardware does:
+    // what the first page held may have gone out (path MTU 1024: 4 packets),
+    // nothing after the bad page and nothing of the later WQEs.
+    assert!(d.tx.len() <= 4, "{} frames sent", d.tx.len());
     assert!(d.dev.counters().dma_errors >= 1);
     assert_eq!(d.dev.qp_state(2), Some(6));
 }

@@ -38,6 +38,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             max_send_wr: 16,
             max_recv_wr: 16,
             max_sge: 4,
+            ..QpCaps::default()
         },
     );
     let attr = QpAttr {

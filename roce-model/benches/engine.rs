@@ -21,6 +21,7 @@ fn pair(mtu: Mtu) -> (Side, Side) {
             max_send_wr: 1024,
             max_recv_wr: 1024,
             max_sge: 4,
+            ..QpCaps::default()
         };
         Side {
             qp: QueuePair::new(qpn, pd, caps),

@@ -3,7 +3,7 @@
 //! LRH [+ GRH] + BTH..ICRC [+ VCRC].
 
 use crate::error::{CodecError, Result};
-use crate::icrc::IcrcScope;
+use crate::icrc::{IcrcScope, ICRC_LEN};
 use crate::packet::{PacketBuilder, RocePacket};
 use crate::wire::{
     udp6_checksum, EthernetHeader, Grh, Ipv4Header, Ipv6Header, Lrh, UdpHeader, ETHERTYPE_IPV4,
@@ -245,10 +245,41 @@ pub struct FrameBuilder {
 }
 
 impl FrameBuilder {
+    /// Bytes of outer headers in front of the BTH: Ethernet (+ VLAN) and
+    /// IPv4 + UDP, IPv6 + UDP or the GRH.
+    pub fn header_len(&self) -> usize {
+        let eth = if self.vlan_tci.is_some() { 18 } else { 14 };
+        eth + match self.net {
+            NetParams::Ipv4 { .. } => 20 + UdpHeader::LEN,
+            NetParams::Ipv6 { .. } => Ipv6Header::LEN + UdpHeader::LEN,
+            NetParams::Grh { .. } => Grh::LEN,
+        }
+    }
+
     /// Emit the whole frame (no FCS) with lengths, IPv4 checksum, IPv6 UDP
     /// checksum and ICRC filled in.
     pub fn build(&self, pkt: &PacketBuilder<'_>) -> Result<Vec<u8>> {
-        let mut body = pkt.build_unsealed()?;
+        let body = pkt.build_unsealed()?;
+        let mut out = vec![0u8; self.header_len()];
+        out.extend_from_slice(&body);
+        self.wrap_in_place(&mut out)?;
+        Ok(out)
+    }
+
+    /// Finish a frame in place: `frame[..header_len()]` is room for the outer
+    /// headers, the rest an unsealed BTH..ICRC packet (as
+    /// [`crate::QueuePair::poll_transmit_into`] writes it). Writes the
+    /// headers with their lengths and checksums and seals the ICRC, so a
+    /// payload is never copied to add headers.
+    pub fn wrap_in_place(&self, frame: &mut [u8]) -> Result<()> {
+        let hl = self.header_len();
+        if frame.len() < hl + ICRC_LEN {
+            return Err(CodecError::BufferTooSmall {
+                need: hl + ICRC_LEN,
+                have: frame.len(),
+            });
+        }
+        let body_len = frame.len() - hl;
         let ethertype = match self.net {
             NetParams::Ipv4 { .. } => ETHERTYPE_IPV4,
             NetParams::Ipv6 { .. } => ETHERTYPE_IPV6,
@@ -260,13 +291,13 @@ impl FrameBuilder {
             vlan_tci: self.vlan_tci,
             ethertype,
         };
-        let mut out = Vec::with_capacity(eth.len() + 48 + body.len());
-        eth.emit(&mut out);
+        let e = eth.write(frame);
         let too_long = |n: usize| CodecError::FieldRange {
             field: "frame length",
             value: n as u64,
             bits: 16,
         };
+        let (head, body) = frame.split_at_mut(hl);
         match self.net {
             NetParams::Ipv4 {
                 src,
@@ -276,7 +307,7 @@ impl FrameBuilder {
                 ident,
                 udp_src_port,
             } => {
-                let udp_len = body.len() + UdpHeader::LEN;
+                let udp_len = body_len + UdpHeader::LEN;
                 let total = u16::try_from(udp_len + 20).map_err(|_| too_long(udp_len + 20))?;
                 let ip = Ipv4Header {
                     tos,
@@ -297,9 +328,9 @@ impl FrameBuilder {
                     checksum: 0,
                 }
                 .emit();
-                IcrcScope::Ipv4 { ip: &ip, udp: &udp }.seal(&mut body)?;
-                out.extend_from_slice(&ip);
-                out.extend_from_slice(&udp);
+                IcrcScope::Ipv4 { ip: &ip, udp: &udp }.seal(body)?;
+                head[e..e + 20].copy_from_slice(&ip);
+                head[e + 20..].copy_from_slice(&udp);
             }
             NetParams::Ipv6 {
                 src,
@@ -309,8 +340,8 @@ impl FrameBuilder {
                 hop_limit,
                 udp_src_port,
             } => {
-                let udp_len = u16::try_from(body.len() + UdpHeader::LEN)
-                    .map_err(|_| too_long(body.len() + UdpHeader::LEN))?;
+                let udp_len = u16::try_from(body_len + UdpHeader::LEN)
+                    .map_err(|_| too_long(body_len + UdpHeader::LEN))?;
                 let ip = Ipv6Header {
                     version: 6,
                     traffic_class,
@@ -332,13 +363,14 @@ impl FrameBuilder {
                     ip: &ip,
                     udp: &udp.emit(),
                 }
-                .seal(&mut body)?;
-                let mut l4 = Vec::with_capacity(usize::from(udp_len));
-                l4.extend_from_slice(&udp.emit());
-                l4.extend_from_slice(&body);
-                udp.checksum = udp6_checksum(&src, &dst, &l4);
-                out.extend_from_slice(&ip);
-                out.extend_from_slice(&udp.emit());
+                .seal(body)?;
+                let u = e + Ipv6Header::LEN;
+                head[e..u].copy_from_slice(&ip);
+                head[u..].copy_from_slice(&udp.emit());
+                // The UDP checksum covers the UDP header and the sealed body,
+                // which follow each other in the frame.
+                udp.checksum = udp6_checksum(&src, &dst, &frame[u..]);
+                frame[u..u + UdpHeader::LEN].copy_from_slice(&udp.emit());
             }
             NetParams::Grh {
                 sgid,
@@ -347,7 +379,7 @@ impl FrameBuilder {
                 flow_label,
                 hop_limit,
             } => {
-                let pl = u16::try_from(body.len()).map_err(|_| too_long(body.len()))?;
+                let pl = u16::try_from(body_len).map_err(|_| too_long(body_len))?;
                 let grh = Grh {
                     version: 6,
                     traffic_class,
@@ -359,12 +391,11 @@ impl FrameBuilder {
                     dst: dgid,
                 }
                 .emit();
-                IcrcScope::Grh(&grh).seal(&mut body)?;
-                out.extend_from_slice(&grh);
+                IcrcScope::Grh(&grh).seal(body)?;
+                head[e..].copy_from_slice(&grh);
             }
         }
-        out.extend_from_slice(&body);
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -43,7 +43,10 @@ pub use headers::{
     Header, Ieth, ImmDt, NakCode, Reth,
 };
 pub use icrc::{icrc_grh, icrc_ib, icrc_ipv4, icrc_ipv6, vcrc, IcrcScope, ICRC_LEN};
-pub use mr::{Access, MemError, Memory, MemoryAccess, MemoryRegion, MrKeys, ProtectionDomain};
+pub use mr::{
+    Access, MemError, Memory, MemoryAccess, MemoryRegion, MemoryStore, MrKeys, ProtectionDomain,
+    Span,
+};
 pub use opcode::{HeaderSet, OpKind, Opcode, OpcodeInfo, PayloadRule, Position, Transport};
 pub use packet::{ExtHeaders, PacketBuilder, RocePacket};
 pub use psn::{psn_compare, Psn, PSN_MASK};

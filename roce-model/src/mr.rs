@@ -86,6 +86,11 @@ impl fmt::Debug for Access {
 pub struct ProtectionDomain(u32);
 
 impl ProtectionDomain {
+    /// A domain numbered by its owner: a device whose driver chooses PD
+    /// numbers hands them to the engine as they are.
+    pub const fn new(id: u32) -> ProtectionDomain {
+        ProtectionDomain(id)
+    }
     /// The domain's number.
     pub const fn id(self) -> u32 {
         self.0
@@ -248,15 +253,35 @@ impl MemoryRegion {
     }
 }
 
-/// A checked, resolved range inside one region (result of an access check).
+/// A checked, resolved range inside one region (result of an access check):
+/// the store's own name for the region (`handle`), where the range starts
+/// in it (`offset`, in the store's terms: an offset into an owned buffer, or
+/// a virtual address a device translates) and its length. The engine only
+/// carries it from a check to the reads and writes of that range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
-    slot: u32,
-    offset: usize,
+    handle: u64,
+    offset: u64,
     len: usize,
 }
 
 impl Span {
+    /// A range a [`MemoryStore`] has checked.
+    pub const fn new(handle: u64, offset: u64, len: usize) -> Span {
+        Span {
+            handle,
+            offset,
+            len,
+        }
+    }
+    /// The store's name for the region.
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+    /// Where the range starts, in the store's terms.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
     /// Length of the range.
     pub fn len(&self) -> usize {
         self.len
@@ -265,6 +290,52 @@ impl Span {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// Where byte `at` of a `n`-byte access lies, or an error if the access
+    /// leaves the span.
+    pub fn locate(&self, at: usize, n: usize) -> Result<u64, MemError> {
+        let end = at.checked_add(n);
+        if end.is_none_or(|e| e > self.len) {
+            return Err(MemError::Backing("access past span"));
+        }
+        self.offset
+            .checked_add(at as u64)
+            .ok_or(MemError::Backing("access past span"))
+    }
+}
+
+/// The memory an RC engine works on, lent by the caller at each call that
+/// touches memory ([`crate::QueuePair::poll_transmit`],
+/// [`crate::QueuePair::handle_packet`]): keys, protection domains, rights
+/// and bounds are the store's, so a device can resolve the keys its driver
+/// chose through its own translation tables and move payload straight
+/// between guest memory and frames. [`Memory`] is the engine's own store
+/// (owned buffers, keys it chooses).
+pub trait MemoryStore {
+    /// Check a local access (SGE) through `lkey`; `need` is
+    /// [`Access::LOCAL_WRITE`] for writes, [`Access::NONE`] for reads.
+    fn check_local(
+        &self,
+        pd: ProtectionDomain,
+        lkey: u32,
+        iova: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, MemError>;
+    /// Check a remote access through `rkey` needing one of the REMOTE rights.
+    fn check_remote(
+        &self,
+        pd: ProtectionDomain,
+        rkey: u32,
+        iova: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, MemError>;
+    /// Read `dst.len()` bytes at `at` bytes into a checked span.
+    fn read_span(&self, span: &Span, at: usize, dst: &mut [u8]) -> Result<(), MemError>;
+    /// Write `src` at `at` bytes into a checked span.
+    fn write_span(&mut self, span: &Span, at: usize, src: &[u8]) -> Result<(), MemError>;
+    /// Invalidate `key` on behalf of a queue pair in `pd` (SEND_WITH_INV).
+    fn invalidate_in(&mut self, pd: ProtectionDomain, key: u32) -> Result<(), MemError>;
 }
 
 /// SplitMix64: a tiny seeded generator for key bytes (deterministic in
@@ -446,8 +517,8 @@ impl Memory {
         let oob = MemError::OutOfBounds { key, iova, len };
         let offset = mr.offset_of(iova, len).ok_or(oob.clone())?;
         Ok(Span {
-            slot: key >> 8,
-            offset,
+            handle: u64::from(key >> 8),
+            offset: offset as u64,
             len: usize::try_from(len).map_err(|_| oob)?,
         })
     }
@@ -477,37 +548,34 @@ impl Memory {
         self.check(pd, rkey, iova, len, need)
     }
 
-    fn span_region(&self, span: &Span) -> Result<&MemoryRegion, MemError> {
-        self.slots
-            .get(span.slot as usize)
-            .and_then(Option::as_ref)
-            .ok_or(MemError::InvalidKey(span.slot << 8))
+    fn span_slot(span: &Span) -> Result<usize, MemError> {
+        usize::try_from(span.handle).map_err(|_| MemError::Backing("not a span of this memory"))
     }
 
     /// Read `dst.len()` bytes at `at` bytes into a checked span.
     pub fn read_span(&self, span: &Span, at: usize, dst: &mut [u8]) -> Result<(), MemError> {
-        let end = at.checked_add(dst.len());
-        if end.is_none_or(|e| e > span.len) {
-            return Err(MemError::Backing("read past span"));
-        }
-        self.span_region(span)?
-            .backing
-            .read_at(span.offset + at, dst)
+        let off = span.locate(at, dst.len())?;
+        let slot = Self::span_slot(span)?;
+        let mr = self
+            .slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .ok_or(MemError::InvalidKey((slot as u32) << 8))?;
+        let off = usize::try_from(off).map_err(|_| MemError::Backing("offset"))?;
+        mr.backing.read_at(off, dst)
     }
 
     /// Write `src` at `at` bytes into a checked span.
     pub fn write_span(&mut self, span: &Span, at: usize, src: &[u8]) -> Result<(), MemError> {
-        let end = at.checked_add(src.len());
-        if end.is_none_or(|e| e > span.len) {
-            return Err(MemError::Backing("write past span"));
-        }
-        let slot = span.slot as usize;
+        let off = span.locate(at, src.len())?;
+        let slot = Self::span_slot(span)?;
         let mr = self
             .slots
             .get_mut(slot)
             .and_then(Option::as_mut)
-            .ok_or(MemError::InvalidKey(span.slot << 8))?;
-        mr.backing.write_at(span.offset + at, src)
+            .ok_or(MemError::InvalidKey((slot as u32) << 8))?;
+        let off = usize::try_from(off).map_err(|_| MemError::Backing("offset"))?;
+        mr.backing.write_at(off, src)
     }
 
     /// Convenience for applications and tests: read through a key with no
@@ -539,6 +607,38 @@ impl Memory {
                 len: data.len() as u64,
             })?;
         mr.backing.write_at(off, data)
+    }
+}
+
+impl MemoryStore for Memory {
+    fn check_local(
+        &self,
+        pd: ProtectionDomain,
+        lkey: u32,
+        iova: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, MemError> {
+        Memory::check_local(self, pd, lkey, iova, len, need)
+    }
+    fn check_remote(
+        &self,
+        pd: ProtectionDomain,
+        rkey: u32,
+        iova: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, MemError> {
+        Memory::check_remote(self, pd, rkey, iova, len, need)
+    }
+    fn read_span(&self, span: &Span, at: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        Memory::read_span(self, span, at, dst)
+    }
+    fn write_span(&mut self, span: &Span, at: usize, src: &[u8]) -> Result<(), MemError> {
+        Memory::write_span(self, span, at, src)
+    }
+    fn invalidate_in(&mut self, pd: ProtectionDomain, key: u32) -> Result<(), MemError> {
+        Memory::invalidate_in(self, pd, key)
     }
 }
 

@@ -94,13 +94,23 @@ impl EthernetHeader {
     }
     /// Append to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.dst);
-        out.extend_from_slice(&self.src);
+        let mut b = [0u8; 18];
+        let n = self.write(&mut b);
+        out.extend_from_slice(&b[..n]);
+    }
+    /// Write at the start of `out` (at least [`EthernetHeader::len`] bytes);
+    /// returns the length written.
+    pub fn write(&self, out: &mut [u8]) -> usize {
+        out[0..6].copy_from_slice(&self.dst);
+        out[6..12].copy_from_slice(&self.src);
+        let mut at = 12;
         if let Some(tci) = self.vlan_tci {
-            out.extend_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-            out.extend_from_slice(&tci.to_be_bytes());
+            out[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+            out[14..16].copy_from_slice(&tci.to_be_bytes());
+            at = 16;
         }
-        out.extend_from_slice(&self.ethertype.to_be_bytes());
+        out[at..at + 2].copy_from_slice(&self.ethertype.to_be_bytes());
+        at + 2
     }
 }
 

@@ -1343,6 +1343,7 @@ fn bounded_queues_and_state_checks() {
         max_send_wr: 2,
         max_recv_wr: 1,
         max_sge: 1,
+        ..QpCaps::default()
     };
     let mut qp = QueuePair::new(5, pd, caps);
     assert_eq!(

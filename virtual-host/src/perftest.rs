@@ -486,6 +486,7 @@ impl PerftestServer {
                         max_send_wr: 4,
                         max_recv_wr: rx_depth + 1,
                         max_sge: 1,
+                        ..QpCaps::default()
                     },
                 )?;
                 s.qpn = Some(qpn);
@@ -863,6 +864,7 @@ impl PerftestClient {
                         max_send_wr: 65,
                         max_recv_wr: 1,
                         max_sge: 1,
+                        ..QpCaps::default()
                     },
                 )?;
                 self.qpn = Some(qpn);

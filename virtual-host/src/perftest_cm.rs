@@ -367,12 +367,14 @@ impl PerftestCm {
                 max_send_wr: 2 * DEPTH as usize,
                 max_recv_wr: self.spec.rx_depth as usize + 2,
                 max_sge: 1,
+                ..QpCaps::default()
             }
         } else {
             QpCaps {
                 max_send_wr: 4,
                 max_recv_wr: 4,
                 max_sge: 1,
+                ..QpCaps::default()
             }
         }
     }

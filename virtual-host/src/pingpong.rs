@@ -674,6 +674,7 @@ fn new_session(
         max_send_wr: 4,
         max_recv_wr: spec.rx_depth as usize + 1,
         max_sge: 1,
+        ..QpCaps::default()
     };
     let qpn = match ctx.rdma.create_qp(peer, caps) {
         Ok(q) => q,

@@ -424,6 +424,7 @@ impl Rping {
             max_send_wr: n.max(4),
             max_recv_wr: n.max(4),
             max_sge: 1,
+            ..QpCaps::default()
         }
     }
 

@@ -77,9 +77,15 @@ impl Driver {
     }
 
     pub fn with_config(cfg: ErdmaConfig) -> Driver {
+        Self::with_memory(cfg, MEM_SIZE)
+    }
+
+    /// A driver whose guest has `mem_size` bytes (allocated lazily by the
+    /// host: untouched pages cost nothing).
+    pub fn with_memory(cfg: ErdmaConfig, mem_size: usize) -> Driver {
         Driver {
             dev: ErdmaDevice::new(cfg),
-            mem: VecMemory::new(MEM_BASE, MEM_SIZE),
+            mem: VecMemory::new(MEM_BASE, mem_size),
             now: Duration::from_secs(1),
             next_alloc: MEM_BASE + 0x1000,
             irqs: Vec::new(),
@@ -121,7 +127,7 @@ impl Driver {
         let a = (self.next_alloc + align - 1) & !(align - 1);
         self.next_alloc = a + size;
         assert!(
-            self.next_alloc <= MEM_BASE + MEM_SIZE as u64,
+            self.next_alloc <= MEM_BASE + self.mem.bytes.lock().unwrap().len() as u64,
             "test memory exhausted"
         );
         a

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::{sg_write, QpError, QpState, QueuePair, SendOp, WcStatus};
 use crate::headers::{rnr_timer_usec, AethSyndrome, NakCode};
-use crate::mr::Memory;
+use crate::mr::MemoryStore;
 use crate::opcode::{OpKind, Position};
 use crate::packet::RocePacket;
 use crate::psn::Psn;
@@ -15,7 +15,7 @@ impl QueuePair {
         &mut self,
         pkt: &RocePacket<'_>,
         now: Instant,
-        mem: &mut Memory,
+        mem: &mut dyn MemoryStore,
     ) -> Result<(), QpError> {
         if self.state != QpState::Rts {
             return Err(QpError::Dropped("response while not RTS"));
@@ -187,7 +187,12 @@ impl QueuePair {
     }
 
     /// Place one READ response into the head WQE.
-    fn read_response(&mut self, pkt: &RocePacket<'_>, psn: Psn, mem: &mut Memory) -> ReadOutcome {
+    fn read_response(
+        &mut self,
+        pkt: &RocePacket<'_>,
+        psn: Psn,
+        mem: &mut dyn MemoryStore,
+    ) -> ReadOutcome {
         let pmtu = self.pmtu();
         let pd = self.pd;
         let w = &self.sq[0];

@@ -12,7 +12,9 @@
 //! * [`QueuePair::poll_completion`] yields completion queue entries.
 //!
 //! Time is an [`Instant`] passed in; nothing here reads a clock, sleeps or
-//! does I/O. Memory is a [`Memory`] table passed into the calls that touch it.
+//! does I/O. Memory is a [`MemoryStore`] the caller lends to the calls that touch
+//! it ([`crate::Memory`] for owned buffers, a device's translation for guest
+//! memory).
 
 mod completer;
 mod requester;
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::headers::{Bth, Header};
 use crate::icrc::ICRC_LEN;
-use crate::mr::{Access, MemError, Memory, ProtectionDomain};
+use crate::mr::{Access, MemError, MemoryStore, ProtectionDomain};
 use crate::opcode::Transport;
 use crate::packet::{ExtHeaders, RocePacket};
 use crate::psn::Psn;
@@ -183,6 +185,8 @@ pub struct QpCaps {
     pub max_recv_wr: usize,
     /// SGEs per WR.
     pub max_sge: usize,
+    /// Largest inline payload of a send WR, in bytes.
+    pub max_inline_data: usize,
 }
 
 impl Default for QpCaps {
@@ -191,6 +195,7 @@ impl Default for QpCaps {
             max_send_wr: 256,
             max_recv_wr: 256,
             max_sge: 8,
+            max_inline_data: 256,
         }
     }
 }
@@ -555,7 +560,29 @@ impl QueuePair {
         if wr.sg_list.len() > self.caps.max_sge {
             return Err(QpError::InvalidWr("too many SGEs"));
         }
-        let sg_len = sg_len(&wr.sg_list);
+        let sg_len = if wr.inline_data.is_empty() {
+            sg_len(&wr.sg_list)
+        } else {
+            let inline_ok = matches!(
+                wr.op,
+                SendOp::Send
+                    | SendOp::SendWithImm { .. }
+                    | SendOp::SendWithInv { .. }
+                    | SendOp::RdmaWrite { .. }
+                    | SendOp::RdmaWriteWithImm { .. }
+            );
+            if !inline_ok || !wr.sg_list.is_empty() {
+                return Err(QpError::InvalidWr(
+                    "inline data on a READ/atomic or with SGEs",
+                ));
+            }
+            if wr.inline_data.len() > self.caps.max_inline_data {
+                return Err(QpError::InvalidWr(
+                    "inline data longer than max_inline_data",
+                ));
+            }
+            wr.inline_data.len() as u64
+        };
         if sg_len > MAX_MSG_LEN {
             return Err(QpError::InvalidWr("message longer than 2^31"));
         }
@@ -618,7 +645,7 @@ impl QueuePair {
         &mut self,
         bytes: &[u8],
         now: Instant,
-        mem: &mut Memory,
+        mem: &mut dyn MemoryStore,
     ) -> Result<(), QpError> {
         let pkt = RocePacket::parse(bytes)?;
         self.handle_packet(&pkt, now, mem)
@@ -629,7 +656,7 @@ impl QueuePair {
         &mut self,
         pkt: &RocePacket<'_>,
         now: Instant,
-        mem: &mut Memory,
+        mem: &mut dyn MemoryStore,
     ) -> Result<(), QpError> {
         if pkt.bth.dest_qp != self.qpn {
             return Err(QpError::Dropped("destination QP mismatch"));
@@ -650,18 +677,35 @@ impl QueuePair {
 
     /// The next packet to send, BTH..ICRC with a zero ICRC placeholder.
     /// Responses (ACKs, NAKs, READ responses) go first.
-    pub fn poll_transmit(&mut self, now: Instant, mem: &Memory) -> Option<Vec<u8>> {
-        let pkt = match self.state {
-            QpState::Reset | QpState::Init => None,
-            QpState::Rtr | QpState::Error => self.next_response(mem),
-            QpState::Rts => self
-                .next_response(mem)
-                .or_else(|| self.next_request(now, mem)),
+    pub fn poll_transmit(&mut self, now: Instant, mem: &dyn MemoryStore) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.poll_transmit_into(now, mem, &mut out, 0)
+            .then_some(out)
+    }
+
+    /// Like [`QueuePair::poll_transmit`], but writes the packet into the
+    /// caller's buffer after `headroom` bytes it leaves for the outer
+    /// headers (Ethernet, IP, UDP), so that payload moves from the memory
+    /// store into the frame once. `out` is cleared first; returns whether a
+    /// packet was written (`out[headroom..]` is then BTH..ICRC).
+    pub fn poll_transmit_into(
+        &mut self,
+        now: Instant,
+        mem: &dyn MemoryStore,
+        out: &mut Vec<u8>,
+        headroom: usize,
+    ) -> bool {
+        let sent = match self.state {
+            QpState::Reset | QpState::Init => false,
+            QpState::Rtr | QpState::Error => self.next_response(mem, out, headroom),
+            QpState::Rts => {
+                self.next_response(mem, out, headroom) || self.next_request(now, mem, out, headroom)
+            }
         };
-        if pkt.is_some() {
+        if sent {
             self.stats.tx_packets += 1;
         }
-        pkt
+        sent
     }
 
     /// When [`QueuePair::handle_timeout`] must be called next.
@@ -847,7 +891,7 @@ fn sg_walk(
 
 /// Gather `dst.len()` bytes from `sges` at logical `offset`.
 fn sg_read(
-    mem: &Memory,
+    mem: &dyn MemoryStore,
     pd: ProtectionDomain,
     sges: &[Sge],
     offset: u64,
@@ -867,7 +911,7 @@ fn sg_read(
 
 /// Scatter `src` into `sges` at logical `offset` (needs LOCAL_WRITE).
 fn sg_write(
-    mem: &mut Memory,
+    mem: &mut dyn MemoryStore,
     pd: ProtectionDomain,
     sges: &[Sge],
     offset: u64,
@@ -884,22 +928,26 @@ fn sg_write(
     })
 }
 
-/// Emit BTH + `ext` + a `payload_len`-byte payload filled by `fill`, the
-/// pad, and a zero ICRC.
+/// Write BTH + `ext` + a `payload_len`-byte payload filled by `fill`, the
+/// pad, and a zero ICRC into `out` after `headroom` bytes left for the
+/// caller's outer headers (`out` is cleared first).
 fn emit(
     mut bth: Bth,
     ext: &ExtHeaders,
     payload_len: usize,
+    out: &mut Vec<u8>,
+    headroom: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), MemError>,
-) -> Result<Vec<u8>, MemError> {
+) -> Result<(), MemError> {
     let pad = payload_len.wrapping_neg() & 3;
     bth.pad_cnt = pad as u8;
     let hdr = Bth::LEN + bth.opcode.info().ext_len();
-    let mut out = vec![0u8; hdr + payload_len + pad + ICRC_LEN];
-    bth.write(&mut out)
+    out.clear();
+    out.resize(headroom + hdr + payload_len + pad + ICRC_LEN, 0);
+    let pkt = &mut out[headroom..];
+    bth.write(pkt)
         .map_err(|_| MemError::Backing("BTH encode"))?;
-    ext.write(&mut out[Bth::LEN..])
+    ext.write(&mut pkt[Bth::LEN..])
         .map_err(|_| MemError::Backing("ext header encode"))?;
-    fill(&mut out[hdr..hdr + payload_len])?;
-    Ok(out)
+    fill(&mut pkt[hdr..hdr + payload_len])
 }

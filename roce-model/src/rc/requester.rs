@@ -8,7 +8,7 @@ use super::{
     emit, sg_read, QpState, QueuePair, SendOp, WcStatus, MAX_PKT_PER_ACK, MAX_UNACKED_PSNS,
 };
 use crate::headers::{AtomicEth, Bth, Reth};
-use crate::mr::Memory;
+use crate::mr::{MemError, MemoryStore};
 use crate::opcode::Opcode;
 use crate::packet::ExtHeaders;
 use crate::psn::Psn;
@@ -42,9 +42,15 @@ impl QueuePair {
     }
 
     /// Build the next request packet, if the window, credits and timers allow.
-    pub(super) fn next_request(&mut self, now: Instant, mem: &Memory) -> Option<Vec<u8>> {
+    pub(super) fn next_request(
+        &mut self,
+        now: Instant,
+        mem: &dyn MemoryStore,
+        out: &mut Vec<u8>,
+        headroom: usize,
+    ) -> bool {
         if self.state != QpState::Rts || self.req.rnr_until.is_some() {
-            return None;
+            return false;
         }
         if self.req.need_retry {
             self.req.need_retry = false;
@@ -53,9 +59,11 @@ impl QueuePair {
         }
         let pmtu = self.pmtu();
         let idx = self.req.wqe_idx;
-        let op = self.sq.get(idx)?.wr.op;
+        let Some(op) = self.sq.get(idx).map(|w| w.wr.op) else {
+            return false;
+        };
         if self.req.psn.diff(self.comp.psn) >= MAX_UNACKED_PSNS {
-            return None;
+            return false;
         }
         if op.is_read_or_atomic() {
             let inflight = self
@@ -65,7 +73,7 @@ impl QueuePair {
                 .filter(|w| w.wr.op.is_read_or_atomic())
                 .count();
             if inflight >= usize::from(self.attr.max_rd_atomic) {
-                return None;
+                return false;
             }
         }
         let psn = self.req.psn;
@@ -198,22 +206,28 @@ impl QueuePair {
                     | SendOp::RdmaWriteWithImm { .. }
             );
         let pd = self.pd;
-        let built = emit(bth, &ext, payload_len as usize, |dst| {
+        let built = emit(bth, &ext, payload_len as usize, out, headroom, |dst| {
             if dst.is_empty() {
+                Ok(())
+            } else if !wqe.wr.inline_data.is_empty() {
+                let at = offset as usize;
+                let src = wqe
+                    .wr
+                    .inline_data
+                    .get(at..at + dst.len())
+                    .ok_or(MemError::Backing("inline data"))?;
+                dst.copy_from_slice(src);
                 Ok(())
             } else {
                 sg_read(mem, pd, &wqe.wr.sg_list, u64::from(offset), dst)
             }
         });
-        let pkt = match built {
-            Ok(p) => p,
-            Err(_) => {
-                // Local protection error: this WQE fails, the QP goes to ERROR.
-                self.sq[idx].status = Some(WcStatus::LocProtErr);
-                self.enter_error();
-                return None;
-            }
-        };
+        if built.is_err() {
+            // Local protection error: this WQE fails, the QP goes to ERROR.
+            self.sq[idx].status = Some(WcStatus::LocProtErr);
+            self.enter_error();
+            return false;
+        }
         // Advance.
         self.req.psn = psn.add(psns);
         if ends {
@@ -226,6 +240,6 @@ impl QueuePair {
         if self.req.retrans_at.is_none() {
             self.req.retrans_at = self.attr.ack_timeout().map(|d| now + d);
         }
-        Some(pkt)
+        true
     }
 }

@@ -9,7 +9,7 @@ use super::{
     TakenRecv, WcOpcode, WcStatus, CREDITS_INVALID, MAX_MSG_LEN,
 };
 use crate::headers::{Aeth, AethSyndrome, AtomicAckEth, Bth, NakCode};
-use crate::mr::{Access, Memory};
+use crate::mr::{Access, MemoryStore};
 use crate::opcode::{OpKind, Opcode};
 use crate::packet::{ExtHeaders, RocePacket};
 use crate::psn::Psn;
@@ -81,7 +81,7 @@ impl QueuePair {
         &mut self,
         pkt: &RocePacket<'_>,
         _now: Instant,
-        mem: &mut Memory,
+        mem: &mut dyn MemoryStore,
     ) -> Result<(), QpError> {
         if !matches!(self.state, QpState::Rtr | QpState::Rts) {
             return Err(QpError::Dropped("request while not RTR/RTS"));
@@ -482,10 +482,17 @@ impl QueuePair {
     }
 
     /// The next response packet (ACK / NAK / atomic ACK / READ response).
-    pub(super) fn next_response(&mut self, mem: &Memory) -> Option<Vec<u8>> {
+    pub(super) fn next_response(
+        &mut self,
+        mem: &dyn MemoryStore,
+        out: &mut Vec<u8>,
+        headroom: usize,
+    ) -> bool {
         let dest = self.attr.dest_qpn;
         loop {
-            let item = *self.resp.out.front()?;
+            let Some(&item) = self.resp.out.front() else {
+                return false;
+            };
             match item {
                 RespOut::Ack { psn, syndrome, msn } => {
                     self.resp.out.pop_front();
@@ -494,7 +501,7 @@ impl QueuePair {
                         ..Default::default()
                     };
                     let bth = Bth::new(Opcode::RcAcknowledge, dest, psn.value());
-                    return emit(bth, &ext, 0, |_| Ok(())).ok();
+                    return emit(bth, &ext, 0, out, headroom, |_| Ok(())).is_ok();
                 }
                 RespOut::AtomicAck { psn, orig, msn } => {
                     self.resp.out.pop_front();
@@ -504,7 +511,7 @@ impl QueuePair {
                         ..Default::default()
                     };
                     let bth = Bth::new(Opcode::RcAtomicAcknowledge, dest, psn.value());
-                    return emit(bth, &ext, 0, |_| Ok(())).ok();
+                    return emit(bth, &ext, 0, out, headroom, |_| Ok(())).is_ok();
                 }
                 RespOut::Read(mut r) => {
                     let pmtu = self.pmtu();
@@ -525,7 +532,7 @@ impl QueuePair {
                     }
                     let bth = Bth::new(opcode, dest, r.psn.value());
                     let pd = self.pd;
-                    let built = emit(bth, &ext, n as usize, |dst| {
+                    let built = emit(bth, &ext, n as usize, out, headroom, |dst| {
                         if dst.is_empty() {
                             return Ok(());
                         }
@@ -534,7 +541,7 @@ impl QueuePair {
                         mem.read_span(&span, 0, dst)
                     });
                     match built {
-                        Ok(p) => {
+                        Ok(()) => {
                             r.started = true;
                             r.psn = r.psn.next();
                             r.va = r.va.wrapping_add(n.into());
@@ -544,7 +551,7 @@ impl QueuePair {
                             } else if let Some(front) = self.resp.out.front_mut() {
                                 *front = RespOut::Read(r);
                             }
-                            return Some(p);
+                            return true;
                         }
                         Err(_) => {
                             // The region went away mid-READ: class C remote access error.

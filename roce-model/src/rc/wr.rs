@@ -128,6 +128,10 @@ pub struct SendWr {
     pub signaled: bool,
     /// Set the solicited-event bit on the last packet (SEND, WRITE_WITH_IMM).
     pub solicited: bool,
+    /// Inline payload (`IBV_SEND_INLINE`): the bytes were copied at post
+    /// time and are sent instead of the gather list (SEND and WRITE only;
+    /// at most [`crate::QpCaps::max_inline_data`]).
+    pub inline_data: Vec<u8>,
 }
 
 impl SendWr {
@@ -139,6 +143,14 @@ impl SendWr {
             sg_list,
             signaled: true,
             solicited: false,
+            inline_data: Vec::new(),
+        }
+    }
+    /// An inline SEND or WRITE: `data` is the payload, no gather list.
+    pub fn inline(wr_id: u64, op: SendOp, data: Vec<u8>) -> SendWr {
+        SendWr {
+            inline_data: data,
+            ..SendWr::new(wr_id, op, Vec::new())
         }
     }
     /// Builder-style `signaled`.
