@@ -1,0 +1,286 @@
+//! Memory a hostile driver can make the device hold: payload is never
+//! staged (large SENDs, WRITEs, READs and receives move between guest memory
+//! and frames), the work requests the RC engines hold are bounded per QP and
+//! per device with back-pressure into the driver's rings, and one poll makes
+//! a bounded number of frames.
+//!
+//! The RSS test is alone in this file's first test and measures the whole
+//! process, so the file's other tests run after it (`--test-threads` does
+//! not matter: they take a lock the RSS test holds).
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::*;
+use erdma_device::wqe::op;
+use erdma_device::ErdmaConfig;
+use pci_model::PciDevice;
+
+const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+const IP_A: [u8; 4] = [10, 0, 0, 1];
+const IP_B: [u8; 4] = [10, 0, 0, 2];
+const STAG: u32 = 0x100;
+const VA: u64 = 0x7000_0000;
+
+/// Serializes the tests of this file: the RSS test must not see another
+/// test's allocations.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Side {
+    d: Driver,
+    qp: KQp,
+    buf: u64,
+}
+
+fn side(cfg: ErdmaConfig, ip: [u8; 4], qpn: u32, buf_len: u64) -> Side {
+    let mut d = Driver::with_memory(cfg, (buf_len as usize) + (8 << 20));
+    d.probe(2);
+    assert_eq!(d.set_gid(0, v4_gid(ip)).status, 0);
+    assert_eq!(d.create_cq(1, 1024, 1).status, 0);
+    let (c, qp) = d.create_qp(qpn, false, 1, 64, 64);
+    assert_eq!(c.status, 0);
+    let buf = d.alloc(buf_len, 4096);
+    let pages: Vec<u64> = (0..buf_len / 4096).map(|i| buf + 4096 * i).collect();
+    assert_eq!(d.reg_mr(STAG, 1, VA, buf_len, &pages, 0x1f, true).status, 0);
+    Side {
+        d,
+        qp: qp.expect("QP"),
+        buf,
+    }
+}
+
+fn pair(cfg_a: ErdmaConfig, cfg_b: ErdmaConfig, buf_len: u64) -> (Side, Side) {
+    let mut a = side(cfg_a, IP_A, 2, buf_len);
+    let mut b = side(cfg_b, IP_B, 3, buf_len);
+    for (s, peer_q, mac, ip) in [(&mut a, 3, MAC_B, IP_B), (&mut b, 2, MAC_A, IP_A)] {
+        let av = AvSpec {
+            flow_label: 0,
+            tclass: 0,
+            hop_limit: 64,
+            sl: 0,
+            udp_sport: 0xc001,
+            sgid_index: 0,
+            dmac: mac,
+            dgid: v4_gid(ip),
+        };
+        let q = s.qp.qpn;
+        assert_eq!(s.d.modify_qp(q, 1, 1, None, 0, 0, 0, 0).status, 0);
+        assert_eq!(
+            s.d.modify_qp(q, 2, 1 | 4 | 16 | 32, Some(&av), peer_q, 0, 0, 0)
+                .status,
+            0
+        );
+        assert_eq!(s.d.modify_qp(q, 3, 1 | 8, None, 0, 0, 0, 0).status, 0);
+    }
+    (a, b)
+}
+
+fn send_sqe(len: u32, addr: u64) -> Vec<u8> {
+    let mut s = vec![0u8; 32];
+    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
+    s[12..16].copy_from_slice(&len.to_le_bytes());
+    s[16..24].copy_from_slice(&addr.to_le_bytes());
+    s[24..28].copy_from_slice(&len.to_le_bytes());
+    s[28..32].copy_from_slice(&STAG.to_le_bytes());
+    s
+}
+
+fn write_sqe(len: u32, laddr: u64, remote: u64) -> Vec<u8> {
+    let mut s = vec![0u8; 48];
+    s[..8].copy_from_slice(&sqe_hdr(op::WRITE, 1, true, false).to_le_bytes());
+    s[12..16].copy_from_slice(&len.to_le_bytes());
+    s[16..20].copy_from_slice(&STAG.to_le_bytes());
+    s[20..24].copy_from_slice(&(remote as u32).to_le_bytes());
+    s[24..28].copy_from_slice(&((remote >> 32) as u32).to_le_bytes());
+    s[32..40].copy_from_slice(&laddr.to_le_bytes());
+    s[40..44].copy_from_slice(&len.to_le_bytes());
+    s[44..48].copy_from_slice(&STAG.to_le_bytes());
+    s
+}
+
+fn read_sqe(len: u32, laddr: u64, remote: u64) -> Vec<u8> {
+    let mut r = vec![0u8; 64];
+    r[..8].copy_from_slice(&sqe_hdr(op::READ, 1, true, false).to_le_bytes());
+    r[12..16].copy_from_slice(&len.to_le_bytes());
+    r[16..20].copy_from_slice(&STAG.to_le_bytes());
+    r[20..24].copy_from_slice(&(laddr as u32).to_le_bytes());
+    r[24..28].copy_from_slice(&((laddr >> 32) as u32).to_le_bytes());
+    r[32..40].copy_from_slice(&remote.to_le_bytes());
+    r[40..44].copy_from_slice(&len.to_le_bytes());
+    r[44..48].copy_from_slice(&STAG.to_le_bytes());
+    r
+}
+
+/// One round trip of frames, then `ms` of time for both devices.
+fn round(a: &mut Side, b: &mut Side, ms: u64) -> usize {
+    a.d.poll();
+    let fa = std::mem::take(&mut a.d.tx);
+    for f in &fa {
+        let _ = b.d.receive(f);
+    }
+    b.d.poll();
+    let fb = std::mem::take(&mut b.d.tx);
+    for f in &fb {
+        let _ = a.d.receive(f);
+    }
+    a.d.now += Duration::from_millis(ms);
+    b.d.now += Duration::from_millis(ms);
+    fa.len() + fb.len()
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("resident pages");
+    pages * 4096
+}
+
+/// 24 SENDs of 16 MiB from one 16 MiB buffer to a peer that never posts a
+/// receive (it answers RNR for ever), then 24 READs of 16 MiB from it: the
+/// device used to stage each message (384 MiB for the SENDs alone); now its
+/// memory stays flat.
+#[test]
+fn large_sends_and_reads_take_no_daemon_memory() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const LEN: u64 = 16 << 20;
+    let (mut a, mut b) = pair(ErdmaConfig::new(MAC_A), ErdmaConfig::new(MAC_B), LEN);
+    // Both 16 MiB buffers committed now, so that guest memory is not what
+    // grows below.
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    a.d.mem_write(a.buf, &pattern);
+    b.d.mem_write(b.buf, &pattern);
+    drop(pattern);
+    let before = rss_bytes();
+    for _ in 0..24 {
+        a.d.post_sqe(&mut a.qp, send_sqe(LEN as u32, VA));
+    }
+    let mut frames = 0;
+    for _ in 0..40 {
+        frames += round(&mut a, &mut b, 2);
+    }
+    let after_sends = rss_bytes();
+    assert!(frames > 40, "the SENDs were tried ({frames} frames)");
+    assert!(
+        b.d.dev.counters().rc_retries > 0 || a.d.dev.counters().rc_retries > 0,
+        "RNR retries happened"
+    );
+    let grew = after_sends.saturating_sub(before);
+    assert!(
+        grew < 16 << 20,
+        "24 x 16 MiB SENDs grew the process by {} MiB",
+        grew >> 20
+    );
+    // READs from B's buffer into A's (a second QP pair would do as well;
+    // the first QP's SQ is behind its SENDs, so use B -> A).
+    for _ in 0..24 {
+        b.d.post_sqe(&mut b.qp, read_sqe(LEN as u32, VA, VA));
+    }
+    for _ in 0..40 {
+        round(&mut a, &mut b, 2);
+    }
+    let grew = rss_bytes().saturating_sub(before);
+    assert!(
+        grew < 16 << 20,
+        "24 x 16 MiB READs grew the process by {} MiB",
+        grew >> 20
+    );
+    assert!(a.d.dev.counters().engine_wrs_live <= 64 + 64);
+}
+
+/// A device whose engines may hold 6 work requests (4 per QP direction):
+/// the driver posts 24 SENDs to a peer with no receives; the engines never
+/// hold more than the budget, the rest waits in the SQ (counted), and once
+/// the peer posts receives every SEND completes, in order, nothing lost.
+#[test]
+fn engine_work_is_bounded_and_back_pressured() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = ErdmaConfig::new(MAC_A);
+    cfg.max_engine_wrs = 6;
+    cfg.max_wrs_per_qp = 4;
+    let (mut a, mut b) = pair(cfg, ErdmaConfig::new(MAC_B), 1 << 20);
+    a.d.mem_write(a.buf, b"bounded!");
+    for _ in 0..24 {
+        a.d.post_sqe(&mut a.qp, send_sqe(8, VA));
+    }
+    for _ in 0..10 {
+        round(&mut a, &mut b, 1);
+        let c = a.d.dev.counters();
+        assert!(c.engine_wrs_live <= 4, "engine holds {}", c.engine_wrs_live);
+    }
+    assert!(a.d.dev.counters().engine_wr_stalls > 0, "stalls counted");
+    assert!(
+        a.d.poll_cq(1).is_none(),
+        "nothing completed without receives"
+    );
+    for i in 0..24 {
+        b.d.post_recv(&mut b.qp, VA + 64 * i, 64, STAG);
+    }
+    let mut done = Vec::new();
+    for _ in 0..400 {
+        round(&mut a, &mut b, 1);
+        while let Some(wc) = a.d.poll_cq(1) {
+            assert_eq!(wc.syndrome, 0);
+            done.push(wc.qe_idx);
+        }
+        if done.len() == 24 {
+            break;
+        }
+    }
+    assert_eq!(done, (0..24).collect::<Vec<u32>>(), "every SEND, in order");
+    for i in 0..24u64 {
+        assert_eq!(b.d.mem_read(b.buf + 64 * i, 8), b"bounded!");
+    }
+    assert_eq!(a.d.dev.counters().engine_wrs_live, 0);
+}
+
+/// One poll makes at most `max_tx_frames_per_poll` frames; the device asks
+/// to be polled again at once while RC frames wait, and the whole message
+/// arrives.
+#[test]
+fn frames_per_poll_are_bounded() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = ErdmaConfig::new(MAC_A);
+    cfg.max_tx_frames_per_poll = 8;
+    let (mut a, mut b) = pair(cfg, ErdmaConfig::new(MAC_B), 1 << 20);
+    let data: Vec<u8> = (0..(256u32 << 10)).map(|i| (i % 241) as u8).collect();
+    a.d.mem_write(a.buf, &data);
+    a.d.post_sqe(
+        &mut a.qp,
+        write_sqe(data.len() as u32, VA, VA + (512 << 10)),
+    );
+    a.d.poll();
+    assert_eq!(a.d.tx.len(), 8, "the first poll stops at its budget");
+    let now = a.d.now;
+    assert_eq!(
+        a.d.dev.next_timeout(),
+        Some(now),
+        "more to send: poll again now"
+    );
+    let mut max_per_call = 0;
+    let mut to_b = std::mem::take(&mut a.d.tx);
+    for _ in 0..2000 {
+        for f in std::mem::take(&mut to_b) {
+            let _ = b.d.receive(&f);
+        }
+        for f in std::mem::take(&mut b.d.tx) {
+            let _ = a.d.receive(&f);
+            max_per_call = max_per_call.max(a.d.tx.len());
+            to_b.append(&mut a.d.tx);
+        }
+        a.d.poll();
+        max_per_call = max_per_call.max(a.d.tx.len());
+        to_b.append(&mut a.d.tx);
+        if let Some(wc) = a.d.poll_cq(1) {
+            assert_eq!(wc.syndrome, 0);
+            break;
+        }
+    }
+    assert!(max_per_call <= 8, "frames made by one call: {max_per_call}");
+    assert_eq!(b.d.mem_read(b.buf + (512 << 10), data.len()), data);
+}
