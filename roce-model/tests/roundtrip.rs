@@ -436,3 +436,131 @@ fn parser_rejects_malformed() {
         Err(CodecError::IcrcMismatch { .. })
     ));
 }
+
+/// An engine's packet written into a frame after header room and finished
+/// in place is the frame `FrameBuilder::build` makes of the same packet,
+/// for every network layer.
+#[test]
+fn transmit_into_a_frame_equals_build() {
+    use std::time::Instant;
+    let mut mem = Memory::new(7);
+    let pd = mem.alloc_pd();
+    let data: Vec<u8> = (0..3000u32).map(|i| (i % 253) as u8).collect();
+    let k = mem
+        .register(pd, 0x1000, data.clone(), Access::LOCAL_WRITE)
+        .unwrap();
+    let nets = [
+        NetParams::Ipv4 {
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 0, 2],
+            tos: 0,
+            ttl: 64,
+            ident: 9,
+            udp_src_port: 0xc000,
+        },
+        NetParams::Ipv6 {
+            src: [0xfe; 16],
+            dst: [0xfd; 16],
+            traffic_class: 0,
+            flow_label: 5,
+            hop_limit: 64,
+            udp_src_port: 0xc000,
+        },
+        NetParams::Grh {
+            sgid: [1; 16],
+            dgid: [2; 16],
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        },
+    ];
+    for net in nets {
+        for vlan_tci in [None, Some(7)] {
+            let fb = FrameBuilder {
+                dst_mac: [2, 0, 0, 0, 0, 2],
+                src_mac: [2, 0, 0, 0, 0, 1],
+                vlan_tci,
+                net,
+            };
+            let mut qp = QueuePair::new(0x11, pd, QpCaps::default());
+            qp.connect(&QpAttr {
+                dest_qpn: 0x22,
+                pmtu: Mtu::Mtu1024,
+                ..QpAttr::default()
+            })
+            .unwrap();
+            qp.post_send(SendWr::new(
+                1,
+                SendOp::Send,
+                vec![Sge::new(0x1000, 3000, k.lkey)],
+            ))
+            .unwrap();
+            let now = Instant::now();
+            let mut n = 0;
+            let mut frame = Vec::new();
+            while qp.poll_transmit_into(now, &mem, &mut frame, fb.header_len()) {
+                let pkt = RocePacket::parse(&frame[fb.header_len()..]).unwrap();
+                let built = fb.build(&pkt.to_builder()).unwrap();
+                fb.wrap_in_place(&mut frame).unwrap();
+                assert_eq!(frame, built, "packet {n}");
+                let f = RoceFrame::parse(&frame).unwrap();
+                if !matches!(net, NetParams::Grh { .. }) {
+                    f.verify_icrc().unwrap();
+                }
+                assert_eq!(
+                    f.packet.payload,
+                    &data[n * 1024..(n * 1024 + 1024).min(3000)]
+                );
+                n += 1;
+            }
+            assert_eq!(n, 3);
+        }
+    }
+    // A buffer too short for the headers is an error, not a panic.
+    let fb = FrameBuilder {
+        dst_mac: [0; 6],
+        src_mac: [0; 6],
+        vlan_tci: None,
+        net: nets[0],
+    };
+    assert!(fb.wrap_in_place(&mut [0u8; 20]).is_err());
+}
+
+/// Inline payload is sent as the work request carries it; inline data on
+/// a READ, or beyond `max_inline_data`, is refused at post time.
+#[test]
+fn inline_sends() {
+    use std::time::Instant;
+    let mem = Memory::new(3);
+    let pd = ProtectionDomain::new(4);
+    let mut qp = QueuePair::new(
+        0x11,
+        pd,
+        QpCaps {
+            max_inline_data: 16,
+            ..QpCaps::default()
+        },
+    );
+    qp.connect(&QpAttr {
+        dest_qpn: 0x22,
+        ..QpAttr::default()
+    })
+    .unwrap();
+    qp.post_send(SendWr::inline(1, SendOp::Send, b"inline!".to_vec()))
+        .unwrap();
+    assert!(qp
+        .post_send(SendWr::inline(2, SendOp::Send, vec![0; 17]))
+        .is_err());
+    assert!(qp
+        .post_send(SendWr::inline(
+            3,
+            SendOp::RdmaRead {
+                remote_addr: 0,
+                rkey: 1
+            },
+            vec![1]
+        ))
+        .is_err());
+    let pkt = qp.poll_transmit(Instant::now(), &mem).unwrap();
+    assert_eq!(RocePacket::parse(&pkt).unwrap().payload, b"inline!");
+}
