@@ -657,10 +657,9 @@ impl ErdmaDevice {
     fn run_cmdq(&mut self, io: &mut DeviceIo<'_>) {
         for _ in 0..self.cfg.poll_budget {
             let Some(q) = self.cmdq.as_ref() else { return };
-            if q.sq_ci == q.sq_pi {
+            if q.sq_ci == q.sq_pi || !self.process_one_command(io) {
                 return;
             }
-            self.process_one_command(io);
         }
     }
 }

@@ -159,6 +159,65 @@ fn sq_producer_index_beyond_ring_is_refused() {
     assert_eq!(c.wqes_executed, 0);
 }
 
+/// Issue 24 (1): a CMDQ SQ doorbell whose PI cuts a command, is more than
+/// the ring ahead, or lies behind the CI used to replay stale commands for
+/// ever (the CI, stepping 4 WQEBBs at a time, never landed on the PI) and
+/// kept `poll` asking to run: one register write spun the port's pump.
+#[test]
+fn cmdq_doorbell_off_boundary_or_beyond_ring_is_refused() {
+    let mut d = ready();
+    // A well-formed QUERY_FW_INFO at the driver's PI, as erdma_post_cmd
+    // writes it; only the doorbells below are wrong.
+    let write_cmd = |d: &mut Driver, wqebbs: u64| {
+        let start = d.sq_pi;
+        let hdr = (1u64 << 24)
+            | (2u64 << 16)
+            | u64::from(start.wrapping_add(4))
+            | (7u64 << 32)
+            | ((wqebbs - 1) << 52);
+        let mut slot = [0u8; 128];
+        slot[..8].copy_from_slice(&hdr.to_le_bytes());
+        let a = d.sq.addr + u64::from(u32::from(start) & (d.sq.depth - 1)) * 32;
+        d.mem_write(a, &slot);
+    };
+    let pi = d.sq_pi;
+    let bad_pis = [
+        (4, pi.wrapping_add(1)),                     // mid-command
+        (4, pi.wrapping_add(6)),                     // one command and a half
+        (4, pi.wrapping_add(CMDQ_DEPTH as u16 + 4)), // more than the ring ahead
+        (4, pi.wrapping_sub(4)),                     // behind the CI
+        (8, pi.wrapping_add(4)),                     // the header claims 8 WQEBBs
+    ];
+    for (wqebbs, bad_pi) in bad_pis {
+        write_cmd(&mut d, wqebbs);
+        let before = d.dev.counters();
+        d.write64(off::CMDQ_SQDB, u64::from(bad_pi));
+        d.poll();
+        // The device does not ask to be polled again at once (the spin)...
+        let t = d.dev.next_timeout();
+        assert!(
+            t.is_none_or(|t| t > d.now),
+            "PI {bad_pi}: next_timeout {t:?}"
+        );
+        // ... nothing stale (or half a command) was executed or completed...
+        let c = d.dev.counters();
+        assert_eq!(c.cmd_cqes_written, before.cmd_cqes_written, "PI {bad_pi}");
+        assert_eq!(c.cmd_common_ok, before.cmd_common_ok, "PI {bad_pi}");
+        assert_eq!(c.cmd_rdma_ok, before.cmd_rdma_ok, "PI {bad_pi}");
+        // ... and the doorbell was counted as bad.
+        assert_eq!(c.bad_doorbells, before.bad_doorbells + 1, "PI {bad_pi}");
+        for _ in 0..3 {
+            d.poll();
+        }
+        assert_eq!(d.dev.counters(), c, "PI {bad_pi}: nothing replayed");
+    }
+    // The queue goes on from where the device stopped: the driver's next
+    // well-formed command (written over the refused one) completes.
+    let fw = d.cmd(1, 2, &[0u8; 8]);
+    assert_eq!(fw.status, 0);
+    assert_ne!(fw.r0 as u32, 0);
+}
+
 #[test]
 fn doorbell_flood_and_garbage_sqes() {
     let mut d = ready();
