@@ -869,6 +869,11 @@ impl ErdmaDevice {
             if size == 0 || size > (1u64 << self.cfg.max_mr_size_log2) {
                 return Err(status::INVALID);
             }
+            // A range wrapping past 2^64 (the kernel never registers one)
+            // would make every offset computed inside the MR overflow.
+            if crate::mr::range_end(start_va, size).is_none() {
+                return Err(status::INVALID);
+            }
             let psize = 1u64 << page_log2;
             let span = (start_va & (psize - 1)) + size;
             if span.div_ceil(psize) > u64::from(mtt_cnt) {

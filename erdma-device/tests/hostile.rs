@@ -123,6 +123,95 @@ fn mr_past_memory_fails_at_use_with_error_cqe() {
     assert_eq!(d.dev.qp_state(2), Some(6));
 }
 
+/// QP 2 (PD 1, CQ 1) in RTS towards 10.0.0.1.
+fn rts_qp(d: &mut Driver) -> KQp {
+    let (_, qp) = d.create_qp(2, false, 1, 64, 64);
+    let qp = qp.unwrap();
+    let av = AvSpec {
+        flow_label: 0,
+        tclass: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 1,
+        sgid_index: 0,
+        dmac: [2, 0, 0, 0, 0, 1],
+        dgid: v4_gid([10, 0, 0, 1]),
+    };
+    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
+    assert_eq!(
+        d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
+        0
+    );
+    assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+    qp
+}
+
+/// A SEND of `len` bytes gathered from `[va, va + len)` through `lkey`.
+fn send_from(d: &mut Driver, qp: &mut KQp, va: u64, len: u32, lkey: u32) {
+    let mut s = vec![0u8; 32];
+    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
+    s[12..16].copy_from_slice(&len.to_le_bytes());
+    s[16..24].copy_from_slice(&va.to_le_bytes());
+    s[24..28].copy_from_slice(&len.to_le_bytes());
+    s[28..32].copy_from_slice(&lkey.to_le_bytes());
+    d.post_sqe(qp, s);
+    d.poll();
+}
+
+/// Issue 24 (2): REG_MR took a range wrapping past 2^64, and a WQE reading
+/// through it overflowed in `MemRegion::for_each_piece` (a panic with
+/// overflow checks, as here in the debug test profile).
+#[test]
+fn reg_mr_range_wrapping_past_2_64_is_refused() {
+    let mut d = ready();
+    let mut qp = rts_qp(&mut d);
+    let pages = [d.alloc(4096, 4096), d.alloc(4096, 4096)];
+    let va = u64::MAX - 4095; // last page of the address space
+    let reg = d.reg_mr(0x100, 1, va, 8192, &pages, 0x1e, false).status;
+    // The access comes first: before the fix it panicked right here.
+    send_from(&mut d, &mut qp, va, 8192, 0x100);
+    assert_eq!(reg, 1, "REG_MR of a wrapping range: INVALID");
+    let wc = d.poll_cq(1).expect("a completion for the SEND");
+    assert_eq!(wc.syndrome, 10, "no such MR: send stag invalid");
+    assert!(d.tx.is_empty());
+    assert_eq!(d.dev.counters().mrs_live, 0);
+}
+
+/// The same range set by a fast-register WQE (an FRMR, erdma_map_mr_sg):
+/// the MR allows no access, and using it is an error completion, not an
+/// overflow.
+#[test]
+fn fast_registered_mr_wrapping_past_2_64_allows_no_access() {
+    let mut d = ready();
+    let mut qp = rts_qp(&mut d);
+    // erdma_ib_alloc_mr: an invalid FRMR with an MTT buffer.
+    let mtt = d.alloc(8 * 8, 64);
+    let mut req = [0u8; 64];
+    req[8..12].copy_from_slice(&0x30u32.to_le_bytes());
+    let cfg1 = (1u32 << 12) | (1 << 6) | (0x1e << 1);
+    req[12..16].copy_from_slice(&cfg1.to_le_bytes());
+    req[28..32].copy_from_slice(&((12u32 << 27) | (1 << 20) | 8).to_le_bytes());
+    req[32..40].copy_from_slice(&mtt.to_le_bytes());
+    assert_eq!(d.cmd(0, 8, &req).status, 0);
+    let pages = [d.alloc(4096, 4096), d.alloc(4096, 4096)];
+    let va = u64::MAX - 4095;
+    let mut s = vec![0u8; 64];
+    s[..8].copy_from_slice(&sqe_hdr(op::REG_MR, 0, true, false).to_le_bytes());
+    s[8..16].copy_from_slice(&va.to_le_bytes());
+    s[16..20].copy_from_slice(&8192u32.to_le_bytes());
+    s[20..24].copy_from_slice(&0x3007u32.to_le_bytes());
+    s[24..28].copy_from_slice(&((0x1eu32 << 1) | (2 << 12)).to_le_bytes());
+    s[32..40].copy_from_slice(&pages[0].to_le_bytes());
+    s[40..48].copy_from_slice(&pages[1].to_le_bytes());
+    d.post_sqe(&mut qp, s);
+    d.poll();
+    let _ = d.poll_cq(1).expect("fast-register completion");
+    send_from(&mut d, &mut qp, va, 8192, 0x3007);
+    let wc = d.poll_cq(1).expect("a completion for the SEND");
+    assert_ne!(wc.syndrome, 0, "no access through a wrapping MR");
+    assert!(d.tx.is_empty());
+}
+
 #[test]
 fn out_of_range_qpn_cqn_in_doorbells() {
     let mut d = ready();
