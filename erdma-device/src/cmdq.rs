@@ -394,7 +394,7 @@ impl ErdmaDevice {
         if qtype != 1
             || eqn == 0
             || eqn > u32::from(self.cfg.max_ceqs.min(31))
-            || depth_log2 > 16
+            || !crate::eq::depth_ok(1u32 << depth_log2.min(31))
             || u16::from(vector) >= regs::NUM_MSIX_VEC
             || qbuf == 0
         {
@@ -587,9 +587,11 @@ impl ErdmaDevice {
         let mtt_cnt = field32(cfg1, 31, 16);
         let level = field32(cfg1, 15, 15);
         let eqn = field32(cfg1, 9, 0);
+        // At most 2^23: the CQ doorbell carries 24 bits of CI, and a CQ of
+        // 2^24 entries could never be seen as full (cq_overruns).
         if cqn == 0
             || cqn >= self.cfg.qpn_space() * 2
-            || depth_log2 > u32::from(self.cfg.max_cqe_log2.min(24))
+            || depth_log2 > u32::from(self.cfg.max_cqe_log2.min(23))
         {
             return Err(status::INVALID);
         }

@@ -443,6 +443,42 @@ fn eq_overflow_is_counted() {
     assert!(d.dev.counters().eq_overflows >= 1, "{:?}", d.dev.counters());
 }
 
+/// Issue 24 (3): an AEQ (or CEQ) of 65536 entries was accepted, and the
+/// EQ's 16-bit occupancy (the driver's CI is a u16) never reached its
+/// depth: it was never full, so the device overwrote unconsumed EQEs. Such
+/// depths are refused now: INIT fails (INIT_DONE clear, `init_failures`),
+/// CREATE_EQ answers INVALID.
+#[test]
+fn eq_depths_a_u16_ci_cannot_track_are_refused() {
+    let mut d = ready();
+    // CREATE_EQ of 2^16 entries for CEQ 3: invalid; 2^15 is fine.
+    let ring = d.alloc(16 << 16, 4096);
+    let mut req = [0u8; 32];
+    req[8..16].copy_from_slice(&ring.to_le_bytes());
+    req[16] = 3;
+    req[17] = 3;
+    req[18] = 16;
+    req[19] = 1;
+    assert_eq!(d.cmd(1, 0, &req).status, 1, "CEQ of 2^16 entries");
+    req[18] = 15;
+    assert_eq!(d.cmd(1, 0, &req).status, 0, "CEQ of 2^15 entries");
+    // Re-probe with an AEQ of 65536 entries (the register is 32-bit; the
+    // driver writes 4096): INIT is refused.
+    let aeq = d.alloc(16 << 16, 4096);
+    d.write32(off::DEV_CTRL, regs::CTRL_RESET);
+    d.write32(off::AEQ_ADDR_H, (aeq >> 32) as u32);
+    d.write32(off::AEQ_ADDR_L, aeq as u32);
+    d.write32(off::AEQ_DEPTH, 1 << 16);
+    let failures = d.dev.counters().init_failures;
+    d.write32(off::DEV_CTRL, regs::CTRL_INIT);
+    assert_eq!(d.read32(off::DEV_ST) & regs::ST_INIT_DONE, 0);
+    assert_eq!(d.dev.counters().init_failures, failures + 1);
+    // The deepest ring a u16 CI can track is accepted.
+    d.write32(off::AEQ_DEPTH, 1 << 15);
+    d.write32(off::DEV_CTRL, regs::CTRL_INIT);
+    assert_ne!(d.read32(off::DEV_ST) & regs::ST_INIT_DONE, 0);
+}
+
 #[test]
 fn create_qp_with_unreachable_or_short_ring_fails() {
     let mut d = ready();
