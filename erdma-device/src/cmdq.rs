@@ -159,10 +159,10 @@ impl ErdmaDevice {
                 let hdr = le::u64_at(&buf, 0);
                 cnt = field(hdr, 54, 52) as u16 + 1;
                 if cnt > posted {
-                    // The PI is not on a command boundary (or the header's
-                    // WQEBB count is garbage): consuming `cnt` would step
-                    // the CI past the PI, and it would chase it round the
-                    // ring for ever, replaying stale commands.
+                    // The header's WQEBB count (garbage, or stale ring
+                    // contents) runs past the PI: consuming `cnt` would
+                    // step the CI over the PI, and it would chase it round
+                    // the ring for ever, replaying stale commands.
                     self.refuse_cmdq_doorbell();
                     return false;
                 }
