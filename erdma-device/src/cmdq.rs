@@ -108,13 +108,39 @@ pub mod cap {
     pub const EXTEND_DB: u8 = 1 << 3;
 }
 
+/// WQEBBs of one command (`ERDMA_CMDQ_SQE_SIZE` / `SQEBB_SIZE`).
+const CMDQ_WQEBBS: usize = regs::CMDQ_SQE_SIZE / SQEBB_SIZE as usize;
+
 /// Result of one command.
 type CmdResult = Result<(u64, u64), u8>;
 
 impl ErdmaDevice {
+    /// Refuses the last CMDQ SQ doorbell: counted, its PI forgotten (as the
+    /// data queues do), so nothing past the consumer index is executed and
+    /// `poll` has no command work left. The driver's command times out.
+    fn refuse_cmdq_doorbell(&mut self) {
+        self.counters.bad_doorbells += 1;
+        if let Some(q) = self.cmdq.as_mut() {
+            q.sq_pi = q.sq_ci;
+        }
+    }
+
     /// Reads, executes and completes the command at the SQ consumer index.
-    pub(crate) fn process_one_command(&mut self, io: &mut DeviceIo<'_>) {
-        let Some(q) = self.cmdq.clone() else { return };
+    /// Returns false when the doorbell was refused (its PI is more than the
+    /// ring ahead, or cuts the command at the consumer index): the queue is
+    /// then idle until the next doorbell.
+    pub(crate) fn process_one_command(&mut self, io: &mut DeviceIo<'_>) -> bool {
+        let Some(q) = self.cmdq.clone() else {
+            return false;
+        };
+        // The driver's commands are all CMDQ_SQE_SIZE (4 WQEBBs), so a PI
+        // that is not a whole number of commands past the CI is bad.
+        let Some(posted) = regs::ring_outstanding(q.sq_pi, q.sq_ci, q.sq_depth)
+            .filter(|n| usize::from(*n) % CMDQ_WQEBBS == 0)
+        else {
+            self.refuse_cmdq_doorbell();
+            return false;
+        };
         let mask = q.sq_depth - 1;
         let ci = q.sq_ci;
         let slot = |i: u16| {
@@ -132,6 +158,14 @@ impl ErdmaDevice {
             Ok(()) => {
                 let hdr = le::u64_at(&buf, 0);
                 cnt = field(hdr, 54, 52) as u16 + 1;
+                if cnt > posted {
+                    // The header's WQEBB count (garbage, or stale ring
+                    // contents) runs past the PI: consuming `cnt` would
+                    // step the CI over the PI, and it would chase it round
+                    // the ring for ever, replaying stale commands.
+                    self.refuse_cmdq_doorbell();
+                    return false;
+                }
                 let mut ok = true;
                 for i in 1..cnt {
                     let at = usize::from(i) * 32;
@@ -174,7 +208,9 @@ impl ErdmaDevice {
             Ok((a, b)) => (status::OK, a, b),
             Err(e) => (e, 0, 0),
         };
-        let Some(q) = self.cmdq.as_mut() else { return };
+        let Some(q) = self.cmdq.as_mut() else {
+            return false;
+        };
         q.sq_ci = ci.wrapping_add(cnt);
         let owner = u32::from(q.cq_pi & q.cq_depth == 0);
         let mut cqe = [0u8; 32];
@@ -192,7 +228,7 @@ impl ErdmaDevice {
             || io.dma.write(at, &cqe[..4]).is_err()
         {
             self.counters.dma_errors += 1;
-            return;
+            return true;
         }
         q.cq_pi = q.cq_pi.wrapping_add(1);
         let armed = q.cq_armed;
@@ -200,6 +236,7 @@ impl ErdmaDevice {
         if armed {
             self.cmdq_event(io);
         }
+        true
     }
 
     fn execute(&mut self, hdr: u64, b: &[u8], io: &mut DeviceIo<'_>) -> CmdResult {
@@ -357,7 +394,7 @@ impl ErdmaDevice {
         if qtype != 1
             || eqn == 0
             || eqn > u32::from(self.cfg.max_ceqs.min(31))
-            || depth_log2 > 16
+            || !crate::eq::depth_ok(1u32 << depth_log2.min(31))
             || u16::from(vector) >= regs::NUM_MSIX_VEC
             || qbuf == 0
         {
@@ -550,9 +587,11 @@ impl ErdmaDevice {
         let mtt_cnt = field32(cfg1, 31, 16);
         let level = field32(cfg1, 15, 15);
         let eqn = field32(cfg1, 9, 0);
+        // At most 2^23: the CQ doorbell carries 24 bits of CI, and a CQ of
+        // 2^24 entries could never be seen as full (cq_overruns).
         if cqn == 0
             || cqn >= self.cfg.qpn_space() * 2
-            || depth_log2 > u32::from(self.cfg.max_cqe_log2.min(24))
+            || depth_log2 > u32::from(self.cfg.max_cqe_log2.min(23))
         {
             return Err(status::INVALID);
         }
@@ -831,6 +870,11 @@ impl ErdmaDevice {
         };
         if ty == mr_type::NORMAL {
             if size == 0 || size > (1u64 << self.cfg.max_mr_size_log2) {
+                return Err(status::INVALID);
+            }
+            // A range wrapping past 2^64 (the kernel never registers one)
+            // would make every offset computed inside the MR overflow.
+            if crate::mr::range_end(start_va, size).is_none() {
                 return Err(status::INVALID);
             }
             let psize = 1u64 << page_log2;

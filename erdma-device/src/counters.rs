@@ -32,7 +32,9 @@ pub struct Counters {
     pub cmdq_doorbells: u64,
     /// Doorbells rung (SQ, RQ, CQ, EQ).
     pub doorbells: u64,
-    /// Doorbells naming no object, in no doorbell space, or before INIT.
+    /// Doorbells naming no object, in no doorbell space, before INIT, or
+    /// with a producer index the ring cannot hold (more than the ring
+    /// ahead; for the CMDQ also off a command boundary).
     pub bad_doorbells: u64,
     /// Guest-memory accesses refused by `Dma`.
     pub dma_errors: u64,

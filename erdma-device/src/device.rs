@@ -324,9 +324,10 @@ impl ErdmaDevice {
     fn try_init(&mut self) -> bool {
         let r = &self.regs;
         let pow2 = |v: u32, max: u32| v != 0 && v.is_power_of_two() && v <= max;
+        // EQ depths: see eq::MAX_EQ_DEPTH (the driver's u16 CI).
         if !pow2(r.cmdq_depth, 4096)
             || !pow2(r.cmdq_eq_depth, 4096)
-            || !pow2(r.aeq_depth, 65536)
+            || !crate::eq::depth_ok(r.aeq_depth)
             || r.cmdq_sq_addr == 0
             || r.cmdq_cq_addr == 0
             || r.cmdq_eq_addr == 0
@@ -668,10 +669,9 @@ impl ErdmaDevice {
     fn run_cmdq(&mut self, io: &mut DeviceIo<'_>) {
         for _ in 0..self.cfg.poll_budget {
             let Some(q) = self.cmdq.as_ref() else { return };
-            if q.sq_ci == q.sq_pi {
+            if q.sq_ci == q.sq_pi || !self.process_one_command(io) {
                 return;
             }
-            self.process_one_command(io);
         }
     }
 }

@@ -21,6 +21,21 @@ pub mod ae_type {
     pub const OTHER: u8 = 4;
 }
 
+/// Deepest EQ the device accepts (AEQ_DEPTH, CMDQ_EQ_DEPTH, CREATE_EQ).
+/// The driver's EQ consumer index is a u16 (`struct erdma_eq`) and it finds
+/// the owner phase as `!!(ci & depth)` (`get_next_valid_eqe`): at 65536
+/// entries that is always 0, so the driver could never tell a new pass from
+/// the last one, and the device (seeing only that u16 CI) could never tell
+/// a full EQ from an empty one. 2^15 is the deepest ring a u16 index can
+/// track; the driver itself uses 4096 (`ERDMA_DEFAULT_EQ_DEPTH`).
+pub const MAX_EQ_DEPTH: u32 = 1 << 15;
+
+/// An EQ depth the device accepts: a power of two, at most
+/// [`MAX_EQ_DEPTH`].
+pub fn depth_ok(depth: u32) -> bool {
+    depth.is_power_of_two() && depth <= MAX_EQ_DEPTH
+}
+
 /// Outcome of writing an EQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EqPush {
@@ -70,14 +85,17 @@ impl EventQueue {
     }
 
     fn outstanding(&self) -> u32 {
-        // The driver's EQ consumer index is a u16.
+        // The driver's EQ consumer index is a u16: the difference is only
+        // meaningful modulo 2^16, which is why depths stop at MAX_EQ_DEPTH.
         (self.pi.wrapping_sub(self.ci)) & 0xffff
     }
 
     /// Writes one EQE (`words` = the 16 bytes minus the owner bit, which is
     /// set here in bit 31 of the first dword).
     pub fn push(&mut self, dma: &dyn Dma, mut eqe: [u8; 16]) -> EqPush {
-        if self.depth == 0 || self.outstanding() >= self.depth {
+        // A depth the checks above refuse never gets here; an EQ built
+        // with one anyway takes nothing rather than overwrite entries.
+        if !depth_ok(self.depth) || self.outstanding() >= self.depth {
             return EqPush::Full;
         }
         let owner = u32::from(self.pi & self.depth == 0);
@@ -135,4 +153,31 @@ pub fn aeqe(ty: u8, subtype: u8, data0: u32, data1: u32) -> [u8; 16] {
     e[4..8].copy_from_slice(&data0.to_le_bytes());
     e[8..12].copy_from_slice(&data1.to_le_bytes());
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pci_model::VecMemory;
+
+    /// The deepest EQ is seen full after exactly `depth` unconsumed EQEs
+    /// (issue 24: at 65536 a 16-bit difference never reached the depth).
+    #[test]
+    fn deepest_eq_is_seen_full() {
+        let depth = MAX_EQ_DEPTH;
+        let mem = VecMemory::new(0x1000, depth as usize * 16);
+        let mut eq = EventQueue::new(0x1000, depth, 0, 0);
+        for i in 0..depth {
+            assert_ne!(eq.push(&mem, [0; 16]), EqPush::Full, "EQE {i}");
+        }
+        assert_eq!(eq.push(&mem, [0; 16]), EqPush::Full);
+        // The driver consumes one (CI as its u16) and there is room again.
+        assert_eq!(eq.doorbell(1, false), None);
+        assert_ne!(eq.push(&mem, [0; 16]), EqPush::Full);
+        assert_eq!(eq.push(&mem, [0; 16]), EqPush::Full);
+        // A depth a u16 CI cannot track takes nothing.
+        assert!(!depth_ok(1 << 16));
+        let mut big = EventQueue::new(0x1000, 1 << 16, 0, 0);
+        assert_eq!(big.push(&mem, [0; 16]), EqPush::Full);
+    }
 }

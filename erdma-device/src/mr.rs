@@ -123,12 +123,18 @@ impl Mtt {
                         .checked_pow(u32::from(lvl) - 1)
                         .ok_or(XlateError::BadMtt)?;
                     let i = (idx / span) % per;
-                    let at = table.checked_add(i * 8).ok_or(XlateError::BadMtt)?;
+                    let at = i
+                        .checked_mul(8)
+                        .and_then(|o| table.checked_add(o))
+                        .ok_or(XlateError::BadMtt)?;
                     table = dma.read_u64_le(at)?;
                     lvl -= 1;
                 }
                 let i = if level > 1 { idx % per } else { idx };
-                let at = table.checked_add(i * 8).ok_or(XlateError::BadMtt)?;
+                let at = i
+                    .checked_mul(8)
+                    .and_then(|o| table.checked_add(o))
+                    .ok_or(XlateError::BadMtt)?;
                 Ok(dma.read_u64_le(at)?)
             }
         }
@@ -159,8 +165,9 @@ impl Mtt {
                 return Err(XlateError::BadMtt);
             }
             dma.read_u64_le(root)?;
-            let last = root
-                .checked_add((top_entries - 1) * 8)
+            let last = (top_entries - 1)
+                .checked_mul(8)
+                .and_then(|o| root.checked_add(o))
                 .ok_or(XlateError::BadMtt)?;
             dma.read_u64_le(last)?;
             // And the first data page resolves and is guest memory (as a
@@ -170,6 +177,14 @@ impl Mtt {
         }
         Ok(())
     }
+}
+
+/// End (exclusive) of the range `[va, va + len)`, or `None` when it wraps
+/// past 2^64. No driver registers such a range (the kernel's
+/// `ib_umem_get` refuses `addr + size < addr`), and every offset computed
+/// inside an MR relies on its end being representable.
+pub fn range_end(va: u64, len: u64) -> Option<u64> {
+    va.checked_add(len)
 }
 
 /// A buffer (queue) described by an MTT, a page size and a first-page
@@ -188,12 +203,15 @@ impl PagedBuf {
     /// Guest address of byte `off` of the buffer (the caller keeps accesses
     /// inside one page: queue elements are 16/32-byte aligned).
     pub fn addr(&self, dma: &dyn Dma, off: u64) -> Result<u64, XlateError> {
-        if let Mtt::Physical = self.mtt {
-            return Ok(self.offset.wrapping_add(off));
-        }
         let pos = self.offset.checked_add(off).ok_or(XlateError::OutOfRange)?;
+        if let Mtt::Physical = self.mtt {
+            return Ok(pos);
+        }
+        let psize = 1u64
+            .checked_shl(self.page_shift)
+            .ok_or(XlateError::BadMtt)?;
         let page = pos >> self.page_shift;
-        let within = pos & ((1u64 << self.page_shift) - 1);
+        let within = pos & (psize - 1);
         let base = self.mtt.page(dma, page)?;
         base.checked_add(within).ok_or(XlateError::OutOfRange)
     }
@@ -242,11 +260,14 @@ impl MemRegion {
         (self.mpt_idx << 8) | u32::from(self.key)
     }
 
-    /// Bounds check of `[va, va + len)` (DMA MRs cover everything).
+    /// Bounds check of `[va, va + len)` (DMA MRs cover everything). An MR
+    /// whose own range wraps past 2^64 (REG_MR refuses one, a fast-register
+    /// WQE might still describe one) allows no access at all.
     pub fn check(&self, va: u64, len: u64) -> Result<(), XlateError> {
         if self.mr_type == mr_type::DMA {
             return Ok(());
         }
+        range_end(self.va, self.len).ok_or(XlateError::OutOfRange)?;
         let off = va.checked_sub(self.va).ok_or(XlateError::OutOfRange)?;
         let end = off.checked_add(len).ok_or(XlateError::OutOfRange)?;
         if end > self.len {
@@ -271,12 +292,18 @@ impl MemRegion {
             let n = usize::try_from(len).map_err(|_| XlateError::OutOfRange)?;
             return f(va, n);
         }
-        let psize = 1u64 << self.page_shift;
+        // Checked arithmetic throughout: the fields are the driver's (the
+        // page shift included), and `check` only bounds the range.
+        let psize = 1u64
+            .checked_shl(self.page_shift)
+            .ok_or(XlateError::BadMtt)?;
         let first_page = self.va >> self.page_shift;
         let mut cur = va;
         let mut left = len;
         while left > 0 {
-            let idx = (cur >> self.page_shift) - first_page;
+            let idx = (cur >> self.page_shift)
+                .checked_sub(first_page)
+                .ok_or(XlateError::OutOfRange)?;
             let within = cur & (psize - 1);
             let chunk = (psize - within).min(left);
             let base = self.mtt.page(dma, idx)?;
@@ -284,9 +311,12 @@ impl MemRegion {
             let pa = (base & !(psize - 1))
                 .checked_add(within)
                 .ok_or(XlateError::OutOfRange)?;
-            f(pa, chunk as usize)?;
-            cur += chunk;
+            let n = usize::try_from(chunk).map_err(|_| XlateError::OutOfRange)?;
+            f(pa, n)?;
             left -= chunk;
+            if left > 0 {
+                cur = cur.checked_add(chunk).ok_or(XlateError::OutOfRange)?;
+            }
         }
         Ok(())
     }
@@ -295,7 +325,7 @@ impl MemRegion {
     pub fn read(&self, dma: &dyn Dma, va: u64, buf: &mut [u8]) -> Result<(), XlateError> {
         let mut at = 0usize;
         self.for_each_piece(dma, va, buf.len() as u64, |pa, n| {
-            let end = at + n;
+            let end = at.checked_add(n).ok_or(XlateError::OutOfRange)?;
             let dst = buf.get_mut(at..end).ok_or(XlateError::OutOfRange)?;
             dma.read(pa, dst)?;
             at = end;
@@ -307,7 +337,7 @@ impl MemRegion {
     pub fn write(&self, dma: &dyn Dma, va: u64, data: &[u8]) -> Result<(), XlateError> {
         let mut at = 0usize;
         self.for_each_piece(dma, va, data.len() as u64, |pa, n| {
-            let end = at + n;
+            let end = at.checked_add(n).ok_or(XlateError::OutOfRange)?;
             let src = data.get(at..end).ok_or(XlateError::OutOfRange)?;
             dma.write(pa, src)?;
             at = end;

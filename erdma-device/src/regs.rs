@@ -134,6 +134,18 @@ pub const MAX_WQEBB_PER_SQE: u64 = 4;
 /// Hardware page shift.
 pub const HW_PAGE_SHIFT: u32 = 12;
 
+/// WQEBBs a producer index announces past a consumer index on a ring of
+/// `depth` entries: indices are free-running u16s, so the difference is
+/// taken modulo 2^16. `None` when that is more than the ring holds: the
+/// doorbell is bad (stale or hostile) and must be refused, or the device
+/// would replay old ring contents (and, with a PI it can never land on,
+/// never stop).
+#[inline]
+pub fn ring_outstanding(pi: u16, ci: u16, depth: u32) -> Option<u16> {
+    let n = pi.wrapping_sub(ci);
+    (u32::from(n) <= depth).then_some(n)
+}
+
 /// `GENMASK_ULL(h, l)` field extraction.
 #[inline]
 pub const fn field(v: u64, h: u32, l: u32) -> u64 {

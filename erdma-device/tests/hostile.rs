@@ -126,6 +126,95 @@ fn mr_past_memory_fails_at_use_with_error_cqe() {
     assert_eq!(d.dev.qp_state(2), Some(6));
 }
 
+/// QP 2 (PD 1, CQ 1) in RTS towards 10.0.0.1.
+fn rts_qp(d: &mut Driver) -> KQp {
+    let (_, qp) = d.create_qp(2, false, 1, 64, 64);
+    let qp = qp.unwrap();
+    let av = AvSpec {
+        flow_label: 0,
+        tclass: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 1,
+        sgid_index: 0,
+        dmac: [2, 0, 0, 0, 0, 1],
+        dgid: v4_gid([10, 0, 0, 1]),
+    };
+    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
+    assert_eq!(
+        d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
+        0
+    );
+    assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+    qp
+}
+
+/// A SEND of `len` bytes gathered from `[va, va + len)` through `lkey`.
+fn send_from(d: &mut Driver, qp: &mut KQp, va: u64, len: u32, lkey: u32) {
+    let mut s = vec![0u8; 32];
+    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
+    s[12..16].copy_from_slice(&len.to_le_bytes());
+    s[16..24].copy_from_slice(&va.to_le_bytes());
+    s[24..28].copy_from_slice(&len.to_le_bytes());
+    s[28..32].copy_from_slice(&lkey.to_le_bytes());
+    d.post_sqe(qp, s);
+    d.poll();
+}
+
+/// Issue 24 (2): REG_MR took a range wrapping past 2^64, and a WQE reading
+/// through it overflowed in `MemRegion::for_each_piece` (a panic with
+/// overflow checks, as here in the debug test profile).
+#[test]
+fn reg_mr_range_wrapping_past_2_64_is_refused() {
+    let mut d = ready();
+    let mut qp = rts_qp(&mut d);
+    let pages = [d.alloc(4096, 4096), d.alloc(4096, 4096)];
+    let va = u64::MAX - 4095; // last page of the address space
+    let reg = d.reg_mr(0x100, 1, va, 8192, &pages, 0x1e, false).status;
+    // The access comes first: before the fix it panicked right here.
+    send_from(&mut d, &mut qp, va, 8192, 0x100);
+    assert_eq!(reg, 1, "REG_MR of a wrapping range: INVALID");
+    let wc = d.poll_cq(1).expect("a completion for the SEND");
+    assert_eq!(wc.syndrome, 10, "no such MR: send stag invalid");
+    assert!(d.tx.is_empty());
+    assert_eq!(d.dev.counters().mrs_live, 0);
+}
+
+/// The same range set by a fast-register WQE (an FRMR, erdma_map_mr_sg):
+/// the MR allows no access, and using it is an error completion, not an
+/// overflow.
+#[test]
+fn fast_registered_mr_wrapping_past_2_64_allows_no_access() {
+    let mut d = ready();
+    let mut qp = rts_qp(&mut d);
+    // erdma_ib_alloc_mr: an invalid FRMR with an MTT buffer.
+    let mtt = d.alloc(8 * 8, 64);
+    let mut req = [0u8; 64];
+    req[8..12].copy_from_slice(&0x30u32.to_le_bytes());
+    let cfg1 = (1u32 << 12) | (1 << 6) | (0x1e << 1);
+    req[12..16].copy_from_slice(&cfg1.to_le_bytes());
+    req[28..32].copy_from_slice(&((12u32 << 27) | (1 << 20) | 8).to_le_bytes());
+    req[32..40].copy_from_slice(&mtt.to_le_bytes());
+    assert_eq!(d.cmd(0, 8, &req).status, 0);
+    let pages = [d.alloc(4096, 4096), d.alloc(4096, 4096)];
+    let va = u64::MAX - 4095;
+    let mut s = vec![0u8; 64];
+    s[..8].copy_from_slice(&sqe_hdr(op::REG_MR, 0, true, false).to_le_bytes());
+    s[8..16].copy_from_slice(&va.to_le_bytes());
+    s[16..20].copy_from_slice(&8192u32.to_le_bytes());
+    s[20..24].copy_from_slice(&0x3007u32.to_le_bytes());
+    s[24..28].copy_from_slice(&((0x1eu32 << 1) | (2 << 12)).to_le_bytes());
+    s[32..40].copy_from_slice(&pages[0].to_le_bytes());
+    s[40..48].copy_from_slice(&pages[1].to_le_bytes());
+    d.post_sqe(&mut qp, s);
+    d.poll();
+    let _ = d.poll_cq(1).expect("fast-register completion");
+    send_from(&mut d, &mut qp, va, 8192, 0x3007);
+    let wc = d.poll_cq(1).expect("a completion for the SEND");
+    assert_ne!(wc.syndrome, 0, "no access through a wrapping MR");
+    assert!(d.tx.is_empty());
+}
+
 #[test]
 fn out_of_range_qpn_cqn_in_doorbells() {
     let mut d = ready();
@@ -160,6 +249,65 @@ fn sq_producer_index_beyond_ring_is_refused() {
     let c = d.dev.counters();
     assert_eq!(c.bad_doorbells, before + 2);
     assert_eq!(c.wqes_executed, 0);
+}
+
+/// Issue 24 (1): a CMDQ SQ doorbell whose PI cuts a command, is more than
+/// the ring ahead, or lies behind the CI used to replay stale commands for
+/// ever (the CI, stepping 4 WQEBBs at a time, never landed on the PI) and
+/// kept `poll` asking to run: one register write spun the port's pump.
+#[test]
+fn cmdq_doorbell_off_boundary_or_beyond_ring_is_refused() {
+    let mut d = ready();
+    // A well-formed QUERY_FW_INFO at the driver's PI, as erdma_post_cmd
+    // writes it; only the doorbells below are wrong.
+    let write_cmd = |d: &mut Driver, wqebbs: u64| {
+        let start = d.sq_pi;
+        let hdr = (1u64 << 24)
+            | (2u64 << 16)
+            | u64::from(start.wrapping_add(4))
+            | (7u64 << 32)
+            | ((wqebbs - 1) << 52);
+        let mut slot = [0u8; 128];
+        slot[..8].copy_from_slice(&hdr.to_le_bytes());
+        let a = d.sq.addr + u64::from(u32::from(start) & (d.sq.depth - 1)) * 32;
+        d.mem_write(a, &slot);
+    };
+    let pi = d.sq_pi;
+    let bad_pis = [
+        (4, pi.wrapping_add(1)),                     // mid-command
+        (4, pi.wrapping_add(6)),                     // one command and a half
+        (4, pi.wrapping_add(CMDQ_DEPTH as u16 + 4)), // more than the ring ahead
+        (4, pi.wrapping_sub(4)),                     // behind the CI
+        (8, pi.wrapping_add(4)),                     // the header claims 8 WQEBBs
+    ];
+    for (wqebbs, bad_pi) in bad_pis {
+        write_cmd(&mut d, wqebbs);
+        let before = d.dev.counters();
+        d.write64(off::CMDQ_SQDB, u64::from(bad_pi));
+        d.poll();
+        // The device does not ask to be polled again at once (the spin)...
+        let t = d.dev.next_timeout();
+        assert!(
+            t.is_none_or(|t| t > d.now),
+            "PI {bad_pi}: next_timeout {t:?}"
+        );
+        // ... nothing stale (or half a command) was executed or completed...
+        let c = d.dev.counters();
+        assert_eq!(c.cmd_cqes_written, before.cmd_cqes_written, "PI {bad_pi}");
+        assert_eq!(c.cmd_common_ok, before.cmd_common_ok, "PI {bad_pi}");
+        assert_eq!(c.cmd_rdma_ok, before.cmd_rdma_ok, "PI {bad_pi}");
+        // ... and the doorbell was counted as bad.
+        assert_eq!(c.bad_doorbells, before.bad_doorbells + 1, "PI {bad_pi}");
+        for _ in 0..3 {
+            d.poll();
+        }
+        assert_eq!(d.dev.counters(), c, "PI {bad_pi}: nothing replayed");
+    }
+    // The queue goes on from where the device stopped: the driver's next
+    // well-formed command (written over the refused one) completes.
+    let fw = d.cmd(1, 2, &[0u8; 8]);
+    assert_eq!(fw.status, 0);
+    assert_ne!(fw.r0 as u32, 0);
 }
 
 #[test]
@@ -296,6 +444,42 @@ fn eq_overflow_is_counted() {
         let _ = i;
     }
     assert!(d.dev.counters().eq_overflows >= 1, "{:?}", d.dev.counters());
+}
+
+/// Issue 24 (3): an AEQ (or CEQ) of 65536 entries was accepted, and the
+/// EQ's 16-bit occupancy (the driver's CI is a u16) never reached its
+/// depth: it was never full, so the device overwrote unconsumed EQEs. Such
+/// depths are refused now: INIT fails (INIT_DONE clear, `init_failures`),
+/// CREATE_EQ answers INVALID.
+#[test]
+fn eq_depths_a_u16_ci_cannot_track_are_refused() {
+    let mut d = ready();
+    // CREATE_EQ of 2^16 entries for CEQ 3: invalid; 2^15 is fine.
+    let ring = d.alloc(16 << 16, 4096);
+    let mut req = [0u8; 32];
+    req[8..16].copy_from_slice(&ring.to_le_bytes());
+    req[16] = 3;
+    req[17] = 3;
+    req[18] = 16;
+    req[19] = 1;
+    assert_eq!(d.cmd(1, 0, &req).status, 1, "CEQ of 2^16 entries");
+    req[18] = 15;
+    assert_eq!(d.cmd(1, 0, &req).status, 0, "CEQ of 2^15 entries");
+    // Re-probe with an AEQ of 65536 entries (the register is 32-bit; the
+    // driver writes 4096): INIT is refused.
+    let aeq = d.alloc(16 << 16, 4096);
+    d.write32(off::DEV_CTRL, regs::CTRL_RESET);
+    d.write32(off::AEQ_ADDR_H, (aeq >> 32) as u32);
+    d.write32(off::AEQ_ADDR_L, aeq as u32);
+    d.write32(off::AEQ_DEPTH, 1 << 16);
+    let failures = d.dev.counters().init_failures;
+    d.write32(off::DEV_CTRL, regs::CTRL_INIT);
+    assert_eq!(d.read32(off::DEV_ST) & regs::ST_INIT_DONE, 0);
+    assert_eq!(d.dev.counters().init_failures, failures + 1);
+    // The deepest ring a u16 CI can track is accepted.
+    d.write32(off::AEQ_DEPTH, 1 << 15);
+    d.write32(off::DEV_CTRL, regs::CTRL_INIT);
+    assert_ne!(d.read32(off::DEV_ST) & regs::ST_INIT_DONE, 0);
 }
 
 #[test]

@@ -87,6 +87,11 @@ pub struct Counters {
     pub tx_bytes: u64,
     /// TX packets completed without sending.
     pub tx_drops: u64,
+    /// Of `tx_drops`: a frame longer than the device MTU allows (Ethernet
+    /// header + one VLAN tag if present + MTU), or a TSO packet whose MSS
+    /// makes segments that long.
+    #[serde(default)]
+    pub tx_oversize: u64,
     /// Per TX queue.
     pub tx_queues: Vec<TxQueueCounters>,
     /// Per RX queue.

@@ -378,7 +378,7 @@ impl GveDevice {
             let Some(q) = self.tx[qi].as_mut() else {
                 continue;
             };
-            let res = q.process(io.dma, &mut self.counters);
+            let res = q.process(io.dma, self.cfg.mtu, &mut self.counters);
             let ntfy = q.ntfy;
             io.tx.extend(res.frames);
             if res.completed {

@@ -19,6 +19,22 @@ pub const MAX_TSO_MSS: u32 = 9728;
 /// `GVE_TX_MAX_HDR_SIZE_DQO`.
 pub const MAX_TSO_HDR: u32 = 255;
 
+/// `ETH_HLEN`.
+pub const ETH_HLEN: usize = 14;
+/// `VLAN_HLEN`: one 802.1Q / 802.1ad tag.
+pub const VLAN_HLEN: usize = 4;
+
+/// Longest frame that fits `mtu`: the Ethernet header, one VLAN tag if the
+/// frame carries one (gve is not `NETIF_F_VLAN_CHALLENGED`: a VLAN device
+/// on top of it has its MTU), then `mtu` bytes of L3.
+pub fn max_frame_len(frame: &[u8], mtu: u16) -> usize {
+    let tagged = matches!(
+        frame.get(12..14),
+        Some(&[a, b]) if matches!(u16::from_be_bytes([a, b]), ETHERTYPE_VLAN | ETHERTYPE_QINQ)
+    );
+    usize::from(mtu) + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 }
+}
+
 /// Why an offload could not be done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum OffloadError {

@@ -130,8 +130,9 @@ impl TxQueue {
         }
     }
 
-    /// Processes every complete packet between head and tail.
-    pub fn process(&mut self, dma: &dyn Dma, c: &mut Counters) -> TxResult {
+    /// Processes every complete packet between head and tail. `mtu` is the
+    /// device's (the descriptor's): no frame longer than it allows leaves.
+    pub fn process(&mut self, dma: &dyn Dma, mtu: u16, c: &mut Counters) -> TxResult {
         let mut res = TxResult::default();
         let qi = self.id as usize;
         while self.head != self.tail {
@@ -158,7 +159,7 @@ impl TxQueue {
                 break;
             }
             self.head = idx;
-            let (frames, tag, report_heads, ok) = self.gather(dma, &descs, c);
+            let (frames, tag, report_heads, ok) = self.gather(dma, &descs, mtu, c);
             if ok {
                 for f in frames {
                     add(&mut c.tx_bytes, f.len() as u64);
@@ -193,6 +194,7 @@ impl TxQueue {
         &self,
         dma: &dyn Dma,
         descs: &[(u32, [u8; 16])],
+        mtu: u16,
         c: &mut Counters,
     ) -> (Vec<Vec<u8>>, u16, Vec<u32>, bool) {
         let mut tso: Option<Tso> = None;
@@ -250,7 +252,16 @@ impl TxQueue {
         if !ok {
             return (Vec::new(), tag, heads, false);
         }
+        let max_frame = offload::max_frame_len(&pkt, mtu);
         if let Some(t) = tso {
+            // The first segment is the largest: the headers and one MSS (or
+            // all the payload, if less). An MSS the MTU cannot carry would
+            // put frames on the wire no receiver takes.
+            let largest = t.header_len.saturating_add(t.mss.min(t.total_len)) as usize;
+            if largest > max_frame {
+                inc(&mut c.tx_oversize);
+                return (Vec::new(), tag, heads, false);
+            }
             match offload::segment(&pkt, t.header_len, t.mss, t.total_len) {
                 Ok(frames) => {
                     if let Some(q) = c.tx_queues.get_mut(self.id as usize) {
@@ -264,6 +275,12 @@ impl TxQueue {
                 }
             }
         } else {
+            // A packet without TSO is one frame: it must fit the MTU as it
+            // is (MAX_GATHER only bounds what TSO may split).
+            if pkt.len() > max_frame {
+                inc(&mut c.tx_oversize);
+                return (Vec::new(), tag, heads, false);
+            }
             if csum {
                 // No TCP/UDP header: nothing the device can finish (the stack
                 // only offloads TCP/UDP checksums to this device); send as is.

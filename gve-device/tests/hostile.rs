@@ -352,6 +352,50 @@ fn tx_descriptors_pointing_outside() {
     assert!(c.tx_drops >= 2);
 }
 
+/// Issue 24 (4): non-TSO packets up to 256 KiB went out as single frames,
+/// far past the MTU, and a TSO MSS too large for the MTU made oversized
+/// segments. Such packets are dropped (still completed) and counted.
+#[test]
+fn tx_frames_longer_than_the_mtu_are_dropped() {
+    let mut g = up(1, true);
+    let mtu = usize::from(g.dev.config().mtu);
+    let tagged = |f: &[u8]| {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        t.extend_from_slice(&f[12..]);
+        t
+    };
+    // Exactly MTU bytes of L3 (+ Ethernet header, + a VLAN tag) go out;
+    // one byte more does not.
+    let fit = tcp4(A, B, 1, 2, 3, 0x18, &vec![7; mtu - 40]);
+    let over = tcp4(A, B, 1, 2, 3, 0x18, &vec![7; mtu - 39]);
+    assert_eq!(fit.len(), 14 + mtu);
+    g.send(0, &[&fit], None, true, 1, false);
+    g.send(0, &[&over], None, true, 2, false);
+    g.send(0, &[&tagged(&fit)], None, true, 3, false);
+    g.send(0, &[&tagged(&over)], None, true, 4, false);
+    // A 64 KiB packet without TSO, in buffers the driver could give.
+    let big = tcp4(A, B, 1, 2, 3, 0x18, &vec![7; 65_000]);
+    let frags: Vec<&[u8]> = big.chunks(16_000).collect();
+    g.send(0, &frags, None, false, 5, false);
+    // TSO: an MSS of 9000 (in the driver's [88, 9728]) on a 1500 MTU makes
+    // 9054-byte segments: dropped; 1460 makes full-sized ones.
+    let t = tcp4(A, B, 1, 2, 3, 0x18, &vec![9; 20_000]);
+    let tf = [&t[..54], &t[54..10_054], &t[10_054..]];
+    g.send(0, &tf, Some((9000, 54)), true, 6, false);
+    g.send(0, &tf, Some((1460, 54)), true, 7, false);
+    let lens: Vec<usize> = g.wire.iter().map(Vec::len).collect();
+    assert_eq!(&lens[..2], &[14 + mtu, 18 + mtu], "{lens:?}");
+    assert_eq!(lens.len(), 2 + 20_000usize.div_ceil(1460), "{lens:?}");
+    assert!(lens[2..].iter().all(|&l| l <= 14 + mtu), "{lens:?}");
+    // Every packet is completed, sent or not.
+    let tags: Vec<u16> = g.tx_completions(0).iter().map(|c| c.1).collect();
+    assert_eq!(tags, vec![1, 2, 3, 4, 5, 6, 7]);
+    let c = g.dev.status().counters;
+    assert_eq!(c.tx_oversize, 4, "{c:?}");
+    assert_eq!(c.tx_drops, 4, "{c:?}");
+}
+
 #[test]
 fn ring_addresses_outside_memory() {
     let mut g = Guest::new(GveConfig::default());
