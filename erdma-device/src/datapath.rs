@@ -261,15 +261,15 @@ impl ErdmaDevice {
             if qp.sq_ci == qp.sq_pi {
                 return true;
             }
-            let outstanding = qp.sq_pi.wrapping_sub(qp.sq_ci);
-            if u32::from(outstanding) > qp.sq_depth {
+            let Some(outstanding) = crate::regs::ring_outstanding(qp.sq_pi, qp.sq_ci, qp.sq_depth)
+            else {
                 // The producer index is beyond the ring: refuse it.
                 self.counters.bad_doorbells += 1;
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     qp.sq_pi = qp.sq_ci;
                 }
                 return true;
-            }
+            };
             let state = qp.state;
             let stopped = qp.sq_stopped;
             let idx = qp.sq_ci;
@@ -296,6 +296,16 @@ impl ErdmaDevice {
                 };
                 self.post_cqe(io, scqn, &cqe, false);
                 continue;
+            }
+            if cnt > outstanding {
+                // The SQE claims more WQEBBs than the doorbell posted: the
+                // rest would be stale ring contents. Refuse the doorbell,
+                // as the command queue does.
+                self.counters.bad_doorbells += 1;
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.sq_pi = qp.sq_ci;
+                }
+                return true;
             }
             if cnt == 0 || u64::from(cnt) > crate::regs::MAX_WQEBB_PER_SQE || hdr.qpn != qpn {
                 self.counters.bad_wqes += 1;
@@ -515,6 +525,9 @@ impl ErdmaDevice {
                         _ => return Err(wc_status::SEND_WQE_FORMAT_ERR),
                     }
                 };
+                if crate::mr::range_end(addr, u64::from(length)).is_none() {
+                    return Err(wc_status::SEND_WQE_FORMAT_ERR);
+                }
                 let psize = 1u64 << mr.page_shift;
                 let span = (addr & (psize - 1)) + u64::from(length);
                 if span.div_ceil(psize) > u64::from(mtt_cnt) {

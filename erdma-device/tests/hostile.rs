@@ -699,3 +699,43 @@ fn random_commands_wqes_and_frames_never_panic() {
         assert!(c.rqes_consumed > 0, "{c:?}");
     }
 }
+
+/// An SQE whose header claims more WQEBBs than the doorbell posted (the
+/// rest of it would be stale ring contents) is refused with the doorbell,
+/// as the command queue refuses a PI inside a command: nothing is sent, no
+/// CQE, the doorbell counted, and the SQ does not ask to run again.
+#[test]
+fn sqe_longer_than_its_doorbell_is_refused() {
+    let mut d = ready();
+    let mut qp = rts_qp(&mut d);
+    let buf = d.alloc(4096, 4096);
+    assert_eq!(
+        d.reg_mr(0x100, 1, 0x1000_0000, 4096, &[buf], 0x1e, false)
+            .status,
+        0
+    );
+    let before = d.dev.counters().bad_doorbells;
+    // A SEND header saying 4 WQEBBs (count - 1 = 3 in bits 54:52) ...
+    let mut s = vec![0u8; 32];
+    let hdr = sqe_hdr(op::SEND, 1, true, false) | (3u64 << 52) | (u64::from(qp.qpn) << 32) | 1;
+    s[..8].copy_from_slice(&hdr.to_le_bytes());
+    s[12..16].copy_from_slice(&8u32.to_le_bytes());
+    s[16..24].copy_from_slice(&0x1000_0000u64.to_le_bytes());
+    s[24..28].copy_from_slice(&8u32.to_le_bytes());
+    s[28..32].copy_from_slice(&0x100u32.to_le_bytes());
+    d.mem_write(qp.sq.addr, &s);
+    // ... rung with a producer index one WQEBB ahead.
+    qp.sq_pi = 1;
+    d.kick_sq(&qp);
+    d.poll();
+    assert_eq!(d.dev.counters().bad_doorbells, before + 1);
+    assert!(d.tx.is_empty(), "nothing sent");
+    assert!(d.poll_cq(1).is_none(), "no completion");
+    let now = d.now;
+    assert_ne!(
+        d.dev.next_timeout(),
+        Some(now),
+        "no work left asking to run"
+    );
+    assert_eq!(d.dev.counters().wqes_executed, 0);
+}
