@@ -6,13 +6,15 @@
 # seconds per GiB moved (from /proc/stat around each transfer, both guests
 # added). The SMC-R stream (smc-guest-tests, one connection, client to
 # server, every byte verified, smc_mode=smcr required) uses the same UEID in
-# both guests.
+# both guests. And the daemon's CPU seconds per GiB over each transfer
+# (ci/daemon_cpu.py: its user + system time sampled every 0.5 s while the
+# bytes its ports send grow).
 #
 #   ci/bench-erdma.sh [--size 65536] [--iters 2000] [--smc-mib 256] [--no-build] [--logdir DIR]
 #
 # Ends with two lines:
-#   bench-erdma size=S iters=N erdma_mbps=X rxe_mbps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B
-#   bench-erdma-smc mib=M erdma_mibps=X rxe_mibps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B
+#   bench-erdma size=S iters=N erdma_mbps=X rxe_mbps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B erdma_daemon_cpu_s_per_gib=C rxe_daemon_cpu_s_per_gib=D
+#   bench-erdma-smc mib=M erdma_mibps=X rxe_mibps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B erdma_daemon_cpu_s_per_gib=C rxe_daemon_cpu_s_per_gib=D
 set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -95,7 +97,10 @@ run() {  # run erdma|rxe
     echo "sh /opt/vr/job.sh $dev client $B $A $size $iters ${smc_mib}M" >"$d/b.sh"
     NO_COLOR=1 "$DAEMON" serve "${ports[@]}" --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
     local dpid=$! i
-    for ((i = 0; i < 100; i++)); do [[ -S $d/a.sock && -S $d/b.sock ]] && break; sleep 0.1; done
+    for ((i = 0; i < 100; i++)); do [[ -S $d/a.sock && -S $d/b.sock && -S $d/ctl.sock ]] && break; sleep 0.1; done
+    python3 "$ROOT/ci/daemon_cpu.py" sample --pid "$dpid" --daemon "$DAEMON" --control "$d/ctl.sock" \
+        --out "$d/daemon-cpu.log" &
+    local spid=$!
     local xa=() xb=()
     if [[ $kind == erdma ]]; then
         xa=(--qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/ra.sock\"}}")
@@ -110,6 +115,7 @@ run() {  # run erdma|rxe
         --guest "b,ip=$B/24,sock=$d/b.sock,mac=$MACB,cmd=$d/b.sh" >"$d/run-b.log" 2>&1
     wait "$pa"
     kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+    wait "$spid" 2>/dev/null
 }
 
 say "erdma run (logs $logdir/erdma)"
@@ -151,25 +157,33 @@ import sys
 bw, cpu, mib, ok = sys.argv[1:]
 print(bw or '0', round(int(cpu) / 100 / (int(mib) / 1024), 2), ok)" "$bw" "$cpu" "$smc_mib" "$ok"
 }
+# daemon KIND -> "ib_write_bw_cpu_s_per_gib smc_cpu_s_per_gib": the two
+# largest bursts of traffic, in order
+daemon_cpu() {
+    python3 "$ROOT/ci/daemon_cpu.py" bursts "$logdir/$1/daemon-cpu.log" \
+        $((size * iters)) $((smc_mib << 20)) 2>/dev/null | awk '{ printf "%s ", $1 } END { print "" }'
+}
+read -r e_dcpu es_dcpu < <(daemon_cpu erdma)
+read -r r_dcpu rs_dcpu < <(daemon_cpu rxe)
 read -r e_bw e_cpu e_ok < <(result erdma)
 read -r r_bw r_cpu r_ok < <(result rxe)
 read -r es_bw es_cpu es_ok < <(smc_result erdma)
 read -r rs_bw rs_cpu rs_ok < <(smc_result rxe)
 echo
 {
-    echo "| ib_write_bw, $size B x $iters, TCG | MB/s | guest CPU s/GiB (both guests) |"
-    echo "|---|---:|---:|"
-    echo "| erdma <-> erdma (QPs in the daemon) | $e_bw | $e_cpu |"
-    echo "| rxe <-> rxe (QPs in the guests) | $r_bw | $r_cpu |"
+    echo "| ib_write_bw, $size B x $iters, TCG | MB/s | guest CPU s/GiB (both guests) | daemon CPU s/GiB |"
+    echo "|---|---:|---:|---:|"
+    echo "| erdma <-> erdma (QPs in the daemon) | $e_bw | $e_cpu | $e_dcpu |"
+    echo "| rxe <-> rxe (QPs in the guests) | $r_bw | $r_cpu | $r_dcpu |"
     echo
-    echo "| SMC-Rv2 stream, ${smc_mib} MiB, 1 conn, TCG | MiB/s | guest CPU s/GiB (both guests) |"
-    echo "|---|---:|---:|"
-    echo "| erdma <-> erdma | $es_bw | $es_cpu |"
-    echo "| rxe <-> rxe | $rs_bw | $rs_cpu |"
+    echo "| SMC-Rv2 stream, ${smc_mib} MiB, 1 conn, TCG | MiB/s | guest CPU s/GiB (both guests) | daemon CPU s/GiB |"
+    echo "|---|---:|---:|---:|"
+    echo "| erdma <-> erdma | $es_bw | $es_cpu | $es_dcpu |"
+    echo "| rxe <-> rxe | $rs_bw | $rs_cpu | $rs_dcpu |"
 } | tee "$logdir/bench.md"
 # a PNG next to the table; a missing matplotlib only costs the plot
 python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "erdma vs rxe, ib_write_bw" >&2 || true
 echo
-echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu"
-echo "bench-erdma-smc mib=$smc_mib erdma_mibps=$es_bw rxe_mibps=$rs_bw erdma_cpu_s_per_gib=$es_cpu rxe_cpu_s_per_gib=$rs_cpu"
+echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu erdma_daemon_cpu_s_per_gib=$e_dcpu rxe_daemon_cpu_s_per_gib=$r_dcpu"
+echo "bench-erdma-smc mib=$smc_mib erdma_mibps=$es_bw rxe_mibps=$rs_bw erdma_cpu_s_per_gib=$es_cpu rxe_cpu_s_per_gib=$rs_cpu erdma_daemon_cpu_s_per_gib=$es_dcpu rxe_daemon_cpu_s_per_gib=$rs_dcpu"
 [[ $e_ok == 1 && $r_ok == 1 && $es_ok == 1 && $rs_ok == 1 ]] || { say "a transfer failed (logs in $logdir)"; exit 1; }
