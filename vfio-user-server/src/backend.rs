@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use pci_model::config::{ConfigSpace, CONFIG_SIZE};
-use pci_model::{BarInfo, DeviceIo, Frame, MsixInfo, PciDevice, PciIdentity};
+use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity};
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_IRQ_INFO_AUTOMASKED, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE,
     VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX, VFIO_PCI_INTX_IRQ_INDEX,
@@ -147,7 +147,7 @@ pub(crate) struct State<D> {
 
 /// The frame sink, behind its own lock so that frames leave in the order
 /// the model produced them without holding the device lock while sending.
-pub(crate) type Sink = Box<dyn FnMut(Frame) + Send>;
+pub(crate) type Sink = Box<dyn crate::FrameSink>;
 
 /// Shared by the server thread and every [`crate::DeviceHandle`].
 pub(crate) struct Shared<D> {
@@ -158,6 +158,9 @@ pub(crate) struct Shared<D> {
     pub(crate) layout: Layout,
     pub(crate) stop: std::sync::atomic::AtomicBool,
     pub(crate) stopper: crate::stop::Stopper,
+    /// The sink said it is full ([`crate::SinkState::Full`]): model calls
+    /// get [`DeviceIo::tx_paused`] until [`crate::DeviceHandle::resume_tx`].
+    pub(crate) tx_paused: std::sync::atomic::AtomicBool,
 }
 
 impl<D: PciDevice> Shared<D> {
@@ -181,14 +184,24 @@ impl<D: PciDevice> Shared<D> {
             layout,
             stop: std::sync::atomic::AtomicBool::new(false),
             stopper,
+            tx_paused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Runs `f` on the model with a fresh [`DeviceIo`], then raises the
     /// interrupts and sends the frames it produced.
     pub(crate) fn with_io<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
+        self.with_io_at(self.epoch.elapsed(), f)
+    }
+
+    /// [`Shared::with_io`] at device time `now` (the caller read the clock).
+    pub(crate) fn with_io_at<R>(
+        &self,
+        now: std::time::Duration,
+        f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R,
+    ) -> R {
+        use std::sync::atomic::Ordering;
         let mut st = lock(&self.state);
-        let now = self.epoch.elapsed();
         let State {
             device,
             config,
@@ -200,6 +213,7 @@ impl<D: PciDevice> Shared<D> {
             bus_master: config.bus_master(),
         };
         let mut io = DeviceIo::new(&gated, now);
+        io.tx_paused = self.tx_paused.load(Ordering::Acquire);
         let r = f(device, &mut io);
         let DeviceIo { irqs, tx, .. } = io;
         for v in irqs {
@@ -212,9 +226,11 @@ impl<D: PciDevice> Shared<D> {
         // from concurrent calls keep the model's order.
         let mut sink = lock(&self.sink);
         drop(st);
-        for frame in tx {
-            Counters::inc(&self.counters.frames_out);
-            (*sink)(frame);
+        self.counters
+            .frames_out
+            .fetch_add(tx.len() as u64, Ordering::Relaxed);
+        if sink.send(tx) == crate::SinkState::Full {
+            self.tx_paused.store(true, Ordering::Release);
         }
         r
     }
