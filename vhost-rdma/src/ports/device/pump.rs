@@ -541,6 +541,7 @@ mod tests {
         for t in 0..10 {
             hold.offer(&mut dev, f(0, t), &mut out);
             hold.offer(&mut dev, f(1, t), &mut out);
+            assert!(hold.len() <= 4, "held past the bound");
         }
         assert_eq!(dev.got, (0..10).map(|t| (0, t)).collect::<Vec<_>>());
         assert_eq!((hold.len(), hold.queues_holding()), (4, 1));
