@@ -48,6 +48,9 @@ use rss::Rss;
 use rx_dqo::{RxMeta, RxQueue, Split, MAX_BUFS_PER_FRAME};
 use tx_dqo::TxQueue;
 
+/// Default of [`GveConfig::tx_poll_bytes`]: 1 MiB.
+pub const DEFAULT_TX_POLL_BYTES: u32 = 1 << 20;
+
 /// Device parameters (what DESCRIBE_DEVICE and the registers advertise).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GveConfig {
@@ -90,6 +93,12 @@ pub struct GveConfig {
     /// end of the payload; the IP length field caps it too). 0 turns
     /// coalescing off whatever the driver asks.
     pub rsc_max_bytes: u32,
+    /// Most bytes of frames one `poll` sends, over all TX queues (at least
+    /// 1: a poll always sends a packet when one is ready; the packet that
+    /// reaches the bound is sent whole). The rest stays in the rings and
+    /// `next_timeout` asks for another poll at once: what one call hands
+    /// the edge stays bounded whatever the driver queued.
+    pub tx_poll_bytes: u32,
 }
 
 impl Default for GveConfig {
@@ -112,6 +121,7 @@ impl Default for GveConfig {
             max_registered_pages: 0x10000,
             link_speed_mbps: 100_000,
             rsc_max_bytes: rsc::DEFAULT_MAX_BYTES,
+            tx_poll_bytes: DEFAULT_TX_POLL_BYTES,
         }
     }
 }
@@ -139,7 +149,13 @@ pub struct GveDevice {
     pub(crate) adminq_doorbell: Option<u32>,
     pub(crate) resources: Option<Resources>,
     pub(crate) tx: Vec<Option<TxQueue>>,
+    /// Per TX queue: a doorbell (or the budget) left work in the ring.
     pub(crate) tx_kick: Vec<bool>,
+    /// The TX queue the next poll starts with (round robin under the
+    /// budget).
+    pub(crate) tx_next: usize,
+    /// The last poll found the edge paused (`DeviceIo::tx_paused`).
+    pub(crate) tx_paused: bool,
     pub(crate) rx: Vec<Option<RxQueue>>,
     pub(crate) rss: Rss,
     pub(crate) rules: FlowRules,
@@ -180,6 +196,8 @@ impl GveDevice {
             resources: None,
             tx: vec![None; cfg.max_tx_queues as usize],
             tx_kick: vec![false; cfg.max_tx_queues as usize],
+            tx_next: 0,
+            tx_paused: false,
             rx: vec![None; cfg.max_rx_queues as usize],
             chains: vec![rsc::Chain::default(); cfg.max_rx_queues as usize],
             in_burst: false,
@@ -217,6 +235,7 @@ impl GveDevice {
         self.resources = None;
         self.tx.iter_mut().for_each(|q| *q = None);
         self.tx_kick.iter_mut().for_each(|k| *k = false);
+        self.tx_paused = false;
         self.rx.iter_mut().for_each(|q| *q = None);
         // Frames a chain held go with the queues (a reset drops them all).
         self.chains.iter_mut().for_each(rsc::Chain::clear);
@@ -387,21 +406,32 @@ impl GveDevice {
     }
 
     fn process_tx(&mut self, io: &mut DeviceIo<'_>) {
+        self.tx_paused = io.tx_paused;
         if io.tx_paused {
             // Back-pressure: the descriptors stay in their rings (the
             // kicks too) until the edge polls without the pause; the
             // driver's rings fill and it stops its queues.
             return;
         }
-        for qi in 0..self.tx.len() {
-            if !std::mem::take(&mut self.tx_kick[qi]) {
+        let budget = self.cfg.tx_poll_bytes.max(1) as usize;
+        let mut sent = 0;
+        let n = self.tx.len();
+        // Round robin: the next poll starts after the last queue served,
+        // so under the budget no queue starves the others.
+        let first = self.tx_next % n.max(1);
+        for qi in (first..n).chain(0..first) {
+            if !self.tx_kick[qi] || sent >= budget {
                 continue;
             }
+            self.tx_kick[qi] = false;
+            self.tx_next = qi + 1;
             let Some(q) = self.tx[qi].as_mut() else {
                 continue;
             };
-            let res = q.process(io.dma, &mut self.counters);
+            let res = q.process(io.dma, &mut self.counters, budget - sent);
             let ntfy = q.ntfy;
+            sent += res.bytes;
+            self.tx_kick[qi] = res.more;
             io.tx.extend(res.frames);
             if res.completed {
                 self.block_event(ntfy, io);
@@ -726,6 +756,12 @@ impl PciDevice for GveDevice {
         let ntfy = q.ntfy;
         self.block_event(ntfy, io);
         Ok(())
+    }
+
+    /// TX work the budget left in the rings wants a poll at once (not
+    /// while the edge is paused: its resume polls).
+    fn next_timeout(&self) -> Option<std::time::Duration> {
+        (!self.tx_paused && self.tx_kick.iter().any(|&k| k)).then_some(std::time::Duration::ZERO)
     }
 
     fn rx_queue(&self, frame: &[u8]) -> usize {

@@ -90,6 +90,74 @@ fn tx_waits_while_the_edge_is_paused() {
     assert_eq!(g.tx_completions(0), vec![(2, 1, 0), (2, 2, 0)]);
 }
 
+/// What one poll sends is bounded (`tx_poll_bytes`): the rest stays in the
+/// rings, `next_timeout` asks for another poll at once, and queues take
+/// turns so none starves under the bound.
+#[test]
+fn tx_poll_budget_bounds_a_call_and_rotates_queues() {
+    let mut g = up(
+        GveConfig {
+            tx_poll_bytes: 3000,
+            ..Default::default()
+        },
+        2,
+        2048,
+        false,
+    );
+    let f = tcp4(A, B, 1, 2, 3, 0x10, &[7; 1000]);
+    // Queued while paused: five packets on queue 0 behind one doorbell.
+    g.tx_paused = true;
+    for tag in 0..5 {
+        g.send(0, &[&f], None, false, tag, false);
+    }
+    assert!(g.wire.is_empty());
+    assert_eq!(g.dev.next_timeout(), None, "polled while paused");
+    g.tx_paused = false;
+    g.poll();
+    // 1054-byte frames: the third reaches 3000 and is sent whole.
+    assert_eq!(g.wire.len(), 3);
+    assert_eq!(g.dev.next_timeout(), Some(std::time::Duration::ZERO));
+    g.poll();
+    assert_eq!(g.wire.len(), 5);
+    assert_eq!(g.dev.next_timeout(), None, "no work left");
+    assert_eq!(g.tx_completions(0).len(), 5);
+    // A bound of one packet a poll over two busy queues: they alternate.
+    let mut g = up(
+        GveConfig {
+            tx_poll_bytes: 1,
+            ..Default::default()
+        },
+        2,
+        2048,
+        false,
+    );
+    g.tx_paused = true;
+    for tag in 0..3 {
+        g.send(0, &[&f], None, false, tag, false);
+        g.send(1, &[&f], None, false, 10 + tag, false);
+    }
+    g.tx_paused = false;
+    let mut order = Vec::new();
+    loop {
+        let before = g.wire.len();
+        g.poll();
+        assert_eq!(g.wire.len(), before + 1, "one packet a poll");
+        for q in 0..2 {
+            order.extend(g.tx_completions(q).iter().map(|c| c.1));
+        }
+        if g.dev.next_timeout().is_none() {
+            break;
+        }
+    }
+    let q0: Vec<u16> = order.iter().copied().filter(|&t| t < 10).collect();
+    assert_eq!(q0, [0, 1, 2]);
+    assert_eq!(order.len(), 6);
+    assert!(
+        order.windows(2).all(|w| (w[0] < 10) != (w[1] < 10)),
+        "queues did not take turns: {order:?}"
+    );
+}
+
 #[test]
 fn tx_completion_generation_wraps() {
     let mut g = up(GveConfig::default(), 1, 2048, false);

@@ -161,6 +161,12 @@ pub(crate) struct Shared<D> {
     /// The sink said it is full ([`crate::SinkState::Full`]): model calls
     /// get [`DeviceIo::tx_paused`] until [`crate::DeviceHandle::resume_tx`].
     pub(crate) tx_paused: std::sync::atomic::AtomicBool,
+    /// The model's `next_timeout` after the last call, in nanoseconds of
+    /// device time (`u64::MAX`: none).
+    pub(crate) deadline_ns: std::sync::atomic::AtomicU64,
+    /// Called when a model call made that deadline earlier
+    /// ([`crate::DeviceHandle::on_earlier_deadline`]).
+    pub(crate) on_earlier_deadline: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl<D: PciDevice> Shared<D> {
@@ -185,6 +191,8 @@ impl<D: PciDevice> Shared<D> {
             stop: std::sync::atomic::AtomicBool::new(false),
             stopper,
             tx_paused: std::sync::atomic::AtomicBool::new(false),
+            deadline_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
+            on_earlier_deadline: std::sync::OnceLock::new(),
         }
     }
 
@@ -215,9 +223,21 @@ impl<D: PciDevice> Shared<D> {
         let mut io = DeviceIo::new(&gated, now);
         io.tx_paused = self.tx_paused.load(Ordering::Acquire);
         let r = f(device, &mut io);
+        // Whoever runs the model's timers sleeps until the deadline it saw
+        // last: tell it when this call brought the deadline forward (a
+        // timer armed, work left for another poll).
+        let deadline = device.next_timeout().map_or(u64::MAX, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+        });
+        let earlier = deadline < self.deadline_ns.swap(deadline, Ordering::AcqRel);
         let DeviceIo { irqs, tx, .. } = io;
         for v in irqs {
             msix.fire(v, &self.counters);
+        }
+        if earlier {
+            if let Some(wake) = self.on_earlier_deadline.get() {
+                wake();
+            }
         }
         if tx.is_empty() {
             return r;

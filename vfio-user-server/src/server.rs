@@ -241,6 +241,16 @@ impl<D: PciDevice> DeviceHandle<D> {
         lock(&self.shared.state).device.next_timeout()
     }
 
+    /// Calls `wake` (once per occasion, from the thread that made the
+    /// model call, under the device lock: it must only signal, e.g. write
+    /// an eventfd) whenever a model call brings [`PciDevice::next_timeout`]
+    /// forward: whoever runs the timers can sleep until the deadline it saw
+    /// and still poll in time for one armed meanwhile (by a doorbell on the
+    /// vfio-user thread). Set once; later calls are ignored.
+    pub fn on_earlier_deadline(&self, wake: impl Fn() + Send + Sync + 'static) {
+        let _ = self.shared.on_earlier_deadline.set(Box::new(wake));
+    }
+
     /// When [`DeviceHandle::poll`] should next run for timers, if ever.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.next_timeout()

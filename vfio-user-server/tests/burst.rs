@@ -143,3 +143,63 @@ fn burst_under_one_call_sink_pause_and_daemon_reset() {
     assert_eq!(taken(&log), ["reset"]);
     assert_eq!(h.stats().resets, 1);
 }
+
+/// A model that arms a timer on a doorbell: whoever sleeps until the last
+/// deadline it saw is told when a call brings it forward, not when it
+/// stays or goes later.
+#[test]
+fn an_earlier_deadline_wakes_the_timer_thread() {
+    struct Timer(Option<std::time::Duration>);
+    impl PciDevice for Timer {
+        fn identity(&self) -> PciIdentity {
+            Recorder {
+                log: Log::default(),
+            }
+            .identity()
+        }
+        fn bars(&self) -> Vec<BarInfo> {
+            Recorder {
+                log: Log::default(),
+            }
+            .bars()
+        }
+        fn msix(&self) -> Option<MsixInfo> {
+            None
+        }
+        fn bar_read(&mut self, _: u8, _: u64, d: &mut [u8], _: &mut DeviceIo<'_>) {
+            d.fill(0);
+        }
+        /// The value written is the deadline in seconds (0: none).
+        fn bar_write(&mut self, _: u8, _: u64, d: &[u8], _: &mut DeviceIo<'_>) {
+            self.0 = (d[0] > 0).then(|| std::time::Duration::from_secs(u64::from(d[0])));
+        }
+        fn poll(&mut self, _: &mut DeviceIo<'_>) {}
+        fn receive(&mut self, _: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+            Ok(())
+        }
+        fn next_timeout(&self) -> Option<std::time::Duration> {
+            self.0
+        }
+        fn reset(&mut self) {}
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.sock");
+    let server = VfioUserServer::bind(&path, Timer(None), |_| {}, Limits::default()).unwrap();
+    let h = server.handle();
+    let wakes = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let w = wakes.clone();
+    h.on_earlier_deadline(move || {
+        w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    });
+    let thread = std::thread::spawn(move || server.run());
+    let mut c = vfio_user::Client::new(&path).unwrap();
+    let n = || wakes.load(std::sync::atomic::Ordering::SeqCst);
+    // Armed at 9 s: a wake. Later (12 s) or the same: none. Earlier: one.
+    for (secs, want) in [(9u8, 1), (12, 1), (12, 1), (3, 2), (0, 2), (5, 3)] {
+        c.region_write(0, 0, &[secs, 0, 0, 0]).unwrap();
+        assert_eq!(n(), want, "after a deadline of {secs} s");
+    }
+    drop(c);
+    h.stop();
+    thread.join().unwrap().unwrap();
+}

@@ -251,7 +251,7 @@ impl DevicePort {
                     VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
                         .map_err(vfio_err)?;
                 (
-                    Arc::new(server.handle()),
+                    served(server.handle(), &port),
                     Box::new(move || log_end(server.run())),
                 )
             }
@@ -261,7 +261,7 @@ impl DevicePort {
                     VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
                         .map_err(vfio_err)?;
                 (
-                    Arc::new(server.handle()),
+                    served(server.handle(), &port),
                     Box::new(move || log_end(server.run())),
                 )
             }
@@ -315,6 +315,23 @@ impl DevicePort {
         }
         self.socket.remove();
     }
+}
+
+/// The daemon's handle of a served device. A model call on the vfio-user
+/// thread that brings the model's next deadline forward (a timer armed, TX
+/// left over past gve's budget) wakes the pump, which may be asleep until
+/// the deadline it saw last.
+fn served<D: PciDevice + Describe + Send + 'static>(
+    h: DeviceHandle<D>,
+    port: &Arc<PortShared>,
+) -> Arc<dyn Served> {
+    let p = port.clone();
+    h.on_earlier_deadline(move || {
+        if let Some(q) = p.rxq.first() {
+            let _ = q.wake.write(1);
+        }
+    });
+    Arc::new(h)
 }
 
 fn log_end(r: Result<(), vfio_user_server::Error>) {
