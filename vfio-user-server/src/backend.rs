@@ -162,7 +162,7 @@ pub(crate) struct Shared<D> {
     /// get [`DeviceIo::tx_paused`] until [`crate::DeviceHandle::resume_tx`].
     pub(crate) tx_paused: std::sync::atomic::AtomicBool,
     /// The model's `next_timeout` after the last call, in nanoseconds of
-    /// device time (`u64::MAX`: none).
+    /// device time (`u64::MAX`: none); kept once a wake is registered.
     pub(crate) deadline_ns: std::sync::atomic::AtomicU64,
     /// Called when a model call made that deadline earlier
     /// ([`crate::DeviceHandle::on_earlier_deadline`]).
@@ -197,15 +197,25 @@ impl<D: PciDevice> Shared<D> {
     }
 
     /// Runs `f` on the model with a fresh [`DeviceIo`], then raises the
-    /// interrupts and sends the frames it produced.
+    /// interrupts and sends the frames it produced. For the daemon's calls
+    /// ([`crate::DeviceHandle`]): the daemon reads the next deadline itself.
     pub(crate) fn with_io<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
-        self.with_io_at(self.epoch.elapsed(), f)
+        self.with_io_at(self.epoch.elapsed(), false, f)
     }
 
-    /// [`Shared::with_io`] at device time `now` (the caller read the clock).
+    /// [`Shared::with_io`] for a BAR access on the vfio-user thread: a
+    /// deadline it brings forward is reported
+    /// ([`crate::DeviceHandle::on_earlier_deadline`]).
+    pub(crate) fn with_io_bar<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
+        self.with_io_at(self.epoch.elapsed(), true, f)
+    }
+
+    /// [`Shared::with_io`] at device time `now` (the caller read the
+    /// clock); `report` an earlier deadline (see `with_io_bar`).
     pub(crate) fn with_io_at<R>(
         &self,
         now: std::time::Duration,
+        report: bool,
         f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R,
     ) -> R {
         use std::sync::atomic::Ordering;
@@ -224,20 +234,22 @@ impl<D: PciDevice> Shared<D> {
         io.tx_paused = self.tx_paused.load(Ordering::Acquire);
         let r = f(device, &mut io);
         // Whoever runs the model's timers sleeps until the deadline it saw
-        // last: tell it when this call brought the deadline forward (a
-        // timer armed, work left for another poll).
-        let deadline = device.next_timeout().map_or(u64::MAX, |d| {
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
-        });
-        let earlier = deadline < self.deadline_ns.swap(deadline, Ordering::AcqRel);
+        // last: tell it when a BAR access brought the deadline forward (a
+        // timer armed, work left for another poll). Its own calls only
+        // update what it saw (it looks at the deadline after them).
+        let wake = self.on_earlier_deadline.get();
+        let earlier = wake.is_some() && {
+            let deadline = device.next_timeout().map_or(u64::MAX, |d| {
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+            });
+            deadline < self.deadline_ns.swap(deadline, Ordering::AcqRel)
+        };
         let DeviceIo { irqs, tx, .. } = io;
         for v in irqs {
             msix.fire(v, &self.counters);
         }
-        if earlier {
-            if let Some(wake) = self.on_earlier_deadline.get() {
-                wake();
-            }
+        if let (true, true, Some(wake)) = (report, earlier, wake) {
+            wake();
         }
         if tx.is_empty() {
             return r;
@@ -320,7 +332,7 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
                 return Ok(());
             }
         }
-        s.with_io(|dev, io| dev.bar_read(region as u8, offset, data, io));
+        s.with_io_bar(|dev, io| dev.bar_read(region as u8, offset, data, io));
         Ok(())
     }
 
@@ -351,7 +363,7 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
                 return Ok(());
             }
         }
-        s.with_io(|dev, io| {
+        s.with_io_bar(|dev, io| {
             dev.bar_write(region as u8, offset, data, io);
             dev.poll(io);
         });

@@ -202,7 +202,7 @@ impl<D: PciDevice> DeviceHandle<D> {
     /// [`DeviceHandle::poll`] at `now`, a time the caller read.
     pub fn poll_at(&self, now: Instant) {
         self.shared
-            .with_io_at(self.device_time(now), |dev, io| dev.poll(io));
+            .with_io_at(self.device_time(now), false, |dev, io| dev.poll(io));
     }
 
     /// Hands the device a burst of frames under one hold of its lock, at
@@ -214,16 +214,17 @@ impl<D: PciDevice> DeviceHandle<D> {
     /// vfio-user thread wait for the burst, so keep it short (tens of
     /// frames).
     pub fn receive_burst<R>(&self, now: Instant, f: impl FnOnce(&mut dyn RxBurst) -> R) -> R {
-        self.shared.with_io_at(self.device_time(now), |dev, io| {
-            dev.begin_rx_burst();
-            let r = f(&mut Burst {
-                dev: &mut *dev,
-                io: &mut *io,
-            });
-            dev.end_rx_burst(io);
-            dev.poll(io);
-            r
-        })
+        self.shared
+            .with_io_at(self.device_time(now), false, |dev, io| {
+                dev.begin_rx_burst();
+                let r = f(&mut Burst {
+                    dev: &mut *dev,
+                    io: &mut *io,
+                });
+                dev.end_rx_burst(io);
+                dev.poll(io);
+                r
+            })
     }
 
     /// [`PciDevice::reset`] under the device lock: the daemon's recovery
@@ -241,12 +242,13 @@ impl<D: PciDevice> DeviceHandle<D> {
         lock(&self.shared.state).device.next_timeout()
     }
 
-    /// Calls `wake` (once per occasion, from the thread that made the
-    /// model call, under the device lock: it must only signal, e.g. write
-    /// an eventfd) whenever a model call brings [`PciDevice::next_timeout`]
-    /// forward: whoever runs the timers can sleep until the deadline it saw
-    /// and still poll in time for one armed meanwhile (by a doorbell on the
-    /// vfio-user thread). Set once; later calls are ignored.
+    /// Calls `wake` (on the vfio-user thread, under the device lock: it
+    /// must only signal, e.g. write an eventfd) whenever a BAR access
+    /// brings [`PciDevice::next_timeout`] forward: whoever runs the timers
+    /// can sleep until the deadline it saw and still poll in time for one a
+    /// doorbell armed meanwhile. The handle's own calls never call it (their
+    /// caller looks at the deadline after them). Set once; later calls are
+    /// ignored.
     pub fn on_earlier_deadline(&self, wake: impl Fn() + Send + Sync + 'static) {
         let _ = self.shared.on_earlier_deadline.set(Box::new(wake));
     }

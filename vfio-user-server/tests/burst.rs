@@ -199,6 +199,14 @@ fn an_earlier_deadline_wakes_the_timer_thread() {
         c.region_write(0, 0, &[secs, 0, 0, 0]).unwrap();
         assert_eq!(n(), want, "after a deadline of {secs} s");
     }
+    // The daemon's own calls wake nobody (it looks at the deadline after
+    // them) but keep the deadline it saw: one it polled away and a later
+    // doorbell arms again is earlier than none.
+    h.with_device(|d| d.0 = None);
+    h.poll();
+    assert_eq!(n(), 3);
+    c.region_write(0, 0, &[5, 0, 0, 0]).unwrap();
+    assert_eq!(n(), 4, "a timer armed after the daemon's poll cleared it");
     drop(c);
     h.stop();
     thread.join().unwrap().unwrap();
