@@ -22,7 +22,8 @@ pub struct RxQueueCounters {
     pub packets: u64,
     /// Bytes written for those frames.
     pub bytes: u64,
-    /// Frames delivered with headers in the header buffer.
+    /// Frames delivered with headers in the header buffer (each segment of
+    /// a coalesced frame counts; its headers are written once).
     pub hsplit_packets: u64,
     /// Header bytes written to header buffers.
     pub header_bytes: u64,

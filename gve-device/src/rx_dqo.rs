@@ -252,7 +252,7 @@ impl RxQueue {
             add(&mut q.bytes, frame.len() as u64);
             add(&mut q.payload_bytes, data.len() as u64);
             if hsplit {
-                inc(&mut q.hsplit_packets);
+                add(&mut q.hsplit_packets, frames);
                 add(&mut q.header_bytes, hdr.len() as u64);
             }
         }

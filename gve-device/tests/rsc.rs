@@ -163,6 +163,11 @@ fn a_flow_becomes_one_coalesced_frame() {
         (s.rx_packets, s.rx_rsc_packets, s.rx_rsc_segments),
         (20, 1, 20)
     );
+    // Per queue too: each segment counts as a (split) packet, the headers
+    // were written once.
+    let q = s.rx_queues[0];
+    assert_eq!((q.packets, q.hsplit_packets, q.header_bytes), (20, 20, 54));
+    assert_eq!(q.payload_bytes, data.len() as u64);
     // One interrupt for the packet (its block was armed).
     assert_eq!(g.irqs.len(), 1);
 }
