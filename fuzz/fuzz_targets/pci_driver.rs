@@ -1,7 +1,8 @@
 //! A hostile driver for `pci_model::PciDevice` models, shared by the device
 //! fuzz targets: the input fills a small guest memory and then scripts BAR
-//! reads and writes (any BAR, offset, width), polls, frames from the fabric,
-//! time steps and resets. Registers, rings, commands and descriptors thus
+//! reads and writes (any BAR, offset, width), polls, frames from the fabric
+//! (alone or in bursts, which a device may coalesce), TX pauses, time steps
+//! and resets. Registers, rings, commands and descriptors thus
 //! come from the fuzzer. Invariant: no panic, whatever the order; every
 //! guest access stays inside the memory (VecMemory refuses the rest).
 
@@ -25,6 +26,7 @@ pub fn drive<D: PciDevice>(dev: &mut D, u: &mut Unstructured<'_>) -> Result<()> 
     while !u.is_empty() && steps < 4096 {
         steps += 1;
         let mut io = DeviceIo::new(&mem, now);
+        io.tx_paused = u.arbitrary()?;
         match u.int_in_range(0u8..=9)? {
             0..=3 => {
                 // a register write somewhere in a BAR (mostly in range)
@@ -51,9 +53,22 @@ pub fn drive<D: PciDevice>(dev: &mut D, u: &mut Unstructured<'_>) -> Result<()> 
                 mem.bytes.lock().unwrap()[at..at + b.len()].copy_from_slice(b);
             }
             6 => {
-                let n = u.int_in_range(0usize..=2000)?.min(u.len());
-                let f = u.bytes(n)?;
-                let _ = dev.receive(f, &mut io);
+                // One frame, or a burst the device may coalesce (and must
+                // have written out at its end).
+                let burst: bool = u.arbitrary()?;
+                let frames = if burst { u.int_in_range(1usize..=8)? } else { 1 };
+                if burst {
+                    dev.begin_rx_burst();
+                }
+                for _ in 0..frames {
+                    let n = u.int_in_range(0usize..=2000)?.min(u.len());
+                    let f = u.bytes(n)?;
+                    let _ = dev.rx_queue(f);
+                    let _ = dev.receive(f, &mut io);
+                }
+                if burst {
+                    dev.end_rx_burst(&mut io);
+                }
             }
             7 => {
                 now += Duration::from_millis(u.int_in_range(0u64..=5000)?);

@@ -18,11 +18,12 @@ pub struct TxQueueCounters {
 /// Per-RX-queue counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RxQueueCounters {
-    /// Frames delivered.
+    /// Frames delivered (each segment of a coalesced frame counts).
     pub packets: u64,
-    /// Bytes of those frames.
+    /// Bytes written for those frames.
     pub bytes: u64,
-    /// Frames delivered with headers in the header buffer.
+    /// Frames delivered with headers in the header buffer (each segment of
+    /// a coalesced frame counts; its headers are written once).
     pub hsplit_packets: u64,
     /// Header bytes written to header buffers.
     pub header_bytes: u64,
@@ -61,10 +62,17 @@ pub struct Counters {
     pub irqs_raised: u64,
     /// Events that arrived while their notify block was masked (fired later).
     pub irqs_deferred: u64,
-    /// Frames delivered on any RX queue.
+    /// Frames delivered on any RX queue (each segment of a coalesced frame
+    /// counts).
     pub rx_packets: u64,
-    /// Bytes delivered on any RX queue.
+    /// Bytes written to RX buffers (a coalesced frame's headers once).
     pub rx_bytes: u64,
+    /// Coalesced frames written (HW-GRO: two segments or more, `rsc` set).
+    #[serde(default)]
+    pub rx_rsc_packets: u64,
+    /// Segments in those frames.
+    #[serde(default)]
+    pub rx_rsc_segments: u64,
     /// Frames dropped on receive (no queue, oversize, runt, DMA error).
     pub rx_drops: u64,
     /// Of `rx_drops`: the target queue was not created.
@@ -151,7 +159,7 @@ pub struct RxQueueStatus {
     pub packet_buffer_size: u32,
     /// Header buffer size (0: header split off).
     pub header_buffer_size: u32,
-    /// HW-GRO requested (the model never coalesces).
+    /// HW-GRO requested (`enable_rsc`): the device coalesces TCP segments.
     pub rsc: bool,
     /// Notify block.
     pub ntfy_id: u32,

@@ -11,7 +11,8 @@
 //!
 //! Modules: [`layout`] (PCI ids, BARs, doorbell map), [`regs`] (BAR0),
 //! [`adminq`] (admin commands), [`describe`] (device descriptor, ptype map),
-//! [`tx_dqo`], [`rx_dqo`], [`offload`] (checksums, TSO), [`rss`], [`flow`],
+//! [`tx_dqo`], [`rx_dqo`], [`rsc`] (HW-GRO), [`offload`] (checksums, TSO),
+//! [`rss`], [`flow`],
 //! [`irq`] (notify blocks), [`counters`] (counters, status snapshot).
 //!
 //! Hostile drivers are expected: every guest address goes through `Dma`,
@@ -29,6 +30,7 @@ pub mod irq;
 pub mod layout;
 pub mod offload;
 pub mod regs;
+pub mod rsc;
 pub mod rss;
 pub mod rx_dqo;
 pub mod tx_dqo;
@@ -38,13 +40,16 @@ use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal};
 
 pub use counters::{Counters, Status};
 
-use counters::{inc, RssStatus, RxQueueStatus, TxQueueStatus};
+use counters::{add, inc, RssStatus, RxQueueStatus, TxQueueStatus};
 use flow::FlowRules;
 use irq::NotifyBlock;
 use layout::Doorbell;
 use rss::Rss;
-use rx_dqo::{RxMeta, RxQueue, Split};
+use rx_dqo::{RxMeta, RxQueue, Split, MAX_BUFS_PER_FRAME};
 use tx_dqo::TxQueue;
+
+/// Default of [`GveConfig::tx_poll_bytes`]: 1 MiB.
+pub const DEFAULT_TX_POLL_BYTES: u32 = 1 << 20;
 
 /// Device parameters (what DESCRIBE_DEVICE and the registers advertise).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +89,16 @@ pub struct GveConfig {
     pub max_registered_pages: u64,
     /// REPORT_LINK_SPEED answer, in Mbps.
     pub link_speed_mbps: u64,
+    /// HW-GRO: most bytes of one coalesced frame (Ethernet header to the
+    /// end of the payload; the IP length field caps it too). 0 turns
+    /// coalescing off whatever the driver asks.
+    pub rsc_max_bytes: u32,
+    /// Most bytes of frames one `poll` sends, over all TX queues (at least
+    /// 1: a poll always sends a packet when one is ready; the packet that
+    /// reaches the bound is sent whole). The rest stays in the rings and
+    /// `next_timeout` asks for another poll at once: what one call hands
+    /// the edge stays bounded whatever the driver queued.
+    pub tx_poll_bytes: u32,
 }
 
 impl Default for GveConfig {
@@ -105,6 +120,8 @@ impl Default for GveConfig {
             event_counters: 64,
             max_registered_pages: 0x10000,
             link_speed_mbps: 100_000,
+            rsc_max_bytes: rsc::DEFAULT_MAX_BYTES,
+            tx_poll_bytes: DEFAULT_TX_POLL_BYTES,
         }
     }
 }
@@ -132,7 +149,13 @@ pub struct GveDevice {
     pub(crate) adminq_doorbell: Option<u32>,
     pub(crate) resources: Option<Resources>,
     pub(crate) tx: Vec<Option<TxQueue>>,
+    /// Per TX queue: a doorbell (or the budget) left work in the ring.
     pub(crate) tx_kick: Vec<bool>,
+    /// The TX queue the next poll starts with (round robin under the
+    /// budget).
+    pub(crate) tx_next: usize,
+    /// The last poll found the edge paused (`DeviceIo::tx_paused`).
+    pub(crate) tx_paused: bool,
     pub(crate) rx: Vec<Option<RxQueue>>,
     pub(crate) rss: Rss,
     pub(crate) rules: FlowRules,
@@ -140,6 +163,11 @@ pub struct GveDevice {
     pub(crate) stats_report: Option<(u64, u64)>,
     pub(crate) last_admin_error: Option<(u32, String)>,
     pub(crate) counters: Counters,
+    /// HW-GRO chains being built, one per RX queue id (open only inside a
+    /// burst).
+    pub(crate) chains: Vec<rsc::Chain>,
+    /// Between `begin_rx_burst` and `end_rx_burst`.
+    pub(crate) in_burst: bool,
 }
 
 impl GveDevice {
@@ -168,7 +196,11 @@ impl GveDevice {
             resources: None,
             tx: vec![None; cfg.max_tx_queues as usize],
             tx_kick: vec![false; cfg.max_tx_queues as usize],
+            tx_next: 0,
+            tx_paused: false,
             rx: vec![None; cfg.max_rx_queues as usize],
+            chains: vec![rsc::Chain::default(); cfg.max_rx_queues as usize],
+            in_burst: false,
             rss: Rss::default(),
             rules: FlowRules::default(),
             mtu: cfg.mtu,
@@ -203,7 +235,10 @@ impl GveDevice {
         self.resources = None;
         self.tx.iter_mut().for_each(|q| *q = None);
         self.tx_kick.iter_mut().for_each(|k| *k = false);
+        self.tx_paused = false;
         self.rx.iter_mut().for_each(|q| *q = None);
+        // Frames a chain held go with the queues (a reset drops them all).
+        self.chains.iter_mut().for_each(rsc::Chain::clear);
         self.rss = Rss::default();
         self.rules = FlowRules::default();
         self.mtu = self.cfg.mtu;
@@ -371,15 +406,32 @@ impl GveDevice {
     }
 
     fn process_tx(&mut self, io: &mut DeviceIo<'_>) {
-        for qi in 0..self.tx.len() {
-            if !std::mem::take(&mut self.tx_kick[qi]) {
+        self.tx_paused = io.tx_paused;
+        if io.tx_paused {
+            // Back-pressure: the descriptors stay in their rings (the
+            // kicks too) until the edge polls without the pause; the
+            // driver's rings fill and it stops its queues.
+            return;
+        }
+        let budget = self.cfg.tx_poll_bytes.max(1) as usize;
+        let mut sent = 0;
+        let n = self.tx.len();
+        // Round robin: the next poll starts after the last queue served,
+        // so under the budget no queue starves the others.
+        let first = self.tx_next % n.max(1);
+        for qi in (first..n).chain(0..first) {
+            if !self.tx_kick[qi] || sent >= budget {
                 continue;
             }
+            self.tx_kick[qi] = false;
+            self.tx_next = qi + 1;
             let Some(q) = self.tx[qi].as_mut() else {
                 continue;
             };
-            let res = q.process(io.dma, self.cfg.mtu, &mut self.counters);
+            let res = q.process(io.dma, self.cfg.mtu, &mut self.counters, budget - sent);
             let ntfy = q.ntfy;
+            sent += res.bytes;
+            self.tx_kick[qi] = res.more;
             io.tx.extend(res.frames);
             if res.completed {
                 self.block_event(ntfy, io);
@@ -452,6 +504,81 @@ impl GveDevice {
             last_admin_error: self.last_admin_error.clone(),
             counters: self.counters.clone(),
         }
+    }
+
+    /// The RX queue a parsed frame goes to (flow rules by location, else
+    /// RSS, else 0), the location of the rule that matched, and the RSS
+    /// hash. Changes nothing.
+    fn steer(&self, frame: &[u8], p: &devmem_nic::ParsedFrame) -> (u32, Option<u32>, Option<u32>) {
+        let hash = self.rss.hash(p);
+        if let Some((&loc, r)) = self.rules.rules.iter().find(|(_, r)| r.matches(frame, p)) {
+            return (u32::from(r.queue), Some(loc), hash);
+        }
+        match hash {
+            Some(h) => (self.rss.queue(h, &self.created_rx()), None, hash),
+            None => (0, None, hash),
+        }
+    }
+
+    /// Writes out the HW-GRO chain of RX queue `qid`, if one is open.
+    fn flush_chain(&mut self, qid: usize, io: &mut DeviceIo<'_>) {
+        let Some(chain) = self.chains.get_mut(qid).filter(|c| c.is_open()) else {
+            return;
+        };
+        chain.finish();
+        let segments = chain.segments;
+        let rsc = (segments > 1).then(|| rx_dqo::Rsc {
+            seg_len: u16::try_from(chain.mss).unwrap_or(u16::MAX),
+            segments,
+        });
+        let Some(q) = self.rx.get_mut(qid).and_then(Option::as_mut) else {
+            // Cannot happen inside a burst (queues change in `poll`, which
+            // flushes first); counted if it ever does.
+            add(&mut self.counters.rx_drops, u64::from(segments));
+            chain.clear();
+            return;
+        };
+        // Every segment was checked to fit the buffers posted, which only
+        // this burst uses: this placement does not fail for lack of them.
+        match q.place(
+            io.dma,
+            &chain.buf,
+            chain.split,
+            &chain.meta,
+            rsc,
+            &mut self.counters,
+        ) {
+            Ok(()) => {
+                let ntfy = q.ntfy;
+                chain.clear();
+                self.block_event(ntfy, io);
+            }
+            Err(_) => {
+                // (A descriptor read failure was counted by `place`.)
+                add(&mut self.counters.rx_drops, u64::from(segments));
+                chain.clear();
+            }
+        }
+    }
+
+    /// Writes out every open HW-GRO chain.
+    fn flush_chains(&mut self, io: &mut DeviceIo<'_>) {
+        for qid in 0..self.chains.len() {
+            self.flush_chain(qid, io);
+        }
+    }
+
+    /// Most bytes of a coalesced frame with these headers: the configured
+    /// bound, and what the IP length field can say (0: no coalescing).
+    fn rsc_max_len(&self, p: &devmem_nic::ParsedFrame) -> usize {
+        let ip_max = p.l3_offset
+            + 0xffff
+            + if matches!(p.l3, Some(L3::V6(_))) {
+                40
+            } else {
+                0
+            };
+        (self.cfg.rsc_max_bytes as usize).min(ip_max)
     }
 
     /// How header split lays out a frame on queue `q`.
@@ -554,6 +681,8 @@ impl PciDevice for GveDevice {
     }
 
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
+        // Admin commands may destroy queues: what a chain holds goes first.
+        self.flush_chains(io);
         self.process_adminq(io);
         self.process_tx(io);
     }
@@ -569,35 +698,87 @@ impl PciDevice for GveDevice {
             return Err(RxRefusal::Dropped);
         }
         let p = parse(frame);
-        let hash = self.rss.hash(&p);
-        let created = self.created_rx();
-        let qid = if let Some(r) = self.rules.lookup(frame, &p) {
-            r.hits = r.hits.saturating_add(1);
-            inc(&mut self.counters.flow_rule_hits);
-            u32::from(r.queue)
-        } else if let Some(h) = hash {
-            inc(&mut self.counters.rss_steered);
-            self.rss.queue(h, &created)
-        } else {
-            0
-        };
+        let (qid, rule, hash) = self.steer(frame, &p);
+        match rule {
+            Some(loc) => {
+                if let Some(r) = self.rules.rules.get_mut(&loc) {
+                    r.hits = r.hits.saturating_add(1);
+                }
+                inc(&mut self.counters.flow_rule_hits);
+            }
+            None if hash.is_some() => inc(&mut self.counters.rss_steered),
+            None => {}
+        }
         let meta = self.rx_meta(frame, &p, hash);
         if meta.csum_ip_err || meta.csum_l4_err {
             inc(&mut self.counters.rx_csum_errors);
         }
-        let Some(q) = self.rx.get_mut(qid as usize).and_then(Option::as_mut) else {
+        let qi = qid as usize;
+        let Some(q) = self.rx.get(qi).and_then(Option::as_ref) else {
             inc(&mut self.counters.rx_drops);
             inc(&mut self.counters.rx_no_queue);
             return Err(RxRefusal::Dropped);
         };
         let split = Self::split_for(q, frame, &p);
-        q.place(io.dma, frame, split, &meta, &mut self.counters)?;
+        // HW-GRO: only inside a burst (never held past the edge's call).
+        let max = self.rsc_max_len(&p);
+        let seg = if self.in_burst && q.rsc && max > 0 {
+            rsc::segment(frame, &p, &meta)
+        } else {
+            None
+        };
+        if let Some(seg) = seg {
+            let room = (q.available() as usize).min(MAX_BUFS_PER_FRAME);
+            let chain = &mut self.chains[qi];
+            if chain.continues(frame, &seg)
+                && chain.buf.len() + seg.payload <= max
+                && q.buffers_needed(chain.buf.len() + seg.payload, chain.split) <= room
+            {
+                chain.append(frame, &seg);
+                if chain.closed(&seg) {
+                    self.flush_chain(qi, io);
+                }
+                return Ok(());
+            }
+            // In order per queue: what the chain holds goes first.
+            self.flush_chain(qi, io);
+            let q = self.rx[qi].as_ref().ok_or(RxRefusal::Dropped)?;
+            let room = (q.available() as usize).min(MAX_BUFS_PER_FRAME);
+            if !seg.psh && frame.len() <= max && q.buffers_needed(frame.len(), split) <= room {
+                self.chains[qi].start(frame, seg, meta, split, max);
+                return Ok(());
+            }
+        } else {
+            self.flush_chain(qi, io);
+        }
+        let q = self.rx[qi].as_mut().ok_or(RxRefusal::Dropped)?;
+        q.place(io.dma, frame, split, &meta, None, &mut self.counters)?;
         let ntfy = q.ntfy;
         self.block_event(ntfy, io);
         Ok(())
     }
 
+    /// TX work the budget left in the rings wants a poll at once (not
+    /// while the edge is paused: its resume polls).
+    fn next_timeout(&self) -> Option<std::time::Duration> {
+        (!self.tx_paused && self.tx_kick.iter().any(|&k| k)).then_some(std::time::Duration::ZERO)
+    }
+
+    fn rx_queue(&self, frame: &[u8]) -> usize {
+        self.steer(frame, &parse(frame)).0 as usize
+    }
+
+    fn begin_rx_burst(&mut self) {
+        self.in_burst = true;
+    }
+
+    fn end_rx_burst(&mut self, io: &mut DeviceIo<'_>) {
+        self.in_burst = false;
+        self.flush_chains(io);
+    }
+
     fn reset(&mut self) {
+        self.in_burst = false;
         self.clear_state();
         self.device_status = regs::device_status::LINK;
         self.driver_status = 0;

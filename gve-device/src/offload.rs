@@ -131,7 +131,7 @@ pub fn fill_l4_checksum(frame: &mut [u8]) -> bool {
 }
 
 /// Recomputes an IPv4 header checksum in place.
-fn fill_ipv4_checksum(hdr: &mut [u8]) {
+pub(crate) fn fill_ipv4_checksum(hdr: &mut [u8]) {
     if hdr.len() < 20 {
         return;
     }
@@ -153,7 +153,7 @@ fn l3_offset(frame: &[u8]) -> Option<(usize, u16)> {
 /// Sets the IP length field of `frame` so that the datagram ends at
 /// `frame.len()` (capped at 65535), so that the parser accepts a TSO super
 /// packet whose length field is 0 (BIG TCP) or stale.
-fn fix_ip_len(frame: &mut [u8]) {
+pub(crate) fn fix_ip_len(frame: &mut [u8]) {
     let Some((off, ty)) = l3_offset(frame) else {
         return;
     };

@@ -43,10 +43,20 @@ pub struct RxMeta {
     pub ipv6_ex_add: bool,
 }
 
-/// How a frame is laid out in the buffers.
+/// A coalesced frame (HW-GRO, `rsc.rs`): what its completions say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rsc {
+    /// `rsc_seg_len`: the segments' payload size (the skb's `gso_size`).
+    pub seg_len: u16,
+    /// Frames from the fabric it is made of.
+    pub segments: u32,
+}
+
+/// How a frame is laid out in the buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Split {
     /// No header split on this queue: the whole frame in data buffers.
+    #[default]
     Off,
     /// `frame[..n]` goes to the header buffer, the rest to data buffers.
     At(usize),
@@ -77,7 +87,8 @@ pub struct RxQueue {
     pub packet_buffer_size: u32,
     /// Header buffer size (0: no header split).
     pub header_buffer_size: u32,
-    /// `enable_rsc` (HW-GRO): recorded, never done.
+    /// `enable_rsc` (HW-GRO): in-order TCP segments of a flow arriving in
+    /// one burst are coalesced (`rsc.rs`).
     pub rsc: bool,
     /// Notify block.
     pub ntfy: u32,
@@ -107,14 +118,17 @@ impl RxQueue {
         data.div_ceil(per).max(1)
     }
 
-    /// Places `frame` into the next buffers and writes completions. On
-    /// `Err` nothing was consumed (except after a DMA error, which drops).
+    /// Places `frame` into the next buffers and writes completions (with
+    /// `rsc` set and `rsc_seg_len` when `rsc` says it is a coalesced frame).
+    /// On `Err` nothing was consumed (except after a DMA error, which
+    /// drops).
     pub fn place(
         &mut self,
         dma: &dyn Dma,
         frame: &[u8],
         split: Split,
         meta: &RxMeta,
+        rsc: Option<Rsc>,
         c: &mut Counters,
     ) -> Result<(), RxRefusal> {
         let qi = self.id as usize;
@@ -194,7 +208,10 @@ impl RxQueue {
             cd[2..4].copy_from_slice(&(meta.ptype & 0x3ff).to_le_bytes());
             let plen = chunk.len() as u16 & 0x3fff;
             cd[6..8].copy_from_slice(
-                &((header_len & 0x3ff) | if split_header { 1 << 11 } else { 0 }).to_le_bytes(),
+                &((header_len & 0x3ff)
+                    | if rsc.is_some() { 1 << 10 } else { 0 }
+                    | if split_header { 1 << 11 } else { 0 })
+                .to_le_bytes(),
             );
             cd[8] = 1 // descriptor_done
                 | if eop { 1 << 1 } else { 0 }
@@ -203,6 +220,12 @@ impl RxQueue {
                 | if meta.csum_ip_err { 1 << 4 } else { 0 }
                 | if meta.csum_l4_err { 1 << 5 } else { 0 };
             cd[12..14].copy_from_slice(&buf_id.to_le_bytes());
+            // The driver reads `rsc` and `rsc_seg_len` from the
+            // end_of_packet completion; like the other per-packet fields
+            // they are on every completion of the frame.
+            if let Some(r) = rsc {
+                cd[14..16].copy_from_slice(&r.seg_len.to_le_bytes());
+            }
             cd[16..20].copy_from_slice(&meta.hash.to_le_bytes());
             self.write_completion(dma, &mut cd, plen, c);
             if !dma_ok {
@@ -216,14 +239,20 @@ impl RxQueue {
                 return Ok(());
             }
         }
-        inc(&mut c.rx_packets);
+        // Frames from the fabric: each segment of a coalesced one.
+        let frames = rsc.map_or(1, |r| u64::from(r.segments));
+        add(&mut c.rx_packets, frames);
         add(&mut c.rx_bytes, frame.len() as u64);
+        if let Some(r) = rsc {
+            inc(&mut c.rx_rsc_packets);
+            add(&mut c.rx_rsc_segments, u64::from(r.segments));
+        }
         if let Some(q) = c.rx_queues.get_mut(qi) {
-            inc(&mut q.packets);
+            add(&mut q.packets, frames);
             add(&mut q.bytes, frame.len() as u64);
             add(&mut q.payload_bytes, data.len() as u64);
             if hsplit {
-                inc(&mut q.hsplit_packets);
+                add(&mut q.hsplit_packets, frames);
                 add(&mut q.header_bytes, hdr.len() as u64);
             }
         }

@@ -66,8 +66,12 @@ struct Tso {
 pub struct TxResult {
     /// Frames to send.
     pub frames: Vec<Vec<u8>>,
+    /// Their bytes.
+    pub bytes: usize,
     /// Completions were written (raise the notify block).
     pub completed: bool,
+    /// Stopped at the byte budget with descriptors left before the tail.
+    pub more: bool,
 }
 
 impl TxQueue {
@@ -130,12 +134,24 @@ impl TxQueue {
         }
     }
 
-    /// Processes every complete packet between head and tail. `mtu` is the
+    /// Processes the complete packets between head and tail until their
+    /// frames reach `budget` bytes (the packet that reaches it is sent
+    /// whole); what is left stays in the ring (`more`). `mtu` is the
     /// device's (the descriptor's): no frame longer than it allows leaves.
-    pub fn process(&mut self, dma: &dyn Dma, mtu: u16, c: &mut Counters) -> TxResult {
+    pub fn process(
+        &mut self,
+        dma: &dyn Dma,
+        mtu: u16,
+        c: &mut Counters,
+        budget: usize,
+    ) -> TxResult {
         let mut res = TxResult::default();
         let qi = self.id as usize;
         while self.head != self.tail {
+            if res.bytes >= budget {
+                res.more = true;
+                break;
+            }
             // Find the end of the packet without consuming anything: a
             // packet whose end is not yet behind the tail waits.
             let mut idx = self.head;
@@ -168,6 +184,7 @@ impl TxQueue {
                         add(&mut q.bytes, f.len() as u64);
                         inc(&mut q.packets);
                     }
+                    res.bytes += f.len();
                     res.frames.push(f);
                 }
             } else {

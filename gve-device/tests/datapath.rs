@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use gve_device::adminq::{opcode, status};
 use gve_device::GveConfig;
-use pci_model::RxRefusal;
+use pci_model::{PciDevice, RxRefusal};
 
 const A: [u8; 4] = [10, 0, 0, 1];
 const B: [u8; 4] = [10, 0, 0, 2];
@@ -70,6 +70,92 @@ fn tso_segments() {
     // (TSO ctx + general ctx + 3 data descriptors = 5).
     assert_eq!(g.tx_completions(0), vec![(2, 9, 0), (4, 5, 0)]);
     assert_eq!(g.dev.status().counters.tx_queues[0].tso_packets, 1);
+}
+
+/// Back-pressure: while the edge says its receivers are full, doorbells
+/// leave the packets in the ring (no frame, no completion: the driver's
+/// ring fills and it stops the queue); the edge's next poll sends them.
+#[test]
+fn tx_waits_while_the_edge_is_paused() {
+    let mut g = up(GveConfig::default(), 1, 2048, false);
+    let f = tcp4(A, B, 1, 2, 3, 0x10, b"x");
+    g.tx_paused = true;
+    g.send(0, &[&f], None, false, 1, false);
+    g.send(0, &[&f], None, false, 2, false);
+    assert!(g.wire.is_empty(), "sent while paused");
+    assert!(g.tx_completions(0).is_empty(), "completed while paused");
+    g.tx_paused = false;
+    g.poll();
+    assert_eq!(g.wire.len(), 2);
+    assert_eq!(g.tx_completions(0), vec![(2, 1, 0), (2, 2, 0)]);
+}
+
+/// What one poll sends is bounded (`tx_poll_bytes`): the rest stays in the
+/// rings, `next_timeout` asks for another poll at once, and queues take
+/// turns so none starves under the bound.
+#[test]
+fn tx_poll_budget_bounds_a_call_and_rotates_queues() {
+    let mut g = up(
+        GveConfig {
+            tx_poll_bytes: 3000,
+            ..Default::default()
+        },
+        2,
+        2048,
+        false,
+    );
+    let f = tcp4(A, B, 1, 2, 3, 0x10, &[7; 1000]);
+    // Queued while paused: five packets on queue 0 behind one doorbell.
+    g.tx_paused = true;
+    for tag in 0..5 {
+        g.send(0, &[&f], None, false, tag, false);
+    }
+    assert!(g.wire.is_empty());
+    assert_eq!(g.dev.next_timeout(), None, "polled while paused");
+    g.tx_paused = false;
+    g.poll();
+    // 1054-byte frames: the third reaches 3000 and is sent whole.
+    assert_eq!(g.wire.len(), 3);
+    assert_eq!(g.dev.next_timeout(), Some(std::time::Duration::ZERO));
+    g.poll();
+    assert_eq!(g.wire.len(), 5);
+    assert_eq!(g.dev.next_timeout(), None, "no work left");
+    assert_eq!(g.tx_completions(0).len(), 5);
+    // A bound of one packet a poll over two busy queues: they alternate.
+    let mut g = up(
+        GveConfig {
+            tx_poll_bytes: 1,
+            ..Default::default()
+        },
+        2,
+        2048,
+        false,
+    );
+    g.tx_paused = true;
+    for tag in 0..3 {
+        g.send(0, &[&f], None, false, tag, false);
+        g.send(1, &[&f], None, false, 10 + tag, false);
+    }
+    g.tx_paused = false;
+    let mut order = Vec::new();
+    loop {
+        let before = g.wire.len();
+        g.poll();
+        assert_eq!(g.wire.len(), before + 1, "one packet a poll");
+        for q in 0..2 {
+            order.extend(g.tx_completions(q).iter().map(|c| c.1));
+        }
+        if g.dev.next_timeout().is_none() {
+            break;
+        }
+    }
+    let q0: Vec<u16> = order.iter().copied().filter(|&t| t < 10).collect();
+    assert_eq!(q0, [0, 1, 2]);
+    assert_eq!(order.len(), 6);
+    assert!(
+        order.windows(2).all(|w| (w[0] < 10) != (w[1] < 10)),
+        "queues did not take turns: {order:?}"
+    );
 }
 
 #[test]
@@ -187,6 +273,38 @@ fn rx_no_buffers_is_backpressure() {
     assert_eq!(g.dev.status().counters.rx_no_buffers, 1);
 }
 
+/// A devmem queue out of buffers refuses its own frames only; the edge
+/// learns which queue from `rx_queue` and keeps them for that queue.
+#[test]
+fn a_queue_out_of_buffers_refuses_only_its_frames() {
+    let mut g = up(GveConfig::default(), 2, 2048, true);
+    assert_eq!(flow_rule_cmd(&mut g, 0, 0, 5201, 1), status::PASSED);
+    let devmem = tcp4(A, B, 2000, 5201, 1, 0x18, b"devmem");
+    let other = |sport| tcp4(A, B, sport, 80, 1, 0x18, b"other");
+    assert_eq!(g.dev.rx_queue(&devmem), 1);
+    // Queue 1 uses up its 63 buffers.
+    for _ in 0..63 {
+        g.receive(&devmem).unwrap();
+    }
+    assert_eq!(g.receive(&devmem), Err(RxRefusal::NoBuffers));
+    // Frames RSS sends to queue 0 go on.
+    let mut sent = 0;
+    for sport in 3000..3100u16 {
+        let f = other(sport);
+        if g.dev.rx_queue(&f) == 0 {
+            g.receive(&f).unwrap();
+            sent += 1;
+        }
+    }
+    assert!(sent > 10, "RSS put {sent} of 100 flows on queue 0");
+    assert_eq!(g.rx_completions(0).len(), sent);
+    let c = g.dev.status().counters;
+    assert_eq!(
+        (c.rx_queues[1].no_buffers, c.rx_queues[0].no_buffers),
+        (1, 0)
+    );
+}
+
 #[test]
 fn rss_follows_toeplitz_and_table() {
     let mut g = up(GveConfig::default(), 4, 2048, true);
@@ -204,6 +322,7 @@ fn rss_follows_toeplitz_and_table() {
         input.extend_from_slice(&80u16.to_be_bytes());
         let h = toeplitz(&key, &input);
         let want = lut[h as usize % 128] as usize;
+        assert_eq!(g.dev.rx_queue(&f), want, "rx_queue says where it goes");
         g.receive(&f).unwrap();
         for q in 0..4 {
             let c = g.rx_completions(q);
@@ -246,6 +365,9 @@ fn flow_rule_steers_a_flow() {
     let mut g = up(GveConfig::default(), 4, 2048, true);
     assert_eq!(flow_rule_cmd(&mut g, 0, 3, 5201, 3), status::PASSED);
     assert_eq!(flow_rule_cmd(&mut g, 0, 3, 5201, 2), status::ALREADY_EXISTS);
+    let f = tcp4(A, B, 2000, 5201, 1, 0x18, b"devmem");
+    assert_eq!(g.dev.rx_queue(&f), 3, "the rule's queue");
+    assert_eq!(g.dev.status().flow_rules[0].hits, 0, "asking is not a hit");
     for sport in 2000..2020u16 {
         g.receive(&tcp4(A, B, sport, 5201, 1, 0x18, b"devmem"))
             .unwrap();

@@ -167,6 +167,13 @@ pub struct DeviceIo<'a> {
     pub irqs: Vec<u16>,
     /// Frames to send into the fabric, in order.
     pub tx: Vec<Frame>,
+    /// The edge cannot take more frames now (a receiver it forwards to is
+    /// full: back-pressure). A model should leave TX work where the driver
+    /// put it (descriptors in its ring) until a call without it; the edge
+    /// calls [`PciDevice::poll`] when the pause ends. A model that ignores
+    /// it still works: the edge forwards what it gets and drops, counted,
+    /// what its receivers have no room for.
+    pub tx_paused: bool,
 }
 
 impl<'a> DeviceIo<'a> {
@@ -177,6 +184,7 @@ impl<'a> DeviceIo<'a> {
             now,
             irqs: Vec::new(),
             tx: Vec::new(),
+            tx_paused: false,
         }
     }
 }
@@ -220,6 +228,27 @@ pub trait PciDevice {
     /// When `poll` wants to run again without a doorbell (timers), if ever.
     fn next_timeout(&self) -> Option<Duration> {
         None
+    }
+    /// The receive queue `frame` would go to now (the device's steering:
+    /// flow rules, RSS), without taking it or changing any state. An edge
+    /// that keeps frames a queue refused with [`RxRefusal::NoBuffers`] uses
+    /// it to keep the frames for that queue in order behind them while
+    /// frames for other queues go on. A device with one receive queue (the
+    /// default) answers 0.
+    fn rx_queue(&self, frame: &[u8]) -> usize {
+        let _ = frame;
+        0
+    }
+    /// The frames [`PciDevice::receive`] gets until
+    /// [`PciDevice::end_rx_burst`] arrived back to back: the device may
+    /// hold a frame it took (`Ok`) to coalesce it with the next ones
+    /// (receive-side coalescing, HW-GRO). Outside a burst it holds nothing.
+    fn begin_rx_burst(&mut self) {}
+    /// Ends a burst: whatever the device held is written out now. The edge
+    /// calls it after the burst's last frame, in the same call into the
+    /// model (a device never holds frames between edge calls).
+    fn end_rx_burst(&mut self, io: &mut DeviceIo<'_>) {
+        let _ = io;
     }
     /// Function-level reset (the edge's VFIO reset, or the guest's).
     fn reset(&mut self);

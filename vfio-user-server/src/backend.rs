@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use pci_model::config::{ConfigSpace, CONFIG_SIZE};
-use pci_model::{BarInfo, DeviceIo, Frame, MsixInfo, PciDevice, PciIdentity};
+use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity};
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_IRQ_INFO_AUTOMASKED, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE,
     VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX, VFIO_PCI_INTX_IRQ_INDEX,
@@ -147,7 +147,7 @@ pub(crate) struct State<D> {
 
 /// The frame sink, behind its own lock so that frames leave in the order
 /// the model produced them without holding the device lock while sending.
-pub(crate) type Sink = Box<dyn FnMut(Frame) + Send>;
+pub(crate) type Sink = Box<dyn crate::FrameSink>;
 
 /// Shared by the server thread and every [`crate::DeviceHandle`].
 pub(crate) struct Shared<D> {
@@ -158,6 +158,15 @@ pub(crate) struct Shared<D> {
     pub(crate) layout: Layout,
     pub(crate) stop: std::sync::atomic::AtomicBool,
     pub(crate) stopper: crate::stop::Stopper,
+    /// The sink said it is full ([`crate::SinkState::Full`]): model calls
+    /// get [`DeviceIo::tx_paused`] until [`crate::DeviceHandle::resume_tx`].
+    pub(crate) tx_paused: std::sync::atomic::AtomicBool,
+    /// The model's `next_timeout` after the last call, in nanoseconds of
+    /// device time (`u64::MAX`: none); kept once a wake is registered.
+    pub(crate) deadline_ns: std::sync::atomic::AtomicU64,
+    /// Called when a model call made that deadline earlier
+    /// ([`crate::DeviceHandle::on_earlier_deadline`]).
+    pub(crate) on_earlier_deadline: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl<D: PciDevice> Shared<D> {
@@ -181,14 +190,36 @@ impl<D: PciDevice> Shared<D> {
             layout,
             stop: std::sync::atomic::AtomicBool::new(false),
             stopper,
+            tx_paused: std::sync::atomic::AtomicBool::new(false),
+            deadline_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
+            on_earlier_deadline: std::sync::OnceLock::new(),
         }
     }
 
     /// Runs `f` on the model with a fresh [`DeviceIo`], then raises the
-    /// interrupts and sends the frames it produced.
+    /// interrupts and sends the frames it produced. For the daemon's calls
+    /// ([`crate::DeviceHandle`]): the daemon reads the next deadline itself.
     pub(crate) fn with_io<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
+        self.with_io_at(self.epoch.elapsed(), false, f)
+    }
+
+    /// [`Shared::with_io`] for a BAR access on the vfio-user thread: a
+    /// deadline it brings forward is reported
+    /// ([`crate::DeviceHandle::on_earlier_deadline`]).
+    pub(crate) fn with_io_bar<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
+        self.with_io_at(self.epoch.elapsed(), true, f)
+    }
+
+    /// [`Shared::with_io`] at device time `now` (the caller read the
+    /// clock); `report` an earlier deadline (see `with_io_bar`).
+    pub(crate) fn with_io_at<R>(
+        &self,
+        now: std::time::Duration,
+        report: bool,
+        f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R,
+    ) -> R {
+        use std::sync::atomic::Ordering;
         let mut st = lock(&self.state);
-        let now = self.epoch.elapsed();
         let State {
             device,
             config,
@@ -200,10 +231,25 @@ impl<D: PciDevice> Shared<D> {
             bus_master: config.bus_master(),
         };
         let mut io = DeviceIo::new(&gated, now);
+        io.tx_paused = self.tx_paused.load(Ordering::Acquire);
         let r = f(device, &mut io);
+        // Whoever runs the model's timers sleeps until the deadline it saw
+        // last: tell it when a BAR access brought the deadline forward (a
+        // timer armed, work left for another poll). Its own calls only
+        // update what it saw (it looks at the deadline after them).
+        let wake = self.on_earlier_deadline.get();
+        let earlier = wake.is_some() && {
+            let deadline = device.next_timeout().map_or(u64::MAX, |d| {
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+            });
+            deadline < self.deadline_ns.swap(deadline, Ordering::AcqRel)
+        };
         let DeviceIo { irqs, tx, .. } = io;
         for v in irqs {
             msix.fire(v, &self.counters);
+        }
+        if let (true, true, Some(wake)) = (report, earlier, wake) {
+            wake();
         }
         if tx.is_empty() {
             return r;
@@ -212,9 +258,11 @@ impl<D: PciDevice> Shared<D> {
         // from concurrent calls keep the model's order.
         let mut sink = lock(&self.sink);
         drop(st);
-        for frame in tx {
-            Counters::inc(&self.counters.frames_out);
-            (*sink)(frame);
+        self.counters
+            .frames_out
+            .fetch_add(tx.len() as u64, Ordering::Relaxed);
+        if sink.send(tx) == crate::SinkState::Full {
+            self.tx_paused.store(true, Ordering::Release);
         }
         r
     }
@@ -284,7 +332,7 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
                 return Ok(());
             }
         }
-        s.with_io(|dev, io| dev.bar_read(region as u8, offset, data, io));
+        s.with_io_bar(|dev, io| dev.bar_read(region as u8, offset, data, io));
         Ok(())
     }
 
@@ -315,7 +363,7 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
                 return Ok(());
             }
         }
-        s.with_io(|dev, io| {
+        s.with_io_bar(|dev, io| {
             dev.bar_write(region as u8, offset, data, io);
             dev.poll(io);
         });

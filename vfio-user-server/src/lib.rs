@@ -9,7 +9,10 @@
 //!   fabric ([`DeviceHandle::receive`]), runs timers
 //!   ([`DeviceHandle::next_deadline`] → [`DeviceHandle::poll`]) and stops
 //!   the server ([`DeviceHandle::stop`]). Frames the model sends go to the
-//!   sink given at construction.
+//!   sink given at construction ([`FrameSink`]: a closure taking one frame,
+//!   or a type taking each call's frames at once that may answer
+//!   [`SinkState::Full`] to pause the model's TX). A burst of frames goes
+//!   in under one lock with [`DeviceHandle::receive_burst`].
 //! * [`DmaTable`] is the [`pci_model::Dma`] over the guest memory QEMU maps
 //!   with `DMA_MAP`: bounded, bounds-checked, unmapped only while no device
 //!   call runs.
@@ -30,7 +33,36 @@ mod stop;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use dma::{DmaTable, MapError, DEFAULT_MAX_DMA_REGIONS};
-pub use server::{serve, DeviceHandle, VfioUserServer};
+pub use server::{serve, DeviceHandle, RxBurst, VfioUserServer};
+
+use pci_model::Frame;
+
+/// Whether a [`FrameSink`] can take more frames now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkState {
+    /// Go on.
+    Ready,
+    /// A receiver behind the sink is full: model calls get
+    /// [`pci_model::DeviceIo::tx_paused`] until [`DeviceHandle::resume_tx`].
+    Full,
+}
+
+/// Where the frames a device sends go. Called without the device lock
+/// held, once per model call that produced frames, in the model's order;
+/// it must not call back into a [`DeviceHandle`] of the same device
+/// (queue the frames instead).
+pub trait FrameSink: Send {
+    /// The frames one model call produced, in order.
+    fn send(&mut self, frames: Vec<Frame>) -> SinkState;
+}
+
+/// A closure taking one frame at a time never fills up.
+impl<F: FnMut(Frame) + Send> FrameSink for F {
+    fn send(&mut self, frames: Vec<Frame>) -> SinkState {
+        frames.into_iter().for_each(self);
+        SinkState::Ready
+    }
+}
 
 /// Why the server could not be set up or stopped serving.
 #[derive(Debug, thiserror::Error)]

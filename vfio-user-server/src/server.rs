@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pci_model::{Frame, PciDevice, RxRefusal};
+use pci_model::{DeviceIo, Frame, PciDevice, RxRefusal};
 
 use crate::backend::{lock, Backend, Layout, Shared};
 use crate::stop::Stopper;
-use crate::{Counters, Error, Limits, Stats};
+use crate::{Counters, Error, FrameSink, Limits, Stats};
 
 /// Serves one [`PciDevice`] over vfio-user on a UNIX socket.
 pub struct VfioUserServer<D> {
@@ -64,6 +64,17 @@ impl<D: PciDevice + Send + 'static> VfioUserServer<D> {
         listener: UnixListener,
         device: D,
         sink: impl FnMut(Frame) + Send + 'static,
+        limits: Limits,
+    ) -> Result<Self, Error> {
+        Self::from_listener_with_sink(listener, device, sink, limits)
+    }
+
+    /// [`VfioUserServer::from_listener`] with a [`FrameSink`] that takes
+    /// each model call's frames at once (and may pause the model's TX).
+    pub fn from_listener_with_sink(
+        listener: UnixListener,
+        device: D,
+        sink: impl FrameSink + 'static,
         limits: Limits,
     ) -> Result<Self, Error> {
         let layout = Layout::of(&device)?;
@@ -188,9 +199,58 @@ impl<D: PciDevice> DeviceHandle<D> {
         self.shared.with_io(|dev, io| dev.poll(io));
     }
 
+    /// [`DeviceHandle::poll`] at `now`, a time the caller read.
+    pub fn poll_at(&self, now: Instant) {
+        self.shared
+            .with_io_at(self.device_time(now), false, |dev, io| dev.poll(io));
+    }
+
+    /// Hands the device a burst of frames under one hold of its lock, at
+    /// `now` (a time the caller read: no clock is read here):
+    /// [`PciDevice::begin_rx_burst`], then `f` offers frames through the
+    /// [`RxBurst`], then [`PciDevice::end_rx_burst`] writes out what the
+    /// model held and [`PciDevice::poll`] runs once. Interrupts and frames
+    /// the calls produced go out afterwards. BAR accesses from the
+    /// vfio-user thread wait for the burst, so keep it short (tens of
+    /// frames).
+    pub fn receive_burst<R>(&self, now: Instant, f: impl FnOnce(&mut dyn RxBurst) -> R) -> R {
+        self.shared
+            .with_io_at(self.device_time(now), false, |dev, io| {
+                dev.begin_rx_burst();
+                let r = f(&mut Burst {
+                    dev: &mut *dev,
+                    io: &mut *io,
+                });
+                dev.end_rx_burst(io);
+                dev.poll(io);
+                r
+            })
+    }
+
+    /// [`PciDevice::reset`] under the device lock: the daemon's recovery
+    /// after the model panicked. Unlike a client's reset, the configuration
+    /// space, MSI-X state and DMA mappings stay as the client set them (the
+    /// guest's driver finds a reset device and resets it in turn); counted
+    /// in [`Stats::resets`].
+    pub fn reset_device(&self) {
+        lock(&self.shared.state).device.reset();
+        Counters::inc(&self.shared.counters.resets);
+    }
+
     /// [`PciDevice::next_timeout`], on the device's clock.
     pub fn next_timeout(&self) -> Option<Duration> {
         lock(&self.shared.state).device.next_timeout()
+    }
+
+    /// Calls `wake` (on the vfio-user thread, under the device lock: it
+    /// must only signal, e.g. write an eventfd) whenever a BAR access
+    /// brings [`PciDevice::next_timeout`] forward: whoever runs the timers
+    /// can sleep until the deadline it saw and still poll in time for one a
+    /// doorbell armed meanwhile. The handle's own calls never call it (their
+    /// caller looks at the deadline after them). Set once; later calls are
+    /// ignored.
+    pub fn on_earlier_deadline(&self, wake: impl Fn() + Send + Sync + 'static) {
+        let _ = self.shared.on_earlier_deadline.set(Box::new(wake));
     }
 
     /// When [`DeviceHandle::poll`] should next run for timers, if ever.
@@ -210,6 +270,24 @@ impl<D> DeviceHandle<D> {
     /// The device's clock: time since the server was created.
     pub fn now(&self) -> Duration {
         self.shared.epoch.elapsed()
+    }
+
+    /// The device's clock at `now`.
+    pub fn device_time(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.shared.epoch)
+    }
+
+    /// Whether the sink answered [`crate::SinkState::Full`] since the last
+    /// [`DeviceHandle::resume_tx`]: model calls get
+    /// [`DeviceIo::tx_paused`].
+    pub fn tx_paused(&self) -> bool {
+        self.shared.tx_paused.load(Ordering::Acquire)
+    }
+
+    /// Ends a TX pause (the receivers drained, or waited long enough); the
+    /// caller then polls the device so that it does the TX work it left.
+    pub fn resume_tx(&self) {
+        self.shared.tx_paused.store(false, Ordering::Release);
     }
 
     /// Number of DMA mappings the current client holds.
@@ -243,5 +321,28 @@ impl<D> DeviceHandle<D> {
     /// Whether [`DeviceHandle::stop`] was called.
     pub fn is_stopped(&self) -> bool {
         self.shared.stop.load(Ordering::Acquire)
+    }
+}
+
+/// The frames of one burst into a device, under one hold of its lock (see
+/// [`DeviceHandle::receive_burst`]).
+pub trait RxBurst {
+    /// [`PciDevice::receive`] (without the poll: that runs once at the end).
+    fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal>;
+    /// [`PciDevice::rx_queue`]: where `frame` would go.
+    fn rx_queue(&self, frame: &[u8]) -> usize;
+}
+
+struct Burst<'a, 'io, D> {
+    dev: &'a mut D,
+    io: &'a mut DeviceIo<'io>,
+}
+
+impl<D: PciDevice> RxBurst for Burst<'_, '_, D> {
+    fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal> {
+        self.dev.receive(frame, self.io)
+    }
+    fn rx_queue(&self, frame: &[u8]) -> usize {
+        self.dev.rx_queue(frame)
     }
 }

@@ -1286,8 +1286,10 @@ fn hostile_addresses_stay_inside_guest_memory() {
     const VA: u64 = 0x1000_0000;
     assert_eq!(d.reg_mr(0x400, VA, 8192, &[0, 0], Some(table)), status::OK);
     // ...and a SEND reaching into that page fails with an error CQE
-    // (local address violation), sends nothing and puts the QP in ERROR,
-    // which flushes the SEND posted after it.
+    // (local address violation) and puts the QP in ERROR, which flushes the
+    // SEND posted after it. Payload is read packet by packet, as hardware
+    // does: what the first page holds may have gone out (path MTU 1024: 4
+    // packets), nothing from the page past memory.
     let mut qp = d.create_qp(2, 1, 64, 64);
     d.qp_to_rts(2, &Av::to(MAC_B, IP_B), 3);
     d.arm_cq(1);
@@ -1295,7 +1297,8 @@ fn hostile_addresses_stay_inside_guest_memory() {
     d.post_send(&mut qp, send_sqe(8192, VA, 0x400));
     d.post_send(&mut qp, send_sqe(8, VA, 0x400));
     assert!(refused() > before, "the edge refused the read past memory");
-    assert!(s.frames.lock().unwrap().is_empty(), "nothing sent");
+    let sent = s.frames.lock().unwrap().len();
+    assert!(sent <= 4, "{sent} frames sent");
     let wc = d.poll_cq(1).expect("error CQE");
     assert_eq!(
         (wc.opcode, wc.qtype, wc.qpn, wc.qe_idx),

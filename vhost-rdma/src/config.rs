@@ -132,6 +132,11 @@ impl FromStr for PortKind {
 
 /// Default bound of each queue pair's pending queue (frames).
 pub const DEFAULT_RX_QUEUE_FRAMES: usize = 1024;
+/// Default bound of the frames a device port holds per device receive
+/// queue that has no buffer posted (`rx-held-frames`).
+pub const DEFAULT_RX_HELD_FRAMES: usize = 256;
+/// Largest `rx-held-frames`.
+pub const MAX_RX_HELD_FRAMES: usize = 1 << 16;
 /// Most queue pairs a port may have (virtio-net allows 0x8000; QEMU and our
 /// one-thread-per-queue-pair design want far fewer).
 pub const MAX_QUEUE_PAIRS: u16 = 16;
@@ -152,6 +157,9 @@ pub struct PortConfig {
     pub netdev: Option<String>,
     /// Bound of the per-queue-pair pending queue towards the guest.
     pub rx_queue_frames: usize,
+    /// `kind=gve`, `kind=erdma`: most frames held for one device receive
+    /// queue that has no buffer posted (0: none, they are dropped).
+    pub rx_held_frames: usize,
     /// Flow steering rules installed at start (`[[port.flow-rule]]`).
     pub flow_rules: Vec<crate::steering::FlowRuleSpec>,
     /// `kind=erdma`: RC settings the erdma driver never passes.
@@ -259,6 +267,7 @@ impl PortConfig {
             kind: PortKind::VirtioNet,
             netdev: None,
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
+            rx_held_frames: DEFAULT_RX_HELD_FRAMES,
             flow_rules: Vec::new(),
             rc: RcSettings::default(),
             listen_fd: None,
@@ -348,6 +357,20 @@ impl PortConfig {
                 self.name
             );
         }
+        if self.rx_held_frames > MAX_RX_HELD_FRAMES {
+            bail!(
+                "port {}: rx-held-frames must be between 0 and {MAX_RX_HELD_FRAMES}",
+                self.name
+            );
+        }
+        if self.rx_held_frames != DEFAULT_RX_HELD_FRAMES
+            && !matches!(self.kind, PortKind::Gve | PortKind::Erdma)
+        {
+            bail!(
+                "port {}: rx-held-frames is a setting of kind=gve and kind=erdma ports",
+                self.name
+            );
+        }
         if !self.flow_rules.is_empty() {
             crate::steering::PortSteering::new(self.queue_pairs, &self.flow_rules)
                 .map_err(|e| anyhow::anyhow!("port {}: flow rule: {e}", self.name))?;
@@ -425,7 +448,7 @@ impl UplinkOptions {
 
 impl FromStr for PortConfig {
     type Err = anyhow::Error;
-    /// `NAME=SOCKET[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N]`,
+    /// `NAME=SOCKET[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N][,rx-held-frames=N]`,
     /// or an uplink: `NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N]`
     /// or `NAME,kind=tap,ifname=IF`.
     fn from_str(s: &str) -> anyhow::Result<Self> {
@@ -456,6 +479,9 @@ impl FromStr for PortConfig {
                 "rx-queue-frames" => {
                     p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?
                 }
+                "rx-held-frames" => {
+                    p.rx_held_frames = v.parse().with_context(|| format!("rx-held-frames={v}"))?
+                }
                 "local" => up.local = Some(v.to_string()),
                 "remote" => up.remotes.push(v.to_string()),
                 "vni" => up.vni = Some(v.parse().with_context(|| format!("vni={v}"))?),
@@ -463,7 +489,7 @@ impl FromStr for PortConfig {
                 "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu; uplinks: local, remote, vni, mtu, ifname)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu; uplinks: local, remote, vni, mtu, ifname)")
                 }
             }
         }
@@ -719,6 +745,7 @@ struct FilePort {
     kind: Option<String>,
     netdev: Option<String>,
     rx_queue_frames: Option<usize>,
+    rx_held_frames: Option<usize>,
     #[serde(default)]
     flow_rule: Vec<crate::steering::FlowRuleSpec>,
     /// `kind=erdma`: `[port.rc]`.
@@ -793,6 +820,9 @@ impl DaemonConfig {
             }
             if let Some(n) = fp.rx_queue_frames {
                 p.rx_queue_frames = n;
+            }
+            if let Some(n) = fp.rx_held_frames {
+                p.rx_held_frames = n;
             }
             p.flow_rules = fp.flow_rule;
             p.rc = fp.rc;

@@ -633,6 +633,21 @@ fn print_uplink(u: &vhost_rdma::ports::uplink::UplinkStatus) {
     }
 }
 
+fn print_pump(p: &vhost_rdma::ports::device::PumpStatus) {
+    println!(
+        "  pump: {} frames held for {} queues without buffers (at most {} a queue, {} dropped past it), {} model panics caught{}",
+        p.held_frames,
+        p.held_queues,
+        p.held_limit,
+        p.held_drops,
+        p.panics,
+        p.last_panic
+            .as_deref()
+            .map(|m| format!(" (last in {m})"))
+            .unwrap_or_default()
+    );
+}
+
 fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
     use vhost_rdma::ports::device::DeviceDetail;
     let g = match &d.detail {
@@ -644,6 +659,7 @@ fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
                 d.port, e.status_register, d.dma_regions, e.path_mtu
             );
             println!("  {c:?}");
+            print_pump(&d.pump);
             return;
         }
     };
@@ -653,24 +669,28 @@ fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
         d.port, d.kind, g.driver_version, d.dma_regions, g.mtu, c.admin_ok, c.admin_failed
     );
     println!(
-        "  rx {} frames {} bytes (drops {}, no buffers {}, csum errors {}), tx {} frames {} bytes; rss {} rule {} steered",
+        "  rx {} frames {} bytes (drops {}, no buffers {}, csum errors {}; {} coalesced of {} segments), tx {} frames {} bytes; rss {} rule {} steered",
         c.rx_packets,
         c.rx_bytes,
         c.rx_drops,
         c.rx_no_buffers,
         c.rx_csum_errors,
+        c.rx_rsc_packets,
+        c.rx_rsc_segments,
         c.tx_packets,
         c.tx_bytes,
         c.rss_steered,
         c.flow_rule_hits
     );
+    print_pump(&d.pump);
     for q in &g.rx_queues {
         let qc = c.rx_queues.get(q.id as usize).copied().unwrap_or_default();
         println!(
-            "  rx queue {}: header split {} (header buffer {} B), buffers posted {}, packets {}, split {}, header bytes {}, payload bytes {}",
+            "  rx queue {}: header split {} (header buffer {} B), HW-GRO {}, buffers posted {}, packets {}, split {}, header bytes {}, payload bytes {}",
             q.id,
             if q.header_buffer_size > 0 { "on" } else { "off" },
             q.header_buffer_size,
+            if q.rsc { "on" } else { "off" },
             q.buffers_available,
             qc.packets,
             qc.hsplit_packets,

@@ -47,6 +47,17 @@ fn gve_port_answers_vfio_user_beside_a_virtio_port() {
     };
     assert_eq!(g.counters.rx_queues.len(), 2);
     assert!(g.rx_queues.is_empty(), "no queue before a driver");
+    // The pump's part: nothing held, no panic, the configured bound.
+    let pump = &st.devices[0].pump;
+    assert_eq!(
+        (
+            pump.held_frames,
+            pump.held_drops,
+            pump.panics,
+            pump.held_limit
+        ),
+        (0, 0, 0, 256)
+    );
     let stats = server.stats();
     assert_eq!(stats[0].form, "gve");
     assert_eq!(stats[1].form, "pci");
@@ -69,6 +80,32 @@ fn gve_kind_parses_from_flags_and_file() {
     assert_eq!(cfg.ports[0].kind, PortKind::Gve);
     let e = "g=/tmp/g.sock,kind=nic".parse::<PortConfig>().unwrap_err();
     assert!(format!("{e:#}").contains("unknown port kind"), "{e:#}");
+}
+
+/// `rx-held-frames` bounds what a device port holds per device queue: a
+/// setting of device ports, from the flag and the file, range-checked.
+#[test]
+fn rx_held_frames_is_a_device_port_setting() {
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve,rx-held-frames=32".parse().unwrap();
+    assert_eq!(p.rx_held_frames, 32);
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
+    assert_eq!(p.rx_held_frames, vhost_rdma::config::DEFAULT_RX_HELD_FRAMES);
+    let cfg = DaemonConfig::from_toml(
+        "[[port]]\nname = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\nrx-held-frames = 0\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.ports[0].rx_held_frames, 0);
+    let e = "v=/tmp/v.sock,rx-held-frames=8"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("kind=gve and kind=erdma"),
+        "{e:#}"
+    );
+    let e = "g=/tmp/g.sock,kind=gve,rx-held-frames=70000"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("between 0 and 65536"), "{e:#}");
 }
 
 #[test]

@@ -68,6 +68,9 @@ pub struct RxCompl {
     pub rx_error: bool,
     pub buf_id: u16,
     pub hash: u32,
+    /// HW-GRO: the frame is coalesced; `rsc_seg_len` its segment size.
+    pub rsc: bool,
+    pub rsc_seg_len: u16,
 }
 
 pub struct Guest {
@@ -84,6 +87,8 @@ pub struct Guest {
     pub ptype_map: Vec<u8>,
     pub tx: Vec<TxRing>,
     pub rx: Vec<RxRing>,
+    /// What the edge says in `DeviceIo::tx_paused` (its receivers full).
+    pub tx_paused: bool,
 }
 
 pub fn be16(b: &[u8], o: usize) -> u16 {
@@ -109,6 +114,7 @@ impl Guest {
             ptype_map: Vec::new(),
             tx: Vec::new(),
             rx: Vec::new(),
+            tx_paused: false,
         }
     }
 
@@ -137,6 +143,7 @@ impl Guest {
     fn with_io<T>(&mut self, f: impl FnOnce(&mut GveDevice, &mut DeviceIo<'_>) -> T) -> T {
         let mem = self.mem.clone();
         let mut io = DeviceIo::new(&mem, Duration::ZERO);
+        io.tx_paused = self.tx_paused;
         let r = f(&mut self.dev, &mut io);
         self.irqs.extend(io.irqs);
         self.wire.extend(io.tx);
@@ -173,8 +180,38 @@ impl Guest {
         );
     }
 
+    /// The edge's poll (after a TX pause ends, or at a timer).
+    pub fn poll(&mut self) {
+        self.with_io(|d, io| d.poll(io));
+    }
+
     pub fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal> {
         self.with_io(|d, io| d.receive(frame, io))
+    }
+
+    /// Frames handed over as one burst, as the daemon's pump does.
+    pub fn receive_burst(&mut self, frames: &[Vec<u8>]) -> Vec<Result<(), RxRefusal>> {
+        self.with_io(|d, io| {
+            d.begin_rx_burst();
+            let r = frames.iter().map(|f| d.receive(f, io)).collect();
+            d.end_rx_burst(io);
+            d.poll(io);
+            r
+        })
+    }
+
+    /// The frame the driver builds from completions `c` (one packet, up to
+    /// its `end_of_packet`): the header buffer (with header split) then the
+    /// data buffers, as `gve_rx_dqo` chains them.
+    pub fn assemble(&self, q: usize, c: &[RxCompl]) -> Vec<u8> {
+        let mut f = Vec::new();
+        for (i, d) in c.iter().enumerate() {
+            if i == 0 && d.split_header && d.header_len > 0 {
+                f.extend(self.read(self.hdr_addr(q, d.buf_id), usize::from(d.header_len)));
+            }
+            f.extend(self.read(self.buf_addr(q, d.buf_id), usize::from(d.packet_len)));
+        }
+        f
     }
 
     /// `gve_adminq_alloc` for revision 1.
@@ -527,6 +564,8 @@ impl Guest {
                 rx_error: d[1] & 4 != 0,
                 buf_id: u16::from_le_bytes([d[12], d[13]]),
                 hash: u32::from_le_bytes(d[16..20].try_into().unwrap()),
+                rsc: h & (1 << 10) != 0,
+                rsc_seg_len: u16::from_le_bytes([d[14], d[15]]),
             });
             let r = &mut self.rx[q];
             r.compl_head = (r.compl_head + 1) & (r.size - 1);

@@ -1,48 +1,44 @@
 //! Ports whose guest-facing side is an emulated PCI device served over
 //! vfio-user (`kind=gve`, `kind=erdma`). The device models (`gve-device`,
-//! `erdma-device`) are sans-IO; this
-//! module is its edge in the daemon: the vfio-user server thread (BAR
-//! accesses, DMA, interrupts) and a pump thread that hands the frames the
-//! fabric queued for the port to the device.
+//! `erdma-device`) are sans-IO; this module is their edge in the daemon:
+//! the vfio-user server thread (BAR accesses, DMA, interrupts) and a pump
+//! thread ([`pump`]) that hands the frames the fabric queued for the port
+//! to the device.
 //!
-//! Frames the device sends go straight into the fabric from the vfio-user
-//! thread. Frames towards the device wait in the port's pending queue (with
-//! the fabric's back-pressure) until the device takes them; when the driver
-//! has posted no receive buffer, the pump retries every millisecond until it
-//! has (the `vfio_user` crate tells us of no doorbell), and only then.
+//! Frames the device sends go into the fabric from whichever thread made
+//! the model call (the vfio-user thread on a doorbell, the pump otherwise),
+//! one batch per call, with back-pressure ([`sink`]). Frames towards the
+//! device wait in the port's pending queue (with the fabric's
+//! back-pressure) until the pump hands them over, a burst at a time; a
+//! device queue without receive buffers holds only its own frames.
+
+mod pump;
+mod sink;
+
+pub use pump::{PumpStatus, BURST, MAX_HELD_QUEUES, STARVED_RETRY};
 
 use crate::config::{PortConfig, PortKind};
 use crate::fabric::{Fabric, PortShared};
-use crate::frame::Frame;
-use crate::stats::QueueCounters;
-use crate::virtio_net::NetHdr;
 use erdma_device::{ErdmaConfig, ErdmaDevice};
 use gve_device::{GveConfig, GveDevice};
-use pci_model::{PciDevice, RxRefusal};
-use std::os::fd::AsRawFd;
+use pci_model::PciDevice;
+use pump::{PumpStats, Pumped};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 use vfio_user_server::{DeviceHandle, Limits, VfioUserServer};
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
-
-/// How long the pump waits before offering a frame again to a device whose
-/// driver had no receive buffer posted.
-const STARVED_RETRY: Duration = Duration::from_millis(1);
 
 /// The device ports of a daemon, for the control socket.
 pub type Devices = Arc<Vec<DeviceEntry>>;
 
-/// What the daemon does with a served device, whatever its model.
-trait Served: Send + Sync {
-    fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal>;
-    fn poll(&self);
-    fn next_deadline(&self) -> Option<Instant>;
-    fn is_stopped(&self) -> bool;
+/// What the daemon does with a served device, whatever its model: what the
+/// pump needs, and stopping and describing it.
+trait Served: Pumped {
     fn stop(&self);
     fn dma_regions(&self) -> usize;
     fn detail(&self) -> DeviceDetail;
+    /// The pump's view of it.
+    fn pumped(&self) -> &dyn Pumped;
 }
 
 /// The model-specific part of a device port's status.
@@ -69,17 +65,8 @@ impl Describe for ErdmaDevice {
 }
 
 impl<D: PciDevice + Describe + Send + 'static> Served for DeviceHandle<D> {
-    fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal> {
-        DeviceHandle::receive(self, frame)
-    }
-    fn poll(&self) {
-        DeviceHandle::poll(self)
-    }
-    fn next_deadline(&self) -> Option<Instant> {
-        DeviceHandle::next_deadline(self)
-    }
-    fn is_stopped(&self) -> bool {
-        DeviceHandle::is_stopped(self)
+    fn pumped(&self) -> &dyn Pumped {
+        self
     }
     fn stop(&self) {
         DeviceHandle::stop(self)
@@ -98,6 +85,8 @@ pub struct DeviceEntry {
     /// Port name.
     pub port: String,
     handle: Arc<dyn Served>,
+    pump: Arc<PumpStats>,
+    held_limit: usize,
 }
 
 impl DeviceEntry {
@@ -112,6 +101,7 @@ impl DeviceEntry {
             }
             .into(),
             dma_regions: self.handle.dma_regions(),
+            pump: self.pump.status(self.held_limit),
             detail,
         }
     }
@@ -127,6 +117,10 @@ pub struct DeviceStatus {
     pub kind: String,
     /// DMA regions QEMU mapped (0: no guest attached).
     pub dma_regions: usize,
+    /// The pump: frames held for device queues without buffers, model
+    /// panics caught.
+    #[serde(default)]
+    pub pump: PumpStatus,
     /// The model's own status.
     #[serde(flatten)]
     pub detail: DeviceDetail,
@@ -164,6 +158,7 @@ pub struct ErdmaStatus {
 pub struct DevicePort {
     port: Arc<PortShared>,
     handle: Arc<dyn Served>,
+    pump_stats: Arc<PumpStats>,
     socket: crate::socket_path::OwnedSocket,
     stop: Arc<AtomicBool>,
     server: Option<JoinHandle<()>>,
@@ -244,39 +239,29 @@ impl DevicePort {
         let name = port.cfg.name.clone();
         let (listener, socket) = crate::socket_path::bind_with(&port.cfg.socket, perms)
             .with_context(|| format!("port {name}: cannot listen"))?;
-        let (f, index) = (fabric.clone(), port.index);
-        let sink = move |data: Vec<u8>| {
-            if let Some(p) = f.ports.get(index) {
-                let c = &p.rxq[0].counters;
-                QueueCounters::add(&c.tx_frames, 1);
-                QueueCounters::add(&c.tx_bytes, data.len() as u64);
-            }
-            f.forward(
-                index,
-                Frame {
-                    hdr: NetHdr::default(),
-                    data,
-                },
-                Instant::now(),
-            );
+        let sink = sink::DeviceSink {
+            fabric: fabric.clone(),
+            port: port.clone(),
         };
         let vfio_err = |e| anyhow::anyhow!("port {name}: vfio-user: {e}");
         let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg.kind {
             PortKind::Erdma => {
                 let dev = ErdmaDevice::new(erdma_config(&port.cfg));
-                let server = VfioUserServer::from_listener(listener, dev, sink, Limits::default())
-                    .map_err(vfio_err)?;
+                let server =
+                    VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
+                        .map_err(vfio_err)?;
                 (
-                    Arc::new(server.handle()),
+                    served(server.handle(), &port),
                     Box::new(move || log_end(server.run())),
                 )
             }
             _ => {
                 let dev = GveDevice::new(gve_config(&port.cfg));
-                let server = VfioUserServer::from_listener(listener, dev, sink, Limits::default())
-                    .map_err(vfio_err)?;
+                let server =
+                    VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
+                        .map_err(vfio_err)?;
                 (
-                    Arc::new(server.handle()),
+                    served(server.handle(), &port),
                     Box::new(move || log_end(server.run())),
                 )
             }
@@ -286,15 +271,22 @@ impl DevicePort {
             .name(format!("vfio-{name}"))
             .spawn(run)
             .context("spawning the vfio-user thread")?;
-        let (h, s, p) = (handle.clone(), stop.clone(), port.clone());
+        let pump_stats = Arc::new(PumpStats::default());
+        let (h, s, p, st) = (
+            handle.clone(),
+            stop.clone(),
+            port.clone(),
+            pump_stats.clone(),
+        );
         let pump = std::thread::Builder::new()
             .name(format!("pump-{name}"))
-            .spawn(move || pump(&p, &*h, &s))
+            .spawn(move || pump::Pump::new(&p, h.pumped(), &st).run(&s))
             .context("spawning the device pump")?;
         tracing::info!(port = %name, socket = %port.cfg.socket.display(), kind = ?port.cfg.kind, "device listening (vfio-user)");
         Ok(DevicePort {
             port,
             handle,
+            pump_stats,
             socket,
             stop,
             server: Some(server_thread),
@@ -307,6 +299,8 @@ impl DevicePort {
         DeviceEntry {
             port: self.port.cfg.name.clone(),
             handle: self.handle.clone(),
+            pump: self.pump_stats.clone(),
+            held_limit: self.port.cfg.rx_held_frames,
         }
     }
 
@@ -323,6 +317,23 @@ impl DevicePort {
     }
 }
 
+/// The daemon's handle of a served device. A model call on the vfio-user
+/// thread that brings the model's next deadline forward (a timer armed, TX
+/// left over past gve's budget) wakes the pump, which may be asleep until
+/// the deadline it saw last.
+fn served<D: PciDevice + Describe + Send + 'static>(
+    h: DeviceHandle<D>,
+    port: &Arc<PortShared>,
+) -> Arc<dyn Served> {
+    let p = port.clone();
+    h.on_earlier_deadline(move || {
+        if let Some(q) = p.rxq.first() {
+            let _ = q.wake.write(1);
+        }
+    });
+    Arc::new(h)
+}
+
 fn log_end(r: Result<(), vfio_user_server::Error>) {
     if let Err(e) = r {
         tracing::warn!("vfio-user server ended: {e}");
@@ -332,62 +343,5 @@ fn log_end(r: Result<(), vfio_user_server::Error>) {
 impl Drop for DevicePort {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Hands pending frames to the device; runs the device's timers.
-fn pump(port: &PortShared, dev: &dyn Served, stop: &AtomicBool) {
-    let Ok(epoll) = Epoll::new() else {
-        tracing::warn!(port = %port.cfg.name, "cannot create epoll: device port stopped");
-        return;
-    };
-    let rxq = &port.rxq[0];
-    if epoll
-        .ctl(
-            ControlOperation::Add,
-            rxq.wake.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, 1),
-        )
-        .is_err()
-    {
-        return;
-    }
-    let mut events = [EpollEvent::default(); 2];
-    while !stop.load(SeqCst) && !dev.is_stopped() {
-        rxq.disarm();
-        let mut starved = false;
-        while let Some(f) = rxq.pop() {
-            match dev.receive(&f.data) {
-                Ok(()) => {
-                    QueueCounters::add(&rxq.counters.rx_frames, 1);
-                    QueueCounters::add(&rxq.counters.rx_bytes, f.data.len() as u64);
-                    rxq.mark_fed();
-                }
-                Err(RxRefusal::NoBuffers) => {
-                    rxq.unpop(f);
-                    rxq.mark_starved(Instant::now());
-                    starved = true;
-                    break;
-                }
-                Err(RxRefusal::NotReady | RxRefusal::Dropped) => {
-                    QueueCounters::add(&rxq.counters.rx_drops, 1);
-                }
-            }
-        }
-        rxq.wake_waiters();
-        // Sleep until frames come, the device's next timer, or (starved) the
-        // next retry; at most a second, to notice a stop.
-        let mut wait = Duration::from_secs(1);
-        if starved {
-            wait = wait.min(STARVED_RETRY);
-        }
-        if let Some(at) = dev.next_deadline() {
-            wait = wait.min(at.saturating_duration_since(Instant::now()));
-        }
-        let ms = wait.as_millis().clamp(if starved { 1 } else { 0 }, 1000) as i32;
-        let _ = epoll.wait(ms, &mut events);
-        if dev.next_deadline().is_some_and(|at| at <= Instant::now()) {
-            dev.poll();
-        }
     }
 }
