@@ -189,6 +189,13 @@ pub struct RcSettings {
     /// Largest path MTU in bytes: 256, 512, 1024, 2048 or 4096 (default
     /// 4096; the netdev MTU may allow less).
     pub path_mtu: Option<u32>,
+    /// Most work requests the function's RC engines hold at once, the
+    /// daemon's memory for its RC work (default 65536, about 16 MiB; past
+    /// it work waits in the driver's rings).
+    pub engine_wrs: Option<u32>,
+    /// Most work requests one QP's engine holds per direction (default
+    /// 4096).
+    pub qp_wrs: Option<u32>,
 }
 
 impl RcSettings {
@@ -214,6 +221,18 @@ impl RcSettings {
                 }
                 self.path_mtu = Some(n);
             }
+            "engine-wrs" | "qp-wrs" => {
+                let max = if key == "qp-wrs" { 32_768 } else { 1 << 20 };
+                let n: u32 = v.parse().with_context(|| format!("{key}={v}"))?;
+                if n == 0 || n > max {
+                    bail!("{key}={v}: 1 to {max}");
+                }
+                if key == "qp-wrs" {
+                    self.qp_wrs = Some(n);
+                } else {
+                    self.engine_wrs = Some(n);
+                }
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -228,6 +247,8 @@ impl RcSettings {
             ("rnr-retry", self.rnr_retry.map(u32::from)),
             ("min-rnr-timer", self.min_rnr_timer.map(u32::from)),
             ("path-mtu", self.path_mtu),
+            ("engine-wrs", self.engine_wrs),
+            ("qp-wrs", self.qp_wrs),
         ] {
             if let Some(v) = v {
                 probe.set(k, &v.to_string())?;
@@ -377,7 +398,7 @@ impl PortConfig {
         }
         if self.rc.is_set() && self.kind != PortKind::Erdma {
             bail!(
-                "port {}: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer and path-mtu are settings of kind=erdma ports",
+                "port {}: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs and qp-wrs are settings of kind=erdma ports",
                 self.name
             );
         }
@@ -489,7 +510,7 @@ impl FromStr for PortConfig {
                 "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu; uplinks: local, remote, vni, mtu, ifname)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, ifname)")
                 }
             }
         }
@@ -1140,9 +1161,10 @@ mod tests {
     #[test]
     fn erdma_ports_take_rc_settings_and_others_refuse_them() {
         let p: PortConfig =
-            "r=/tmp/r.sock,kind=erdma,netdev=a,ack-timeout=12,retry-cnt=3,rnr-retry=6,min-rnr-timer=1,path-mtu=2048"
+            "r=/tmp/r.sock,kind=erdma,netdev=a,ack-timeout=12,retry-cnt=3,rnr-retry=6,min-rnr-timer=1,path-mtu=2048,engine-wrs=512,qp-wrs=64"
                 .parse()
                 .unwrap();
+        assert_eq!((p.rc.engine_wrs, p.rc.qp_wrs), (Some(512), Some(64)));
         assert_eq!(p.rc.ack_timeout, Some(12));
         assert_eq!(p.rc.retry_cnt, Some(3));
         assert_eq!(p.rc.rnr_retry, Some(6));
@@ -1152,16 +1174,20 @@ mod tests {
             "r=/tmp/r.sock,kind=erdma,netdev=a,retry-cnt=8",
             "r=/tmp/r.sock,kind=erdma,netdev=a,path-mtu=1500",
             "r=/tmp/r.sock,kind=erdma,netdev=a,ack-timeout=x",
+            "r=/tmp/r.sock,kind=erdma,netdev=a,engine-wrs=0",
+            "r=/tmp/r.sock,kind=erdma,netdev=a,qp-wrs=32769",
             "a=/tmp/a.sock,retry-cnt=3",
+            "a=/tmp/a.sock,engine-wrs=8",
         ] {
             assert!(bad.parse::<PortConfig>().is_err(), "{bad} accepted");
         }
         let f = DaemonConfig::from_toml(
             "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n\
              [[port]]\nname = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\n\
-             [port.rc]\nretry-cnt = 2\npath-mtu = 1024\n",
+             [port.rc]\nretry-cnt = 2\npath-mtu = 1024\nengine-wrs = 1024\n",
         )
         .unwrap();
+        assert_eq!(f.ports[1].rc.engine_wrs, Some(1024));
         assert_eq!(f.ports[1].rc.retry_cnt, Some(2));
         assert_eq!(f.ports[1].rc.path_mtu, Some(1024));
         let err = DaemonConfig::from_toml(

@@ -183,6 +183,8 @@ fn erdma_config(cfg: &PortConfig) -> ErdmaConfig {
     c.rnr_retry = rc.rnr_retry.unwrap_or(c.rnr_retry);
     c.min_rnr_timer = rc.min_rnr_timer.unwrap_or(c.min_rnr_timer);
     c.max_path_mtu = rc.path_mtu.unwrap_or(c.max_path_mtu);
+    c.max_engine_wrs = rc.engine_wrs.map_or(c.max_engine_wrs, |n| n as usize);
+    c.max_wrs_per_qp = rc.qp_wrs.map_or(c.max_wrs_per_qp, |n| n as usize);
     c
 }
 
