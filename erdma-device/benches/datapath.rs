@@ -17,94 +17,14 @@ mod common;
 use std::hint::black_box;
 use std::time::Instant;
 
+use common::rc::*;
 use common::*;
 use erdma_device::wqe::op;
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
-const IP_A: [u8; 4] = [10, 0, 0, 1];
-const IP_B: [u8; 4] = [10, 0, 0, 2];
-const STAG: u32 = 0x100;
-/// Guest virtual address of the registered buffer on both sides.
-const VA: u64 = 0x7000_0000;
 /// Registered buffer: 32 pages (two 64 KiB halves).
 const PAGES: u64 = 32;
 /// Work requests in flight per batch (SQ of 256 WQEBBs, 2 per WRITE SQE).
 const BATCH: usize = 64;
-
-struct Side {
-    d: Driver,
-    qp: KQp,
-    buf: u64,
-}
-
-fn side(mac: [u8; 6], ip: [u8; 4], qpn: u32) -> Side {
-    let mut d = Driver::new(mac);
-    d.probe(2);
-    assert_eq!(d.set_gid(0, v4_gid(ip)).status, 0);
-    assert_eq!(d.create_cq(1, 1024, 1).status, 0);
-    let (c, qp) = d.create_qp(qpn, false, 1, 256, 256);
-    assert_eq!(c.status, 0);
-    let buf = d.alloc(PAGES * 4096, 4096);
-    let pages: Vec<u64> = (0..PAGES).map(|i| buf + 4096 * i).collect();
-    assert_eq!(
-        d.reg_mr(STAG, 1, VA, PAGES * 4096, &pages, 0x1f, true)
-            .status,
-        0
-    );
-    Side {
-        d,
-        qp: qp.expect("QP"),
-        buf,
-    }
-}
-
-fn connect(a: &mut Side, b: &mut Side) {
-    let (qa, qb) = (a.qp.qpn, b.qp.qpn);
-    for (s, peer_q, mac, ip) in [(&mut *a, qb, MAC_B, IP_B), (&mut *b, qa, MAC_A, IP_A)] {
-        let av = AvSpec {
-            flow_label: 0,
-            tclass: 0,
-            hop_limit: 64,
-            sl: 0,
-            udp_sport: 0xc001,
-            sgid_index: 0,
-            dmac: mac,
-            dgid: v4_gid(ip),
-        };
-        let q = s.qp.qpn;
-        assert_eq!(s.d.modify_qp(q, 1, 1, None, 0, 0, 0, 0).status, 0);
-        assert_eq!(
-            s.d.modify_qp(q, 2, 1 | 4 | 16 | 32, Some(&av), peer_q, 0, 0, 0)
-                .status,
-            0
-        );
-        assert_eq!(s.d.modify_qp(q, 3, 1 | 8, None, 0, 0, 0, 0).status, 0);
-    }
-}
-
-fn write_sqe(len: u32, laddr: u64, remote: u64) -> Vec<u8> {
-    let mut s = vec![0u8; 48];
-    s[..8].copy_from_slice(&sqe_hdr(op::WRITE, 1, true, false).to_le_bytes());
-    s[12..16].copy_from_slice(&len.to_le_bytes());
-    s[16..20].copy_from_slice(&STAG.to_le_bytes());
-    s[20..24].copy_from_slice(&(remote as u32).to_le_bytes());
-    s[24..28].copy_from_slice(&((remote >> 32) as u32).to_le_bytes());
-    s[32..40].copy_from_slice(&laddr.to_le_bytes());
-    s[40..44].copy_from_slice(&len.to_le_bytes());
-    s[44..48].copy_from_slice(&STAG.to_le_bytes());
-    s
-}
-
-fn send_sqe(len: u32, addr: u64) -> Vec<u8> {
-    let mut s = vec![0u8; 32];
-    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
-    s[12..16].copy_from_slice(&len.to_le_bytes());
-    s[16..24].copy_from_slice(&addr.to_le_bytes());
-    s[24..28].copy_from_slice(&len.to_le_bytes());
-    s[28..32].copy_from_slice(&STAG.to_le_bytes());
-    s
-}
 
 /// CPU time of this thread, in ns (the scheduler's own account).
 fn thread_cpu_ns() -> u64 {
@@ -141,8 +61,9 @@ enum Op {
 
 /// Runs `count` messages of `size` bytes; returns (seconds, CPU ns).
 fn run(op: Op, size: u32, count: usize) -> (f64, u64) {
-    let mut a = side(MAC_A, IP_A, 2);
-    let mut b = side(MAC_B, IP_B, 3);
+    let depths = (1024, 256, 256);
+    let mut a = rc::side(Driver::new(MAC_A), IP_A, false, 2, depths, PAGES);
+    let mut b = rc::side(Driver::new(MAC_B), IP_B, false, 3, depths, PAGES);
     connect(&mut a, &mut b);
     // A's source: the first 64 KiB half, a known pattern.
     let pattern: Vec<u8> = (0..65536u32).map(|i| (i * 7 + 3) as u8).collect();
@@ -160,8 +81,8 @@ fn run(op: Op, size: u32, count: usize) -> (f64, u64) {
         }
         for _ in 0..n {
             let sqe = match op {
-                Op::Write => write_sqe(size, VA, sink),
-                Op::Send => send_sqe(size, VA),
+                Op::Write => write_sqe(op::WRITE, size, VA, sink, STAG, 0),
+                Op::Send => send_sqe(op::SEND, size, VA, STAG, 0),
             };
             a.d.post_sqe(&mut a.qp, sqe);
         }

@@ -13,105 +13,40 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use common::rc::*;
 use common::*;
 use erdma_device::wqe::op;
 use erdma_device::ErdmaConfig;
 use pci_model::PciDevice;
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
-const IP_A: [u8; 4] = [10, 0, 0, 1];
-const IP_B: [u8; 4] = [10, 0, 0, 2];
-const STAG: u32 = 0x100;
-const VA: u64 = 0x7000_0000;
-
 /// Serializes the tests of this file: the RSS test must not see another
 /// test's allocations.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-struct Side {
-    d: Driver,
-    qp: KQp,
-    buf: u64,
-}
-
-fn side(cfg: ErdmaConfig, ip: [u8; 4], qpn: u32, buf_len: u64) -> Side {
-    let mut d = Driver::with_memory(cfg, (buf_len as usize) + (8 << 20));
-    d.probe(2);
-    assert_eq!(d.set_gid(0, v4_gid(ip)).status, 0);
-    assert_eq!(d.create_cq(1, 1024, 1).status, 0);
-    let (c, qp) = d.create_qp(qpn, false, 1, 64, 64);
-    assert_eq!(c.status, 0);
-    let buf = d.alloc(buf_len, 4096);
-    let pages: Vec<u64> = (0..buf_len / 4096).map(|i| buf + 4096 * i).collect();
-    assert_eq!(d.reg_mr(STAG, 1, VA, buf_len, &pages, 0x1f, true).status, 0);
-    Side {
-        d,
-        qp: qp.expect("QP"),
-        buf,
-    }
-}
-
+/// Two connected sides with `buf_len` bytes of MR each (guest memory sized
+/// to hold it).
 fn pair(cfg_a: ErdmaConfig, cfg_b: ErdmaConfig, buf_len: u64) -> (Side, Side) {
-    let mut a = side(cfg_a, IP_A, 2, buf_len);
-    let mut b = side(cfg_b, IP_B, 3, buf_len);
-    for (s, peer_q, mac, ip) in [(&mut a, 3, MAC_B, IP_B), (&mut b, 2, MAC_A, IP_A)] {
-        let av = AvSpec {
-            flow_label: 0,
-            tclass: 0,
-            hop_limit: 64,
-            sl: 0,
-            udp_sport: 0xc001,
-            sgid_index: 0,
-            dmac: mac,
-            dgid: v4_gid(ip),
-        };
-        let q = s.qp.qpn;
-        assert_eq!(s.d.modify_qp(q, 1, 1, None, 0, 0, 0, 0).status, 0);
-        assert_eq!(
-            s.d.modify_qp(q, 2, 1 | 4 | 16 | 32, Some(&av), peer_q, 0, 0, 0)
-                .status,
-            0
-        );
-        assert_eq!(s.d.modify_qp(q, 3, 1 | 8, None, 0, 0, 0, 0).status, 0);
-    }
+    let mem = buf_len as usize + (8 << 20);
+    let depths = (1024, 64, 64);
+    let pages = buf_len / 4096;
+    let mut a = rc::side(
+        Driver::with_memory(cfg_a, mem),
+        IP_A,
+        false,
+        2,
+        depths,
+        pages,
+    );
+    let mut b = rc::side(
+        Driver::with_memory(cfg_b, mem),
+        IP_B,
+        false,
+        3,
+        depths,
+        pages,
+    );
+    connect(&mut a, &mut b);
     (a, b)
-}
-
-fn send_sqe(len: u32, addr: u64) -> Vec<u8> {
-    let mut s = vec![0u8; 32];
-    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
-    s[12..16].copy_from_slice(&len.to_le_bytes());
-    s[16..24].copy_from_slice(&addr.to_le_bytes());
-    s[24..28].copy_from_slice(&len.to_le_bytes());
-    s[28..32].copy_from_slice(&STAG.to_le_bytes());
-    s
-}
-
-fn write_sqe(len: u32, laddr: u64, remote: u64) -> Vec<u8> {
-    let mut s = vec![0u8; 48];
-    s[..8].copy_from_slice(&sqe_hdr(op::WRITE, 1, true, false).to_le_bytes());
-    s[12..16].copy_from_slice(&len.to_le_bytes());
-    s[16..20].copy_from_slice(&STAG.to_le_bytes());
-    s[20..24].copy_from_slice(&(remote as u32).to_le_bytes());
-    s[24..28].copy_from_slice(&((remote >> 32) as u32).to_le_bytes());
-    s[32..40].copy_from_slice(&laddr.to_le_bytes());
-    s[40..44].copy_from_slice(&len.to_le_bytes());
-    s[44..48].copy_from_slice(&STAG.to_le_bytes());
-    s
-}
-
-fn read_sqe(len: u32, laddr: u64, remote: u64) -> Vec<u8> {
-    let mut r = vec![0u8; 64];
-    r[..8].copy_from_slice(&sqe_hdr(op::READ, 1, true, false).to_le_bytes());
-    r[12..16].copy_from_slice(&len.to_le_bytes());
-    r[16..20].copy_from_slice(&STAG.to_le_bytes());
-    r[20..24].copy_from_slice(&(laddr as u32).to_le_bytes());
-    r[24..28].copy_from_slice(&((laddr >> 32) as u32).to_le_bytes());
-    r[32..40].copy_from_slice(&remote.to_le_bytes());
-    r[40..44].copy_from_slice(&len.to_le_bytes());
-    r[44..48].copy_from_slice(&STAG.to_le_bytes());
-    r
 }
 
 /// One round trip of frames, then `ms` of time for both devices.
@@ -158,7 +93,7 @@ fn large_sends_and_reads_take_no_daemon_memory() {
     drop(pattern);
     let before = rss_bytes();
     for _ in 0..24 {
-        a.d.post_sqe(&mut a.qp, send_sqe(LEN as u32, VA));
+        a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, LEN as u32, VA, STAG, 0));
     }
     let mut frames = 0;
     for _ in 0..40 {
@@ -179,7 +114,7 @@ fn large_sends_and_reads_take_no_daemon_memory() {
     // READs from B's buffer into A's (a second QP pair would do as well;
     // the first QP's SQ is behind its SENDs, so use B -> A).
     for _ in 0..24 {
-        b.d.post_sqe(&mut b.qp, read_sqe(LEN as u32, VA, VA));
+        b.d.post_sqe(&mut b.qp, read_sqe(LEN as u32, VA, VA, STAG));
     }
     for _ in 0..40 {
         round(&mut a, &mut b, 2);
@@ -206,7 +141,7 @@ fn engine_work_is_bounded_and_back_pressured() {
     let (mut a, mut b) = pair(cfg, ErdmaConfig::new(MAC_B), 1 << 20);
     a.d.mem_write(a.buf, b"bounded!");
     for _ in 0..24 {
-        a.d.post_sqe(&mut a.qp, send_sqe(8, VA));
+        a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, VA, STAG, 0));
     }
     for _ in 0..10 {
         round(&mut a, &mut b, 1);
@@ -252,7 +187,7 @@ fn frames_per_poll_are_bounded() {
     a.d.mem_write(a.buf, &data);
     a.d.post_sqe(
         &mut a.qp,
-        write_sqe(data.len() as u32, VA, VA + (512 << 10)),
+        write_sqe(op::WRITE, data.len() as u32, VA, VA + (512 << 10), STAG, 0),
     );
     a.d.poll();
     assert_eq!(a.d.tx.len(), 8, "the first poll stops at its budget");

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::too_many_arguments)]
 
+pub mod rc;
+
 use std::time::Duration;
 
 use erdma_device::regs::{self, off};
