@@ -36,21 +36,7 @@ fn thread_cpu_ns() -> u64 {
 
 /// Moves frames between the two devices until neither has any to send.
 fn shuttle(a: &mut Side, b: &mut Side) {
-    loop {
-        a.d.poll();
-        let fa = std::mem::take(&mut a.d.tx);
-        for f in &fa {
-            let _ = b.d.receive(f);
-        }
-        b.d.poll();
-        let fb = std::mem::take(&mut b.d.tx);
-        for f in &fb {
-            let _ = a.d.receive(f);
-        }
-        if fa.is_empty() && fb.is_empty() && a.d.tx.is_empty() && b.d.tx.is_empty() {
-            return;
-        }
-    }
+    while exchange(a, b) > 0 || !a.d.tx.is_empty() || !b.d.tx.is_empty() {}
 }
 
 #[derive(Clone, Copy, PartialEq)]

@@ -49,21 +49,12 @@ fn pair(cfg_a: ErdmaConfig, cfg_b: ErdmaConfig, buf_len: u64) -> (Side, Side) {
     (a, b)
 }
 
-/// One round trip of frames, then `ms` of time for both devices.
+/// One exchange of frames, then `ms` of time for both devices.
 fn round(a: &mut Side, b: &mut Side, ms: u64) -> usize {
-    a.d.poll();
-    let fa = std::mem::take(&mut a.d.tx);
-    for f in &fa {
-        let _ = b.d.receive(f);
-    }
-    b.d.poll();
-    let fb = std::mem::take(&mut b.d.tx);
-    for f in &fb {
-        let _ = a.d.receive(f);
-    }
+    let n = exchange(a, b);
     a.d.now += Duration::from_millis(ms);
     b.d.now += Duration::from_millis(ms);
-    fa.len() + fb.len()
+    n
 }
 
 fn rss_bytes() -> u64 {

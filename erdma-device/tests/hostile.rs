@@ -77,24 +77,7 @@ fn mr_past_memory_fails_at_use_with_error_cqe() {
         .status,
         0
     );
-    let (_, qp) = d.create_qp(2, false, 1, 64, 64);
-    let mut qp = qp.unwrap();
-    let av = AvSpec {
-        flow_label: 0,
-        tclass: 0,
-        hop_limit: 64,
-        sl: 0,
-        udp_sport: 1,
-        sgid_index: 0,
-        dmac: [2, 0, 0, 0, 0, 1],
-        dgid: v4_gid([10, 0, 0, 1]),
-    };
-    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
-    assert_eq!(
-        d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
-        0
-    );
-    assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+    let mut qp = rts_qp(&mut d);
     let mut s = vec![0u8; 32];
     s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
     s[12..16].copy_from_slice(&8192u32.to_le_bytes());

@@ -548,33 +548,32 @@ impl Memory {
         self.check(pd, rkey, iova, len, need)
     }
 
-    fn span_slot(span: &Span) -> Result<usize, MemError> {
-        usize::try_from(span.handle).map_err(|_| MemError::Backing("not a span of this memory"))
+    /// The slot and the offset in its backing store of `n` bytes at `at`
+    /// into `span`.
+    fn place(span: &Span, at: usize, n: usize) -> Result<(usize, usize), MemError> {
+        let off = span.locate(at, n)?;
+        let not_ours = MemError::Backing("not a span of this memory");
+        let slot = usize::try_from(span.handle).map_err(|_| not_ours.clone())?;
+        Ok((slot, usize::try_from(off).map_err(|_| not_ours)?))
     }
 
     /// Read `dst.len()` bytes at `at` bytes into a checked span.
     pub fn read_span(&self, span: &Span, at: usize, dst: &mut [u8]) -> Result<(), MemError> {
-        let off = span.locate(at, dst.len())?;
-        let slot = Self::span_slot(span)?;
-        let mr = self
-            .slots
-            .get(slot)
-            .and_then(Option::as_ref)
-            .ok_or(MemError::InvalidKey((slot as u32) << 8))?;
-        let off = usize::try_from(off).map_err(|_| MemError::Backing("offset"))?;
+        let (slot, off) = Self::place(span, at, dst.len())?;
+        let gone = MemError::InvalidKey((slot as u32) << 8);
+        let mr = self.slots.get(slot).and_then(Option::as_ref).ok_or(gone)?;
         mr.backing.read_at(off, dst)
     }
 
     /// Write `src` at `at` bytes into a checked span.
     pub fn write_span(&mut self, span: &Span, at: usize, src: &[u8]) -> Result<(), MemError> {
-        let off = span.locate(at, src.len())?;
-        let slot = Self::span_slot(span)?;
+        let (slot, off) = Self::place(span, at, src.len())?;
+        let gone = MemError::InvalidKey((slot as u32) << 8);
         let mr = self
             .slots
             .get_mut(slot)
             .and_then(Option::as_mut)
-            .ok_or(MemError::InvalidKey((slot as u32) << 8))?;
-        let off = usize::try_from(off).map_err(|_| MemError::Backing("offset"))?;
+            .ok_or(gone)?;
         mr.backing.write_at(off, src)
     }
 

@@ -120,3 +120,19 @@ pub fn read_sqe(len: u32, laddr: u64, remote: u64, rkey: u32) -> Vec<u8> {
     r[44..48].copy_from_slice(&rkey.to_le_bytes());
     r
 }
+
+/// One exchange: A's frames to B, then B's (answers included) to A;
+/// returns the frames moved.
+pub fn exchange(a: &mut Side, b: &mut Side) -> usize {
+    a.d.poll();
+    let fa = std::mem::take(&mut a.d.tx);
+    for f in &fa {
+        let _ = b.d.receive(f);
+    }
+    b.d.poll();
+    let fb = std::mem::take(&mut b.d.tx);
+    for f in &fb {
+        let _ = a.d.receive(f);
+    }
+    fa.len() + fb.len()
+}
