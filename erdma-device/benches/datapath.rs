@@ -9,7 +9,8 @@
 //!
 //! `cargo bench -p erdma-device --bench datapath` (`ERDMA_BENCH_MIB=N`:
 //! payload per measurement, default 256 MiB for 64 KiB, 1/64 of it for
-//! 64 B). Prints one `erdma-bench` line per case.
+//! 64 B; `ERDMA_BENCH_ONLY=WRITE-65536`: that case alone, for a profiler).
+//! Prints one `erdma-bench` line per case.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -134,6 +135,10 @@ fn main() {
     );
     for (op, name) in [(Op::Write, "WRITE"), (Op::Send, "SEND")] {
         for size in [64u32, 65536] {
+            let only = std::env::var("ERDMA_BENCH_ONLY").unwrap_or_default();
+            if !only.is_empty() && only != format!("{name}-{size}") {
+                continue;
+            }
             let bytes = if size == 64 {
                 (mib << 20) / 64
             } else {
