@@ -68,9 +68,9 @@ fn rss_bytes() -> u64 {
 }
 
 /// 24 SENDs of 16 MiB from one 16 MiB buffer to a peer that never posts a
-/// receive (it answers RNR for ever), then 24 READs of 16 MiB from it: the
-/// device used to stage each message (384 MiB for the SENDs alone); now its
-/// memory stays flat.
+/// receive (it answers RNR for ever), then 24 READs of 16 MiB from it, then
+/// 24 receives of 16 MiB that the SENDs flow into: the device used to stage
+/// each message (384 MiB for the SENDs alone); now its memory stays flat.
 #[test]
 fn large_sends_and_reads_take_no_daemon_memory() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -116,7 +116,77 @@ fn large_sends_and_reads_take_no_daemon_memory() {
         "24 x 16 MiB READs grew the process by {} MiB",
         grew >> 20
     );
+    // Receives of 16 MiB each: the SENDs now land in B's buffer.
+    let rx_before = b.d.dev.counters().rx_bytes;
+    for _ in 0..24 {
+        b.d.post_recv(&mut b.qp, VA, LEN as u32, STAG);
+    }
+    for _ in 0..40 {
+        round(&mut a, &mut b, 2);
+    }
+    let moved = b.d.dev.counters().rx_bytes - rx_before;
+    assert!(moved > 4 << 20, "SEND payload flowed ({moved} bytes)");
+    let grew = rss_bytes().saturating_sub(before);
+    assert!(
+        grew < 16 << 20,
+        "receiving into 24 x 16 MiB buffers grew the process by {} MiB",
+        grew >> 20
+    );
     assert!(a.d.dev.counters().engine_wrs_live <= 64 + 64);
+}
+
+/// Sixteen QPs, each posting 24 SENDs to a peer without receives, on a
+/// device whose engines may hold 40 work requests (4 per QP direction): the
+/// device-wide bound holds whatever the QPs do, and every QP completes all
+/// its SENDs once the peers post receives.
+#[test]
+fn many_qps_share_the_device_bound() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = ErdmaConfig::new(MAC_A);
+    cfg.max_engine_wrs = 40;
+    cfg.max_wrs_per_qp = 4;
+    let (mut a, mut b) = pair(cfg, ErdmaConfig::new(MAC_B), 1 << 20);
+    a.d.mem_write(a.buf, b"many-qps");
+    let mut qps = vec![(a.qp.clone(), b.qp.clone())];
+    for i in 0..15u32 {
+        let (qa, qb) = (10 + 2 * i, 11 + 2 * i);
+        let (_, x) = a.d.create_qp(qa, false, 1, 64, 64);
+        let (_, y) = b.d.create_qp(qb, false, 1, 64, 64);
+        let (x, y) = (x.expect("QP"), y.expect("QP"));
+        connect_qps(&mut a.d, &x, MAC_B, IP_B, qb);
+        connect_qps(&mut b.d, &y, MAC_A, IP_A, qa);
+        qps.push((x, y));
+    }
+    for (x, _) in &mut qps {
+        for _ in 0..24 {
+            a.d.post_sqe(x, send_sqe(op::SEND, 8, VA, STAG, 0));
+        }
+    }
+    for _ in 0..20 {
+        round(&mut a, &mut b, 1);
+        let live = a.d.dev.counters().engine_wrs_live;
+        assert!(live <= 40, "the engines hold {live}");
+    }
+    let stalls = a.d.dev.counters().engine_wr_stalls;
+    assert!(stalls > 0, "the device bound was hit");
+    for (_, y) in &mut qps {
+        for i in 0..24 {
+            b.d.post_recv(y, VA + 64 * i, 64, STAG);
+        }
+    }
+    let mut done = 0;
+    for _ in 0..2000 {
+        round(&mut a, &mut b, 1);
+        while let Some(wc) = a.d.poll_cq(1) {
+            assert_eq!(wc.syndrome, 0, "{wc:?}");
+            done += 1;
+        }
+        if done == 16 * 24 {
+            break;
+        }
+    }
+    assert_eq!(done, 16 * 24, "every SEND of every QP completed");
+    assert_eq!(a.d.dev.counters().engine_wrs_live, 0);
 }
 
 /// A device whose engines may hold 6 work requests (4 per QP direction):

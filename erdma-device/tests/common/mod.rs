@@ -47,6 +47,7 @@ pub struct Wc {
     pub ud_info: u32,
 }
 
+#[derive(Debug, Clone)]
 pub struct KQp {
     pub qpn: u32,
     pub sq: Ring,

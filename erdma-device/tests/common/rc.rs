@@ -67,17 +67,21 @@ pub fn side(
 /// Takes both QPs to RTS towards each other (A is `MAC_A`/`IP_A`), PSNs 500.
 pub fn connect(a: &mut Side, b: &mut Side) {
     let (qa, qb) = (a.qp.qpn, b.qp.qpn);
-    for (s, peer_q, mac, ip) in [(&mut *a, qb, MAC_B, IP_B), (&mut *b, qa, MAC_A, IP_A)] {
-        let av = av_to(mac, ip);
-        let q = s.qp.qpn;
-        assert_eq!(s.d.modify_qp(q, 1, 1, None, 0, 0, 0, 0).status, 0);
-        assert_eq!(
-            s.d.modify_qp(q, 2, 1 | 4 | 16 | 32, Some(&av), peer_q, 0, 0, 500)
-                .status,
-            0
-        );
-        assert_eq!(s.d.modify_qp(q, 3, 1 | 8, None, 0, 0, 500, 0).status, 0);
-    }
+    connect_qps(&mut a.d, &a.qp, MAC_B, IP_B, qb);
+    connect_qps(&mut b.d, &b.qp, MAC_A, IP_A, qa);
+}
+
+/// Takes `qp` of `d` to RTS towards `peer_qpn` at `mac`/`ip`, PSNs 500.
+pub fn connect_qps(d: &mut Driver, qp: &KQp, mac: [u8; 6], ip: [u8; 4], peer_qpn: u32) {
+    let av = av_to(mac, ip);
+    let q = qp.qpn;
+    assert_eq!(d.modify_qp(q, 1, 1, None, 0, 0, 0, 0).status, 0);
+    assert_eq!(
+        d.modify_qp(q, 2, 1 | 4 | 16 | 32, Some(&av), peer_qpn, 0, 0, 500)
+            .status,
+        0
+    );
+    assert_eq!(d.modify_qp(q, 3, 1 | 8, None, 0, 0, 500, 0).status, 0);
 }
 
 /// A SEND-family SQE with one SGE.
