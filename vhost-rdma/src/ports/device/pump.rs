@@ -198,9 +198,10 @@ impl RxHold {
                 match dev.receive(&f.data) {
                     Err(RxRefusal::NoBuffers) => break,
                     r => {
-                        let f = q.pop_front().expect("front exists");
-                        self.held -= 1;
-                        Self::done(r, f, out);
+                        if let Some(f) = q.pop_front() {
+                            self.held -= 1;
+                            Self::done(r, f, out);
+                        }
                     }
                 }
             }
