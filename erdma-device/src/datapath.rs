@@ -66,8 +66,10 @@ impl ErdmaDevice {
 
     /// When the engines' timers want a `poll`, or now if work is left over.
     pub(crate) fn engine_timeout(&self) -> Option<Duration> {
-        if !self.sq_kicks.is_empty() || !self.rq_kicks.is_empty() || self.cmdq_kick || self.tx_more
-        {
+        // Work that makes frames waits while the edge is paused: it polls
+        // again when the pause ends.
+        let tx_work = !self.sq_kicks.is_empty() || self.tx_more;
+        if self.cmdq_kick || !self.rq_kicks.is_empty() || (tx_work && !self.tx_paused) {
             return Some(self.last_now);
         }
         self.qps
@@ -925,9 +927,10 @@ impl ErdmaDevice {
         self.engine_timers_and_completions(qpn, now, io);
     }
 
-    /// Has this poll produced as many frames as one poll may?
+    /// May this call make no more frames: it made as many as one call may,
+    /// or the edge's receivers are full (`DeviceIo::tx_paused`)?
     fn tx_budget_spent(&self, io: &DeviceIo<'_>) -> bool {
-        io.tx.len() >= self.cfg.max_tx_frames_per_poll
+        io.tx_paused || io.tx.len() >= self.cfg.max_tx_frames_per_poll
     }
 
     fn engine_timers_and_completions(&mut self, qpn: u32, now: Instant, io: &mut DeviceIo<'_>) {

@@ -140,6 +140,10 @@ pub struct ErdmaDevice {
     pub(crate) stalled_rq: BTreeSet<u32>,
     /// A poll stopped at its frame budget with RC frames left to send.
     pub(crate) tx_more: bool,
+    /// The edge's receivers were full at the last call
+    /// (`DeviceIo::tx_paused`): frames wait in the engines and SQs until
+    /// the edge polls again, which it does when the pause ends.
+    pub(crate) tx_paused: bool,
     /// Fixed origin turning `DeviceIo::now` into the engines' `Instant`.
     pub(crate) epoch: Instant,
     /// Last `now` seen.
@@ -192,6 +196,7 @@ impl ErdmaDevice {
             stalled_sq: BTreeSet::new(),
             stalled_rq: BTreeSet::new(),
             tx_more: false,
+            tx_paused: false,
             // The only clock read: a fixed origin for the engines' Instant
             // API; all time comes from DeviceIo::now.
             epoch: Instant::now(),
@@ -317,6 +322,7 @@ impl ErdmaDevice {
         self.stalled_sq.clear();
         self.stalled_rq.clear();
         self.tx_more = false;
+        self.tx_paused = false;
         self.latch = None;
         self.counters.resets += 1;
     }
@@ -780,6 +786,7 @@ impl PciDevice for ErdmaDevice {
 
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
         self.last_now = io.now;
+        self.tx_paused = io.tx_paused;
         if self.regs.st & regs::ST_INIT_DONE == 0 {
             return;
         }
@@ -802,6 +809,7 @@ impl PciDevice for ErdmaDevice {
 
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
         self.last_now = io.now;
+        self.tx_paused = io.tx_paused;
         if self.regs.st & regs::ST_INIT_DONE == 0 {
             return Err(RxRefusal::NotReady);
         }

@@ -280,3 +280,40 @@ fn frames_per_poll_are_bounded() {
     assert!(max_per_call <= 8, "frames made by one call: {max_per_call}");
     assert_eq!(b.d.mem_read(b.buf + (512 << 10), data.len()), data);
 }
+
+/// While the edge's receivers are full (`DeviceIo::tx_paused`) the device
+/// makes no frame and does not ask to be polled at once (the edge polls
+/// again when the pause ends); then the WRITE goes out whole.
+#[test]
+fn a_paused_edge_gets_no_frames_until_it_polls_again() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut a, mut b) = pair(ErdmaConfig::new(MAC_A), ErdmaConfig::new(MAC_B), 1 << 20);
+    let data: Vec<u8> = (0..(64u32 << 10)).map(|i| (i % 239) as u8).collect();
+    a.d.mem_write(a.buf, &data);
+    a.d.post_sqe(
+        &mut a.qp,
+        write_sqe(op::WRITE, data.len() as u32, VA, VA + (512 << 10), STAG, 0),
+    );
+    a.d.with_io(|dev, io| {
+        io.tx_paused = true;
+        dev.poll(io);
+        assert!(io.tx.is_empty(), "no frame while paused");
+    });
+    let now = a.d.now;
+    assert_ne!(
+        a.d.dev.next_timeout(),
+        Some(now),
+        "no poll asked for while paused"
+    );
+    let mut done = false;
+    for _ in 0..200 {
+        round(&mut a, &mut b, 1);
+        if let Some(wc) = a.d.poll_cq(1) {
+            assert_eq!(wc.syndrome, 0);
+            done = true;
+            break;
+        }
+    }
+    assert!(done, "the WRITE completed once the edge polled unpaused");
+    assert_eq!(b.d.mem_read(b.buf + (512 << 10), data.len()), data);
+}
