@@ -111,7 +111,12 @@ fn mr_past_memory_fails_at_use_with_error_cqe() {
 
 /// QP 2 (PD 1, CQ 1) in RTS towards 10.0.0.1.
 fn rts_qp(d: &mut Driver) -> KQp {
-    let (_, qp) = d.create_qp(2, false, 1, 64, 64);
+    rts_qp_with_sq(d, 64)
+}
+
+/// [`rts_qp`] with an SQ of `sq` WQEBBs.
+fn rts_qp_with_sq(d: &mut Driver, sq: u32) -> KQp {
+    let (_, qp) = d.create_qp(2, false, 1, sq, 64);
     let qp = qp.unwrap();
     let av = AvSpec {
         flow_label: 0,
@@ -296,24 +301,7 @@ fn cmdq_doorbell_off_boundary_or_beyond_ring_is_refused() {
 #[test]
 fn doorbell_flood_and_garbage_sqes() {
     let mut d = ready();
-    let (_, qp) = d.create_qp(2, false, 1, 256, 64);
-    let mut qp = qp.unwrap();
-    let av = AvSpec {
-        flow_label: 0,
-        tclass: 0,
-        hop_limit: 64,
-        sl: 0,
-        udp_sport: 1,
-        sgid_index: 0,
-        dmac: [2, 0, 0, 0, 0, 1],
-        dgid: v4_gid([10, 0, 0, 1]),
-    };
-    assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
-    assert_eq!(
-        d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
-        0
-    );
-    assert_eq!(d.modify_qp(2, 3, 1, None, 0, 0, 0, 0).status, 0);
+    let mut qp = rts_qp_with_sq(&mut d, 256);
     // Garbage in the SQ ring, then 10000 doorbells.
     let mut x = 0x1234_5678_9abc_def0u64;
     for i in 0..256u64 {
