@@ -125,6 +125,10 @@ pub struct Counters {
     pub engine_wr_stalls: u64,
     /// Work requests the RC engines hold now.
     pub engine_wrs_live: u64,
+    /// Frames looped back inside the function (to a QP of its own).
+    pub loopback_frames: u64,
+    /// Looped-back frames dropped because the loopback queue was full.
+    pub loopback_drops: u64,
 }
 
 impl Counters {

@@ -69,7 +69,11 @@ impl ErdmaDevice {
         // Work that makes frames waits while the edge is paused: it polls
         // again when the pause ends.
         let tx_work = !self.sq_kicks.is_empty() || self.tx_more;
-        if self.cmdq_kick || !self.rq_kicks.is_empty() || (tx_work && !self.tx_paused) {
+        if self.cmdq_kick
+            || !self.rq_kicks.is_empty()
+            || !self.loopback.is_empty()
+            || (tx_work && !self.tx_paused)
+        {
             return Some(self.last_now);
         }
         self.qps
@@ -759,16 +763,46 @@ impl ErdmaDevice {
         self.ip_ident
     }
 
-    /// Counts and queues a finished frame, unless it is larger than the
-    /// device sends.
-    fn push_frame(&mut self, frame: Vec<u8>, io: &mut DeviceIo<'_>) -> Result<(), ()> {
+    /// Counts and queues a finished frame along `av`, unless it is larger
+    /// than the device sends: to the edge, or, when `av` names one of this
+    /// function's own GIDs, to its loopback queue.
+    fn push_frame(&mut self, av: &Av, mut frame: Vec<u8>, io: &mut DeviceIo<'_>) -> Result<(), ()> {
         if frame.len() > self.cfg.max_frame {
             return Err(());
         }
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += frame.len() as u64;
+        if self.is_own_gid(&av.dgid) {
+            if self.loopback.len() >= 2 * self.cfg.max_tx_frames_per_poll {
+                self.counters.loopback_drops += 1;
+                return Ok(());
+            }
+            // Addressed to this function whatever MAC the AV gave (SMC-R
+            // gives none).
+            frame[..6].copy_from_slice(&self.cfg.mac);
+            self.counters.loopback_frames += 1;
+            self.loopback.push_back(frame);
+            return Ok(());
+        }
         io.tx.push(frame);
         Ok(())
+    }
+
+    fn is_own_gid(&self, gid: &[u8; 16]) -> bool {
+        self.gids.iter().flatten().any(|g| &g.gid == gid)
+    }
+
+    /// Takes the frames this function sent to itself (QPs of one function
+    /// talking to each other: the fabric never returns a frame to the port
+    /// it came from, and a real RDMA NIC loops them back inside), at most
+    /// one poll's budget of them; the rest wait for the next poll.
+    pub(crate) fn run_loopback(&mut self, io: &mut DeviceIo<'_>) {
+        for _ in 0..self.cfg.max_tx_frames_per_poll {
+            let Some(f) = self.loopback.pop_front() else {
+                return;
+            };
+            let _ = self.rx_frame(&f, io);
+        }
     }
 
     /// Builds and sends one frame along `av`.
@@ -780,7 +814,7 @@ impl ErdmaDevice {
     ) -> Result<(), ()> {
         let fb = self.frame_builder(av)?;
         let frame = fb.build(pkt).map_err(|_| ())?;
-        self.push_frame(frame, io)
+        self.push_frame(av, frame, io)
     }
 
     /// Moves RQEs of `qpn` into the engine (RC), or flushes them (ERROR).
@@ -914,7 +948,7 @@ impl ErdmaDevice {
             if let NetParams::Ipv4 { ident, .. } = &mut f.net {
                 *ident = self.next_ident();
             }
-            let ok = f.wrap_in_place(&mut frame).is_ok() && self.push_frame(frame, io).is_ok();
+            let ok = f.wrap_in_place(&mut frame).is_ok() && self.push_frame(&av, frame, io).is_ok();
             if !ok {
                 self.counters.tx_errors += 1;
             }

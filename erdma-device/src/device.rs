@@ -2,7 +2,7 @@
 //! the `PciDevice` implementation. Commands are in [`crate::cmdq`], the data
 //! path in [`crate::datapath`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal};
@@ -140,6 +140,12 @@ pub struct ErdmaDevice {
     pub(crate) stalled_rq: BTreeSet<u32>,
     /// A poll stopped at its frame budget with RC frames left to send.
     pub(crate) tx_more: bool,
+    /// Frames a QP of this function sent to a QP of this function (the
+    /// destination GID is one of its own): looped back inside the device,
+    /// as an RDMA NIC does, and taken at the next `poll`. Bounded by twice
+    /// `ErdmaConfig::max_tx_frames_per_poll`; past it they are dropped
+    /// (counted; RC retransmits).
+    pub(crate) loopback: VecDeque<Vec<u8>>,
     /// The edge's receivers were full at the last call
     /// (`DeviceIo::tx_paused`): frames wait in the engines and SQs until
     /// the edge polls again, which it does when the pause ends.
@@ -197,6 +203,7 @@ impl ErdmaDevice {
             stalled_rq: BTreeSet::new(),
             tx_more: false,
             tx_paused: false,
+            loopback: VecDeque::new(),
             // The only clock read: a fixed origin for the engines' Instant
             // API; all time comes from DeviceIo::now.
             epoch: Instant::now(),
@@ -323,6 +330,7 @@ impl ErdmaDevice {
         self.stalled_rq.clear();
         self.tx_more = false;
         self.tx_paused = false;
+        self.loopback.clear();
         self.latch = None;
         self.counters.resets += 1;
     }
@@ -805,6 +813,7 @@ impl PciDevice for ErdmaDevice {
             self.cq_event(io, cqn);
         }
         self.run_datapath(io);
+        self.run_loopback(io);
     }
 
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {

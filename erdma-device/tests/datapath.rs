@@ -728,3 +728,56 @@ fn retried_read_among_reads_of_the_same_buffer_replays_its_own_snapshot() {
     }
     assert_eq!(a.d.dev.counters().error_cqes, 0);
 }
+
+/// Two QPs of one function talking to each other (rdma-core's tests do
+/// this): the frames never leave the function (the fabric would not return
+/// them to the port they came from); the device loops them back inside, as
+/// an RDMA NIC does, whatever MAC the address vector names.
+#[test]
+fn qps_of_one_function_reach_each_other_through_loopback() {
+    let mut a = side(MAC_A, IP_A, false, 2);
+    let (c, q3) = a.d.create_qp(3, false, 1, 256, 64);
+    assert_eq!(c.status, 0);
+    let mut q3 = q3.unwrap();
+    let q2 = a.qp.clone();
+    // SMC-R style: no MAC in the AV of QP 2; QP 3's names the function's own.
+    let mut av2 = av_to([0; 6], IP_A);
+    av2.dmac = [0; 6];
+    let av3 = av_to(MAC_A, IP_A);
+    for (q, peer, av) in [(2u32, 3u32, av2), (3, 2, av3)] {
+        assert_eq!(a.d.modify_qp(q, 1, 1, None, 0, 0, 0, 0).status, 0);
+        assert_eq!(
+            a.d.modify_qp(q, 2, 1 | 4 | 16 | 32, Some(&av), peer, 0, 0, 7)
+                .status,
+            0
+        );
+        assert_eq!(a.d.modify_qp(q, 3, 1 | 8, None, 0, 0, 7, 0).status, 0);
+    }
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 13) as u8).collect();
+    a.d.mem_write(a.buf, &data);
+    // QP 2 WRITEs into the second half of the MR; QP 3 SENDs back.
+    a.d.post_recv(&mut a.qp, VA + 0x3000, 64, STAG);
+    let mut q2 = q2;
+    a.d.post_sqe(
+        &mut q2,
+        write_sqe(op::WRITE, 3000, VA, VA + 0x2000, STAG, 0),
+    );
+    a.d.mem_write(a.buf + 0x1000, b"back at you");
+    a.d.post_sqe(&mut q3, send_sqe(op::SEND, 11, VA + 0x1000, STAG, 0));
+    let mut cqes = Vec::new();
+    for _ in 0..50 {
+        a.d.poll();
+        assert!(a.d.tx.is_empty(), "nothing leaves the function");
+        while let Some(wc) = a.d.poll_cq(1) {
+            cqes.push(wc);
+        }
+        if cqes.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(cqes.len(), 3, "{cqes:?}");
+    assert!(cqes.iter().all(|w| w.syndrome == 0), "{cqes:?}");
+    assert_eq!(a.d.mem_read(a.buf + 0x2000, 3000), data);
+    assert_eq!(a.d.mem_read(a.buf + 0x3000, 11), b"back at you");
+    assert!(a.d.dev.counters().loopback_frames >= 4);
+}
