@@ -17,6 +17,10 @@
 #   pingpong-vhost            ibv_rc_pingpong (1000 iterations) against a
 #                             virtual host (10.77.0.10): both RC ends run
 #                             in the daemon, one behind the erdma function
+#   loopback-pingpong         ibv_rc_pingpong, 200 iterations, both ends in
+#                             guest A: two QPs of one erdma function, through
+#                             the function's loopback
+#   loopback-write-bw         ib_write_bw, 200 iterations, likewise
 #
 # Prints PASS/FAIL per case and ends with "N passed, M failed, K skipped".
 set -uo pipefail
@@ -25,7 +29,7 @@ HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(rdma-link pingpong-server pingpong-client write-bw-server write-bw-client
     read-bw-client send-bw-client read-bw-server send-bw-server rping-server rping-client ucmatose-server ucmatose-client
-    pingpong-vhost)
+    pingpong-vhost loopback-pingpong loopback-write-bw)
 
 usage() {
     cat <<EOF
@@ -102,6 +106,13 @@ retry 30 timeout 120 ucmatose -s $B -p 7472 -C 10 > /tmp/u2.log 2>&1; rc=\$?; ca
 case_ ucmatose-client \$rc ""
 retry 10 timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g 10.77.0.10 > /tmp/vh.log 2>&1; rc=\$?; cat /tmp/vh.log
 [ \$rc = 0 ] && grep -q '^1000 iters' /tmp/vh.log; case_ pingpong-vhost \$? "\$(grep iters /tmp/vh.log)"
+# Both ends on this guest's erdma_0: two QPs of one function.
+timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g -p 18530 -n 200 > /tmp/lps.log 2>&1 &
+retry 30 timeout 120 ibv_rc_pingpong -d erdma_0 -g \$g -p 18530 -n 200 $A > /tmp/lp.log 2>&1; rc=\$?; wait; cat /tmp/lp.log
+[ \$rc = 0 ] && grep -q '^200 iters' /tmp/lp.log; case_ loopback-pingpong \$? "\$(grep iters /tmp/lp.log)"
+timeout 300 ib_write_bw -d erdma_0 -x \$g -p 18531 -n 200 > /tmp/lws.log 2>&1 &
+retry 30 timeout 300 ib_write_bw -d erdma_0 -x \$g -p 18531 -n 200 $A > /tmp/lw.log 2>&1; rc=\$?; wait; cat /tmp/lw.log
+row_ok \$rc /tmp/lw.log; case_ loopback-write-bw \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/lw.log)"
 exit 0
 EOF
 

@@ -25,7 +25,7 @@
 #      TCP both ways, header split, ethtool -l/-x/-X/-N with a steered flow,
 #      devmem TCP with ncdevmem), scripts/e2e-vhost.sh --rdma erdma, scripts/e2e-erdma.sh (the emulated erdma
 #      function against rxe: rdma link, ibv_rc_pingpong, perftest, rping,
-#      ucmatose)
+#      ucmatose; and two QPs of one function through its loopback)
 #      and the quick tier of the guest RDMA matrix: ci/matrix.sh --quick
 #      (7.3: rxe tools and verbs tests, SMC-R streams, tshark on captures)
 # and ends with one line "N passed, M failed, K skipped" counting every
