@@ -109,6 +109,21 @@ fn mr_past_memory_fails_at_use_with_error_cqe() {
     assert_eq!(d.dev.qp_state(2), Some(6));
 }
 
+/// The address vector of the peer these tests' QP 2 talks to (QPN 3 at
+/// 10.0.0.1).
+fn peer_av() -> AvSpec {
+    AvSpec {
+        flow_label: 0,
+        tclass: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 1,
+        sgid_index: 0,
+        dmac: [2, 0, 0, 0, 0, 1],
+        dgid: v4_gid([10, 0, 0, 1]),
+    }
+}
+
 /// QP 2 (PD 1, CQ 1) in RTS towards 10.0.0.1.
 fn rts_qp(d: &mut Driver) -> KQp {
     rts_qp_with_sq(d, 64)
@@ -118,16 +133,7 @@ fn rts_qp(d: &mut Driver) -> KQp {
 fn rts_qp_with_sq(d: &mut Driver, sq: u32) -> KQp {
     let (_, qp) = d.create_qp(2, false, 1, sq, 64);
     let qp = qp.unwrap();
-    let av = AvSpec {
-        flow_label: 0,
-        tclass: 0,
-        hop_limit: 64,
-        sl: 0,
-        udp_sport: 1,
-        sgid_index: 0,
-        dmac: [2, 0, 0, 0, 0, 1],
-        dgid: v4_gid([10, 0, 0, 1]),
-    };
+    let av = peer_av();
     assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
     assert_eq!(
         d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
@@ -459,16 +465,7 @@ fn create_qp_with_unreachable_or_short_ring_fails() {
     let (_, qp) = d.create_qp(2, false, 1, 16, 16);
     let qp = qp.unwrap();
     assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
-    let av = AvSpec {
-        flow_label: 0,
-        tclass: 0,
-        hop_limit: 64,
-        sl: 0,
-        udp_sport: 1,
-        sgid_index: 0,
-        dmac: [2, 0, 0, 0, 0, 1],
-        dgid: v4_gid([10, 0, 0, 1]),
-    };
+    let av = peer_av();
     assert_eq!(
         d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,
         0
@@ -527,16 +524,7 @@ fn random_commands_wqes_and_frames_never_panic() {
         );
         let (_, qp) = d.create_qp(2, false, 1, 256, 64);
         let mut qp = qp.unwrap();
-        let av = AvSpec {
-            flow_label: 0,
-            tclass: 0,
-            hop_limit: 64,
-            sl: 0,
-            udp_sport: 1,
-            sgid_index: 0,
-            dmac: [2, 0, 0, 0, 0, 1],
-            dgid: v4_gid([10, 0, 0, 1]),
-        };
+        let av = peer_av();
         assert_eq!(d.modify_qp(2, 1, 1, None, 0, 0, 0, 0).status, 0);
         assert_eq!(
             d.modify_qp(2, 2, 1 | 4 | 32, Some(&av), 3, 0, 0, 0).status,

@@ -458,15 +458,6 @@ impl Memory {
         Ok(())
     }
 
-    /// Invalidate on behalf of a queue pair in `pd` (SEND_WITH_INV).
-    pub fn invalidate_in(&mut self, pd: ProtectionDomain, key: u32) -> Result<(), MemError> {
-        let mr = self.lookup(key)?;
-        if mr.pd != pd {
-            return Err(MemError::PdMismatch(key));
-        }
-        self.invalidate(key)
-    }
-
     /// Make an invalidated region valid again, with a fresh key byte
     /// (fast re-registration); returns the new keys.
     pub fn revalidate(&mut self, key: u32) -> Result<MrKeys, MemError> {
@@ -523,31 +514,6 @@ impl Memory {
         })
     }
 
-    /// Check a local access (SGE) through `lkey`; `need` is
-    /// [`Access::LOCAL_WRITE`] for writes, [`Access::NONE`] for reads.
-    pub fn check_local(
-        &self,
-        pd: ProtectionDomain,
-        lkey: u32,
-        iova: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<Span, MemError> {
-        self.check(pd, lkey, iova, len, need)
-    }
-
-    /// Check a remote access through `rkey` needing one of the REMOTE rights.
-    pub fn check_remote(
-        &self,
-        pd: ProtectionDomain,
-        rkey: u32,
-        iova: u64,
-        len: u64,
-        need: Access,
-    ) -> Result<Span, MemError> {
-        self.check(pd, rkey, iova, len, need)
-    }
-
     /// The slot and the offset in its backing store of `n` bytes at `at`
     /// into `span`.
     fn place(span: &Span, at: usize, n: usize) -> Result<(usize, usize), MemError> {
@@ -555,26 +521,6 @@ impl Memory {
         let not_ours = MemError::Backing("not a span of this memory");
         let slot = usize::try_from(span.handle).map_err(|_| not_ours.clone())?;
         Ok((slot, usize::try_from(off).map_err(|_| not_ours)?))
-    }
-
-    /// Read `dst.len()` bytes at `at` bytes into a checked span.
-    pub fn read_span(&self, span: &Span, at: usize, dst: &mut [u8]) -> Result<(), MemError> {
-        let (slot, off) = Self::place(span, at, dst.len())?;
-        let gone = MemError::InvalidKey((slot as u32) << 8);
-        let mr = self.slots.get(slot).and_then(Option::as_ref).ok_or(gone)?;
-        mr.backing.read_at(off, dst)
-    }
-
-    /// Write `src` at `at` bytes into a checked span.
-    pub fn write_span(&mut self, span: &Span, at: usize, src: &[u8]) -> Result<(), MemError> {
-        let (slot, off) = Self::place(span, at, src.len())?;
-        let gone = MemError::InvalidKey((slot as u32) << 8);
-        let mr = self
-            .slots
-            .get_mut(slot)
-            .and_then(Option::as_mut)
-            .ok_or(gone)?;
-        mr.backing.write_at(off, src)
     }
 
     /// Convenience for applications and tests: read through a key with no
@@ -618,8 +564,9 @@ impl MemoryStore for Memory {
         len: u64,
         need: Access,
     ) -> Result<Span, MemError> {
-        Memory::check_local(self, pd, lkey, iova, len, need)
+        self.check(pd, lkey, iova, len, need)
     }
+
     fn check_remote(
         &self,
         pd: ProtectionDomain,
@@ -628,16 +575,33 @@ impl MemoryStore for Memory {
         len: u64,
         need: Access,
     ) -> Result<Span, MemError> {
-        Memory::check_remote(self, pd, rkey, iova, len, need)
+        self.check(pd, rkey, iova, len, need)
     }
+
     fn read_span(&self, span: &Span, at: usize, dst: &mut [u8]) -> Result<(), MemError> {
-        Memory::read_span(self, span, at, dst)
+        let (slot, off) = Self::place(span, at, dst.len())?;
+        let gone = MemError::InvalidKey((slot as u32) << 8);
+        let mr = self.slots.get(slot).and_then(Option::as_ref).ok_or(gone)?;
+        mr.backing.read_at(off, dst)
     }
+
     fn write_span(&mut self, span: &Span, at: usize, src: &[u8]) -> Result<(), MemError> {
-        Memory::write_span(self, span, at, src)
+        let (slot, off) = Self::place(span, at, src.len())?;
+        let gone = MemError::InvalidKey((slot as u32) << 8);
+        let mr = self
+            .slots
+            .get_mut(slot)
+            .and_then(Option::as_mut)
+            .ok_or(gone)?;
+        mr.backing.write_at(off, src)
     }
+
     fn invalidate_in(&mut self, pd: ProtectionDomain, key: u32) -> Result<(), MemError> {
-        Memory::invalidate_in(self, pd, key)
+        let mr = self.lookup(key)?;
+        if mr.pd != pd {
+            return Err(MemError::PdMismatch(key));
+        }
+        self.invalidate(key)
     }
 }
 
