@@ -26,6 +26,8 @@ import tempfile
 import threading
 import time
 
+import upstream
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KERNELS = ["7.3", "6.12"]
@@ -226,8 +228,21 @@ CELLS["erdma-lossy"] = dict(
     env=dict(CELLS["rxe-lossy"]["env"],
              CI_SKIP_PINGPONG="under loss its exit races: a lost last ACK leaves one side retransmitting to "
                               "a QP the other side destroyed (ci/README.md, erdma cells)"))
+# Upstream suites on our devices (issue 28): rdma-core's own tests/ on the
+# server's erdma_0 and, as baseline, on the client's rxe0, each QP pair on one
+# device; one row per upstream case, judged by ci/upstream.py against
+# ci/upstream/rdma-core-{erdma,rxe}.expect.
+CELLS["upstream-rdma"] = {
+    "what": "rdma-core's tests/ (pyverbs, unmodified, the guest's rdma-core) on erdma_0 (server guest) and on "
+            "rxe0 (client guest, baseline); one row per case, judged against ci/upstream/rdma-core-*.expect",
+    "call": "cell_upstream_rdma",
+    "rdma": ERDMA_RXE,
+    "tests": _dev_tests(ERDMA_RXE) + [("rdma-core-suite", BOTH), ("repro-query-qp-uninit", BOTH)],
+    "upstream": "rdma-core",
+    "timeout": 3000,
+}
 ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
-               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy"]
+               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy", "upstream-rdma"]
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
 
 
@@ -265,7 +280,7 @@ CELLS["smcr-lossy-4conns"] = dict(
     env=dict(CELLS["smcr-lossy"]["env"], CI_SMC_STREAM_CONNS="4", CI_STREAM_TIMEOUT="240"))
 LOSSY_CELLS.append("smcr-lossy-4conns")
 EXTRA_CELLS = ["siw-conn", "smcr-lossy-4conns"]
-QUICK = [("7.3", "rxe"), ("7.3", "smcr"), ("7.3", "erdma-smcr")]
+QUICK = [("7.3", "rxe"), ("7.3", "smcr"), ("7.3", "erdma-smcr"), ("7.3", "upstream-rdma")]
 # smc-noueid phase 1 (client without UEID). 7.3 (CONFIG_DIBS_LO): the client
 # proposes SMC-Dv2 over its loopback device without an EID and the server
 # declines NOUEID. 6.12 (our fragment has no CONFIG_SMC_LO): the client has no
@@ -1003,6 +1018,51 @@ def loss_evidence_test(faults, counters):
     if not idle and total_rt > 0:
         row["status"] = "PASS"
     return row
+def upstream_rows(a, kernel, cell, d, logsdir):
+    """One row per upstream case of an `upstream` cell, judged against ci/upstream/SUITE-DEVICE.expect;
+    the table (case, device per role, reason) goes to the results dir as upstream-KERNEL-CELL.md."""
+    suite = CELLS[cell]["upstream"]
+    rdma = CELLS[cell]["rdma"]
+    judged, devices, bad, notes = {}, [], [], []
+    for role in BOTH:
+        dev, name = rdma[role], GUESTS[role][0]
+        devices.append(dev)
+        try:
+            with open(f"{d}/{name}.job/{suite}.{role}.log", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        results, _ = upstream.parse_log(text)
+        for cid, why in upstream.deaths(text):
+            verdict = results.get(cid, ("missing", ""))[0]
+            notes.append(f"{dev}: python3 died during {cid[len('tests.'):]}: {why}; "
+                         + ("killed for good (it died again on its own)" if verdict == "killed"
+                            else f"rerun alone in a fresh process: {verdict}"))
+        try:
+            with open(f"{d}/{name}.job/{suite}-cases.{role}") as f:
+                listed = [ln.strip() for ln in f if ln.strip().startswith("tests.")]
+        except OSError:
+            listed = []
+        path = os.path.join(upstream.EXPECT_DIR, f"{suite}-{dev}.expect")
+        try:
+            rules = upstream.load_expect(path)
+        except (OSError, upstream.ExpectError) as e:
+            bad.append({"test": f"{suite}-expect-{dev}", "status": "FAIL", "secs": 0, "bw": "", "detail": str(e)})
+            rules = []
+        judged[dev] = upstream.judge(results, rules, listed)
+    out = bad + upstream.rows(judged, devices)
+    cmd = f"ci/matrix.sh --cells {kernel}/{cell}"
+    md = upstream.table_md(judged, devices, f"{suite} tests on {kernel}/{cell}", cmd, notes)
+    for n in notes:
+        print(f"   {n}", flush=True)
+    dest = os.path.join(os.path.dirname(logsdir), f"upstream-{kernel}-{cell}.md")
+    with open(dest, "w") as f:
+        f.write(md)
+    n = {dev: sum(1 for j in judged[dev].values() if j["got"] == "pass") for dev in devices}
+    print(f"   upstream {suite}: " + ", ".join(f"{dev} {n[dev]} pass" for dev in devices) + f"; table {dest}", flush=True)
+    return out
+
+
 def checker_report(daemon_bin, d):
     """The protocol checker's view of the cell: `ctl --json findings` and `ctl --json flows`, saved as
     checker-findings.json / checker-flows.json; returns {"findings": N, "rules": {rule: count}} or None."""
@@ -1194,6 +1254,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                     cnt[f"daemon:{port}"] = c
             host_rows["loss-evidence"] = loss_evidence_test(fault_list, cnt)
         res["tests"] = [host_rows.get(t["test"], t) for t in res["tests"]]
+        if spec.get("upstream"):
+            res["tests"] += upstream_rows(a, kernel, cell, d, logsdir)
         try:
             with open(f"{d}/summary.json") as f:
                 sj = json.load(f)
@@ -1490,7 +1552,7 @@ def main():
     ap.add_argument("--kernel", default="all", choices=KERNELS + ["all"], help="guest kernel(s) (default all)")
     ap.add_argument("--cells", default="", help="comma list of " + ",".join(CELL_ORDER)
                     + " or KERNEL/CELL (default: all cells)")
-    ap.add_argument("--quick", action="store_true", help="CI tier: 7.3/rxe, 7.3/smcr and 7.3/erdma-smcr only")
+    ap.add_argument("--quick", action="store_true", help="CI tier: 7.3/rxe, 7.3/smcr, 7.3/erdma-smcr and 7.3/upstream-rdma only")
     ap.add_argument("--image-7.3", dest="image_7_3", help="guest image dir for 7.3 (default: build-guest-image.sh)")
     ap.add_argument("--image-6.12", dest="image_6_12", help="guest image dir for 6.12 (default: build-guest-image.sh)")
     ap.add_argument("--qemu", help="QEMU 11.1 (default: scripts/setup-qemu.sh)")
@@ -1621,6 +1683,7 @@ def main():
         os.makedirs(os.path.join(vrbin, "ci"))
         shutil.copy(sgt, os.path.join(vrbin, "bin", "smc-guest-tests"))
         shutil.copy(os.path.join(HERE, "guest", "ci-lib.sh"), os.path.join(vrbin, "ci", "ci-lib.sh"))
+        shutil.copytree(os.path.join(HERE, "guest", "repro"), os.path.join(vrbin, "ci", "repro"))
         interrupted = False
         images = {"7.3": a.image_7_3, "6.12": a.image_6_12}
         for k in KERNELS:

@@ -11,8 +11,9 @@ ROOTFS_PKGS=(
     busybox-static dash bash procps
     rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
     iproute2 ethtool iperf3
+    python3-pyverbs
 )
-IMAGE_RECIPE=2       # bump when the image layout (not the inputs) changes
+IMAGE_RECIPE=3       # bump when the image layout (not the inputs) changes
 KERNEL_RECIPE="defconfig; kvm_guest.config; merge_config.sh -m .config fragment.config; olddefconfig; bzImage"
 # Options the guests cannot do without; checked in every built .config.
 KERNEL_REQUIRED=(CONFIG_VIRTIO_PCI CONFIG_VIRTIO_BLK CONFIG_VIRTIO_NET CONFIG_EXT4_FS CONFIG_NET_9P_VIRTIO
@@ -234,6 +235,16 @@ make_image() {
     trap 'rm -rf "${tmp:-}"' EXIT
     stage="$tmp/stage"
     cp -a "$root" "$stage"
+    # rdma-core's own test suite (tests/ of the same rdma-core as the
+    # guest's libraries; ci/matrix.py's upstream cell runs it) ships in
+    # python3-pyverbs under /usr/share/doc, which the image drops, and Debian
+    # compresses its larger files there: keep it, uncompressed, in
+    # /opt/rdma-core-tests.
+    if [[ -d "$stage/usr/share/doc/rdma-core/tests" ]]; then
+        mkdir -p "$stage/opt"
+        mv "$stage/usr/share/doc/rdma-core/tests" "$stage/opt/rdma-core-tests"
+        find "$stage/opt/rdma-core-tests" -name '*.gz' -exec gunzip {} +
+    fi
     rm -rf "$stage/.vr" "$stage"/usr/share/{doc,man,info,locale,lintian,bash-completion}
     # our init and the mount points it uses
     install -D -m 0755 "$initscript" "$stage/sbin/vr-init"

@@ -852,3 +852,145 @@ netns_tools() {
         "ib_write_bw -d $CI_RDMA_DEV -x $gidx -n $CI_PERFTEST_ITERS -p 18611 $PEER" check_perftest
     diag "$CI_RDMA_DEV"
 }
+
+# cell_upstream_rdma: rdma-core's own test suite (pyverbs `tests/`, as
+# packaged with the guest's rdma-core in /opt/rdma-core-tests, unmodified) on
+# this guest's RDMA device alone: the server guest's erdma_0, the client
+# guest's rxe0 as baseline. No barrier: each suite needs only its device (its
+# QPs talk to each other through the device's loopback).
+#
+# The suite runs in one python3 process (importing pyverbs costs seconds
+# under TCG), resumed after a case that kills it (signal) or goes silent for
+# CI_UPSTREAM_SILENCE s: the next round runs the cases that had not started,
+# the case that was running first (once more, alone in a fresh process:
+# python3 also dies while collecting an earlier case's objects). unittest
+# prints tracebacks only at the end of a process, so failures of a round
+# that died are run once more at the end ("detail" round) for theirs.
+# Everything unittest prints goes to /job/rdma-core.ROLE.log; the host judges
+# every case against ci/upstream/rdma-core-DEVICE.expect. A process death is
+# marked in the log by "UPSTREAM-KILLED id=CASE rc=RC why=WHY".
+# Test "rdma-core-suite": every listed case started.
+CI_UPSTREAM_SILENCE=${CI_UPSTREAM_SILENCE:-150}
+
+# upstream_round NAME IDS_FILE: run the cases in IDS_FILE in one python3
+# process under the silence watchdog, append its output to $_log; sets _rc,
+# _why ("" when it ended by itself) and /tmp/upstream.started.
+upstream_round() {
+    echo "UPSTREAM-ROUND $1 cases=$(wc -l <"$2")" >>"$_log"
+    : >"$_part"
+    # shellcheck disable=SC2046 # one argument per case id
+    PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 python3 run_tests.py --dev "$CI_RDMA_DEV" -v $(cat "$2") >"$_part" 2>&1 &
+    _pid=$!
+    _size=-1 _quiet=0 _why=""
+    while kill -0 $_pid 2>/dev/null; do
+        sleep 5
+        _s=$(wc -c <"$_part")
+        if [ "$_s" = "$_size" ]; then _quiet=$((_quiet + 5)); else _quiet=0 _size=$_s; fi
+        if [ $_quiet -ge "$CI_UPSTREAM_SILENCE" ]; then
+            _why="silent for ${CI_UPSTREAM_SILENCE}s"
+            kill -9 $_pid 2>/dev/null
+            break
+        fi
+    done
+    wait $_pid
+    _rc=$?
+    cat "$_part" >>"$_log"
+    printf "\nUPSTREAM-END %s rc=%s\n" "$1" "$_rc" >>"$_log"
+    # started cases: unittest -v prints "name (id) ... " before running
+    # one (the " ... " goes after the docstring's line if it has one)
+    sed -n 's/^[^ ]* (\(tests\.[^) ]*\))\( \.\.\. .*\)\{0,1\}$/\1/p' "$_part" >/tmp/upstream.started
+    if ! grep -q '^Ran [0-9]* tests\? in' "$_part"; then
+        [ -n "$_why" ] || _why="python3 exited $_rc"
+        _last=$(tail -n 1 /tmp/upstream.started)
+        echo "UPSTREAM-KILLED id=${_last:-none} rc=$_rc why=$_why" >>"$_log"
+        say "rdma-core suite round $1 stopped at ${_last:-?} ($_why)"
+        dmesg | tail -n 20 | sed 's/^/DMESG /' >>"$_log"
+        # failed cases whose tracebacks died with the process
+        awk '/^[^ ]* \(tests\.[^) ]*\)/ { id = $2; gsub(/[()]/, "", id) }
+             / \.\.\. (ERROR|FAIL)$/ || /^(ERROR|FAIL)$/ { if (id != "") print id }' "$_part" >>/tmp/upstream.detail
+    fi
+}
+
+cell_upstream_rdma() {
+    net_up
+    if ! rdma_dev_up "$CI_RDMA" "$CI_RDMA_DEV"; then
+        echo "CI-ABORT reason=link-add"
+        exit 0
+    fi
+    _t0=$(now)
+    rm -f /tmp/upstream.retried /tmp/upstream.detail
+    # 2 MiB pages for the suite's huge-page cases (64 MiB of the guest's 512)
+    echo 32 >/proc/sys/vm/nr_hugepages 2>/dev/null
+    say "huge pages: $(cat /proc/sys/vm/nr_hugepages 2>&1)"
+    _log=$CI_LOGDIR/rdma-core.$ROLE.log _part=/tmp/upstream.part
+    _all=$CI_LOGDIR/rdma-core-cases.$ROLE _todo=/tmp/upstream.todo
+    : >"$_log"
+    if ! cd /opt/rdma-core-tests 2>/dev/null; then
+        result rdma-core-suite FAIL 0 "" "no /opt/rdma-core-tests in the guest image (python3-pyverbs)"
+        return
+    fi
+    # --list-tests prints the ids, then "NO TESTS RAN" (exit 5 on Python >= 3.12)
+    python3 run_tests.py --dev "$CI_RDMA_DEV" --list-tests 2>"$_part" | grep '^tests\.' >"$_all"
+    if [ ! -s "$_all" ]; then
+        result rdma-core-suite FAIL $(($(now) - _t0)) "" "--list-tests failed: $(tail -n 3 "$_part")"
+        return
+    fi
+    echo "UPSTREAM-CASES $(wc -l <"$_all")" >>"$_log"
+    cp "$_all" "$_todo"
+    _round=0
+    while [ -s "$_todo" ] && [ $_round -lt 40 ]; do
+        _round=$((_round + 1))
+        upstream_round $_round "$_todo"
+        [ -n "$_why" ] || break
+        [ -s /tmp/upstream.started ] || break  # no progress: the next round would do the same
+        # The case that was running gets one more try, first in a fresh
+        # process (seen with rxe: "Failed to dealloc PD. Errno: 9", then
+        # SIGSEGV in libibverbs while garbage-collecting, in whichever case
+        # runs then). A case that dies again on its own is killed for good.
+        if [ -n "$_last" ] && ! grep -qxF "$_last" /tmp/upstream.retried 2>/dev/null; then
+            echo "$_last" >>/tmp/upstream.retried
+            { echo "$_last"; grep -vxF -f /tmp/upstream.started "$_todo"; } >/tmp/upstream.left
+        else
+            grep -vxF -f /tmp/upstream.started "$_todo" >/tmp/upstream.left
+        fi
+        mv /tmp/upstream.left "$_todo"
+    done
+    if [ -s /tmp/upstream.detail ]; then
+        sort -u /tmp/upstream.detail >/tmp/upstream.detail.ids
+        upstream_round detail /tmp/upstream.detail.ids
+    fi
+    _ran=$(sed -n 's/^[^ ]* (\(tests\.[^) ]*\))\( \.\.\. .*\)\{0,1\}$/\1/p' "$_log" | sort -u | wc -l)
+    _n=$(wc -l <"$_all")
+    _sum="$(grep -E '^(Ran [0-9]+ test|OK|FAILED)' "$_log" | tr '\n' ' ')$(grep -c '^UPSTREAM-KILLED' "$_log") process deaths"
+    cd /
+    upstream_repro_query_qp
+    if [ "$_ran" -ge "$_n" ]; then
+        result rdma-core-suite PASS $(($(now) - _t0)) "" "$_n cases on $CI_RDMA_DEV in $_round round(s): $_sum"
+    else
+        result rdma-core-suite FAIL $(($(now) - _t0)) "" "$_ran of $_n cases started on $CI_RDMA_DEV in $_round round(s): $_sum"
+    fi
+}
+
+# Test "repro-query-qp-uninit" (docs/upstream-suites.md): the erdma driver's
+# query_qp leaves qp_attr->timeout unset, so user space gets what the
+# kernel's slab held (ci/guest/repro/query_qp_uninit.py). Expected: erdma
+# echoes a value from an earlier modify (the driver bug, reproduced); rxe,
+# which writes the field, never does.
+upstream_repro_query_qp() {
+    _t1=$(now)
+    _out=$CI_LOGDIR/repro-query-qp-uninit.$ROLE.log
+    timeout 120 python3 /opt/vr/ci/repro/query_qp_uninit.py "$CI_RDMA_DEV" >"$_out" 2>&1
+    _e=$(sed -n 's/^RESULT .* echoed=\([0-9]*\)\/.*/\1/p' "$_out")
+    _line=$(grep '^RESULT' "$_out")
+    if [ -z "$_e" ]; then
+        result repro-query-qp-uninit FAIL $(($(now) - _t1)) "" "no RESULT line: $(tail -n 3 "$_out")"
+    elif [ "$CI_RDMA" = erdma ] && [ "$_e" -gt 0 ]; then
+        result repro-query-qp-uninit PASS $(($(now) - _t1)) "" "driver bug reproduced: $_line (query_qp returned the scratch modify's timeout)"
+    elif [ "$CI_RDMA" = erdma ]; then
+        result repro-query-qp-uninit FAIL $(($(now) - _t1)) "" "not reproduced ($_line): a fixed driver? update docs/upstream-suites.md"
+    elif [ "$_e" = 0 ]; then
+        result repro-query-qp-uninit PASS $(($(now) - _t1)) "" "baseline: $_line (the driver writes timeout)"
+    else
+        result repro-query-qp-uninit FAIL $(($(now) - _t1)) "" "baseline echoed: $_line"
+    fi
+}
