@@ -177,9 +177,10 @@ def usage_error(rc, err):
 
 def start_daemon(binary, args, tmp, wait_for):
     log = open(os.path.join(tmp, "daemon.log"), "ab")
-    # cwd: relative paths in examples (capture files) land in the temporary directory
+    # cwd: relative paths in examples (capture files) land in the temporary directory;
+    # XDG_RUNTIME_DIR: so does a daemon's own control socket (serve without --control)
     p = subprocess.Popen([binary] + args, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-                         env=dict(os.environ, NO_COLOR="1", RUST_BACKTRACE="0"))
+                         env=dict(os.environ, NO_COLOR="1", RUST_BACKTRACE="0", XDG_RUNTIME_DIR=tmp))
     t0 = time.monotonic()
     while time.monotonic() - t0 < TIMEOUT:
         if p.poll() is not None:
@@ -234,7 +235,8 @@ def main():
         stop(daemon)
         print(f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIPPED']} skipped")
         return 1
-    env = dict(os.environ, VHOST_RDMA_CONTROL=control, NO_COLOR="1", RUST_BACKTRACE="0")
+    env = dict(os.environ, VHOST_RDMA_CONTROL=control, NO_COLOR="1", RUST_BACKTRACE="0",
+               XDG_RUNTIME_DIR=tmp)
     found = 0
     try:
         for path in files:

@@ -704,7 +704,15 @@ pub struct DaemonConfig {
     pub ports: Vec<PortConfig>,
     /// Virtual hosts (`--host`, `[[host]]`).
     pub hosts: Vec<HostSpec>,
+    /// The control socket (`--control`, `control`, `$VHOST_RDMA_CONTROL`,
+    /// else the daemon's own in the runtime directory); None: no control
+    /// socket.
     pub control: Option<PathBuf>,
+    /// Where to listen for `ctl` instead when another process serves
+    /// `control` (the daemon's own socket, when `control` came from
+    /// `$VHOST_RDMA_CONTROL`, a path several daemons may share). None: a
+    /// served `control` stops the daemon from starting.
+    pub control_fallback: Option<PathBuf>,
     /// Where `ctl capture start` may create files (`--capture-dir`,
     /// `capture-dir`); default [`crate::capture::default_capture_dir`].
     pub capture_dir: Option<PathBuf>,
@@ -788,6 +796,7 @@ impl DaemonConfig {
         let f: FileConfig = toml::from_str(text)?;
         let mut cfg = DaemonConfig {
             control: f.control,
+            control_fallback: None,
             capture_dir: f.capture_dir,
             ports: Vec::new(),
             hosts: Vec::new(),

@@ -50,13 +50,23 @@ enum Cmd {
     /// connect can reconfigure the fabric, inject faults and create capture
     /// files (in the capture directory only). The daemon creates it
     /// owner-only (mode 0600).
+    ///
+    /// Without --control, --pid or $VHOST_RDMA_CONTROL, `ctl` looks for
+    /// running daemons in the runtime directory ($XDG_RUNTIME_DIR/vhost-rdma,
+    /// /run/vhost-rdma for root, /tmp/vhost-rdma-UID otherwise): with one
+    /// it talks to that one; with several it lists them (pid, control
+    /// socket, ports) and asks for --pid or --control.
     Ctl {
         /// The daemon's control socket [default: $VHOST_RDMA_CONTROL, else
-        /// ctl.sock in the runtime directory: $XDG_RUNTIME_DIR/vhost-rdma,
-        /// /run/vhost-rdma for root, /tmp/vhost-rdma-UID otherwise].
-        /// Accepted anywhere on the line.
+        /// the one daemon running in the runtime directory]. Accepted
+        /// anywhere on the line.
         #[arg(long, global = true, value_name = "SOCKET")]
         control: Option<PathBuf>,
+        /// Talk to the daemon with this process id, one listening on a
+        /// control socket in the runtime directory (or on
+        /// $VHOST_RDMA_CONTROL). Accepted anywhere on the line.
+        #[arg(long, global = true, value_name = "PID", conflicts_with = "control")]
+        pid: Option<u32>,
         /// Print JSON instead of a table. Accepted anywhere on the line.
         #[arg(long, global = true)]
         json: bool,
@@ -87,12 +97,14 @@ struct ServeArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Control socket for `vhost-rdma ctl` [default: the config file's
-    /// `control`, else $VHOST_RDMA_CONTROL, else ctl.sock in the runtime
-    /// directory ($XDG_RUNTIME_DIR/vhost-rdma, /run/vhost-rdma for root),
-    /// the same default `ctl` uses; a default already served by another
-    /// daemon is skipped with a warning]. Whoever can connect to it acts
-    /// with the daemon's rights (faults, captures, hosts); it is created
-    /// owner-only (mode 0600).
+    /// `control`, else $VHOST_RDMA_CONTROL (when another daemon serves it,
+    /// this one uses its own, with a warning), else this daemon's own,
+    /// ctl/PID.sock in the runtime directory ($XDG_RUNTIME_DIR/vhost-rdma,
+    /// /run/vhost-rdma for root, /tmp/vhost-rdma-UID otherwise), where
+    /// `ctl` finds it]. A path given here or in the config file that a
+    /// running process serves stops the daemon. Whoever can connect to it
+    /// acts with the daemon's rights (faults, captures, hosts); it is
+    /// created owner-only (mode 0600).
     #[arg(long)]
     control: Option<PathBuf>,
     /// The only directory `ctl capture start` may create files in (new
@@ -314,23 +326,40 @@ fn main() {
     }
 }
 
-/// The control socket when none is given: `$VHOST_RDMA_CONTROL`, else
-/// `ctl.sock` in the runtime directory. `serve` and `ctl` share it, so
-/// `vhost-rdma serve ...` then `vhost-rdma ctl status` need no flag.
-fn default_control() -> PathBuf {
+/// `$VHOST_RDMA_CONTROL`, when set and not empty.
+fn control_from_env() -> Option<PathBuf> {
     std::env::var_os("VHOST_RDMA_CONTROL")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| vhost_rdma::capture::runtime_dir().join("ctl.sock"))
+}
+
+/// The control socket `ctl` talks to: `--control`, else the daemon with
+/// `--pid`, else `$VHOST_RDMA_CONTROL`, else the one daemon running in the
+/// runtime directory. Never a guess between several.
+fn ctl_control(control: Option<PathBuf>, pid: Option<u32>) -> anyhow::Result<PathBuf> {
+    use vhost_rdma::control::discovery::choose;
+    let runtime = vhost_rdma::capture::runtime_dir();
+    let env = control_from_env();
+    match (control, pid, env) {
+        (Some(path), _, _) => Ok(path),
+        (None, Some(pid), env) => Ok(choose(&runtime, env.as_deref(), Some(pid))?),
+        (None, None, Some(path)) => Ok(path),
+        (None, None, None) => Ok(choose(&runtime, None, None)?),
+    }
 }
 
 fn run(cli: Cli, inherited: Vec<ListenFd>) -> anyhow::Result<()> {
     match cli.cmd {
         None => serve(cli.serve, inherited),
         Some(Cmd::Serve(a)) => serve(a, inherited),
-        Some(Cmd::Ctl { control, json, cmd }) => {
+        Some(Cmd::Ctl {
+            control,
+            pid,
+            json,
+            cmd,
+        }) => {
             default_sigpipe();
-            ctl(&control.unwrap_or_else(default_control), json, cmd)
+            ctl(&ctl_control(control, pid)?, json, cmd)
         }
         Some(Cmd::Generate { what }) => {
             default_sigpipe();
@@ -402,7 +431,22 @@ fn serve(a: ServeArgs, inherited: Vec<ListenFd>) -> anyhow::Result<()> {
     if a.control.is_some() {
         cfg.control = a.control;
     } else if cfg.control.is_none() {
-        cfg.control = implicit_control();
+        let runtime = vhost_rdma::capture::runtime_dir();
+        let own = vhost_rdma::control::discovery::instance_socket(&runtime, std::process::id());
+        // Sockets of daemons that were killed would otherwise pile up
+        // there; whether they go changes nothing else.
+        if let Some(dir) = own.parent() {
+            if let Err(e) = vhost_rdma::socket_path::remove_stale_sockets(dir) {
+                tracing::debug!(dir = %dir.display(), error = %e, "stale control sockets not removed");
+            }
+        }
+        match control_from_env() {
+            Some(shared) => {
+                cfg.control = Some(shared);
+                cfg.control_fallback = Some(own);
+            }
+            None => cfg.control = Some(own),
+        }
     }
     if a.capture_dir.is_some() {
         cfg.capture_dir = a.capture_dir;
@@ -436,18 +480,6 @@ fn serve(a: ServeArgs, inherited: Vec<ListenFd>) -> anyhow::Result<()> {
     unsafe { libc::sigwait(&set, &mut sig) };
     tracing::info!(signal = sig, "shutting down");
     server.shutdown()
-}
-
-/// The default control socket for `serve`, unless another daemon already
-/// serves it: a second daemon started without `--control` then runs without
-/// one (warned) instead of failing, as it did before there was a default.
-fn implicit_control() -> Option<PathBuf> {
-    let p = default_control();
-    if std::os::unix::net::UnixStream::connect(&p).is_ok() {
-        tracing::warn!(socket = %p.display(), "another daemon serves the default control socket; this one has none (give --control)");
-        return None;
-    }
-    Some(p)
 }
 
 fn signal_set() -> libc::sigset_t {
@@ -921,6 +953,22 @@ mod tests {
             assert!(json, "{args:?}");
             assert_eq!(control, Some(PathBuf::from("/c")), "{args:?}");
         }
+        let cli = Cli::try_parse_from(["vhost-rdma", "ctl", "status", "--pid", "42"]).unwrap();
+        assert!(matches!(cli.cmd, Some(Cmd::Ctl { pid: Some(42), .. })));
+        // One way to choose the daemon: both is a usage error, not a guess.
+        let both = [
+            "vhost-rdma",
+            "ctl",
+            "--pid",
+            "42",
+            "--control",
+            "/c",
+            "status",
+        ];
+        assert_eq!(
+            Cli::try_parse_from(both).err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::ArgumentConflict)
+        );
         let cli = Cli::try_parse_from(["vhost-rdma", "--socket-path", "/s.sock"]).unwrap();
         assert!(cli.cmd.is_none());
         assert_eq!(cli.serve.socket_path, Some(PathBuf::from("/s.sock")));

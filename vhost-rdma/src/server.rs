@@ -106,8 +106,9 @@ impl Server {
                 }
             }
             let (devices, uplinks) = (Arc::new(devices), Arc::new(uplinks));
+            let bound = crate::control::bind_control_socket(path, cfg.control_fallback.as_deref())?;
             server.control = Some(ControlServer::start(
-                path,
+                bound,
                 fabric,
                 server.hosts.clone(),
                 devices,

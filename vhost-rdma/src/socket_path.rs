@@ -5,6 +5,13 @@
 //! still ours. Also: sockets inherited already listening (`--fd`, systemd
 //! socket activation), which are never removed, and the owner, group and
 //! mode given to the sockets we bind.
+//!
+//! Binding holds an exclusive `flock` on the socket's directory from the
+//! liveness check to `listen`: two daemons binding the same path at the
+//! same moment would otherwise race (the second sees the first's socket
+//! between its `bind` and `listen`, finds it refusing connections, takes it
+//! for stale and removes it; or both find the path free and the second's
+//! `bind` fails with a bare "address in use").
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -159,9 +166,13 @@ pub fn bind_with(
         path: path.to_path_buf(),
         source,
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io_err)?;
-    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io_err)?;
+    // Held until this function returns: the socket then listens.
+    let _lock = DirLock::acquire(dir);
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
             Ok(_) => return Err(BindError::InUse(path.to_path_buf())),
@@ -189,6 +200,63 @@ pub fn bind_with(
             identity: Some(identity(&m)),
         },
     ))
+}
+
+/// An exclusive `flock` on a directory, released on drop. Only vhost-rdma
+/// processes take it; it orders their binds in that directory.
+struct DirLock {
+    /// Closing the descriptor releases the lock.
+    _dir: Option<std::fs::File>,
+}
+
+impl DirLock {
+    /// Blocks until the lock is ours. A directory we cannot open or lock
+    /// (no read permission, a file system without flock) is bound unlocked,
+    /// as before there was a lock: the race is then possible again, but
+    /// binding still works.
+    fn acquire(dir: &Path) -> DirLock {
+        let Ok(f) = std::fs::File::open(dir) else {
+            return DirLock { _dir: None };
+        };
+        loop {
+            // SAFETY: flock on a descriptor we own; no memory is involved.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return DirLock { _dir: Some(f) };
+            }
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                tracing::debug!(dir = %dir.display(), "cannot lock the directory; binding unlocked");
+                return DirLock { _dir: None };
+            }
+        }
+    }
+}
+
+/// Removes every socket in `dir` whose name ends in `.sock` and on which
+/// nobody accepts connections (left by a process that was killed), holding
+/// the bind lock so a socket being bound is never mistaken for a stale one.
+/// Sockets we may not connect to (another user's) are left alone. Returns
+/// how many were removed; a missing directory has none.
+pub fn remove_stale_sockets(dir: &Path) -> io::Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let _lock = DirLock::acquire(dir);
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_socket = entry.file_type().is_ok_and(|t| t.is_socket());
+        if !is_socket || path.extension().is_none_or(|e| e != "sock") {
+            continue;
+        }
+        if let Err(e) = UnixStream::connect(&path) {
+            if e.kind() == io::ErrorKind::ConnectionRefused && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// What names an inherited socket in logs and status: the path it is bound
@@ -312,6 +380,23 @@ mod tests {
         std::fs::write(&p, b"x").unwrap();
         assert!(matches!(bind(&p), Err(BindError::NotASocket(_))));
         assert_eq!(std::fs::read(&p).unwrap(), b"x");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_stale_sockets_are_swept() {
+        let dir = std::env::temp_dir().join(format!("vhr-socksweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (_live, _) = bind(&dir.join("live.sock")).unwrap();
+        drop(bind(&dir.join("stale.sock")).unwrap());
+        drop(bind(&dir.join("stale.other")).unwrap());
+        std::fs::write(dir.join("file.sock"), b"x").unwrap();
+        assert_eq!(remove_stale_sockets(&dir).unwrap(), 1);
+        assert!(!dir.join("stale.sock").exists());
+        for kept in ["live.sock", "stale.other", "file.sock"] {
+            assert!(dir.join(kept).exists(), "{kept} removed");
+        }
+        assert_eq!(remove_stale_sockets(&dir.join("missing")).unwrap(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -243,8 +243,8 @@ fn print_capabilities_is_qemus_json() {
 #[test]
 fn socket_path_serves_one_port_and_ctl_finds_the_default_control_socket() {
     let dir = common::TempDir::new("cli-sockpath");
-    // The runtime directory decides the default control socket of both
-    // `serve` and `ctl`.
+    // The runtime directory decides where `serve` puts its own control
+    // socket and where `ctl` looks for it.
     let run = dir.path().join("run");
     let sock = dir.path().join("vm.sock");
     let mut d = bin()
@@ -255,7 +255,7 @@ fn socket_path_serves_one_port_and_ctl_finds_the_default_control_socket() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let ctl_sock = run.join("vhost-rdma/ctl.sock");
+    let ctl_sock = run.join(format!("vhost-rdma/ctl/{}.sock", d.id()));
     wait_status(&mut d, &ctl_sock);
     let o = bin()
         .args(["ctl", "status", "--json"])

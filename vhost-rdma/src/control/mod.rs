@@ -37,6 +37,7 @@
 //! answers from the engines, and writes the reply. The engines know nothing
 //! of this protocol.
 
+pub mod discovery;
 pub mod handlers;
 mod protocol;
 
@@ -67,17 +68,16 @@ pub struct ControlServer {
 }
 
 impl ControlServer {
-    /// Listens on `path` (replacing a stale socket, never a live one).
+    /// Serves `ctl` on `bound`, a socket from [`bind_control_socket`].
     pub fn start(
-        path: &Path,
+        bound: (UnixListener, crate::socket_path::OwnedSocket),
         fabric: Arc<Fabric>,
         hosts: Hosts,
         devices: crate::ports::device::Devices,
         uplinks: crate::ports::uplink::Uplinks,
     ) -> anyhow::Result<Self> {
-        // The socket is as powerful as the daemon's user: owner-only.
-        let (l, socket) =
-            crate::socket_path::bind_with_mode(path, Some(0o600)).context("control socket")?;
+        let (l, socket) = bound;
+        tracing::info!(socket = %socket.path().display(), "control socket listening");
         let listener = l.try_clone().context("control socket")?;
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
@@ -138,6 +138,31 @@ impl ControlServer {
             let _ = t.join();
         }
         self.socket.remove();
+    }
+}
+
+/// Binds the control socket at `path` (replacing a stale socket, never a
+/// live one), owner-only. When another process serves `path` and there is
+/// a `fallback`, binds that instead, with a warning: the daemon still gets
+/// a control socket, which `ctl --pid` finds.
+pub fn bind_control_socket(
+    path: &Path,
+    fallback: Option<&Path>,
+) -> anyhow::Result<(UnixListener, crate::socket_path::OwnedSocket)> {
+    use crate::socket_path::{bind_with_mode, BindError};
+    // The socket is as powerful as the daemon's user: owner-only.
+    const MODE: Option<u32> = Some(0o600);
+    match (bind_with_mode(path, MODE), fallback) {
+        (Err(BindError::InUse(_)), Some(fallback)) => {
+            tracing::warn!(
+                served = %path.display(),
+                socket = %fallback.display(),
+                "another process serves the shared control socket; this daemon listens on its own instead (`vhost-rdma ctl --pid {}`)",
+                std::process::id()
+            );
+            bind_with_mode(fallback, MODE).context("control socket")
+        }
+        (r, _) => r.context("control socket"),
     }
 }
 
@@ -228,9 +253,14 @@ fn serve(c: UnixStream, ctx: &Context) {
 
 /// Sends one request and returns the reply (client side of `vhost-rdma ctl`).
 pub fn request(path: &Path, req: &Request) -> anyhow::Result<Reply> {
+    request_within(path, req, Duration::from_secs(10))
+}
+
+/// [`request`], waiting at most `timeout` for the reply.
+pub fn request_within(path: &Path, req: &Request, timeout: Duration) -> anyhow::Result<Reply> {
     let mut c = UnixStream::connect(path)
         .with_context(|| format!("connecting to control socket {}", path.display()))?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    c.set_read_timeout(Some(timeout))?;
     // Naming our version lets a daemon that does not speak it say so
     // instead of misreading the request.
     let mut s = serde_json::to_string(&VersionedRequest {
