@@ -350,7 +350,7 @@ impl PortConfig {
             }
             (None, _) => bail!("port {}: kind=tap needs ifname=IF", self.name),
             (Some(_), _) => bail!(
-                "port {}: local=, remote=, vni=, mtu= and ifname= are for kind=vxlan and kind=tap",
+                "port {}: local=, remote=, vni=, mtu=, df= and ifname= are for kind=vxlan and kind=tap",
                 self.name
             ),
         }
@@ -416,6 +416,7 @@ struct UplinkOptions {
     remotes: Vec<String>,
     vni: Option<u32>,
     mtu: Option<u32>,
+    df: Option<String>,
     ifname: Option<String>,
 }
 
@@ -430,7 +431,8 @@ impl UplinkOptions {
         let vxlan_opts = self.local.is_some()
             || !self.remotes.is_empty()
             || self.vni.is_some()
-            || self.mtu.is_some();
+            || self.mtu.is_some()
+            || self.df.is_some();
         match kind {
             PortKind::Vxlan => {
                 if self.ifname.is_some() {
@@ -451,16 +453,22 @@ impl UplinkOptions {
                         .collect::<anyhow::Result<_>>()?,
                     vni: self.vni.unwrap_or(crate::vxlan::DEFAULT_VNI),
                     underlay_mtu: self.mtu.unwrap_or(crate::vxlan::DEFAULT_UNDERLAY_MTU),
+                    df: match &self.df {
+                        Some(v) => v.parse().with_context(|| format!("df={v}"))?,
+                        None => crate::vxlan::DontFragment::default(),
+                    },
                 })))
             }
             PortKind::Tap => {
                 if vxlan_opts {
-                    bail!("local=, remote=, vni= and mtu= are for kind=vxlan");
+                    bail!("local=, remote=, vni=, mtu= and df= are for kind=vxlan");
                 }
                 Ok(self.ifname.map(|ifname| Uplink::Tap { ifname }))
             }
             _ if vxlan_opts || self.ifname.is_some() => {
-                bail!("local=, remote=, vni=, mtu= and ifname= are for kind=vxlan and kind=tap")
+                bail!(
+                    "local=, remote=, vni=, mtu=, df= and ifname= are for kind=vxlan and kind=tap"
+                )
             }
             _ => Ok(None),
         }
@@ -470,7 +478,7 @@ impl UplinkOptions {
 impl FromStr for PortConfig {
     type Err = anyhow::Error;
     /// `NAME=SOCKET[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N][,rx-held-frames=N]`,
-    /// or an uplink: `NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N]`
+    /// or an uplink: `NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N][,df=set|unset]`
     /// or `NAME,kind=tap,ifname=IF`.
     fn from_str(s: &str) -> anyhow::Result<Self> {
         let mut parts = s.split(',');
@@ -507,10 +515,11 @@ impl FromStr for PortConfig {
                 "remote" => up.remotes.push(v.to_string()),
                 "vni" => up.vni = Some(v.parse().with_context(|| format!("vni={v}"))?),
                 "mtu" => up.mtu = Some(v.parse().with_context(|| format!("mtu={v}"))?),
+                "df" => up.df = Some(v.to_string()),
                 "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, ifname)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
                 }
             }
         }
@@ -786,6 +795,8 @@ struct FilePort {
     remote: Vec<String>,
     vni: Option<u32>,
     mtu: Option<u32>,
+    /// `"set"` or `"unset"`.
+    df: Option<String>,
     /// `kind = "tap"`.
     ifname: Option<String>,
 }
@@ -861,6 +872,7 @@ impl DaemonConfig {
                 remotes: fp.remote,
                 vni: fp.vni,
                 mtu: fp.mtu,
+                df: fp.df,
                 ifname: fp.ifname,
             };
             p.uplink = up
@@ -1440,7 +1452,7 @@ mod tests {
     #[test]
     fn uplink_flags_and_toml_agree() {
         let v: PortConfig =
-            "up,kind=vxlan,local=127.0.0.1:4789,remote=127.0.0.2:4789,remote=127.0.0.3:4800,vni=42,mtu=9000"
+            "up,kind=vxlan,local=127.0.0.1:4789,remote=127.0.0.2:4789,remote=127.0.0.3:4800,vni=42,mtu=9000,df=set"
                 .parse()
                 .unwrap();
         assert_eq!(v.kind, PortKind::Vxlan);
@@ -1450,24 +1462,33 @@ mod tests {
         };
         assert_eq!(x.vni, 42);
         assert_eq!(x.underlay_mtu, 9000);
+        assert_eq!(x.df, crate::vxlan::DontFragment::Set);
         assert_eq!(x.remotes.len(), 2);
         assert_eq!(x.remotes[1], "127.0.0.3:4800".parse().unwrap());
         let c = DaemonConfig::from_toml(
             "[[port]]\nname = \"up\"\nkind = \"vxlan\"\nlocal = \"127.0.0.1:4789\"\n\
-             remote = [\"127.0.0.2:4789\", \"127.0.0.3:4800\"]\nvni = 42\nmtu = 9000\n\
+             remote = [\"127.0.0.2:4789\", \"127.0.0.3:4800\"]\nvni = 42\nmtu = 9000\ndf = \"set\"\n\
              [[port]]\nname = \"t\"\nkind = \"tap\"\nifname = \"vr-tap0\"\n",
         )
         .unwrap();
         let t: PortConfig = "t,kind=tap,ifname=vr-tap0".parse().unwrap();
         assert_eq!(c.ports, vec![v, t]);
-        // Defaults: VNI 1, underlay MTU 1500.
+        // Defaults: VNI 1, underlay MTU 1500, fragmentation allowed (as a
+        // Linux vxlan netdev's `df unset`).
         let d: PortConfig = "up,kind=vxlan,local=0.0.0.0:4789,remote=10.0.0.2:4789"
             .parse()
             .unwrap();
         let Some(Uplink::Vxlan(x)) = &d.uplink else {
             panic!()
         };
-        assert_eq!((x.vni, x.underlay_mtu), (1, 1500));
+        assert_eq!(
+            (x.vni, x.underlay_mtu, x.df),
+            (1, 1500, crate::vxlan::DontFragment::Unset)
+        );
+        let u: PortConfig = "up,kind=vxlan,local=0.0.0.0:4789,remote=10.0.0.2:4789,df=unset"
+            .parse()
+            .unwrap();
+        assert_eq!(u, d);
         for (bad, why) in [
             ("up,kind=vxlan", "needs local"),
             ("up,kind=vxlan,local=127.0.0.1:4789", "remote"),
@@ -1491,6 +1512,11 @@ mod tests {
             ("t,kind=tap,ifname=waytoolongname16", "15"),
             ("t,kind=tap,ifname=a/b", "'/'"),
             ("t,kind=tap,ifname=x,vni=3", "kind=vxlan"),
+            ("t,kind=tap,ifname=x,df=set", "df= are for kind=vxlan"),
+            (
+                "up,kind=vxlan,local=127.0.0.1:1,remote=127.0.0.2:1,df=inherit",
+                "df=inherit: df= must be set",
+            ),
             ("a=/s,ifname=x", "kind=vxlan and kind=tap"),
             ("a,mac=52:54:00:00:00:01", "expected NAME=SOCKET_PATH"),
         ] {

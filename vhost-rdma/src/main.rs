@@ -85,8 +85,8 @@ enum Cmd {
 #[derive(Args, Clone, Debug, Default)]
 struct ServeArgs {
     /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,kind=virtio-net|gve|erdma][,netdev=PORT][,rx-queue-frames=N];
-    /// uplinks: NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N]
-    /// (VNI 1 and underlay MTU 1500 unless given) or NAME,kind=tap,ifname=IF (docs/uplinks.md)
+    /// uplinks: NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N][,df=set|unset]
+    /// (VNI 1, underlay MTU 1500 and df=unset unless given) or NAME,kind=tap,ifname=IF (docs/uplinks.md)
     #[arg(long = "port", value_name = "SPEC")]
     ports: Vec<PortConfig>,
     /// Virtual host on the fabric running RDMA tool services (--help lists
@@ -632,20 +632,29 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
 }
 
 fn print_uplink(u: &vhost_rdma::ports::uplink::UplinkStatus) {
+    use vhost_rdma::vxlan::DontFragment;
     if let Some(v) = &u.vxlan {
         let c = &v.counters;
+        let sizes = match v.df {
+            DontFragment::Set => format!("inner frames up to {} bytes", v.max_inner_frame),
+            DontFragment::Unset => format!(
+                "inner frames up to {} bytes unfragmented, {} fragmented",
+                v.unfragmented_inner_frame, v.max_inner_frame
+            ),
+        };
         println!(
-            "uplink {} (vxlan): local {} remotes {} vni {}, underlay MTU {} (inner frames up to {} bytes)",
+            "uplink {} (vxlan): local {} remotes {} vni {}, underlay MTU {}, df {} ({sizes})",
             u.port,
             v.local,
             v.remotes.join(","),
             v.vni,
             v.underlay_mtu,
-            v.max_inner_frame
+            v.df,
         );
         println!(
-            "  tx {} datagrams (oversized {}, send errors {}), rx {} datagrams (unknown source {}, short {}, bad flags {}, wrong vni {}, oversized {}), {} MACs learned",
+            "  tx {} datagrams (over mtu {}, oversized {}, send errors {}), rx {} datagrams (unknown source {}, short {}, bad flags {}, wrong vni {}, oversized {}), {} MACs learned",
             c.tx_datagrams,
+            c.tx_over_mtu,
             c.tx_oversized,
             c.tx_send_errors,
             c.rx_datagrams,

@@ -1,8 +1,8 @@
 //! VXLAN (RFC 7348) encapsulation for `kind=vxlan` uplink ports, sans-IO:
 //! header build and parse, the VNI check, which configured remote VTEPs a
 //! frame goes to (learned inner MAC, else all of them: head-end
-//! replication), the path-MTU rule and the counters. The UDP socket and
-//! its thread live in [`crate::ports::uplink`].
+//! replication), the size rules (`df=`) and the counters. The UDP socket
+//! and its thread live in [`crate::ports::uplink`].
 //!
 //! What goes on the wire is exactly what a Linux `vxlan` netdev sends and
 //! expects: an 8-byte header (flags `0x08`, the I bit, then a 24-bit VNI)
@@ -23,6 +23,12 @@ pub const HEADER_LEN: usize = 8;
 pub const ENCAP_OVERHEAD: usize = 50;
 /// Underlay MTU assumed unless `mtu=` says otherwise (an Ethernet path).
 pub const DEFAULT_UNDERLAY_MTU: u32 = 1500;
+/// Largest UDP payload over IPv4 (65535 - 20 - 8): what one datagram can
+/// carry at all, fragmented or not.
+pub const MAX_UDP_PAYLOAD: usize = 65507;
+/// Largest inner frame with `df=unset`: one datagram's payload less the
+/// VXLAN header. (Equal to the `df=set` bound at `mtu=65535`.)
+pub const MAX_FRAGMENTED_INNER: usize = MAX_UDP_PAYLOAD - HEADER_LEN;
 /// VNI used unless `vni=` says otherwise.
 pub const DEFAULT_VNI: u32 = 1;
 /// The IANA VXLAN port (Linux's `dstport 4789`).
@@ -61,10 +67,12 @@ pub enum RxDrop {
 /// Why a frame from the fabric was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TxDrop {
-    /// Too large for one datagram on the underlay path MTU.
+    /// `df=set`: too large for one unfragmented packet on the underlay
+    /// path MTU.
     #[error(
         "frame of {len} bytes does not fit VXLAN over underlay MTU {mtu} (largest inner frame \
-         {max}): set the guest MTU to {guest_mtu} or less, or raise the port's mtu="
+         {max}): set the guest MTU to {guest_mtu} or less, or raise the port's mtu=, or let \
+         the kernel fragment with df=unset"
     )]
     Oversized {
         len: usize,
@@ -72,6 +80,12 @@ pub enum TxDrop {
         mtu: u32,
         guest_mtu: u32,
     },
+    /// `df=unset`: too large even for a fragmented datagram.
+    #[error(
+        "frame of {len} bytes does not fit one VXLAN datagram even fragmented (largest inner \
+         frame {max}, a {MAX_UDP_PAYLOAD}-byte UDP payload)"
+    )]
+    BeyondFragmentation { len: usize, max: usize },
     /// Shorter than an Ethernet header.
     #[error("frame of {0} bytes is shorter than an Ethernet header")]
     Short(usize),
@@ -98,6 +112,45 @@ pub fn parse(datagram: &[u8]) -> Result<(u32, &[u8]), RxDrop> {
     Ok((vni, &datagram[HEADER_LEN..]))
 }
 
+/// Whether the outer IP packets may be fragmented (`df=`, named after the
+/// `df` setting of a Linux `vxlan` netdev, whose default is also unset).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DontFragment {
+    /// `df=unset`: outer IPv4 packets never carry DF, so a datagram larger
+    /// than the path MTU is fragmented (by the sending kernel or a router
+    /// on the way) and reassembled by the receiving kernel. Guests keep
+    /// their default MTU over a 1500-byte underlay, at the cost of two
+    /// packets per full-size frame. Frames up to [`MAX_FRAGMENTED_INNER`].
+    #[default]
+    Unset,
+    /// `df=set`: RFC 7348 section 4.3 ("VTEPs MUST NOT fragment"): DF on
+    /// every outer packet; a frame whose datagram does not fit `mtu=` is
+    /// dropped and counted, and so is an inner frame received larger than
+    /// that rule allows.
+    Set,
+}
+
+impl std::str::FromStr for DontFragment {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "unset" => Ok(DontFragment::Unset),
+            "set" => Ok(DontFragment::Set),
+            _ => Err(ConfigError::Df),
+        }
+    }
+}
+
+impl std::fmt::Display for DontFragment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DontFragment::Unset => "unset",
+            DontFragment::Set => "set",
+        })
+    }
+}
+
 /// Settings of a VXLAN uplink.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VxlanConfig {
@@ -108,15 +161,27 @@ pub struct VxlanConfig {
     pub remotes: Vec<SocketAddr>,
     /// VXLAN network identifier (24 bits).
     pub vni: u32,
-    /// MTU of the underlay path (outer IP packet), for the size rule.
+    /// MTU of the underlay path (outer IP packet): the size rule with
+    /// `df=set`; with `df=unset`, what counts a frame as `tx_over_mtu`.
     pub underlay_mtu: u32,
+    /// Whether outer packets may be fragmented (`df=`).
+    pub df: DontFragment,
 }
 
 impl VxlanConfig {
-    /// Largest inner Ethernet frame (header included, no FCS) that fits one
-    /// datagram on the underlay path.
-    pub fn max_inner_frame(&self) -> usize {
+    /// Largest inner Ethernet frame (header included, no FCS) whose
+    /// datagram fits one unfragmented packet on the underlay path.
+    pub fn unfragmented_inner_frame(&self) -> usize {
         (self.underlay_mtu as usize + ETH_HEADER).saturating_sub(ENCAP_OVERHEAD)
+    }
+
+    /// Largest inner frame sent or accepted: one unfragmented packet with
+    /// `df=set`, one (fragmented) datagram with `df=unset`.
+    pub fn max_inner_frame(&self) -> usize {
+        match self.df {
+            DontFragment::Set => self.unfragmented_inner_frame(),
+            DontFragment::Unset => MAX_FRAGMENTED_INNER,
+        }
     }
 
     /// Checks the VNI, MTU and remote list.
@@ -159,6 +224,9 @@ pub enum ConfigError {
     /// The underlay MTU is outside what IPv4 and UDP allow.
     #[error("mtu={0} must be between 576 and 65535")]
     Mtu(u32),
+    /// `df=` other than `set` or `unset`.
+    #[error("df= must be set (RFC 7348: never fragment, drop what does not fit mtu=) or unset (the default: the kernel fragments)")]
+    Df,
     /// No remote VTEP.
     #[error("needs at least one remote=IP:PORT")]
     NoRemote,
@@ -183,6 +251,7 @@ pub enum ConfigError {
 pub struct Counters {
     tx_datagrams: AtomicU64,
     tx_oversized: AtomicU64,
+    tx_over_mtu: AtomicU64,
     tx_short: AtomicU64,
     tx_send_errors: AtomicU64,
     rx_datagrams: AtomicU64,
@@ -199,8 +268,13 @@ pub struct Counters {
 pub struct VxlanStats {
     /// Datagrams sent (a flooded frame counts once per remote).
     pub tx_datagrams: u64,
-    /// Frames from the fabric too large for the underlay MTU.
+    /// Frames from the fabric dropped as too large: beyond `mtu=` with
+    /// `df=set`, beyond one datagram (fragmented) with `df=unset`.
     pub tx_oversized: u64,
+    /// `df=unset`: frames sent whose outer packet exceeds `mtu=`, left to
+    /// IP fragmentation (two or more packets each on a path of that MTU).
+    #[serde(default)]
+    pub tx_over_mtu: u64,
     /// Frames from the fabric shorter than an Ethernet header.
     pub tx_short: u64,
     /// Datagrams the socket refused to send.
@@ -215,7 +289,8 @@ pub struct VxlanStats {
     pub rx_bad_flags: u64,
     /// Datagrams for another VNI.
     pub rx_wrong_vni: u64,
-    /// Inner frames larger than the underlay MTU allows.
+    /// Inner frames larger than [`VxlanConfig::max_inner_frame`] (or
+    /// datagrams longer than the receive buffer).
     pub rx_oversized: u64,
     /// Inner MACs not learned because the table was full.
     pub learned_full: u64,
@@ -272,12 +347,21 @@ impl VxlanEndpoint {
         let max = self.cfg.max_inner_frame();
         if inner.len() > max {
             add(&self.counters.tx_oversized);
-            return Err(TxDrop::Oversized {
-                len: inner.len(),
-                max,
-                mtu: self.cfg.underlay_mtu,
-                guest_mtu: self.cfg.underlay_mtu.saturating_sub(ENCAP_OVERHEAD as u32),
+            return Err(match self.cfg.df {
+                DontFragment::Set => TxDrop::Oversized {
+                    len: inner.len(),
+                    max,
+                    mtu: self.cfg.underlay_mtu,
+                    guest_mtu: self.cfg.underlay_mtu.saturating_sub(ENCAP_OVERHEAD as u32),
+                },
+                DontFragment::Unset => TxDrop::BeyondFragmentation {
+                    len: inner.len(),
+                    max,
+                },
             });
+        }
+        if inner.len() > self.cfg.unfragmented_inner_frame() {
+            add(&self.counters.tx_over_mtu);
         }
         let mut datagram = Vec::with_capacity(HEADER_LEN + inner.len());
         datagram.extend_from_slice(&header(self.cfg.vni));
@@ -385,6 +469,7 @@ impl VxlanEndpoint {
         VxlanStats {
             tx_datagrams: l(&c.tx_datagrams),
             tx_oversized: l(&c.tx_oversized),
+            tx_over_mtu: l(&c.tx_over_mtu),
             tx_short: l(&c.tx_short),
             tx_send_errors: l(&c.tx_send_errors),
             rx_datagrams: l(&c.rx_datagrams),
@@ -409,6 +494,7 @@ mod tests {
             remotes: remotes.iter().map(|r| r.parse().unwrap()).collect(),
             vni: 42,
             underlay_mtu: DEFAULT_UNDERLAY_MTU,
+            df: DontFragment::Set,
         }
     }
 
@@ -450,10 +536,10 @@ mod tests {
         assert_eq!(a.stats().rx_datagrams, 1);
     }
 
-    /// 1500 underlay: an inner frame of 1464 bytes (guest MTU 1450) fits,
-    /// one more byte does not, counted; `mtu=` moves the bound.
+    /// `df=set`, 1500 underlay: an inner frame of 1464 bytes (guest MTU
+    /// 1450) fits, one more byte does not, counted; `mtu=` moves the bound.
     #[test]
-    fn the_path_mtu_rule() {
+    fn df_set_keeps_the_path_mtu_rule() {
         let a = VxlanEndpoint::new(cfg(&["127.0.0.1:5000"]));
         assert_eq!(a.config().max_inner_frame(), 1464);
         assert!(a.egress(&frame(1, 2, 1464)).is_ok());
@@ -488,6 +574,64 @@ mod tests {
             Err(RxDrop::Oversized { .. })
         ));
         assert_eq!(a.stats().rx_oversized, 2);
+    }
+
+    /// `df=unset` (the default): over a 1500 underlay, full-size (1514)
+    /// and jumbo frames go out (counted as over `mtu=`: the kernel
+    /// fragments them) and are accepted inbound, up to what one UDP
+    /// datagram carries; one byte more is dropped and counted both ways.
+    #[test]
+    fn df_unset_leaves_fragmentation_to_ip_up_to_one_datagram() {
+        let mut c = cfg(&["127.0.0.1:5000"]);
+        c.df = DontFragment::Unset;
+        let a = VxlanEndpoint::new(c);
+        let from: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        assert_eq!(a.config().unfragmented_inner_frame(), 1464);
+        assert_eq!(a.config().max_inner_frame(), 65499);
+        for len in [1464, 1514, 9014, MAX_FRAGMENTED_INNER] {
+            let f = frame(1, 2, len);
+            let e = a.egress(&f).unwrap();
+            assert!(e.datagram.len() <= MAX_UDP_PAYLOAD, "{len}");
+            assert_eq!(a.ingress(from, &e.datagram, false), Ok(&f[..]), "{len}");
+        }
+        assert_eq!(a.stats().tx_over_mtu, 3, "all but the 1464-byte frame");
+        let e = a
+            .egress(&frame(1, 2, MAX_FRAGMENTED_INNER + 1))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            TxDrop::BeyondFragmentation {
+                len: 65500,
+                max: 65499
+            }
+        );
+        assert!(e.to_string().contains("even fragmented"), "{e}");
+        let mut d = header(42).to_vec();
+        d.extend_from_slice(&frame(1, 2, MAX_FRAGMENTED_INNER + 1));
+        assert!(matches!(
+            a.ingress(from, &d, false),
+            Err(RxDrop::Oversized { len: 65500, .. })
+        ));
+        let s = a.stats();
+        assert_eq!((s.tx_oversized, s.rx_oversized, s.tx_over_mtu), (1, 1, 3));
+        // At mtu=65535 the two rules meet.
+        let mut c = cfg(&["127.0.0.1:5000"]);
+        c.underlay_mtu = 65535;
+        assert_eq!(c.max_inner_frame(), MAX_FRAGMENTED_INNER);
+    }
+
+    #[test]
+    fn df_parses_as_linux_spells_it() {
+        assert_eq!("unset".parse(), Ok(DontFragment::Unset));
+        assert_eq!("set".parse(), Ok(DontFragment::Set));
+        assert_eq!(DontFragment::default(), DontFragment::Unset);
+        assert_eq!(DontFragment::Set.to_string(), "set");
+        // Linux's third value copies the inner DF bit; not offered here.
+        assert_eq!("inherit".parse::<DontFragment>(), Err(ConfigError::Df));
+        assert_eq!(
+            serde_json::to_string(&DontFragment::Unset).unwrap(),
+            "\"unset\""
+        );
     }
 
     /// Short, garbage, wrong-VNI and stranger datagrams are refused with

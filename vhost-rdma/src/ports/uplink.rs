@@ -17,12 +17,19 @@
 //! the wire could not take (too large for the underlay MTU, send errors),
 //! `tx_errors` datagrams or frames from the wire refused (see the uplink's
 //! own counters in `ctl status` for why).
+//!
+//! Fragmentation (`df=`) is the kernel's: the VXLAN socket's
+//! `IP_MTU_DISCOVER` is `IP_PMTUDISC_DONT` with `df=unset` (no DF bit; the
+//! kernel fragments a datagram larger than the route MTU, and the peer's
+//! kernel reassembles before its socket sees it) and `IP_PMTUDISC_DO` with
+//! `df=set` (DF on every packet; a datagram larger than the route MTU is
+//! refused with `EMSGSIZE`, counted as a send error).
 
 use crate::config::Uplink;
 use crate::fabric::{Batch, Fabric, Frame, PortShared};
 use crate::stats::QueueCounters;
 use crate::virtio_net::NetHdr;
-use crate::vxlan::{VxlanEndpoint, VxlanStats};
+use crate::vxlan::{DontFragment, VxlanEndpoint, VxlanStats};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -67,6 +74,13 @@ pub enum UplinkError {
         what: &'static str,
         source: std::io::Error,
     },
+    /// Setting the VXLAN socket's fragmentation option failed.
+    #[error("port {port}: setting {option} on the UDP socket: {source}")]
+    SocketOption {
+        port: String,
+        option: &'static str,
+        source: std::io::Error,
+    },
     /// Creating the thread or its epoll failed.
     #[error("port {port}: {source}")]
     Io {
@@ -105,9 +119,17 @@ pub struct VxlanStatus {
     pub remotes: Vec<String>,
     /// VXLAN network identifier.
     pub vni: u32,
-    /// Underlay MTU the size rule uses.
+    /// Underlay MTU (`mtu=`).
     pub underlay_mtu: u32,
-    /// Largest inner frame sent or accepted (underlay MTU + 14 - 50).
+    /// Whether outer packets may be fragmented (`df=`).
+    #[serde(default)]
+    pub df: DontFragment,
+    /// Largest inner frame whose packet fits `mtu=` unfragmented
+    /// (`mtu` + 14 - 50).
+    #[serde(default)]
+    pub unfragmented_inner_frame: usize,
+    /// Largest inner frame sent or accepted: `unfragmented_inner_frame`
+    /// with `df=set`, 65499 (one UDP datagram, fragmented) with `df=unset`.
     pub max_inner_frame: usize,
     /// Encapsulation counters.
     pub counters: VxlanStats,
@@ -168,6 +190,8 @@ impl UplinkEntry {
                         remotes: c.remotes.iter().map(|r| r.to_string()).collect(),
                         vni: c.vni,
                         underlay_mtu: c.underlay_mtu,
+                        df: c.df,
+                        unfragmented_inner_frame: c.unfragmented_inner_frame(),
                         max_inner_frame: c.max_inner_frame(),
                         counters: ep.stats(),
                     }),
@@ -245,8 +269,15 @@ impl UplinkPort {
                     source,
                 })?;
                 set_buffers(sock.as_raw_fd());
+                set_fragmentation(sock.as_raw_fd(), cfg.local.is_ipv4(), cfg.df).map_err(
+                    |(option, source)| UplinkError::SocketOption {
+                        port: name.clone(),
+                        option,
+                        source,
+                    },
+                )?;
                 tracing::info!(port = %name, local = %cfg.local, remotes = ?cfg.remotes, vni = cfg.vni,
-                    underlay_mtu = cfg.underlay_mtu, max_inner_frame = cfg.max_inner_frame(), "VXLAN uplink");
+                    underlay_mtu = cfg.underlay_mtu, df = %cfg.df, max_inner_frame = cfg.max_inner_frame(), "VXLAN uplink");
                 Wire::Vxlan {
                     sock,
                     ep: Arc::new(VxlanEndpoint::new(cfg.clone())),
@@ -332,6 +363,57 @@ fn set_buffers(fd: RawFd) {
             );
         }
     }
+}
+
+/// Sets the socket's path-MTU discovery mode for `df` (see the module
+/// comment). IPv6 has no DF bit and routers never fragment it; there
+/// `IPV6_PMTUDISC_DONT` lets the sending kernel fragment to the path MTU it
+/// knows, `IPV6_PMTUDISC_DO` refuses what exceeds it.
+fn set_fragmentation(
+    fd: RawFd,
+    ipv4: bool,
+    df: DontFragment,
+) -> Result<(), (&'static str, std::io::Error)> {
+    let (level, option, name, value) = match (ipv4, df) {
+        (true, DontFragment::Unset) => (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            "IP_MTU_DISCOVER=IP_PMTUDISC_DONT",
+            libc::IP_PMTUDISC_DONT,
+        ),
+        (true, DontFragment::Set) => (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            "IP_MTU_DISCOVER=IP_PMTUDISC_DO",
+            libc::IP_PMTUDISC_DO,
+        ),
+        (false, DontFragment::Unset) => (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            "IPV6_MTU_DISCOVER=IPV6_PMTUDISC_DONT",
+            libc::IPV6_PMTUDISC_DONT,
+        ),
+        (false, DontFragment::Set) => (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            "IPV6_MTU_DISCOVER=IPV6_PMTUDISC_DO",
+            libc::IPV6_PMTUDISC_DO,
+        ),
+    };
+    // SAFETY: setsockopt with a valid int option value and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            option,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err((name, std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// `struct ifreq` with the flags member of its union (linux/if.h).
