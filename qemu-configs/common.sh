@@ -6,11 +6,14 @@
 #   DAEMON   vhost-rdma binary (default: target/release/vhost-rdma of this checkout);
 #            DAEMON=none when you run the daemon yourself (sockets must be $DIR/NAME.sock)
 #   DIR      sockets, job dirs and console logs (default /tmp/vr-qemu)
-#   MEM (512)  SMP (1)  QUEUES (1)  ACCEL (tcg | kvm; default tcg)
+#   MEM (512)  SMP (1)  ACCEL (tcg | kvm; default tcg)
+#   QUEUES   queue pairs per port (default 1; gve ports: unset gives the
+#            daemon's default, 2, the least devmem TCP runs with)
 #   CONFIG_SIZE (24)  testdev: bytes of virtio_net_config the daemon serves
 #   JOB      file run in every guest as /job/run.sh (default: per snippet)
 #   PRINT=1  print the daemon and QEMU command lines instead of running them
 set -euo pipefail
+VR_QUEUES_GIVEN="${QUEUES:+1}"
 VR_CONFIGS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VR_ROOT="$(cd "$VR_CONFIGS/.." && pwd)"
 : "${IMAGE:?set IMAGE to a dir with bzImage and rootfs.ext4 (scripts/build-guest-image.sh prints one)}"
@@ -58,7 +61,7 @@ vr_daemon() {
     for spec in "$@"; do
         n=${spec%%:*} kind=${spec#"$n"}
         case "$kind" in
-            :gve) args+=(--port "$n=$DIR/$n.sock,kind=gve,mac=$(vr_mac $i),queues=$QUEUES") ;;
+            :gve) args+=(--port "$n=$DIR/$n.sock,kind=gve,mac=$(vr_mac $i)${VR_QUEUES_GIVEN:+,queues=$QUEUES}") ;;
             :erdma) args+=(--port "$n=$DIR/$n.sock,mac=$(vr_mac $i),queues=$QUEUES,form=$FORM"
                            --port "$n-rdma=$DIR/$n-rdma.sock,kind=erdma,netdev=$n")
                     socks+=("$n-rdma") ;;

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # End-to-end test of the emulated gVNIC: the daemon serves a `kind=gve` port
 # over vfio-user and a virtio-net port; guest A (10.77.0.1) has the gve NIC
-# (QEMU -device vfio-user-pci, the unmodified 7.3 gve driver, 2 vCPUs and 2
-# queues), guest B (10.77.0.2) a virtio-net NIC.
+# (QEMU -device vfio-user-pci, the unmodified 7.3 gve driver, 2 vCPUs),
+# guest B (10.77.0.2) a virtio-net NIC. The gve port is the README's
+# `--port g=...,kind=gve` line as written there (only the socket directory
+# changes): no queues=, so every case below runs on the defaults a new user
+# gets, and ncdevmem picks its queue itself as the docs show it.
 #
 # Cases (guest A runs them in order; B serves and sends):
+#   readme-port  the daemon runs the README's gve port line unchanged
 #   probe        gve binds in DQO RDA mode (driver messages, ethtool -i)
 #   ping         A pings B
 #   tcp-a-to-b   256 MiB of verified TCP from A (gve TX: TSO, checksums)
 #   tcp-b-to-a   256 MiB of verified TCP to A (gve RX: header split, RSS)
 #   header-split ethtool -G tcp-data-split on: the stream to A arrives split
 #                (guest rx_hsplit_pkt and the device's split packets grow)
-#   channels     ethtool -l shows 2 queues; ethtool -L rx 2 tx 2
+#   channels     ethtool -l shows the default 2 queues (max and current, as
+#                the driver brought them up); ethtool -L rx 2 tx 2
 #   rss          ethtool -x shows a 128-entry table and a 40-byte key;
 #                ethtool -X equal 2 reaches the device (ctl status)
 #   ntuple       ethtool -N flow-type tcp4 dst-port 5203 action 1: that
@@ -19,9 +24,11 @@
 #                and the device's (rule hits, queue 1 packets)
 #   devmem-selfcheck  the unmodified 7.3 ncdevmem (scripts/build-ncdevmem.sh)
 #                without -s/-c checks the devmem API on the gve queues
-#   devmem-rx    ncdevmem binds a udmabuf to queue 1 and receives 64 MiB from
-#                B (smc-guest-tests devmem-send), every byte validated (-v 7);
-#                the device placed the headers in header buffers
+#   devmem-rx    ncdevmem, without -t/-q as in docs/gve-devmem.md, takes the
+#                last queue (1) of the default two, binds a udmabuf to it and
+#                receives 64 MiB from B (smc-guest-tests devmem-send), every
+#                byte validated (-v 7); the device placed the headers in
+#                header buffers
 #   devmem-after once ncdevmem exits, ping and a verified 16 MiB stream work
 #   devmem-hds-off with header split off, binding a dmabuf is refused
 #
@@ -30,7 +37,7 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CASES=(probe ping channels tcp-a-to-b tcp-b-to-a header-split rss ntuple
+CASES=(readme-port probe ping channels tcp-a-to-b tcp-b-to-a header-split rss ntuple
     devmem-selfcheck devmem-rx devmem-after devmem-hds-off)
 
 usage() {
@@ -88,7 +95,13 @@ say "ncdevmem: scripts/build-ncdevmem.sh"
 NCD_DIR="$("$HERE/build-ncdevmem.sh" 2>"$d/ncdevmem.log" | tail -n 1)" || NCD_DIR=""
 [[ -n $NCD_DIR && -x $NCD_DIR/ncdevmem ]] || fail_all "scripts/build-ncdevmem.sh failed (see $d/ncdevmem.log)"
 cp -f "$NCD_DIR/ncdevmem" "$vrbin/bin/ncdevmem"
-A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
+A=10.77.0.1 B=10.77.0.2 MACB=52:54:00:77:00:02
+# The README's gve port, unchanged but for where its socket lives: what a
+# new user starts, so the cases test the defaults (issue 27).
+readme_gve="$(grep -oE -- '--port g=/run/vhost-rdma/g\.sock,kind=gve[^ ]*' "$ROOT/README.md" | head -n 1)"
+readme_gve="${readme_gve#--port }"
+[[ -n $readme_gve ]] || fail_all "README.md shows no '--port g=/run/vhost-rdma/g.sock,kind=gve...' line"
+GVE_PORT="${readme_gve//\/run\/vhost-rdma\//$d/}"
 
 # ---- guest A (gve): every case prints "CASE <name> rc=<n> <detail>"
 cat >"$d/a.sh" <<EOF
@@ -102,9 +115,11 @@ i=0; until ping -c 1 -W 2 $B >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 90 ] && 
 ping -c 3 -W 5 $B; case_ ping \$? ""
 ethtool -l eth0 | sed 's/^/CHAN /'
 max_rx=\$(ethtool -l eth0 | awk '/Pre-set/{p=1} p && /^RX:/{print \$2; exit}')
+boot_rx=\$(ethtool -l eth0 | awk '/Current/{p=1} p && /^RX:/{print \$2; exit}')
 ethtool -L eth0 rx 2 tx 2; rc=\$?
 cur_rx=\$(ethtool -l eth0 | awk '/Current/{p=1} p && /^RX:/{print \$2; exit}')
-[ \$rc = 0 ] && [ "\$max_rx" = 2 ] && [ "\$cur_rx" = 2 ]; case_ channels \$? "max_rx=\$max_rx current_rx=\$cur_rx"
+[ \$rc = 0 ] && [ "\$max_rx" = 2 ] && [ "\$boot_rx" = 2 ] && [ "\$cur_rx" = 2 ]
+case_ channels \$? "max_rx=\$max_rx at_boot_rx=\$boot_rx current_rx=\$cur_rx"
 ethtool -G eth0 tcp-data-split on; hs_rc=\$?
 ethtool -g eth0 | sed 's/^/RING /'
 hs0=\$(ethtool -S eth0 | sed -n 's/^ *rx_hsplit_pkt: //p')
@@ -144,6 +159,7 @@ ncdevmem -f eth0 > /tmp/sc.log 2>&1; rc=\$?; sed 's/^/SELFCHECK /' /tmp/sc.log
 case_ devmem-selfcheck \$rc "\$(grep -c 'got dmabuf id' /tmp/sc.log) bind(s)"
 # devmem-rx: 64 MiB from B into a udmabuf bound to queue 1, validated (-v 7)
 ncdevmem -l -f eth0 -s $A -c $B -p 5204 -v 7 > /tmp/rx.out 2> /tmp/rx.err; rc=\$?
+grep -E 'using queues|too low' /tmp/rx.err | sed 's/^/DEVMEMQ /'
 tot=\$(sed -n 's/^total_received=//p' /tmp/rx.err | tail -n 1)
 bad=\$(grep -c 'Failed validation' /tmp/rx.err); frags=\$(grep -c 'Validated buffer' /tmp/rx.out)
 grep -vE '^(recvmsg ret|received frag|total_received)' /tmp/rx.err | sed 's/^/DEVMEM /'
@@ -176,7 +192,7 @@ exit \$((r1 + r2 + r3 + r4 + r5))
 EOF
 
 start_daemon "$d/g.sock" "$d/v.sock" "$d/ctl.sock" -- \
-    --port "g=$d/g.sock,kind=gve,queues=2,mac=$MACA" \
+    --port "$GVE_PORT" \
     --port "v=$d/v.sock,mac=$MACB" \
     --control "$d/ctl.sock"
 
@@ -203,6 +219,15 @@ dev() {  # dev PYTHON-EXPR [FILE]: over the gve status s (default: as guest A le
     python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['devices'][0]['gve']; print($1)" "${2:-$d/ctl-status-live.json}" 2>/dev/null
 }
 for c in "${CASES[@]}"; do
+    if [[ $c == readme-port ]]; then
+        # the README's form is the default form: no queues= to lean on
+        if [[ $readme_gve == *queues=* ]]; then
+            record FAIL "$c" "README's gve line sets queues= ($readme_gve): no longer the defaults"
+        else
+            record PASS "$c" "--port $readme_gve (socket in $d)"
+        fi
+        continue
+    fi
     line="$(case_line "$c")"
     if [[ -z $line ]]; then
         record FAIL "$c" "guest A never reported it (run-guests A exit $ra; $d/ga/a.console.log)"

@@ -97,6 +97,16 @@ pub enum PortKind {
 }
 
 impl PortKind {
+    /// Queues a port of this kind has when `queues=` is not given: for
+    /// `gve`, [`DEFAULT_GVE_QUEUES`] so devmem TCP runs out of the box; one
+    /// for the others.
+    pub fn default_queues(self) -> u16 {
+        match self {
+            PortKind::Gve => DEFAULT_GVE_QUEUES,
+            _ => 1,
+        }
+    }
+
     /// Whether the port's far end is outside the host's guests (`vxlan`,
     /// `tap`): it has no socket, only its [`Uplink`] settings.
     pub fn is_uplink(self) -> bool {
@@ -137,6 +147,14 @@ pub const DEFAULT_RX_QUEUE_FRAMES: usize = 1024;
 pub const DEFAULT_RX_HELD_FRAMES: usize = 256;
 /// Largest `rx-held-frames`.
 pub const MAX_RX_HELD_FRAMES: usize = 1 << 16;
+/// Default of a `kind=gve` port's `queues=` (its most TX and RX queues).
+/// devmem TCP reserves receive queues out of the device's: `ncdevmem` (the
+/// kernel selftest) takes the last one for the dmabuf, steers the rest of
+/// the traffic away from it with RSS, and stops with "number of device
+/// queues is too low" below two. The gve driver brings up every queue the
+/// device offers (`gve_set_num_queues`, no `default_num_queues`), so two
+/// is also what the guest has.
+pub const DEFAULT_GVE_QUEUES: u16 = 2;
 /// Most queue pairs a port may have (virtio-net allows 0x8000; QEMU and our
 /// one-thread-per-queue-pair design want far fewer).
 pub const MAX_QUEUE_PAIRS: u16 = 16;
@@ -277,7 +295,8 @@ fn check_name(what: &str, name: &str) -> anyhow::Result<()> {
 }
 
 impl PortConfig {
-    /// A port with defaults for everything but name and socket.
+    /// A port with defaults for everything but name and socket (a
+    /// virtio-net port: one queue pair; see [`PortKind::default_queues`]).
     pub fn new(name: &str, socket: impl Into<PathBuf>) -> Self {
         PortConfig {
             name: name.to_string(),
@@ -495,13 +514,15 @@ impl FromStr for PortConfig {
         };
         let mut p = PortConfig::new(name, sock);
         let mut up = UplinkOptions::default();
+        // The default depends on kind=, which may come after queues= or not at all.
+        let mut queues = None;
         for kv in parts {
             let Some((k, v)) = kv.split_once('=') else {
                 bail!("--port {s:?}: option {kv:?} is not key=value")
             };
             match k {
                 "mac" => p.mac = v.parse()?,
-                "queues" => p.queue_pairs = v.parse().with_context(|| format!("queues={v}"))?,
+                "queues" => queues = Some(v.parse().with_context(|| format!("queues={v}"))?),
                 "form" => p.form = v.parse()?,
                 "kind" => p.kind = v.parse()?,
                 "netdev" => p.netdev = Some(v.to_string()),
@@ -523,6 +544,7 @@ impl FromStr for PortConfig {
                 }
             }
         }
+        p.queue_pairs = queues.unwrap_or_else(|| p.kind.default_queues());
         p.uplink = up.build(p.kind).with_context(|| format!("--port {s:?}"))?;
         p.check()?;
         Ok(p)
@@ -849,12 +871,10 @@ impl DaemonConfig {
             if let Some(m) = fp.mac {
                 p.mac = m.parse()?;
             }
-            if let Some(q) = fp.queues {
-                p.queue_pairs = q;
-            }
             if let Some(kind) = fp.kind {
                 p.kind = kind.parse()?;
             }
+            p.queue_pairs = fp.queues.unwrap_or_else(|| p.kind.default_queues());
             p.netdev = fp.netdev;
             if let Some(form) = fp.form {
                 p.form = form.parse()?;

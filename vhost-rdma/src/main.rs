@@ -84,7 +84,8 @@ enum Cmd {
 /// `serve`'s options (also accepted without the subcommand).
 #[derive(Args, Clone, Debug, Default)]
 struct ServeArgs {
-    /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,kind=virtio-net|gve|erdma][,netdev=PORT][,rx-queue-frames=N];
+    /// NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev][,kind=virtio-net|gve|erdma][,netdev=PORT][,rx-queue-frames=N]
+    /// (queues: 1, kind=gve 2, the least devmem TCP needs);
     /// uplinks: NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N][,df=set|unset]
     /// (VNI 1, underlay MTU 1500 and df=unset unless given) or NAME,kind=tap,ifname=IF (docs/uplinks.md)
     #[arg(long = "port", value_name = "SPEC")]

@@ -82,6 +82,71 @@ fn gve_kind_parses_from_flags_and_file() {
     assert!(format!("{e:#}").contains("unknown port kind"), "{e:#}");
 }
 
+/// The gve port line of the top-level README, as a new user copies it.
+fn readme_gve_port() -> String {
+    let readme = include_str!("../../README.md");
+    readme
+        .split_whitespace()
+        .find(|w| w.contains(",kind=gve") && w.contains("g.sock"))
+        .expect("README.md shows a --port ...,kind=gve line")
+        .to_string()
+}
+
+/// A gve port without `queues=` (the README's line) has the documented
+/// default of two queues, the least `ncdevmem` runs with ("number of
+/// device queues is too low" below two): in its configuration, from the
+/// file, and in the `max_tx_queues`/`max_rx_queues` registers the guest's
+/// driver sizes its netdev from. An explicit `queues=` still wins, before
+/// or after `kind=`, and virtio-net keeps one queue pair.
+#[test]
+fn gve_port_defaults_to_the_queues_devmem_needs() {
+    use vhost_rdma::config::DEFAULT_GVE_QUEUES;
+    assert_eq!(DEFAULT_GVE_QUEUES, 2, "docs/ports.md documents 2");
+
+    let line = readme_gve_port();
+    assert!(!line.contains("queues="), "README's gve line: {line}");
+    let dir = common::TempDir::new("gve-default");
+    let spec = line.replace("/run/vhost-rdma/", &format!("{}/", dir.path().display()));
+    let p: PortConfig = spec.parse().unwrap();
+    assert_eq!((p.kind, p.queue_pairs), (PortKind::Gve, DEFAULT_GVE_QUEUES));
+
+    let file = DaemonConfig::from_toml(
+        "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\n",
+    )
+    .unwrap();
+    assert_eq!(file.ports[0].queue_pairs, DEFAULT_GVE_QUEUES);
+    for explicit in [
+        "g=/tmp/g.sock,kind=gve,queues=1",
+        "g=/tmp/g.sock,queues=1,kind=gve",
+    ] {
+        let p: PortConfig = explicit.parse().unwrap();
+        assert_eq!(p.queue_pairs, 1, "{explicit}");
+    }
+    let v: PortConfig = "v=/tmp/v.sock".parse().unwrap();
+    assert_eq!(v.queue_pairs, 1, "virtio-net keeps one queue pair");
+
+    // The device the guest sees: BAR0's max_tx_queues (0x08) and
+    // max_rx_queues (0x0C), big endian.
+    let server = Server::start(DaemonConfig {
+        ports: vec![p],
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    let mut c = vfio_user::Client::new(&dir.path().join("g.sock")).unwrap();
+    let mut reg = |off: u64| {
+        let mut b = [0u8; 4];
+        c.region_read(0, off, &mut b).unwrap();
+        u32::from_be_bytes(b)
+    };
+    assert_eq!(
+        (reg(0x08), reg(0x0C)),
+        (2, 2),
+        "max_tx_queues, max_rx_queues"
+    );
+    drop(c);
+    server.shutdown().unwrap();
+}
+
 /// `rx-held-frames` bounds what a device port holds per device queue: a
 /// setting of device ports, from the flag and the file, range-checked.
 #[test]
