@@ -241,8 +241,25 @@ CELLS["upstream-rdma"] = {
     "upstream": "rdma-core",
     "timeout": 3000,
 }
+# The kernel's NIC driver selftests (issue 28): drivers/net and drivers/net/hw
+# in HW mode, the server guest's NETIF the daemon's emulated gVNIC, the
+# client guest's its virtio-net eth0 (baseline); each guest's eth1 (a second
+# virtio-net port) is the remote end, in a network namespace.
+NIC_GVE_VIRTIO = {"server": "gve", "client": "virtio"}
+CELLS["upstream-nic"] = {
+    "what": "the kernel's NIC selftests (drivers/net/*.py, drivers/net/hw/*.py of the guest kernel's source, "
+            "unmodified) with NETIF = the emulated gVNIC (server guest) and virtio-net (client guest, baseline), "
+            "remote = eth1 in a netns; one row per case, judged against ci/upstream/nic-*.expect",
+    "call": "cell_upstream_nic",
+    "nics": 2,
+    "nic": NIC_GVE_VIRTIO,
+    "env": {"CI_NIC_FILE_TIMEOUT": "300"},
+    "tests": [("nic-setup", BOTH), ("nic-suite", BOTH), ("repro-gve-qstats-oops", ("server",))],
+    "upstream": "nic",
+    "timeout": 5400,
+}
 ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
-               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy", "upstream-rdma"]
+               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy", "upstream-rdma", "upstream-nic"]
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
 
 
@@ -326,6 +343,14 @@ def last_line(cmd, log):
     return out_lines[-1].strip()
 
 
+GVE_MACS = {"server": "52:54:00:77:02:0a", "client": "52:54:00:77:02:0b"}
+
+
+def gve_port(role):
+    """Daemon port name of a role's emulated gVNIC (cells with "nic")."""
+    return GUESTS[role][0] + "g"
+
+
 def erdma_port(role):
     """Daemon port name of a role's erdma function (paired with its virtio-net port)."""
     return GUESTS[role][0] + "r"
@@ -336,12 +361,14 @@ for _c in ("erdma-lossy", "erdma-smcr-lossy"):
 
 
 class Daemon:
-    def __init__(self, binary, d, faults=(), nics=1, rdma=None):
+    def __init__(self, binary, d, faults=(), nics=1, rdma=None, nic=None):
         self.binary, self.d, self.p, self.faults, self.nics = binary, d, None, list(faults), nics
         self.rdma = rdma or {}
-        # sockets the guests connect to: one per virtio-net port and erdma function
+        self.nic = nic or {}
+        # sockets the guests connect to: one per virtio-net port, erdma function and gVNIC
         self.sockets = [f"{d}/{GUESTS[r][0]}.sock" for r in BOTH] + [
-            f"{d}/{erdma_port(r)}.sock" for r in BOTH if self.rdma.get(r) == "erdma"]
+            f"{d}/{erdma_port(r)}.sock" for r in BOTH if self.rdma.get(r) == "erdma"] + [
+            f"{d}/{gve_port(r)}.sock" for r in BOTH if self.nic.get(r) == "gve"]
 
     def start(self):
         args = [self.binary, "serve"]
@@ -360,6 +387,9 @@ class Daemon:
             if self.rdma.get(role) == "erdma":
                 name = GUESTS[role][0]
                 args += ["--port", f"{erdma_port(role)}={self.d}/{erdma_port(role)}.sock,kind=erdma,netdev={name}"]
+            if self.nic.get(role) == "gve":
+                mac = GVE_MACS[role]
+                args += ["--port", f"{gve_port(role)}={self.d}/{gve_port(role)}.sock,kind=gve,queues=4,mac={mac}"]
         args += ["--control", f"{self.d}/ctl.sock", "--capture-dir", self.d]
         env = dict(os.environ, NO_COLOR="1")
         self.log = open(f"{self.d}/daemon.log", "w")
@@ -669,6 +699,8 @@ def job_script(role, cell, kernel):
     env = dict(JOB_ENV, CI_NOUEID_CODE=NOUEID_PHASE1_CODE[kernel], **CELLS[cell].get("env", {}))
     if CELLS[cell].get("rdma"):
         env["CI_RDMA"] = CELLS[cell]["rdma"][role]
+    if CELLS[cell].get("nic"):
+        env["CI_NIC"] = CELLS[cell]["nic"][role]
     for var, val in env.items():
         if val:
             extra += f"{var}={shlex.quote(str(val))}; export {var}\n"
@@ -1022,27 +1054,31 @@ def upstream_rows(a, kernel, cell, d, logsdir):
     """One row per upstream case of an `upstream` cell, judged against ci/upstream/SUITE-DEVICE.expect;
     the table (case, device per role, reason) goes to the results dir as upstream-KERNEL-CELL.md."""
     suite = CELLS[cell]["upstream"]
-    rdma = CELLS[cell]["rdma"]
+    device_of = CELLS[cell].get("rdma") if suite == "rdma-core" else CELLS[cell].get("nic")
     judged, devices, bad, notes = {}, [], [], []
     for role in BOTH:
-        dev, name = rdma[role], GUESTS[role][0]
+        dev, name = device_of[role], GUESTS[role][0]
         devices.append(dev)
         try:
             with open(f"{d}/{name}.job/{suite}.{role}.log", errors="replace") as f:
                 text = f.read()
         except OSError:
             text = ""
-        results, _ = upstream.parse_log(text)
-        for cid, why in upstream.deaths(text):
-            verdict = results.get(cid, ("missing", ""))[0]
-            notes.append(f"{dev}: python3 died during {cid[len('tests.'):]}: {why}; "
-                         + ("killed for good (it died again on its own)" if verdict == "killed"
-                            else f"rerun alone in a fresh process: {verdict}"))
-        try:
-            with open(f"{d}/{name}.job/{suite}-cases.{role}") as f:
-                listed = [ln.strip() for ln in f if ln.strip().startswith("tests.")]
-        except OSError:
-            listed = []
+        listed = []
+        if suite == "rdma-core":
+            results, _ = upstream.parse_log(text)
+            for cid, why in upstream.deaths(text):
+                verdict = results.get(cid, ("missing", ""))[0]
+                notes.append(f"{dev}: python3 died during {cid[len('tests.'):]}: {why}; "
+                             + ("killed for good (it died again on its own)" if verdict == "killed"
+                                else f"rerun alone in a fresh process: {verdict}"))
+            try:
+                with open(f"{d}/{name}.job/{suite}-cases.{role}") as f:
+                    listed = [ln.strip() for ln in f if ln.strip().startswith("tests.")]
+            except OSError:
+                pass
+        else:
+            results = upstream.parse_ktap_log(text)
         path = os.path.join(upstream.EXPECT_DIR, f"{suite}-{dev}.expect")
         try:
             rules = upstream.load_expect(path)
@@ -1050,7 +1086,10 @@ def upstream_rows(a, kernel, cell, d, logsdir):
             bad.append({"test": f"{suite}-expect-{dev}", "status": "FAIL", "secs": 0, "bw": "", "detail": str(e)})
             rules = []
         judged[dev] = upstream.judge(results, rules, listed)
-    out = bad + upstream.rows(judged, devices)
+        if not results:
+            bad.append({"test": f"{suite}-results-{dev}", "status": "FAIL", "secs": 0, "bw": "",
+                        "detail": f"no {suite} results from {name} ({d}/{name}.job/{suite}.{role}.log)"})
+    out = bad + upstream.rows(judged, devices, prefix=suite)
     cmd = f"ci/matrix.sh --cells {kernel}/{cell}"
     md = upstream.table_md(judged, devices, f"{suite} tests on {kernel}/{cell}", cmd, notes)
     for n in notes:
@@ -1100,7 +1139,7 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     # --net stream: QEMU's own virtio-net + -netdev stream (no daemon), to tell daemon issues from guest ones
     if spec.get("rdma") and net != "vhost-user":
         res["problems"].append("the erdma function needs the daemon (--net vhost-user)")
-    dm = (Daemon(daemon_bin, d, faults, spec.get("nics", 1), spec.get("rdma")) if net == "vhost-user"
+    dm = (Daemon(daemon_bin, d, faults, spec.get("nics", 1), spec.get("rdma"), spec.get("nic")) if net == "vhost-user"
           else NoDaemon())
     err = dm.start()
     if err:
@@ -1134,6 +1173,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 nic1 = f"ip1={ip1}/24,sock1={d}/{n1}.sock,mac1={mac1},"
             vfio = (f"vfio={d}/{erdma_port(role)}.sock,"
                     if (spec.get("rdma") or {}).get(role) == "erdma" and net == "vhost-user" else "")
+            if (spec.get("nic") or {}).get(role) == "gve" and net == "vhost-user":
+                vfio = f"vfio={d}/{gve_port(role)}.sock,"
             args += ["--guest", f"{name},ip={ip}/24,{sock}{nic1}{vfio}mac={mac},cmd={d}/{name}.sh"]
         watch = ConsoleWatch(d, a.verbose)
         watch.start()
@@ -1622,7 +1663,9 @@ def main():
                    CI_VERBS_SIZE=str(a.verbs_size), CI_VERBS_ITERS=str(a.verbs_iters),
                    CI_TOOL_TIMEOUT=str(a.tool_timeout), CI_SIW_READ_OUTS=str(a.siw_read_outs),
                    CI_SIW_TRACE=str(a.siw_trace), CI_SIW_CONN_ROUNDS=str(a.siw_conn_rounds),
-                   CI_TRY_UNSUPPORTED="1" if a.try_unsupported or os.environ.get("CI_TRY_UNSUPPORTED") else "")
+                   CI_TRY_UNSUPPORTED="1" if a.try_unsupported or os.environ.get("CI_TRY_UNSUPPORTED") else "",
+                   # upstream-nic: only these files (e.g. "gro.py hw/gro_hw.py"), for a quick check
+                   CI_NIC_FILES=os.environ.get("CI_NIC_FILES", ""))
 
     CELLS["siw-conn"]["tests"] = [("link-add-siw", BOTH)] + [
         (f"{t}-{r}", BOTH) for r in range(1, a.siw_conn_rounds + 1) for t in ("ucmatose", "ib_read_bw")]
@@ -1684,6 +1727,14 @@ def main():
         shutil.copy(sgt, os.path.join(vrbin, "bin", "smc-guest-tests"))
         shutil.copy(os.path.join(HERE, "guest", "ci-lib.sh"), os.path.join(vrbin, "ci", "ci-lib.sh"))
         shutil.copytree(os.path.join(HERE, "guest", "repro"), os.path.join(vrbin, "ci", "repro"))
+        if any(CELLS[c].get("upstream") == "nic" for _, c in sel):
+            # the kernel's NIC selftests, from the guest kernel's own source
+            nst = last_line([os.path.join(ROOT, "scripts", "build-nic-selftests.sh")],
+                            os.path.join(work, "nic-selftests.log"))
+            if nst:
+                shutil.copytree(os.path.join(nst, "src"), os.path.join(vrbin, "nic-selftests"), symlinks=True)
+            else:
+                say("scripts/build-nic-selftests.sh failed: the upstream-nic cells will report no results")
         interrupted = False
         images = {"7.3": a.image_7_3, "6.12": a.image_6_12}
         for k in KERNELS:

@@ -59,6 +59,44 @@ class ParseLog(unittest.TestCase):
         self.assertEqual(res["tests.test_y.YTest.test_e"], ("pass", ""))
 
 
+KTAP = """UPSTREAM-FILE stats.py
+TAP version 13
+1..3
+ok 1 stats.check_pause
+# Check failed 1 != 2 rx_packets
+not ok 2 stats.check_fec
+ok 3 stats.check_rmon # SKIP no rmon stats
+# Totals: pass:1 fail:1 xfail:0 xpass:0 skip:1 error:0
+
+UPSTREAM-FILE-END stats.py rc=1
+UPSTREAM-FILE hw/gro_hw.py
+TAP version 13
+1..2
+ok 1 gro_hw.test_a # XFAIL device does not coalesce
+UPSTREAM-FILE-END hw/gro_hw.py rc=124
+UPSTREAM-FILE hw/csum.py
+Traceback (most recent call last):
+ModuleNotFoundError: No module named 'yaml'
+UPSTREAM-FILE-END hw/csum.py rc=1
+UPSTREAM-FILE-NOT-RUN ping.py why=oopses the driver
+"""
+
+
+class ParseKtap(unittest.TestCase):
+    def test_cases_files_and_timeouts(self):
+        res = upstream.parse_ktap_log(KTAP)
+        self.assertEqual(res["stats.check_pause"], ("pass", ""))
+        self.assertEqual(res["stats.check_fec"][0], "fail")
+        self.assertIn("1 != 2", res["stats.check_fec"][1])
+        self.assertEqual(res["stats.check_rmon"], ("skip", "no rmon stats"))
+        self.assertNotIn("stats.py", res)  # all 3 results came
+        self.assertEqual(res["hw/gro_hw.test_a"][0], "pass")
+        self.assertEqual(res["hw/gro_hw.py"][0], "killed")  # 1 of 2 results, then the timeout
+        self.assertEqual(res["hw/csum.py"][0], "error")
+        self.assertIn("rc=1", res["hw/csum.py"][1])
+        self.assertEqual(res["ping.py"], ("missing", "not run: oopses the driver"))
+
+
 class Judge(unittest.TestCase):
     def write(self, text):
         f = tempfile.NamedTemporaryFile("w", suffix=".expect", delete=False)

@@ -126,6 +126,74 @@ def parse_log(text):
     return res, listed
 
 
+KTAP_RE = re.compile(r"^(not )?ok (\d+) (\S+)(?: # (.*))?$")
+FILE_RE = re.compile(r"^UPSTREAM-FILE (\S+)$")
+FILE_END_RE = re.compile(r"^UPSTREAM-FILE-END (\S+) rc=(-?\d+)$")
+FILE_NOT_RUN_RE = re.compile(r"^UPSTREAM-FILE-NOT-RUN (\S+) why=(.*)$")
+PLAN_RE = re.compile(r"^1\.\.(\d+)$")
+
+
+def parse_ktap_log(text):
+    """The NIC suite's log (kselftest KTAP per file, between UPSTREAM-FILE and
+    UPSTREAM-FILE-END lines) -> {case id: (status, detail)}.
+
+    A case id is the file's directory prefix ("hw/" or none) and the name
+    KTAP prints ("hw/rss_ctx.test_rss_key_indir"). "ok ... # SKIP why" is a
+    skip, "# XFAIL" a pass (an expected failure the suite itself allows),
+    "not ok" a fail with the nearest "# " comment lines above as detail. A
+    file that printed fewer results than its plan, or none, adds the case
+    "FILE" (e.g. "hw/gro_hw.py") as killed (its timeout) or error; a file
+    the guest did not run adds it as missing with the guest's reason.
+    """
+    res, cur, prefix, plan, seen, notes = {}, None, "", None, 0, []
+    for line in text.splitlines():
+        m = FILE_RE.match(line)
+        if m:
+            cur, plan, seen, notes = m.group(1), None, 0, []
+            prefix = cur.rsplit("/", 1)[0] + "/" if "/" in cur else ""
+            continue
+        m = FILE_NOT_RUN_RE.match(line)
+        if m:
+            res[m.group(1)] = ("missing", f"not run: {m.group(2)}")
+            continue
+        m = FILE_END_RE.match(line)
+        if m and cur:
+            rc = int(m.group(2))
+            if plan is None or seen < plan:
+                why = (f"stopped by its timeout (rc={rc})" if rc in (124, 137)
+                       else f"exited rc={rc} after {seen} of {plan if plan is not None else '?'} results")
+                last = next((n for n in reversed(notes) if n), "")
+                res[cur] = ("killed" if rc in (124, 137) else "error", why + (f": {last}" if last else ""))
+            cur = None
+            continue
+        if cur is None:
+            continue
+        m = PLAN_RE.match(line.strip())
+        if m and plan is None:
+            plan = int(m.group(1))
+            continue
+        m = KTAP_RE.match(line.strip())
+        if m:
+            seen += 1
+            cid = prefix + m.group(3)
+            comment = (m.group(4) or "").strip()
+            if comment.startswith("SKIP"):
+                res[cid] = ("skip", comment[4:].strip(" :") or "skipped")
+            elif comment.startswith("XFAIL"):
+                res[cid] = ("pass", "XFAIL " + comment[5:].strip(" :"))
+            elif m.group(1):
+                detail = " | ".join(n for n in notes[-3:] if n)
+                res[cid] = ("fail", (comment + " " + detail).strip()[:300])
+            else:
+                res[cid] = ("pass", "")
+            notes = []
+            continue
+        if line.startswith("# "):
+            notes.append(line[2:].strip())
+            notes = notes[-6:]
+    return res
+
+
 def deaths(text):
     """[(case id, why)] of every python3 process death the guest recorded (UPSTREAM-KILLED lines)."""
     return [(m.group(1), f"{m.group(3)} (rc={m.group(2)})")
@@ -172,7 +240,7 @@ def judge(results, rules, all_cases=None):
     return out
 
 
-def rows(judged, devices):
+def rows(judged, devices, prefix="rdma-core"):
     """Matrix rows (one per case) from {device: judged}: PASS when every device gave what its file expects."""
     out = []
     cases = sorted(set().union(*(j.keys() for j in judged.values())))
@@ -187,7 +255,8 @@ def rows(judged, devices):
             if not j["ok"]:
                 bad.append(f"{dev}: got {j['got']} ({j['detail'] or '-'}), expected {j['want']}"
                            + (f" ({j['reason']})" if j["reason"] else ""))
-        out.append({"test": "rdma-core:" + cid[len("tests."):], "status": "FAIL" if bad else "PASS",
+        name = cid[len("tests."):] if cid.startswith("tests.") else cid
+        out.append({"test": f"{prefix}:{name}", "status": "FAIL" if bad else "PASS",
                     "secs": 0, "bw": "", "detail": "; ".join(bad) if bad else ", ".join(parts)})
     return out
 
@@ -214,6 +283,7 @@ def table_md(judged, devices, title, command, notes=()):
             why = j["reason"] or (j["detail"] if j["got"] == "skip" else "")
             if why and why not in reasons:
                 reasons.append(f"{d}: {why}" if len(devices) > 1 and j["got"] != "pass" else why)
-        out.append(f"| {cid[len('tests.'):]} | " + " | ".join(cells) + " | "
+        name = cid[len("tests."):] if cid.startswith("tests.") else cid
+        out.append(f"| {name} | " + " | ".join(cells) + " | "
                    + "; ".join(r.replace("|", "\\|") for r in reasons) + " |")
     return "\n".join(out) + "\n"

@@ -11,7 +11,7 @@ ROOTFS_PKGS=(
     busybox-static dash bash procps
     rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
     iproute2 ethtool iperf3
-    python3-pyverbs
+    python3-pyverbs python3-yaml socat iputils-ping
 )
 IMAGE_RECIPE=3       # bump when the image layout (not the inputs) changes
 KERNEL_RECIPE="defconfig; kvm_guest.config; merge_config.sh -m .config fragment.config; olddefconfig; bzImage"
