@@ -145,11 +145,11 @@ def parse_ktap_log(text):
     "FILE" (e.g. "hw/gro_hw.py") as killed (its timeout) or error; a file
     the guest did not run adds it as missing with the guest's reason.
     """
-    res, cur, prefix, plan, seen, notes = {}, None, "", None, 0, []
+    res, cur, prefix, plan, seen, notes, last = {}, None, "", None, 0, [], ""
     for line in text.splitlines():
         m = FILE_RE.match(line)
         if m:
-            cur, plan, seen, notes = m.group(1), None, 0, []
+            cur, plan, seen, notes, last = m.group(1), None, 0, [], ""
             prefix = cur.rsplit("/", 1)[0] + "/" if "/" in cur else ""
             continue
         m = FILE_NOT_RUN_RE.match(line)
@@ -162,12 +162,13 @@ def parse_ktap_log(text):
             if plan is None or seen < plan:
                 why = (f"stopped by its timeout (rc={rc})" if rc in (124, 137)
                        else f"exited rc={rc} after {seen} of {plan if plan is not None else '?'} results")
-                last = next((n for n in reversed(notes) if n), "")
                 res[cur] = ("killed" if rc in (124, 137) else "error", why + (f": {last}" if last else ""))
             cur = None
             continue
         if cur is None:
             continue
+        if line.strip():
+            last = line.strip()[:200]
         m = PLAN_RE.match(line.strip())
         if m and plan is None:
             plan = int(m.group(1))

@@ -188,7 +188,17 @@ pub struct PortConfig {
     pub listen_fd: Option<i32>,
     /// `kind=vxlan` and `kind=tap`: where the frames go (`socket` is empty).
     pub uplink: Option<Uplink>,
+    /// `kind=gve`: the device descriptor's MTU (`mtu=`). The gve driver
+    /// takes it as the interface's maximum and initial MTU, as a real
+    /// gVNIC's VPC MTU; `None`: [`DEFAULT_GVE_MTU`].
+    pub gve_mtu: Option<u16>,
 }
+
+/// A gVNIC's MTU unless `mtu=` says otherwise: the fabric's Ethernet MTU.
+pub const DEFAULT_GVE_MTU: u16 = 1500;
+/// The largest gVNIC MTU a port takes (gve-device's limit: 9216-byte frames
+/// and more exceed what one of its receive buffers describes).
+pub const MAX_GVE_MTU: u16 = 9216;
 
 /// RC queue-pair settings of an erdma function that its driver never
 /// passes (erdma's MODIFY_QP carries no timeout, retry count or path MTU);
@@ -308,6 +318,7 @@ impl PortConfig {
             netdev: None,
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
             rx_held_frames: DEFAULT_RX_HELD_FRAMES,
+            gve_mtu: None,
             flow_rules: Vec::new(),
             rc: RcSettings::default(),
             listen_fd: None,
@@ -428,6 +439,15 @@ impl PortConfig {
     }
 }
 
+/// A `kind=gve` port's `mtu=`, checked: 68 (Ethernet's minimum) to [`MAX_GVE_MTU`].
+fn gve_mtu(mtu: Option<u32>) -> anyhow::Result<Option<u16>> {
+    match mtu {
+        None => Ok(None),
+        Some(m) if (68..=u32::from(MAX_GVE_MTU)).contains(&m) => Ok(Some(m as u16)),
+        Some(m) => bail!("mtu={m}: a gVNIC's MTU is 68..={MAX_GVE_MTU}"),
+    }
+}
+
 /// The uplink options of a port as given (flag or file), before checks.
 #[derive(Default)]
 struct UplinkOptions {
@@ -540,11 +560,14 @@ impl FromStr for PortConfig {
                 "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
                 }
             }
         }
         p.queue_pairs = queues.unwrap_or_else(|| p.kind.default_queues());
+        if p.kind == PortKind::Gve {
+            p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("--port {s:?}"))?;
+        }
         p.uplink = up.build(p.kind).with_context(|| format!("--port {s:?}"))?;
         p.check()?;
         Ok(p)
@@ -887,7 +910,7 @@ impl DaemonConfig {
             }
             p.flow_rules = fp.flow_rule;
             p.rc = fp.rc;
-            let up = UplinkOptions {
+            let mut up = UplinkOptions {
                 local: fp.local,
                 remotes: fp.remote,
                 vni: fp.vni,
@@ -895,6 +918,9 @@ impl DaemonConfig {
                 df: fp.df,
                 ifname: fp.ifname,
             };
+            if p.kind == PortKind::Gve {
+                p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("port {}", fp.name))?;
+            }
             p.uplink = up
                 .build(p.kind)
                 .with_context(|| format!("port {}", fp.name))?;

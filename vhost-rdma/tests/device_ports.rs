@@ -287,3 +287,26 @@ fn hostile_gve_driver_leaves_other_ports_alone() {
         "the device counted nothing of {writes} garbage writes: {c:?}"
     );
 }
+
+/// `mtu=` on a gve port is its device descriptor's MTU (the driver's
+/// maximum and initial MTU), from the flag and the file, range-checked;
+/// on virtio-net ports `mtu=` stays an error (it is an uplink key there).
+#[test]
+fn gve_mtu_is_a_gve_port_setting() {
+    use vhost_rdma::config::{DEFAULT_GVE_MTU, MAX_GVE_MTU};
+    let p: PortConfig = "g=/tmp/g.sock,mtu=9000,kind=gve".parse().unwrap();
+    assert_eq!(p.gve_mtu, Some(9000));
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
+    assert_eq!(p.gve_mtu, None);
+    assert_eq!(DEFAULT_GVE_MTU, 1500, "docs/ports.md documents 1500");
+    let cfg = DaemonConfig::from_toml(
+        "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nmtu = 4096\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.ports[0].gve_mtu, Some(4096));
+    for bad in ["g=/tmp/g.sock,kind=gve,mtu=67", "g=/tmp/g.sock,kind=gve,mtu=9217"] {
+        let e = bad.parse::<PortConfig>().unwrap_err();
+        assert!(format!("{e:#}").contains(&format!("68..={MAX_GVE_MTU}")), "{bad}: {e:#}");
+    }
+    assert!("v=/tmp/v.sock,mtu=9000".parse::<PortConfig>().is_err());
+}

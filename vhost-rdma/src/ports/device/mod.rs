@@ -170,6 +170,7 @@ fn gve_config(cfg: &PortConfig) -> GveConfig {
         mac: cfg.mac.0,
         max_tx_queues: u32::from(cfg.queue_pairs),
         max_rx_queues: u32::from(cfg.queue_pairs),
+        mtu: cfg.gve_mtu.unwrap_or(crate::config::DEFAULT_GVE_MTU),
         ..GveConfig::default()
     }
 }
