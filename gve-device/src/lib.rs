@@ -93,6 +93,10 @@ pub struct GveConfig {
     /// end of the payload; the IP length field caps it too). 0 turns
     /// coalescing off whatever the driver asks.
     pub rsc_max_bytes: u32,
+    /// HW-GRO: how long a chain waits for its next segment (device time);
+    /// then a `poll` (asked for by `next_timeout`) writes it out. Zero: a chain lives only inside one
+    /// burst of frames from the edge (`begin_rx_burst`..`end_rx_burst`).
+    pub rsc_hold: std::time::Duration,
     /// Most bytes of frames one `poll` sends, over all TX queues (at least
     /// 1: a poll always sends a packet when one is ready; the packet that
     /// reaches the bound is sent whole). The rest stays in the rings and
@@ -121,6 +125,7 @@ impl Default for GveConfig {
             max_registered_pages: 0x10000,
             link_speed_mbps: 100_000,
             rsc_max_bytes: rsc::DEFAULT_MAX_BYTES,
+            rsc_hold: rsc::DEFAULT_HOLD,
             tx_poll_bytes: DEFAULT_TX_POLL_BYTES,
         }
     }
@@ -163,8 +168,8 @@ pub struct GveDevice {
     pub(crate) stats_report: Option<(u64, u64)>,
     pub(crate) last_admin_error: Option<(u32, String)>,
     pub(crate) counters: Counters,
-    /// HW-GRO chains being built, one per RX queue id (open only inside a
-    /// burst).
+    /// HW-GRO chains being built, one per RX queue id (each written out by
+    /// its deadline at the latest).
     pub(crate) chains: Vec<rsc::Chain>,
     /// Between `begin_rx_burst` and `end_rx_burst`.
     pub(crate) in_burst: bool,
@@ -532,14 +537,17 @@ impl GveDevice {
             segments,
         });
         let Some(q) = self.rx.get_mut(qid).and_then(Option::as_mut) else {
-            // Cannot happen inside a burst (queues change in `poll`, which
-            // flushes first); counted if it ever does.
+            // Cannot happen (queues change in `poll`, which writes every
+            // chain out first, or with a reset, which drops them); counted
+            // if it ever does.
             add(&mut self.counters.rx_drops, u64::from(segments));
             chain.clear();
             return;
         };
-        // Every segment was checked to fit the buffers posted, which only
-        // this burst uses: this placement does not fail for lack of them.
+        // Every segment was checked to fit the buffers posted, which
+        // nothing else uses meanwhile (any other frame for the queue writes
+        // the chain out first): this placement does not fail for lack of
+        // them.
         match q.place(
             io.dma,
             &chain.buf,
@@ -568,17 +576,22 @@ impl GveDevice {
         }
     }
 
+    /// Writes out the HW-GRO chains whose deadline has come.
+    fn flush_due_chains(&mut self, io: &mut DeviceIo<'_>) {
+        for qid in 0..self.chains.len() {
+            let c = &self.chains[qid];
+            if c.is_open() && c.deadline <= io.now {
+                self.flush_chain(qid, io);
+            }
+        }
+    }
+
     /// Most bytes of a coalesced frame with these headers: the configured
-    /// bound, and what the IP length field can say (0: no coalescing).
+    /// bound, and 64 KiB - 1 from the IP header on, IPv6's 40 bytes
+    /// included (GRO's default `gro_max_size` counts them; 0: no
+    /// coalescing).
     fn rsc_max_len(&self, p: &devmem_nic::ParsedFrame) -> usize {
-        let ip_max = p.l3_offset
-            + 0xffff
-            + if matches!(p.l3, Some(L3::V6(_))) {
-                40
-            } else {
-                0
-            };
-        (self.cfg.rsc_max_bytes as usize).min(ip_max)
+        (self.cfg.rsc_max_bytes as usize).min(p.l3_offset + 0xffff)
     }
 
     /// How header split lays out a frame on queue `q`.
@@ -681,8 +694,13 @@ impl PciDevice for GveDevice {
     }
 
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
-        // Admin commands may destroy queues: what a chain holds goes first.
-        self.flush_chains(io);
+        // Admin commands may destroy or restart queues: what a chain holds
+        // goes first.
+        if self.adminq_doorbell.is_some() {
+            self.flush_chains(io);
+        } else {
+            self.flush_due_chains(io);
+        }
         self.process_adminq(io);
         self.process_tx(io);
     }
@@ -720,9 +738,11 @@ impl PciDevice for GveDevice {
             return Err(RxRefusal::Dropped);
         };
         let split = Self::split_for(q, frame, &p);
-        // HW-GRO: only inside a burst (never held past the edge's call).
+        // HW-GRO: inside a burst, or anywhere when a chain may outlive the
+        // edge's call (its deadline asks for the poll that ends it).
         let max = self.rsc_max_len(&p);
-        let seg = if self.in_burst && q.rsc && max > 0 {
+        let may_hold = self.in_burst || !self.cfg.rsc_hold.is_zero();
+        let seg = if may_hold && q.rsc && max > 0 {
             rsc::segment(frame, &p, &meta)
         } else {
             None
@@ -735,6 +755,9 @@ impl PciDevice for GveDevice {
                 && q.buffers_needed(chain.buf.len() + seg.payload, chain.split) <= room
             {
                 chain.append(frame, &seg);
+                // The hold time counts from the last segment: a stream
+                // that keeps coming keeps its chain (up to the bounds).
+                chain.deadline = io.now.saturating_add(self.cfg.rsc_hold);
                 if chain.closed(&seg) {
                     self.flush_chain(qi, io);
                 }
@@ -744,8 +767,12 @@ impl PciDevice for GveDevice {
             self.flush_chain(qi, io);
             let q = self.rx[qi].as_ref().ok_or(RxRefusal::Dropped)?;
             let room = (q.available() as usize).min(MAX_BUFS_PER_FRAME);
-            if !seg.psh && frame.len() <= max && q.buffers_needed(frame.len(), split) <= room {
-                self.chains[qi].start(frame, seg, meta, split, max);
+            if !seg.ends_chain()
+                && frame.len() <= max
+                && q.buffers_needed(frame.len(), split) <= room
+            {
+                let deadline = io.now.saturating_add(self.cfg.rsc_hold);
+                self.chains[qi].start(frame, seg, meta, split, max, deadline);
                 return Ok(());
             }
         } else {
@@ -759,9 +786,18 @@ impl PciDevice for GveDevice {
     }
 
     /// TX work the budget left in the rings wants a poll at once (not
-    /// while the edge is paused: its resume polls).
+    /// while the edge is paused: its resume polls); an open HW-GRO chain
+    /// wants one at its deadline.
     fn next_timeout(&self) -> Option<std::time::Duration> {
-        (!self.tx_paused && self.tx_kick.iter().any(|&k| k)).then_some(std::time::Duration::ZERO)
+        let tx = (!self.tx_paused && self.tx_kick.iter().any(|&k| k))
+            .then_some(std::time::Duration::ZERO);
+        let chain = self
+            .chains
+            .iter()
+            .filter(|c| c.is_open())
+            .map(|c| c.deadline)
+            .min();
+        tx.into_iter().chain(chain).min()
     }
 
     fn rx_queue(&self, frame: &[u8]) -> usize {
@@ -774,7 +810,9 @@ impl PciDevice for GveDevice {
 
     fn end_rx_burst(&mut self, io: &mut DeviceIo<'_>) {
         self.in_burst = false;
-        self.flush_chains(io);
+        // Without a hold time every chain is due now; with one, a chain
+        // waits for the next burst until its deadline.
+        self.flush_due_chains(io);
     }
 
     fn reset(&mut self) {

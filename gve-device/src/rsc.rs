@@ -9,38 +9,72 @@
 //! from the packet type, `gso_size = rsc_seg_len`) and hands it to GRO. It
 //! fixes nothing in the headers, so the device writes one valid TCP packet:
 //! the first segment's headers with the IP length of the whole, a fresh
-//! IPv4 header checksum and TCP checksum, PSH if the last segment had it;
-//! then every segment's payload in order.
+//! IPv4 header checksum and TCP checksum, PSH/FIN if a merged segment had
+//! them; then every segment's payload in order.
 //!
-//! Which segments merge (the rules of Linux's software GRO,
-//! `tcp_gro_receive`, so the result is what the stack would have built):
-//! TCP over IPv4 without options or IPv6 without extension headers, not a
-//! fragment, checksums good, no bytes past the IP datagram, a payload;
-//! flags exactly ACK or ACK|PSH; TCP options only NOP, EOL and the
-//! timestamp. A segment continues a chain when everything but the IP
-//! length, IPv4 id and the checksums equals the chain's first segment
-//! (Ethernet header, addresses, TOS/traffic class, TTL, ports, ACK number,
-//! window, options byte for byte), its sequence number is the next
-//! expected, and its payload is no longer than the first one's (`mss`). A
-//! shorter segment or one with PSH ends the chain.
+//! Which segments merge: those Linux's software GRO merges
+//! (`inet_gro_receive`, `ipv6_gro_receive`, `tcp_gro_receive`,
+//! `inet_gro_flush`), so the result is what the stack would have built,
+//! as `tools/testing/selftests/net/lib/gro.c` checks it:
+//!
+//! - TCP over IPv4 without options (`0x45`) or over IPv6 with no extension
+//!   headers but hop-by-hop and destination options, not a fragment,
+//!   checksums good, with a payload (Ethernet padding after the IP
+//!   datagram is left out). Not TCP inside IPIP/IPv6-in-IPv6: the driver
+//!   can only mark plain `SKB_GSO_TCPV4`/`V6`, and the stack cannot
+//!   resegment a tunnelled packet marked so (`ipip_gso_segment` wants
+//!   `SKB_GSO_IPXIP4`), e.g. when it forwards it.
+//! - A chain starts with a segment without URG, PSH, RST, SYN or FIN.
+//! - A segment continues it when everything but the IP length, IPv4 id and
+//!   header checksum, TCP sequence number, PSH/FIN and TCP checksum equals
+//!   the first segment's (Ethernet header, addresses, TOS/traffic class
+//!   and flow label, TTL/hop limit, DF, extension headers, ports, ACK
+//!   number, the other flags (CWR too), window, urgent pointer, options
+//!   byte for byte); its sequence number is the next expected; its payload
+//!   is no longer than the first one's (`mss`); and its IPv4 id follows
+//!   the chain's rule, fixed at the second segment: equal to the first
+//!   one's (fixed id) or the first one's plus its index (incrementing).
+//! - A shorter segment, PSH or FIN ends the chain.
 //!
 //! Bounds: a chain holds at most `GveConfig::rsc_max_bytes` bytes (and what
 //! the IP length field can say), at most [`crate::rx_dqo::MAX_BUFS_PER_FRAME`]
-//! buffers, and never more buffers than the queue has posted; a chain is
-//! only built inside one burst of frames from the edge and written out at
-//! its end (`PciDevice::end_rx_burst`) or earlier: frames are never held
-//! across edge calls.
+//! buffers, and never more buffers than the queue has posted; it waits at
+//! most `GveConfig::rsc_hold` for its next segment (the device asks for a
+//! poll then, `PciDevice::next_timeout`).
+
+use std::time::Duration;
 
 use devmem_nic::parse::{L4Proto, ParsedFrame, L3};
 
 use crate::rx_dqo::{RxMeta, Split};
 
 /// TCP flags (byte 13 of the header).
-const ACK: u8 = 0x10;
+const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
 const PSH: u8 = 0x08;
+const URG: u8 = 0x20;
 
-/// Most bytes a coalesced frame may have by default (64 KiB).
-pub const DEFAULT_MAX_BYTES: u32 = 64 * 1024;
+/// Most bytes a coalesced frame may have by default: more than any IP
+/// length field can say (Ethernet with a VLAN tag, an IPv6 header and a
+/// 65535-byte payload), so the IP length is the bound, as with GRO's
+/// default `gro_max_size` (a packet of IP length under 64 KiB).
+pub const DEFAULT_MAX_BYTES: u32 = 18 + 40 + 0xffff;
+
+/// How long a chain waits for its next segment by default. Segments of a
+/// stream arrive from the fabric in separate edge calls (one per batch
+/// the sender's NIC handed over), so a chain must outlive the call; real
+/// HW-GRO engines hold a flow for a timer too (tens of microseconds on
+/// hardware, more for emulated guests whose packets come slower). Only
+/// segments without PSH wait: a sender's last segment of a write (PSH)
+/// closes its chain at once.
+pub const DEFAULT_HOLD: Duration = Duration::from_millis(1);
+
+/// IPv6 extension headers GRO walks (`INET6_PROTO_GSO_EXTHDR`, and
+/// hop-by-hop): hop-by-hop and destination options. (Routing headers are
+/// left out: they change the checksum's pseudo-header destination.)
+const V6_EXT_HBH: u8 = 0;
+const V6_EXT_DSTOPTS: u8 = 60;
 
 /// What a segment that may be coalesced looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,37 +87,54 @@ pub struct Segment {
     pub l4_offset: usize,
     /// Offset one past the TCP header (options included).
     pub header_end: usize,
+    /// Offset one past the IP datagram (what follows is padding).
+    pub l3_end: usize,
     /// TCP payload bytes.
     pub payload: usize,
     /// Sequence number.
     pub seq: u32,
-    /// PSH: the segment ends a chain.
-    pub psh: bool,
+    /// IPv4 identification (0 for IPv6).
+    pub ip_id: u16,
+    /// The TCP flags byte.
+    pub flags: u8,
+}
+
+impl Segment {
+    /// PSH or FIN: the segment ends a chain (and never starts one).
+    pub fn ends_chain(&self) -> bool {
+        self.flags & (PSH | FIN) != 0
+    }
 }
 
 /// The segment facts of `frame` if it may be coalesced at all (see the
 /// module doc), else `None`.
 pub fn segment(frame: &[u8], p: &ParsedFrame, meta: &RxMeta) -> Option<Segment> {
-    if !meta.l3_l4_processed || meta.csum_ip_err || meta.csum_l4_err || meta.ipv6_ex_add {
+    if !meta.l3_l4_processed || meta.csum_ip_err || meta.csum_l4_err {
         return None;
     }
     let l4 = p.l4.filter(|l4| l4.proto == L4Proto::Tcp)?;
-    let v6 = match p.l3? {
-        L3::V4(ip) if ip.header_len == 20 && !ip.fragment => false,
-        L3::V6(ip) if !ip.has_ext_headers && !ip.fragment && ip.header_len == 40 => true,
+    let (v6, ip_id) = match p.l3? {
+        L3::V4(ip) if ip.header_len == 20 && !ip.fragment && ip.protocol == 6 => {
+            let id = frame.get(p.l3_offset + 4..p.l3_offset + 6)?;
+            (false, u16::from_be_bytes([id[0], id[1]]))
+        }
+        L3::V6(ip)
+            if !ip.fragment
+                && !ip.ext_truncated
+                && ip.protocol == 6
+                && v6_exts_ok(frame, p.l3_offset, p.l4_offset) =>
+        {
+            (true, 0)
+        }
         _ => return None,
     };
     let header_end = p.l4_offset.checked_add(l4.header_len)?;
-    // Trailing bytes (Ethernet padding) would end up inside the payload.
-    if p.l3_end != frame.len() || header_end >= frame.len() {
+    if p.l3_end > frame.len() || header_end >= p.l3_end {
         return None;
     }
     let tcp = frame.get(p.l4_offset..header_end)?;
     let flags = tcp[13];
-    if flags & !PSH != ACK {
-        return None;
-    }
-    if !options_ok(&tcp[20..]) {
+    if flags & (URG | RST | SYN) != 0 {
         return None;
     }
     Some(Segment {
@@ -91,24 +142,45 @@ pub fn segment(frame: &[u8], p: &ParsedFrame, meta: &RxMeta) -> Option<Segment> 
         v6,
         l4_offset: p.l4_offset,
         header_end,
-        payload: frame.len() - header_end,
+        l3_end: p.l3_end,
+        payload: p.l3_end - header_end,
         seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
-        psh: flags & PSH != 0,
+        ip_id,
+        flags,
     })
 }
 
-/// TCP options GRO lets through: NOP, EOL (then only padding) and the
-/// timestamp (kind 8, length 10).
-fn options_ok(mut o: &[u8]) -> bool {
-    while let Some(&kind) = o.first() {
-        match kind {
-            0 => return o.iter().all(|&b| b == 0),
-            1 => o = &o[1..],
-            8 if o.get(1) == Some(&10) && o.len() >= 10 => o = &o[10..],
-            _ => return false,
+/// Whether the IPv6 header at `l3` reaches TCP at `l4` through hop-by-hop
+/// and destination options headers only (or none).
+fn v6_exts_ok(frame: &[u8], l3: usize, l4: usize) -> bool {
+    let Some(&first) = frame.get(l3 + 6) else {
+        return false;
+    };
+    let (mut next, mut pos) = (first, l3 + 40);
+    while pos < l4 {
+        if next != V6_EXT_HBH && next != V6_EXT_DSTOPTS {
+            return false;
         }
+        let (Some(&n), Some(&len)) = (frame.get(pos), frame.get(pos + 1)) else {
+            return false;
+        };
+        next = n;
+        pos += (usize::from(len) + 1) * 8;
     }
-    true
+    pos == l4 && next == 6
+}
+
+/// The chain's IPv4 id rule, decided by its second segment
+/// (`inet_gro_flush`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdRule {
+    /// One segment so far: not decided.
+    #[default]
+    Open,
+    /// Every segment has the first one's id.
+    Fixed,
+    /// Segment `i` has the first one's id plus `i`.
+    Incrementing,
 }
 
 /// Segments being coalesced on one RX queue: the first one's headers and
@@ -125,8 +197,13 @@ pub struct Chain {
     pub next_seq: u32,
     /// Segments in the chain.
     pub segments: u32,
-    /// The last segment had PSH.
-    pub psh: bool,
+    /// PSH/FIN bits of the segments merged (set in the written header).
+    pub end_flags: u8,
+    /// IPv4 id rule.
+    pub id_rule: IdRule,
+    /// When the chain is written out unless a segment comes first (device
+    /// time).
+    pub deadline: Duration,
     /// Completion facts (the first segment's; all were verified good).
     pub meta: RxMeta,
     /// How the frame is laid out in the queue's buffers.
@@ -139,9 +216,19 @@ impl Chain {
         self.segments > 0
     }
 
-    /// Opens a chain with `frame` (a [`segment`]), keeping at most
-    /// `max_bytes` of capacity.
-    pub fn start(&mut self, frame: &[u8], seg: Segment, meta: RxMeta, split: Split, max: usize) {
+    /// Opens a chain with `frame` (a [`segment`] that does not
+    /// [end a chain](Segment::ends_chain)), keeping at most `max` bytes of
+    /// capacity; it is written out by `deadline` at the latest.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        &mut self,
+        frame: &[u8],
+        seg: Segment,
+        meta: RxMeta,
+        split: Split,
+        max: usize,
+        deadline: Duration,
+    ) {
         self.buf.clear();
         if self.buf.capacity() < max {
             // Reserved once per queue: the chain never grows past it.
@@ -152,23 +239,47 @@ impl Chain {
         self.mss = seg.payload;
         self.next_seq = seg.seq.wrapping_add(seg.payload as u32);
         self.segments = 1;
-        self.psh = seg.psh;
+        self.end_flags = 0;
+        self.id_rule = IdRule::Open;
+        self.deadline = deadline;
         self.meta = meta;
         self.split = split;
     }
 
+    /// The id rule the chain has after `seg` joins it, if its IPv4 id
+    /// allows it to (always for IPv6).
+    fn id_rule_with(&self, f: &Segment, seg: &Segment) -> Option<IdRule> {
+        if f.v6 {
+            return Some(self.id_rule);
+        }
+        let offset = seg.ip_id.wrapping_sub(f.ip_id);
+        let rule = match self.id_rule {
+            IdRule::Open if offset == 0 => IdRule::Fixed,
+            IdRule::Open => IdRule::Incrementing,
+            r => r,
+        };
+        let want = match rule {
+            IdRule::Fixed => 0,
+            _ => self.segments as u16,
+        };
+        (offset == want).then_some(rule)
+    }
+
     /// Whether `frame` (a [`segment`] `seg`) continues the chain: same flow
-    /// and headers, the next sequence number, no longer than the first.
+    /// and headers, the next sequence number, no longer than the first,
+    /// the chain's IPv4 id rule.
     pub fn continues(&self, frame: &[u8], seg: &Segment) -> bool {
         let Some(f) = self.first else {
             return false;
         };
         if !self.is_open()
-            || self.psh
+            || self.end_flags != 0
             || seg.seq != self.next_seq
             || seg.payload > self.mss
             || (f.l3_offset, f.v6, f.l4_offset, f.header_end)
                 != (seg.l3_offset, seg.v6, seg.l4_offset, seg.header_end)
+            || (f.flags ^ seg.flags) & !(PSH | FIN) != 0
+            || self.id_rule_with(&f, seg).is_none()
         {
             return false;
         }
@@ -176,7 +287,8 @@ impl Chain {
         let same = |r: std::ops::Range<usize>| a[r.clone()] == b[r];
         let (l3, t, end) = (f.l3_offset, f.l4_offset, f.header_end);
         // Everything but the IP length (and the IPv4 id and header
-        // checksum), the TCP sequence number, flags byte (PSH) and checksum.
+        // checksum), the TCP sequence number, flags byte (compared above)
+        // and checksum.
         let ip_same = if f.v6 {
             same(0..l3 + 4) && same(l3 + 6..t)
         } else {
@@ -189,23 +301,31 @@ impl Chain {
             && same(t + 18..end)
     }
 
-    /// Appends a segment that [`continues`](Self::continues) the chain.
+    /// Appends a segment that [`continues`](Self::continues) the chain
+    /// (its payload, without any Ethernet padding).
     pub fn append(&mut self, frame: &[u8], seg: &Segment) {
-        self.buf.extend_from_slice(&frame[seg.header_end..]);
+        if let (1, Some(f)) = (self.segments, self.first) {
+            // The first frame's padding (if any) must not end up between
+            // payloads.
+            self.buf.truncate(f.l3_end);
+            self.id_rule = self.id_rule_with(&f, seg).unwrap_or(IdRule::Fixed);
+        }
+        self.buf
+            .extend_from_slice(&frame[seg.header_end..seg.l3_end]);
         self.next_seq = seg.seq.wrapping_add(seg.payload as u32);
         self.segments += 1;
-        self.psh = seg.psh;
+        self.end_flags |= seg.flags & (PSH | FIN);
     }
 
     /// Whether the chain is complete: a segment shorter than the first, or
-    /// one with PSH, ends it (GRO flushes there too).
+    /// one with PSH or FIN, ends it (GRO flushes there too).
     pub fn closed(&self, last: &Segment) -> bool {
-        last.psh || last.payload < self.mss
+        last.ends_chain() || last.payload < self.mss
     }
 
     /// Makes `buf` one valid packet: IP length of the whole, IPv4 header
-    /// checksum, PSH if the last segment had it, TCP checksum. Nothing to
-    /// do for a chain of one segment (its frame is as it came).
+    /// checksum, PSH/FIN if a merged segment had them, TCP checksum.
+    /// Nothing to do for a chain of one segment (its frame is as it came).
     pub fn finish(&mut self) {
         let Some(f) = self.first else {
             return;
@@ -217,9 +337,7 @@ impl Chain {
         if !f.v6 {
             crate::offload::fill_ipv4_checksum(&mut self.buf[f.l3_offset..f.l3_offset + 20]);
         }
-        if self.psh {
-            self.buf[f.l4_offset + 13] |= PSH;
-        }
+        self.buf[f.l4_offset + 13] |= self.end_flags;
         crate::offload::fill_l4_checksum(&mut self.buf);
     }
 
@@ -228,22 +346,7 @@ impl Chain {
         self.buf.clear();
         self.first = None;
         self.segments = 0;
-        self.psh = false;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_gro_accepts() {
-        assert!(options_ok(&[]));
-        assert!(options_ok(&[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2]));
-        assert!(options_ok(&[0, 0, 0, 0]));
-        assert!(!options_ok(&[0, 1, 0, 0]), "bytes after EOL");
-        assert!(!options_ok(&[2, 4, 5, 0xb4]), "MSS");
-        assert!(!options_ok(&[5, 10, 0, 0, 0, 0, 0, 0, 0, 0]), "SACK");
-        assert!(!options_ok(&[8, 10, 0, 0]), "cut timestamp");
+        self.end_flags = 0;
+        self.id_rule = IdRule::Open;
     }
 }

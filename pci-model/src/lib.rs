@@ -242,11 +242,13 @@ pub trait PciDevice {
     /// The frames [`PciDevice::receive`] gets until
     /// [`PciDevice::end_rx_burst`] arrived back to back: the device may
     /// hold a frame it took (`Ok`) to coalesce it with the next ones
-    /// (receive-side coalescing, HW-GRO). Outside a burst it holds nothing.
+    /// (receive-side coalescing, HW-GRO). A device that holds frames past
+    /// the burst (its coalescing timer) says by when with
+    /// [`PciDevice::next_timeout`], and its `poll` then writes them out.
     fn begin_rx_burst(&mut self) {}
-    /// Ends a burst: whatever the device held is written out now. The edge
-    /// calls it after the burst's last frame, in the same call into the
-    /// model (a device never holds frames between edge calls).
+    /// Ends a burst: what the device held and has no timer for is written
+    /// out now. The edge calls it after the burst's last frame, in the
+    /// same call into the model.
     fn end_rx_burst(&mut self, io: &mut DeviceIo<'_>) {
         let _ = io;
     }

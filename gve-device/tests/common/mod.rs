@@ -89,6 +89,8 @@ pub struct Guest {
     pub rx: Vec<RxRing>,
     /// What the edge says in `DeviceIo::tx_paused` (its receivers full).
     pub tx_paused: bool,
+    /// The edge's clock (`DeviceIo::now`): moves only when a test says.
+    pub now: Duration,
 }
 
 pub fn be16(b: &[u8], o: usize) -> u16 {
@@ -115,6 +117,7 @@ impl Guest {
             tx: Vec::new(),
             rx: Vec::new(),
             tx_paused: false,
+            now: Duration::ZERO,
         }
     }
 
@@ -142,7 +145,7 @@ impl Guest {
 
     fn with_io<T>(&mut self, f: impl FnOnce(&mut GveDevice, &mut DeviceIo<'_>) -> T) -> T {
         let mem = self.mem.clone();
-        let mut io = DeviceIo::new(&mem, Duration::ZERO);
+        let mut io = DeviceIo::new(&mem, self.now);
         io.tx_paused = self.tx_paused;
         let r = f(&mut self.dev, &mut io);
         self.irqs.extend(io.irqs);
@@ -183,6 +186,28 @@ impl Guest {
     /// The edge's poll (after a TX pause ends, or at a timer).
     pub fn poll(&mut self) {
         self.with_io(|d, io| d.poll(io));
+    }
+
+    /// Time passes by `d` (no poll).
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    /// The edge's timer when it is due now: polls if the device asked
+    /// for a poll by now (`next_timeout`).
+    pub fn run_timers_due(&mut self) {
+        if self.dev.next_timeout().is_some_and(|at| at <= self.now) {
+            self.poll();
+        }
+    }
+
+    /// The edge's timer: if the device asked for a poll
+    /// (`next_timeout`), the clock moves there and it polls.
+    pub fn run_timers(&mut self) {
+        if let Some(at) = self.dev.next_timeout() {
+            self.now = self.now.max(at);
+            self.poll();
+        }
     }
 
     pub fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal> {
