@@ -1085,10 +1085,14 @@ def upstream_rows(a, kernel, cell, d, logsdir):
         except (OSError, upstream.ExpectError) as e:
             bad.append({"test": f"{suite}-expect-{dev}", "status": "FAIL", "secs": 0, "bw": "", "detail": str(e)})
             rules = []
-        judged[dev] = upstream.judge(results, rules, listed)
+        judged[dev] = (results, rules, listed)
         if not results:
             bad.append({"test": f"{suite}-results-{dev}", "status": "FAIL", "secs": 0, "bw": "",
                         "detail": f"no {suite} results from {name} ({d}/{name}.job/{suite}.{role}.log)"})
+    # every device is judged on every case any of them reported: a case one
+    # device lacks is "missing" there, and its expectations must say why
+    union = set().union(*(set(r) | set(ls) for r, _, ls in judged.values()))
+    judged = {dev: upstream.judge(r, rules, union) for dev, (r, rules, _) in judged.items()}
     out = bad + upstream.rows(judged, devices, prefix=suite)
     cmd = f"ci/matrix.sh --cells {kernel}/{cell}"
     md = upstream.table_md(judged, devices, f"{suite} tests on {kernel}/{cell}", cmd, notes)
