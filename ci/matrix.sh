@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Guest RDMA / SMC-R test matrix (issue 3): see ci/README.md, or --help.
 #
-#   ci/matrix.sh --quick                 # CI tier: 7.3/rxe, 7.3/smcr, 7.3/erdma-smcr, 7.3/upstream-rdma
+#   ci/matrix.sh --quick                 # CI tier: 7.3/rxe, 7.3/smcr, 7.3/erdma-smcr, 7.3/upstream-rdma, 7.3/upstream-nic
 #   ci/matrix.sh --kernel 7.3            # every 7.3 cell
 #   ci/matrix.sh                         # everything (7.3 and 6.12)
 #   ci/matrix.sh --cells siw,smc-noueid --kernel 7.3

@@ -5,6 +5,7 @@
 #      (nothing refers to a path outside the checkout),
 #      scripts/check-module-cycles.py, ci/test_matrix.py
 #      (the guest matrix's stuck-guest diagnosis, host only),
+#      ci/test_upstream.py (the upstream suites' log parsers and judge),
 #      scripts/test_junit.py (the JUnit writer), ci/test_plot.py (the bench
 #      plots), scripts/check-contrib.sh (systemd units: systemd-analyze
 #      verify; libvirt domains: virt-xml-validate)
@@ -31,8 +32,11 @@
 #      devmem TCP with ncdevmem), scripts/e2e-vhost.sh --rdma erdma, scripts/e2e-erdma.sh (the emulated erdma
 #      function against rxe: rdma link, ibv_rc_pingpong, perftest, rping,
 #      ucmatose; and two QPs of one function through its loopback)
-#      and the quick tier of the guest RDMA matrix: ci/matrix.sh --quick
-#      (7.3: rxe tools and verbs tests, SMC-R streams, tshark on captures)
+#      and the quick tier of the guest matrix: ci/matrix.sh --quick
+#      (7.3: rxe tools and verbs tests, SMC-R streams, tshark on captures;
+#      the upstream suites: rdma-core's tests/ on erdma vs rxe and the
+#      kernel's NIC selftests on the gVNIC vs virtio-net, one row per case
+#      judged against ci/upstream/*.expect; docs/upstream-suites.md)
 # and ends with one line "N passed, M failed, K skipped" counting every
 # step, test and case. A step that cannot run here prints SKIPPED and why.
 #
