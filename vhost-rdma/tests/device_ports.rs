@@ -304,9 +304,15 @@ fn gve_mtu_is_a_gve_port_setting() {
     )
     .unwrap();
     assert_eq!(cfg.ports[0].gve_mtu, Some(4096));
-    for bad in ["g=/tmp/g.sock,kind=gve,mtu=67", "g=/tmp/g.sock,kind=gve,mtu=9217"] {
+    for bad in [
+        "g=/tmp/g.sock,kind=gve,mtu=67",
+        "g=/tmp/g.sock,kind=gve,mtu=9217",
+    ] {
         let e = bad.parse::<PortConfig>().unwrap_err();
-        assert!(format!("{e:#}").contains(&format!("68..={MAX_GVE_MTU}")), "{bad}: {e:#}");
+        assert!(
+            format!("{e:#}").contains(&format!("68..={MAX_GVE_MTU}")),
+            "{bad}: {e:#}"
+        );
     }
     assert!("v=/tmp/v.sock,mtu=9000".parse::<PortConfig>().is_err());
 }
