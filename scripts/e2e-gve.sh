@@ -18,7 +18,9 @@
 #   channels     ethtool -l shows the default 2 queues (max and current, as
 #                the driver brought them up); ethtool -L rx 2 tx 2
 #   rss          ethtool -x shows a 128-entry table and a 40-byte key;
-#                ethtool -X equal 2 reaches the device (ctl status)
+#                ethtool -X weight 2 1 reaches the device (ctl status;
+#                not `equal 2`: on 2 queues that is the default table,
+#                which the device keeps following the queue count)
 #   ntuple       ethtool -N flow-type tcp4 dst-port 5203 action 1: that
 #                flow's 16 MiB arrive on queue 1, per the guest's counters
 #                and the device's (rule hits, queue 1 packets)
@@ -132,7 +134,7 @@ hs1=\$(ethtool -S eth0 | sed -n 's/^ *rx_hsplit_pkt: //p')
 ethtool -x eth0 | sed 's/^/RSS /'
 n=\$(ethtool -x eth0 | grep -cE '^ *[0-9]+: ')
 keylen=\$(ethtool -x eth0 | sed -n '/RSS hash key/{n;p}' | tr ':' '\n' | grep -c .)
-ethtool -X eth0 equal 2; rc=\$?
+ethtool -X eth0 weight 2 1; rc=\$?
 [ \$rc = 0 ] && [ \$n -ge 16 ]; case_ rss \$? "table_rows=\$n key_bytes=\$keylen"
 echo "RSSKEY \$keylen"
 ethtool -K eth0 ntuple on

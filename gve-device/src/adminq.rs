@@ -499,7 +499,10 @@ impl GveDevice {
             self.rss.key = k;
         }
         if let Some(l) = lut {
-            self.rss.lut = Some(l);
+            let created: Vec<u32> = self.rx.iter().flatten().map(|q| q.id).collect();
+            if self.rss.set_table(l, &created) {
+                inc(&mut self.counters.rss_default_tables);
+            }
         }
         Ok(())
     }

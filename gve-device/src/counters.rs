@@ -86,6 +86,10 @@ pub struct Counters {
     pub flow_rule_hits: u64,
     /// Frames steered by the RSS indirection table.
     pub rss_steered: u64,
+    /// CONFIGURE_RSS tables equal to the default spread over the existing
+    /// RX queues, taken as the default (which follows the queue count).
+    #[serde(default)]
+    pub rss_default_tables: u64,
     /// Frames with a wrong IPv4 header or L4 checksum (still delivered,
     /// flagged).
     pub rx_csum_errors: u64,
@@ -175,9 +179,10 @@ pub struct RssStatus {
     /// The Toeplitz key.
     pub key: Vec<u8>,
     /// The indirection table (the device default spreads over created queues
-    /// until the driver sets one).
+    /// until the driver sets one that differs from it).
     pub indirection_table: Vec<u32>,
-    /// True once the driver has set a table.
+    /// True while a table the driver set (other than the default) is in
+    /// effect.
     pub table_configured: bool,
 }
 

@@ -67,9 +67,11 @@ pub struct Rss {
     pub hash_types: u16,
     /// Toeplitz key.
     pub key: [u8; KEY_SIZE],
-    /// The driver's indirection table, once set. Until then the device
-    /// spreads over the RX queues that exist (the driver only programs a
-    /// table itself when the device does not offer the RSS_CONFIG option).
+    /// The driver's indirection table, once it set one that is not the
+    /// default. Until then the device spreads over the RX queues that exist
+    /// (the driver only programs a table itself when the device does not
+    /// offer the RSS_CONFIG option, or for `ethtool -X`); see
+    /// [`Rss::set_table`].
     pub lut: Option<Vec<u32>>,
 }
 
@@ -103,6 +105,28 @@ impl Rss {
         }
     }
 
+    /// Takes the table CONFIGURE_RSS wrote; `created` lists the RX queues
+    /// that exist, in id order. A table equal to the default spread over
+    /// them (`ethtool_rxfh_indir_default`: what `ethtool -X default` writes)
+    /// becomes the default again rather than a fixed table: with the
+    /// RSS_CONFIG option the driver never rewrites the table when
+    /// `ethtool -L` changes the queue count (it leaves that to the device,
+    /// `gve_set_channels` resets RSS only for its own cached config), and
+    /// the kernel lets the count shrink under a table it considers default
+    /// (`ethtool_check_max_channel`). A fixed copy would then send flows to
+    /// queues that are gone, where they are dropped. Any other table stays
+    /// as written (the kernel keeps the queue count above its entries).
+    /// Returns whether the table was taken as the default.
+    pub fn set_table(&mut self, lut: Vec<u32>, created: &[u32]) -> bool {
+        let is_default = !created.is_empty()
+            && lut
+                .iter()
+                .enumerate()
+                .all(|(i, &q)| q == created[i % created.len()]);
+        self.lut = (!is_default).then_some(lut);
+        is_default
+    }
+
     /// The queue for a hash.
     pub fn queue(&self, hash: u32, created: &[u32]) -> u32 {
         let i = hash as usize % LUT_SIZE;
@@ -134,5 +158,19 @@ mod tests {
         assert_eq!(&t[..4], &[0, 2, 0, 2]);
         assert_eq!(r.queue(129, &[0, 2]), 2);
         assert_eq!(r.queue(5, &[]), 0);
+    }
+
+    #[test]
+    fn a_written_default_table_follows_the_queues() {
+        let mut r = Rss::default();
+        let default4: Vec<u32> = (0..LUT_SIZE as u32).map(|i| i % 4).collect();
+        assert!(r.set_table(default4.clone(), &[0, 1, 2, 3]));
+        assert_eq!(r.table(&[0]), vec![0; LUT_SIZE]);
+        // Not the default for the queues that exist: kept as written.
+        assert!(!r.set_table(default4.clone(), &[0, 1]));
+        assert_eq!(r.table(&[0]), default4);
+        // No queue to compare with: kept.
+        assert!(!r.set_table(vec![0; LUT_SIZE], &[]));
+        assert!(r.lut.is_some());
     }
 }

@@ -336,6 +336,72 @@ fn rss_follows_toeplitz_and_table() {
     }
 }
 
+/// Issue 28 (`ring_reconfig.py`, after `gro.py`): `ethtool -X default`
+/// writes the default table for the four queues running; `ethtool -L rx 1`
+/// and `ethtool -G rx 64 tx 64` then re-create one queue of each kind with
+/// 64-entry rings. With the RSS_CONFIG option the driver never rewrites the
+/// table (and the kernel allows the shrink: the table is not the user's),
+/// so the device's default must follow the queue count: every flow reaches
+/// the one queue left. A fixed copy sent three flows in four to queues that
+/// were gone (`rx_no_queue`): iperf3's control connection came up, its data
+/// connections never did.
+#[test]
+fn rss_default_table_follows_the_queue_count() {
+    let mut g = Guest::new(GveConfig::default());
+    g.probe();
+    g.open(4, 512, 2048, true);
+    // ethtool_rxfh_indir_default(i, 4), as `ethtool -X default` sends it.
+    let default4: Vec<u32> = (0..128).map(|i| i % 4).collect();
+    assert_eq!(g.configure_rss(None, Some(&default4), 0), status::PASSED);
+    assert_eq!(g.dev.status().rss.indirection_table, default4);
+    // ethtool -L rx 1 tx 1, then ethtool -G down to the minimum, 64.
+    g.close();
+    g.open(1, 512, 2048, true);
+    for ring in [256, 128, 64] {
+        g.close();
+        g.open(1, ring, 2048, true);
+    }
+    // iperf3's 16 data connections and more: every SYN reaches queue 0.
+    let flows = 40u16;
+    for port in 40000..40000 + flows {
+        let syn = tcp4(A, B, port, 5201, 1, 0x02, b"");
+        assert_eq!(g.dev.rx_queue(&syn), 0);
+        assert_eq!(g.receive(&syn), Ok(()), "SYN from port {port}");
+    }
+    assert_eq!(g.rx_completions(0).len(), usize::from(flows));
+    let s = g.dev.status();
+    assert_eq!((s.counters.rx_no_queue, s.counters.rx_drops), (0, 0));
+    // `ethtool -x` (QUERY_RSS) shows the default for the one queue.
+    assert!(
+        !s.rss.table_configured,
+        "the default table stays the default"
+    );
+    assert_eq!(s.rss.indirection_table, vec![0; 128]);
+    assert_eq!(s.counters.rss_default_tables, 1);
+}
+
+/// A table that is not the default (`ethtool -X weight`, `equal 2` on four
+/// queues) stays as written across queue re-creation: the kernel keeps the
+/// queue count above its entries itself.
+#[test]
+fn rss_table_set_by_the_user_stays() {
+    let mut g = Guest::new(GveConfig::default());
+    g.probe();
+    g.open(4, 64, 2048, true);
+    let equal2: Vec<u32> = (0..128).map(|i| i % 2).collect();
+    assert_eq!(g.configure_rss(None, Some(&equal2), 0), status::PASSED);
+    g.close();
+    g.open(4, 64, 2048, true);
+    let s = g.dev.status();
+    assert!(s.rss.table_configured);
+    assert_eq!(s.rss.indirection_table, equal2);
+    assert_eq!(s.counters.rss_default_tables, 0);
+    for port in 40000..40040u16 {
+        let f = tcp4(A, B, port, 5201, 1, 0x02, b"");
+        assert!(g.dev.rx_queue(&f) < 2, "port {port} left queues 0 and 1");
+    }
+}
+
 fn flow_rule_cmd(g: &mut Guest, op: u16, loc: u32, dport: u16, queue: u16) -> u32 {
     let mut b = vec![0u8; 92];
     b[0..2].copy_from_slice(&op.to_be_bytes());

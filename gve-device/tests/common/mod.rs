@@ -531,6 +531,23 @@ impl Guest {
         }
     }
 
+    /// gve_close as `gve_adjust_config` runs it for `ethtool -L` / `-G`:
+    /// destroy every TX queue (one kick), then every RX queue (one kick);
+    /// the rings are freed, so a later `open` allocates new ones, with the
+    /// new count and size.
+    pub fn close(&mut self) {
+        let tx: Vec<_> = (0..self.tx.len() as u32)
+            .map(|q| cmd(opcode::DESTROY_TX_QUEUE, &q.to_be_bytes()))
+            .collect();
+        assert!(self.adminq_batch(&tx).iter().all(|&s| s == status::PASSED));
+        let rx: Vec<_> = (0..self.rx.len() as u32)
+            .map(|q| cmd(opcode::DESTROY_RX_QUEUE, &q.to_be_bytes()))
+            .collect();
+        assert!(self.adminq_batch(&rx).iter().all(|&s| s == status::PASSED));
+        self.tx.clear();
+        self.rx.clear();
+    }
+
     pub fn buf_addr(&self, q: usize, id: u16) -> u64 {
         self.rx[q].data + u64::from(id) * u64::from(self.rx[q].buf_len)
     }
