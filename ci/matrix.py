@@ -1069,7 +1069,7 @@ def upstream_rows(a, kernel, cell, d, logsdir):
             results, _ = upstream.parse_log(text)
             for cid, why in upstream.deaths(text):
                 verdict = results.get(cid, ("missing", ""))[0]
-                notes.append(f"{dev}: python3 died during {cid[len('tests.'):]}: {why}; "
+                notes.append(f"{dev}: python3 died during {upstream.case_name(cid)}: {why}; "
                              + ("killed for good (it died again on its own)" if verdict == "killed"
                                 else f"rerun alone in a fresh process: {verdict}"))
             try:

@@ -72,7 +72,7 @@ def parse_log(text):
     lines = text.splitlines()
     res, listed, killed = {}, None, {}
     pending = None  # case id waiting for its verdict
-    for i, line in enumerate(lines):
+    for line in lines:
         m = CASES_RE.match(line)
         if m:
             listed = int(m.group(1))
@@ -241,6 +241,11 @@ def judge(results, rules, all_cases=None):
     return out
 
 
+def case_name(cid):
+    """How tables and rows name a case: rdma-core ids without their "tests." package."""
+    return cid[len("tests."):] if cid.startswith("tests.") else cid
+
+
 def rows(judged, devices, prefix="rdma-core"):
     """Matrix rows (one per case) from {device: judged}: PASS when every device gave what its file expects."""
     out = []
@@ -256,8 +261,7 @@ def rows(judged, devices, prefix="rdma-core"):
             if not j["ok"]:
                 bad.append(f"{dev}: got {j['got']} ({j['detail'] or '-'}), expected {j['want']}"
                            + (f" ({j['reason']})" if j["reason"] else ""))
-        name = cid[len("tests."):] if cid.startswith("tests.") else cid
-        out.append({"test": f"{prefix}:{name}", "status": "FAIL" if bad else "PASS",
+        out.append({"test": f"{prefix}:{case_name(cid)}", "status": "FAIL" if bad else "PASS",
                     "secs": 0, "bw": "", "detail": "; ".join(bad) if bad else ", ".join(parts)})
     return out
 
@@ -284,7 +288,6 @@ def table_md(judged, devices, title, command, notes=()):
             why = j["reason"] or (j["detail"] if j["got"] == "skip" else "")
             if why and why not in reasons:
                 reasons.append(f"{d}: {why}" if len(devices) > 1 and j["got"] != "pass" else why)
-        name = cid[len("tests."):] if cid.startswith("tests.") else cid
-        out.append(f"| {name} | " + " | ".join(cells) + " | "
+        out.append(f"| {case_name(cid)} | " + " | ".join(cells) + " | "
                    + "; ".join(r.replace("|", "\\|") for r in reasons) + " |")
     return "\n".join(out) + "\n"

@@ -15,7 +15,8 @@ PARTS=(tools/testing/selftests/drivers/net tools/testing/selftests/net/lib
 # The suites' helper programs, built with the selftests' own Makefiles (DIR:
 # targets): C tools (ynl-based ones link the in-tree ynl library) and the
 # XDP programs (clang -target bpf, libbpf headers from tools/lib/bpf).
-HELPERS=("drivers/net/hw:ncdevmem toeplitz nk_forward.bpf.o nk_primary_rx_redirect.bpf.o"
+# ncdevmem is scripts/build-ncdevmem.sh's (built once, shared with e2e-gve).
+HELPERS=("drivers/net/hw:toeplitz nk_forward.bpf.o nk_primary_rx_redirect.bpf.o"
     "drivers/net:napi_id_helper so_txtime psp_responder"
     "net/lib:gro csum xdp_helper xdp_dummy.bpf.o xdp_native.bpf.o xdp_metadata.bpf.o")
 # Not in the tree the guests get (too big, not needed to build the above).
@@ -32,9 +33,10 @@ Documentation/netlink/specs) from Debian's linux-source-VERSION (default
 7.3; the package scripts/build-guest-image.sh uses, downloaded only if
 absent) into \$VHOST_RDMA_CACHE/nic-selftests/<key>/src/ (the source
 tree's layout, so the suites find ynl "in tree"), builds the helper
-programs the suites run (ncdevmem, toeplitz, napi_id_helper, so_txtime,
+programs the suites run (toeplitz, napi_id_helper, so_txtime,
 psp_responder, gro, csum, xdp_helper and the XDP objects) with the
-selftests' own Makefiles after "make headers", and prints that directory
+selftests' own Makefiles after "make headers", adds ncdevmem from
+scripts/build-ncdevmem.sh, and prints that directory
 as the LAST line of stdout. A warm run builds and extracts nothing.
 
 Nothing is patched. Not built: iou-zcrx (needs a liburing with the zcrx
@@ -58,14 +60,14 @@ need_cmd sha256sum flock tar dpkg-deb xz
 T0=$(date +%s)
 self_hash="$(sha256_file "$(readlink -f "$0")")"
 
-# scripts/build-ncdevmem.sh downloads the source package when absent.
+# scripts/build-ncdevmem.sh: ncdevmem, and the source package when absent.
 ncd="$("$VR_SCRIPTS/build-ncdevmem.sh" --kernel "$kver" | tail -n 1)"
 [[ -x "$ncd/ncdevmem" ]] || die "scripts/build-ncdevmem.sh gave no ncdevmem ($ncd)"
 srcdeb="$(ls "$VR_CACHE/kernels/src/linux-source-${kver}_"*.deb 2>/dev/null | sort -V | tail -n 1 || true)"
 [[ -n "$srcdeb" ]] || die "no linux-source-$kver .deb in $VR_CACHE/kernels/src"
 srcver="$(dpkg-deb -f "$srcdeb" Version)"
 key="$(short_key "nic-selftests-v$RECIPE" "linux-source-$kver=$srcver" "script=$self_hash" \
-    "gcc=$(gcc --version 2>/dev/null | head -1)")"
+    "gcc=$(gcc --version 2>/dev/null | head -1)" "ncdevmem=$(sha256_file "$ncd/ncdevmem")")"
 out="$VR_CACHE/nic-selftests/$key"
 
 extract() {
@@ -98,6 +100,7 @@ extract() {
             [[ -e "$dir/$t" ]] || die "make produced no ${h%%:*}/$t"
         done
     done
+    install -m 0755 "$ncd/ncdevmem" "$src/tools/testing/selftests/drivers/net/hw/ncdevmem"
     mkdir -p "$NST_TMP/src"
     for p in "${PARTS[@]}"; do
         mkdir -p "$NST_TMP/src/$(dirname "$p")"
