@@ -17,6 +17,11 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fault;
+pub mod trace;
+
+pub use fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus};
+pub use trace::{TraceKind, TraceRecord};
 
 use std::time::Duration;
 
@@ -174,6 +179,11 @@ pub struct DeviceIo<'a> {
     /// it still works: the edge forwards what it gets and drops, counted,
     /// what its receivers have no room for.
     pub tx_paused: bool,
+    /// A device trace runs: the model records what it decodes with
+    /// [`DeviceIo::trace`] (set by the edge).
+    pub tracing: bool,
+    /// The records of this call, in order (the edge takes them after it).
+    pub trace: Vec<TraceRecord>,
 }
 
 impl<'a> DeviceIo<'a> {
@@ -185,6 +195,20 @@ impl<'a> DeviceIo<'a> {
             irqs: Vec::new(),
             tx: Vec::new(),
             tx_paused: false,
+            tracing: false,
+            trace: Vec::new(),
+        }
+    }
+
+    /// Records `text()` when a trace runs (the closure is not called
+    /// otherwise, so formatting costs nothing untraced).
+    pub fn trace(&mut self, kind: TraceKind, text: impl FnOnce() -> String) {
+        if self.tracing {
+            self.trace.push(TraceRecord {
+                at: self.now,
+                kind,
+                text: text(),
+            });
         }
     }
 }
@@ -254,4 +278,45 @@ pub trait PciDevice {
     }
     /// Function-level reset (the edge's VFIO reset, or the guest's).
     fn reset(&mut self);
+
+    /// The driver's name for the register at `offset` in BAR `bar`
+    /// (`DEVICE_STATUS`, `CMDQ_DB`), for the device trace.
+    fn register_name(&self, bar: u8, offset: u64) -> Option<&'static str> {
+        let _ = (bar, offset);
+        None
+    }
+
+    /// The device fault kinds the model can inject (the driver bench).
+    fn fault_kinds(&self) -> &'static [FaultKindInfo] {
+        &[]
+    }
+    /// Adds device fault rule `id`. A fault that acts at once (a reset
+    /// request, link down, an async event) acts in this call, with `io`;
+    /// the others wait for their condition.
+    fn add_fault(
+        &mut self,
+        id: u32,
+        spec: &FaultSpec,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), FaultError> {
+        let _ = (id, spec, io);
+        Err(FaultError::Unsupported)
+    }
+    /// Removes rule `id` (or all, `None`) and undoes its lasting effect (a
+    /// stalled queue runs again; a link taken down by a rule comes back up).
+    fn clear_faults(&mut self, id: Option<u32>, io: &mut DeviceIo<'_>) -> Result<(), FaultError> {
+        let _ = (id, io);
+        Err(FaultError::Unsupported)
+    }
+    /// The rules with their counters, in order.
+    fn faults(&self) -> Vec<FaultStatus> {
+        Vec::new()
+    }
+    /// The port's link (the fabric's `ctl link`): a device with a link
+    /// status shows it to the driver (status register, event, interrupt)
+    /// and answers true; a device without one answers false.
+    fn set_link(&mut self, up: bool, io: &mut DeviceIo<'_>) -> bool {
+        let _ = (up, io);
+        false
+    }
 }
