@@ -258,8 +258,137 @@ CELLS["upstream-nic"] = {
     "upstream": "nic",
     "timeout": 5400,
 }
+# Device faults (issue 25, docs/driver-bench.md): the daemon's emulated gVNIC
+# and erdma function fail on demand (`vhost-rdma ctl device-fault`), and the
+# unmodified 7.3 drivers show what they do with it. The guests ask the host to
+# run `vhost-rdma ctl` (CtlBroker below: a request file in /job, the answer
+# next to it), so each case arms its fault exactly when its traffic is ready.
+# One row per case, from the server guest (whose device is faulted); the host
+# judges it against what the 7.3 source says the driver does (FAULT_CASES):
+# the evidence must be there, and traffic must recover after the fault is
+# cleared - or, where the driver does not recover, must NOT (a finding about
+# the driver, reported with its evidence, never a silent pass).
+#
+# Each case: kind, the driver code that runs (7.3 file:function), regexes the
+# server's result line must match (its evidence), and whether traffic comes
+# back once the rule is cleared. `case` names the row (fault-CASE).
+FAULT_CASES = {
+    "gve-faults": [
+        {"case": "link-down", "kind": "link-down",
+         "driver": "gve_main.c: gve_mgmnt_intr -> gve_service_task -> gve_handle_link_status (netif_carrier_off)",
+         "expect": [r"carrier_during=0", r"Device link is down"], "recovers": True},
+        {"case": "link-up", "kind": "link-up",
+         "driver": "gve_main.c: gve_service_task -> gve_handle_link_status (netif_carrier_on); the port was taken "
+                   "down first with `ctl link --port ag down`",
+         "expect": [r"carrier_ctl_down=0", r"carrier_during=1", r"Device link is up"], "recovers": True},
+        {"case": "reset-request", "kind": "reset-request",
+         "driver": "gve_main.c: gve_service_task -> gve_handle_status -> gve_handle_reset -> gve_reset(priv, false) "
+                   "(turndown, gve_adminq_release, gve_init_priv, gve_open)",
+         "expect": [r"Device requested reset", r"Performing reset", r"reset_cnt \+[1-9]"], "recovers": True},
+        {"case": "adminq-status", "kind": "adminq-status",
+         "driver": "gve_adminq.c: gve_adminq_kick_and_wait -> gve_adminq_parse_err (-ETIME) -> "
+                   "gve_adminq_configure_flow_rule -> gve_reset(priv, true)",
+         "expect": [r"AQ command failed with status -12", r"Timeout to configure the flow rule",
+                    r"Performing reset"], "recovers": True},
+        {"case": "rx-error", "kind": "rx-error",
+         "driver": "gve_rx_dqo.c: gve_rx_poll_dqo -> gve_rx_dqo (compl_desc->rx_error: buffer recycled, -EINVAL)",
+         "expect": [r"rx_desc_err_dropped_pkt \+[1-9]"], "recovers": True},
+        {"case": "rx-bad-csum", "kind": "rx-bad-csum",
+         "driver": "gve_rx_dqo.c: gve_rx_complete_skb -> gve_rx_skb_csum (csum_l4_err: CHECKSUM_NONE, the stack "
+                   "checks the checksum itself)",
+         "expect": [r"rx_desc_err_dropped_pkt \+0"], "recovers": True},
+        {"case": "rx-bad-buf-id", "kind": "rx-bad-buf-id",
+         "driver": "gve_rx_dqo.c: gve_rx_dqo (buffer_id >= num_buf_states or not allocated: -EINVAL)",
+         "expect": [r"RX buffer_id", r"rx_desc_err_dropped_pkt \+[1-9]"], "recovers": True},
+        {"case": "tx-miss-reinject", "kind": "tx-miss",
+         "driver": "gve_tx_dqo.c: gve_clean_tx_done_dqo -> gve_handle_miss_completion, then "
+                   "gve_handle_packet_completion(is_reinjection)",
+         "expect": [r"tx_dropped \+0"], "recovers": True},
+        {"case": "tx-miss-timeout", "kind": "tx-miss",
+         "driver": "gve_tx_dqo.c: gve_handle_miss_completion, then remove_miss_completions after "
+                   "GVE_REINJECT_COMPL_TIMEOUT (1 s): skb freed as dropped",
+         "expect": [r"No reinjection completion was received", r"tx_dropped \+[1-9]"], "recovers": True},
+        {"case": "tx-stall", "kind": "tx-stall",
+         "driver": "net/sched dev_watchdog -> gve_main.c: gve_tx_timeout (gve_tx_timeout_try_q_kick, else "
+                   "gve_schedule_reset)",
+         "expect": [r"Timeout on tx queue, 0", r"tx_timeouts \+[1-9]"], "recovers": True},
+        {"case": "adminq-timeout", "kind": "adminq-timeout",
+         "driver": "gve_adminq.c: gve_adminq_wait_for_cmd (100 x 20 ms) -> gve_adminq_kick_and_wait "
+                   "(-ENOTRECOVERABLE) -> gve_main.c: gve_destroy_rings -> gve_queues_stop -> "
+                   "gve_reset_and_teardown + gve_reset_recovery",
+         "expect": [r"AQ commands timed out, need to reset AQ"], "recovers": True},
+    ],
+    "erdma-faults": [
+        {"case": "cqe-status", "kind": "cqe-status",
+         "driver": "rdma-core providers/erdma (user CQ, polled in libibverbs: the kernel's erdma_poll_one_cqe "
+                   "serves kernel consumers only); ibv_rc_pingpong prints the ibv_wc_status",
+         "expect": [r"Failed status transport retry counter exceeded \(12\)"], "recovers": True},
+        {"case": "qp-stall", "kind": "qp-stall",
+         "driver": "none in the guest: the SQ doorbell is rung from user space (rdma-core providers/erdma); "
+                   "the stalled QP simply gets no completion until the rule is cleared",
+         "expect": [r"stalled=yes", r"completed_after_clear=yes"], "recovers": True},
+        {"case": "aeq-qp", "kind": "aeq",
+         "driver": "erdma_main.c: erdma_comm_irq_handler -> erdma_eq.c: erdma_aeq_event_handler (every type but "
+                   "CQ_ERR becomes IB_EVENT_QP_FATAL) -> uverbs async event of the QP's owner",
+         "expect": [r"IBV_EVENT_QP_FATAL"], "recovers": True},
+        {"case": "port-down", "kind": "port-down",
+         "driver": "erdma_verbs.c: erdma_query_port (ib_get_curr_port_state of the paired netdev); "
+                   "erdma_port_event() exists but nothing in 7.3 calls it",
+         "expect": [r"port_during=\S+"], "recovers": True},
+        {"case": "port-up", "kind": "port-up",
+         "driver": "erdma_verbs.c: erdma_query_port (as port-down)",
+         "expect": [r"port_during=\S+"], "recovers": True},
+        {"case": "cmd-status", "kind": "cmd-status",
+         "driver": "erdma_cmdq.c: erdma_post_cmd_wait (comp_status != 0: -EIO) -> erdma_verbs.c: erdma_create_qp",
+         "expect": [r"Couldn't create QP"], "recovers": True},
+        {"case": "cmdq-timeout", "kind": "cmdq-timeout",
+         "driver": "erdma_cmdq.c: erdma_wait_cmd_completion (15 s, ERDMA_CMD_STATUS_TIMEOUT) -> "
+                   "erdma_post_cmd_wait sets ERDMA_CMDQ_STATE_TIMEOUT_BIT and clears OK: every later command "
+                   "returns -ENODEV",
+         "expect": [r"Couldn't create QP", r"failed to destroy CQ \d+: -19"], "recovers": False},
+    ],
+}
+GVE_SERVER_ONLY = {"server": "gve", "client": "virtio"}
+# The device traces a fault cell keeps (must-show 4): file -> names that must
+# appear in it (decoded as the driver names them). The gVNIC probe is traced
+# from the daemon's start (the host starts it before the guests boot; the
+# server guest stops it once the NIC is up); the erdma RC QP's life is
+# started and stopped by the server guest around one ibv_rc_pingpong.
+FAULT_TRACES = {
+    "gve-faults": {"trace-gve-probe.txt": ["DESCRIBE_DEVICE", "CONFIGURE_DEVICE_RESOURCES", "CREATE_TX_QUEUE",
+                                           "CREATE_RX_QUEUE"]},
+    "erdma-faults": {"trace-erdma-rc-qp.txt": ["CREATE_QP", "MODIFY_QP", "DESTROY_QP"]},
+}
+CELLS["gve-faults"] = {
+    "what": "device faults on the server's emulated gVNIC (one RX/TX queue, 10.78.0.1, peer 10.78.0.2 on the "
+            "client's virtio eth0): link-down/up, reset-request, adminq-status, adminq-timeout, tx-miss (reinjected "
+            "and timed out), tx-stall, rx-error, rx-bad-csum, rx-bad-buf-id; each: arm through `ctl device-fault`, "
+            "evidence in the guest (dmesg, ethtool -S, carrier), clear, verified TCP both ways; trace of the probe",
+    "call": "cell_gve_faults",
+    "nic": GVE_SERVER_ONLY,
+    "gve_queues": 1,
+    "ctl_broker": True,
+    "tests": [("gve-setup", BOTH), ("gve-baseline", BOTH)]
+    + [(f"fault-{c['case']}", ("server",)) for c in FAULT_CASES["gve-faults"]]
+    + [("gve-nic-stats", ("server",)), ("device-trace", ("host",))],
+    "timeout": 1800,
+}
+CELLS["erdma-faults"] = {
+    "what": "device faults on the server's erdma function (erdma_0): cqe-status, qp-stall, aeq, port-down/up, "
+            "cmd-status, cmdq-timeout (last: the 7.3 driver never recovers from it); each: arm through `ctl "
+            "device-fault` when the QP exists, evidence in the guest (ibv_rc_pingpong's status, async events, "
+            "port state, dmesg), clear, rping -V; trace of one RC QP's life",
+    "call": "cell_erdma_faults",
+    "rdma": ERDMA_BOTH,
+    "ctl_broker": True,
+    "tests": [("erdma-up", BOTH), ("erdma-baseline", BOTH)]
+    + [(f"fault-{c['case']}", ("server",)) for c in FAULT_CASES["erdma-faults"]]
+    + [("device-trace", ("host",))],
+    "timeout": 1800,
+}
+FAULT_CELLS = ["gve-faults", "erdma-faults"]
 ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
-               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy", "upstream-rdma", "upstream-nic"]
+               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy", "upstream-rdma", "upstream-nic"] + FAULT_CELLS
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
 
 
@@ -361,8 +490,9 @@ for _c in ("erdma-lossy", "erdma-smcr-lossy"):
 
 
 class Daemon:
-    def __init__(self, binary, d, faults=(), nics=1, rdma=None, nic=None):
+    def __init__(self, binary, d, faults=(), nics=1, rdma=None, nic=None, gve_queues=4):
         self.binary, self.d, self.p, self.faults, self.nics = binary, d, None, list(faults), nics
+        self.gve_queues = gve_queues
         self.rdma = rdma or {}
         self.nic = nic or {}
         # sockets the guests connect to: one per virtio-net port, erdma function and gVNIC
@@ -389,7 +519,7 @@ class Daemon:
                 args += ["--port", f"{erdma_port(role)}={self.d}/{erdma_port(role)}.sock,kind=erdma,netdev={name}"]
             if self.nic.get(role) == "gve":
                 mac = GVE_MACS[role]
-                args += ["--port", f"{gve_port(role)}={self.d}/{gve_port(role)}.sock,kind=gve,queues=4,mtu=9000,mac={mac}"]
+                args += ["--port", f"{gve_port(role)}={self.d}/{gve_port(role)}.sock,kind=gve,queues={self.gve_queues},mtu=9000,mac={mac}"]
         args += ["--control", f"{self.d}/ctl.sock", "--capture-dir", self.d]
         env = dict(os.environ, NO_COLOR="1")
         self.log = open(f"{self.d}/daemon.log", "w")
@@ -1050,6 +1180,156 @@ def loss_evidence_test(faults, counters):
     if not idle and total_rt > 0:
         row["status"] = "PASS"
     return row
+class CtlBroker(threading.Thread):
+    """Device-fault cells: runs `vhost-rdma ctl ARGS` against the cell's daemon for the guests.
+
+    A guest (ci-lib.sh `ci_ctl`) writes its request, one argument per line, to
+    /job/ctl-req.N (written as .tmp and renamed, so it is whole when seen); the
+    answer goes to /job/ctl-rep.N: a first line `rc=RC`, then ctl's stdout and
+    stderr. Only the commands a fault case needs are run (ALLOWED, after an
+    optional leading --json); anything else is answered rc=2 without running.
+    Every request and answer is logged to ctl-broker.log in the cell dir."""
+
+    ALLOWED = ("device-fault", "link", "trace", "status")
+
+    def __init__(self, daemon_bin, d, names=("a", "b"), period=0.3):
+        super().__init__(daemon=True)
+        self.daemon_bin, self.d, self.names, self.period = daemon_bin, d, names, period
+        self.done = threading.Event()
+        self.seen = set()
+        self.count = 0
+
+    @classmethod
+    def allowed(cls, args):
+        """Whether a guest's request may run: a known ctl command, nothing that names another control socket."""
+        rest = args[1:] if args[:1] == ["--json"] else args
+        return bool(rest) and rest[0] in cls.ALLOWED and not any(x.startswith("--control") for x in args)
+
+    def execute(self, args):
+        if not self.allowed(args):
+            return 2, f"ci/matrix.py CtlBroker: refused (allowed: {', '.join(self.ALLOWED)}): {args}\n"
+        cmd = [self.daemon_bin, "ctl", "--control", f"{self.d}/ctl.sock"] + args
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            return r.returncode, r.stdout + r.stderr
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return 3, f"ci/matrix.py CtlBroker: {e}\n"
+
+    def poll(self):
+        for name in self.names:
+            jd = f"{self.d}/{name}.job"
+            try:
+                files = os.listdir(jd)
+            except OSError:
+                continue
+            reqs = sorted((int(m.group(1)), fn) for fn in files for m in [re.fullmatch(r"ctl-req\.(\d+)", fn)] if m)
+            for n, fn in reqs:
+                if (name, n) in self.seen:
+                    continue
+                self.seen.add((name, n))
+                try:
+                    with open(f"{jd}/{fn}") as f:
+                        args = [ln.rstrip("\n") for ln in f if ln.strip()]
+                except OSError:
+                    continue
+                rc, out = self.execute(args)
+                self.count += 1
+                with open(f"{jd}/ctl-rep.{n}.tmp", "w") as f:
+                    f.write(f"rc={rc}\n{out}")
+                os.rename(f"{jd}/ctl-rep.{n}.tmp", f"{jd}/ctl-rep.{n}")
+                with open(f"{self.d}/ctl-broker.log", "a") as lf:
+                    lf.write(f"{time.strftime('%H:%M:%S')} {name}#{n}: ctl {' '.join(args)} -> rc={rc}\n"
+                             + "".join(f"    {ln}\n" for ln in out.splitlines()[:40]))
+
+    def run(self):
+        while not self.done.wait(self.period):
+            self.poll()
+
+    def stop(self):
+        self.done.set()
+        self.join(10)
+        self.poll()
+
+
+def judge_fault_case(row, case):
+    """A fault case's row (the server guest's line, combined) judged against FAULT_CASES: the rule fired
+    (hits=N > 0), every expected evidence regex matches, and traffic recovered after the clear exactly
+    when the 7.3 driver is expected to recover. A case the driver does not recover from passes only
+    when it does not recover, and says so as a finding."""
+    out = dict(row)
+    det = row.get("detail", "")
+    why = []
+    if row.get("status") == "FAIL" and "no result from" in det:
+        return out
+    m = re.search(r"\bhits=(\d+)", det)
+    if not m or int(m.group(1)) == 0:
+        why.append("the fault rule never fired (hits=" + (m.group(1) if m else "?") + ")")
+    missing = [x for x in case["expect"] if not re.search(x, det)]
+    if missing:
+        why.append("expected evidence not seen: " + ", ".join(f"/{x}/" for x in missing))
+    rec = re.search(r"\brecovered=(yes|no)\b", det)
+    if not rec:
+        why.append("no recovered=yes|no in the result")
+    elif (rec.group(1) == "yes") != case["recovers"]:
+        why.append("traffic recovered after the clear, but the 7.3 driver was expected not to"
+                   if rec.group(1) == "yes" else "traffic did not recover after the fault was cleared")
+    if row.get("status") == "FAIL":
+        why.append("the guest reported the case as FAIL")
+    lead = f"kind {case['kind']}: "
+    if not case["recovers"] and rec and rec.group(1) == "no":
+        lead += "finding: the 7.3 driver does not recover; "
+    if why:
+        out["status"] = "FAIL"
+        out["detail"] = lead + "; ".join(why) + " | " + det
+    else:
+        out["status"] = "PASS"
+        out["detail"] = lead + det
+    return out
+
+
+def trace_test(d, traces):
+    """Host row "device-trace": every trace file of the cell exists in the capture dir, has records, and
+    names the driver interactions expected in it."""
+    row = {"test": "device-trace", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
+    bad, good = [], []
+    for fn, names in traces.items():
+        try:
+            with open(os.path.join(d, fn), errors="replace") as f:
+                text = f.read()
+        except OSError:
+            bad.append(f"{fn}: missing")
+            continue
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        lacking = [n for n in names if n not in text]
+        if not lines or lacking:
+            bad.append(f"{fn}: {len(lines)} records, lacks {', '.join(lacking) or '-'}")
+        else:
+            good.append(f"{fn}: {len(lines)} records, names {', '.join(names)}")
+    row["detail"] = "; ".join(bad + good)
+    if traces and not bad:
+        row["status"] = "PASS"
+    return row
+
+
+def fault_table_md(kernel, cell, rows, cases, cmd):
+    """The driver developer's table (docs/driver-bench.md) from one run: kind, case, driver path,
+    the evidence the guest showed, recovered or not, the row's verdict."""
+    by = {r["test"]: r for r in rows}
+    out = [f"## {kernel}/{cell}: what each fault does to the {kernel} driver", "",
+           f"Command: `{cmd}`", "",
+           "| kind | case | driver path (7.3) | guest evidence (this run) | recovered after clear | verdict |",
+           "|---|---|---|---|---|---|"]
+    for c in cases:
+        r = by.get(f"fault-{c['case']}", {"status": "FAIL", "detail": "no row"})
+        det = r.get("detail", "")
+        ev = re.search(r"evidence: (.*?)(?: \| |$)", det)
+        rec = re.search(r"\brecovered=(yes|no)\b", det)
+        recd = (rec.group(1) if rec else "?") + ("" if c["recovers"] else " (expected: no - a driver finding)")
+        cell_txt = (ev.group(1) if ev else det).replace("|", "/")
+        out.append(f"| `{c['kind']}` | {c['case']} | {c['driver']} | {cell_txt} | {recd} | {r['status']} |")
+    return "\n".join(out) + "\n"
+
+
 def upstream_rows(a, kernel, cell, d, logsdir):
     """One row per upstream case of an `upstream` cell, judged against ci/upstream/SUITE-DEVICE.expect;
     the table (case, device per role, reason) goes to the results dir as upstream-KERNEL-CELL.md."""
@@ -1143,8 +1423,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     # --net stream: QEMU's own virtio-net + -netdev stream (no daemon), to tell daemon issues from guest ones
     if spec.get("rdma") and net != "vhost-user":
         res["problems"].append("the erdma function needs the daemon (--net vhost-user)")
-    dm = (Daemon(daemon_bin, d, faults, spec.get("nics", 1), spec.get("rdma"), spec.get("nic")) if net == "vhost-user"
-          else NoDaemon())
+    dm = (Daemon(daemon_bin, d, faults, spec.get("nics", 1), spec.get("rdma"), spec.get("nic"),
+                 spec.get("gve_queues", 4)) if net == "vhost-user" else NoDaemon())
     err = dm.start()
     if err:
         res["problems"].append(err)
@@ -1162,6 +1442,15 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
             else:
                 cap = CaptureLimit(daemon_bin, d, a.capture_max_records)
                 cap.start()
+        broker = None
+        if spec.get("ctl_broker") and net == "vhost-user":
+            broker = CtlBroker(daemon_bin, d)
+            broker.start()
+            # the gVNIC's probe happens at boot: its trace starts before the guests do
+            if "trace-gve-probe.txt" in FAULT_TRACES.get(cell, {}):
+                if ctl_json(daemon_bin, d, "trace", "start", "--port", gve_port("server"),
+                            "--file", "trace-gve-probe.txt") is None:
+                    res["problems"].append("ctl trace start --port ag failed")
         args = [os.path.join(ROOT, "scripts", "run-guests"), "--qemu", qemu, "--image", image,
                 "--accel", a.accel, "--timeout", str(a.timeout or spec["timeout"]),
                 "--guest-bin", vrbin, "--net", net, "--form", "pci", "--queues", "1",
@@ -1228,6 +1517,20 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
             res["daemon_counters"] = dc
         if fo:
             fo.stop()
+        if broker:
+            broker.stop()
+            dfl = ctl_json(daemon_bin, d, "device-fault", "list")
+            if dfl is not None:
+                with open(f"{d}/device-faults.json", "w") as f:
+                    json.dump(dfl, f, indent=1)
+            # the device traces stay with the results (must-show 4), passed or not
+            tdest = os.path.join(os.path.dirname(logsdir), "traces", f"{kernel}-{cell}")
+            for fn in sorted(os.listdir(d)):
+                if fn.startswith("trace-"):
+                    os.makedirs(tdest, exist_ok=True)
+                    shutil.copy(os.path.join(d, fn), tdest)
+                    res.setdefault("traces", []).append(os.path.relpath(os.path.join(tdest, fn),
+                                                                        os.path.dirname(logsdir)))
         fault_list = ctl_json(daemon_bin, d, "faults", "list") if faults else None
         if fault_list is not None:
             with open(f"{d}/faults.json", "w") as f:
@@ -1298,7 +1601,22 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 if any(k.startswith("rc_") for k in c):
                     cnt[f"daemon:{port}"] = c
             host_rows["loss-evidence"] = loss_evidence_test(fault_list, cnt)
+        if cell in FAULT_TRACES:
+            host_rows["device-trace"] = (trace_test(d, FAULT_TRACES[cell]) if net == "vhost-user" else
+                                         {"test": "device-trace", "status": "SKIP", "secs": 0, "bw": "",
+                                          "detail": "--net stream: no daemon"})
         res["tests"] = [host_rows.get(t["test"], t) for t in res["tests"]]
+        if cell in FAULT_CASES:
+            cases = {f"fault-{c['case']}": c for c in FAULT_CASES[cell]}
+            res["tests"] = [judge_fault_case(t, cases[t["test"]]) if t["test"] in cases else t
+                            for t in res["tests"]]
+            md = fault_table_md(kernel, cell, res["tests"], FAULT_CASES[cell], f"ci/matrix.sh --cells {kernel}/{cell}")
+            dest = os.path.join(os.path.dirname(logsdir), f"faults-{kernel}-{cell}.md")
+            with open(dest, "w") as f:
+                f.write(md)
+            res["fault_table"] = os.path.relpath(dest, os.path.dirname(logsdir))
+            print(f"   fault table: {dest}" + (f"; traces: {', '.join(res.get('traces', []))}"
+                                                if res.get("traces") else ""), flush=True)
         if spec.get("upstream"):
             res["tests"] += upstream_rows(a, kernel, cell, d, logsdir)
         try:
@@ -1325,7 +1643,7 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
         keep = ["a.console.log", "b.console.log", "daemon.log", "daemon-status.json", "run-guests.log", "summary.json",
                 "stuck-flows.json",
                 "a.sh", "b.sh", "a.qemu-cmd.sh", "b.qemu-cmd.sh", "faults.json", "daemon.toml",
-                "checker-findings.json", "checker-flows.json"]
+                "checker-findings.json", "checker-flows.json", "ctl-broker.log", "device-faults.json"]
         if failed:
             keep.append("fabric.pcapng")  # the wire of a failed cell (malformed frames, a broken stream)
         for fn in keep:

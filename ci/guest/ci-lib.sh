@@ -266,7 +266,8 @@ tool_test() {
         grep -q 'siw_recv_mpa_rr.*ret=-71'; then
         _why="siw rejected the MPA reply with -EPROTO (siw_recv_mpa_rr: the server's first message arrived right behind the MPA reply; siw race, see ci/README.md); $_why"
     fi
-    result "$_name" "$_st" "$_secs" "$_bw" "$_why"
+    # CI_QUIET_RESULT: the caller judges (device-fault cells: recovery checks)
+    [ -n "${CI_QUIET_RESULT:-}" ] || result "$_name" "$_st" "$_secs" "$_bw" "$_why"
     [ "$_st" = PASS ] || show_log "$_log"
     barrier "$_name done"
 }
@@ -1119,4 +1120,638 @@ repro_gve_qstats_oops() {
     else
         result repro-gve-qstats-oops FAIL $(($(now) - _t1)) "" "not reproduced (dump rc=$_rc, $(tail -n 1 "$_out")): a fixed driver? update docs/upstream-suites.md"
     fi
+}
+
+# ---------------------------------------------------------------------------
+# Device-fault cells (issue 25, docs/driver-bench.md): gve-faults, erdma-faults.
+# The server guest's device is faulted through the daemon's control socket:
+# ci_ctl asks the host (ci/matrix.py CtlBroker) to run `vhost-rdma ctl ARGS`.
+# Every case prints one line from the server,
+#     CI-TEST test=fault-CASE role=server status=.. reason="hits=N recovered=yes|no ... evidence: ..."
+# (status FAIL only when the case could not be run: a ctl command failed);
+# the host judges it against FAULT_CASES in ci/matrix.py.
+CI_FAULT_BYTES=${CI_FAULT_BYTES:-4M}
+ci_ctl_n=0
+
+# ci_ctl ARGS...: `vhost-rdma ctl ARGS` run by the host against this cell's
+# daemon; prints its output, returns its exit status (99: no answer in 60 s)
+ci_ctl() {
+    ci_ctl_n=$((ci_ctl_n + 1))
+    _cq=/job/ctl-req.$ci_ctl_n
+    printf '%s\n' "$@" >"$_cq.tmp" && mv "$_cq.tmp" "$_cq"
+    _ci=0
+    while [ ! -e "/job/ctl-rep.$ci_ctl_n" ]; do
+        _ci=$((_ci + 1))
+        if [ $_ci -ge 300 ]; then
+            echo "ci_ctl: no answer from the host for: ctl $*"
+            return 99
+        fi
+        sleep 0.2
+    done
+    _crc=$(head -n 1 "/job/ctl-rep.$ci_ctl_n" | sed -n 's/^rc=//p')
+    tail -n +2 "/job/ctl-rep.$ci_ctl_n"
+    return "${_crc:-98}"
+}
+
+# fault_add ID KIND [KEY=VALUE...] [--count N]: a device-fault rule on $FPORT;
+# a failure is noted in $_fwhy (the case then reports FAIL)
+fault_add() {
+    _fid=$1 _fk=$2
+    shift 2
+    echo "+ ctl device-fault add --port $FPORT --kind $_fk --id $_fid $*" >>"$_flog"
+    _fout=$(ci_ctl device-fault add --port "$FPORT" --kind "$_fk" --id "$_fid" "$@" 2>&1)
+    _frc=$?
+    echo "$_fout" >>"$_flog"
+    [ $_frc = 0 ] || _fwhy="$_fwhy ctl device-fault add --kind $_fk $*: rc=$_frc $(echo "$_fout" | tail -n 2 | tr '\n' ' ');"
+    return $_frc
+}
+
+# fault_clear ID: clear the rule (lasting faults end: stall over, link back up)
+fault_clear() {
+    echo "+ ctl device-fault clear $1 --port $FPORT" >>"$_flog"
+    ci_ctl device-fault clear "$1" --port "$FPORT" >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl device-fault clear $1 failed;"
+}
+
+# fault_hits ID: the rule's hit counter in `ctl --json device-fault list` ("?" if not listed)
+fault_hits() {
+    ci_ctl --json device-fault list 2>/dev/null | python3 -c '
+import json, sys
+want = sys.argv[1]
+def walk(x):
+    if isinstance(x, dict):
+        if str(x.get("id")) == want and "hits" in x:
+            return x["hits"]
+        for v in x.values():
+            r = walk(v)
+            if r is not None:
+                return r
+    elif isinstance(x, list):
+        for v in x:
+            r = walk(v)
+            if r is not None:
+                return r
+    return None
+try:
+    h = walk(json.load(sys.stdin))
+except ValueError:
+    h = None
+print("?" if h is None else h)' "$1"
+}
+
+# wait_hits ID SECS: until the rule has fired (sets _hits)
+wait_hits() {
+    _wi=0
+    while :; do
+        _hits=$(fault_hits "$1")
+        case "$_hits" in ''|'?'|0) ;; *) return 0 ;; esac
+        _wi=$((_wi + 1))
+        [ $_wi -ge "$2" ] && return 1
+        sleep 1
+    done
+}
+
+dmesg_mark() { _dm0=$(dmesg | wc -l); }
+# dmesg_new REGEX: kernel lines since dmesg_mark matching REGEX, without timestamps, at most 3, one line
+dmesg_new() {
+    dmesg | tail -n +$((_dm0 + 1)) | grep -E "$1" | sed 's/^\[[^]]*\] *//' | head -n 3 | tr '\n' '/' | sed 's/\/$//'
+}
+# wait_dmesg REGEX SECS
+wait_dmesg() {
+    _wi=0
+    while [ -z "$(dmesg_new "$1")" ]; do
+        _wi=$((_wi + 1))
+        [ $_wi -ge $(($2 * 2)) ] && return 1
+        sleep 0.5
+    done
+}
+
+# fault_result CASE: the server's line for a case (longer reason than result())
+fault_result() {
+    _st=PASS
+    [ -n "$_fwhy" ] && _st=FAIL
+    _r=$(printf '%s' "hits=$_hits recovered=$_rec during=$_during after=$_after${_fwhy:+ problems:$_fwhy} evidence: $_ev" |
+        tr '\n"' "  " | cut -c1-900)
+    echo "CI-TEST test=fault-$1 role=$ROLE status=$_st secs=$(($(now) - _ft0)) reason=\"$_r\""
+    [ "$_st" = PASS ] || show_log "$_flog" 30
+}
+
+# ---- gve-faults: the server's gVNIC (GVE_IF, 10.78.0.1/24, one queue pair)
+# against the client's virtio eth0 (10.78.0.2/24 added); both guests answer
+# ARP only on the interface that holds the address (else the server's eth0
+# would answer for 10.78.0.1 and the traffic would bypass the gVNIC).
+GVE_SRV=10.78.0.1
+GVE_STATS="rx_desc_err_dropped_pkt tx_dropped tx_timeouts reset_cnt"
+
+gstat() { ethtool -S "$GVE_IF" 2>/dev/null | sed -n "s/^ *$1: //p" | head -n 1; }
+stat_mark() {
+    for _k in $GVE_STATS; do eval "_s0_$_k=\$(gstat $_k)"; done
+}
+# stat_delta: "name +d" for every counter in GVE_STATS since stat_mark
+stat_delta() {
+    _sd=
+    for _k in $GVE_STATS; do
+        eval "_b=\${_s0_$_k:-0}"
+        _a=$(gstat "$_k")
+        _d=$((${_a:-0} - ${_b:-0}))
+        [ $_d -ge 0 ] && _d="+$_d"
+        _sd="$_sd $_k $_d"
+    done
+    echo "${_sd# }"
+}
+carrier() { cat "/sys/class/net/$GVE_IF/carrier" 2>/dev/null || echo '?'; }
+# wait_carrier V SECS
+wait_carrier() {
+    _wi=0
+    while [ "$(carrier)" != "$1" ]; do
+        _wi=$((_wi + 1))
+        [ $_wi -ge $(($2 * 2)) ] && return 1
+        sleep 0.5
+    done
+}
+
+# ftcp NAME DIRECTION BYTES PORT [IO_TIMEOUT]: one verified TCP stream over the
+# gVNIC's subnet (server side 10.78.0.1); sets _tok=pass|fail, log in /job/NAME.ROLE.log
+ftcp() {
+    _tl=$CI_LOGDIR/$1.$ROLE.log
+    _tc="--proto tcp --port $4 --bytes $3 --direction $2 --seed 25 --io-timeout ${5:-60}"
+    if [ "$ROLE" = server ]; then
+        _tcmd="smc-guest-tests stream server --addr $GVE_SRV $_tc --once --accept-timeout 90"
+    else
+        _tcmd="smc-guest-tests stream client --addr $GVE_SRV $_tc --connect-timeout 60"
+    fi
+    echo "+ $_tcmd" >"$_tl"
+    # shellcheck disable=SC2086
+    timeout -k 5 240 $_tcmd >>"$_tl" 2>&1
+    _trc=$?
+    echo "rc=$_trc" >>"$_tl"
+    _tok=fail
+    [ $_trc = 0 ] && grep '^STREAM-RESULT' "$_tl" | tail -n 1 | grep 'verified=1' | grep -q 'status=pass' && _tok=pass
+}
+
+# gve_case CASE DURING: one fault case. DURING = c2s|s2c: a verified stream
+# runs while the fault is armed (in the background on the server, whose
+# gve_ev_CASE collects the evidence meanwhile), none: no stream. Then the
+# rule is cleared (gve_undo_CASE undoes what the case did besides) and a
+# verified 4 MiB stream both ways must pass ("recovered").
+gve_case() {
+    _case=$1 _dur=$2
+    _fn=$(echo "$_case" | tr - _)
+    _flog=$CI_LOGDIR/fault-$_case.$ROLE.log
+    : >"$_flog"
+    _fwhy= _ev= _hits='?' _during=- _after=- _rec=no _fid=$((_fid_n += 1))
+    gport=$((gport + 2))
+    barrier "$_case start"
+    _ft0=$(now)
+    if [ "$ROLE" = server ]; then
+        dmesg_mark
+        stat_mark
+        say "fault case $_case: arming"
+        "gve_arm_$_fn"
+    fi
+    barrier "$_case armed"
+    if [ "$_dur" != none ]; then
+        if [ "$ROLE" = server ]; then
+            (ftcp "fault-$_case-during" "$_dur" "$CI_FAULT_BYTES" "$gport" 60; echo "$_tok" >"$CI_LOGDIR/fault-$_case-during.tok") &
+            _bgp=$!
+            "gve_ev_$_fn"
+            [ "$_hits" = '?' ] && _hits=$(fault_hits "$_fid")
+            fault_clear "$_fid"
+            "gve_undo_$_fn"
+            wait "$_bgp"
+            _during=$(cat "$CI_LOGDIR/fault-$_case-during.tok" 2>/dev/null || echo fail)
+        else
+            ftcp "fault-$_case-during" "$_dur" "$CI_FAULT_BYTES" "$gport" 60
+            _during=$_tok
+        fi
+    elif [ "$ROLE" = server ]; then
+        "gve_ev_$_fn"
+        [ "$_hits" = '?' ] && _hits=$(fault_hits "$_fid")
+        fault_clear "$_fid"
+        "gve_undo_$_fn"
+    fi
+    [ "$ROLE" = server ] && { wait_carrier 1 30 || say "$_case: no carrier 30 s after the clear"; }
+    barrier "$_case cleared"
+    ftcp "fault-$_case-after" both 4M $((gport + 1))
+    _after=$_tok
+    if [ "$ROLE" = server ]; then
+        [ "$_after" = pass ] && _rec=yes
+        _ev="$_ev; stats: $(stat_delta)"
+        if [ "$_rec" = no ]; then
+            # later cases need a working NIC: the driver's own full reset (ethtool --reset all)
+            ethtool --reset "$GVE_IF" all >>"$_flog" 2>&1
+            wait_carrier 1 30
+            _ev="$_ev; repair: ethtool --reset $GVE_IF all, carrier $(carrier)"
+        fi
+        fault_result "$_case"
+    fi
+    barrier "$_case done"
+}
+
+# link-down: the device clears LINK_STATUS and raises the management interrupt
+gve_arm_link_down() { fault_add "$_fid" link-down; }
+gve_ev_link_down() {
+    wait_carrier 0 20
+    _ev="carrier_during=$(carrier); dmesg: $(dmesg_new 'link is|Device')"
+    _hits=$(fault_hits "$_fid")
+}
+gve_undo_link_down() {
+    wait_carrier 1 20 && return
+    _ev="$_ev; the clear did not bring the carrier back: link-up added"
+    fault_add $((_fid + 100)) link-up
+}
+
+# link-up: the port taken down with `ctl link` (fabric port and device), then the device's link-up alone
+gve_arm_link_up() {
+    echo "+ ctl link --port $FPORT down" >>"$_flog"
+    ci_ctl link --port "$FPORT" down >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT down failed;"
+    wait_carrier 0 20
+    _cdown=$(carrier)
+    dmesg_mark
+    fault_add "$_fid" link-up
+}
+gve_ev_link_up() {
+    wait_carrier 1 20
+    _ev="carrier_ctl_down=$_cdown carrier_during=$(carrier); dmesg: $(dmesg_new 'link is|Device')"
+    _hits=$(fault_hits "$_fid")
+}
+gve_undo_link_up() {
+    echo "+ ctl link --port $FPORT up" >>"$_flog"
+    ci_ctl link --port "$FPORT" up >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT up failed;"
+}
+
+# reset-request: DEVICE_STATUS reset bit + management interrupt
+gve_arm_reset_request() { fault_add "$_fid" reset-request; }
+gve_ev_reset_request() {
+    wait_dmesg 'Performing reset' 30
+    wait_carrier 1 30
+    sleep 2
+    _ev="dmesg: $(dmesg_new 'requested reset|Performing reset|Reset failed|link is')"
+}
+gve_undo_reset_request() { :; }
+
+# adminq-status: the flow-rule command (ethtool -N) completes DEADLINE_EXCEEDED
+gve_arm_adminq_status() {
+    fault_add "$_fid" adminq-status "opcode=${CI_GVE_FLOW_OPCODE:-CONFIGURE_FLOW_RULE}" status=DEADLINE_EXCEEDED
+}
+gve_ev_adminq_status() {
+    _eo=$(ethtool -N "$GVE_IF" flow-type tcp4 dst-port 5999 action 0 2>&1)
+    _erc=$?
+    wait_dmesg 'Performing reset' 30
+    wait_carrier 1 30
+    sleep 2
+    _ev="ethtool -N rc=$_erc ($(echo "$_eo" | tr '\n' ' ' | cut -c1-80)); dmesg: $(dmesg_new 'AQ command|flow rule|Performing reset|Reset failed')"
+    ethtool -N "$GVE_IF" delete 5999 >/dev/null 2>&1
+}
+gve_undo_adminq_status() { :; }
+
+# the packet faults: wait until the rule fired, let the driver react, collect
+gve_packet_ev() {
+    wait_hits "$_fid" 30
+    sleep "${1:-3}"
+    _ev="dmesg: $(dmesg_new "${2:-gve|$GVE_IF}")"
+}
+gve_arm_rx_error() { fault_add "$_fid" rx-error queue=0; }
+gve_ev_rx_error() { gve_packet_ev 3; }
+gve_undo_rx_error() { :; }
+gve_arm_rx_bad_csum() { fault_add "$_fid" rx-bad-csum queue=0; }
+gve_ev_rx_bad_csum() { gve_packet_ev 3; }
+gve_undo_rx_bad_csum() { :; }
+gve_arm_rx_bad_buf_id() { fault_add "$_fid" rx-bad-buf-id queue=0; }
+gve_ev_rx_bad_buf_id() { gve_packet_ev 3; }
+gve_undo_rx_bad_buf_id() { :; }
+gve_arm_tx_miss_reinject() { fault_add "$_fid" tx-miss queue=0 reinject=yes; }
+gve_ev_tx_miss_reinject() { gve_packet_ev 4; }
+gve_undo_tx_miss_reinject() { :; }
+gve_arm_tx_miss_timeout() { fault_add "$_fid" tx-miss queue=0 reinject=no; }
+gve_ev_tx_miss_timeout() {
+    wait_hits "$_fid" 30
+    wait_dmesg 'No reinjection' 20
+    _ev="dmesg: $(dmesg_new "gve|$GVE_IF")"
+}
+gve_undo_tx_miss_timeout() { :; }
+# tx-stall: lasting, until cleared; the netdev watchdog (5 s) calls gve_tx_timeout
+gve_arm_tx_stall() { fault_add "$_fid" tx-stall queue=0; }
+gve_ev_tx_stall() {
+    wait_dmesg 'Timeout on tx queue' 45
+    sleep 3
+    _hits=$(fault_hits "$_fid")
+    _ev="dmesg: $(dmesg_new 'WATCHDOG|Timeout on tx|Kicking|Performing reset')"
+}
+gve_undo_tx_stall() { :; }
+# adminq-timeout: DESTROY_TX_QUEUE never completes (ip link set down); the
+# driver times out after 2 s and resets the admin queue (gve_queues_stop's error path)
+gve_arm_adminq_timeout() { fault_add "$_fid" adminq-timeout "opcode=${CI_GVE_TIMEOUT_OPCODE:-DESTROY_TX_QUEUE}"; }
+gve_ev_adminq_timeout() {
+    _t1=$(now)
+    ip link set "$GVE_IF" down >>"$_flog" 2>&1
+    _drc=$?
+    _dsecs=$(($(now) - _t1))
+    _hits=$(fault_hits "$_fid")
+    sleep 2
+    _ev="ip link set down rc=$_drc after ${_dsecs}s; dmesg: $(dmesg_new 'AQ command|destroy|Reset|reset|timed out')"
+}
+gve_undo_adminq_timeout() {
+    ip link set "$GVE_IF" up >>"$_flog" 2>&1 || _fwhy="$_fwhy ip link set $GVE_IF up failed;"
+    wait_carrier 1 30
+    _ev="$_ev; ip link set up: carrier $(carrier)"
+}
+
+cell_gve_faults() {
+    _t0=$(now)
+    net_up
+    sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 2>/dev/null ||
+        { echo 1 >/proc/sys/net/ipv4/conf/all/arp_ignore; echo 2 >/proc/sys/net/ipv4/conf/all/arp_announce; }
+    FPORT=ag _fid_n=0 gport=5300
+    if [ "$ROLE" = server ]; then
+        GVE_IF=
+        for _n in /sys/class/net/*; do
+            [ "$(basename "$(readlink -f "$_n/device/driver" 2>/dev/null)")" = gve ] && GVE_IF=${_n##*/}
+        done
+        if [ -z "$GVE_IF" ]; then
+            result gve-setup FAIL $(($(now) - _t0)) "" "no gve netdev: $(ls /sys/class/net | tr '\n' ' '); $(dmesg | grep -i gve | tail -n 3 | tr '\n' ' ')"
+            echo "CI-ABORT reason=gve-setup"
+            exit 0
+        fi
+        ip addr add "$GVE_SRV/24" dev "$GVE_IF"
+        ip link set "$GVE_IF" up
+        ethtool -K "$GVE_IF" ntuple on 2>/dev/null
+        wait_carrier 1 30
+        # the probe is over and the NIC up: end the probe trace the host started before boot
+        _tr=$(ci_ctl trace stop --port "$FPORT" 2>&1)
+        _trc=$?
+        _who="$GVE_IF ($(ethtool -i "$GVE_IF" | sed -n 's/^driver: //p'), carrier $(carrier), $(ethtool -l "$GVE_IF" | awk '/Current/{p=1} p && /^(RX|TX):/{printf "%s%s ", $1, $2}'))"
+        dmesg | grep -iE 'gve' | sed 's/^/    /' | tail -n 12
+    else
+        ip addr add 10.78.0.2/24 dev eth0
+        _trc=0 _tr= _who="eth0 10.78.0.2"
+    fi
+    _i=0
+    until ping -c 1 -W 2 $([ "$ROLE" = server ] && echo 10.78.0.2 || echo $GVE_SRV) >/dev/null 2>&1; do
+        _i=$((_i + 1))
+        [ $_i -ge 30 ] && break
+        sleep 1
+    done
+    if [ $_i -ge 30 ]; then
+        result gve-setup FAIL $(($(now) - _t0)) "" "$_who: no ping over 10.78.0.0/24: $(ip -br addr | tr '\n' ' ')"
+    elif [ $_trc != 0 ]; then
+        result gve-setup FAIL $(($(now) - _t0)) "" "$_who; ctl trace stop --port $FPORT: rc=$_trc $_tr"
+    else
+        result gve-setup PASS $(($(now) - _t0)) "" "$_who; ping over 10.78.0.0/24"
+    fi
+    barrier "gve up"
+    _ft0=$(now)
+    ftcp gve-baseline both 16M 5300
+    if [ "$_tok" = pass ]; then
+        result gve-baseline PASS $(($(now) - _ft0)) "$(grep '^STREAM-RESULT' "$_tl" | tail -n 1 | sed -n 's/.* mibps=\([0-9.]*\).*/\1/p')" "verified TCP 16 MiB both ways over the gVNIC"
+    else
+        result gve-baseline FAIL $(($(now) - _ft0)) "" "rc=$_trc $(grep -E '^STREAM-RESULT|error' "$_tl" | tail -n 2 | tr '\n' ' ')"
+        show_log "$_tl"
+    fi
+    gve_case link-down none
+    gve_case link-up none
+    gve_case reset-request c2s
+    gve_case adminq-status none
+    gve_case rx-error c2s
+    gve_case rx-bad-csum c2s
+    gve_case rx-bad-buf-id c2s
+    gve_case tx-miss-reinject s2c
+    gve_case tx-miss-timeout s2c
+    gve_case tx-stall s2c
+    if [ "$ROLE" = server ]; then
+        # the device's stats report (REPORT_STATS region): the NIC's own per-queue counters
+        _ns=$(ethtool -S "$GVE_IF" | grep -E 'rx_(queue_drop_cnt|no_buffers_posted|drops_packet_over_mru|drops_invalid_checksum)\[' | tr -s ' ' | tr '\n' ' ')
+        if echo "$_ns" | grep -qE ': [1-9]'; then
+            result gve-nic-stats PASS 0 "" "NIC counters (the device's stats report): $_ns"
+        else
+            result gve-nic-stats FAIL 0 "" "every NIC counter is 0: $_ns"
+        fi
+    fi
+    gve_case adminq-timeout none
+    [ "$ROLE" = server ] && ethtool -S "$GVE_IF" | grep -vE ': 0$' | sed 's/^/    /' | head -n 60
+    say "cell done"
+}
+
+# ---- erdma-faults: the server's erdma_0 (daemon port ar) is faulted; the
+# client's erdma_0 is the peer. Recovery = rping -V (5 verified pings, new QPs).
+# pp_start PORT ITERS: server: ibv_rc_pingpong in the background (_pp_pid,
+# _pp_log); waits for its "local address" line and sets _qpn (decimal)
+pp_start() {
+    _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
+    timeout -k 5 "${3:-90}" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" >"$_pp_log" 2>&1 &
+    _pp_pid=$!
+    _qpn=
+    _wi=0
+    while [ $_wi -lt 60 ]; do
+        _qh=$(sed -n 's/.*local address: .*QPN \(0x[0-9a-fA-F]*\).*/\1/p' "$_pp_log" | head -n 1)
+        [ -n "$_qh" ] && { _qpn=$(printf '%d' "$_qh"); return 0; }
+        kill -0 "$_pp_pid" 2>/dev/null || break
+        _wi=$((_wi + 1))
+        sleep 0.5
+    done
+    _fwhy="$_fwhy ibv_rc_pingpong printed no QPN: $(tr '\n' ' ' <"$_pp_log" | cut -c1-200);"
+    return 1
+}
+# pp_client PORT ITERS SECS: the client's side
+pp_client() {
+    timeout -k 5 "$3" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" "$PEER" \
+        >"$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log" 2>&1
+}
+pp_wait() {
+    wait "$_pp_pid"
+    _pp_rc=$?
+}
+pp_status() { grep -E 'Failed status|Couldn.t|iters in|error' "$_pp_log" | head -n 2 | tr '\n' ' '; }
+port_state() {
+    _ps=$(ibv_devinfo -d erdma_0 2>/dev/null | sed -n 's/^[[:space:]]*state:[[:space:]]*\([A-Z_]*\).*/\1/p' | head -n 1)
+    echo "${_ps:-?}/eth0-carrier-$(cat /sys/class/net/eth0/carrier 2>/dev/null)"
+}
+
+# erdma_case CASE: barriers around the server's erdma_arm_CASE (arms the rule
+# when the QP exists, runs the server's side, collects the evidence, clears)
+# and the client's erdma_peer_CASE; then rping -V on new QPs ("recovered")
+erdma_case() {
+    _case=$1
+    _fn=$(echo "$_case" | tr - _)
+    _flog=$CI_LOGDIR/fault-$_case.$ROLE.log
+    : >"$_flog"
+    _fwhy= _ev= _hits='?' _during=- _after=- _rec=no _fid=$((_fid_n += 1))
+    eport=$((eport + 3))
+    barrier "$_case start"
+    _ft0=$(now)
+    if [ "$ROLE" = server ]; then
+        dmesg_mark
+        say "fault case $_case"
+        "erdma_srv_$_fn"
+        [ "$_hits" = '?' ] && _hits=$(fault_hits "$_fid")
+        fault_clear "$_fid"
+        "erdma_srv_undo_$_fn"
+    else
+        "erdma_peer_$_fn"
+    fi
+    barrier "$_case cleared"
+    RPING_COUNT=5 CI_QUIET_RESULT=1 CI_TOOL_TIMEOUT=90 tool_test "fault-$_case-after" cm "$eport" \
+        "rping -s -a $SELF -p $eport -C 5 -v -V" "rping -c -a $PEER -p $eport -C 5 -v -V" check_rping
+    _after=$(echo "$_st" | tr 'A-Z' 'a-z')
+    [ "$_after" = pass ] && _rec=yes
+    if [ "$_case" = cmdq-timeout ]; then
+        # does rebinding the PCI function (erdma_remove + erdma_probe) bring the device back?
+        if [ "$ROLE" = server ]; then
+            _bdf=$(basename "$(readlink -f /sys/class/infiniband/erdma_0/device)")
+            echo "$_bdf" >/sys/bus/pci/drivers/erdma/unbind 2>>"$_flog"
+            echo "$_bdf" >/sys/bus/pci/drivers/erdma/bind 2>>"$_flog"
+            _wi=0
+            until rdma link show erdma_0/1 2>/dev/null | grep -q 'state ACTIVE'; do
+                _wi=$((_wi + 1)); [ $_wi -ge 30 ] && break; sleep 1
+            done
+        fi
+        barrier "$_case rebound"
+        RPING_COUNT=5 CI_QUIET_RESULT=1 CI_TOOL_TIMEOUT=90 tool_test "fault-$_case-rebind" cm $((eport + 1)) \
+            "rping -s -a $SELF -p $((eport + 1)) -C 5 -v -V" "rping -c -a $PEER -p $((eport + 1)) -C 5 -v -V" check_rping
+        [ "$ROLE" = server ] && _ev="$_ev; after unbind/bind of $_bdf: erdma_0 $(rdma link show erdma_0/1 2>/dev/null | grep -o 'state [A-Z]*'), rping -V $_st; dmesg: $(dmesg_new 'erdma|destroy|failed')"
+    fi
+    [ "$ROLE" = server ] && fault_result "$_case"
+    barrier "$_case done"
+}
+
+# cqe-status: the server's first completion (the RECV of the first ping) gets RETRY_EXC_ERR
+erdma_srv_cqe_status() {
+    pp_start "$eport" 10 60 || { barrier "$_case armed"; return; }
+    fault_add "$_fid" cqe-status "status=${CI_ERDMA_CQE_STATUS:-RETRY_EXC_ERR}" "qpn=$_qpn"
+    barrier "$_case armed"
+    pp_wait
+    _ev="qpn=$_qpn; ibv_rc_pingpong (server) rc=$_pp_rc: $(pp_status)"
+}
+erdma_peer_cqe_status() { barrier "$_case armed"; pp_client "$eport" 10 30; }
+erdma_srv_undo_cqe_status() { :; }
+
+# qp-stall: the server QP's SQ is not executed (the pong is never sent) until cleared
+erdma_srv_qp_stall() {
+    pp_start "$eport" 20 120 || { barrier "$_case armed"; return; }
+    fault_add "$_fid" qp-stall "qpn=$_qpn"
+    barrier "$_case armed"
+    sleep 12
+    _stalled=no
+    kill -0 "$_pp_pid" 2>/dev/null && ! grep -q 'iters in' "$_pp_log" && _stalled=yes
+    _hits=$(fault_hits "$_fid")
+    fault_clear "$_fid"
+    _tc=$(now)
+    pp_wait
+    _done=no
+    [ "$_pp_rc" = 0 ] && grep -q 'iters in' "$_pp_log" && _done=yes
+    _ev="qpn=$_qpn; stalled=$_stalled (ibv_rc_pingpong had no completion 12 s after the rule); completed_after_clear=$_done in $(($(now) - _tc)) s (rc=$_pp_rc: $(pp_status))"
+}
+erdma_peer_qp_stall() { barrier "$_case armed"; pp_client "$eport" 20 120; }
+erdma_srv_undo_qp_stall() { :; }
+
+# aeq-qp: an AEQ entry for the QP (type CI_ERDMA_AEQ_EVENT, a remote access error by default)
+erdma_srv_aeq_qp() {
+    _al=$CI_LOGDIR/fault-$_case-events.$ROLE.log
+    timeout -k 5 40 python3 /opt/vr/ci/repro/async_events.py --dev erdma_0 --qp >"$_al" 2>&1 &
+    _ap=$!
+    _wi=0
+    until grep -q '^READY' "$_al"; do
+        _wi=$((_wi + 1)); [ $_wi -ge 60 ] && break; sleep 0.5
+    done
+    _qpn=$(sed -n 's/^QPN=//p' "$_al")
+    fault_add "$_fid" aeq "event=${CI_ERDMA_AEQ_EVENT:-ACC_ERR_EVENT}" "qpn=${_qpn:-0}"
+    wait "$_ap"
+    _ev="qpn=$_qpn; sent AEQ ${CI_ERDMA_AEQ_EVENT:-ACC_ERR_EVENT}; the QP's owner got: $(grep -E '^(ASYNC-EVENT|QP-STATE)|Error|error' "$_al" | tr '\n' ' ' | cut -c1-200); dmesg: $(dmesg_new 'erdma')"
+}
+erdma_peer_aeq_qp() { :; }
+erdma_srv_undo_aeq_qp() { :; }
+
+# port-down / port-up: the port state the driver reports, and the port events every context gets
+erdma_port_watch() {
+    _al=$CI_LOGDIR/fault-$_case-events.$ROLE.log
+    timeout -k 5 "$1" python3 /opt/vr/ci/repro/async_events.py --dev erdma_0 --count 2 >"$_al" 2>&1 &
+    _ap=$!
+    _wi=0
+    until grep -q '^READY' "$_al"; do
+        _wi=$((_wi + 1)); [ $_wi -ge 60 ] && break; sleep 0.5
+    done
+}
+erdma_srv_port_down() {
+    _pbefore=$(port_state)
+    erdma_port_watch 20
+    fault_add "$_fid" port-down
+    sleep 8
+    _pduring=$(port_state)
+    wait "$_ap"
+    _ev="port_before=$_pbefore port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' '); dmesg: $(dmesg_new 'erdma|link|eth0')"
+}
+erdma_peer_port_down() { :; }
+erdma_srv_undo_port_down() {
+    sleep 3
+    _ev="$_ev; after clear: $(port_state)"
+}
+erdma_srv_port_up() {
+    echo "+ ctl link --port $FPORT down" >>"$_flog"
+    ci_ctl link --port "$FPORT" down >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT down failed;"
+    sleep 5
+    _pctl=$(port_state)
+    erdma_port_watch 20
+    fault_add "$_fid" port-up
+    sleep 8
+    _pduring=$(port_state)
+    wait "$_ap"
+    _ev="port_ctl_down=$_pctl port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' '); dmesg: $(dmesg_new 'erdma|link|eth0')"
+}
+erdma_peer_port_up() { :; }
+erdma_srv_undo_port_up() {
+    echo "+ ctl link --port $FPORT up" >>"$_flog"
+    ci_ctl link --port "$FPORT" up >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT up failed;"
+    sleep 3
+    _ev="$_ev; after ctl link up: $(port_state)"
+}
+
+# cmd-status: CREATE_QP completes with a non-zero status
+erdma_srv_cmd_status() {
+    fault_add "$_fid" cmd-status opcode=CREATE_QP "status=${CI_ERDMA_CMD_STATUS:-1}"
+    _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
+    timeout -k 5 30 ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
+    _pp_rc=$?
+    _ev="ibv_rc_pingpong (server) rc=$_pp_rc: $(pp_status); dmesg: $(dmesg_new 'erdma')"
+}
+erdma_peer_cmd_status() { :; }
+erdma_srv_undo_cmd_status() { :; }
+
+# cmdq-timeout: CREATE_QP never completes: after 15 s the driver marks its
+# command queue TIMEOUT and never issues a command again
+erdma_srv_cmdq_timeout() {
+    fault_add "$_fid" cmdq-timeout opcode=CREATE_QP
+    _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
+    _t1=$(now)
+    timeout -k 5 60 ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
+    _pp_rc=$?
+    sleep 2
+    _ev="ibv_rc_pingpong (server) rc=$_pp_rc after $(($(now) - _t1)) s: $(pp_status); dmesg: $(dmesg_new 'erdma|destroy|failed')"
+}
+erdma_peer_cmdq_timeout() { :; }
+erdma_srv_undo_cmdq_timeout() { :; }
+
+cell_erdma_faults() {
+    net_up
+    if ! rdma_dev_up erdma erdma_0; then
+        echo "CI-ABORT reason=erdma-up"
+        exit 0
+    fi
+    FPORT=ar _fid_n=0 eport=18900
+    gidx=$(roce_gid_index erdma_0 "$SELF")
+    [ -n "$gidx" ] || gidx=1
+    barrier "erdma up"
+    # one RC QP's life in the device trace (the server's function): created,
+    # moved to RTR/RTS, 5 ping-pongs, destroyed
+    if [ "$ROLE" = server ]; then
+        ci_ctl trace start --port "$FPORT" --file trace-erdma-rc-qp.txt >"$CI_LOGDIR/trace-start.log" 2>&1 ||
+            say "ctl trace start failed: $(cat "$CI_LOGDIR/trace-start.log")"
+    fi
+    tool_test erdma-baseline tcp 18890 \
+        "ibv_rc_pingpong -d erdma_0 -g $gidx -p 18890 -n 5" \
+        "ibv_rc_pingpong -d erdma_0 -g $gidx -p 18890 -n 5 $PEER" check_pingpong
+    [ "$ROLE" = server ] && { ci_ctl trace stop --port "$FPORT" >>"$CI_LOGDIR/trace-start.log" 2>&1 || say "ctl trace stop failed"; }
+    for _c in cqe-status qp-stall aeq-qp port-down port-up cmd-status cmdq-timeout; do
+        erdma_case "$_c"
+    done
+    diag erdma_0
+    say "cell done"
 }
