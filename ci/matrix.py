@@ -332,12 +332,15 @@ FAULT_CASES = {
                    "CQ_ERR becomes IB_EVENT_QP_FATAL) -> uverbs async event of the QP's owner",
          "expect": [r"IBV_EVENT_QP_FATAL"], "recovers": True},
         {"case": "port-down", "kind": "port-down",
-         "driver": "erdma_verbs.c: erdma_query_port (ib_get_curr_port_state of the paired netdev); "
-                   "erdma_port_event() exists but nothing in 7.3 calls it",
-         "expect": [r"port_during=\S+"], "recovers": True},
+         "driver": "none: erdma_verbs.c: erdma_port_event() is never called in 7.3; erdma_query_port reports "
+                   "ib_get_curr_port_state() of the paired netdev, which stays up; the RC QP retries until "
+                   "RETRY_EXC_ERR (rdma-core providers/erdma)",
+         "expect": [r"port_during=PORT_ACTIVE", r"Failed status transport retry counter exceeded \(12\)"],
+         "recovers": True},
         {"case": "port-up", "kind": "port-up",
-         "driver": "erdma_verbs.c: erdma_query_port (as port-down)",
-         "expect": [r"port_during=\S+"], "recovers": True},
+         "driver": "none (as port-down): the port was taken down with `ctl link --port ar down`; port-up lets the "
+                   "QP's frames through again",
+         "expect": [r"after_port_up=pass"], "recovers": True},
         {"case": "cmd-status", "kind": "cmd-status",
          "driver": "erdma_cmdq.c: erdma_post_cmd_wait (comp_status != 0: -EIO) -> erdma_verbs.c: erdma_create_qp",
          "expect": [r"Couldn't create QP"], "recovers": True},

@@ -8,6 +8,7 @@ Also --shard I/N and --combine (the cell plan and result records, no guest).
 """
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -267,6 +268,152 @@ class ShardCombineTest(unittest.TestCase):
             rows = [line.split(" | ")[0][2:] for line in combined.split("\n## Cells\n", 1)[1].split("\n## Tests")[0]
                     .splitlines() if line.startswith("| ") and not line.startswith("| cell")]
             self.assertEqual(rows, [f"{k}/{c}" for k, c in whole_cells])
+
+
+FAKE_FAULT_CTL = """#!/usr/bin/env python3
+import os, sys
+with open(os.path.join(os.path.dirname(sys.argv[0]), "argv"), "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+if "device-fault" in sys.argv and "add" in sys.argv:
+    print("rule 3 added")
+    sys.exit(0)
+print("no such port", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+class CtlBrokerTest(unittest.TestCase):
+    """The device-fault cells' broker: a guest's request file becomes one `vhost-rdma ctl` run."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = self.tmp.name
+        self.ctl = os.path.join(d, "vhost-rdma")
+        with open(self.ctl, "w") as f:
+            f.write(FAKE_FAULT_CTL)
+        os.chmod(self.ctl, 0o755)
+        for g in ("a", "b"):
+            os.makedirs(os.path.join(d, f"{g}.job"))
+        self.broker = matrix.CtlBroker(self.ctl, d)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def request(self, guest, n, args):
+        with open(os.path.join(self.tmp.name, f"{guest}.job", f"ctl-req.{n}"), "w") as f:
+            f.write("".join(a + "\n" for a in args))
+
+    def reply(self, guest, n):
+        with open(os.path.join(self.tmp.name, f"{guest}.job", f"ctl-rep.{n}")) as f:
+            return f.read()
+
+    def test_requests_run_once_and_answer_with_the_exit_status(self):
+        self.request("a", 1, ["device-fault", "add", "--port", "ag", "--kind", "rx-error", "queue=0"])
+        self.request("b", 1, ["--json", "device-fault", "list"])
+        self.broker.poll()
+        self.broker.poll()  # a second look runs nothing again
+        self.assertEqual(self.reply("a", 1), "rc=0\nrule 3 added\n")
+        self.assertTrue(self.reply("b", 1).startswith("rc=1\n"))
+        with open(os.path.join(self.tmp.name, "argv")) as f:
+            calls = f.read().splitlines()
+        sock = os.path.join(self.tmp.name, "ctl.sock")
+        self.assertEqual(calls, [f"ctl --control {sock} device-fault add --port ag --kind rx-error queue=0",
+                                 f"ctl --control {sock} --json device-fault list"])
+        self.assertEqual(self.broker.count, 2)
+
+    def test_other_commands_are_refused_without_running(self):
+        for n, args in enumerate((["shutdown"], ["--control", "/x", "status"], [], ["faults", "add"]), 1):
+            self.request("a", n, args)
+        self.broker.poll()
+        for n in range(1, 5):
+            self.assertTrue(self.reply("a", n).startswith("rc=2\n"), n)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "argv")))
+        self.assertTrue(matrix.CtlBroker.allowed(["link", "--port", "ag", "down"]))
+        self.assertTrue(matrix.CtlBroker.allowed(["trace", "stop", "--port", "ar"]))
+        self.assertFalse(matrix.CtlBroker.allowed(["trace", "--control=/tmp/other.sock"]))
+
+
+class FaultJudgeTest(unittest.TestCase):
+    CASE = {"case": "rx-error", "kind": "rx-error", "driver": "gve_rx_dqo.c: gve_rx_dqo",
+            "expect": [r"rx_desc_err_dropped_pkt \+[1-9]"], "recovers": True}
+    STUCK = {"case": "cmdq-timeout", "kind": "cmdq-timeout", "driver": "erdma_cmdq.c: erdma_post_cmd_wait",
+             "expect": [r"Couldn't create QP"], "recovers": False}
+
+    @staticmethod
+    def row(detail, status="PASS", test="fault-rx-error"):
+        return {"test": test, "status": status, "secs": 9, "bw": "", "detail": "server: " + status + " " + detail}
+
+    def test_evidence_hits_and_recovery_pass(self):
+        r = matrix.judge_fault_case(self.row("hits=1 recovered=yes during=pass after=pass evidence: dmesg: ; "
+                                             "stats: rx_desc_err_dropped_pkt +1 tx_dropped +0"), self.CASE)
+        self.assertEqual(r["status"], "PASS", r["detail"])
+        self.assertIn("kind rx-error", r["detail"])
+
+    def test_missing_evidence_no_hit_or_no_recovery_fail(self):
+        for det, why in (("hits=1 recovered=yes evidence: stats: rx_desc_err_dropped_pkt +0", "evidence not seen"),
+                         ("hits=0 recovered=yes evidence: stats: rx_desc_err_dropped_pkt +1", "never fired"),
+                         ("hits=? recovered=yes evidence: stats: rx_desc_err_dropped_pkt +1", "never fired"),
+                         ("hits=1 recovered=no evidence: stats: rx_desc_err_dropped_pkt +1", "did not recover"),
+                         ("hits=1 evidence: stats: rx_desc_err_dropped_pkt +1", "no recovered=")):
+            r = matrix.judge_fault_case(self.row(det), self.CASE)
+            self.assertEqual(r["status"], "FAIL", det)
+            self.assertIn(why, r["detail"])
+
+    def test_a_driver_that_does_not_recover_is_a_finding_not_a_silent_pass(self):
+        det = "hits=1 recovered=no evidence: ibv_rc_pingpong rc=1: Couldn't create QP"
+        r = matrix.judge_fault_case(self.row(det, test="fault-cmdq-timeout"), self.STUCK)
+        self.assertEqual(r["status"], "PASS", r["detail"])
+        self.assertIn("finding: the 7.3 driver does not recover", r["detail"])
+        # recovering where the driver cannot is a wrong expectation (or a changed driver): FAIL
+        r = matrix.judge_fault_case(self.row(det.replace("=no", "=yes"), test="fault-cmdq-timeout"), self.STUCK)
+        self.assertEqual(r["status"], "FAIL")
+        self.assertIn("expected not to", r["detail"])
+
+    def test_a_case_the_guest_failed_or_never_reported_stays_failed(self):
+        r = matrix.judge_fault_case(self.row("hits=1 recovered=yes problems: ctl device-fault add failed; evidence: "
+                                             "rx_desc_err_dropped_pkt +1", status="FAIL"), self.CASE)
+        self.assertEqual(r["status"], "FAIL")
+        missing = {"test": "fault-rx-error", "status": "FAIL", "secs": 0, "bw": "",
+                   "detail": "no result from server (guest died or timed out)"}
+        self.assertEqual(matrix.judge_fault_case(missing, self.CASE), missing)
+
+    def test_table_has_one_row_per_case_with_the_evidence(self):
+        rows = [matrix.judge_fault_case(self.row("hits=1 recovered=yes evidence: stats: rx_desc_err_dropped_pkt +2"),
+                                        self.CASE)]
+        md = matrix.fault_table_md("7.3", "gve-faults", rows, [self.CASE, dict(self.CASE, case="rx-other")],
+                                   "ci/matrix.sh --cells 7.3/gve-faults")
+        lines = [ln for ln in md.splitlines() if ln.startswith("| `")]
+        self.assertEqual(len(lines), 2)
+        self.assertIn("stats: rx_desc_err_dropped_pkt +2 | yes | PASS", lines[0])
+        self.assertIn("| FAIL |", lines[1])
+        self.assertIn("`ci/matrix.sh --cells 7.3/gve-faults`", md)
+
+    def test_every_fault_case_is_a_server_row_of_its_cell(self):
+        for cell, cases in matrix.FAULT_CASES.items():
+            tests = dict(matrix.CELLS[cell]["tests"])
+            for c in cases:
+                self.assertEqual(tests.get(f"fault-{c['case']}"), ("server",), c["case"])
+                for x in c["expect"]:
+                    re.compile(x)
+
+
+class TraceTest(unittest.TestCase):
+    def test_trace_files_must_exist_and_name_the_driver_commands(self):
+        with tempfile.TemporaryDirectory() as d:
+            want = {"trace-gve-probe.txt": ["DESCRIBE_DEVICE", "CREATE_TX_QUEUE"]}
+            r = matrix.trace_test(d, want)
+            self.assertEqual(r["status"], "FAIL")
+            self.assertIn("missing", r["detail"])
+            with open(os.path.join(d, "trace-gve-probe.txt"), "w") as f:
+                f.write("0.001 reg-write device_status\n0.002 cmd GVE_ADMINQ_DESCRIBE_DEVICE -> PASSED\n")
+            r = matrix.trace_test(d, want)
+            self.assertEqual(r["status"], "FAIL")
+            self.assertIn("lacks CREATE_TX_QUEUE", r["detail"])
+            with open(os.path.join(d, "trace-gve-probe.txt"), "a") as f:
+                f.write("0.003 cmd GVE_ADMINQ_CREATE_TX_QUEUE queue_id=0 -> PASSED\n")
+            r = matrix.trace_test(d, want)
+            self.assertEqual(r["status"], "PASS", r["detail"])
+            self.assertIn("3 records", r["detail"])
 
 
 if __name__ == "__main__":

@@ -1391,7 +1391,7 @@ gve_undo_reset_request() { :; }
 
 # adminq-status: the flow-rule command (ethtool -N) completes DEADLINE_EXCEEDED
 gve_arm_adminq_status() {
-    fault_add "$_fid" adminq-status "opcode=${CI_GVE_FLOW_OPCODE:-CONFIGURE_FLOW_RULE}" status=DEADLINE_EXCEEDED
+    fault_add "$_fid" adminq-status "opcode=${CI_GVE_FLOW_OPCODE:-ADD_FLOW_RULE}" status=DEADLINE_EXCEEDED
 }
 gve_ev_adminq_status() {
     _eo=$(ethtool -N "$GVE_IF" flow-type tcp4 dst-port 5999 action 0 2>&1)
@@ -1670,37 +1670,57 @@ erdma_port_watch() {
         _wi=$((_wi + 1)); [ $_wi -ge 60 ] && break; sleep 0.5
     done
 }
+# port-down / port-up: the server's QP sends first (it runs ibv_rc_pingpong's
+# client side against a pingpong server on the client guest; the out-of-band
+# exchange goes over eth0, the virtio-net port, which stays up)
+erdma_rev_pp() {
+    _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
+    timeout -k 5 "$2" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n "$1" "$PEER" >"$_pp_log" 2>&1
+    _pp_rc=$?
+}
+erdma_peer_rev() {
+    timeout -k 5 "$1" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 \
+        >"$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log" 2>&1 &
+    _rp=$!
+    wait_listen tcp "$eport"
+    barrier "$_case armed"
+    wait "$_rp"
+}
 erdma_srv_port_down() {
     _pbefore=$(port_state)
-    erdma_port_watch 20
+    erdma_port_watch 25
+    barrier "$_case armed"
     fault_add "$_fid" port-down
-    sleep 8
+    _t1=$(now)
+    erdma_rev_pp 5 40
     _pduring=$(port_state)
     wait "$_ap"
-    _ev="port_before=$_pbefore port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' '); dmesg: $(dmesg_new 'erdma|link|eth0')"
+    _ev="port_before=$_pbefore port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' ')none else; ibv_rc_pingpong (server QP sends first) rc=$_pp_rc after $(($(now) - _t1)) s: $(pp_status); dmesg: $(dmesg_new 'erdma|link|eth0')"
 }
-erdma_peer_port_down() { :; }
+erdma_peer_port_down() { erdma_peer_rev 30; }
 erdma_srv_undo_port_down() {
-    sleep 3
+    sleep 2
     _ev="$_ev; after clear: $(port_state)"
 }
 erdma_srv_port_up() {
     echo "+ ctl link --port $FPORT down" >>"$_flog"
     ci_ctl link --port "$FPORT" down >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT down failed;"
-    sleep 5
     _pctl=$(port_state)
-    erdma_port_watch 20
+    erdma_port_watch 25
     fault_add "$_fid" port-up
-    sleep 8
+    barrier "$_case armed"
+    erdma_rev_pp 5 40
     _pduring=$(port_state)
     wait "$_ap"
-    _ev="port_ctl_down=$_pctl port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' '); dmesg: $(dmesg_new 'erdma|link|eth0')"
+    _pu=fail
+    [ "$_pp_rc" = 0 ] && grep -q 'iters in' "$_pp_log" && _pu=pass
+    _ev="port_ctl_down=$_pctl port_during=$_pduring; after_port_up=$_pu (ibv_rc_pingpong, server QP sends first: $(pp_status)); async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' ')none else; dmesg: $(dmesg_new 'erdma|link|eth0')"
 }
-erdma_peer_port_up() { :; }
+erdma_peer_port_up() { erdma_peer_rev 30; }
 erdma_srv_undo_port_up() {
     echo "+ ctl link --port $FPORT up" >>"$_flog"
     ci_ctl link --port "$FPORT" up >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT up failed;"
-    sleep 3
+    sleep 2
     _ev="$_ev; after ctl link up: $(port_state)"
 }
 
