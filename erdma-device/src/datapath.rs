@@ -181,9 +181,10 @@ impl ErdmaDevice {
                 crate::names::wc_status(cqe.syndrome)
             )
         });
-        if injected {
-            // As after a real error completion: the QP's other work
-            // completes flushed.
+        if injected && self.qps.get(&cqe.qpn).is_some_and(|q| !q.is_ud()) {
+            // As after a real error completion on an RC QP: its other work
+            // completes flushed. (A UD QP keeps its state: one datagram
+            // failed.)
             self.enter_error(cqe.qpn);
         }
         let Some(cq) = self.cqs.get_mut(&cqn) else {

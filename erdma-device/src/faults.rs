@@ -47,7 +47,7 @@ pub enum ErdmaFault {
         /// Also move the QP to ERROR (its work completes flushed).
         error: bool,
     },
-    /// The next matching successful CQE carries `status`; the QP then
+    /// The next matching successful CQE carries `status`; an RC QP then
     /// goes to ERROR, as after a real error completion.
     CqeStatus {
         /// `ERDMA_WC_*` (non-zero).
@@ -101,7 +101,7 @@ pub const FAULT_KINDS: &[FaultKindInfo] = &[
             "qpn=only this QP's CQEs",
             "opcode=only CQEs of this ERDMA_OP_* name or number",
         ],
-        doc: "the next matching successful CQE gets that status; the QP goes to ERROR",
+        doc: "the next matching successful CQE gets that status; an RC QP goes to ERROR",
     },
     FaultKindInfo {
         name: "qp-stall",
