@@ -393,3 +393,46 @@ fn trace_decodes_commands_doorbells_completions_and_faults() {
     assert_eq!(a.d.dev.register_name(2, 0x2000), Some("MSI-X PBA"));
     assert!(b.d.trace.is_empty());
 }
+
+/// cqe-status on a UD QP: that datagram's CQE carries the status, the QP
+/// keeps its state and the next send succeeds.
+#[test]
+fn cqe_status_on_a_ud_qp_leaves_it_running() {
+    let mut a = rc::side(Driver::new(MAC_A), IP_A, true, 1, (256, 256, 64), 4);
+    assert_eq!(
+        a.d.modify_qp(1, 1, 1 | 2, None, 0, 0x8001_0000, 0, 0)
+            .status,
+        0
+    );
+    assert_eq!(a.d.modify_qp(1, 2, 1, None, 0, 0, 0, 0).status, 0);
+    assert_eq!(a.d.modify_qp(1, 3, 1 | 8, None, 0, 0, 0, 0).status, 0);
+    let mut ah = [0u8; 52];
+    ah[8..12].copy_from_slice(&1u32.to_le_bytes());
+    ah[12..16].copy_from_slice(&5u32.to_le_bytes());
+    av_to(MAC_B, IP_B).write(&mut ah[16..52]);
+    assert_eq!(a.d.cmd(0, 15, &ah).status, 0);
+    add(
+        &mut a.d,
+        1,
+        &FaultSpec::new("cqe-status")
+            .param("status", "SEND_WQE_FORMAT_ERR")
+            .param("qpn", 1),
+    )
+    .unwrap();
+    let mut s = vec![0u8; 48];
+    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
+    s[12..16].copy_from_slice(&64u32.to_le_bytes());
+    s[16..20].copy_from_slice(&0x8001_0000u32.to_le_bytes());
+    s[20..24].copy_from_slice(&1u32.to_le_bytes());
+    s[24..28].copy_from_slice(&5u32.to_le_bytes());
+    s[32..40].copy_from_slice(&0x7000_0000u64.to_le_bytes());
+    s[40..44].copy_from_slice(&64u32.to_le_bytes());
+    s[44..48].copy_from_slice(&STAG.to_le_bytes());
+    for want in [8, 0] {
+        a.d.post_sqe(&mut a.qp, s.clone());
+        a.d.poll();
+        let wc = a.d.poll_cq(1).expect("UD send CQE");
+        assert_eq!((wc.opcode, wc.syndrome), (op::SEND, want));
+        assert_eq!(a.d.dev.qp_state(1), Some(qps::RTS));
+    }
+}
