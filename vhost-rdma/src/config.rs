@@ -596,6 +596,10 @@ pub struct Limits {
     /// Largest capture file in bytes; later records are dropped, counted in
     /// the capture status's `limited`. Default 1 GiB.
     pub capture_max_bytes: u64,
+    /// Largest device trace file in bytes (`ctl trace start --file`); later
+    /// lines are not written, counted in the trace status's `limited`.
+    /// Default 64 MiB.
+    pub trace_max_bytes: u64,
 }
 
 /// Largest value of each [`Limits`] field.
@@ -605,6 +609,7 @@ pub const LIMITS_MAX: Limits = Limits {
     fault_rules: 4096,
     flow_rules: crate::steering::MAX_RULES,
     capture_max_bytes: 1 << 40,
+    trace_max_bytes: 1 << 40,
 };
 
 impl Default for Limits {
@@ -615,6 +620,7 @@ impl Default for Limits {
             fault_rules: crate::faults::MAX_FAULT_RULES,
             flow_rules: crate::steering::MAX_RULES,
             capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+            trace_max_bytes: crate::ports::device::trace::DEFAULT_TRACE_MAX_BYTES,
         }
     }
 }
@@ -640,6 +646,10 @@ impl Limits {
         let (v, max) = (self.capture_max_bytes, LIMITS_MAX.capture_max_bytes);
         if !(4096..=max).contains(&v) {
             bail!("[limits] capture-max-bytes = {v} must be between 4096 and {max}");
+        }
+        let (v, max) = (self.trace_max_bytes, LIMITS_MAX.trace_max_bytes);
+        if !(1..=max).contains(&v) {
+            bail!("[limits] trace-max-bytes = {v} must be between 1 and {max}");
         }
         Ok(())
     }
@@ -772,6 +782,9 @@ pub struct DaemonConfig {
     pub capture_dir: Option<PathBuf>,
     /// Fault rules installed at start (`[[fault]]`).
     pub faults: Vec<crate::faults::FaultSpec>,
+    /// Device fault rules installed on device ports at start
+    /// (`[[device-fault]]`).
+    pub device_faults: Vec<crate::ports::device::bench::DeviceFaultSpec>,
     /// Table bounds (`[limits]`).
     pub limits: Limits,
     /// The protocol checker (`[checker]`).
@@ -794,6 +807,8 @@ struct FileConfig {
     ports: Vec<FilePort>,
     #[serde(default, rename = "fault")]
     faults: Vec<crate::faults::FaultSpec>,
+    #[serde(default, rename = "device-fault")]
+    device_faults: Vec<crate::ports::device::bench::DeviceFaultSpec>,
     #[serde(default)]
     limits: Limits,
     #[serde(default)]
@@ -857,6 +872,7 @@ impl DaemonConfig {
             ports: Vec::new(),
             hosts: Vec::new(),
             faults: f.faults,
+            device_faults: f.device_faults,
             limits: f.limits,
             checker: f.checker,
             socket_perms: Default::default(),
@@ -1021,6 +1037,19 @@ impl DaemonConfig {
             bail!("no ports configured: give at least one --port NAME=SOCKET_PATH");
         }
         self.limits.check()?;
+        for d in &self.device_faults {
+            let Some(p) = self.ports.iter().find(|p| p.name == d.port) else {
+                bail!("[[device-fault]] {}: no port named {:?}", d.kind, d.port);
+            };
+            if !matches!(p.kind, PortKind::Gve | PortKind::Erdma) {
+                bail!(
+                    "[[device-fault]] {}: port {} is a {} port: device faults need kind=gve or kind=erdma",
+                    d.kind,
+                    p.name,
+                    crate::ports::device::bench::kind_name(p.kind)
+                );
+            }
+        }
         for p in &self.ports {
             if p.flow_rules.len() > self.limits.flow_rules {
                 bail!(
@@ -1337,7 +1366,7 @@ mod tests {
     fn limits_section() {
         let c = DaemonConfig::from_toml(
             "[limits]\nmac-table = 10\ncontrol-connections = 2\nfault-rules = 3\nflow-rules = 4\n\
-             [[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n",
+             trace-max-bytes = 5000\n[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -1348,6 +1377,7 @@ mod tests {
                 fault_rules: 3,
                 flow_rules: 4,
                 capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+                trace_max_bytes: 5000,
             }
         );
         let d =
@@ -1360,6 +1390,10 @@ mod tests {
                 "flow-rules = 257 must be between 1 and 256",
             ),
             ("bogus = 1", "unknown field"),
+            (
+                "trace-max-bytes = 0",
+                "trace-max-bytes = 0 must be between 1 and",
+            ),
         ] {
             let e = DaemonConfig::from_toml(&format!("[limits]\n{bad}\n")).unwrap_err();
             assert!(format!("{e:#}").contains(text), "{bad}: {e:#}");
