@@ -1190,7 +1190,8 @@ class CtlBroker(threading.Thread):
     /job/ctl-req.N (written as .tmp and renamed, so it is whole when seen); the
     answer goes to /job/ctl-rep.N: a first line `rc=RC`, then ctl's stdout and
     stderr. Only the commands a fault case needs are run (ALLOWED, after an
-    optional leading --json); anything else is answered rc=2 without running.
+    optional leading --json; never another daemon's --control or --pid); anything else is answered rc=2
+    without running.
     Every request and answer is logged to ctl-broker.log in the cell dir."""
 
     ALLOWED = ("device-fault", "link", "trace", "status")
@@ -1206,7 +1207,7 @@ class CtlBroker(threading.Thread):
     def allowed(cls, args):
         """Whether a guest's request may run: a known ctl command, nothing that names another control socket."""
         rest = args[1:] if args[:1] == ["--json"] else args
-        return bool(rest) and rest[0] in cls.ALLOWED and not any(x.startswith("--control") for x in args)
+        return bool(rest) and rest[0] in cls.ALLOWED and not any(x.startswith(("--control", "--pid")) for x in args)
 
     def execute(self, args):
         if not self.allowed(args):

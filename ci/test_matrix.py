@@ -331,6 +331,7 @@ class CtlBrokerTest(unittest.TestCase):
         self.assertTrue(matrix.CtlBroker.allowed(["link", "--port", "ag", "down"]))
         self.assertTrue(matrix.CtlBroker.allowed(["trace", "stop", "--port", "ar"]))
         self.assertFalse(matrix.CtlBroker.allowed(["trace", "--control=/tmp/other.sock"]))
+        self.assertFalse(matrix.CtlBroker.allowed(["status", "--pid", "1"]))
 
 
 class FaultJudgeTest(unittest.TestCase):
