@@ -1131,12 +1131,13 @@ repro_gve_qstats_oops() {
 # (status FAIL only when the case could not be run: a ctl command failed);
 # the host judges it against FAULT_CASES in ci/matrix.py.
 CI_FAULT_BYTES=${CI_FAULT_BYTES:-4M}
-ci_ctl_n=0
 
 # ci_ctl ARGS...: `vhost-rdma ctl ARGS` run by the host against this cell's
 # daemon; prints its output, returns its exit status (99: no answer in 60 s)
+# (the request number lives in a file: ci_ctl often runs inside $(...), a subshell)
 ci_ctl() {
-    ci_ctl_n=$((ci_ctl_n + 1))
+    ci_ctl_n=$(($(cat /job/ctl-seq 2>/dev/null || echo 0) + 1))
+    echo "$ci_ctl_n" >/job/ctl-seq
     _cq=/job/ctl-req.$ci_ctl_n
     printf '%s\n' "$@" >"$_cq.tmp" && mv "$_cq.tmp" "$_cq"
     _ci=0
