@@ -296,7 +296,7 @@ FAULT_CASES = {
         {"case": "rx-bad-csum", "kind": "rx-bad-csum",
          "driver": "gve_rx_dqo.c: gve_rx_complete_skb -> gve_rx_skb_csum (csum_l4_err: CHECKSUM_NONE, the stack "
                    "checks the checksum itself)",
-         "expect": [r"rx_desc_err_dropped_pkt \+0"], "recovers": True},
+         "expect": [r"rx_desc_err_dropped_pkt \+0", r"rx_drops_invalid_checksum\[0\] \+[1-9]"], "recovers": True},
         {"case": "rx-bad-buf-id", "kind": "rx-bad-buf-id",
          "driver": "gve_rx_dqo.c: gve_rx_dqo (buffer_id >= num_buf_states or not allocated: -EINVAL)",
          "expect": [r"RX buffer_id", r"rx_desc_err_dropped_pkt \+[1-9]"], "recovers": True},

@@ -1289,13 +1289,13 @@ ftcp() {
     [ $_trc = 0 ] && grep '^STREAM-RESULT' "$_tl" | tail -n 1 | grep 'verified=1' | grep -q 'status=pass' && _tok=pass
 }
 
-# gve_case CASE DURING: one fault case. DURING = c2s|s2c: a verified stream
-# runs while the fault is armed (in the background on the server, whose
+# gve_case CASE DURING [BYTES]: one fault case. DURING = c2s|s2c: a verified
+# stream (BYTES, default CI_FAULT_BYTES) runs while the fault is armed (in the background on the server, whose
 # gve_ev_CASE collects the evidence meanwhile), none: no stream. Then the
 # rule is cleared (gve_undo_CASE undoes what the case did besides) and a
 # verified 4 MiB stream both ways must pass ("recovered").
 gve_case() {
-    _case=$1 _dur=$2
+    _case=$1 _dur=$2 _fbytes=${3:-$CI_FAULT_BYTES}
     _fn=$(echo "$_case" | tr - _)
     _flog=$CI_LOGDIR/fault-$_case.$ROLE.log
     : >"$_flog"
@@ -1312,7 +1312,7 @@ gve_case() {
     barrier "$_case armed"
     if [ "$_dur" != none ]; then
         if [ "$ROLE" = server ]; then
-            (ftcp "fault-$_case-during" "$_dur" "$CI_FAULT_BYTES" "$gport" 60; echo "$_tok" >"$CI_LOGDIR/fault-$_case-during.tok") &
+            (ftcp "fault-$_case-during" "$_dur" "$_fbytes" "$gport" 60; echo "$_tok" >"$CI_LOGDIR/fault-$_case-during.tok") &
             _bgp=$!
             "gve_ev_$_fn"
             [ "$_hits" = '?' ] && _hits=$(fault_hits "$_fid")
@@ -1321,7 +1321,7 @@ gve_case() {
             wait "$_bgp"
             _during=$(cat "$CI_LOGDIR/fault-$_case-during.tok" 2>/dev/null || echo fail)
         else
-            ftcp "fault-$_case-during" "$_dur" "$CI_FAULT_BYTES" "$gport" 60
+            ftcp "fault-$_case-during" "$_dur" "$_fbytes" "$gport" 60
             _during=$_tok
         fi
     elif [ "$ROLE" = server ]; then
@@ -1414,8 +1414,17 @@ gve_packet_ev() {
 gve_arm_rx_error() { fault_add "$_fid" rx-error queue=0; }
 gve_ev_rx_error() { gve_packet_ev 3; }
 gve_undo_rx_error() { :; }
-gve_arm_rx_bad_csum() { fault_add "$_fid" rx-bad-csum queue=0; }
-gve_ev_rx_bad_csum() { gve_packet_ev 3; }
+# the NIC's own count of checksum errors (its stats report, refreshed within 1 s)
+nic_csum() { ethtool -S "$GVE_IF" 2>/dev/null | sed -n 's/^ *rx_drops_invalid_checksum\[0\]: //p'; }
+gve_arm_rx_bad_csum() {
+    _nc0=$(nic_csum)
+    fault_add "$_fid" rx-bad-csum queue=0
+}
+gve_ev_rx_bad_csum() {
+    gve_packet_ev 3
+    _nc1=$(nic_csum)
+    _ev="$_ev; NIC stats report: rx_drops_invalid_checksum[0] +$((${_nc1:-0} - ${_nc0:-0}))"
+}
 gve_undo_rx_bad_csum() { :; }
 gve_arm_rx_bad_buf_id() { fault_add "$_fid" rx-bad-buf-id queue=0; }
 gve_ev_rx_bad_buf_id() { gve_packet_ev 3; }
@@ -1430,9 +1439,14 @@ gve_ev_tx_miss_timeout() {
     _ev="dmesg: $(dmesg_new "gve|$GVE_IF")"
 }
 gve_undo_tx_miss_timeout() { :; }
-# tx-stall: lasting, until cleared; the netdev watchdog (5 s) calls gve_tx_timeout
-gve_arm_tx_stall() { fault_add "$_fid" tx-stall queue=0; }
+# tx-stall: lasting, until cleared; armed 3 s into a long stream, so that the
+# queue is full and stopped (a stall with little in flight, e.g. one SYN-ACK,
+# never stops the queue and the netdev watchdog never fires); the watchdog
+# (watchdog_timeo 5 s) then calls gve_tx_timeout
+gve_arm_tx_stall() { :; }
 gve_ev_tx_stall() {
+    sleep 3
+    fault_add "$_fid" tx-stall queue=0
     wait_dmesg 'Timeout on tx queue' 45
     sleep 3
     _hits=$(fault_hits "$_fid")
@@ -1517,7 +1531,7 @@ cell_gve_faults() {
     gve_case rx-bad-buf-id c2s
     gve_case tx-miss-reinject s2c
     gve_case tx-miss-timeout s2c
-    gve_case tx-stall s2c
+    gve_case tx-stall s2c 512M
     if [ "$ROLE" = server ]; then
         # the device's stats report (REPORT_STATS region): the NIC's own per-queue counters
         _ns=$(ethtool -S "$GVE_IF" | grep -E 'rx_(queue_drop_cnt|no_buffers_posted|drops_packet_over_mru|drops_invalid_checksum)\[' | tr -s ' ' | tr '\n' ' ')
