@@ -338,7 +338,7 @@ FAULT_CASES = {
          "expect": [r"port_during=PORT_ACTIVE", r"Failed status transport retry counter exceeded \(12\)"],
          "recovers": True},
         {"case": "port-up", "kind": "port-up",
-         "driver": "none (as port-down): the port was taken down with `ctl link --port ar down`; port-up lets the "
+         "driver": "none (as port-down): the device port was taken down by a port-down rule; port-up lets the "
                    "QP's frames through again",
          "expect": [r"after_port_up=pass"], "recovers": True},
         {"case": "cmd-status", "kind": "cmd-status",

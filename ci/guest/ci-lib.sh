@@ -1552,7 +1552,7 @@ cell_gve_faults() {
 # _pp_log); waits for its "local address" line and sets _qpn (decimal)
 pp_start() {
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
-    timeout -k 5 "${3:-90}" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" >"$_pp_log" 2>&1 &
+    timeout -k 5 "${3:-90}" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" >"$_pp_log" 2>&1 &
     _pp_pid=$!
     _qpn=
     _wi=0
@@ -1568,7 +1568,7 @@ pp_start() {
 }
 # pp_client PORT ITERS SECS: the client's side
 pp_client() {
-    timeout -k 5 "$3" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" "$PEER" \
+    timeout -k 5 "$3" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" "$PEER" \
         >"$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log" 2>&1
 }
 pp_wait() {
@@ -1576,6 +1576,19 @@ pp_wait() {
     _pp_rc=$?
 }
 pp_status() { grep -E 'Failed status|Couldn.t|iters in|error' "$_pp_log" | head -n 2 | tr '\n' ' '; }
+# dev_counters: the faulted function's RC-engine and port counters, as the daemon counts them
+dev_counters() {
+    ci_ctl --json status 2>/dev/null | python3 -c '
+import json, sys
+try:
+    st = json.load(sys.stdin)
+except ValueError:
+    st = {}
+for d in st.get("devices", []):
+    if d.get("port") == sys.argv[1]:
+        c = (d.get("erdma") or {}).get("counters") or {}
+        print(" ".join(f"{k}={c[k]}" for k in ("rc_retries", "rc_timeouts", "port_down_drops", "tx_frames") if k in c))' "$FPORT"
+}
 port_state() {
     _ps=$(ibv_devinfo -d erdma_0 2>/dev/null | sed -n 's/^[[:space:]]*state:[[:space:]]*\([A-Z_]*\).*/\1/p' | head -n 1)
     echo "${_ps:-?}/eth0-carrier-$(cat /sys/class/net/eth0/carrier 2>/dev/null)"
@@ -1611,7 +1624,7 @@ erdma_case() {
     if [ "$_case" = cmdq-timeout ]; then
         # does rebinding the PCI function (erdma_remove + erdma_probe) bring the device back?
         if [ "$ROLE" = server ]; then
-            _bdf=$(basename "$(readlink -f /sys/class/infiniband/erdma_0/device)")
+            _bdf=$(basename "$(readlink /sys/class/infiniband/erdma_0/device)")
             echo "$_bdf" >/sys/bus/pci/drivers/erdma/unbind 2>>"$_flog"
             echo "$_bdf" >/sys/bus/pci/drivers/erdma/bind 2>>"$_flog"
             _wi=0
@@ -1690,11 +1703,11 @@ erdma_port_watch() {
 # exchange goes over eth0, the virtio-net port, which stays up)
 erdma_rev_pp() {
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
-    timeout -k 5 "$2" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n "$1" "$PEER" >"$_pp_log" 2>&1
+    timeout -k 5 "$2" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n "$1" "$PEER" >"$_pp_log" 2>&1
     _pp_rc=$?
 }
 erdma_peer_rev() {
-    timeout -k 5 "$1" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 \
+    timeout -k 5 "$1" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 \
         >"$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log" 2>&1 &
     _rp=$!
     wait_listen tcp "$eport"
@@ -1710,17 +1723,19 @@ erdma_srv_port_down() {
     erdma_rev_pp 5 40
     _pduring=$(port_state)
     wait "$_ap"
-    _ev="port_before=$_pbefore port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' ')none else; ibv_rc_pingpong (server QP sends first) rc=$_pp_rc after $(($(now) - _t1)) s: $(pp_status); dmesg: $(dmesg_new 'erdma|link|eth0')"
+    _ev="port_before=$_pbefore port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' ')none else; ibv_rc_pingpong (server QP sends first) rc=$_pp_rc after $(($(now) - _t1)) s: $(pp_status); dmesg: $(dmesg_new 'erdma|link|eth0'); device: $(dev_counters)"
 }
 erdma_peer_port_down() { erdma_peer_rev 30; }
 erdma_srv_undo_port_down() {
     sleep 2
     _ev="$_ev; after clear: $(port_state)"
 }
+# port-up: the device port taken down by a port-down rule, then a port-up rule
+# brings it back (not `ctl link down`: that also downs the fabric port)
 erdma_srv_port_up() {
-    echo "+ ctl link --port $FPORT down" >>"$_flog"
-    ci_ctl link --port "$FPORT" down >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT down failed;"
-    _pctl=$(port_state)
+    fault_add $((_fid + 50)) port-down
+    sleep 2
+    _pdown=$(port_state)
     erdma_port_watch 25
     fault_add "$_fid" port-up
     barrier "$_case armed"
@@ -1729,21 +1744,20 @@ erdma_srv_port_up() {
     wait "$_ap"
     _pu=fail
     [ "$_pp_rc" = 0 ] && grep -q 'iters in' "$_pp_log" && _pu=pass
-    _ev="port_ctl_down=$_pctl port_during=$_pduring; after_port_up=$_pu (ibv_rc_pingpong, server QP sends first: $(pp_status)); async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' ')none else; dmesg: $(dmesg_new 'erdma|link|eth0')"
+    _ev="port_after_port_down=$_pdown port_during=$_pduring; after_port_up=$_pu (ibv_rc_pingpong, server QP sends first: $(pp_status)); async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' ')none else; dmesg: $(dmesg_new 'erdma|link|eth0'); device: $(dev_counters)"
 }
 erdma_peer_port_up() { erdma_peer_rev 30; }
 erdma_srv_undo_port_up() {
-    echo "+ ctl link --port $FPORT up" >>"$_flog"
-    ci_ctl link --port "$FPORT" up >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl link --port $FPORT up failed;"
+    fault_clear $((_fid + 50))
     sleep 2
-    _ev="$_ev; after ctl link up: $(port_state)"
+    _ev="$_ev; after clear: $(port_state)"
 }
 
 # cmd-status: CREATE_QP completes with a non-zero status
 erdma_srv_cmd_status() {
     fault_add "$_fid" cmd-status opcode=CREATE_QP "status=${CI_ERDMA_CMD_STATUS:-1}"
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
-    timeout -k 5 30 ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
+    timeout -k 5 30 stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
     _pp_rc=$?
     _ev="ibv_rc_pingpong (server) rc=$_pp_rc: $(pp_status); dmesg: $(dmesg_new 'erdma')"
 }
@@ -1756,7 +1770,7 @@ erdma_srv_cmdq_timeout() {
     fault_add "$_fid" cmdq-timeout opcode=CREATE_QP
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
     _t1=$(now)
-    timeout -k 5 60 ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
+    timeout -k 5 60 stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
     _pp_rc=$?
     sleep 2
     _ev="ibv_rc_pingpong (server) rc=$_pp_rc after $(($(now) - _t1)) s: $(pp_status); dmesg: $(dmesg_new 'erdma|destroy|failed')"
