@@ -1552,23 +1552,34 @@ cell_gve_faults() {
 # _pp_log); waits for its "local address" line and sets _qpn (decimal)
 pp_start() {
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
-    timeout -k 5 "${3:-90}" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" >"$_pp_log" 2>&1 &
+    timeout -k 5 "${3:-90}" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" >"$_pp_log" 2>&1 &
     _pp_pid=$!
     _qpn=
     _wi=0
     while [ $_wi -lt 60 ]; do
-        _qh=$(sed -n 's/.*local address: .*QPN \(0x[0-9a-fA-F]*\).*/\1/p' "$_pp_log" | head -n 1)
-        [ -n "$_qh" ] && { _qpn=$(printf '%d' "$_qh"); return 0; }
+        # its QP as the kernel lists it (ibv_rc_pingpong's own "local address"
+        # line sits in its stdout buffer until it exits)
+        _qpn=$(pp_qpn)
+        [ -n "$_qpn" ] && return 0
         kill -0 "$_pp_pid" 2>/dev/null || break
         _wi=$((_wi + 1))
         sleep 0.5
     done
-    _fwhy="$_fwhy ibv_rc_pingpong printed no QPN: $(tr '\n' ' ' <"$_pp_log" | cut -c1-200);"
+    _fwhy="$_fwhy no ibv_rc_pingpong QP in rdma resource show qp: $(tr '\n' ' ' <"$_pp_log" | cut -c1-200);"
     return 1
+}
+# pp_qpn: the QP number of this guest's ibv_rc_pingpong on erdma_0
+pp_qpn() {
+    rdma resource show qp link erdma_0 2>/dev/null | grep 'comm ibv_rc_pingpong' |
+        sed -n 's/.*lqpn \([0-9]*\).*/\1/p' | tail -n 1
+}
+# pp_qp_state: the state of that QP (e.g. ERR after an error completion)
+pp_qp_state() {
+    rdma resource show qp link erdma_0 2>/dev/null | grep "lqpn $1 " | sed -n 's/.* state \([A-Z]*\).*/\1/p' | head -n 1
 }
 # pp_client PORT ITERS SECS: the client's side
 pp_client() {
-    timeout -k 5 "$3" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" "$PEER" \
+    timeout -k 5 "$3" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$1" -n "$2" "$PEER" \
         >"$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log" 2>&1
 }
 pp_wait() {
@@ -1617,7 +1628,7 @@ erdma_case() {
         "erdma_peer_$_fn"
     fi
     barrier "$_case cleared"
-    RPING_COUNT=5 CI_QUIET_RESULT=1 CI_TOOL_TIMEOUT=90 tool_test "fault-$_case-after" cm "$eport" \
+    RPING_COUNT=5 CI_QUIET_RESULT=1 CI_TOOL_TIMEOUT=45 tool_test "fault-$_case-after" cm "$eport" \
         "rping -s -a $SELF -p $eport -C 5 -v -V" "rping -c -a $PEER -p $eport -C 5 -v -V" check_rping
     _after=$(echo "$_st" | tr 'A-Z' 'a-z')
     [ "$_after" = pass ] && _rec=yes
@@ -1633,7 +1644,7 @@ erdma_case() {
             done
         fi
         barrier "$_case rebound"
-        RPING_COUNT=5 CI_QUIET_RESULT=1 CI_TOOL_TIMEOUT=90 tool_test "fault-$_case-rebind" cm $((eport + 1)) \
+        RPING_COUNT=5 CI_QUIET_RESULT=1 CI_TOOL_TIMEOUT=45 tool_test "fault-$_case-rebind" cm $((eport + 1)) \
             "rping -s -a $SELF -p $((eport + 1)) -C 5 -v -V" "rping -c -a $PEER -p $((eport + 1)) -C 5 -v -V" check_rping
         [ "$ROLE" = server ] && _ev="$_ev; after unbind/bind of $_bdf: erdma_0 $(rdma link show erdma_0/1 2>/dev/null | grep -o 'state [A-Z]*'), rping -V $_st; dmesg: $(dmesg_new 'erdma|destroy|failed')"
     fi
@@ -1703,11 +1714,11 @@ erdma_port_watch() {
 # exchange goes over eth0, the virtio-net port, which stays up)
 erdma_rev_pp() {
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
-    timeout -k 5 "$2" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n "$1" "$PEER" >"$_pp_log" 2>&1
+    timeout -k 5 "$2" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n "$1" "$PEER" >"$_pp_log" 2>&1
     _pp_rc=$?
 }
 erdma_peer_rev() {
-    timeout -k 5 "$1" stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 \
+    timeout -k 5 "$1" ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 \
         >"$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log" 2>&1 &
     _rp=$!
     wait_listen tcp "$eport"
@@ -1757,7 +1768,7 @@ erdma_srv_undo_port_up() {
 erdma_srv_cmd_status() {
     fault_add "$_fid" cmd-status opcode=CREATE_QP "status=${CI_ERDMA_CMD_STATUS:-1}"
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
-    timeout -k 5 30 stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
+    timeout -k 5 30 ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
     _pp_rc=$?
     _ev="ibv_rc_pingpong (server) rc=$_pp_rc: $(pp_status); dmesg: $(dmesg_new 'erdma')"
 }
@@ -1770,7 +1781,7 @@ erdma_srv_cmdq_timeout() {
     fault_add "$_fid" cmdq-timeout opcode=CREATE_QP
     _pp_log=$CI_LOGDIR/fault-$_case-pingpong.$ROLE.log
     _t1=$(now)
-    timeout -k 5 60 stdbuf -oL ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
+    timeout -k 5 60 ibv_rc_pingpong -d erdma_0 -g "$gidx" -p "$eport" -n 5 >"$_pp_log" 2>&1
     _pp_rc=$?
     sleep 2
     _ev="ibv_rc_pingpong (server) rc=$_pp_rc after $(($(now) - _t1)) s: $(pp_status); dmesg: $(dmesg_new 'erdma|destroy|failed')"
