@@ -370,6 +370,15 @@ class FaultJudgeTest(unittest.TestCase):
         self.assertEqual(r["status"], "FAIL")
         self.assertIn("expected not to", r["detail"])
 
+    def test_a_kind_the_device_counts_no_hits_for_is_judged_by_its_evidence(self):
+        case = {"case": "qp-stall", "kind": "qp-stall", "driver": "-", "expect": [r"stalled=yes"],
+                "recovers": True, "no_hits": "no hit counter"}
+        r = matrix.judge_fault_case(self.row("hits=0 recovered=yes evidence: stalled=yes", test="fault-qp-stall"), case)
+        self.assertEqual(r["status"], "PASS", r["detail"])
+        self.assertIn("hits not judged: no hit counter", r["detail"])
+        r = matrix.judge_fault_case(self.row("hits=0 recovered=yes evidence: stalled=no", test="fault-qp-stall"), case)
+        self.assertEqual(r["status"], "FAIL")
+
     def test_a_case_the_guest_failed_or_never_reported_stays_failed(self):
         r = matrix.judge_fault_case(self.row("hits=1 recovered=yes problems: ctl device-fault add failed; evidence: "
                                              "rx_desc_err_dropped_pkt +1", status="FAIL"), self.CASE)

@@ -1157,10 +1157,10 @@ ci_ctl() {
 # fault_add ID KIND [KEY=VALUE...] [--count N]: a device-fault rule on $FPORT;
 # a failure is noted in $_fwhy (the case then reports FAIL)
 fault_add() {
-    _fid=$1 _fk=$2
+    _fa=$1 _fk=$2
     shift 2
-    echo "+ ctl device-fault add --port $FPORT --kind $_fk --id $_fid $*" >>"$_flog"
-    _fout=$(ci_ctl device-fault add --port "$FPORT" --kind "$_fk" --id "$_fid" "$@" 2>&1)
+    echo "+ ctl device-fault add --port $FPORT --kind $_fk --id $_fa $*" >>"$_flog"
+    _fout=$(ci_ctl device-fault add --port "$FPORT" --kind "$_fk" --id "$_fa" "$@" 2>&1)
     _frc=$?
     echo "$_fout" >>"$_flog"
     [ $_frc = 0 ] || _fwhy="$_fwhy ctl device-fault add --kind $_fk $*: rc=$_frc $(echo "$_fout" | tail -n 2 | tr '\n' ' ');"
@@ -1613,7 +1613,7 @@ erdma_case() {
     _fn=$(echo "$_case" | tr - _)
     _flog=$CI_LOGDIR/fault-$_case.$ROLE.log
     : >"$_flog"
-    _fwhy= _ev= _hits='?' _during=- _after=- _rec=no _fid=$((_fid_n += 1))
+    _fwhy= _ev= _hits='?' _during=- _after=- _rec=no _cleared= _fid=$((_fid_n += 1))
     eport=$((eport + 3))
     barrier "$_case start"
     _ft0=$(now)
@@ -1622,7 +1622,7 @@ erdma_case() {
         say "fault case $_case"
         "erdma_srv_$_fn"
         [ "$_hits" = '?' ] && _hits=$(fault_hits "$_fid")
-        fault_clear "$_fid"
+        [ -n "$_cleared" ] || fault_clear "$_fid"
         "erdma_srv_undo_$_fn"
     else
         "erdma_peer_$_fn"
@@ -1635,7 +1635,7 @@ erdma_case() {
     if [ "$_case" = cmdq-timeout ]; then
         # does rebinding the PCI function (erdma_remove + erdma_probe) bring the device back?
         if [ "$ROLE" = server ]; then
-            _bdf=$(basename "$(readlink /sys/class/infiniband/erdma_0/device)")
+            _bdf=$(ls /sys/bus/pci/drivers/erdma/ | grep -m 1 '^0000:')
             echo "$_bdf" >/sys/bus/pci/drivers/erdma/unbind 2>>"$_flog"
             echo "$_bdf" >/sys/bus/pci/drivers/erdma/bind 2>>"$_flog"
             _wi=0
@@ -1673,6 +1673,7 @@ erdma_srv_qp_stall() {
     kill -0 "$_pp_pid" 2>/dev/null && ! grep -q 'iters in' "$_pp_log" && _stalled=yes
     _hits=$(fault_hits "$_fid")
     fault_clear "$_fid"
+    _cleared=1
     _tc=$(now)
     pp_wait
     _done=no
@@ -1736,7 +1737,7 @@ erdma_srv_port_down() {
     wait "$_ap"
     _ev="port_before=$_pbefore port_during=$_pduring; async events: $(grep '^ASYNC-EVENT' "$_al" | tr '\n' ' ')none else; ibv_rc_pingpong (server QP sends first) rc=$_pp_rc after $(($(now) - _t1)) s: $(pp_status); dmesg: $(dmesg_new 'erdma|link|eth0'); device: $(dev_counters)"
 }
-erdma_peer_port_down() { erdma_peer_rev 30; }
+erdma_peer_port_down() { erdma_peer_rev 15; }
 erdma_srv_undo_port_down() {
     sleep 2
     _ev="$_ev; after clear: $(port_state)"
