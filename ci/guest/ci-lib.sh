@@ -1660,7 +1660,7 @@ erdma_srv_cqe_status() {
     pp_wait
     _ev="qpn=$_qpn; ibv_rc_pingpong (server) rc=$_pp_rc: $(pp_status)"
 }
-erdma_peer_cqe_status() { barrier "$_case armed"; pp_client "$eport" 10 30; }
+erdma_peer_cqe_status() { barrier "$_case armed"; pp_client "$eport" 10 15; }
 erdma_srv_undo_cqe_status() { :; }
 
 # qp-stall: the server QP's SQ is not executed (the pong is never sent) until cleared
@@ -1748,7 +1748,7 @@ erdma_srv_port_up() {
     fault_add $((_fid + 50)) port-down
     sleep 2
     _pdown=$(port_state)
-    erdma_port_watch 25
+    erdma_port_watch 10
     fault_add "$_fid" port-up
     barrier "$_case armed"
     erdma_rev_pp 5 40
