@@ -1270,11 +1270,12 @@ wait_carrier() {
     done
 }
 
-# ftcp NAME DIRECTION BYTES PORT [IO_TIMEOUT]: one verified TCP stream over the
-# gVNIC's subnet (server side 10.78.0.1); sets _tok=pass|fail, log in /job/NAME.ROLE.log
+# ftcp NAME DIRECTION BYTES PORT [IO_TIMEOUT] [CONNS]: one verified TCP stream
+# (BYTES per connection) over the gVNIC's subnet (server side 10.78.0.1);
+# sets _tok=pass|fail, log in /job/NAME.ROLE.log
 ftcp() {
     _tl=$CI_LOGDIR/$1.$ROLE.log
-    _tc="--proto tcp --port $4 --bytes $3 --direction $2 --seed 25 --io-timeout ${5:-60}"
+    _tc="--proto tcp --port $4 --bytes $3 --direction $2 --seed 25 --io-timeout ${5:-60} --conns ${6:-1}"
     if [ "$ROLE" = server ]; then
         _tcmd="smc-guest-tests stream server --addr $GVE_SRV $_tc --once --accept-timeout 90"
     else
@@ -1295,7 +1296,7 @@ ftcp() {
 # rule is cleared (gve_undo_CASE undoes what the case did besides) and a
 # verified 4 MiB stream both ways must pass ("recovered").
 gve_case() {
-    _case=$1 _dur=$2 _fbytes=${3:-$CI_FAULT_BYTES}
+    _case=$1 _dur=$2 _fbytes=${3:-$CI_FAULT_BYTES} _fconns=${4:-1}
     _fn=$(echo "$_case" | tr - _)
     _flog=$CI_LOGDIR/fault-$_case.$ROLE.log
     : >"$_flog"
@@ -1312,7 +1313,7 @@ gve_case() {
     barrier "$_case armed"
     if [ "$_dur" != none ]; then
         if [ "$ROLE" = server ]; then
-            (ftcp "fault-$_case-during" "$_dur" "$_fbytes" "$gport" 60; echo "$_tok" >"$CI_LOGDIR/fault-$_case-during.tok") &
+            (ftcp "fault-$_case-during" "$_dur" "$_fbytes" "$gport" 90 "$_fconns"; echo "$_tok" >"$CI_LOGDIR/fault-$_case-during.tok") &
             _bgp=$!
             "gve_ev_$_fn"
             [ "$_hits" = '?' ] && _hits=$(fault_hits "$_fid")
@@ -1321,7 +1322,7 @@ gve_case() {
             wait "$_bgp"
             _during=$(cat "$CI_LOGDIR/fault-$_case-during.tok" 2>/dev/null || echo fail)
         else
-            ftcp "fault-$_case-during" "$_dur" "$_fbytes" "$gport" 60
+            ftcp "fault-$_case-during" "$_dur" "$_fbytes" "$gport" 90 "$_fconns"
             _during=$_tok
         fi
     elif [ "$ROLE" = server ]; then
@@ -1439,10 +1440,12 @@ gve_ev_tx_miss_timeout() {
     _ev="dmesg: $(dmesg_new "gve|$GVE_IF")"
 }
 gve_undo_tx_miss_timeout() { :; }
-# tx-stall: lasting, until cleared; armed 3 s into a long stream, so that the
-# queue is full and stopped (a stall with little in flight, e.g. one SYN-ACK,
-# never stops the queue and the netdev watchdog never fires); the watchdog
-# (watchdog_timeo 5 s) then calls gve_tx_timeout
+# tx-stall: lasting, until cleared; armed 3 s into a stream on 8 connections,
+# so that the queue fills up and is stopped: the netdev watchdog only looks at
+# stopped queues, and one TCP flow (a SYN-ACK, or a stream whose congestion
+# window is less than the 512-entry ring) never stops it: the stall then goes
+# unnoticed (seen: a 50 s stall of one stream, no watchdog). The watchdog
+# (watchdog_timeo 5 s) calls gve_tx_timeout
 gve_arm_tx_stall() { :; }
 gve_ev_tx_stall() {
     sleep 3
@@ -1531,7 +1534,7 @@ cell_gve_faults() {
     gve_case rx-bad-buf-id c2s
     gve_case tx-miss-reinject s2c
     gve_case tx-miss-timeout s2c
-    gve_case tx-stall s2c 512M
+    gve_case tx-stall s2c 64M 8
     if [ "$ROLE" = server ]; then
         # the device's stats report (REPORT_STATS region): the NIC's own per-queue counters
         _ns=$(ethtool -S "$GVE_IF" | grep -E 'rx_(queue_drop_cnt|no_buffers_posted|drops_packet_over_mru|drops_invalid_checksum)\[' | tr -s ' ' | tr '\n' ' ')
