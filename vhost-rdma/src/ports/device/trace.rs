@@ -412,8 +412,10 @@ mod tests {
         }
     }
 
-    fn trace() -> (PortTrace, Arc<Mutex<Option<Arc<dyn TraceSink>>>>) {
-        let sink: Arc<Mutex<Option<Arc<dyn TraceSink>>>> = Arc::default();
+    type Installed = Arc<Mutex<Option<Arc<dyn TraceSink>>>>;
+
+    fn trace() -> (PortTrace, Installed) {
+        let sink: Installed = Arc::default();
         let s = sink.clone();
         (
             PortTrace::new("g", Box::new(move |t| *s.lock().unwrap() = t)),
