@@ -97,6 +97,17 @@ pub enum PortKind {
 }
 
 impl PortKind {
+    /// The kind's name as `kind=` and `ctl` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PortKind::VirtioNet => "virtio-net",
+            PortKind::Gve => "gve",
+            PortKind::Erdma => "erdma",
+            PortKind::Vxlan => "vxlan",
+            PortKind::Tap => "tap",
+        }
+    }
+
     /// Queues a port of this kind has when `queues=` is not given: for
     /// `gve`, [`DEFAULT_GVE_QUEUES`] so devmem TCP runs out of the box; one
     /// for the others.
@@ -620,7 +631,7 @@ impl Default for Limits {
             fault_rules: crate::faults::MAX_FAULT_RULES,
             flow_rules: crate::steering::MAX_RULES,
             capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
-            trace_max_bytes: crate::ports::device::trace::DEFAULT_TRACE_MAX_BYTES,
+            trace_max_bytes: DEFAULT_TRACE_MAX_BYTES,
         }
     }
 }
@@ -762,6 +773,106 @@ impl FromStr for HostSpec {
     }
 }
 
+/// A device fault rule as `ctl device-fault add` and `[[device-fault]]`
+/// give it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DeviceFaultSpec {
+    /// The device port (`kind=gve` or `kind=erdma`).
+    pub port: String,
+    /// The fault kind (`ctl device-fault kinds --port P` lists them).
+    pub kind: String,
+    /// The kind's parameters (`queue=0`, `opcode=CREATE_QP`); in a config
+    /// file a table whose values are strings, integers or booleans.
+    #[serde(
+        default,
+        deserialize_with = "params_any",
+        skip_serializing_if = "std::collections::BTreeMap::is_empty"
+    )]
+    pub params: std::collections::BTreeMap<String, String>,
+    /// Fires at most this many times (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Fires with this probability when its condition is met (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prob: Option<f64>,
+    /// PRNG seed (default: the rule id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Rule id on its port (default: one more than the highest there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+}
+
+/// Parameter values of a config file: strings, integers or booleans, all
+/// passed to the model as text.
+fn params_any<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Str(String),
+        Int(i64),
+        Bool(bool),
+    }
+    let m = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
+    Ok(m.into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::Str(s) => s,
+                Value::Int(i) => i.to_string(),
+                Value::Bool(b) => if b { "yes" } else { "no" }.to_string(),
+            };
+            (k, v)
+        })
+        .collect())
+}
+
+impl DeviceFaultSpec {
+    /// The model's view of the rule.
+    pub fn to_model(&self) -> pci_model::FaultSpec {
+        pci_model::FaultSpec {
+            kind: self.kind.clone(),
+            params: self.params.clone(),
+            count: self.count,
+            prob: self.prob,
+            seed: self.seed,
+        }
+    }
+
+    /// `kind key=value ...` as a log line shows it.
+    pub fn describe(&self) -> String {
+        let mut s = self.kind.clone();
+        for (k, v) in &self.params {
+            s.push_str(&format!(" {k}={v}"));
+        }
+        s
+    }
+}
+
+/// Parses `KEY=VALUE` words (`ctl device-fault add ... queue=0`).
+pub fn parse_device_fault_params(
+    words: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut m = std::collections::BTreeMap::new();
+    for w in words {
+        let Some((k, v)) = w.split_once('=') else {
+            return Err(format!("{w:?} is not KEY=VALUE"));
+        };
+        if k.is_empty() {
+            return Err(format!("{w:?} has no key"));
+        }
+        if m.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("parameter {k} given twice"));
+        }
+    }
+    Ok(m)
+}
+
+/// Default of `[limits] trace-max-bytes`: the largest device trace file.
+pub const DEFAULT_TRACE_MAX_BYTES: u64 = 64 << 20;
+
 /// Whole daemon configuration.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DaemonConfig {
@@ -784,7 +895,7 @@ pub struct DaemonConfig {
     pub faults: Vec<crate::faults::FaultSpec>,
     /// Device fault rules installed on device ports at start
     /// (`[[device-fault]]`).
-    pub device_faults: Vec<crate::ports::device::bench::DeviceFaultSpec>,
+    pub device_faults: Vec<DeviceFaultSpec>,
     /// Table bounds (`[limits]`).
     pub limits: Limits,
     /// The protocol checker (`[checker]`).
@@ -808,7 +919,7 @@ struct FileConfig {
     #[serde(default, rename = "fault")]
     faults: Vec<crate::faults::FaultSpec>,
     #[serde(default, rename = "device-fault")]
-    device_faults: Vec<crate::ports::device::bench::DeviceFaultSpec>,
+    device_faults: Vec<DeviceFaultSpec>,
     #[serde(default)]
     limits: Limits,
     #[serde(default)]
@@ -1046,7 +1157,7 @@ impl DaemonConfig {
                     "[[device-fault]] {}: port {} is a {} port: device faults need kind=gve or kind=erdma",
                     d.kind,
                     p.name,
-                    crate::ports::device::bench::kind_name(p.kind)
+                    p.kind.name()
                 );
             }
         }

@@ -4,101 +4,9 @@
 //! models (`gve-device`, `erdma-device`) own the rules and what each kind
 //! does; the daemon names the port, picks the id and passes the rest on.
 
-use serde::{Deserialize, Deserializer, Serialize};
-use std::collections::BTreeMap;
+use serde::{Deserialize, Serialize};
 
-/// A device fault rule as `ctl device-fault add` and `[[device-fault]]`
-/// give it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct DeviceFaultSpec {
-    /// The device port (`kind=gve` or `kind=erdma`).
-    pub port: String,
-    /// The fault kind (`ctl device-fault kinds --port P` lists them).
-    pub kind: String,
-    /// The kind's parameters (`queue=0`, `opcode=CREATE_QP`); in a config
-    /// file a table whose values are strings, integers or booleans.
-    #[serde(
-        default,
-        deserialize_with = "params_any",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
-    pub params: BTreeMap<String, String>,
-    /// Fires at most this many times (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<u64>,
-    /// Fires with this probability when its condition is met (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prob: Option<f64>,
-    /// PRNG seed (default: the rule id).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
-    /// Rule id on its port (default: one more than the highest there).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<u32>,
-}
-
-/// Parameter values of a config file: strings, integers or booleans, all
-/// passed to the model as text.
-fn params_any<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Value {
-        Str(String),
-        Int(i64),
-        Bool(bool),
-    }
-    let m = BTreeMap::<String, Value>::deserialize(d)?;
-    Ok(m.into_iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::Str(s) => s,
-                Value::Int(i) => i.to_string(),
-                Value::Bool(b) => if b { "yes" } else { "no" }.to_string(),
-            };
-            (k, v)
-        })
-        .collect())
-}
-
-impl DeviceFaultSpec {
-    /// The model's view of the rule.
-    pub fn to_model(&self) -> pci_model::FaultSpec {
-        pci_model::FaultSpec {
-            kind: self.kind.clone(),
-            params: self.params.clone(),
-            count: self.count,
-            prob: self.prob,
-            seed: self.seed,
-        }
-    }
-
-    /// `kind key=value ...` as a log line shows it.
-    pub fn describe(&self) -> String {
-        let mut s = self.kind.clone();
-        for (k, v) in &self.params {
-            s.push_str(&format!(" {k}={v}"));
-        }
-        s
-    }
-}
-
-/// Parses `KEY=VALUE` words (`ctl device-fault add ... queue=0`).
-pub fn parse_params(words: &[String]) -> Result<BTreeMap<String, String>, String> {
-    let mut m = BTreeMap::new();
-    for w in words {
-        let Some((k, v)) = w.split_once('=') else {
-            return Err(format!("{w:?} is not KEY=VALUE"));
-        };
-        if k.is_empty() {
-            return Err(format!("{w:?} has no key"));
-        }
-        if m.insert(k.to_string(), v.to_string()).is_some() {
-            return Err(format!("parameter {k} given twice"));
-        }
-    }
-    Ok(m)
-}
+pub use crate::config::{parse_device_fault_params as parse_params, DeviceFaultSpec};
 
 /// A device fault rule with its counters (`ctl device-fault list`, `ctl
 /// status`).
@@ -220,14 +128,7 @@ pub enum BenchError {
 
 /// The name `ctl` uses for a port kind.
 pub fn kind_name(k: crate::config::PortKind) -> &'static str {
-    use crate::config::PortKind as K;
-    match k {
-        K::VirtioNet => "virtio-net",
-        K::Gve => "gve",
-        K::Erdma => "erdma",
-        K::Vxlan => "vxlan",
-        K::Tap => "tap",
-    }
+    k.name()
 }
 
 #[cfg(test)]

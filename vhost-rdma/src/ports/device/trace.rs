@@ -38,8 +38,7 @@ pub const RING_RECORDS: usize = 4096;
 pub const FOLLOW_QUEUE: usize = 4096;
 /// Lines queued towards the file writer at most.
 pub const WRITER_QUEUE: usize = 16384;
-/// Default of `[limits] trace-max-bytes`: the largest trace file.
-pub const DEFAULT_TRACE_MAX_BYTES: u64 = 64 << 20;
+pub use crate::config::DEFAULT_TRACE_MAX_BYTES;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -412,8 +411,10 @@ mod tests {
         }
     }
 
-    fn trace() -> (PortTrace, Arc<Mutex<Option<Arc<dyn TraceSink>>>>) {
-        let sink: Arc<Mutex<Option<Arc<dyn TraceSink>>>> = Arc::default();
+    type Installed = Arc<Mutex<Option<Arc<dyn TraceSink>>>>;
+
+    fn trace() -> (PortTrace, Installed) {
+        let sink: Installed = Arc::default();
         let s = sink.clone();
         (
             PortTrace::new("g", Box::new(move |t| *s.lock().unwrap() = t)),
