@@ -192,7 +192,15 @@ pub struct PortConfig {
     /// takes it as the interface's maximum and initial MTU, as a real
     /// gVNIC's VPC MTU; `None`: [`DEFAULT_GVE_MTU`].
     pub gve_mtu: Option<u16>,
+    /// `kind=gve`: how long HW-GRO holds a flow for its next segment, in
+    /// microseconds of device time (`gro-hold-us=`); `None`: the device's
+    /// default (`gve_device::rsc::DEFAULT_HOLD`, 1 ms).
+    pub gve_gro_hold_us: Option<u32>,
 }
+
+/// The largest `gro-hold-us`: 100 ms (a flow held longer would stall its
+/// sender's window for as long).
+pub const MAX_GRO_HOLD_US: u32 = 100_000;
 
 /// A gVNIC's MTU unless `mtu=` says otherwise: the fabric's Ethernet MTU.
 pub const DEFAULT_GVE_MTU: u16 = 1500;
@@ -319,6 +327,7 @@ impl PortConfig {
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
             rx_held_frames: DEFAULT_RX_HELD_FRAMES,
             gve_mtu: None,
+            gve_gro_hold_us: None,
             flow_rules: Vec::new(),
             rc: RcSettings::default(),
             listen_fd: None,
@@ -422,6 +431,12 @@ impl PortConfig {
                 self.name
             );
         }
+        if self.gve_gro_hold_us.is_some() && self.kind != PortKind::Gve {
+            bail!(
+                "port {}: gro-hold-us is a setting of kind=gve ports",
+                self.name
+            );
+        }
         if !self.flow_rules.is_empty() {
             crate::steering::PortSteering::new(self.queue_pairs, &self.flow_rules)
                 .map_err(|e| anyhow::anyhow!("port {}: flow rule: {e}", self.name))?;
@@ -445,6 +460,16 @@ fn gve_mtu(mtu: Option<u32>) -> anyhow::Result<Option<u16>> {
         None => Ok(None),
         Some(m) if (68..=u32::from(MAX_GVE_MTU)).contains(&m) => Ok(Some(m as u16)),
         Some(m) => bail!("mtu={m}: a gVNIC's MTU is 68..={MAX_GVE_MTU}"),
+    }
+}
+
+/// A `kind=gve` port's `gro-hold-us=`, checked: 0..=[`MAX_GRO_HOLD_US`].
+fn gro_hold_us(us: Option<u32>) -> anyhow::Result<Option<u32>> {
+    match us {
+        Some(u) if u > MAX_GRO_HOLD_US => {
+            bail!("gro-hold-us={u}: at most {MAX_GRO_HOLD_US} (100 ms)")
+        }
+        u => Ok(u),
     }
 }
 
@@ -536,6 +561,7 @@ impl FromStr for PortConfig {
         let mut up = UplinkOptions::default();
         // The default depends on kind=, which may come after queues= or not at all.
         let mut queues = None;
+        let mut gro_hold = None;
         for kv in parts {
             let Some((k, v)) = kv.split_once('=') else {
                 bail!("--port {s:?}: option {kv:?} is not key=value")
@@ -552,6 +578,9 @@ impl FromStr for PortConfig {
                 "rx-held-frames" => {
                     p.rx_held_frames = v.parse().with_context(|| format!("rx-held-frames={v}"))?
                 }
+                "gro-hold-us" => {
+                    gro_hold = Some(v.parse().with_context(|| format!("gro-hold-us={v}"))?)
+                }
                 "local" => up.local = Some(v.to_string()),
                 "remote" => up.remotes.push(v.to_string()),
                 "vni" => up.vni = Some(v.parse().with_context(|| format!("vni={v}"))?),
@@ -560,7 +589,7 @@ impl FromStr for PortConfig {
                 "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu, gro-hold-us; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
                 }
             }
         }
@@ -568,6 +597,7 @@ impl FromStr for PortConfig {
         if p.kind == PortKind::Gve {
             p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("--port {s:?}"))?;
         }
+        p.gve_gro_hold_us = gro_hold_us(gro_hold).with_context(|| format!("--port {s:?}"))?;
         p.uplink = up.build(p.kind).with_context(|| format!("--port {s:?}"))?;
         p.check()?;
         Ok(p)
@@ -829,6 +859,8 @@ struct FilePort {
     netdev: Option<String>,
     rx_queue_frames: Option<usize>,
     rx_held_frames: Option<usize>,
+    /// `kind = "gve"`.
+    gro_hold_us: Option<u32>,
     #[serde(default)]
     flow_rule: Vec<crate::steering::FlowRuleSpec>,
     /// `kind=erdma`: `[port.rc]`.
@@ -921,6 +953,8 @@ impl DaemonConfig {
             if p.kind == PortKind::Gve {
                 p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("port {}", fp.name))?;
             }
+            p.gve_gro_hold_us =
+                gro_hold_us(fp.gro_hold_us).with_context(|| format!("port {}", fp.name))?;
             p.uplink = up
                 .build(p.kind)
                 .with_context(|| format!("port {}", fp.name))?;
