@@ -323,6 +323,24 @@ class ByoKernelTest(unittest.TestCase):
             self.assertIn(why, str(cm.exception))
             self.assertIn(path, str(cm.exception))
 
+    def test_the_config_beside_the_image_is_checked(self):
+        gk = matrix.guest_kernel
+        self.assertEqual(gk.warnings_for(self.good), [], "no configuration found: nothing to say")
+        # a kernel tree: TREE/.config and TREE/arch/x86/boot/bzImage
+        tree = os.path.join(self.dir, "linux")
+        os.makedirs(os.path.join(tree, "arch", "x86", "boot"))
+        img = fake_bzimage(os.path.join(tree, "arch", "x86", "boot", "bzImage"))
+        with open(os.path.join(tree, ".config"), "w") as f:
+            f.write("".join(f"{o}=y\n" for o in gk.REQUIRED if o not in ("CONFIG_GVE", "CONFIG_RDMA_SIW"))
+                    + "CONFIG_GVE=m\n# CONFIG_RDMA_SIW is not set\n")
+        w = gk.warnings_for(img)
+        self.assertEqual(len(w), 2, w)
+        self.assertTrue(any("CONFIG_GVE is a module (=m): never loaded" in x for x in w), w)
+        self.assertTrue(any("CONFIG_RDMA_SIW is not set" in x for x in w), w)
+        r = self.run_guests("--kernel", img, "--rootfs", self.rootfs, "--qemu", "/nonexistent/qemu",
+                            "--guest", "a")
+        self.assertIn("warning: " + os.path.join(tree, ".config") + ": CONFIG_GVE is a module", r.stderr)
+
     def matrix_plan(self, *args):
         return subprocess.run([sys.executable, os.path.join(matrix.HERE, "matrix.py"), "--dry-run", *args],
                               capture_output=True, text=True)

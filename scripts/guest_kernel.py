@@ -4,6 +4,13 @@ of scripts/run-guests, scripts/demo.sh, the e2e scripts and ci/matrix.sh).
 
     python3 scripts/guest_kernel.py PATH     # prints the kernel's version, exit 2 with the reason if unusable
 
+When the kernel's configuration is found beside the image (`config` in the
+same directory, as in an image or prebuilt-kernel folder, or the `.config`
+of the kernel tree whose arch/x86/boot/bzImage it is), the options the
+guests cannot do without are checked too, and those not built in (`=y`) are
+printed as warnings (stderr): a modular driver is never loaded in these
+guests.
+
 A usable image is an x86 bzImage (arch/x86/boot/bzImage of a kernel build):
 its boot sector ends in 0x55 0xAA at offset 0x1FE and its setup header
 starts with the magic "HdrS" at 0x202 (boot protocol 2.00 or later, which
@@ -23,6 +30,15 @@ BOOT_FLAG = 0x1FE      # 2 bytes: 0x55 0xAA
 HEADER = 0x202         # 4 bytes: "HdrS"
 VERSION = 0x206        # u16 boot protocol version
 KERNEL_VERSION = 0x20E  # u16: version string offset - 0x200
+
+
+# What the guests cannot boot or run the tests without, built in: the
+# image's init, root disk and 9p job share (as scripts/build-guest-image.sh
+# requires), and the drivers of the devices the daemon serves.
+REQUIRED = ["CONFIG_VIRTIO_PCI", "CONFIG_VIRTIO_BLK", "CONFIG_VIRTIO_NET", "CONFIG_EXT4_FS",
+            "CONFIG_NET_9P_VIRTIO", "CONFIG_9P_FS", "CONFIG_DEVTMPFS", "CONFIG_SERIAL_8250_CONSOLE",
+            "CONFIG_INFINIBAND", "CONFIG_INFINIBAND_USER_ACCESS", "CONFIG_RDMA_RXE", "CONFIG_RDMA_SIW",
+            "CONFIG_SMC", "CONFIG_GVE", "CONFIG_INFINIBAND_ERDMA"]
 
 
 class KernelImageError(ValueError):
@@ -65,6 +81,34 @@ def check_bzimage(path):
     return text.decode("ascii", "replace").strip() or "unknown version"
 
 
+def find_config(path):
+    """The kernel configuration that goes with bzImage `path`, or None:
+    `config` beside it, else the `.config` of the tree it was built in
+    (PATH = TREE/arch/x86/boot/bzImage)."""
+    d = os.path.dirname(os.path.abspath(path))
+    for c in (os.path.join(d, "config"), os.path.join(d, "..", "..", "..", ".config")):
+        if os.path.isfile(c):
+            return os.path.normpath(c)
+    return None
+
+
+def config_warnings(config_text):
+    """Warnings for a kernel configuration: each REQUIRED option not `=y`."""
+    have = {}
+    for line in config_text.splitlines():
+        m = re.match(r"(CONFIG_\w+)=(\S+)", line)
+        if m:
+            have[m.group(1)] = m.group(2)
+    out = []
+    for o in REQUIRED:
+        v = have.get(o)
+        if v == "y":
+            continue
+        what = "a module (=m): never loaded, the guests have no modules" if v == "m" else "not set"
+        out.append(f"{o} is {what}; build it in (=y, scripts/kernel/fragment.config)")
+    return out
+
+
 def series_of(version):
     """'7.3' for a version string '7.3.4 (...) ...' or '7.3.0-rc1+ ...'; None if unparsable."""
     m = re.match(r"(\d+)\.(\d+)", version or "")
@@ -80,7 +124,21 @@ def main(argv):
     except KernelImageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for w in warnings_for(argv[1]):
+        print(f"warning: {w}", file=sys.stderr)
     return 0
+
+
+def warnings_for(path):
+    """config_warnings of the configuration found beside `path` (none if none is found)."""
+    cfg = find_config(path)
+    if not cfg:
+        return []
+    try:
+        with open(cfg, errors="replace") as f:
+            return [f"{cfg}: {w}" for w in config_warnings(f.read())]
+    except OSError:
+        return []
 
 
 if __name__ == "__main__":
