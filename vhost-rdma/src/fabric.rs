@@ -361,8 +361,8 @@ impl RxQueue {
             .saturating_sub(self.starved_drops.load(Relaxed))
     }
 
-    /// Sets `[limits] stuck-guest-ms`.
-    fn set_stuck_ms(&self, ms: u64) {
+    /// Sets `[limits] stuck-guest-ms` (the fabric does, from its limits).
+    pub(crate) fn set_stuck_ms(&self, ms: u64) {
         self.stuck_ms.store(ms.max(1), Relaxed);
     }
 
