@@ -626,6 +626,10 @@ pub struct Limits {
     /// Largest capture file in bytes; later records are dropped, counted in
     /// the capture status's `limited`. Default 1 GiB.
     pub capture_max_bytes: u64,
+    /// Milliseconds a guest may leave frames waiting with no RX buffer
+    /// posted before it is reported stuck (a warning, once, and `stuck` in
+    /// `ctl status`). Default 30000.
+    pub stuck_guest_ms: u64,
 }
 
 /// Largest value of each [`Limits`] field.
@@ -635,6 +639,7 @@ pub const LIMITS_MAX: Limits = Limits {
     fault_rules: 4096,
     flow_rules: crate::steering::MAX_RULES,
     capture_max_bytes: 1 << 40,
+    stuck_guest_ms: 86_400_000,
 };
 
 impl Default for Limits {
@@ -645,6 +650,7 @@ impl Default for Limits {
             fault_rules: crate::faults::MAX_FAULT_RULES,
             flow_rules: crate::steering::MAX_RULES,
             capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+            stuck_guest_ms: crate::fabric::STUCK_GUEST_MS,
         }
     }
 }
@@ -670,6 +676,10 @@ impl Limits {
         let (v, max) = (self.capture_max_bytes, LIMITS_MAX.capture_max_bytes);
         if !(4096..=max).contains(&v) {
             bail!("[limits] capture-max-bytes = {v} must be between 4096 and {max}");
+        }
+        let (v, max) = (self.stuck_guest_ms, LIMITS_MAX.stuck_guest_ms);
+        if !(1..=max).contains(&v) {
+            bail!("[limits] stuck-guest-ms = {v} must be between 1 and {max}");
         }
         Ok(())
     }
@@ -1371,6 +1381,7 @@ mod tests {
     fn limits_section() {
         let c = DaemonConfig::from_toml(
             "[limits]\nmac-table = 10\ncontrol-connections = 2\nfault-rules = 3\nflow-rules = 4\n\
+             stuck-guest-ms = 500\n\
              [[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n",
         )
         .unwrap();
@@ -1382,6 +1393,7 @@ mod tests {
                 fault_rules: 3,
                 flow_rules: 4,
                 capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+                stuck_guest_ms: 500,
             }
         );
         let d =
@@ -1392,6 +1404,10 @@ mod tests {
             (
                 "flow-rules = 257",
                 "flow-rules = 257 must be between 1 and 256",
+            ),
+            (
+                "stuck-guest-ms = 0",
+                "stuck-guest-ms = 0 must be between 1 and",
             ),
             ("bogus = 1", "unknown field"),
         ] {

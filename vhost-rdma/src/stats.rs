@@ -86,6 +86,24 @@ pub struct PortStats {
     #[serde(default)]
     pub protocol_errors: u64,
     pub queues: Vec<QueueStats>,
+    /// The guest has taken no frames for `[limits] stuck-guest-ms` or more
+    /// while frames waited for it (none: it takes them, or nothing waits).
+    #[serde(default)]
+    pub stuck: Option<StuckReport>,
+    /// Times the port's guest was reported stuck (each logged once).
+    #[serde(default)]
+    pub stuck_reports: u64,
+}
+
+/// A stuck guest as `ctl status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StuckReport {
+    /// Which queue, for how long, how many frames dropped.
+    #[serde(flatten)]
+    pub guest: crate::fabric::StuckGuest,
+    /// The sentence the log printed ("guest on port p1 has taken no frames
+    /// for 30 s; 74519 dropped"), with the numbers of now.
+    pub text: String,
 }
 
 impl PortStats {
