@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use pci_model::config::{ConfigSpace, CONFIG_SIZE};
-use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity};
+use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, TraceKind, TraceRecord};
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_IRQ_INFO_AUTOMASKED, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE,
     VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX, VFIO_PCI_INTX_IRQ_INDEX,
@@ -167,6 +167,12 @@ pub(crate) struct Shared<D> {
     /// Called when a model call made that deadline earlier
     /// ([`crate::DeviceHandle::on_earlier_deadline`]).
     pub(crate) on_earlier_deadline: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// A device trace runs ([`crate::DeviceHandle::set_trace`]): the one
+    /// atomic an untraced call reads.
+    pub(crate) tracing: std::sync::atomic::AtomicBool,
+    /// Where the trace goes while `tracing`. Locked after `state` (never
+    /// the other way round).
+    pub(crate) trace_sink: Mutex<Option<Arc<dyn crate::TraceSink>>>,
 }
 
 impl<D: PciDevice> Shared<D> {
@@ -193,6 +199,36 @@ impl<D: PciDevice> Shared<D> {
             tx_paused: std::sync::atomic::AtomicBool::new(false),
             deadline_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
             on_earlier_deadline: std::sync::OnceLock::new(),
+            tracing: std::sync::atomic::AtomicBool::new(false),
+            trace_sink: Mutex::new(None),
+        }
+    }
+
+    /// Whether a trace runs (one relaxed atomic load).
+    pub(crate) fn tracing(&self) -> bool {
+        self.tracing.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Hands `records` to the trace sink, if one is set. Called with the
+    /// device lock held, so that records keep the device's order.
+    pub(crate) fn deliver_trace(&self, records: Vec<TraceRecord>) {
+        if records.is_empty() {
+            return;
+        }
+        if let Some(sink) = lock(&self.trace_sink).as_ref() {
+            sink.records(records);
+        }
+    }
+
+    /// Records an edge event (DMA map/unmap, reset) when a trace runs;
+    /// `text` is only called then. Call it with the device lock held.
+    pub(crate) fn trace_edge(&self, kind: TraceKind, text: impl FnOnce() -> String) {
+        if self.tracing() {
+            self.deliver_trace(vec![TraceRecord {
+                at: self.epoch.elapsed(),
+                kind,
+                text: text(),
+            }]);
         }
     }
 
@@ -232,6 +268,7 @@ impl<D: PciDevice> Shared<D> {
         };
         let mut io = DeviceIo::new(&gated, now);
         io.tx_paused = self.tx_paused.load(Ordering::Acquire);
+        io.tracing = self.tracing();
         let r = f(device, &mut io);
         // Whoever runs the model's timers sleeps until the deadline it saw
         // last: tell it when a BAR access brought the deadline forward (a
@@ -244,9 +281,25 @@ impl<D: PciDevice> Shared<D> {
             });
             deadline < self.deadline_ns.swap(deadline, Ordering::AcqRel)
         };
-        let DeviceIo { irqs, tx, .. } = io;
+        let DeviceIo {
+            irqs,
+            tx,
+            tracing,
+            mut trace,
+            ..
+        } = io;
         for v in irqs {
+            if tracing {
+                trace.push(TraceRecord {
+                    at: now,
+                    kind: TraceKind::Irq,
+                    text: format!("msi-x vector {v}"),
+                });
+            }
             msix.fire(v, &self.counters);
+        }
+        if tracing {
+            self.deliver_trace(trace);
         }
         if let (true, true, Some(wake)) = (report, earlier, wake) {
             wake();
@@ -267,7 +320,8 @@ impl<D: PciDevice> Shared<D> {
         r
     }
 
-    fn reset_locked(&self, st: &mut State<D>) {
+    fn reset_locked(&self, st: &mut State<D>, why: &str) {
+        self.trace_edge(TraceKind::Reset, || format!("device reset ({why})"));
         st.device.reset();
         st.config = self.layout.config();
         st.msix.reset();
@@ -277,7 +331,7 @@ impl<D: PciDevice> Shared<D> {
     /// Client gone: reset the device, drop its DMA mappings and eventfds.
     pub(crate) fn disconnected(&self) {
         let mut st = lock(&self.state);
-        self.reset_locked(&mut st);
+        self.reset_locked(&mut st, "client disconnected");
         st.dma.clear();
         st.msix.disconnect();
         Counters::inc(&self.counters.connections);
@@ -297,6 +351,20 @@ impl<D: PciDevice> Shared<D> {
             && offset
                 .checked_add(len as u64)
                 .is_some_and(|end| end <= size)
+    }
+}
+
+/// The trace text of a register access: `bar0+0x10 DEVICE_STATUS = 0x00000001`
+/// (the value little-endian, as many hex digits as the access is wide).
+pub(crate) fn register_text(bar: u8, offset: u64, name: Option<&str>, data: &[u8]) -> String {
+    let mut v = [0u8; 8];
+    let n = data.len().min(8);
+    v[..n].copy_from_slice(&data[..n]);
+    let value = u64::from_le_bytes(v);
+    let width = n * 2;
+    match name {
+        Some(name) => format!("bar{bar}+{offset:#x} {name} = {value:#0w$x}", w = width + 2),
+        None => format!("bar{bar}+{offset:#x} = {value:#0w$x}", w = width + 2),
     }
 }
 
@@ -332,7 +400,15 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
                 return Ok(());
             }
         }
-        s.with_io_bar(|dev, io| dev.bar_read(region as u8, offset, data, io));
+        s.with_io_bar(|dev, io| {
+            dev.bar_read(region as u8, offset, data, io);
+            if io.tracing {
+                let name = dev.register_name(region as u8, offset);
+                io.trace(TraceKind::RegRead, || {
+                    register_text(region as u8, offset, name, data)
+                });
+            }
+        });
         Ok(())
     }
 
@@ -364,6 +440,12 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
             }
         }
         s.with_io_bar(|dev, io| {
+            if io.tracing {
+                let name = dev.register_name(region as u8, offset);
+                io.trace(TraceKind::RegWrite, || {
+                    register_text(region as u8, offset, name, data)
+                });
+            }
             dev.bar_write(region as u8, offset, data, io);
             dev.poll(io);
         });
@@ -390,11 +472,29 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
         );
         match r {
             Ok(()) => {
+                s.trace_edge(TraceKind::Dma, || {
+                    format!(
+                        "map iova={address:#x} size={size:#x}{}{}",
+                        if flags.contains(DmaMapFlags::READ) {
+                            " r"
+                        } else {
+                            ""
+                        },
+                        if flags.contains(DmaMapFlags::WRITE) {
+                            " w"
+                        } else {
+                            ""
+                        },
+                    )
+                });
                 Counters::inc(&s.counters.dma_maps);
                 tracing::debug!(iova = address, size, offset, ?flags, "DMA map");
                 Ok(())
             }
             Err(e) => {
+                s.trace_edge(TraceKind::Dma, || {
+                    format!("map iova={address:#x} size={size:#x} refused: {e}")
+                });
                 Counters::inc(&s.counters.dma_maps_refused);
                 tracing::warn!(iova = address, size, offset, "DMA map refused: {e}");
                 Err(std::io::Error::from_raw_os_error(e.errno()))
@@ -413,11 +513,17 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
         };
         match r {
             Ok(n) => {
+                s.trace_edge(TraceKind::Dma, || {
+                    format!("unmap iova={address:#x} size={size:#x} regions={n}")
+                });
                 Counters::inc(&s.counters.dma_unmaps);
                 tracing::debug!(iova = address, size, removed = n, "DMA unmap");
                 Ok(())
             }
             Err(e) => {
+                s.trace_edge(TraceKind::Dma, || {
+                    format!("unmap iova={address:#x} size={size:#x} refused: {e}")
+                });
                 Counters::inc(&s.counters.dma_unmaps_refused);
                 tracing::warn!(iova = address, size, "DMA unmap refused: {e}");
                 Err(std::io::Error::from_raw_os_error(e.errno()))
@@ -428,7 +534,7 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
     fn reset(&mut self) -> std::io::Result<()> {
         let s = &*self.shared;
         let mut st = lock(&s.state);
-        s.reset_locked(&mut st);
+        s.reset_locked(&mut st, "client DEVICE_RESET");
         tracing::debug!("device reset");
         Ok(())
     }

@@ -13,6 +13,14 @@
 //!   or a type taking each call's frames at once that may answer
 //!   [`SinkState::Full`] to pause the model's TX). A burst of frames goes
 //!   in under one lock with [`DeviceHandle::receive_burst`].
+//! * The driver bench: [`DeviceHandle::add_fault`],
+//!   [`DeviceHandle::clear_faults`], [`DeviceHandle::faults`] and
+//!   [`DeviceHandle::set_link`] call the model's fault and link methods
+//!   under the device lock (what they raise goes out as after any call);
+//!   [`DeviceHandle::set_trace`] starts the device trace into a
+//!   [`TraceSink`]: the model's records plus the edge's own (register reads
+//!   and writes with their names, MSI-X vectors raised, DMA map/unmap,
+//!   resets). Untraced, each call reads one atomic.
 //! * [`DmaTable`] is the [`pci_model::Dma`] over the guest memory QEMU maps
 //!   with `DMA_MAP`: bounded, bounds-checked, unmapped only while no device
 //!   call runs.
@@ -33,6 +41,7 @@ mod stop;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use dma::{DmaTable, MapError, DEFAULT_MAX_DMA_REGIONS};
+pub use pci_model::{TraceKind, TraceRecord};
 pub use server::{serve, DeviceHandle, RxBurst, VfioUserServer};
 
 use pci_model::Frame;
@@ -62,6 +71,18 @@ impl<F: FnMut(Frame) + Send> FrameSink for F {
         frames.into_iter().for_each(self);
         SinkState::Ready
     }
+}
+
+/// Where the device trace goes ([`DeviceHandle::set_trace`]).
+///
+/// Called with the device lock held (so records keep the device's order),
+/// from the vfio-user thread and the daemon's: it must never block (queue
+/// into something bounded, drop and count what does not fit) and must not
+/// call back into a [`DeviceHandle`] of the same device.
+pub trait TraceSink: Send + Sync {
+    /// The records of one model call (the model's, then the interrupts it
+    /// raised) or one edge event, in order; never empty.
+    fn records(&self, records: Vec<pci_model::TraceRecord>);
 }
 
 /// Why the server could not be set up or stopped serving.

@@ -282,4 +282,27 @@ impl PciDevice for ProbeDevice {
             ..Default::default()
         };
     }
+
+    fn register_name(&self, bar: u8, offset: u64) -> Option<&'static str> {
+        if bar != 0 {
+            return None;
+        }
+        Some(match offset {
+            reg::MAGIC => "MAGIC",
+            reg::STATUS => "STATUS",
+            reg::ADDR_LO => "ADDR_LO",
+            reg::ADDR_HI => "ADDR_HI",
+            reg::LEN => "LEN",
+            reg::PATTERN => "PATTERN",
+            reg::VECTOR => "VECTOR",
+            reg::DOORBELL => "DOORBELL",
+            reg::DMA_ERRORS => "DMA_ERRORS",
+            reg::RX_FRAMES => "RX_FRAMES",
+            reg::SCRATCH => "SCRATCH",
+            reg::RESETS => "RESETS",
+            reg::TIMER_US => "TIMER_US",
+            reg::TIMER_HITS => "TIMER_HITS",
+            _ => return None,
+        })
+    }
 }

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pci_model::{DeviceIo, Frame, PciDevice, RxRefusal};
+use pci_model::{
+    DeviceIo, FaultError, FaultKindInfo, FaultSpec, FaultStatus, Frame, PciDevice, RxRefusal,
+    TraceKind,
+};
 
 use crate::backend::{lock, Backend, Layout, Shared};
 use crate::stop::Stopper;
@@ -233,7 +236,11 @@ impl<D: PciDevice> DeviceHandle<D> {
     /// guest's driver finds a reset device and resets it in turn); counted
     /// in [`Stats::resets`].
     pub fn reset_device(&self) {
-        lock(&self.shared.state).device.reset();
+        let mut st = lock(&self.shared.state);
+        self.shared
+            .trace_edge(TraceKind::Reset, || "device reset (daemon recovery)".into());
+        st.device.reset();
+        drop(st);
         Counters::inc(&self.shared.counters.resets);
     }
 
@@ -257,6 +264,34 @@ impl<D: PciDevice> DeviceHandle<D> {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.next_timeout()
             .and_then(|t| self.shared.epoch.checked_add(t))
+    }
+
+    /// [`PciDevice::add_fault`]: adds device fault rule `id` (the driver
+    /// bench). A fault that acts at once raises its interrupt now.
+    pub fn add_fault(&self, id: u32, spec: &FaultSpec) -> Result<(), FaultError> {
+        self.shared.with_io(|dev, io| dev.add_fault(id, spec, io))
+    }
+
+    /// [`PciDevice::clear_faults`]: removes rule `id` (all: `None`) and
+    /// undoes its lasting effect.
+    pub fn clear_faults(&self, id: Option<u32>) -> Result<(), FaultError> {
+        self.shared.with_io(|dev, io| dev.clear_faults(id, io))
+    }
+
+    /// [`PciDevice::faults`]: the rules with their counters.
+    pub fn faults(&self) -> Vec<FaultStatus> {
+        lock(&self.shared.state).device.faults()
+    }
+
+    /// [`PciDevice::fault_kinds`].
+    pub fn fault_kinds(&self) -> &'static [FaultKindInfo] {
+        lock(&self.shared.state).device.fault_kinds()
+    }
+
+    /// [`PciDevice::set_link`]: shows the link state to the driver; false
+    /// if the device has no link status.
+    pub fn set_link(&self, up: bool) -> bool {
+        self.shared.with_io(|dev, io| dev.set_link(up, io))
     }
 
     /// Runs `f` on the model under the device lock (inspection, tests).
@@ -288,6 +323,22 @@ impl<D> DeviceHandle<D> {
     /// caller then polls the device so that it does the TX work it left.
     pub fn resume_tx(&self) {
         self.shared.tx_paused.store(false, Ordering::Release);
+    }
+
+    /// Starts the device trace into `sink` (replacing the one set), or
+    /// stops it (`None`). While it runs every model call gets
+    /// [`DeviceIo::tracing`], and the edge adds its own records: register
+    /// reads and writes (named with [`PciDevice::register_name`], value in
+    /// hex), MSI-X vectors raised, DMA map/unmap, resets.
+    pub fn set_trace(&self, sink: Option<std::sync::Arc<dyn crate::TraceSink>>) {
+        let mut s = lock(&self.shared.trace_sink);
+        self.shared.tracing.store(sink.is_some(), Ordering::Relaxed);
+        *s = sink;
+    }
+
+    /// Whether a device trace runs.
+    pub fn is_tracing(&self) -> bool {
+        self.shared.tracing.load(Ordering::Relaxed)
     }
 
     /// Number of DMA mappings the current client holds.

@@ -306,6 +306,8 @@ pub struct Capture {
     max_bytes: AtomicU64,
     /// Where capture files go (`--capture-dir`).
     dir: Mutex<PathBuf>,
+    /// `--capture-dir` was given (device trace files need it).
+    dir_given: AtomicBool,
 }
 
 impl Default for Capture {
@@ -316,6 +318,7 @@ impl Default for Capture {
             last: Mutex::new(None),
             max_bytes: AtomicU64::new(DEFAULT_MAX_BYTES),
             dir: Mutex::new(default_capture_dir()),
+            dir_given: AtomicBool::new(false),
         }
     }
 }
@@ -371,6 +374,13 @@ impl Capture {
     /// Sets the directory capture files go into (`--capture-dir`).
     pub fn set_dir(&self, dir: PathBuf) {
         *self.dir.lock().unwrap_or_else(|e| e.into_inner()) = dir;
+        self.dir_given.store(true, SeqCst);
+    }
+
+    /// The capture directory if `--capture-dir` (or `capture-dir`) named
+    /// it; device trace files go only there.
+    pub fn given_dir(&self) -> Option<PathBuf> {
+        self.dir_given.load(SeqCst).then(|| self.dir())
     }
 
     /// The directory capture files go into.

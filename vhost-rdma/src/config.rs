@@ -97,6 +97,17 @@ pub enum PortKind {
 }
 
 impl PortKind {
+    /// The kind's name as `kind=` and `ctl` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PortKind::VirtioNet => "virtio-net",
+            PortKind::Gve => "gve",
+            PortKind::Erdma => "erdma",
+            PortKind::Vxlan => "vxlan",
+            PortKind::Tap => "tap",
+        }
+    }
+
     /// Queues a port of this kind has when `queues=` is not given: for
     /// `gve`, [`DEFAULT_GVE_QUEUES`] so devmem TCP runs out of the box; one
     /// for the others.
@@ -630,6 +641,10 @@ pub struct Limits {
     /// posted before it is reported stuck (a warning, once, and `stuck` in
     /// `ctl status`). Default 30000.
     pub stuck_guest_ms: u64,
+    /// Largest device trace file in bytes (`ctl trace start --file`); later
+    /// lines are not written, counted in the trace status's `limited`.
+    /// Default 64 MiB.
+    pub trace_max_bytes: u64,
 }
 
 /// Largest value of each [`Limits`] field.
@@ -640,6 +655,7 @@ pub const LIMITS_MAX: Limits = Limits {
     flow_rules: crate::steering::MAX_RULES,
     capture_max_bytes: 1 << 40,
     stuck_guest_ms: 86_400_000,
+    trace_max_bytes: 1 << 40,
 };
 
 impl Default for Limits {
@@ -651,6 +667,7 @@ impl Default for Limits {
             flow_rules: crate::steering::MAX_RULES,
             capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
             stuck_guest_ms: crate::fabric::STUCK_GUEST_MS,
+            trace_max_bytes: DEFAULT_TRACE_MAX_BYTES,
         }
     }
 }
@@ -680,6 +697,10 @@ impl Limits {
         let (v, max) = (self.stuck_guest_ms, LIMITS_MAX.stuck_guest_ms);
         if !(1..=max).contains(&v) {
             bail!("[limits] stuck-guest-ms = {v} must be between 1 and {max}");
+        }
+        let (v, max) = (self.trace_max_bytes, LIMITS_MAX.trace_max_bytes);
+        if !(1..=max).contains(&v) {
+            bail!("[limits] trace-max-bytes = {v} must be between 1 and {max}");
         }
         Ok(())
     }
@@ -792,6 +813,106 @@ impl FromStr for HostSpec {
     }
 }
 
+/// A device fault rule as `ctl device-fault add` and `[[device-fault]]`
+/// give it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DeviceFaultSpec {
+    /// The device port (`kind=gve` or `kind=erdma`).
+    pub port: String,
+    /// The fault kind (`ctl device-fault kinds --port P` lists them).
+    pub kind: String,
+    /// The kind's parameters (`queue=0`, `opcode=CREATE_QP`); in a config
+    /// file a table whose values are strings, integers or booleans.
+    #[serde(
+        default,
+        deserialize_with = "params_any",
+        skip_serializing_if = "std::collections::BTreeMap::is_empty"
+    )]
+    pub params: std::collections::BTreeMap<String, String>,
+    /// Fires at most this many times (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Fires with this probability when its condition is met (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prob: Option<f64>,
+    /// PRNG seed (default: the rule id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Rule id on its port (default: one more than the highest there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+}
+
+/// Parameter values of a config file: strings, integers or booleans, all
+/// passed to the model as text.
+fn params_any<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Str(String),
+        Int(i64),
+        Bool(bool),
+    }
+    let m = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
+    Ok(m.into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::Str(s) => s,
+                Value::Int(i) => i.to_string(),
+                Value::Bool(b) => if b { "yes" } else { "no" }.to_string(),
+            };
+            (k, v)
+        })
+        .collect())
+}
+
+impl DeviceFaultSpec {
+    /// The model's view of the rule.
+    pub fn to_model(&self) -> pci_model::FaultSpec {
+        pci_model::FaultSpec {
+            kind: self.kind.clone(),
+            params: self.params.clone(),
+            count: self.count,
+            prob: self.prob,
+            seed: self.seed,
+        }
+    }
+
+    /// `kind key=value ...` as a log line shows it.
+    pub fn describe(&self) -> String {
+        let mut s = self.kind.clone();
+        for (k, v) in &self.params {
+            s.push_str(&format!(" {k}={v}"));
+        }
+        s
+    }
+}
+
+/// Parses `KEY=VALUE` words (`ctl device-fault add ... queue=0`).
+pub fn parse_device_fault_params(
+    words: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut m = std::collections::BTreeMap::new();
+    for w in words {
+        let Some((k, v)) = w.split_once('=') else {
+            return Err(format!("{w:?} is not KEY=VALUE"));
+        };
+        if k.is_empty() {
+            return Err(format!("{w:?} has no key"));
+        }
+        if m.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("parameter {k} given twice"));
+        }
+    }
+    Ok(m)
+}
+
+/// Default of `[limits] trace-max-bytes`: the largest device trace file.
+pub const DEFAULT_TRACE_MAX_BYTES: u64 = 64 << 20;
+
 /// Whole daemon configuration.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DaemonConfig {
@@ -812,6 +933,9 @@ pub struct DaemonConfig {
     pub capture_dir: Option<PathBuf>,
     /// Fault rules installed at start (`[[fault]]`).
     pub faults: Vec<crate::faults::FaultSpec>,
+    /// Device fault rules installed on device ports at start
+    /// (`[[device-fault]]`).
+    pub device_faults: Vec<DeviceFaultSpec>,
     /// Table bounds (`[limits]`).
     pub limits: Limits,
     /// The protocol checker (`[checker]`).
@@ -834,6 +958,8 @@ struct FileConfig {
     ports: Vec<FilePort>,
     #[serde(default, rename = "fault")]
     faults: Vec<crate::faults::FaultSpec>,
+    #[serde(default, rename = "device-fault")]
+    device_faults: Vec<DeviceFaultSpec>,
     #[serde(default)]
     limits: Limits,
     #[serde(default)]
@@ -899,6 +1025,7 @@ impl DaemonConfig {
             ports: Vec::new(),
             hosts: Vec::new(),
             faults: f.faults,
+            device_faults: f.device_faults,
             limits: f.limits,
             checker: f.checker,
             socket_perms: Default::default(),
@@ -1065,6 +1192,19 @@ impl DaemonConfig {
             bail!("no ports configured: give at least one --port NAME=SOCKET_PATH");
         }
         self.limits.check()?;
+        for d in &self.device_faults {
+            let Some(p) = self.ports.iter().find(|p| p.name == d.port) else {
+                bail!("[[device-fault]] {}: no port named {:?}", d.kind, d.port);
+            };
+            if !matches!(p.kind, PortKind::Gve | PortKind::Erdma) {
+                bail!(
+                    "[[device-fault]] {}: port {} is a {} port: device faults need kind=gve or kind=erdma",
+                    d.kind,
+                    p.name,
+                    p.kind.name()
+                );
+            }
+        }
         for p in &self.ports {
             if p.flow_rules.len() > self.limits.flow_rules {
                 bail!(
@@ -1381,7 +1521,7 @@ mod tests {
     fn limits_section() {
         let c = DaemonConfig::from_toml(
             "[limits]\nmac-table = 10\ncontrol-connections = 2\nfault-rules = 3\nflow-rules = 4\n\
-             stuck-guest-ms = 500\n\
+             stuck-guest-ms = 500\ntrace-max-bytes = 5000\n\
              [[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n",
         )
         .unwrap();
@@ -1394,6 +1534,7 @@ mod tests {
                 flow_rules: 4,
                 capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
                 stuck_guest_ms: 500,
+                trace_max_bytes: 5000,
             }
         );
         let d =
@@ -1410,6 +1551,10 @@ mod tests {
                 "stuck-guest-ms = 0 must be between 1 and",
             ),
             ("bogus = 1", "unknown field"),
+            (
+                "trace-max-bytes = 0",
+                "trace-max-bytes = 0 must be between 1 and",
+            ),
         ] {
             let e = DaemonConfig::from_toml(&format!("[limits]\n{bad}\n")).unwrap_err();
             assert!(format!("{e:#}").contains(text), "{bad}: {e:#}");

@@ -212,7 +212,8 @@ enum CtlCmd {
         #[command(subcommand)]
         op: cli::faults::FaultsCmd,
     },
-    /// Take a port's link down (frames to and from it dropped, counted) or up.
+    /// Take a port's link down (frames to and from it dropped, counted) or
+    /// up; on a gve or erdma port the device also shows it to its driver.
     Link {
         /// The new state.
         state: cli::faults::LinkState,
@@ -220,6 +221,16 @@ enum CtlCmd {
         #[arg(long)]
         port: String,
     },
+    /// Device faults of gve and erdma ports (the driver bench): add, list
+    /// (with matched/hits), clear, kinds.
+    DeviceFault {
+        #[command(subcommand)]
+        op: cli::bench::DeviceFaultCmd,
+    },
+    /// The device trace of a gve or erdma port: register accesses (named),
+    /// commands, completions, events, interrupts, DMA, resets, faults.
+    /// `start`, `stop`, `show`, or `--follow --port NAME`.
+    Trace(cli::bench::TraceArgs),
     /// pcapng captures of one port or the whole fabric.
     Capture {
         #[command(subcommand)]
@@ -501,6 +512,8 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
         CtlCmd::Faults { op } => cli::faults::faults(control, json, op),
         CtlCmd::Link { state, port } => cli::faults::link(control, json, port, state),
         CtlCmd::Capture { op } => cli::faults::capture(control, json, op),
+        CtlCmd::DeviceFault { op } => cli::bench::device_fault(control, json, op),
+        CtlCmd::Trace(a) => cli::bench::trace(control, json, a),
         CtlCmd::Flows => cli::checker::flows(control, json),
         CtlCmd::Findings { clear } => cli::checker::findings(control, json, clear),
         CtlCmd::Checker { state } => cli::checker::checker(
@@ -710,6 +723,7 @@ fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
             );
             println!("  {c:?}");
             print_pump(&d.pump);
+            print_bench(d);
             return;
         }
     };
@@ -770,6 +784,18 @@ fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
             "  flow rule {}: {} -> queue {} ({} hits)",
             r.location, r.description, r.queue, r.hits
         );
+    }
+    print_bench(d);
+}
+
+/// A device port's fault rules and trace (the driver bench).
+fn print_bench(d: &vhost_rdma::ports::device::DeviceStatus) {
+    if !d.faults.is_empty() {
+        println!("  device faults:");
+        cli::bench::print_rules(&d.faults, "    ");
+    }
+    if d.trace.running || d.trace.records > 0 || d.trace.followers > 0 {
+        cli::bench::print_trace(&d.trace, "  ");
     }
 }
 

@@ -88,6 +88,20 @@ impl Server {
                 }
             }
         }
+        // Device fault rules, on the started device ports (validate()
+        // checked each names one).
+        for spec in &cfg.device_faults {
+            let entry = ports.iter().find_map(|p| match p.status() {
+                PortStatus::Device(d) if d.port == spec.port => Some(d),
+                _ => None,
+            });
+            if let Some(d) = entry {
+                let id = d
+                    .add_fault(spec)
+                    .map_err(|e| anyhow::anyhow!("[[device-fault]] {}: {e}", spec.kind))?;
+                tracing::info!(port = %spec.port, id, rule = %spec.describe(), "device fault rule added");
+            }
+        }
         let mut server = Server {
             fabric,
             ports,

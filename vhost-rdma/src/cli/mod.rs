@@ -1,6 +1,7 @@
 //! The `ctl` side of the binary: clap arguments and the printing of replies.
 //! Only the binary prints; the library answers with data.
 
+pub mod bench;
 pub mod checker;
 pub mod faults;
 pub mod steering;

@@ -12,7 +12,12 @@
 //! `flow-rule-del`, `rss` (steering); `fault-add`, `fault-list`,
 //! `fault-del`, `link` (faults); `capture-start`, `capture-stop`,
 //! `capture-status`; `flows`, `findings`, `checker` (protocol checker);
-//! `hosts`, `host-start`, `host-stop` (virtual hosts). For example
+//! `hosts`, `host-start`, `host-stop` (virtual hosts); `device-fault-add`,
+//! `device-fault-list`, `device-fault-clear`, `device-fault-kinds`,
+//! `trace-start`, `trace-stop`, `trace-show`, `trace-follow` (the driver
+//! bench: device ports). `trace-follow`, as a connection's first request,
+//! turns the connection into a stream: the reply line, then one trace line
+//! per record until the client closes it. For example
 //! `{"cmd":"flow-rule-del","port":"a","id":3}`.
 //!
 //! **Replies** ([`Reply`]) are `{"ok":true, <body>, "version":1}` or
@@ -20,7 +25,9 @@
 //! one kind of answer whose fields sit at the top level: `status`, `rss`,
 //! `rules` (and `rule_id` after an add), `faults` (and `fault_id` after an
 //! add), `capture`, `flows` or `findings` (each with `checker`), `checker`,
-//! `hosts`, `service_id`; none for a bare acknowledgement (`host-stop`).
+//! `hosts`, `service_id`, `device_faults` (and `device_fault_id` after an
+//! add), `fault_kinds`, `trace` (and `trace_lines` for `trace-show`); none
+//! for a bare acknowledgement (`host-stop`).
 //!
 //! **Versions.** Every reply carries the daemon's [`PROTOCOL_VERSION`]
 //! (1). A request may carry `"version"`, the version its client speaks
@@ -212,9 +219,21 @@ fn dispatch(ctx: &Context, req: &Request) -> handlers::Answer {
         R::FlowRuleAdd { .. } | R::FlowRuleList { .. } | R::FlowRuleDel { .. } | R::Rss { .. } => {
             handlers::steering::handle(&ctx.fabric, req)
         }
-        R::FaultAdd { .. } | R::FaultList | R::FaultDel { .. } | R::Link { .. } => {
+        R::FaultAdd { .. } | R::FaultList | R::FaultDel { .. } => {
             handlers::faults::handle(&ctx.fabric, req)
         }
+        // The fabric's link, and the device's when the port is one.
+        R::Link { .. } => handlers::device_faults::link(ctx, req),
+        R::DeviceFaultAdd { .. }
+        | R::DeviceFaultList
+        | R::DeviceFaultClear { .. }
+        | R::DeviceFaultKinds { .. } => handlers::device_faults::handle(ctx, req),
+        R::TraceStart { .. } | R::TraceStop { .. } | R::TraceShow { .. } => {
+            handlers::trace::handle(ctx, req)
+        }
+        // Served by `serve` itself (it streams); here only when it came
+        // after another request.
+        R::TraceFollow { .. } => Err(handlers::HandlerError::FollowNotFirst),
         R::CaptureStart { .. } | R::CaptureStop | R::CaptureStatus => {
             handlers::capture::handle(&ctx.fabric, req)
         }
@@ -234,11 +253,18 @@ fn serve(c: UnixStream, ctx: &Context) {
     let Ok(mut w) = c.try_clone() else { return };
     let mut r = BufReader::new(c);
     let mut line = String::new();
+    let mut first = true;
     loop {
         line.clear();
         match (&mut r).take(MAX_REQUEST as u64).read_line(&mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
+        }
+        if std::mem::take(&mut first) {
+            if let Ok(Request::TraceFollow { port }) = Request::parse(line.trim()) {
+                handlers::trace::follow(ctx, &port, r.get_ref(), &mut w);
+                return;
+            }
         }
         let reply = answer(ctx, line.trim());
         let Ok(mut out) = serde_json::to_string(&reply) else {
@@ -247,6 +273,44 @@ fn serve(c: UnixStream, ctx: &Context) {
         out.push('\n');
         if w.write_all(out.as_bytes()).is_err() {
             return;
+        }
+    }
+}
+
+/// Follows a device port's trace (client side of `vhost-rdma ctl trace
+/// --follow`): sends `trace-follow`, then hands each trace line to `line`
+/// until the daemon closes the connection or `line` answers false. A
+/// refusal is returned as an error.
+pub fn follow_trace(
+    path: &Path,
+    port: &str,
+    mut line: impl FnMut(&str) -> bool,
+) -> anyhow::Result<()> {
+    let mut c = UnixStream::connect(path)
+        .with_context(|| format!("connecting to control socket {}", path.display()))?;
+    let mut s = serde_json::to_string(&VersionedRequest {
+        request: &Request::TraceFollow {
+            port: port.to_string(),
+        },
+        version: PROTOCOL_VERSION,
+    })?;
+    s.push('\n');
+    c.write_all(s.as_bytes())?;
+    let mut r = BufReader::new(c);
+    let mut first = String::new();
+    r.read_line(&mut first)?;
+    let reply: Reply = serde_json::from_str(&first).context("parsing control reply")?;
+    if !reply.ok {
+        anyhow::bail!("daemon refused: {}", reply.error.unwrap_or_default());
+    }
+    let mut l = String::new();
+    loop {
+        l.clear();
+        if r.read_line(&mut l)? == 0 {
+            return Ok(());
+        }
+        if !line(l.trim_end_matches('\n')) {
+            return Ok(());
         }
     }
 }

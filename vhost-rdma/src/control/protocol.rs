@@ -144,6 +144,55 @@ pub enum Request {
         /// The service's id.
         id: u32,
     },
+    /// Adds a device fault rule to a device port (the driver bench).
+    DeviceFaultAdd {
+        /// The rule (its port inside).
+        rule: Box<crate::ports::device::bench::DeviceFaultSpec>,
+    },
+    /// Every device port's fault rules with their counters.
+    DeviceFaultList,
+    /// Removes device fault rules: one (`id`) or all, of one port or of
+    /// every device port.
+    DeviceFaultClear {
+        /// Only this port (default: every device port; with `id`, the one
+        /// holding it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<String>,
+        /// Only this rule (default: all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u32>,
+    },
+    /// The fault kinds a device port offers.
+    DeviceFaultKinds {
+        /// The port's name.
+        port: String,
+    },
+    /// Starts a device port's trace (into the in-memory ring, and a new
+    /// file in the capture directory if given).
+    TraceStart {
+        /// The port's name.
+        port: String,
+        /// A plain file name, created in the capture directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<PathBuf>,
+    },
+    /// Stops a device port's trace.
+    TraceStop {
+        /// The port's name.
+        port: String,
+    },
+    /// A device port's trace status and the lines its ring holds.
+    TraceShow {
+        /// The port's name.
+        port: String,
+    },
+    /// Streams a device port's trace: after the reply line (`trace`), the
+    /// connection carries trace lines, one per line, until the client
+    /// closes it. Only as a connection's first request.
+    TraceFollow {
+        /// The port's name.
+        port: String,
+    },
 }
 
 impl Request {
@@ -278,6 +327,35 @@ pub enum ReplyBody {
         /// The service's id (for `host-stop`).
         service_id: u32,
     },
+    /// `device-fault-add`: every device port's rules and the new rule's id.
+    DeviceFaultAdded {
+        /// Each device port's rules with their counters.
+        device_faults: Vec<crate::ports::device::bench::DevicePortFaults>,
+        /// The new rule's id (on its port).
+        device_fault_id: u32,
+    },
+    /// `device-fault-list`, `device-fault-clear`: every device port's rules.
+    DeviceFaults {
+        /// Each device port's rules with their counters.
+        device_faults: Vec<crate::ports::device::bench::DevicePortFaults>,
+    },
+    /// `device-fault-kinds`: the kinds a device offers.
+    DeviceFaultKinds {
+        /// The kinds with their parameters.
+        fault_kinds: Vec<crate::ports::device::bench::DeviceFaultKind>,
+    },
+    /// `trace-show`: the trace's status and the ring's lines.
+    TraceShown {
+        /// The trace's status.
+        trace: crate::ports::device::trace::TraceStatus,
+        /// The lines the ring holds, oldest first.
+        trace_lines: Vec<String>,
+    },
+    /// `trace-start`, `trace-stop`, `trace-follow`: the trace's status.
+    Trace {
+        /// The trace's status.
+        trace: crate::ports::device::trace::TraceStatus,
+    },
 }
 
 impl Reply {
@@ -387,6 +465,33 @@ impl Reply {
     pub fn into_hosts(self) -> Option<Vec<crate::ports::host::HostStats>> {
         match self.body? {
             ReplyBody::Hosts { hosts } => Some(hosts),
+            _ => None,
+        }
+    }
+
+    /// The `device_faults` of a device fault reply.
+    pub fn into_device_faults(self) -> Option<Vec<crate::ports::device::bench::DevicePortFaults>> {
+        match self.body? {
+            ReplyBody::DeviceFaultAdded { device_faults, .. }
+            | ReplyBody::DeviceFaults { device_faults } => Some(device_faults),
+            _ => None,
+        }
+    }
+
+    /// The `device_fault_id` of a `device-fault-add` reply.
+    pub fn device_fault_id(&self) -> Option<u32> {
+        match self.body {
+            Some(ReplyBody::DeviceFaultAdded {
+                device_fault_id, ..
+            }) => Some(device_fault_id),
+            _ => None,
+        }
+    }
+
+    /// The `trace` of a trace reply.
+    pub fn into_trace(self) -> Option<crate::ports::device::trace::TraceStatus> {
+        match self.body? {
+            ReplyBody::Trace { trace } | ReplyBody::TraceShown { trace, .. } => Some(trace),
             _ => None,
         }
     }

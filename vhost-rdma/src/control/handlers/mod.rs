@@ -5,10 +5,12 @@
 
 pub mod capture;
 pub mod checker;
+pub mod device_faults;
 pub mod faults;
 pub mod hosts;
 pub mod status;
 pub mod steering;
+pub mod trace;
 
 use crate::control::ReplyBody;
 
@@ -54,4 +56,10 @@ pub enum HandlerError {
     /// The service parameters were refused.
     #[error(transparent)]
     Service(#[from] virtual_host::HostError),
+    /// A device fault, device link or trace request was refused.
+    #[error(transparent)]
+    Bench(#[from] crate::ports::device::bench::BenchError),
+    /// `trace-follow` after another request on the same connection.
+    #[error("trace-follow streams: send it as a connection's first request")]
+    FollowNotFirst,
 }

@@ -12,20 +12,26 @@
 //! back-pressure) until the pump hands them over, a burst at a time; a
 //! device queue without receive buffers holds only its own frames.
 
+pub mod bench;
+mod bench_tests;
 mod pump;
 mod sink;
+pub mod trace;
 
 pub use pump::{PumpStatus, BURST, MAX_HELD_QUEUES, STARVED_RETRY};
 
 use crate::config::{PortConfig, PortKind};
 use crate::fabric::{Fabric, PortShared};
+use bench::{BenchError, DeviceFaultKind, DeviceFaultRule, DeviceFaultSpec, DevicePortFaults};
 use erdma_device::{ErdmaConfig, ErdmaDevice};
 use gve_device::{GveConfig, GveDevice};
 use pci_model::PciDevice;
 use pump::{PumpStats, Pumped};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use trace::{PortTrace, TraceStatus};
 use vfio_user_server::{DeviceHandle, Limits, VfioUserServer};
 
 /// The device ports of a daemon, for the control socket.
@@ -39,6 +45,12 @@ trait Served: Pumped {
     fn detail(&self) -> DeviceDetail;
     /// The pump's view of it.
     fn pumped(&self) -> &dyn Pumped;
+    fn add_fault(&self, id: u32, spec: &pci_model::FaultSpec) -> Result<(), pci_model::FaultError>;
+    fn clear_faults(&self, id: Option<u32>) -> Result<(), pci_model::FaultError>;
+    fn faults(&self) -> Vec<pci_model::FaultStatus>;
+    fn fault_kinds(&self) -> &'static [pci_model::FaultKindInfo];
+    fn set_link(&self, up: bool) -> bool;
+    fn set_trace(&self, sink: Option<Arc<dyn vfio_user_server::TraceSink>>);
 }
 
 /// The model-specific part of a device port's status.
@@ -77,6 +89,24 @@ impl<D: PciDevice + Describe + Send + 'static> Served for DeviceHandle<D> {
     fn detail(&self) -> DeviceDetail {
         self.with_device(|d| d.detail())
     }
+    fn add_fault(&self, id: u32, spec: &pci_model::FaultSpec) -> Result<(), pci_model::FaultError> {
+        DeviceHandle::add_fault(self, id, spec)
+    }
+    fn clear_faults(&self, id: Option<u32>) -> Result<(), pci_model::FaultError> {
+        DeviceHandle::clear_faults(self, id)
+    }
+    fn faults(&self) -> Vec<pci_model::FaultStatus> {
+        DeviceHandle::faults(self)
+    }
+    fn fault_kinds(&self) -> &'static [pci_model::FaultKindInfo] {
+        DeviceHandle::fault_kinds(self)
+    }
+    fn set_link(&self, up: bool) -> bool {
+        DeviceHandle::set_link(self, up)
+    }
+    fn set_trace(&self, sink: Option<Arc<dyn vfio_user_server::TraceSink>>) {
+        DeviceHandle::set_trace(self, sink)
+    }
 }
 
 /// A device port as the control socket sees it.
@@ -87,9 +117,99 @@ pub struct DeviceEntry {
     handle: Arc<dyn Served>,
     pump: Arc<PumpStats>,
     held_limit: usize,
+    trace: Arc<PortTrace>,
 }
 
 impl DeviceEntry {
+    /// The device kind (`gve`, `erdma`).
+    pub fn kind(&self) -> &'static str {
+        match self.handle.detail() {
+            DeviceDetail::Gve(_) => "gve",
+            DeviceDetail::Erdma(_) => "erdma",
+        }
+    }
+
+    /// Runs a model call from the control side under a panic guard: a
+    /// panicking model is reset (as the pump does) and the request refused.
+    fn guarded<R>(&self, f: impl FnOnce(&dyn Served) -> R) -> Result<R, BenchError> {
+        catch_unwind(AssertUnwindSafe(|| f(&*self.handle))).map_err(|_| {
+            tracing::error!(port = %self.port, "device model panicked on a control request; device reset");
+            self.handle.pumped().reset();
+            BenchError::Panicked(self.port.clone())
+        })
+    }
+
+    /// Adds a device fault rule (its id: `spec.id`, else one more than the
+    /// highest on the port); returns the id.
+    pub fn add_fault(&self, spec: &DeviceFaultSpec) -> Result<u32, BenchError> {
+        let id = match spec.id {
+            Some(id) => id,
+            None => self
+                .handle
+                .faults()
+                .iter()
+                .map(|r| r.id)
+                .max()
+                .map_or(Some(1), |m| m.checked_add(1))
+                .ok_or_else(|| BenchError::NoFreeId(self.port.clone()))?,
+        };
+        let model = spec.to_model();
+        self.guarded(|h| h.add_fault(id, &model))?
+            .map_err(|source| BenchError::Model {
+                port: self.port.clone(),
+                source,
+            })?;
+        Ok(id)
+    }
+
+    /// Removes rule `id` (all: `None`), undoing its lasting effect.
+    pub fn clear_faults(&self, id: Option<u32>) -> Result<(), BenchError> {
+        self.guarded(|h| h.clear_faults(id))?
+            .map_err(|source| BenchError::Model {
+                port: self.port.clone(),
+                source,
+            })
+    }
+
+    /// Whether the port holds rule `id`.
+    pub fn has_fault(&self, id: u32) -> bool {
+        self.handle.faults().iter().any(|r| r.id == id)
+    }
+
+    /// The port's rules with their counters.
+    pub fn faults(&self) -> DevicePortFaults {
+        DevicePortFaults {
+            port: self.port.clone(),
+            kind: self.kind().into(),
+            rules: self.rules(),
+        }
+    }
+
+    fn rules(&self) -> Vec<DeviceFaultRule> {
+        self.handle.faults().into_iter().map(Into::into).collect()
+    }
+
+    /// The fault kinds the device offers.
+    pub fn fault_kinds(&self) -> Vec<DeviceFaultKind> {
+        self.handle.fault_kinds().iter().map(Into::into).collect()
+    }
+
+    /// Shows the link state to the driver (`ctl link`); false if the
+    /// device has no link status.
+    pub fn set_link(&self, up: bool) -> Result<bool, BenchError> {
+        self.guarded(|h| h.set_link(up))
+    }
+
+    /// The device was stopped (the daemon shuts down).
+    pub fn stopped(&self) -> bool {
+        self.handle.pumped().is_stopped()
+    }
+
+    /// The port's device trace.
+    pub fn trace(&self) -> &PortTrace {
+        &self.trace
+    }
+
     /// The port's status for `ctl status`.
     pub fn status(&self) -> DeviceStatus {
         let detail = self.handle.detail();
@@ -102,6 +222,8 @@ impl DeviceEntry {
             .into(),
             dma_regions: self.handle.dma_regions(),
             pump: self.pump.status(self.held_limit),
+            faults: self.rules(),
+            trace: self.trace.status(),
             detail,
         }
     }
@@ -121,6 +243,12 @@ pub struct DeviceStatus {
     /// panics caught.
     #[serde(default)]
     pub pump: PumpStatus,
+    /// Device fault rules with their counters (`ctl device-fault`).
+    #[serde(default)]
+    pub faults: Vec<DeviceFaultRule>,
+    /// The device trace (`ctl trace`).
+    #[serde(default)]
+    pub trace: TraceStatus,
     /// The model's own status.
     #[serde(flatten)]
     pub detail: DeviceDetail,
@@ -159,6 +287,7 @@ pub struct DevicePort {
     port: Arc<PortShared>,
     handle: Arc<dyn Served>,
     pump_stats: Arc<PumpStats>,
+    trace: Arc<PortTrace>,
     socket: crate::socket_path::OwnedSocket,
     stop: Arc<AtomicBool>,
     server: Option<JoinHandle<()>>,
@@ -291,10 +420,12 @@ impl DevicePort {
             .spawn(move || pump::Pump::new(&p, h.pumped(), &st).run(&s))
             .context("spawning the device pump")?;
         tracing::info!(port = %name, socket = %port.cfg.socket.display(), kind = ?port.cfg.kind, "device listening (vfio-user)");
+        let trace = Arc::new(port_trace(&name, &handle));
         Ok(DevicePort {
             port,
             handle,
             pump_stats,
+            trace,
             socket,
             stop,
             server: Some(server_thread),
@@ -309,12 +440,15 @@ impl DevicePort {
             handle: self.handle.clone(),
             pump: self.pump_stats.clone(),
             held_limit: self.port.cfg.rx_held_frames,
+            trace: self.trace.clone(),
         }
     }
 
     /// Stops both threads and removes the socket.
     pub fn shutdown(&mut self) {
         self.stop.store(true, SeqCst);
+        // A running trace's file is flushed and closed.
+        let _ = self.trace.stop();
         self.handle.stop();
         // Wake the pump from its wait.
         let _ = self.port.rxq[0].wake.write(1);
@@ -340,6 +474,12 @@ fn served<D: PciDevice + Describe + Send + 'static>(
         }
     });
     Arc::new(h)
+}
+
+/// The trace of a served device: it switches the device's tracing.
+fn port_trace(name: &str, handle: &Arc<dyn Served>) -> PortTrace {
+    let h = handle.clone();
+    PortTrace::new(name, Box::new(move |sink| h.set_trace(sink)))
 }
 
 fn log_end(r: Result<(), vfio_user_server::Error>) {

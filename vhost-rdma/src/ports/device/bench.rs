@@ -1,0 +1,159 @@
+//! The driver bench's control of a device port (issue 25): device fault
+//! rules ([`DeviceFaultSpec`], `ctl device-fault`, `[[device-fault]]`) and
+//! their counters, as the daemon and the control protocol carry them. The
+//! models (`gve-device`, `erdma-device`) own the rules and what each kind
+//! does; the daemon names the port, picks the id and passes the rest on.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::config::{parse_device_fault_params as parse_params, DeviceFaultSpec};
+
+/// A device fault rule with its counters (`ctl device-fault list`, `ctl
+/// status`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFaultRule {
+    /// The rule's id on its port.
+    pub id: u32,
+    /// Its kind.
+    pub kind: String,
+    /// Its parameters, `key=value ...`.
+    #[serde(default)]
+    pub params: String,
+    /// Fires at most this many times.
+    pub count: u64,
+    /// Probability per match.
+    pub prob: f64,
+    /// PRNG seed.
+    pub seed: u64,
+    /// Times its condition was met.
+    pub matched: u64,
+    /// Times it fired.
+    pub hits: u64,
+    /// Its count is spent (it stays listed until cleared).
+    #[serde(default)]
+    pub spent: bool,
+}
+
+impl From<pci_model::FaultStatus> for DeviceFaultRule {
+    fn from(s: pci_model::FaultStatus) -> Self {
+        DeviceFaultRule {
+            id: s.id,
+            kind: s.kind,
+            params: s.params,
+            count: s.count,
+            prob: s.prob,
+            seed: s.seed,
+            matched: s.matched,
+            hits: s.hits,
+            spent: s.spent,
+        }
+    }
+}
+
+/// One device port's fault rules.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DevicePortFaults {
+    /// The port.
+    pub port: String,
+    /// Its device kind (`gve`, `erdma`).
+    pub kind: String,
+    /// Its rules, in order.
+    pub rules: Vec<DeviceFaultRule>,
+}
+
+/// A fault kind a device offers (`ctl device-fault kinds`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceFaultKind {
+    /// The kind's name.
+    pub name: String,
+    /// Its parameters, `name=meaning` each.
+    pub params: Vec<String>,
+    /// What it does.
+    pub doc: String,
+}
+
+impl From<&pci_model::FaultKindInfo> for DeviceFaultKind {
+    fn from(k: &pci_model::FaultKindInfo) -> Self {
+        DeviceFaultKind {
+            name: k.name.into(),
+            params: k.params.iter().map(|p| p.to_string()).collect(),
+            doc: k.doc.into(),
+        }
+    }
+}
+
+/// Why a device fault, link or trace request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The port exists but is not an emulated device.
+    #[error("port {port} is a {kind} port: {what} need kind=gve or kind=erdma")]
+    NotADevice {
+        /// The port.
+        port: String,
+        /// Its kind (`virtio-net`, `vxlan`, ...).
+        kind: &'static str,
+        /// What was asked for (`device faults`, `device traces`).
+        what: &'static str,
+    },
+    /// The model refused the rule or the removal.
+    #[error("port {port}: {source}")]
+    Model {
+        /// The port.
+        port: String,
+        /// The model's reason.
+        source: pci_model::FaultError,
+    },
+    /// A rule id without a port, held by several ports.
+    #[error("device fault rule {id} exists on ports {ports}: give --port")]
+    AmbiguousId {
+        /// The id.
+        id: u32,
+        /// The ports holding it, comma-separated.
+        ports: String,
+    },
+    /// A rule id without a port, held by none.
+    #[error("no device fault rule {0} on any device port")]
+    NoSuchRule(u32),
+    /// No port has the id space left.
+    #[error("port {0}: no free device fault rule id")]
+    NoFreeId(String),
+    /// The model panicked on the request (it was reset by the pump's
+    /// guard on its next call; the request had no effect to rely on).
+    #[error("port {0}: the device model panicked on this request")]
+    Panicked(String),
+    /// The trace could not start or stop.
+    #[error(transparent)]
+    Trace(#[from] super::trace::TraceError),
+}
+
+/// The name `ctl` uses for a port kind.
+pub fn kind_name(k: crate::config::PortKind) -> &'static str {
+    k.name()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_parse_from_words_and_tables() {
+        let p = parse_params(&["queue=0".into(), "opcode=CREATE_QP".into()]).unwrap();
+        assert_eq!(p["queue"], "0");
+        assert_eq!(p["opcode"], "CREATE_QP");
+        assert!(parse_params(&["queue".into()]).is_err());
+        assert!(parse_params(&["=1".into()]).is_err());
+        assert!(parse_params(&["a=1".into(), "a=2".into()]).is_err());
+        let s: DeviceFaultSpec = toml::from_str(
+            "port = \"g\"\nkind = \"tx-miss\"\nparams = { queue = 1, reinject = false, x = \"y\" }\ncount = 3\n",
+        )
+        .unwrap();
+        assert_eq!(s.params["queue"], "1");
+        assert_eq!(s.params["reinject"], "no");
+        assert_eq!(s.params["x"], "y");
+        assert_eq!(s.count, Some(3));
+        assert_eq!(s.describe(), "tx-miss queue=1 reinject=no x=y");
+        assert!(
+            toml::from_str::<DeviceFaultSpec>("port = \"g\"\nkind = \"k\"\nbogus = 1\n").is_err()
+        );
+    }
+}
