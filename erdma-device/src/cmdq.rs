@@ -9,7 +9,7 @@
 //! of response (`resp0` = words 2|3<<32, `resp1` = words 4|5<<32, each
 //! word big-endian).
 
-use pci_model::DeviceIo;
+use pci_model::{DeviceIo, TraceKind};
 
 use crate::cq::CompletionQueue;
 use crate::device::{Ah, DbKind, ErdmaDevice, Gid};
@@ -166,6 +166,23 @@ impl ErdmaDevice {
                     self.refuse_cmdq_doorbell();
                     return false;
                 }
+                let sub = field(hdr, 25, 24) as u8;
+                let opc = field(hdr, 23, 16) as u8;
+                let fault = self.cmd_fault(sub, opc, io);
+                if fault == Some(None) {
+                    // cmdq-timeout: taken off the queue, never executed nor
+                    // completed; the commands after it run as usual.
+                    io.trace(TraceKind::Command, || {
+                        format!(
+                            "{} ci={ci} -> no completion (cmdq-timeout)",
+                            crate::names::cmd_opcode(sub, opc)
+                        )
+                    });
+                    if let Some(q) = self.cmdq.as_mut() {
+                        q.sq_ci = ci.wrapping_add(cnt);
+                    }
+                    return true;
+                }
                 let mut ok = true;
                 for i in 1..cnt {
                     let at = usize::from(i) * 32;
@@ -177,14 +194,33 @@ impl ErdmaDevice {
                         ok = false;
                     }
                 }
-                if ok {
-                    let len = (usize::from(cnt) * 32).min(buf.len());
+                let len = (usize::from(cnt) * 32).min(buf.len());
+                if let Some(Some(st)) = fault {
+                    res = Err(st);
+                } else if ok {
                     res = self.execute(hdr, &buf[..len], io);
                 } else {
                     self.counters.dma_errors += 1;
                     res = Err(status::DMA_ERROR);
                 }
-                let sub = field(hdr, 25, 24) as u8;
+                io.trace(TraceKind::Command, || {
+                    format!(
+                        "{}{} -> status {}{}",
+                        crate::names::cmd_opcode(sub, opc),
+                        cmd_fields(sub, opc, &buf[..len]),
+                        match res {
+                            Ok(_) => 0,
+                            Err(e) => e,
+                        },
+                        match (&res, fault) {
+                            (_, Some(_)) => " (cmd-status)".to_owned(),
+                            (Ok((r0, r1)), _) if *r0 != 0 || *r1 != 0 => {
+                                format!(" resp0={r0:#x} resp1={r1:#x}")
+                            }
+                            _ => String::new(),
+                        }
+                    )
+                });
                 let common = sub == submod::COMMON;
                 let c = &mut self.counters;
                 match (&res, common) {
@@ -193,7 +229,7 @@ impl ErdmaDevice {
                     (Err(_), true) => c.cmd_common_failed += 1,
                     (Err(_), false) => c.cmd_rdma_failed += 1,
                 }
-                if let Err(e) = res {
+                if let (Err(e), None) = (res, fault) {
                     match e {
                         status::UNSUPPORTED => c.cmd_unknown += 1,
                         status::NO_RESOURCE => c.cmd_limit_hit += 1,
@@ -288,9 +324,12 @@ impl ErdmaDevice {
                     }
                     _ => (qp.sq_psn, qp.rq_psn),
                 };
+                // SQD with work still inside the engine: the SQ drains.
+                let draining = qp.state == qps::SQD && !qp.inflight.is_empty();
                 let r0 = u64::from(sq_psn & 0xff_ffff)
                     | (u64::from(rq_psn & 0xff_ffff) << 24)
-                    | (u64::from(qp.state) << 48);
+                    | (u64::from(qp.state) << 48)
+                    | (u64::from(draining) << 56);
                 Ok((r0, 0))
             }
             (submod::RDMA, rdma_op::CREATE_CQ) => self.cmd_create_cq(b, io),
@@ -927,5 +966,79 @@ impl ErdmaDevice {
         if let Some(e) = qp.engine.as_ref() {
             self.counters.add_rc(e.stats());
         }
+    }
+}
+
+/// The key fields of a command, for the trace (` qpn=5 sq_depth=256 ...`).
+fn cmd_fields(sub: u8, opc: u8, b: &[u8]) -> String {
+    let w = |o: usize| {
+        if b.len() >= o + 4 {
+            le::u32_at(b, o)
+        } else {
+            0
+        }
+    };
+    match (sub, opc) {
+        (submod::RDMA, rdma_op::CREATE_QP) => format!(
+            " qpn={} sq_depth={} rq_depth={} pd={} scqn={} rcqn={} type={}",
+            field32(w(8), 19, 0),
+            1u64 << field32(w(8), 31, 20).min(63),
+            1u64 << field32(w(12), 31, 20).min(63),
+            field32(w(12), 19, 0),
+            field32(w(16), 23, 0),
+            field32(w(20), 23, 0),
+            if field32(w(116), 3, 0) == 0 {
+                "RC"
+            } else {
+                "UD"
+            }
+        ),
+        (submod::RDMA, rdma_op::DESTROY_QP | rdma_op::QUERY_QP) => format!(" qpn={}", w(8)),
+        (submod::RDMA, rdma_op::MODIFY_QP) => format!(
+            " qpn={} state={} mask={:#x} dqpn={} sq_psn={} rq_psn={}",
+            field32(w(8), 19, 0),
+            field32(w(8), 31, 24),
+            w(16),
+            field32(w(12), 19, 0),
+            w(28),
+            w(24)
+        ),
+        (submod::RDMA, rdma_op::CREATE_CQ) => format!(
+            " cqn={} depth={} eqn={}",
+            field32(w(8), 19, 0),
+            1u64 << field32(w(8), 31, 24).min(63),
+            field32(w(20), 9, 0)
+        ),
+        (submod::RDMA, rdma_op::DESTROY_CQ) => format!(" cqn={}", w(8)),
+        (submod::RDMA, rdma_op::REFLUSH) => {
+            format!(" qpn={} sq_pi={} rq_pi={}", w(8), w(12), w(16))
+        }
+        (submod::RDMA, rdma_op::REG_MR) => format!(
+            " mpt={} key={} pd={} type={} access={:#x} size={}",
+            field32(w(8), 19, 0),
+            field32(w(8), 27, 20),
+            field32(w(12), 31, 12),
+            field32(w(12), 7, 6),
+            field32(w(12), 5, 1),
+            w(24)
+        ),
+        (submod::RDMA, rdma_op::DEREG_MR) => format!(" mpt={}", field32(w(8), 19, 0)),
+        (submod::RDMA, rdma_op::SET_GID) => format!(
+            " idx={} {}",
+            w(8) & 0xffff,
+            if w(8) & (1 << 31) != 0 { "del" } else { "add" }
+        ),
+        (submod::RDMA, rdma_op::CREATE_AH | rdma_op::DESTROY_AH) => {
+            format!(" pdn={} ahn={}", w(8), w(12))
+        }
+        (submod::COMMON, common_op::CREATE_EQ | common_op::DESTROY_EQ) => format!(
+            " eqn={} depth_log2={} vector={}",
+            b.get(17).copied().unwrap_or(0),
+            b.get(18).copied().unwrap_or(0),
+            b.get(16).copied().unwrap_or(0)
+        ),
+        (submod::COMMON, common_op::CONF_MTU) => format!(" mtu={}", w(8)),
+        (submod::COMMON, common_op::CONF_DEVICE) => format!(" cfg={:#x}", w(8)),
+        _ => String::new(),
     }
 }

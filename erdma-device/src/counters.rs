@@ -75,6 +75,10 @@ pub struct Counters {
     pub rx_frames: u64,
     /// Bytes received.
     pub rx_bytes: u64,
+    /// Frames dropped because the port was down (`port-down` device
+    /// fault or `ctl link down`), sent or received.
+    #[serde(default)]
+    pub port_down_drops: u64,
     /// Received frames dropped, all reasons (the `rx_drop_*` counters
     /// name them).
     pub rx_dropped: u64,

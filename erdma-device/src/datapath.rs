@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use pci_model::{DeviceIo, RxRefusal};
+use pci_model::{DeviceIo, RxRefusal, TraceKind};
 use roce_model::{
     Deth, FrameBuilder, NetLayer, NetParams, Opcode, PacketBuilder, RecvWr, RoceFrame, SendOp,
     SendWr, Sge, Transport, WcOpcode, WcStatus,
@@ -167,6 +167,26 @@ impl ErdmaDevice {
 
     /// Writes a CQE on `cqn` and fires its event if armed.
     pub(crate) fn post_cqe(&mut self, io: &mut DeviceIo<'_>, cqn: u32, cqe: &Cqe, se: bool) {
+        let mut faulted = *cqe;
+        let injected = self.cqe_fault(&mut faulted, io);
+        let cqe = &faulted;
+        io.trace(TraceKind::Completion, || {
+            format!(
+                "cqn={cqn} qpn={} {} {} idx={} len={} status={}",
+                cqe.qpn,
+                if cqe.qtype == qtype::SQ { "SQ" } else { "RQ" },
+                crate::names::opcode(cqe.opcode),
+                cqe.qe_idx,
+                cqe.size,
+                crate::names::wc_status(cqe.syndrome)
+            )
+        });
+        if injected && self.qps.get(&cqe.qpn).is_some_and(|q| !q.is_ud()) {
+            // As after a real error completion on an RC QP: its other work
+            // completes flushed. (A UD QP keeps its state: one datagram
+            // failed.)
+            self.enter_error(cqe.qpn);
+        }
         let Some(cq) = self.cqs.get_mut(&cqn) else {
             self.counters.cqes_dropped += 1;
             return;
@@ -264,7 +284,8 @@ impl ErdmaDevice {
             let Some(qp) = self.qps.get(&qpn) else {
                 return true;
             };
-            if qp.sq_ci == qp.sq_pi {
+            if qp.sq_ci == qp.sq_pi || self.qp_stalled(qpn) {
+                // (qp-stall: kicked again when the rule is cleared)
                 return true;
             }
             let Some(outstanding) = crate::regs::ring_outstanding(qp.sq_pi, qp.sq_ci, qp.sq_depth)
@@ -443,7 +464,7 @@ impl ErdmaDevice {
         self.post_cqe(io, scqn, &cqe, false);
     }
 
-    fn enter_error(&mut self, qpn: u32) {
+    pub(crate) fn enter_error(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             qp.state = qps::ERROR;
             if let Some(e) = qp.engine.as_mut() {
@@ -769,6 +790,11 @@ impl ErdmaDevice {
     fn push_frame(&mut self, av: &Av, mut frame: Vec<u8>, io: &mut DeviceIo<'_>) -> Result<(), ()> {
         if frame.len() > self.cfg.max_frame {
             return Err(());
+        }
+        if self.port_is_down() && !self.is_own_gid(&av.dgid) {
+            // port-down: the frame goes nowhere (RC retransmits).
+            self.counters.port_down_drops += 1;
+            return Ok(());
         }
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += frame.len() as u64;

@@ -5,7 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal};
+use pci_model::{
+    BarInfo, DeviceIo, FaultError, FaultKindInfo, FaultSpec, FaultStatus, MsixInfo, PciDevice,
+    PciIdentity, RxRefusal, TraceKind,
+};
 
 use crate::config::ErdmaConfig;
 use crate::counters::Counters;
@@ -156,6 +159,9 @@ pub struct ErdmaDevice {
     pub(crate) last_now: Duration,
     pub(crate) next_wr_id: u64,
     pub(crate) ip_ident: u16,
+    /// Device-fault rules and the port state (kept over device resets:
+    /// they belong to the bench, not to the driver).
+    pub(crate) faults: crate::faults::Faults,
 }
 
 impl std::fmt::Debug for ErdmaDevice {
@@ -210,6 +216,7 @@ impl ErdmaDevice {
             last_now: Duration::ZERO,
             next_wr_id: 1,
             ip_ident: 0,
+            faults: crate::faults::Faults::default(),
             cfg,
         }
     }
@@ -382,6 +389,18 @@ impl ErdmaDevice {
 
     /// Pushes an EQE on the AEQ.
     pub(crate) fn async_event(&mut self, io: &mut DeviceIo<'_>, eqe: [u8; 16]) {
+        io.trace(TraceKind::Event, || {
+            format!(
+                "AEQE {} data0={}{}",
+                crate::names::ae_type(eqe[2]),
+                u32::from_le_bytes([eqe[4], eqe[5], eqe[6], eqe[7]]),
+                if self.aeq.is_none() {
+                    " (no AEQ: lost)"
+                } else {
+                    ""
+                }
+            )
+        });
         let r = match self.aeq.as_mut() {
             Some(eq) => eq.push(io.dma, eqe),
             None => EqPush::Full,
@@ -410,6 +429,7 @@ impl ErdmaDevice {
         let Some(eqn) = self.cqs.get(&cqn).map(|c| c.eqn) else {
             return;
         };
+        io.trace(TraceKind::Event, || format!("CEQE eq={eqn} cqn={cqn}"));
         let r = match self.ceqs.get_mut(&eqn) {
             Some(eq) => eq.push(io.dma, crate::eq::ceqe(cqn)),
             None => EqPush::Full,
@@ -532,6 +552,13 @@ impl ErdmaDevice {
             off::AEQ_DB_HOST_ADDR => self.regs.aeq_dbrec = v,
             off::AEQ_DB => {
                 self.counters.doorbells += 1;
+                io.trace(TraceKind::Doorbell, || {
+                    format!(
+                        "AEQ ci={} arm={}",
+                        regs::eqdb::ci(v),
+                        u8::from(regs::eqdb::arm(v))
+                    )
+                });
                 let r = self
                     .aeq
                     .as_mut()
@@ -550,6 +577,18 @@ impl ErdmaDevice {
                     return;
                 }
                 let n = ((o - off::CEQ_DB_BASE) / 8) as u32;
+                io.trace(TraceKind::Doorbell, || {
+                    format!(
+                        "{} ci={} arm={}",
+                        if n == 0 {
+                            "CMDQ EQ".to_owned()
+                        } else {
+                            format!("CEQ {n}")
+                        },
+                        regs::eqdb::ci(v),
+                        u8::from(regs::eqdb::arm(v))
+                    )
+                });
                 let eq = if n == 0 {
                     self.cmdq_eq.as_mut()
                 } else {
@@ -566,6 +605,7 @@ impl ErdmaDevice {
             }
             off::CMDQ_SQDB => {
                 self.counters.cmdq_doorbells += 1;
+                io.trace(TraceKind::Doorbell, || format!("CMDQ SQ pi={}", v as u16));
                 match self.cmdq.as_mut() {
                     Some(q) => {
                         q.sq_pi = v as u16;
@@ -576,6 +616,13 @@ impl ErdmaDevice {
             }
             off::CMDQ_CQDB => {
                 self.counters.cmdq_doorbells += 1;
+                io.trace(TraceKind::Doorbell, || {
+                    format!(
+                        "CMDQ CQ ci={} arm={}",
+                        regs::cqdb::ci(v),
+                        u8::from(regs::cqdb::arm(v))
+                    )
+                });
                 let fire = match self.cmdq.as_mut() {
                     Some(q) => {
                         q.cq_ci = regs::cqdb::ci(v);
@@ -599,7 +646,7 @@ impl ErdmaDevice {
                     self.cmdq_event(io);
                 }
             }
-            o if o >= regs::DB_SPACE_BASE => self.data_doorbell(o, v),
+            o if o >= regs::DB_SPACE_BASE => self.data_doorbell(o, v, io),
             _ => self.counters.bad_bar_writes += 1,
         }
     }
@@ -632,7 +679,7 @@ impl ErdmaDevice {
         }
     }
 
-    fn data_doorbell(&mut self, o: u64, v: u64) {
+    fn data_doorbell(&mut self, o: u64, v: u64, io: &mut DeviceIo<'_>) {
         self.counters.doorbells += 1;
         if self.regs.st & regs::ST_INIT_DONE == 0 {
             self.counters.bad_doorbells += 1;
@@ -641,6 +688,9 @@ impl ErdmaDevice {
         match self.db_kind(o) {
             Some(DbKind::Sq) => {
                 let qpn = regs::field(v, 51, 32) as u32;
+                io.trace(TraceKind::Doorbell, || {
+                    format!("SQ qpn={qpn} pi={}", v as u16)
+                });
                 match self.qps.get_mut(&qpn) {
                     Some(qp) => {
                         qp.sq_pi = v as u16;
@@ -651,6 +701,9 @@ impl ErdmaDevice {
             }
             Some(DbKind::Rq) => {
                 let qpn = (v >> 32) as u32 & 0xf_ffff;
+                io.trace(TraceKind::Doorbell, || {
+                    format!("RQ qpn={qpn} pi={}", v as u16)
+                });
                 match self.qps.get_mut(&qpn) {
                     Some(qp) => {
                         qp.rq_pi = v as u16;
@@ -661,6 +714,14 @@ impl ErdmaDevice {
             }
             Some(DbKind::Cq) => {
                 let cqn = regs::cqdb::cqn(v);
+                io.trace(TraceKind::Doorbell, || {
+                    format!(
+                        "CQ cqn={cqn} ci={} arm={}{}",
+                        regs::cqdb::ci(v),
+                        u8::from(regs::cqdb::arm(v)),
+                        if regs::cqdb::sol(v) { " sol" } else { "" }
+                    )
+                });
                 let fire = match self.cqs.get_mut(&cqn) {
                     Some(cq) => {
                         cq.doorbell(regs::cqdb::ci(v), regs::cqdb::arm(v), regs::cqdb::sol(v))
@@ -822,6 +883,13 @@ impl PciDevice for ErdmaDevice {
         if self.regs.st & regs::ST_INIT_DONE == 0 {
             return Err(RxRefusal::NotReady);
         }
+        if self.port_is_down() {
+            // port-down: nothing enters (frames this function sends to
+            // itself are looped back inside and still arrive).
+            self.counters.rx_dropped += 1;
+            self.counters.port_down_drops += 1;
+            return Err(RxRefusal::Dropped);
+        }
         self.rx_frame(frame, io)
     }
 
@@ -832,5 +900,44 @@ impl PciDevice for ErdmaDevice {
     fn reset(&mut self) {
         self.reset_state();
         self.regs = RegFile::default();
+    }
+
+    fn register_name(&self, bar: u8, offset: u64) -> Option<&'static str> {
+        match bar {
+            regs::FUNC_BAR => crate::names::register(offset),
+            regs::MSIX_BAR if offset < u64::from(regs::MSIX_PBA_OFFSET) => Some("MSI-X table"),
+            regs::MSIX_BAR if offset < regs::MSIX_BAR_SIZE => Some("MSI-X PBA"),
+            _ => None,
+        }
+    }
+
+    fn fault_kinds(&self) -> &'static [FaultKindInfo] {
+        crate::faults::FAULT_KINDS
+    }
+
+    fn add_fault(
+        &mut self,
+        id: u32,
+        spec: &FaultSpec,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), FaultError> {
+        self.fault_add(id, spec, io)
+    }
+
+    fn clear_faults(&mut self, id: Option<u32>, io: &mut DeviceIo<'_>) -> Result<(), FaultError> {
+        self.fault_clear(id, io)
+    }
+
+    fn faults(&self) -> Vec<FaultStatus> {
+        self.fault_status()
+    }
+
+    /// The port follows the fabric's link: down, the device neither sends
+    /// nor takes frames. The 7.3 driver has no device event for it (its
+    /// port state is its netdev's), so the driver sees only the effect on
+    /// traffic (RC retries, then RETRY_EXC_ERR).
+    fn set_link(&mut self, up: bool, io: &mut DeviceIo<'_>) -> bool {
+        self.port_set(up, None, io);
+        true
     }
 }

@@ -11,6 +11,8 @@
 //! * [`mr`]: MTTs (levels 0..3) and memory regions.
 //! * [`datapath`]: SQ/RQ execution, UD (GSI) in the device, RC through
 //!   `roce_model`.
+//! * [`faults`]: device faults for the driver bench; [`names`]: the
+//!   driver's names for the trace.
 //! * [`config`], [`counters`].
 //!
 //! See `README.md` for the device specification as learnt from the driver.
@@ -25,7 +27,9 @@ pub mod cq;
 pub mod datapath;
 pub mod device;
 pub mod eq;
+pub mod faults;
 pub mod mr;
+pub mod names;
 pub mod qp;
 pub mod regs;
 mod store;

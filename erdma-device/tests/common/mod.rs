@@ -72,6 +72,10 @@ pub struct Driver {
     pub event_mode: bool,
     pub ceqs: Vec<Ring>,
     pub cqs: std::collections::BTreeMap<u32, Ring>,
+    /// Run a device trace (`DeviceIo::tracing`) on every call.
+    pub tracing: bool,
+    /// The records of the calls made while tracing.
+    pub trace: Vec<pci_model::TraceRecord>,
 }
 
 impl Driver {
@@ -122,6 +126,8 @@ impl Driver {
             event_mode: false,
             ceqs: Vec::new(),
             cqs: Default::default(),
+            tracing: false,
+            trace: Vec::new(),
         }
     }
 
@@ -139,7 +145,9 @@ impl Driver {
     pub fn with_io<R>(&mut self, f: impl FnOnce(&mut ErdmaDevice, &mut DeviceIo<'_>) -> R) -> R {
         let mem = self.mem.clone();
         let mut io = DeviceIo::new(&mem, self.now);
+        io.tracing = self.tracing;
         let r = f(&mut self.dev, &mut io);
+        self.trace.extend(io.trace);
         self.irqs.extend(io.irqs);
         self.tx.extend(io.tx);
         r

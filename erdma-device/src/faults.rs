@@ -1,0 +1,516 @@
+//! Device faults for the driver bench (`ctl device-fault`): the erdma
+//! conditions the happy path never produces, each as the real device would
+//! show it to the 7.3 `erdma` driver (see README "Device faults").
+//!
+//! Rules live in a [`FaultRules`] table of typed [`ErdmaFault`]s; the hooks
+//! in the command queue, the data path and the CQ writer ask it only when
+//! it is not empty, so a device without rules pays one branch.
+
+use pci_model::fault::{parse_number, FaultRules};
+use pci_model::{DeviceIo, FaultError, FaultKindInfo, FaultSpec, FaultStatus, TraceKind};
+
+use crate::cq::Cqe;
+use crate::device::ErdmaDevice;
+use crate::names;
+
+/// A command the rule matches: submodule and opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmdOpcode {
+    /// `CMDQ_SUBMOD_RDMA` (0) or `CMDQ_SUBMOD_COMMON` (1).
+    pub submod: u8,
+    /// The opcode in that submodule.
+    pub opcode: u8,
+}
+
+/// One erdma fault kind with its parsed parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErdmaFault {
+    /// The matching command (any when `None`) is taken off the command
+    /// queue and never completed: no CQE, nothing executed.
+    CmdqTimeout {
+        /// The command matched.
+        cmd: Option<CmdOpcode>,
+    },
+    /// The matching command is not executed and completes with `status`.
+    CmdStatus {
+        /// The command matched.
+        cmd: Option<CmdOpcode>,
+        /// The CQE syndrome (non-zero).
+        status: u8,
+    },
+    /// An AEQ entry written when the rule is added (immediate).
+    Aeq {
+        /// `ERDMA_AE_TYPE_*`.
+        event: u8,
+        /// `event_data0`: the QPN or CQN.
+        data0: u32,
+        /// Also move the QP to ERROR (its work completes flushed).
+        error: bool,
+    },
+    /// The next matching successful CQE carries `status`; an RC QP then
+    /// goes to ERROR, as after a real error completion.
+    CqeStatus {
+        /// `ERDMA_WC_*` (non-zero).
+        status: u8,
+        /// Only CQEs of this QP.
+        qpn: Option<u32>,
+        /// Only CQEs of this `ERDMA_OP_*` opcode.
+        opcode: Option<u8>,
+    },
+    /// Lasting: the QP's SQ is not executed until the rule is cleared.
+    QpStall {
+        /// The QP.
+        qpn: u32,
+    },
+    /// The port goes down (immediate; lasting until port-up, `ctl link
+    /// up` or clearing the rule).
+    PortDown,
+    /// The port comes back up (immediate).
+    PortUp,
+}
+
+/// The kinds, for `ctl device-fault kinds`.
+pub const FAULT_KINDS: &[FaultKindInfo] = &[
+    FaultKindInfo {
+        name: "cmdq-timeout",
+        params: &["opcode=CMDQ_OPCODE_* name or number (RDMA submodule; common:N for COMMON); absent: any command"],
+        doc: "the matching command is taken and never completed (no CQE): the driver's ERDMA_CMDQ_TIMEOUT_MS path",
+    },
+    FaultKindInfo {
+        name: "cmd-status",
+        params: &[
+            "opcode=CMDQ_OPCODE_* name or number (as cmdq-timeout); absent: any command",
+            "status=non-zero CQE syndrome 1..255",
+        ],
+        doc: "the matching command is not executed and completes with that status",
+    },
+    FaultKindInfo {
+        name: "aeq",
+        params: &[
+            "event=ERDMA_AE_TYPE_* name (QP_FATAL, QP_ERQ_ERR, ACC_ERR, CQ_ERR, OTHER_ERROR) or number",
+            "qpn=the QP (event_data0)",
+            "cqn=the CQ (event_data0; for CQ_ERR)",
+            "error=yes|no: also move the QP to ERROR (default no)",
+        ],
+        doc: "an AEQ entry now, with the interrupt",
+    },
+    FaultKindInfo {
+        name: "cqe-status",
+        params: &[
+            "status=ERDMA_WC_* name or number 1..255",
+            "qpn=only this QP's CQEs",
+            "opcode=only CQEs of this ERDMA_OP_* name or number",
+        ],
+        doc: "the next matching successful CQE gets that status; an RC QP goes to ERROR",
+    },
+    FaultKindInfo {
+        name: "qp-stall",
+        params: &["qpn=the QP"],
+        doc: "lasting: the QP's SQ is not executed until the rule is cleared",
+    },
+    FaultKindInfo {
+        name: "port-down",
+        params: &[],
+        doc: "the port goes down: no frame leaves or enters the device until port-up (the 7.3 driver learns port state only from its netdev)",
+    },
+    FaultKindInfo {
+        name: "port-up",
+        params: &[],
+        doc: "the port comes back up",
+    },
+];
+
+impl ErdmaFault {
+    /// The kind's name (`cqe-status`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ErdmaFault::CmdqTimeout { .. } => "cmdq-timeout",
+            ErdmaFault::CmdStatus { .. } => "cmd-status",
+            ErdmaFault::Aeq { .. } => "aeq",
+            ErdmaFault::CqeStatus { .. } => "cqe-status",
+            ErdmaFault::QpStall { .. } => "qp-stall",
+            ErdmaFault::PortDown => "port-down",
+            ErdmaFault::PortUp => "port-up",
+        }
+    }
+}
+
+fn takes(kind: &str) -> &'static [&'static str] {
+    FAULT_KINDS
+        .iter()
+        .find(|k| k.name == kind)
+        .map_or(&[], |k| k.params)
+}
+
+fn u8_value(s: &str) -> Result<u8, String> {
+    let n = parse_number(s)?;
+    u8::try_from(n).map_err(|_| "a number 0..=255".to_owned())
+}
+
+fn u32_value(s: &str) -> Result<u32, String> {
+    let n = parse_number(s)?;
+    u32::try_from(n).map_err(|_| "a number below 2^32".to_owned())
+}
+
+/// A command opcode: a `CMDQ_OPCODE_*` name (with or without the prefix,
+/// any case), a number (RDMA submodule), or `common:N` / `rdma:N`.
+pub fn parse_cmd_opcode(s: &str) -> Result<CmdOpcode, String> {
+    let why = || {
+        format!(
+            "a CMDQ_OPCODE_* name ({}) or a number (RDMA submodule; common:N for COMMON)",
+            names::CMD_OPCODES
+                .iter()
+                .map(|(_, _, n)| n.trim_start_matches("CMDQ_OPCODE_"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let lower = s.to_ascii_lowercase();
+    let (submod, num) = if let Some(n) = lower.strip_prefix("common:") {
+        (1, n)
+    } else if let Some(n) = lower.strip_prefix("rdma:") {
+        (0, n)
+    } else {
+        (0, lower.as_str())
+    };
+    if let Ok(n) = parse_number(num) {
+        let opcode = u8::try_from(n).map_err(|_| why())?;
+        return Ok(CmdOpcode { submod, opcode });
+    }
+    names::lookup(
+        s,
+        &["CMDQ_OPCODE_"],
+        names::CMD_OPCODES.iter().map(|(m, o, n)| (*n, (*m, *o))),
+    )
+    .map(|(submod, opcode)| CmdOpcode { submod, opcode })
+    .ok_or_else(why)
+}
+
+fn named_u8(
+    s: &str,
+    prefixes: &[&str],
+    table: &'static [(u8, &'static str)],
+    what: &str,
+) -> Result<u8, String> {
+    if let Ok(n) = parse_number(s) {
+        return u8::try_from(n).map_err(|_| format!("{what} or a number 0..=255"));
+    }
+    names::lookup(s, prefixes, table.iter().map(|(v, n)| (*n, *v))).ok_or_else(|| {
+        format!(
+            "{what} ({}) or a number",
+            table
+                .iter()
+                .map(|(_, n)| {
+                    let mut t = *n;
+                    for p in prefixes {
+                        t = t.trim_start_matches(p);
+                    }
+                    t
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+fn yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" | "on" => Ok(true),
+        "no" | "false" | "0" | "off" => Ok(false),
+        _ => Err("yes or no".into()),
+    }
+}
+
+impl ErdmaFault {
+    /// Parses and checks a rule's kind and parameters.
+    pub fn parse(spec: &FaultSpec) -> Result<ErdmaFault, FaultError> {
+        let kind = spec.kind.to_ascii_lowercase();
+        let Some(info) = FAULT_KINDS.iter().find(|k| k.name == kind) else {
+            return Err(FaultError::UnknownKind {
+                kind: spec.kind.clone(),
+                known: FAULT_KINDS
+                    .iter()
+                    .map(|k| k.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        spec.check_params(takes(info.name))?;
+        let bad = |param: &str, why: &str| FaultError::BadValue {
+            kind: spec.kind.clone(),
+            param: param.to_owned(),
+            value: spec.params.get(param).cloned().unwrap_or_default(),
+            why: why.to_owned(),
+        };
+        Ok(match info.name {
+            "cmdq-timeout" => ErdmaFault::CmdqTimeout {
+                cmd: spec.get("opcode", parse_cmd_opcode)?,
+            },
+            "cmd-status" => {
+                let status = spec.require("status", u8_value)?;
+                if status == 0 {
+                    return Err(bad("status", "a non-zero status (0 is success)"));
+                }
+                ErdmaFault::CmdStatus {
+                    cmd: spec.get("opcode", parse_cmd_opcode)?,
+                    status,
+                }
+            }
+            "aeq" => {
+                let event = spec.require("event", |s| {
+                    named_u8(
+                        s,
+                        &["ERDMA_AE_TYPE_"],
+                        names::AE_TYPES,
+                        "an ERDMA_AE_TYPE_* name",
+                    )
+                })?;
+                let qpn = spec.get("qpn", u32_value)?;
+                let cqn = spec.get("cqn", u32_value)?;
+                let data0 = match (qpn, cqn) {
+                    (Some(q), None) => q,
+                    (None, Some(c)) => c,
+                    (Some(_), Some(_)) => return Err(bad("cqn", "qpn= or cqn=, not both")),
+                    (None, None) => {
+                        return Err(FaultError::MissingParam {
+                            kind: spec.kind.clone(),
+                            param: if event == crate::eq::ae_type::CQ_ERR {
+                                "cqn"
+                            } else {
+                                "qpn"
+                            },
+                        })
+                    }
+                };
+                let error = spec.get("error", yes_no)?.unwrap_or(false);
+                if error && qpn.is_none() {
+                    return Err(bad("error", "error=yes needs qpn="));
+                }
+                ErdmaFault::Aeq {
+                    event,
+                    data0,
+                    error,
+                }
+            }
+            "cqe-status" => {
+                let status = spec.require("status", |s| {
+                    named_u8(s, &["ERDMA_WC_"], names::WC_STATUS, "an ERDMA_WC_* name")
+                })?;
+                if status == 0 {
+                    return Err(bad("status", "an error status (SUCCESS changes nothing)"));
+                }
+                ErdmaFault::CqeStatus {
+                    status,
+                    qpn: spec.get("qpn", u32_value)?,
+                    opcode: spec.get("opcode", |s| {
+                        named_u8(s, &["ERDMA_OP_"], names::OPCODES, "an ERDMA_OP_* name")
+                    })?,
+                }
+            }
+            "qp-stall" => ErdmaFault::QpStall {
+                qpn: spec.require("qpn", u32_value)?,
+            },
+            "port-down" => ErdmaFault::PortDown,
+            _ => ErdmaFault::PortUp,
+        })
+    }
+}
+
+/// The device's fault state.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    /// The rules.
+    pub(crate) rules: FaultRules<ErdmaFault>,
+    /// The port is down: by a rule (`Some(Some(id))`) or by `set_link`
+    /// (`Some(None)`).
+    pub(crate) port_down: Option<Option<u32>>,
+}
+
+impl ErdmaDevice {
+    /// Adds a rule (`PciDevice::add_fault`); immediate kinds act now.
+    pub(crate) fn fault_add(
+        &mut self,
+        id: u32,
+        spec: &FaultSpec,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), FaultError> {
+        let kind = ErdmaFault::parse(spec)?;
+        self.faults.rules.add(id, spec, kind.clone())?;
+        let immediate = matches!(
+            kind,
+            ErdmaFault::Aeq { .. } | ErdmaFault::PortDown | ErdmaFault::PortUp
+        );
+        if !immediate {
+            if let ErdmaFault::QpStall { qpn } = kind {
+                io.trace(TraceKind::Fault, || {
+                    format!("rule {id} qp-stall qpn={qpn}: SQ not executed until cleared")
+                });
+            }
+            return Ok(());
+        }
+        let fired = self
+            .faults
+            .rules
+            .iter_mut()
+            .find(|r| r.id == id)
+            .is_some_and(|r| r.fire());
+        if !fired {
+            // prob < 1 said no: the rule stays listed, unspent.
+            return Ok(());
+        }
+        match kind {
+            ErdmaFault::Aeq {
+                event,
+                data0,
+                error,
+            } => {
+                io.trace(TraceKind::Fault, || {
+                    format!(
+                        "rule {id} aeq {} data0={data0}{}",
+                        names::ae_type(event),
+                        if error { " (QP to ERROR)" } else { "" }
+                    )
+                });
+                if error {
+                    self.enter_error(data0);
+                }
+                self.async_event(io, crate::eq::aeqe(event, 0, data0, 0));
+            }
+            ErdmaFault::PortDown => {
+                io.trace(TraceKind::Fault, || format!("rule {id} port-down"));
+                self.port_set(false, Some(id), io);
+            }
+            _ => {
+                io.trace(TraceKind::Fault, || format!("rule {id} port-up"));
+                self.port_set(true, Some(id), io);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes rules and undoes their lasting effects.
+    pub(crate) fn fault_clear(
+        &mut self,
+        id: Option<u32>,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), FaultError> {
+        let removed = self.faults.rules.clear(id)?;
+        for r in removed {
+            match r.kind {
+                ErdmaFault::QpStall { qpn } if !self.qp_stalled(qpn) => {
+                    io.trace(TraceKind::Fault, || {
+                        format!("rule {} cleared: QP {qpn} SQ runs again", r.id)
+                    });
+                    self.sq_kicks.insert(qpn);
+                }
+                ErdmaFault::PortDown if self.faults.port_down == Some(Some(r.id)) => {
+                    io.trace(TraceKind::Fault, || {
+                        format!("rule {} cleared: port up again", r.id)
+                    });
+                    self.port_set(true, None, io);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The rules' status.
+    pub(crate) fn fault_status(&self) -> Vec<FaultStatus> {
+        self.faults.rules.status()
+    }
+
+    /// Port up or down (`by`: the rule, `None` for `set_link`).
+    pub(crate) fn port_set(&mut self, up: bool, by: Option<u32>, io: &mut DeviceIo<'_>) {
+        let was_up = self.faults.port_down.is_none();
+        self.faults.port_down = if up { None } else { Some(by) };
+        if was_up != up {
+            io.trace(TraceKind::Event, || {
+                format!(
+                    "port {} (no driver event: the 7.3 driver follows its netdev)",
+                    if up { "up" } else { "down" }
+                )
+            });
+            if up {
+                // Work that waited for the wire goes on.
+                self.sq_kicks.extend(self.qps.keys().copied());
+            }
+        }
+    }
+
+    /// The port is down: frames are neither sent nor taken.
+    pub(crate) fn port_is_down(&self) -> bool {
+        self.faults.port_down.is_some()
+    }
+
+    /// A `qp-stall` rule holds QP `qpn`'s SQ.
+    pub(crate) fn qp_stalled(&self, qpn: u32) -> bool {
+        !self.faults.rules.is_empty()
+            && self
+                .faults
+                .rules
+                .iter()
+                .any(|r| r.kind == ErdmaFault::QpStall { qpn })
+    }
+
+    /// The command-queue hook: what a rule does to command (`submod`,
+    /// `opcode`): `None` to run it, `Some(None)` to drop it (timeout),
+    /// `Some(Some(status))` to fail it.
+    pub(crate) fn cmd_fault(
+        &mut self,
+        submod: u8,
+        opcode: u8,
+        io: &mut DeviceIo<'_>,
+    ) -> Option<Option<u8>> {
+        if self.faults.rules.is_empty() {
+            return None;
+        }
+        let m = |c: &Option<CmdOpcode>| c.is_none_or(|c| c.submod == submod && c.opcode == opcode);
+        let r = self.faults.rules.fire(|k| match k {
+            ErdmaFault::CmdqTimeout { cmd } => m(cmd),
+            ErdmaFault::CmdStatus { cmd, .. } => m(cmd),
+            _ => false,
+        })?;
+        let id = r.id;
+        let out = match r.kind {
+            ErdmaFault::CmdStatus { status, .. } => Some(status),
+            _ => None,
+        };
+        let name = names::cmd_opcode(submod, opcode);
+        io.trace(TraceKind::Fault, || match out {
+            Some(st) => format!("rule {id} cmd-status: {name} not executed, status {st}"),
+            None => format!("rule {id} cmdq-timeout: {name} taken, never completed"),
+        });
+        Some(out)
+    }
+
+    /// The CQE hook: a `cqe-status` rule may turn a successful CQE into an
+    /// error; returns true when it did (the caller moves the QP to ERROR).
+    pub(crate) fn cqe_fault(&mut self, cqe: &mut Cqe, io: &mut DeviceIo<'_>) -> bool {
+        if self.faults.rules.is_empty() || cqe.syndrome != crate::cq::wc_status::SUCCESS {
+            return false;
+        }
+        let (q, op) = (cqe.qpn, cqe.opcode);
+        let Some(r) = self.faults.rules.fire(|k| match k {
+            ErdmaFault::CqeStatus { qpn, opcode, .. } => {
+                qpn.is_none_or(|n| n == q) && opcode.is_none_or(|o| o == op)
+            }
+            _ => false,
+        }) else {
+            return false;
+        };
+        let ErdmaFault::CqeStatus { status, .. } = r.kind else {
+            return false;
+        };
+        let id = r.id;
+        cqe.syndrome = status;
+        io.trace(TraceKind::Fault, || {
+            format!(
+                "rule {id} cqe-status: QP {q} {} -> {}",
+                names::opcode(op),
+                names::wc_status(status)
+            )
+        });
+        true
+    }
+}
