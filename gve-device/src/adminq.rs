@@ -9,9 +9,10 @@
 //! command, whatever the outcome (the driver treats a command left at
 //! `UNSET` as an error, never as "still running").
 
-use pci_model::{DeviceIo, Dma, DmaError};
+use pci_model::{DeviceIo, Dma, DmaError, TraceKind};
 
 use crate::counters::inc;
+use crate::faults::{opcode_name, AdminCmd};
 use crate::flow::{self, FlowRule};
 use crate::irq::NotifyBlock;
 use crate::rx_dqo::{self, RxQueue};
@@ -163,6 +164,16 @@ impl GveDevice {
         let Some(db) = self.adminq_doorbell.take() else {
             return;
         };
+        if self.faults.adminq_stuck {
+            // A command timed out (`adminq-timeout`): nothing runs until
+            // the driver resets the device (the driver itself issues
+            // nothing more: gve_adminq_execute_cmd sees tail != head).
+            inc(&mut self.counters.admin_bad_doorbell);
+            io.trace(TraceKind::Command, || {
+                "adminq stuck after a timed-out command: doorbell ignored until reset".into()
+            });
+            return;
+        }
         let Some((base, slots)) = self.adminq() else {
             inc(&mut self.counters.admin_bad_doorbell);
             return;
@@ -184,21 +195,46 @@ impl GveDevice {
                 inc(&mut self.counters.admin_failed);
             } else {
                 let op = u32::from_be_bytes([cmd[0], cmd[1], cmd[2], cmd[3]]);
-                let st = match self.execute(op, &cmd[8..], io) {
-                    Ok(()) => {
-                        inc(&mut self.counters.admin_ok);
-                        status::PASSED
+                let (st, why) = match self.admin_fault(op, &cmd[8..], io) {
+                    Some((id, None)) => {
+                        // adminq-timeout: no status, no event counter
+                        // bump; the driver times out
+                        // (gve_adminq_wait_for_cmd) and must reset.
+                        inc(&mut self.counters.admin_timeouts);
+                        self.faults.adminq_stuck = true;
+                        io.trace(TraceKind::Command, || {
+                            format!(
+                                "{} -> no completion (adminq-timeout rule {id})",
+                                describe_cmd(op, &cmd[8..])
+                            )
+                        });
+                        break;
                     }
-                    Err(e) => {
-                        inc(&mut self.counters.admin_failed);
-                        if let AdminError::Dma(_) = e {
-                            inc(&mut self.counters.dma_errors);
+                    Some((id, Some(st))) => (st, Some(format!("adminq-status rule {id}"))),
+                    None => match self.execute(op, &cmd[8..], io) {
+                        Ok(()) => (status::PASSED, None),
+                        Err(e) => {
+                            if let AdminError::Dma(_) = e {
+                                inc(&mut self.counters.dma_errors);
+                            }
+                            let why = e.to_string();
+                            self.last_admin_error = Some((op, why.clone()));
+                            (e.status(), Some(why))
                         }
-                        let st = e.status();
-                        self.last_admin_error = Some((op, e.to_string()));
-                        st
-                    }
+                    },
                 };
+                if st == status::PASSED {
+                    inc(&mut self.counters.admin_ok);
+                } else {
+                    inc(&mut self.counters.admin_failed);
+                }
+                io.trace(TraceKind::Command, || {
+                    let name = crate::faults::status_name(st);
+                    match &why {
+                        Some(w) => format!("{} -> {name} ({w})", describe_cmd(op, &cmd[8..])),
+                        None => format!("{} -> {name}", describe_cmd(op, &cmd[8..])),
+                    }
+                });
                 if io
                     .dma
                     .write(addr.wrapping_add(4), &st.to_be_bytes())
@@ -209,6 +245,52 @@ impl GveDevice {
             }
             self.event_counter = self.event_counter.wrapping_add(1);
         }
+        let ec = self.event_counter;
+        io.trace(TraceKind::Completion, || {
+            format!("adminq_event_counter={ec}")
+        });
+    }
+
+    /// The admin fault hook: `Some((rule, Some(status)))` completes the
+    /// command with that status unexecuted, `Some((rule, None))` never
+    /// completes it.
+    fn admin_fault(
+        &mut self,
+        op: u32,
+        payload: &[u8],
+        io: &mut DeviceIo<'_>,
+    ) -> Option<(u32, Option<u32>)> {
+        if self.faults.rules.is_empty() {
+            return None;
+        }
+        let p = P(payload);
+        let inner = (op == opcode::EXTENDED_COMMAND).then(|| p.be32(0));
+        let flow_op = (inner == Some(opcode::CONFIGURE_FLOW_RULE))
+            .then(|| {
+                let mut b = [0u8; 2];
+                io.dma.read(p.be64(8), &mut b).ok()?;
+                Some(u16::from_be_bytes(b))
+            })
+            .flatten();
+        let c = AdminCmd {
+            opcode: op,
+            inner,
+            flow_op,
+        };
+        let r = self.faults.admin(&c)?;
+        inc(&mut self.counters.faults_fired);
+        io.trace(TraceKind::Fault, || match r {
+            (id, Some(st)) => format!(
+                "adminq-status rule {id}: {} completes with {}",
+                describe_cmd(op, payload),
+                crate::faults::status_name(st)
+            ),
+            (id, None) => format!(
+                "adminq-timeout rule {id}: {} never completes",
+                describe_cmd(op, payload)
+            ),
+        });
+        Some(r)
     }
 
     fn execute(&mut self, op: u32, payload: &[u8], io: &mut DeviceIo<'_>) -> R {
@@ -244,11 +326,12 @@ impl GveDevice {
                 Ok(())
             }
             opcode::REPORT_STATS => {
-                // Recorded only: the device writes no NIC stats (the driver
-                // tolerates that; it fails probe-time teardown if this
-                // command fails, so it always passes).
-                let (len, addr) = (p.be64(0), p.be64(8));
-                self.stats_report = (len != 0 && addr != 0).then_some((addr, len));
+                // Attach (or, length 0, detach) the stats region; the NIC
+                // entries go at its end (`stats.rs`). Always passes: the
+                // driver fails probe-time teardown if it does not.
+                let (len, addr, interval) = (p.be64(0), p.be64(8), p.be64(16));
+                self.stats_report = (len != 0 && addr != 0)
+                    .then(|| crate::stats::StatsReport::new(addr, len, interval));
                 Ok(())
             }
             opcode::REPORT_LINK_SPEED => {
@@ -260,8 +343,13 @@ impl GveDevice {
                     return Err(AdminError::InvalidArgument("driver info too short"));
                 }
                 // Read it to prove it is there; any driver is compatible.
+                // Kept: driver_capability_flags[0] (alt_miss_compl).
                 let mut info = vec![0u8; len.min(DRIVER_INFO_LEN) as usize];
-                Ok(dma.read(addr, &mut info)?)
+                dma.read(addr, &mut info)?;
+                let mut caps = [0u8; 8];
+                caps.copy_from_slice(&info[16..24]);
+                self.driver_caps = u64::from_be_bytes(caps);
+                Ok(())
             }
             opcode::QUERY_FLOW_RULES => self.query_flow_rules(&p, dma),
             opcode::EXTENDED_COMMAND => self.extended(&p, dma),
@@ -611,5 +699,72 @@ impl GveDevice {
             }
             _ => Err(AdminError::InvalidArgument("flow rule opcode")),
         }
+    }
+}
+
+/// One admin command decoded for the trace: the driver's opcode name and
+/// its key fields.
+pub fn describe_cmd(op: u32, payload: &[u8]) -> String {
+    let p = P(payload);
+    let name = opcode_name(op).map_or_else(|| format!("opcode {op:#x}"), str::to_owned);
+    match op {
+        opcode::DESCRIBE_DEVICE => format!("{name} version={} len={}", p.be32(8), p.be32(12)),
+        opcode::CONFIGURE_DEVICE_RESOURCES => format!(
+            "{name} num_counters={} num_irq_dbs={} irq_db_stride={} ntfy_blk_msix_base_idx={} queue_format={}",
+            p.be32(16),
+            p.be32(20),
+            p.be32(24),
+            p.be32(28),
+            p.0[32]
+        ),
+        opcode::CREATE_TX_QUEUE => format!(
+            "{name} queue_id={} ntfy_id={} tx_ring_size={} tx_comp_ring_size={}",
+            p.be32(0),
+            p.be32(28),
+            p.be16(40),
+            p.be16(42)
+        ),
+        opcode::CREATE_RX_QUEUE => format!(
+            "{name} queue_id={} ntfy_id={} rx_ring_size={} rx_buff_ring_size={} packet_buffer_size={} header_buffer_size={} enable_rsc={}",
+            p.be32(0),
+            p.be32(12),
+            p.be16(44),
+            p.be16(48),
+            p.be16(46),
+            p.be16(52),
+            p.0[50]
+        ),
+        opcode::DESTROY_TX_QUEUE | opcode::DESTROY_RX_QUEUE => {
+            format!("{name} queue_id={}", p.be32(0))
+        }
+        opcode::CONFIGURE_RSS => format!(
+            "{name} hash_types={:#x} hash_alg={} key_size={} lut_size={}",
+            p.be16(0),
+            p.0[2],
+            p.be16(4),
+            p.be16(6)
+        ),
+        opcode::SET_DRIVER_PARAMETER => format!(
+            "{name} parameter_type={} parameter_value={}",
+            p.be32(0),
+            p.be64(8)
+        ),
+        opcode::REPORT_STATS => format!(
+            "{name} stats_report_len={} interval={}",
+            p.be64(0),
+            p.be64(16)
+        ),
+        opcode::QUERY_FLOW_RULES => format!(
+            "{name} opcode={} starting_rule_id={}",
+            p.be16(0),
+            p.be32(4)
+        ),
+        opcode::EXTENDED_COMMAND => {
+            let inner = p.be32(0);
+            let iname =
+                opcode_name(inner).map_or_else(|| format!("opcode {inner:#x}"), str::to_owned);
+            format!("{name} inner={iname} inner_length={}", p.be32(4))
+        }
+        _ => name,
     }
 }

@@ -31,8 +31,17 @@ pub struct RxQueueCounters {
     pub payload_bytes: u64,
     /// Frames refused for lack of posted buffers.
     pub no_buffers: u64,
-    /// Frames dropped on this queue (DMA errors).
+    /// Frames dropped on this queue (DMA errors, `rx-error` and
+    /// `rx-bad-buf-id` faults).
     pub drops: u64,
+    /// Frames for this queue dropped for being longer than the MTU allows
+    /// (`RX_DROPS_PACKET_OVER_MRU` in the NIC stats report).
+    #[serde(default)]
+    pub oversize: u64,
+    /// Frames delivered with a checksum error bit, found or injected
+    /// (`RX_DROPS_INVALID_CHECKSUM`: the stack drops them).
+    #[serde(default)]
+    pub csum_errors: u64,
 }
 
 /// All counters. Plain `u64`s, saturating where guest input could wrap them.
@@ -104,6 +113,18 @@ pub struct Counters {
     /// makes segments that long.
     #[serde(default)]
     pub tx_oversize: u64,
+    /// Of `tx_drops`: packets a `tx-miss` fault (reinject=no) dropped.
+    #[serde(default)]
+    pub tx_miss_dropped: u64,
+    /// Device faults that fired (the driver bench's rules).
+    #[serde(default)]
+    pub faults_fired: u64,
+    /// Admin commands a fault left without completion (`adminq-timeout`).
+    #[serde(default)]
+    pub admin_timeouts: u64,
+    /// NIC stats reports written into the driver's stats region.
+    #[serde(default)]
+    pub nic_stats_written: u64,
     /// Per TX queue.
     pub tx_queues: Vec<TxQueueCounters>,
     /// Per RX queue.

@@ -13,7 +13,9 @@
 //! [`adminq`] (admin commands), [`describe`] (device descriptor, ptype map),
 //! [`tx_dqo`], [`rx_dqo`], [`rsc`] (HW-GRO), [`offload`] (checksums, TSO),
 //! [`rss`], [`flow`],
-//! [`irq`] (notify blocks), [`counters`] (counters, status snapshot).
+//! [`irq`] (notify blocks), [`counters`] (counters, status snapshot),
+//! [`stats`] (the NIC stats report), [`faults`] (device faults for the
+//! driver bench).
 //!
 //! Hostile drivers are expected: every guest address goes through `Dma`,
 //! every failure is a status code or a counter, nothing grows with guest
@@ -25,6 +27,7 @@
 pub mod adminq;
 pub mod counters;
 pub mod describe;
+pub mod faults;
 pub mod flow;
 pub mod irq;
 pub mod layout;
@@ -33,14 +36,17 @@ pub mod regs;
 pub mod rsc;
 pub mod rss;
 pub mod rx_dqo;
+pub mod stats;
 pub mod tx_dqo;
 
 use devmem_nic::parse::{parse, L3};
-use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal};
+use pci_model::fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus};
+use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal, TraceKind};
 
 pub use counters::{Counters, Status};
 
 use counters::{add, inc, RssStatus, RxQueueStatus, TxQueueStatus};
+use faults::{Faults, GveFault, RxFault};
 use flow::FlowRules;
 use irq::NotifyBlock;
 use layout::Doorbell;
@@ -165,7 +171,10 @@ pub struct GveDevice {
     pub(crate) rss: Rss,
     pub(crate) rules: FlowRules,
     pub(crate) mtu: u16,
-    pub(crate) stats_report: Option<(u64, u64)>,
+    pub(crate) stats_report: Option<stats::StatsReport>,
+    /// `driver_capability_flags[0]` from VERIFY_DRIVER_COMPATIBILITY.
+    pub(crate) driver_caps: u64,
+    pub(crate) faults: Faults,
     pub(crate) last_admin_error: Option<(u32, String)>,
     pub(crate) counters: Counters,
     /// HW-GRO chains being built, one per RX queue id (each written out by
@@ -210,6 +219,8 @@ impl GveDevice {
             rules: FlowRules::default(),
             mtu: cfg.mtu,
             stats_report: None,
+            driver_caps: 0,
+            faults: Faults::default(),
             last_admin_error: None,
             counters,
             cfg,
@@ -248,6 +259,8 @@ impl GveDevice {
         self.rules = FlowRules::default();
         self.mtu = self.cfg.mtu;
         self.stats_report = None;
+        // A reset is what unsticks an admin queue a timeout left stuck.
+        self.faults.adminq_stuck = false;
     }
 
     /// The driver released the admin queue (`gve_adminq_release`): reset
@@ -259,20 +272,26 @@ impl GveDevice {
         self.device_status &= !regs::device_status::RESET;
     }
 
-    /// Sets the link state and raises the management vector so the driver's
-    /// service task reads `device_status`.
-    pub fn set_link(&mut self, up: bool, io: &mut DeviceIo<'_>) {
+    /// Sets the link bit of `device_status` and raises the management
+    /// vector so the driver's service task reads it (`PciDevice::set_link`
+    /// and the `link-down`/`link-up` faults).
+    fn link(&mut self, up: bool, io: &mut DeviceIo<'_>) {
         if up {
             self.device_status |= regs::device_status::LINK;
         } else {
             self.device_status &= !regs::device_status::LINK;
         }
+        io.trace(TraceKind::Event, || {
+            format!("device_status link {}", if up { "up" } else { "down" })
+        });
         self.raise_mgmt(io);
     }
 
-    /// Asks the driver to reset the device (`GVE_DEVICE_STATUS_RESET_MASK`).
-    pub fn request_reset(&mut self, io: &mut DeviceIo<'_>) {
+    /// Asks the driver to reset the device (`GVE_DEVICE_STATUS_RESET_MASK`):
+    /// the `reset-request` fault.
+    fn request_reset(&mut self, io: &mut DeviceIo<'_>) {
         self.device_status |= regs::device_status::RESET;
+        io.trace(TraceKind::Event, || "device_status reset requested".into());
         self.raise_mgmt(io);
     }
 
@@ -318,7 +337,7 @@ impl GveDevice {
         b
     }
 
-    fn bar0_write(&mut self, offset: u64, data: &[u8]) {
+    fn bar0_write(&mut self, offset: u64, data: &[u8], io: &mut DeviceIo<'_>) {
         let be32 = || -> Option<u32> { Some(u32::from_be_bytes(data.try_into().ok()?)) };
         match (offset, data.len()) {
             (regs::DRIVER_STATUS, 4) => {
@@ -345,7 +364,16 @@ impl GveDevice {
                     self.device_status &= !regs::device_status::DEVICE_IS_RESET;
                 }
             }
-            (regs::ADMINQ_DOORBELL, 4) => self.adminq_doorbell = be32(),
+            (regs::ADMINQ_DOORBELL, 4) => {
+                self.adminq_doorbell = be32();
+                let ec = self.event_counter;
+                io.trace(TraceKind::Doorbell, || {
+                    format!(
+                        "adminq_doorbell prod_cnt={} event_counter={ec}",
+                        be32().unwrap_or(0)
+                    )
+                });
+            }
             (regs::DRIVER_VERSION, 1) => {
                 // One byte at a time, ending in '\n'; a later probe writes a
                 // fresh string.
@@ -374,7 +402,14 @@ impl GveDevice {
         };
         let val = u32::from_le_bytes(bytes);
         let c = &mut self.counters;
-        match layout::doorbell(offset / 4) {
+        let db = layout::doorbell(offset / 4);
+        io.trace(TraceKind::Doorbell, || match db {
+            Some(Doorbell::Irq(n)) => format!("irq block={n} val={val:#x}"),
+            Some(Doorbell::Tx(q)) => format!("tx queue={q} tail={val}"),
+            Some(Doorbell::Rx(q)) => format!("rx queue={q} buf_tail={val}"),
+            None => format!("unknown doorbell word={} val={val:#x}", offset / 4),
+        });
+        match db {
             Some(Doorbell::Irq(n)) => {
                 match self
                     .resources
@@ -428,12 +463,53 @@ impl GveDevice {
             if !self.tx_kick[qi] || sent >= budget {
                 continue;
             }
-            self.tx_kick[qi] = false;
-            self.tx_next = qi + 1;
             let Some(q) = self.tx[qi].as_mut() else {
+                self.tx_kick[qi] = false;
                 continue;
             };
-            let res = q.process(io.dma, self.cfg.mtu, &mut self.counters, budget - sent);
+            if self.faults.tx_stalled(q.id) {
+                // tx-stall: the work stays in the ring (the kick too, for
+                // when the rule is cleared); `next_timeout` leaves it out.
+                if let Some(id) = self.faults.tx_stall_hit(q.id) {
+                    inc(&mut self.counters.faults_fired);
+                    let qid = q.id;
+                    io.trace(TraceKind::Fault, || {
+                        format!("tx-stall rule {id}: TX queue {qid} stops completing")
+                    });
+                }
+                continue;
+            }
+            self.tx_kick[qi] = false;
+            self.tx_next = qi + 1;
+            let dma = io.dma;
+            let alt_miss = self.driver_caps & faults::CAP_ALT_MISS_COMPL != 0;
+            let faults = &mut self.faults;
+            let mut fired = 0u64;
+            let qid = q.id;
+            let mut miss = || {
+                let (id, reinject) = faults.tx_miss(qid)?;
+                fired += 1;
+                io.trace(TraceKind::Fault, || {
+                    format!(
+                        "tx-miss rule {id}: TX queue {qid} miss completion, {}",
+                        if reinject {
+                            "reinjected"
+                        } else {
+                            "no reinjection (dropped)"
+                        }
+                    )
+                });
+                Some(reinject)
+            };
+            let res = q.process(
+                dma,
+                self.cfg.mtu,
+                &mut self.counters,
+                budget - sent,
+                alt_miss,
+                &mut miss,
+            );
+            add(&mut self.counters.faults_fired, fired);
             let ntfy = q.ntfy;
             sent += res.bytes;
             self.tx_kick[qi] = res.more;
@@ -541,6 +617,11 @@ impl GveDevice {
             seg_len: u16::try_from(chain.mss).unwrap_or(u16::MAX),
             segments,
         });
+        let fault = if self.rx.get(qid).is_some_and(Option::is_some) {
+            self.rx_fault(qid as u32, io)
+        } else {
+            None
+        };
         let Some(q) = self.rx.get_mut(qid).and_then(Option::as_mut) else {
             // Cannot happen (queues change in `poll`, which writes every
             // chain out first, or with a reset, which drops them); counted
@@ -558,6 +639,7 @@ impl GveDevice {
             chain.split,
             &chain.meta,
             rsc,
+            fault,
             &mut self.counters,
         ) {
             Ok(()) => {
@@ -576,6 +658,21 @@ impl GveDevice {
         while self.chains.get(qid).is_some_and(|f| !f.is_empty()) {
             self.flush_chain(qid, 0, io);
         }
+    }
+
+    /// The RX fault hook for one frame on queue `qid` that will be placed.
+    fn rx_fault(&mut self, qid: u32, io: &mut DeviceIo<'_>) -> Option<RxFault> {
+        let (id, f) = self.faults.rx(qid)?;
+        inc(&mut self.counters.faults_fired);
+        io.trace(TraceKind::Fault, || {
+            let what = match f {
+                RxFault::Error => "rx_error",
+                RxFault::BadCsum(_) => "checksum error bits",
+                RxFault::BadBufId => "invalid buf_id",
+            };
+            format!("rx fault rule {id}: RX queue {qid} completion with {what}")
+        });
+        Some(f)
     }
 
     /// Writes out every open HW-GRO chain.
@@ -695,7 +792,7 @@ impl PciDevice for GveDevice {
 
     fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8], io: &mut DeviceIo<'_>) {
         match bar {
-            layout::BAR_REGS => self.bar0_write(offset, data),
+            layout::BAR_REGS => self.bar0_write(offset, data, io),
             layout::BAR_DOORBELLS => self.bar2_write(offset, data, io),
             _ => inc(&mut self.counters.bad_register_accesses),
         }
@@ -711,16 +808,28 @@ impl PciDevice for GveDevice {
         }
         self.process_adminq(io);
         self.process_tx(io);
+        self.write_nic_stats(io);
     }
 
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
-        if self.resources.is_none() || self.rx.iter().all(Option::is_none) {
+        if self.resources.is_none()
+            || self.rx.iter().all(Option::is_none)
+            || self.device_status & regs::device_status::LINK == 0
+        {
             return Err(RxRefusal::NotReady);
         }
         let max = usize::from(self.mtu.max(self.cfg.mtu)) + 18;
         if frame.len() < 14 || frame.len() > max {
             inc(&mut self.counters.rx_drops);
             inc(&mut self.counters.rx_oversize);
+            if frame.len() >= 14 {
+                // Counted on the queue it would have gone to (the NIC
+                // stats report's RX_DROPS_PACKET_OVER_MRU).
+                let qi = self.steer(frame, &parse(frame)).0 as usize;
+                if let Some(q) = self.counters.rx_queues.get_mut(qi) {
+                    inc(&mut q.oversize);
+                }
+            }
             return Err(RxRefusal::Dropped);
         }
         let p = parse(frame);
@@ -808,8 +917,12 @@ impl PciDevice for GveDevice {
             // whatever its flow, the queue's chains go first, in order.
             self.flush_queue_chains(qi, io);
         }
+        let fits = self.rx[qi]
+            .as_ref()
+            .is_some_and(|q| q.fits(frame.len(), split));
+        let fault = if fits { self.rx_fault(qid, io) } else { None };
         let q = self.rx[qi].as_mut().ok_or(RxRefusal::Dropped)?;
-        q.place(io.dma, frame, split, &meta, None, &mut self.counters)?;
+        q.place(io.dma, frame, split, &meta, None, fault, &mut self.counters)?;
         let ntfy = q.ntfy;
         self.block_event(ntfy, io);
         Ok(())
@@ -819,14 +932,20 @@ impl PciDevice for GveDevice {
     /// while the edge is paused: its resume polls); an open HW-GRO chain
     /// wants one at its deadline.
     fn next_timeout(&self) -> Option<std::time::Duration> {
-        let tx = (!self.tx_paused && self.tx_kick.iter().any(|&k| k))
-            .then_some(std::time::Duration::ZERO);
+        let tx = (!self.tx_paused
+            && self
+                .tx_kick
+                .iter()
+                .enumerate()
+                .any(|(q, &k)| k && !self.faults.tx_stalled(q as u32)))
+        .then_some(std::time::Duration::ZERO);
+        let stats = self.nic_stats_due();
         let chain = self
             .chains
             .iter()
             .filter_map(rsc::Flows::next_deadline)
             .min();
-        tx.into_iter().chain(chain).min()
+        tx.into_iter().chain(chain).chain(stats).min()
     }
 
     fn rx_queue(&self, frame: &[u8]) -> usize {
@@ -847,10 +966,96 @@ impl PciDevice for GveDevice {
     fn reset(&mut self) {
         self.in_burst = false;
         self.clear_state();
-        self.device_status = regs::device_status::LINK;
+        // The link is the port's, not the function's: it stays as it is.
+        self.device_status &= regs::device_status::LINK;
         self.driver_status = 0;
         self.driver_version.clear();
+        self.driver_caps = 0;
         self.last_admin_error = None;
         inc(&mut self.counters.resets);
+    }
+
+    fn register_name(&self, bar: u8, offset: u64) -> Option<&'static str> {
+        match bar {
+            layout::BAR_REGS => regs::name(offset),
+            layout::BAR_DOORBELLS => match layout::doorbell(offset / 4)? {
+                Doorbell::Irq(_) => Some("irq_doorbell"),
+                Doorbell::Tx(_) => Some("tx_doorbell"),
+                Doorbell::Rx(_) => Some("rx_doorbell"),
+            },
+            _ => None,
+        }
+    }
+
+    fn fault_kinds(&self) -> &'static [FaultKindInfo] {
+        faults::KINDS
+    }
+
+    fn add_fault(
+        &mut self,
+        id: u32,
+        spec: &FaultSpec,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), FaultError> {
+        let kind = GveFault::parse(spec)?;
+        self.faults.rules.add(id, spec, kind)?;
+        if !kind.immediate() {
+            return Ok(());
+        }
+        // Immediate kinds act now, counting one hit (only `prob` can say
+        // no: the rule then stays, unfired).
+        let fired = self
+            .faults
+            .rules
+            .iter_mut()
+            .find(|r| r.id == id)
+            .is_some_and(|r| r.fire());
+        if !fired {
+            return Ok(());
+        }
+        inc(&mut self.counters.faults_fired);
+        io.trace(TraceKind::Fault, || format!("{} rule {id}", spec.kind));
+        match kind {
+            GveFault::ResetRequest => self.request_reset(io),
+            GveFault::LinkDown => {
+                self.faults.link_down_by = Some(id);
+                self.link(false, io);
+            }
+            _ => {
+                self.faults.link_down_by = None;
+                self.link(true, io);
+            }
+        }
+        Ok(())
+    }
+
+    fn clear_faults(&mut self, id: Option<u32>, io: &mut DeviceIo<'_>) -> Result<(), FaultError> {
+        let removed = self.faults.rules.clear(id)?;
+        let mut stalls = false;
+        for r in &removed {
+            match r.kind {
+                GveFault::LinkDown if self.faults.link_down_by == Some(r.id) => {
+                    self.faults.link_down_by = None;
+                    self.link(true, io);
+                }
+                GveFault::TxStall { .. } => stalls = true,
+                _ => {}
+            }
+        }
+        if stalls {
+            // The stalled queues' work was left in their rings: run it.
+            self.process_tx(io);
+        }
+        Ok(())
+    }
+
+    fn faults(&self) -> Vec<FaultStatus> {
+        self.faults.rules.status()
+    }
+
+    fn set_link(&mut self, up: bool, io: &mut DeviceIo<'_>) -> bool {
+        self.faults.link_down_by = None;
+        self.link(up, io);
+        true
     }
 }

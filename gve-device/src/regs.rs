@@ -50,3 +50,22 @@ pub mod driver_status {
 /// Longest driver version string kept (the driver writes
 /// `"GVE-" GVE_VERSION "\n"`); more bytes are dropped.
 pub const MAX_VERSION_LEN: usize = 128;
+
+/// The driver's name of the BAR0 register at `offset` (the field of
+/// `struct gve_registers`), for the device trace.
+pub fn name(offset: u64) -> Option<&'static str> {
+    Some(match offset {
+        DEVICE_STATUS => "device_status",
+        DRIVER_STATUS => "driver_status",
+        MAX_TX_QUEUES => "max_tx_queues",
+        MAX_RX_QUEUES => "max_rx_queues",
+        ADMINQ_PFN => "adminq_pfn",
+        ADMINQ_DOORBELL => "adminq_doorbell",
+        ADMINQ_EVENT_COUNTER => "adminq_event_counter",
+        DRIVER_VERSION => "driver_version",
+        ADMINQ_BASE_HI => "adminq_base_address_hi",
+        ADMINQ_BASE_LO => "adminq_base_address_lo",
+        ADMINQ_LENGTH => "adminq_length",
+        _ => return None,
+    })
+}

@@ -14,6 +14,7 @@
 use pci_model::{Dma, RxRefusal};
 
 use crate::counters::{add, inc, Counters};
+use crate::faults::{CsumErr, RxFault, BAD_BUF_ID};
 
 /// Completion descriptor size.
 pub const COMPL_LEN: u64 = 32;
@@ -108,6 +109,14 @@ impl RxQueue {
         self.buf_tail.wrapping_sub(self.buf_head) & (self.buf_size - 1)
     }
 
+    /// The frame can be placed now: it needs at most
+    /// [`MAX_BUFS_PER_FRAME`] buffers and that many are posted (an RX fault
+    /// is decided only then, so that a refused frame does not spend it).
+    pub fn fits(&self, len: usize, split: Split) -> bool {
+        let need = self.buffers_needed(len, split);
+        need <= MAX_BUFS_PER_FRAME && need <= self.available() as usize
+    }
+
     /// How many buffers a frame needs.
     pub fn buffers_needed(&self, len: usize, split: Split) -> usize {
         let data = match split {
@@ -122,6 +131,14 @@ impl RxQueue {
     /// `rsc` set and `rsc_seg_len` when `rsc` says it is a coalesced frame).
     /// On `Err` nothing was consumed (except after a DMA error, which
     /// drops).
+    ///
+    /// `fault` (the RX device faults, decided by the caller once
+    /// [`RxQueue::fits`] holds): [`RxFault::Error`] and
+    /// [`RxFault::BadBufId`] consume one buffer, write nothing into it and
+    /// one completion (`rx_error`, or `buf_id` [`BAD_BUF_ID`]) with
+    /// `end_of_packet`, and drop the frame; [`RxFault::BadCsum`] delivers
+    /// it with `l3_l4_processed` and the checksum error bits.
+    #[allow(clippy::too_many_arguments)]
     pub fn place(
         &mut self,
         dma: &dyn Dma,
@@ -129,6 +146,7 @@ impl RxQueue {
         split: Split,
         meta: &RxMeta,
         rsc: Option<Rsc>,
+        fault: Option<RxFault>,
         c: &mut Counters,
     ) -> Result<(), RxRefusal> {
         let qi = self.id as usize;
@@ -166,6 +184,44 @@ impl RxQueue {
                 u64::from_le_bytes(b)
             };
             bufs.push((u16::from_le_bytes([d[0], d[1]]), le64(8), le64(16)));
+        }
+        if let Some(f @ (RxFault::Error | RxFault::BadBufId)) = fault {
+            self.buf_head = (self.buf_head + 1) & (self.buf_size - 1);
+            let mut cd = [0u8; 32];
+            cd[0] = 1; // rxdid
+            let buf_id = if f == RxFault::Error {
+                cd[1] = 1 << 2; // rx_error
+                bufs[0].0
+            } else {
+                BAD_BUF_ID
+            };
+            cd[2..4].copy_from_slice(&(meta.ptype & 0x3ff).to_le_bytes());
+            cd[8] = 1 | (1 << 1); // descriptor_done, end_of_packet
+            cd[12..14].copy_from_slice(&buf_id.to_le_bytes());
+            self.write_completion(dma, &mut cd, 0, c);
+            inc(&mut c.rx_drops);
+            if let Some(q) = c.rx_queues.get_mut(qi) {
+                inc(&mut q.drops);
+            }
+            return Ok(());
+        }
+        let bad_csum;
+        let meta = match fault {
+            Some(RxFault::BadCsum(bits)) => {
+                bad_csum = RxMeta {
+                    l3_l4_processed: true,
+                    csum_ip_err: meta.csum_ip_err || bits != CsumErr::L4,
+                    csum_l4_err: meta.csum_l4_err || bits != CsumErr::Ip,
+                    ..*meta
+                };
+                &bad_csum
+            }
+            _ => meta,
+        };
+        if meta.csum_ip_err || meta.csum_l4_err {
+            if let Some(q) = c.rx_queues.get_mut(qi) {
+                inc(&mut q.csum_errors);
+            }
         }
         let (hdr, data) = match split {
             Split::At(n) => frame.split_at(n),

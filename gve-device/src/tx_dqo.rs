@@ -26,6 +26,13 @@ pub const DTYPE_GENERAL_CTX: u8 = 0x4;
 pub const COMPL_PKT: u16 = 0x2;
 /// `GVE_COMPL_TYPE_DQO_DESC`.
 pub const COMPL_DESC: u16 = 0x4;
+/// `GVE_COMPL_TYPE_DQO_MISS`: the packet took the miss path (`tx-miss`).
+pub const COMPL_MISS: u16 = 0x1;
+/// `GVE_COMPL_TYPE_DQO_REINJECTION`: a missed packet was sent after all.
+pub const COMPL_REINJECTION: u16 = 0x3;
+/// `GVE_ALT_MISS_COMPL_BIT`: with the driver's `alt_miss_compl`
+/// capability, a miss is a packet completion with this bit in the tag.
+pub const ALT_MISS_COMPL_BIT: u16 = 1 << 15;
 /// Largest packet the device gathers: `GVE_DQO_TX_MAX` of TSO payload plus
 /// the largest header. Bigger packets are completed and dropped.
 pub const MAX_GATHER: usize = 0x3ffff + offload::MAX_TSO_HDR as usize;
@@ -138,12 +145,19 @@ impl TxQueue {
     /// frames reach `budget` bytes (the packet that reaches it is sent
     /// whole); what is left stays in the ring (`more`). `mtu` is the
     /// device's (the descriptor's): no frame longer than it allows leaves.
+    ///
+    /// `miss` is asked once per good packet (the `tx-miss` fault): `Some`
+    /// gives it a miss completion (a packet completion with
+    /// [`ALT_MISS_COMPL_BIT`] when `alt_miss`), then, if `Some(true)`, sends
+    /// it and writes a reinjection completion; `Some(false)` drops it.
     pub fn process(
         &mut self,
         dma: &dyn Dma,
         mtu: u16,
         c: &mut Counters,
         budget: usize,
+        alt_miss: bool,
+        miss: &mut dyn FnMut() -> Option<bool>,
     ) -> TxResult {
         let mut res = TxResult::default();
         let qi = self.id as usize;
@@ -176,7 +190,16 @@ impl TxQueue {
             }
             self.head = idx;
             let (frames, tag, report_heads, ok) = self.gather(dma, &descs, mtu, c);
-            if ok {
+            let missed = if ok { miss() } else { None };
+            if missed == Some(false) {
+                // The miss path dropped it: no reinjection comes, the
+                // driver frees the packet after its timeout.
+                inc(&mut c.tx_drops);
+                inc(&mut c.tx_miss_dropped);
+                if let Some(q) = c.tx_queues.get_mut(qi) {
+                    inc(&mut q.drops);
+                }
+            } else if ok {
                 for f in frames {
                     add(&mut c.tx_bytes, f.len() as u64);
                     inc(&mut c.tx_packets);
@@ -195,9 +218,16 @@ impl TxQueue {
             }
             // Always complete the packet, even a dropped one: otherwise the
             // driver's pending-packet slot (the tag) leaks.
-            self.complete(dma, COMPL_PKT, tag, c);
+            match missed {
+                None => self.complete(dma, COMPL_PKT, tag, c),
+                Some(_) if alt_miss => self.complete(dma, COMPL_PKT, tag | ALT_MISS_COMPL_BIT, c),
+                Some(_) => self.complete(dma, COMPL_MISS, tag, c),
+            }
             for h in report_heads {
                 self.complete(dma, COMPL_DESC, h as u16, c);
+            }
+            if missed == Some(true) {
+                self.complete(dma, COMPL_REINJECTION, tag, c);
             }
             res.completed = true;
         }

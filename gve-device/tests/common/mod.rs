@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, GveConfig, GveDevice};
-use pci_model::{DeviceIo, Dma, PciDevice, RxRefusal, VecMemory};
+use pci_model::fault::{FaultError, FaultSpec};
+use pci_model::{DeviceIo, Dma, PciDevice, RxRefusal, TraceRecord, VecMemory};
 
 pub const MEM_BASE: u64 = 0x1_0000_0000;
 pub const MEM_SIZE: usize = 8 << 20;
@@ -91,6 +92,10 @@ pub struct Guest {
     pub tx_paused: bool,
     /// The edge's clock (`DeviceIo::now`): moves only when a test says.
     pub now: Duration,
+    /// A device trace runs (`DeviceIo::tracing`).
+    pub tracing: bool,
+    /// The records the device wrote while tracing.
+    pub trace: Vec<TraceRecord>,
 }
 
 pub fn be16(b: &[u8], o: usize) -> u16 {
@@ -118,6 +123,8 @@ impl Guest {
             rx: Vec::new(),
             tx_paused: false,
             now: Duration::ZERO,
+            tracing: false,
+            trace: Vec::new(),
         }
     }
 
@@ -147,10 +154,27 @@ impl Guest {
         let mem = self.mem.clone();
         let mut io = DeviceIo::new(&mem, self.now);
         io.tx_paused = self.tx_paused;
+        io.tracing = self.tracing;
         let r = f(&mut self.dev, &mut io);
         self.irqs.extend(io.irqs);
         self.wire.extend(io.tx);
+        self.trace.extend(io.trace);
         r
+    }
+
+    /// The edge's `ctl device-fault add`.
+    pub fn add_fault(&mut self, id: u32, spec: &FaultSpec) -> Result<(), FaultError> {
+        self.with_io(|d, io| d.add_fault(id, spec, io))
+    }
+
+    /// The edge's `ctl device-fault clear`.
+    pub fn clear_faults(&mut self, id: Option<u32>) -> Result<(), FaultError> {
+        self.with_io(|d, io| d.clear_faults(id, io))
+    }
+
+    /// The edge's `ctl link`.
+    pub fn set_link(&mut self, up: bool) -> bool {
+        self.with_io(|d, io| d.set_link(up, io))
     }
 
     pub fn bar_write(&mut self, bar: u8, off: u64, data: &[u8]) {
