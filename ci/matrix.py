@@ -391,7 +391,7 @@ class Daemon:
                 args += ["--port", f"{erdma_port(role)}={self.d}/{erdma_port(role)}.sock,kind=erdma,netdev={name}"]
             if self.nic.get(role) == "gve":
                 mac = GVE_MACS[role]
-                args += ["--port", f"{gve_port(role)}={self.d}/{gve_port(role)}.sock,kind=gve,queues=4,mtu=9000,gro-hold-us=10000,mac={mac}"]
+                args += ["--port", f"{gve_port(role)}={self.d}/{gve_port(role)}.sock,kind=gve,queues=4,mtu=9000,gro-hold-us=10000,nic-timestamp=on,mac={mac}"]
         args += ["--control", f"{self.d}/ctl.sock", "--capture-dir", self.d]
         env = dict(os.environ, NO_COLOR="1")
         self.log = open(f"{self.d}/daemon.log", "w")

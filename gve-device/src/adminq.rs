@@ -56,7 +56,7 @@ pub mod opcode {
     pub const VERIFY_DRIVER_COMPATIBILITY: u32 = 0xf;
     /// Read flow rules / ids / counts.
     pub const QUERY_FLOW_RULES: u32 = 0x10;
-    /// NIC clock (not offered).
+    /// Write the NIC clock (offered with `GveConfig::nic_timestamp`).
     pub const REPORT_NIC_TIMESTAMP: u32 = 0x11;
     /// Read the RSS configuration.
     pub const QUERY_RSS: u32 = 0x12;
@@ -353,6 +353,21 @@ impl GveDevice {
             }
             opcode::QUERY_FLOW_RULES => self.query_flow_rules(&p, dma),
             opcode::EXTENDED_COMMAND => self.extended(&p, dma),
+            opcode::REPORT_NIC_TIMESTAMP if self.cfg.nic_timestamp => {
+                // `struct gve_nic_ts_report`: the NIC clock in ns (the
+                // device's time), then reserved words.
+                let (len, addr) = (p.be64(0), p.be64(8));
+                if len < 8 {
+                    return Err(AdminError::InvalidArgument(
+                        "NIC timestamp report too short",
+                    ));
+                }
+                let mut report = [0u8; NIC_TS_REPORT_LEN];
+                report[..8].copy_from_slice(&nic_clock_ns(io.now).to_be_bytes());
+                let n =
+                    usize::try_from(len).map_or(NIC_TS_REPORT_LEN, |l| l.min(NIC_TS_REPORT_LEN));
+                Ok(io.dma.write(addr, &report[..n])?)
+            }
             opcode::REGISTER_PAGE_LIST
             | opcode::UNREGISTER_PAGE_LIST
             | opcode::REPORT_NIC_TIMESTAMP => Err(AdminError::Unimplemented(op)),
@@ -700,6 +715,16 @@ impl GveDevice {
             _ => Err(AdminError::InvalidArgument("flow rule opcode")),
         }
     }
+}
+
+/// `sizeof(struct gve_nic_ts_report)`.
+const NIC_TS_REPORT_LEN: usize = 40;
+
+/// The NIC clock the timestamp option shows: the device's time in
+/// nanoseconds (what REPORT_NIC_TIMESTAMP writes; RX completions carry its
+/// low 32 bits).
+pub fn nic_clock_ns(now: std::time::Duration) -> u64 {
+    u64::try_from(now.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One admin command decoded for the trace: the driver's opcode name and

@@ -207,6 +207,9 @@ pub struct PortConfig {
     /// microseconds of device time (`gro-hold-us=`); `None`: the device's
     /// default (`gve_device::rsc::DEFAULT_HOLD`, 1 ms).
     pub gve_gro_hold_us: Option<u32>,
+    /// `kind=gve`: offer NIC timestamps (`nic-timestamp=on`): the driver
+    /// registers a PTP clock and RX hardware timestamps work. Off by default.
+    pub gve_nic_timestamp: bool,
 }
 
 /// The largest `gro-hold-us`: 100 ms (a flow held longer would stall its
@@ -339,6 +342,7 @@ impl PortConfig {
             rx_held_frames: DEFAULT_RX_HELD_FRAMES,
             gve_mtu: None,
             gve_gro_hold_us: None,
+            gve_nic_timestamp: false,
             flow_rules: Vec::new(),
             rc: RcSettings::default(),
             listen_fd: None,
@@ -448,6 +452,12 @@ impl PortConfig {
                 self.name
             );
         }
+        if self.gve_nic_timestamp && self.kind != PortKind::Gve {
+            bail!(
+                "port {}: nic-timestamp is a setting of kind=gve ports",
+                self.name
+            );
+        }
         if !self.flow_rules.is_empty() {
             crate::steering::PortSteering::new(self.queue_pairs, &self.flow_rules)
                 .map_err(|e| anyhow::anyhow!("port {}: flow rule: {e}", self.name))?;
@@ -471,6 +481,15 @@ fn gve_mtu(mtu: Option<u32>) -> anyhow::Result<Option<u16>> {
         None => Ok(None),
         Some(m) if (68..=u32::from(MAX_GVE_MTU)).contains(&m) => Ok(Some(m as u16)),
         Some(m) => bail!("mtu={m}: a gVNIC's MTU is 68..={MAX_GVE_MTU}"),
+    }
+}
+
+/// `on` or `off` (also `true`/`false`, `1`/`0`).
+fn on_off(key: &str, v: &str) -> anyhow::Result<bool> {
+    match v {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => bail!("{key}={v}: on or off"),
     }
 }
 
@@ -592,6 +611,7 @@ impl FromStr for PortConfig {
                 "gro-hold-us" => {
                     gro_hold = Some(v.parse().with_context(|| format!("gro-hold-us={v}"))?)
                 }
+                "nic-timestamp" => p.gve_nic_timestamp = on_off("nic-timestamp", v)?,
                 "local" => up.local = Some(v.to_string()),
                 "remote" => up.remotes.push(v.to_string()),
                 "vni" => up.vni = Some(v.parse().with_context(|| format!("vni={v}"))?),
@@ -600,7 +620,7 @@ impl FromStr for PortConfig {
                 "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu, gro-hold-us; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu, gro-hold-us, nic-timestamp; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
                 }
             }
         }
@@ -997,6 +1017,8 @@ struct FilePort {
     rx_held_frames: Option<usize>,
     /// `kind = "gve"`.
     gro_hold_us: Option<u32>,
+    /// `kind = "gve"`.
+    nic_timestamp: Option<bool>,
     #[serde(default)]
     flow_rule: Vec<crate::steering::FlowRuleSpec>,
     /// `kind=erdma`: `[port.rc]`.
@@ -1092,6 +1114,7 @@ impl DaemonConfig {
             }
             p.gve_gro_hold_us =
                 gro_hold_us(fp.gro_hold_us).with_context(|| format!("port {}", fp.name))?;
+            p.gve_nic_timestamp = fp.nic_timestamp.unwrap_or(false);
             p.uplink = up
                 .build(p.kind)
                 .with_context(|| format!("port {}", fp.name))?;

@@ -339,3 +339,26 @@ fn gro_hold_is_a_gve_port_setting() {
         .unwrap_err();
     assert!(format!("{e:#}").contains("kind=gve"), "{e:#}");
 }
+
+/// `nic-timestamp=on` on a gve port offers the NIC clock; off by default,
+/// from the flag and the file, refused on other kinds.
+#[test]
+fn nic_timestamp_is_a_gve_port_setting() {
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve,nic-timestamp=on".parse().unwrap();
+    assert!(p.gve_nic_timestamp);
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
+    assert!(!p.gve_nic_timestamp);
+    let cfg = DaemonConfig::from_toml(
+        "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nnic-timestamp = true\n",
+    )
+    .unwrap();
+    assert!(cfg.ports[0].gve_nic_timestamp);
+    let e = "g=/tmp/g.sock,kind=gve,nic-timestamp=maybe"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("on or off"), "{e:#}");
+    let e = "v=/tmp/v.sock,nic-timestamp=on"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("kind=gve"), "{e:#}");
+}

@@ -305,6 +305,7 @@ fn gve_config(cfg: &PortConfig) -> GveConfig {
             .map_or(gve_device::rsc::DEFAULT_HOLD, |us| {
                 std::time::Duration::from_micros(u64::from(us))
             }),
+        nic_timestamp: cfg.gve_nic_timestamp,
         ..GveConfig::default()
     }
 }
