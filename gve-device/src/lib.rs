@@ -10,7 +10,8 @@
 //! [`pci_model::DeviceIo`].
 //!
 //! Modules: [`layout`] (PCI ids, BARs, doorbell map), [`regs`] (BAR0),
-//! [`adminq`] (admin commands), [`describe`] (device descriptor, ptype map),
+//! [`adminq`] (admin commands), [`adminq_codes`] (opcodes, statuses and
+//! their names), [`describe`] (device descriptor, ptype map),
 //! [`tx_dqo`], [`rx_dqo`], [`rsc`] (HW-GRO), [`offload`] (checksums, TSO),
 //! [`rss`], [`flow`],
 //! [`irq`] (notify blocks), [`counters`] (counters, status snapshot),
@@ -25,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod adminq;
+pub mod adminq_codes;
 pub mod counters;
 pub mod describe;
 pub mod faults;

@@ -212,6 +212,11 @@ pub struct PortConfig {
     pub gve_nic_timestamp: bool,
 }
 
+/// Default of `[limits] stuck-guest-ms`: a guest whose frames have waited
+/// this long with no RX buffer posted is reported as stuck (once in the
+/// log, and in `ctl status` while it lasts).
+pub const STUCK_GUEST_MS: u64 = 30_000;
+
 /// The largest `gro-hold-us`: 100 ms (a flow held longer would stall its
 /// sender's window for as long).
 pub const MAX_GRO_HOLD_US: u32 = 100_000;
@@ -686,7 +691,7 @@ impl Default for Limits {
             fault_rules: crate::faults::MAX_FAULT_RULES,
             flow_rules: crate::steering::MAX_RULES,
             capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
-            stuck_guest_ms: crate::fabric::STUCK_GUEST_MS,
+            stuck_guest_ms: STUCK_GUEST_MS,
             trace_max_bytes: DEFAULT_TRACE_MAX_BYTES,
         }
     }

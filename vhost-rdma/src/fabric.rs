@@ -9,12 +9,14 @@
 //! thread passes its own. Its only system calls are the wake-ups it owes a
 //! receiving worker at the end of a batch (an eventfd write).
 
+use crate::config::STUCK_GUEST_MS;
 use crate::config::{MacAddr, PortConfig};
 use crate::frame::ms_at;
 use crate::frame::Dir;
 pub use crate::frame::{flow_hash, Frame, FrameView, LazyView};
 use crate::offload;
 use crate::stages::{Passed, Stage};
+pub use crate::stats::StuckGuest;
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
 use std::cell::RefCell;
@@ -29,44 +31,6 @@ use vmm_sys_util::timerfd::TimerFd;
 /// A receiver whose frames have waited this long for an RX buffer counts as
 /// stalled: senders stop waiting for it and drop instead.
 pub const STALL_MS: u64 = 500;
-
-/// Default of `[limits] stuck-guest-ms`: a guest whose frames have waited
-/// this long with no RX buffer posted is reported as stuck (once in the
-/// log, and in `ctl status` while it lasts).
-pub const STUCK_GUEST_MS: u64 = 30_000;
-
-/// A guest that has taken no frames on one receive queue for at least
-/// `[limits] stuck-guest-ms` while frames waited for it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StuckGuest {
-    /// The receive queue pair (0 for a device port: its one pending queue).
-    pub queue: usize,
-    /// Milliseconds since frames began to wait with no RX buffer.
-    pub for_ms: u64,
-    /// Frames dropped for the queue since then.
-    pub dropped: u64,
-}
-
-impl StuckGuest {
-    /// The report's sentence for port `port` (`queues`: the port's queue
-    /// pairs; the queue is named only when there are several).
-    pub fn describe(&self, port: &str, queues: usize) -> String {
-        let q = if queues > 1 {
-            format!(" on queue {}", self.queue)
-        } else {
-            String::new()
-        };
-        let time = if self.for_ms >= 1000 {
-            format!("{} s", self.for_ms / 1000)
-        } else {
-            format!("{} ms", self.for_ms)
-        };
-        format!(
-            "guest on port {port} has taken no frames{q} for {time}; {} dropped",
-            self.dropped
-        )
-    }
-}
 
 /// What waits for one queue pair's RX buffers.
 #[derive(Debug, Default)]

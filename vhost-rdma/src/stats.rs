@@ -100,7 +100,7 @@ pub struct PortStats {
 pub struct StuckReport {
     /// Which queue, for how long, how many frames dropped.
     #[serde(flatten)]
-    pub guest: crate::fabric::StuckGuest,
+    pub guest: StuckGuest,
     /// The sentence the log printed ("guest on port p1 has taken no frames
     /// for 30 s; 74519 dropped"), with the numbers of now.
     pub text: String,
@@ -162,4 +162,37 @@ macro_rules! guest_warn {
             }
         }
     };
+}
+
+/// A guest that has taken no frames on one receive queue for at least
+/// `[limits] stuck-guest-ms` while frames waited for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StuckGuest {
+    /// The receive queue pair (0 for a device port: its one pending queue).
+    pub queue: usize,
+    /// Milliseconds since frames began to wait with no RX buffer.
+    pub for_ms: u64,
+    /// Frames dropped for the queue since then.
+    pub dropped: u64,
+}
+
+impl StuckGuest {
+    /// The report's sentence for port `port` (`queues`: the port's queue
+    /// pairs; the queue is named only when there are several).
+    pub fn describe(&self, port: &str, queues: usize) -> String {
+        let q = if queues > 1 {
+            format!(" on queue {}", self.queue)
+        } else {
+            String::new()
+        };
+        let time = if self.for_ms >= 1000 {
+            format!("{} s", self.for_ms / 1000)
+        } else {
+            format!("{} ms", self.for_ms)
+        };
+        format!(
+            "guest on port {port} has taken no frames{q} for {time}; {} dropped",
+            self.dropped
+        )
+    }
 }
