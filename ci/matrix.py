@@ -27,6 +27,8 @@ import threading
 import time
 
 import upstream
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import guest_kernel  # noqa: E402  (scripts/guest_kernel.py: --kernel PATH)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -532,7 +534,8 @@ class Daemon:
                          + (f",{self.erdma_opts}" if self.erdma_opts else "")]
             if self.nic.get(role) == "gve":
                 mac = GVE_MACS[role]
-                args += ["--port", f"{gve_port(role)}={self.d}/{gve_port(role)}.sock,kind=gve,queues={self.gve_queues},mtu=9000,mac={mac}"]
+                args += ["--port", f"{gve_port(role)}={self.d}/{gve_port(role)}.sock,kind=gve,queues={self.gve_queues},"
+                                   f"mtu=9000,gro-hold-us=10000,nic-timestamp=on,mac={mac}"]
         args += ["--control", f"{self.d}/ctl.sock", "--capture-dir", self.d]
         env = dict(os.environ, NO_COLOR="1")
         self.log = open(f"{self.d}/daemon.log", "w")
@@ -1471,6 +1474,10 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 "--accel", a.accel, "--timeout", str(a.timeout or spec["timeout"]),
                 "--guest-bin", vrbin, "--net", net, "--form", "pci", "--queues", "1",
                 "--logdir", d, "--monitor"]
+        if getattr(a, "kernel_image", None):
+            args += ["--kernel", a.kernel_image]
+        if getattr(a, "append", ""):
+            args += ["--append", a.append]
         for role in BOTH:
             name, ip, mac = GUESTS[role]
             with open(f"{d}/{name}.sh", "w") as f:
@@ -1885,9 +1892,34 @@ def shard_cells(sel, i, n):
     return [kc for idx, kc in enumerate(sorted(sel, key=cell_key)) if idx % n == i - 1]
 
 
+def resolve_kernel(a):
+    """--kernel is a series (7.3, 6.12, all) or a bring-your-own bzImage PATH.
+    For a path: checks the image (scripts/guest_kernel.py) and sets
+    a.kernel_image to it, a.kernel_version to its version string and a.kernel
+    to its series (from the version: the cells' root disk and expectations);
+    the series must be one the matrix knows. ValueError says what is wrong."""
+    a.kernel_image, a.kernel_version = None, None
+    if a.kernel in KERNELS + ["all"]:
+        return
+    looks_like_path = os.sep in a.kernel or os.path.exists(a.kernel)
+    if not looks_like_path:
+        raise ValueError(f"--kernel {a.kernel!r}: a kernel series ({', '.join(KERNELS)}, all) or the path "
+                         "of a bzImage (bring your own kernel)")
+    try:
+        version = guest_kernel.check_bzimage(a.kernel)
+    except guest_kernel.KernelImageError as e:
+        raise ValueError(f"--kernel: {e}") from None
+    series = guest_kernel.series_of(version)
+    if series not in KERNELS:
+        raise ValueError(f"--kernel {a.kernel}: Linux {version} is of series {series}; the matrix's cells know "
+                         f"{', '.join(KERNELS)} (the series picks the root disk and the expectations)")
+    a.kernel_image, a.kernel_version, a.kernel = os.path.abspath(a.kernel), version, series
+
+
 def select_cells(a):
     """The (kernel, cell) list the arguments ask for, in the run's order;
-    ValueError for an unknown cell."""
+    ValueError for an unknown cell, or, with a bring-your-own kernel
+    (a.kernel_image), for a cell of another series."""
     if a.quick:
         sel = list(QUICK)
     else:
@@ -1911,6 +1943,11 @@ def select_cells(a):
                         if (c not in LOSSY_CELLS or k == "7.3" or a.kernel != "all")
                         and (c not in ERDMA_CELLS or k == "7.3")]
     sel = sorted(set(sel), key=cell_key)
+    if getattr(a, "kernel_image", None):
+        other = [f"{k}/{c}" for k, c in sel if k != a.kernel]
+        if other:
+            raise ValueError(f"--kernel {a.kernel_image} is a {a.kernel} kernel; it cannot run "
+                             f"{', '.join(other)}")
     if getattr(a, "shard", None):
         sel = shard_cells(sel, *parse_shard(a.shard))
     return sel
@@ -1928,7 +1965,12 @@ def main():
                     "two guests per cell through the vhost-rdma daemon.",
         epilog="Cells: " + "; ".join(f"{c}: {CELLS[c]['what']}" for c in CELL_ORDER)
                + ". Ends with 'N passed, M failed, K skipped' (tests); exit 1 if any failed.")
-    ap.add_argument("--kernel", default="all", choices=KERNELS + ["all"], help="guest kernel(s) (default all)")
+    ap.add_argument("--kernel", default="all", metavar="SERIES|PATH",
+                    help="guest kernel(s): " + ", ".join(KERNELS) + " or all (default); or the PATH of a bzImage "
+                         "to bring your own kernel (drivers built in; its version's series picks the cells' root "
+                         "disk: docs/guest-tests.md, 'Bring your own kernel')")
+    ap.add_argument("--append", default="", metavar="ARGS",
+                    help="guest kernel command-line additions (run-guests --append)")
     ap.add_argument("--cells", default="", help="comma list of " + ",".join(CELL_ORDER)
                     + " or KERNEL/CELL (default: all cells)")
     ap.add_argument("--quick", action="store_true", help="CI tier: 7.3/rxe, 7.3/smcr, 7.3/erdma-smcr, 7.3/upstream-rdma, 7.3/upstream-nic and 7.3/gve-faults only")
@@ -2008,9 +2050,12 @@ def main():
     CELLS["siw-conn"]["tests"] = [("link-add-siw", BOTH)] + [
         (f"{t}-{r}", BOTH) for r in range(1, a.siw_conn_rounds + 1) for t in ("ucmatose", "ib_read_bw")]
     try:
+        resolve_kernel(a)
         sel = select_cells(a)
     except ValueError as e:
         ap.error(str(e))
+    if a.kernel_image:
+        say(f"guest kernel (--kernel): {a.kernel_image}, Linux {a.kernel_version}")
     if a.dry_run:
         for k, c in sel:
             print(f"{k}/{c}: {CELLS[c]['what']}")
@@ -2118,6 +2163,7 @@ def main():
     meta = {"date": date, "host": os.uname().nodename, "commit": commit, "qemu_version": qv,
             "accel": next((r.get("accel") for r in results if r.get("accel")), a.accel),
             "command": " ".join(["ci/matrix.sh"] + sys.argv[1:]), "summary": summary,
+            "kernel_image": a.kernel_image, "kernel_version": a.kernel_version,
             "cells_failed": cells_failed}
     with open(os.path.join(resdir, "results.json"), "w") as f:
         json.dump({"meta": meta, "cells": results}, f, indent=1)

@@ -2,13 +2,17 @@
 """Host-only self-test of ci/matrix.py's stuck-guest diagnosis (no QEMU, no
 daemon): a fake `vhost-rdma ctl`, a fake QEMU human monitor on a unix
 socket, and real processes standing in for a spinning and an idle QEMU.
-Also --shard I/N and --combine (the cell plan and result records, no guest).
+Also --shard I/N and --combine (the cell plan and result records, no guest),
+and the bring-your-own-kernel option (--kernel PATH, --append) of
+scripts/run-guests, ci/matrix.sh and scripts/demo.sh: the image checks and
+the options reaching QEMU's command line (run-guests --dry-run), no guest.
 
     python3 ci/test_matrix.py      # part of scripts/test.sh
 """
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -268,6 +272,151 @@ class ShardCombineTest(unittest.TestCase):
             rows = [line.split(" | ")[0][2:] for line in combined.split("\n## Cells\n", 1)[1].split("\n## Tests")[0]
                     .splitlines() if line.startswith("| ") and not line.startswith("| cell")]
             self.assertEqual(rows, [f"{k}/{c}" for k, c in whole_cells])
+
+
+def fake_bzimage(path, version="7.3.9-mydriver (dev@box) #3 SMP PREEMPT_DYNAMIC"):
+    """A file with what an x86 bzImage's setup header has: the boot flag,
+    'HdrS', boot protocol 2.15 and the offset of the version string."""
+    img = bytearray(0x1000)
+    img[0x1FE:0x200] = b"\x55\xaa"
+    img[0x202:0x206] = b"HdrS"
+    img[0x206:0x208] = (0x020F).to_bytes(2, "little")
+    img[0x20E:0x210] = (0x0600 - 0x200).to_bytes(2, "little")
+    v = version.encode() + b"\0"
+    img[0x600:0x600 + len(v)] = v
+    with open(path, "wb") as f:
+        f.write(bytes(img))
+    return path
+
+
+class ByoKernelTest(unittest.TestCase):
+    """Bring your own kernel: --kernel PATH (a bzImage) and --append, the
+    same option names in scripts/run-guests, ci/matrix.sh and scripts/demo.sh;
+    a missing file or a file that is not a bzImage is refused with the reason."""
+
+    ROOT = os.path.dirname(matrix.HERE)
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+        self.good = fake_bzimage(os.path.join(self.dir, "bzImage"))
+        self.text = os.path.join(self.dir, "notes.txt")
+        with open(self.text, "w") as f:
+            f.write("not a kernel\n" * 100)
+        self.elf = os.path.join(self.dir, "vmlinux")
+        with open(self.elf, "wb") as f:
+            f.write(b"\x7fELF" + bytes(0x1000))
+        self.rootfs = os.path.join(self.dir, "rootfs.ext4")
+        open(self.rootfs, "wb").close()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_the_image_check(self):
+        gk = matrix.guest_kernel
+        self.assertEqual(gk.check_bzimage(self.good), "7.3.9-mydriver (dev@box) #3 SMP PREEMPT_DYNAMIC")
+        self.assertEqual(gk.series_of(gk.check_bzimage(self.good)), "7.3")
+        self.assertEqual(gk.series_of("6.12.0-rc1+ #1"), "6.12")
+        for path, why in ((os.path.join(self.dir, "none"), "not found"), (self.text, "is not a bzImage"),
+                          (self.elf, "is an ELF file"), (self.dir, "is a directory")):
+            with self.assertRaises(gk.KernelImageError, msg=path) as cm:
+                gk.check_bzimage(path)
+            self.assertIn(why, str(cm.exception))
+            self.assertIn(path, str(cm.exception))
+
+    def test_the_config_beside_the_image_is_checked(self):
+        gk = matrix.guest_kernel
+        self.assertEqual(gk.warnings_for(self.good), [], "no configuration found: nothing to say")
+        # a kernel tree: TREE/.config and TREE/arch/x86/boot/bzImage
+        tree = os.path.join(self.dir, "linux")
+        os.makedirs(os.path.join(tree, "arch", "x86", "boot"))
+        img = fake_bzimage(os.path.join(tree, "arch", "x86", "boot", "bzImage"))
+        with open(os.path.join(tree, ".config"), "w") as f:
+            f.write("".join(f"{o}=y\n" for o in gk.REQUIRED if o not in ("CONFIG_GVE", "CONFIG_RDMA_SIW"))
+                    + "CONFIG_GVE=m\n# CONFIG_RDMA_SIW is not set\n")
+        w = gk.warnings_for(img)
+        self.assertEqual(len(w), 2, w)
+        self.assertTrue(any("CONFIG_GVE is a module (=m): never loaded" in x for x in w), w)
+        self.assertTrue(any("CONFIG_RDMA_SIW is not set" in x for x in w), w)
+        r = self.run_guests("--kernel", img, "--rootfs", self.rootfs, "--qemu", "/nonexistent/qemu",
+                            "--guest", "a")
+        self.assertIn("warning: " + os.path.join(tree, ".config") + ": CONFIG_GVE is a module", r.stderr)
+
+    def matrix_plan(self, *args):
+        return subprocess.run([sys.executable, os.path.join(matrix.HERE, "matrix.py"), "--dry-run", *args],
+                              capture_output=True, text=True)
+
+    def test_matrix_kernel_path(self):
+        r = self.matrix_plan("--kernel", self.good, "--cells", "7.3/rxe,smcr", "--append", "loglevel=8")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([line.split(":", 1)[0] for line in r.stdout.splitlines() if line],
+                         ["7.3/rxe", "7.3/smcr"], "the image's series picks the cells")
+        self.assertIn("7.3.9-mydriver", r.stderr)
+        for args, why in (([self.text], "is not a bzImage"),
+                          ([os.path.join(self.dir, "nope")], "not found"),
+                          ([self.good, "--cells", "6.12/rxe"], "is a 7.3 kernel; it cannot run 6.12/rxe"),
+                          (["7.2"], "a kernel series")):
+            r = self.matrix_plan("--kernel", *args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(why, r.stderr, args)
+        other = fake_bzimage(os.path.join(self.dir, "bz5"), "5.10.0 #1")
+        r = self.matrix_plan("--kernel", other)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("series 5.10", r.stderr)
+
+    def test_matrix_passes_the_kernel_to_run_guests(self):
+        """run_cell's run-guests command line carries --kernel and --append."""
+        import argparse
+        a = argparse.Namespace(kernel=self.good, append="gve.debug=1", quick=False, cells="rxe", shard=None)
+        matrix.resolve_kernel(a)
+        self.assertEqual((a.kernel, a.kernel_image), ("7.3", self.good))
+        self.assertEqual(matrix.select_cells(a), [("7.3", "rxe")])
+        a2 = argparse.Namespace(kernel="6.12", append="", quick=False, cells="rxe", shard=None)
+        matrix.resolve_kernel(a2)
+        self.assertIsNone(a2.kernel_image, "a series is not a path")
+        with open(os.path.join(matrix.HERE, "matrix.py")) as f:
+            src = f.read()
+        self.assertIn('args += ["--kernel", a.kernel_image]', src)
+        self.assertIn('args += ["--append", a.append]', src)
+
+    def run_guests(self, *args):
+        return subprocess.run([os.path.join(self.ROOT, "scripts", "run-guests"), *args],
+                              capture_output=True, text=True, timeout=60)
+
+    def test_run_guests_refuses_a_bad_kernel(self):
+        for k, why in ((self.text, "is not a bzImage"), (os.path.join(self.dir, "gone"), "not found"),
+                       (self.elf, "is an ELF file")):
+            r = self.run_guests("--kernel", k, "--rootfs", self.rootfs, "--net", "none", "--dry-run",
+                                "--guest", "a")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(why, r.stderr)
+            self.assertIn("(--kernel)", r.stderr)
+
+    def test_run_guests_boots_the_given_kernel_with_the_additions(self):
+        # --dry-run prints QEMU's command line; QEMU must be found, but is not run
+        qemu = shutil.which(os.environ.get("QEMU", "qemu-system-x86_64"))
+        if not qemu:
+            self.skipTest("no qemu-system-x86_64 on PATH (run-guests looks it up before --dry-run)")
+        r = self.run_guests("--qemu", qemu, "--kernel", self.good, "--rootfs", self.rootfs, "--net", "none",
+                            "--accel", "tcg", "--append", "gve.debug=1 loglevel=8", "--dry-run",
+                            "--logdir", os.path.join(self.dir, "logs"), "--guest", "a")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"-kernel {self.good}", r.stdout.replace("'", ""))
+        self.assertRegex(r.stdout, r"-append '[^']*vr\.name=a[^']* gve\.debug=1 loglevel=8'")
+        self.assertIn("7.3.9-mydriver", r.stderr)
+
+    def test_demo_and_e2e_scripts_take_the_same_options(self):
+        for script in ("demo.sh", "e2e-gve.sh", "e2e-erdma.sh"):
+            with open(os.path.join(self.ROOT, "scripts", script)) as f:
+                src = f.read()
+            self.assertIn('--kernel) kernel_image="$2"', src, script)
+            self.assertIn('--append) kernel_append="$2"', src, script)
+        # the demo refuses a bad image before it builds anything
+        r = subprocess.run(["bash", os.path.join(self.ROOT, "scripts", "demo.sh"), "--no-build",
+                            "--kernel", self.text, "--logdir", os.path.join(self.dir, "demo")],
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("is not a bzImage", r.stdout + r.stderr)
 
 
 FAKE_FAULT_CTL = """#!/usr/bin/env python3

@@ -22,7 +22,8 @@
 # Without vfio-user-pci in QEMU, guest a uses rxe0 and step 6 is skipped.
 #
 #   scripts/demo.sh [--bytes SIZE] [--queues N] [--form pci|testdev] [--no-build]
-#                   [--no-erdma] [--no-gve] [--keep-logs] [--logdir DIR] ...
+#                   [--no-erdma] [--no-gve] [--keep-logs] [--logdir DIR]
+#                   [--kernel PATH [--append ARGS]] ...
 set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -40,6 +41,9 @@ Options:
   --no-build         do not install packages or run cargo build (use existing binaries)
   --profile P        release (default) or debug binaries
   --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
+  --kernel PATH      boot this guest kernel (a bzImage with the drivers built in) instead of
+                     the image's: bring your own (docs/guest-tests.md, "Bring your own kernel")
+  --append ARGS      guest kernel command-line additions (e.g. "loglevel=8 gve.debug=1")
   --qemu PATH        QEMU 11.1; default: scripts/setup-qemu.sh
   --accel A          auto (default), kvm or tcg
   --no-erdma         guest a uses rxe0 instead of the erdma function
@@ -51,7 +55,7 @@ EOF
 }
 
 bytes=32M queues=1 form=pci build=1 profile=release image="" qemu="" accel=auto timeout=900
-logdir="" keep_logs=0 use_erdma=1 use_gve=1
+logdir="" keep_logs=0 use_erdma=1 use_gve=1 kernel_image="" kernel_append=""
 while (($#)); do
     case "$1" in
         --bytes) bytes="$2"; shift 2 ;;
@@ -60,6 +64,8 @@ while (($#)); do
         --no-build) build=0; shift ;;
         --profile) profile="$2"; shift 2 ;;
         --image) image="$2"; shift 2 ;;
+        --kernel) kernel_image="$2"; shift 2 ;;
+        --append) kernel_append="$2"; shift 2 ;;
         --qemu) qemu="$2"; shift 2 ;;
         --accel) accel="$2"; shift 2 ;;
         --no-erdma) use_erdma=0; shift ;;
@@ -150,6 +156,7 @@ fail_all() {
 }
 
 # ---- preparation (visible: a cold run builds for many minutes)
+e2e_check_kernel  # a bad --kernel fails before anything is built
 if ((build)); then
     say "installing missing prerequisites (scripts/install-deps.sh)"
     "$HERE/install-deps.sh" || fail_all "scripts/install-deps.sh failed"

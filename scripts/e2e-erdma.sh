@@ -37,6 +37,8 @@ Usage: ${0##*/} [options]
   --no-build         do not run cargo build (use existing binaries)
   --profile P        release (default) or debug binaries
   --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
+  --kernel PATH      boot this guest kernel (bzImage, drivers built in) instead of the image's
+  --append ARGS      guest kernel command-line additions
   --qemu PATH        QEMU 11.1; default: scripts/setup-qemu.sh
   --timeout SECS     per guest, boot to result (default 900)
   --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
@@ -44,12 +46,14 @@ Usage: ${0##*/} [options]
 EOF
 }
 
-build=1 profile=release image="" qemu="" timeout=900 logdir="" keep_logs=0 accel=auto
+build=1 profile=release image="" qemu="" timeout=900 logdir="" keep_logs=0 accel=auto kernel_image="" kernel_append=""
 while (($#)); do
     case "$1" in
         --no-build) build=0; shift ;;
         --profile) profile="$2"; shift 2 ;;
         --image) image="$2"; shift 2 ;;
+        --kernel) kernel_image="$2"; shift 2 ;;
+        --append) kernel_append="$2"; shift 2 ;;
         --qemu) qemu="$2"; shift 2 ;;
         --timeout) timeout="$2"; shift 2 ;;
         --logdir) logdir="$2"; shift 2 ;;

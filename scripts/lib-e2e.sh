@@ -3,8 +3,10 @@
 # e2e-vhost-iwarp.sh, e2e-gve.sh, e2e-erdma.sh): logs, result bookkeeping,
 # daemon lifetime, the two-guest runner (e2e_run_pair), and the
 # build / guest image / QEMU preparation. The caller sets E2E_NAME, CASES,
-# ROOT, HERE, build, profile, image, qemu, logdir and keep_logs, then sources
-# this file and calls e2e_prepare; DAEMON_PID is the daemon to stop at exit.
+# ROOT, HERE, build, profile, image, qemu, logdir and keep_logs (and, for a
+# bring-your-own kernel, kernel_image and kernel_append: e2e_kernel_option
+# parses --kernel PATH and --append ARGS), then sources this file and calls
+# e2e_prepare; DAEMON_PID is the daemon to stop at exit.
 
 say() { printf '[%s] %s\n' "$E2E_NAME" "$*" >&2; }
 
@@ -76,9 +78,29 @@ stop_daemon() {
 trap 'stop_daemon; exit 130' INT TERM
 trap 'stop_daemon' EXIT
 
+# The run-guests options of a bring-your-own kernel (kernel_image: a
+# bzImage, kernel_append: kernel command-line additions), empty without.
+e2e_kernel_args() {
+    KERNEL_ARGS=()
+    [[ -z ${kernel_image:-} ]] || KERNEL_ARGS+=(--kernel "$kernel_image")
+    [[ -z ${kernel_append:-} ]] || KERNEL_ARGS+=(--append "$kernel_append")
+}
+
+# e2e_check_kernel: a --kernel PATH that is missing or not a bzImage fails
+# the run at once, with the reason (scripts/guest_kernel.py).
+e2e_check_kernel() {
+    [[ -n ${kernel_image:-} ]] || return 0
+    local v
+    v="$(python3 "$HERE/guest_kernel.py" "$kernel_image" 2>&1)" || fail_all "--kernel: ${v#error: }"
+    kernel_image="$(readlink -f "$kernel_image")"
+    say "guest kernel (--kernel): $kernel_image, Linux $v"
+}
+
 # e2e_prepare: build the daemon (unless --no-build), find the guest image and
-# QEMU (building/fetching them if not given); sets DAEMON, image, qemu.
+# QEMU (building/fetching them if not given); sets DAEMON, image, qemu. With
+# kernel_image set, the guests boot that bzImage with the image's root disk.
 e2e_prepare() {
+    e2e_check_kernel
     if ((build)); then
         say "cargo build ($profile) -p vhost-rdma"
         local bflag=()
@@ -108,7 +130,8 @@ e2e_prepare() {
 # (run-guests exit) and wall (seconds).
 e2e_run_guest() {
     local t0=$SECONDS
-    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \
+    e2e_kernel_args
+    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" "${KERNEL_ARGS[@]}" --accel "$accel" --timeout "$timeout" \
         --net vhost-user --logdir "$d" \
         --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,${GUEST_EXTRA:-}mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
     rg=${PIPESTATUS[0]}
@@ -129,7 +152,8 @@ e2e_run_guest() {
 # run-guests exits), then saves the daemon's status in $d/ctl-status.{txt,json}.
 e2e_run_pair() {
     local t0=$SECONDS last=$SECONDS pa pb
-    local common=(--qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" --guest-bin "$vrbin")
+    e2e_kernel_args
+    local common=(--qemu "$qemu" --image "$image" "${KERNEL_ARGS[@]}" --accel "$accel" --timeout "$timeout" --guest-bin "$vrbin")
     "$ROOT/scripts/run-guests" "${common[@]}" --logdir "$d/ga" "${RG_A[@]}" >"$d/run-a.log" 2>&1 &
     pa=$!
     "$ROOT/scripts/run-guests" "${common[@]}" --logdir "$d/gb" "${RG_B[@]}" >"$d/run-b.log" 2>&1 &

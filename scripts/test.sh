@@ -117,7 +117,7 @@ step "no paths outside the repository" python3 "$ROOT/scripts/check-repo-paths.p
 # the module layering of every crate (vhost-rdma/README.md): no import cycles
 step "no import cycles between modules" python3 "$ROOT/scripts/check-module-cycles.py"
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
-step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine)" python3 "$ROOT/ci/test_matrix.py"
+step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine, --kernel PATH)" python3 "$ROOT/ci/test_matrix.py"
 # the upstream-suite judge (matrix cell upstream-rdma): log parser, expectations
 step "ci/test_upstream.py (upstream suites: results vs expectations)" python3 "$ROOT/ci/test_upstream.py"
 # the JUnit writer (--junit here and in ci/matrix.sh) on sample logs

@@ -27,6 +27,7 @@ pub mod cq;
 pub mod datapath;
 pub mod device;
 pub mod eq;
+mod fault_hooks;
 pub mod faults;
 pub mod mr;
 pub mod names;

@@ -11,8 +11,10 @@
 
 use pci_model::{DeviceIo, Dma, DmaError, TraceKind};
 
+pub use crate::adminq_codes::{opcode, status};
+use crate::adminq_codes::{opcode_name, status_name};
 use crate::counters::inc;
-use crate::faults::{opcode_name, AdminCmd};
+use crate::faults::AdminCmd;
 use crate::flow::{self, FlowRule};
 use crate::irq::NotifyBlock;
 use crate::rx_dqo::{self, RxQueue};
@@ -21,70 +23,6 @@ use crate::{describe, layout, rss, GveDevice, Resources};
 
 /// Size of one command.
 pub const CMD_LEN: u64 = 64;
-
-/// `enum gve_adminq_opcodes` (plus the extended inner opcode).
-pub mod opcode {
-    /// Device descriptor and options.
-    pub const DESCRIBE_DEVICE: u32 = 0x1;
-    /// Counter array and interrupt doorbells.
-    pub const CONFIGURE_DEVICE_RESOURCES: u32 = 0x2;
-    /// QPL registration (not offered).
-    pub const REGISTER_PAGE_LIST: u32 = 0x3;
-    /// QPL unregistration (not offered).
-    pub const UNREGISTER_PAGE_LIST: u32 = 0x4;
-    /// Create a TX queue.
-    pub const CREATE_TX_QUEUE: u32 = 0x5;
-    /// Create an RX queue.
-    pub const CREATE_RX_QUEUE: u32 = 0x6;
-    /// Destroy a TX queue.
-    pub const DESTROY_TX_QUEUE: u32 = 0x7;
-    /// Destroy an RX queue.
-    pub const DESTROY_RX_QUEUE: u32 = 0x8;
-    /// Undo CONFIGURE_DEVICE_RESOURCES.
-    pub const DECONFIGURE_DEVICE_RESOURCES: u32 = 0x9;
-    /// Set RSS key / table / hash types.
-    pub const CONFIGURE_RSS: u32 = 0xa;
-    /// Set a driver parameter (MTU).
-    pub const SET_DRIVER_PARAMETER: u32 = 0xb;
-    /// Attach / detach the stats report.
-    pub const REPORT_STATS: u32 = 0xc;
-    /// Write the link speed.
-    pub const REPORT_LINK_SPEED: u32 = 0xd;
-    /// Write the packet type map.
-    pub const GET_PTYPE_MAP: u32 = 0xe;
-    /// Driver info (answered after checking it is readable).
-    pub const VERIFY_DRIVER_COMPATIBILITY: u32 = 0xf;
-    /// Read flow rules / ids / counts.
-    pub const QUERY_FLOW_RULES: u32 = 0x10;
-    /// NIC clock (not offered).
-    pub const REPORT_NIC_TIMESTAMP: u32 = 0x11;
-    /// Read the RSS configuration.
-    pub const QUERY_RSS: u32 = 0x12;
-    /// A command longer than 56 bytes, in separate memory.
-    pub const EXTENDED_COMMAND: u32 = 0xff;
-    /// Extended inner opcode: add / delete / reset flow rules.
-    pub const CONFIGURE_FLOW_RULE: u32 = 0x101;
-}
-
-/// `enum gve_adminq_statuses`.
-pub mod status {
-    /// Not written yet.
-    pub const UNSET: u32 = 0;
-    /// Success.
-    pub const PASSED: u32 = 1;
-    /// Already exists (`-EINVAL` in the driver).
-    pub const ALREADY_EXISTS: u32 = 0xffff_fff1;
-    /// Wrong state (`-EAGAIN`).
-    pub const FAILED_PRECONDITION: u32 = 0xffff_fff5;
-    /// Bad field (`-EINVAL`).
-    pub const INVALID_ARGUMENT: u32 = 0xffff_fff7;
-    /// No such object (`-EINVAL`).
-    pub const NOT_FOUND: u32 = 0xffff_fff8;
-    /// Index out of range (`-EINVAL`).
-    pub const OUT_OF_RANGE: u32 = 0xffff_fff9;
-    /// Not supported (`-EOPNOTSUPP`, tolerated where optional).
-    pub const UNIMPLEMENTED: u32 = 0xffff_fffe;
-}
 
 /// Why a command failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -229,7 +167,7 @@ impl GveDevice {
                     inc(&mut self.counters.admin_failed);
                 }
                 io.trace(TraceKind::Command, || {
-                    let name = crate::faults::status_name(st);
+                    let name = status_name(st);
                     match &why {
                         Some(w) => format!("{} -> {name} ({w})", describe_cmd(op, &cmd[8..])),
                         None => format!("{} -> {name}", describe_cmd(op, &cmd[8..])),
@@ -283,7 +221,7 @@ impl GveDevice {
             (id, Some(st)) => format!(
                 "adminq-status rule {id}: {} completes with {}",
                 describe_cmd(op, payload),
-                crate::faults::status_name(st)
+                status_name(st)
             ),
             (id, None) => format!(
                 "adminq-timeout rule {id}: {} never completes",
@@ -353,6 +291,21 @@ impl GveDevice {
             }
             opcode::QUERY_FLOW_RULES => self.query_flow_rules(&p, dma),
             opcode::EXTENDED_COMMAND => self.extended(&p, dma),
+            opcode::REPORT_NIC_TIMESTAMP if self.cfg.nic_timestamp => {
+                // `struct gve_nic_ts_report`: the NIC clock in ns (the
+                // device's time), then reserved words.
+                let (len, addr) = (p.be64(0), p.be64(8));
+                if len < 8 {
+                    return Err(AdminError::InvalidArgument(
+                        "NIC timestamp report too short",
+                    ));
+                }
+                let mut report = [0u8; NIC_TS_REPORT_LEN];
+                report[..8].copy_from_slice(&nic_clock_ns(io.now).to_be_bytes());
+                let n =
+                    usize::try_from(len).map_or(NIC_TS_REPORT_LEN, |l| l.min(NIC_TS_REPORT_LEN));
+                Ok(io.dma.write(addr, &report[..n])?)
+            }
             opcode::REGISTER_PAGE_LIST
             | opcode::UNREGISTER_PAGE_LIST
             | opcode::REPORT_NIC_TIMESTAMP => Err(AdminError::Unimplemented(op)),
@@ -700,6 +653,16 @@ impl GveDevice {
             _ => Err(AdminError::InvalidArgument("flow rule opcode")),
         }
     }
+}
+
+/// `sizeof(struct gve_nic_ts_report)`.
+const NIC_TS_REPORT_LEN: usize = 40;
+
+/// The NIC clock the timestamp option shows: the device's time in
+/// nanoseconds (what REPORT_NIC_TIMESTAMP writes; RX completions carry its
+/// low 32 bits).
+pub fn nic_clock_ns(now: std::time::Duration) -> u64 {
+    u64::try_from(now.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One admin command decoded for the trace: the driver's opcode name and

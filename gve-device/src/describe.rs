@@ -27,6 +27,8 @@ pub mod opt {
     pub const FLOW_STEERING: u16 = 0xb;
     /// RSS key / table sizes.
     pub const RSS_CONFIG: u16 = 0xe;
+    /// NIC timestamps (`GVE_DEV_OPT_ID_NIC_TIMESTAMP`).
+    pub const NIC_TIMESTAMP: u16 = 0xd;
 }
 
 /// `GVE_SUP_*_MASK`.
@@ -39,6 +41,8 @@ pub mod sup {
     pub const FLOW_STEERING: u32 = 1 << 5;
     /// RSS_CONFIG.
     pub const RSS_CONFIG: u32 = 1 << 7;
+    /// NIC_TIMESTAMP.
+    pub const NIC_TIMESTAMP: u32 = 1 << 8;
 }
 
 fn option(out: &mut Vec<u8>, id: u16, body: &[u8]) {
@@ -58,6 +62,9 @@ pub fn device_descriptor(cfg: &GveConfig) -> Vec<u8> {
     }
     if cfg.rss_option {
         features |= sup::RSS_CONFIG;
+    }
+    if cfg.nic_timestamp {
+        features |= sup::NIC_TIMESTAMP;
     }
     let mut body = Vec::new();
     body.extend_from_slice(&features.to_be_bytes());
@@ -99,6 +106,17 @@ pub fn device_descriptor(cfg: &GveConfig) -> Vec<u8> {
         body.extend_from_slice(&(rss::KEY_SIZE as u16).to_be_bytes());
         body.extend_from_slice(&(rss::LUT_SIZE as u16).to_be_bytes());
         option(&mut opts, opt::RSS_CONFIG, &body);
+        n += 1;
+    }
+    if cfg.nic_timestamp {
+        // `struct gve_device_option_nic_timestamp`: the driver then reads
+        // the clock with REPORT_NIC_TIMESTAMP (every 250 ms) and registers
+        // a PTP clock (`gve_init_clock`), so RX hardware timestamps work.
+        option(
+            &mut opts,
+            opt::NIC_TIMESTAMP,
+            &sup::NIC_TIMESTAMP.to_be_bytes(),
+        );
         n += 1;
     }
 

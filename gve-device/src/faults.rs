@@ -9,7 +9,7 @@
 
 use pci_model::fault::{parse_number, FaultError, FaultKindInfo, FaultRules, FaultSpec};
 
-use crate::adminq::{opcode, status};
+use crate::adminq_codes::{opcode, STATUSES};
 
 /// `GVE_FLOW_RULE_CFG_ADD`, `_DEL`, `_RESET`: the `opcode` of a
 /// CONFIGURE_FLOW_RULE command.
@@ -251,69 +251,6 @@ const OPCODES: &[(&str, u32)] = &[
     ("CONFIGURE_FLOW_RULE", opcode::CONFIGURE_FLOW_RULE),
 ];
 
-/// `enum gve_adminq_statuses` names (without `GVE_ADMINQ_COMMAND_` and
-/// `ERROR_`).
-const STATUSES: &[(&str, u32)] = &[
-    ("UNSET", status::UNSET),
-    ("PASSED", status::PASSED),
-    ("ABORTED", 0xffff_fff0),
-    ("ALREADY_EXISTS", status::ALREADY_EXISTS),
-    ("CANCELLED", 0xffff_fff2),
-    ("DATALOSS", 0xffff_fff3),
-    ("DEADLINE_EXCEEDED", 0xffff_fff4),
-    ("FAILED_PRECONDITION", status::FAILED_PRECONDITION),
-    ("INTERNAL_ERROR", 0xffff_fff6),
-    ("INVALID_ARGUMENT", status::INVALID_ARGUMENT),
-    ("NOT_FOUND", status::NOT_FOUND),
-    ("OUT_OF_RANGE", status::OUT_OF_RANGE),
-    ("PERMISSION_DENIED", 0xffff_fffa),
-    ("UNAUTHENTICATED", 0xffff_fffb),
-    ("RESOURCE_EXHAUSTED", 0xffff_fffc),
-    ("UNAVAILABLE", 0xffff_fffd),
-    ("UNIMPLEMENTED", status::UNIMPLEMENTED),
-    ("UNKNOWN_ERROR", 0xffff_ffff),
-];
-
-/// The driver's name of an admin opcode (`GVE_ADMINQ_CREATE_TX_QUEUE`), for
-/// the trace.
-pub fn opcode_name(op: u32) -> Option<&'static str> {
-    const FULL: &[&str] = &[
-        "GVE_ADMINQ_DESCRIBE_DEVICE",
-        "GVE_ADMINQ_CONFIGURE_DEVICE_RESOURCES",
-        "GVE_ADMINQ_REGISTER_PAGE_LIST",
-        "GVE_ADMINQ_UNREGISTER_PAGE_LIST",
-        "GVE_ADMINQ_CREATE_TX_QUEUE",
-        "GVE_ADMINQ_CREATE_RX_QUEUE",
-        "GVE_ADMINQ_DESTROY_TX_QUEUE",
-        "GVE_ADMINQ_DESTROY_RX_QUEUE",
-        "GVE_ADMINQ_DECONFIGURE_DEVICE_RESOURCES",
-        "GVE_ADMINQ_CONFIGURE_RSS",
-        "GVE_ADMINQ_SET_DRIVER_PARAMETER",
-        "GVE_ADMINQ_REPORT_STATS",
-        "GVE_ADMINQ_REPORT_LINK_SPEED",
-        "GVE_ADMINQ_GET_PTYPE_MAP",
-        "GVE_ADMINQ_VERIFY_DRIVER_COMPATIBILITY",
-        "GVE_ADMINQ_QUERY_FLOW_RULES",
-        "GVE_ADMINQ_REPORT_NIC_TIMESTAMP",
-        "GVE_ADMINQ_QUERY_RSS",
-    ];
-    match op {
-        opcode::EXTENDED_COMMAND => Some("GVE_ADMINQ_EXTENDED_COMMAND"),
-        opcode::CONFIGURE_FLOW_RULE => Some("GVE_ADMINQ_CONFIGURE_FLOW_RULE"),
-        1..=0x12 => FULL.get(op as usize - 1).copied(),
-        _ => None,
-    }
-}
-
-/// The driver's name of an admin status (`PASSED`, `DEADLINE_EXCEEDED`),
-/// for the trace.
-pub fn status_name(st: u32) -> &'static str {
-    STATUSES
-        .iter()
-        .find(|(_, v)| *v == st)
-        .map_or("?", |(n, _)| n)
-}
-
 fn strip<'a>(s: &'a str, prefixes: &[&str]) -> &'a str {
     let mut s = s;
     for p in prefixes {
@@ -545,6 +482,7 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adminq_codes::{opcode_name, status_name};
 
     #[test]
     fn names_parse_with_or_without_prefix() {

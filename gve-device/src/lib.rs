@@ -10,7 +10,8 @@
 //! [`pci_model::DeviceIo`].
 //!
 //! Modules: [`layout`] (PCI ids, BARs, doorbell map), [`regs`] (BAR0),
-//! [`adminq`] (admin commands), [`describe`] (device descriptor, ptype map),
+//! [`adminq`] (admin commands), [`adminq_codes`] (opcodes, statuses and
+//! their names), [`describe`] (device descriptor, ptype map),
 //! [`tx_dqo`], [`rx_dqo`], [`rsc`] (HW-GRO), [`offload`] (checksums, TSO),
 //! [`rss`], [`flow`],
 //! [`irq`] (notify blocks), [`counters`] (counters, status snapshot),
@@ -25,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod adminq;
+pub mod adminq_codes;
 pub mod counters;
 pub mod describe;
 pub mod faults;
@@ -109,6 +111,11 @@ pub struct GveConfig {
     /// `next_timeout` asks for another poll at once: what one call hands
     /// the edge stays bounded whatever the driver queued.
     pub tx_poll_bytes: u32,
+    /// Offer NIC timestamps (`GVE_DEV_OPT_ID_NIC_TIMESTAMP`): the driver
+    /// reads the device clock with REPORT_NIC_TIMESTAMP every 250 ms and
+    /// registers a PTP clock; RX completions carry the clock's low 32 bits.
+    /// Off by default (a real gVNIC offers it on some machine types only).
+    pub nic_timestamp: bool,
 }
 
 impl Default for GveConfig {
@@ -133,6 +140,7 @@ impl Default for GveConfig {
             rsc_max_bytes: rsc::DEFAULT_MAX_BYTES,
             rsc_hold: rsc::DEFAULT_HOLD,
             tx_poll_bytes: DEFAULT_TX_POLL_BYTES,
+            nic_timestamp: false,
         }
     }
 }
@@ -179,7 +187,7 @@ pub struct GveDevice {
     pub(crate) counters: Counters,
     /// HW-GRO chains being built, one per RX queue id (each written out by
     /// its deadline at the latest).
-    pub(crate) chains: Vec<rsc::Chain>,
+    pub(crate) chains: Vec<rsc::Flows>,
     /// Between `begin_rx_burst` and `end_rx_burst`.
     pub(crate) in_burst: bool,
 }
@@ -213,7 +221,7 @@ impl GveDevice {
             tx_next: 0,
             tx_paused: false,
             rx: vec![None; cfg.max_rx_queues as usize],
-            chains: vec![rsc::Chain::default(); cfg.max_rx_queues as usize],
+            chains: vec![rsc::Flows::default(); cfg.max_rx_queues as usize],
             in_burst: false,
             rss: Rss::default(),
             rules: FlowRules::default(),
@@ -254,7 +262,7 @@ impl GveDevice {
         self.tx_paused = false;
         self.rx.iter_mut().for_each(|q| *q = None);
         // Frames a chain held go with the queues (a reset drops them all).
-        self.chains.iter_mut().for_each(rsc::Chain::clear);
+        self.chains.iter_mut().for_each(rsc::Flows::clear);
         self.rss = Rss::default();
         self.rules = FlowRules::default();
         self.mtu = self.cfg.mtu;
@@ -601,11 +609,16 @@ impl GveDevice {
         }
     }
 
-    /// Writes out the HW-GRO chain of RX queue `qid`, if one is open.
-    fn flush_chain(&mut self, qid: usize, io: &mut DeviceIo<'_>) {
-        let Some(chain) = self.chains.get_mut(qid).filter(|c| c.is_open()) else {
+    /// Writes out open HW-GRO chain `slot` of RX queue `qid`, if there is one.
+    fn flush_chain(&mut self, qid: usize, slot: usize, io: &mut DeviceIo<'_>) {
+        let Some(mut chain) = self.chains.get_mut(qid).and_then(|f| f.take(slot)) else {
             return;
         };
+        self.write_chain(qid, &mut chain, io);
+        self.chains[qid].recycle(chain);
+    }
+
+    fn write_chain(&mut self, qid: usize, chain: &mut rsc::Chain, io: &mut DeviceIo<'_>) {
         chain.finish();
         let segments = chain.segments;
         let rsc = (segments > 1).then(|| rx_dqo::Rsc {
@@ -617,19 +630,17 @@ impl GveDevice {
         } else {
             None
         };
-        let chain = &mut self.chains[qid];
         let Some(q) = self.rx.get_mut(qid).and_then(Option::as_mut) else {
             // Cannot happen (queues change in `poll`, which writes every
             // chain out first, or with a reset, which drops them); counted
             // if it ever does.
             add(&mut self.counters.rx_drops, u64::from(segments));
-            chain.clear();
             return;
         };
-        // Every segment was checked to fit the buffers posted, which
-        // nothing else uses meanwhile (any other frame for the queue writes
-        // the chain out first): this placement does not fail for lack of
-        // them.
+        // The queue's chains together were checked to fit the buffers
+        // posted, which nothing else uses meanwhile (a frame placed
+        // directly first writes out what would leave too few): this
+        // placement does not fail for lack of them.
         match q.place(
             io.dma,
             &chain.buf,
@@ -641,14 +652,19 @@ impl GveDevice {
         ) {
             Ok(()) => {
                 let ntfy = q.ntfy;
-                chain.clear();
                 self.block_event(ntfy, io);
             }
             Err(_) => {
                 // (A descriptor read failure was counted by `place`.)
                 add(&mut self.counters.rx_drops, u64::from(segments));
-                chain.clear();
             }
+        }
+    }
+
+    /// Writes out every open HW-GRO chain of RX queue `qid`, oldest first.
+    fn flush_queue_chains(&mut self, qid: usize, io: &mut DeviceIo<'_>) {
+        while self.chains.get(qid).is_some_and(|f| !f.is_empty()) {
+            self.flush_chain(qid, 0, io);
         }
     }
 
@@ -670,16 +686,15 @@ impl GveDevice {
     /// Writes out every open HW-GRO chain.
     fn flush_chains(&mut self, io: &mut DeviceIo<'_>) {
         for qid in 0..self.chains.len() {
-            self.flush_chain(qid, io);
+            self.flush_queue_chains(qid, io);
         }
     }
 
     /// Writes out the HW-GRO chains whose deadline has come.
     fn flush_due_chains(&mut self, io: &mut DeviceIo<'_>) {
         for qid in 0..self.chains.len() {
-            let c = &self.chains[qid];
-            if c.is_open() && c.deadline <= io.now {
-                self.flush_chain(qid, io);
+            while let Some(slot) = self.chains[qid].first_due(io.now) {
+                self.flush_chain(qid, slot, io);
             }
         }
     }
@@ -740,6 +755,7 @@ impl GveDevice {
             csum_ip_err: cs.ip_err,
             csum_l4_err: cs.l4_err,
             ipv6_ex_add: ext,
+            ts: None,
         }
     }
 }
@@ -837,7 +853,12 @@ impl PciDevice for GveDevice {
             None if hash.is_some() => inc(&mut self.counters.rss_steered),
             None => {}
         }
-        let meta = self.rx_meta(frame, &p, hash);
+        let mut meta = self.rx_meta(frame, &p, hash);
+        if self.cfg.nic_timestamp {
+            // The low 32 bits: the driver extends them from its last read
+            // of the clock (`gve_rx_get_hwtstamp`).
+            meta.ts = Some(adminq::nic_clock_ns(io.now) as u32);
+        }
         if meta.csum_ip_err || meta.csum_l4_err {
             inc(&mut self.counters.rx_csum_errors);
         }
@@ -858,35 +879,57 @@ impl PciDevice for GveDevice {
             None
         };
         if let Some(seg) = seg {
-            let room = (q.available() as usize).min(MAX_BUFS_PER_FRAME);
-            let chain = &mut self.chains[qi];
-            if chain.continues(frame, &seg)
-                && chain.buf.len() + seg.payload <= max
-                && q.buffers_needed(chain.buf.len() + seg.payload, chain.split) <= room
-            {
-                chain.append(frame, &seg);
-                // The hold time counts from the last segment: a stream
-                // that keeps coming keeps its chain (up to the bounds).
-                chain.deadline = io.now.saturating_add(self.cfg.rsc_hold);
-                if chain.closed(&seg) {
-                    self.flush_chain(qi, io);
+            let room = q.available() as usize;
+            let need_frame = q.buffers_needed(frame.len(), split);
+            let flows = &mut self.chains[qi];
+            let held = flows.held_buffers();
+            if let Some(i) = flows.find(frame, &seg) {
+                let chain = flows.get_mut(i).ok_or(RxRefusal::Dropped)?;
+                let need = q.buffers_needed(chain.buf.len() + seg.payload, chain.split);
+                if chain.continues(frame, &seg)
+                    && chain.buf.len() + seg.payload <= max
+                    && need <= MAX_BUFS_PER_FRAME
+                    && held - chain.buffers + need <= room
+                {
+                    chain.append(frame, &seg);
+                    chain.buffers = need;
+                    // The hold time counts from the last segment: a stream
+                    // that keeps coming keeps its chain (up to the bounds).
+                    chain.deadline = io.now.saturating_add(self.cfg.rsc_hold);
+                    if chain.closed(&seg) {
+                        self.flush_chain(qi, i, io);
+                    }
+                    return Ok(());
                 }
-                return Ok(());
+                // In order within the flow: what its chain holds goes first.
+                self.flush_chain(qi, i, io);
             }
-            // In order per queue: what the chain holds goes first.
-            self.flush_chain(qi, io);
+            if !seg.ends_chain() && frame.len() <= max && need_frame <= MAX_BUFS_PER_FRAME {
+                if self.chains[qi].len() >= rsc::MAX_FLOWS {
+                    // Every flow slot in use: the oldest chain goes out.
+                    self.flush_chain(qi, 0, io);
+                }
+                let q = self.rx[qi].as_ref().ok_or(RxRefusal::Dropped)?;
+                let room = q.available() as usize;
+                let flows = &mut self.chains[qi];
+                if flows.held_buffers() + need_frame <= room {
+                    let deadline = io.now.saturating_add(self.cfg.rsc_hold);
+                    let mut chain = flows.vacant();
+                    chain.start(frame, seg, meta, split, max, deadline);
+                    chain.buffers = need_frame;
+                    flows.open(chain);
+                    return Ok(());
+                }
+            }
+            // Placed as it is: the chains must keep the buffers they need.
             let q = self.rx[qi].as_ref().ok_or(RxRefusal::Dropped)?;
-            let room = (q.available() as usize).min(MAX_BUFS_PER_FRAME);
-            if !seg.ends_chain()
-                && frame.len() <= max
-                && q.buffers_needed(frame.len(), split) <= room
-            {
-                let deadline = io.now.saturating_add(self.cfg.rsc_hold);
-                self.chains[qi].start(frame, seg, meta, split, max, deadline);
-                return Ok(());
+            if self.chains[qi].held_buffers() + need_frame > q.available() as usize {
+                self.flush_queue_chains(qi, io);
             }
         } else {
-            self.flush_chain(qi, io);
+            // Not coalescable (another protocol, flags, a bad checksum):
+            // whatever its flow, the queue's chains go first, in order.
+            self.flush_queue_chains(qi, io);
         }
         let fits = self.rx[qi]
             .as_ref()
@@ -914,8 +957,7 @@ impl PciDevice for GveDevice {
         let chain = self
             .chains
             .iter()
-            .filter(|c| c.is_open())
-            .map(|c| c.deadline)
+            .filter_map(rsc::Flows::next_deadline)
             .min();
         tx.into_iter().chain(chain).chain(stats).min()
     }

@@ -36,11 +36,20 @@
 //!   one's (fixed id) or the first one's plus its index (incrementing).
 //! - A shorter segment, PSH or FIN ends the chain.
 //!
+//! Flows: a queue keeps up to [`MAX_FLOWS`] chains open at once, one per
+//! TCP flow, as Linux's GRO keeps several flows per NAPI context (8 hash
+//! buckets of up to `MAX_GRO_SKBS` = 8), so flows interleaved on one queue
+//! (A1 B1 A2 B2, `gro.c --test capacity`) are merged each on its own. A
+//! new flow when all are in use writes out the oldest chain. Segments of
+//! one flow stay in order; flows may pass each other, as with GRO. A frame
+//! that cannot be coalesced writes out every chain of its queue first.
+//!
 //! Bounds: a chain holds at most `GveConfig::rsc_max_bytes` bytes (and what
 //! the IP length field can say), at most [`crate::rx_dqo::MAX_BUFS_PER_FRAME`]
-//! buffers, and never more buffers than the queue has posted; it waits at
-//! most `GveConfig::rsc_hold` for its next segment (the device asks for a
-//! poll then, `PciDevice::next_timeout`).
+//! buffers; the chains of a queue together never need more buffers than
+//! the queue has posted (so the bytes held are bounded by what the driver
+//! posted); each waits at most `GveConfig::rsc_hold` for its next segment
+//! (the device asks for a poll then, `PciDevice::next_timeout`).
 
 use std::time::Duration;
 
@@ -69,6 +78,13 @@ pub const DEFAULT_MAX_BYTES: u32 = 18 + 40 + 0xffff;
 /// segments without PSH wait: a sender's last segment of a write (PSH)
 /// closes its chain at once.
 pub const DEFAULT_HOLD: Duration = Duration::from_millis(1);
+
+/// Chains one RX queue keeps open at once (Linux GRO: 8 buckets x
+/// `MAX_GRO_SKBS` 8 per NAPI context).
+pub const MAX_FLOWS: usize = 64;
+
+/// Closed chains' buffers a queue keeps for reuse.
+const SPARE_BUFFERS: usize = 4;
 
 /// IPv6 extension headers GRO walks (`INET6_PROTO_GSO_EXTHDR`, and
 /// hop-by-hop): hop-by-hop and destination options. (Routing headers are
@@ -208,6 +224,9 @@ pub struct Chain {
     pub meta: RxMeta,
     /// How the frame is laid out in the queue's buffers.
     pub split: Split,
+    /// Buffers the chain needs as it stands (counted in its queue's
+    /// [`Flows::held_buffers`]).
+    pub buffers: usize,
 }
 
 impl Chain {
@@ -230,10 +249,8 @@ impl Chain {
         deadline: Duration,
     ) {
         self.buf.clear();
-        if self.buf.capacity() < max {
-            // Reserved once per queue: the chain never grows past it.
-            self.buf.reserve_exact(max);
-        }
+        // The chain grows as segments join (never past `max`).
+        let _ = max;
         self.buf.extend_from_slice(frame);
         self.first = Some(seg);
         self.mss = seg.payload;
@@ -263,6 +280,27 @@ impl Chain {
             _ => self.segments as u16,
         };
         (offset == want).then_some(rule)
+    }
+
+    /// Whether `seg` (of `frame`) belongs to the chain's flow: the same
+    /// IP version and header offsets, addresses and ports.
+    pub fn same_flow(&self, frame: &[u8], seg: &Segment) -> bool {
+        let Some(f) = self.first else {
+            return false;
+        };
+        if !self.is_open()
+            || (f.l3_offset, f.v6, f.l4_offset) != (seg.l3_offset, seg.v6, seg.l4_offset)
+        {
+            return false;
+        }
+        let addrs = if f.v6 {
+            f.l3_offset + 8..f.l3_offset + 40
+        } else {
+            f.l3_offset + 12..f.l3_offset + 20
+        };
+        let ports = f.l4_offset..f.l4_offset + 4;
+        self.buf.get(addrs.clone()) == frame.get(addrs)
+            && self.buf.get(ports.clone()) == frame.get(ports)
     }
 
     /// Whether `frame` (a [`segment`] `seg`) continues the chain: same flow
@@ -348,5 +386,81 @@ impl Chain {
         self.segments = 0;
         self.end_flags = 0;
         self.id_rule = IdRule::Open;
+        self.buffers = 0;
+    }
+}
+
+/// The open chains of one RX queue, oldest first, and spare buffers.
+#[derive(Debug, Clone, Default)]
+pub struct Flows {
+    open: Vec<Chain>,
+    spare: Vec<Chain>,
+}
+
+impl Flows {
+    /// Open chains.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// No chain open.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Buffers the open chains need together.
+    pub fn held_buffers(&self) -> usize {
+        self.open.iter().map(|c| c.buffers).sum()
+    }
+
+    /// The open chain of `seg`'s flow.
+    pub fn find(&self, frame: &[u8], seg: &Segment) -> Option<usize> {
+        self.open.iter().position(|c| c.same_flow(frame, seg))
+    }
+
+    /// Open chain `i` (oldest first).
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut Chain> {
+        self.open.get_mut(i)
+    }
+
+    /// The earliest deadline of an open chain.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.open.iter().map(|c| c.deadline).min()
+    }
+
+    /// The index of the first open chain due at `now`.
+    pub fn first_due(&self, now: Duration) -> Option<usize> {
+        self.open.iter().position(|c| c.deadline <= now)
+    }
+
+    /// A closed chain to start a flow in (a spare buffer when there is one).
+    pub fn vacant(&mut self) -> Chain {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Adds a chain that was [started](Chain::start); the caller made room
+    /// ([`MAX_FLOWS`]).
+    pub fn open(&mut self, chain: Chain) {
+        self.open.push(chain);
+    }
+
+    /// Takes open chain `i` out (to write it out), keeping the order of
+    /// the others.
+    pub fn take(&mut self, i: usize) -> Option<Chain> {
+        (i < self.open.len()).then(|| self.open.remove(i))
+    }
+
+    /// Gives back a chain that was written out, keeping its buffer if few
+    /// are spare.
+    pub fn recycle(&mut self, mut chain: Chain) {
+        chain.clear();
+        if self.spare.len() < SPARE_BUFFERS {
+            self.spare.push(chain);
+        }
+    }
+
+    /// Drops every chain (a reset; queues destroyed).
+    pub fn clear(&mut self) {
+        self.open.clear();
     }
 }

@@ -24,6 +24,8 @@ pub const DESC_LEN: u64 = 32;
 pub const MAX_BUF_LEN: u32 = (1 << 14) - 1;
 /// Largest `header_len` (10 bits).
 pub const MAX_HDR_LEN: u32 = (1 << 10) - 1;
+/// `GVE_DQO_RX_HWTSTAMP_VALID` in `ts_sub_nsecs_low`.
+const HWTSTAMP_VALID: u8 = 0x1;
 /// Most buffers one frame may use.
 pub const MAX_BUFS_PER_FRAME: usize = 64;
 
@@ -42,6 +44,10 @@ pub struct RxMeta {
     pub csum_l4_err: bool,
     /// `ipv6_ex_add`.
     pub ipv6_ex_add: bool,
+    /// The NIC clock's low 32 bits when the frame arrived (`ts`, with
+    /// `GVE_DQO_RX_HWTSTAMP_VALID` in `ts_sub_nsecs_low`), when the device
+    /// offers NIC timestamps.
+    pub ts: Option<u32>,
 }
 
 /// A coalesced frame (HW-GRO, `rsc.rs`): what its completions say.
@@ -283,6 +289,10 @@ impl RxQueue {
                 cd[14..16].copy_from_slice(&r.seg_len.to_le_bytes());
             }
             cd[16..20].copy_from_slice(&meta.hash.to_le_bytes());
+            if let Some(ts) = meta.ts {
+                cd[11] = HWTSTAMP_VALID;
+                cd[28..32].copy_from_slice(&ts.to_le_bytes());
+            }
             self.write_completion(dma, &mut cd, plen, c);
             if !dma_ok {
                 inc(&mut c.dma_errors);

@@ -433,7 +433,7 @@ mod tests {
         assert_eq!(rules.clear(Some(9)).unwrap_err(), FaultError::NoSuchRule(9));
         let spec = FaultSpec::new("x").param("qpn", "zz");
         assert!(spec.check_params(&["qp=the QP"]).is_err());
-        let e = spec.require("qpn", |s| parse_number(s)).unwrap_err();
+        let e = spec.require("qpn", parse_number).unwrap_err();
         assert!(e.to_string().contains("qpn=\"zz\""), "{e}");
     }
 

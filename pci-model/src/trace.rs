@@ -57,7 +57,8 @@ impl TraceKind {
 
 impl fmt::Display for TraceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        // `pad`: the record's `{:<5}` column applies.
+        f.pad(self.name())
     }
 }
 

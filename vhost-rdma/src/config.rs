@@ -203,7 +203,23 @@ pub struct PortConfig {
     /// takes it as the interface's maximum and initial MTU, as a real
     /// gVNIC's VPC MTU; `None`: [`DEFAULT_GVE_MTU`].
     pub gve_mtu: Option<u16>,
+    /// `kind=gve`: how long HW-GRO holds a flow for its next segment, in
+    /// microseconds of device time (`gro-hold-us=`); `None`: the device's
+    /// default (`gve_device::rsc::DEFAULT_HOLD`, 1 ms).
+    pub gve_gro_hold_us: Option<u32>,
+    /// `kind=gve`: offer NIC timestamps (`nic-timestamp=on`): the driver
+    /// registers a PTP clock and RX hardware timestamps work. Off by default.
+    pub gve_nic_timestamp: bool,
 }
+
+/// Default of `[limits] stuck-guest-ms`: a guest whose frames have waited
+/// this long with no RX buffer posted is reported as stuck (once in the
+/// log, and in `ctl status` while it lasts).
+pub const STUCK_GUEST_MS: u64 = 30_000;
+
+/// The largest `gro-hold-us`: 100 ms (a flow held longer would stall its
+/// sender's window for as long).
+pub const MAX_GRO_HOLD_US: u32 = 100_000;
 
 /// A gVNIC's MTU unless `mtu=` says otherwise: the fabric's Ethernet MTU.
 pub const DEFAULT_GVE_MTU: u16 = 1500;
@@ -330,6 +346,8 @@ impl PortConfig {
             rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
             rx_held_frames: DEFAULT_RX_HELD_FRAMES,
             gve_mtu: None,
+            gve_gro_hold_us: None,
+            gve_nic_timestamp: false,
             flow_rules: Vec::new(),
             rc: RcSettings::default(),
             listen_fd: None,
@@ -433,6 +451,18 @@ impl PortConfig {
                 self.name
             );
         }
+        if self.gve_gro_hold_us.is_some() && self.kind != PortKind::Gve {
+            bail!(
+                "port {}: gro-hold-us is a setting of kind=gve ports",
+                self.name
+            );
+        }
+        if self.gve_nic_timestamp && self.kind != PortKind::Gve {
+            bail!(
+                "port {}: nic-timestamp is a setting of kind=gve ports",
+                self.name
+            );
+        }
         if !self.flow_rules.is_empty() {
             crate::steering::PortSteering::new(self.queue_pairs, &self.flow_rules)
                 .map_err(|e| anyhow::anyhow!("port {}: flow rule: {e}", self.name))?;
@@ -456,6 +486,25 @@ fn gve_mtu(mtu: Option<u32>) -> anyhow::Result<Option<u16>> {
         None => Ok(None),
         Some(m) if (68..=u32::from(MAX_GVE_MTU)).contains(&m) => Ok(Some(m as u16)),
         Some(m) => bail!("mtu={m}: a gVNIC's MTU is 68..={MAX_GVE_MTU}"),
+    }
+}
+
+/// `on` or `off` (also `true`/`false`, `1`/`0`).
+fn on_off(key: &str, v: &str) -> anyhow::Result<bool> {
+    match v {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => bail!("{key}={v}: on or off"),
+    }
+}
+
+/// A `kind=gve` port's `gro-hold-us=`, checked: 0..=[`MAX_GRO_HOLD_US`].
+fn gro_hold_us(us: Option<u32>) -> anyhow::Result<Option<u32>> {
+    match us {
+        Some(u) if u > MAX_GRO_HOLD_US => {
+            bail!("gro-hold-us={u}: at most {MAX_GRO_HOLD_US} (100 ms)")
+        }
+        u => Ok(u),
     }
 }
 
@@ -547,6 +596,7 @@ impl FromStr for PortConfig {
         let mut up = UplinkOptions::default();
         // The default depends on kind=, which may come after queues= or not at all.
         let mut queues = None;
+        let mut gro_hold = None;
         for kv in parts {
             let Some((k, v)) = kv.split_once('=') else {
                 bail!("--port {s:?}: option {kv:?} is not key=value")
@@ -563,6 +613,10 @@ impl FromStr for PortConfig {
                 "rx-held-frames" => {
                     p.rx_held_frames = v.parse().with_context(|| format!("rx-held-frames={v}"))?
                 }
+                "gro-hold-us" => {
+                    gro_hold = Some(v.parse().with_context(|| format!("gro-hold-us={v}"))?)
+                }
+                "nic-timestamp" => p.gve_nic_timestamp = on_off("nic-timestamp", v)?,
                 "local" => up.local = Some(v.to_string()),
                 "remote" => up.remotes.push(v.to_string()),
                 "vni" => up.vni = Some(v.parse().with_context(|| format!("vni={v}"))?),
@@ -571,7 +625,7 @@ impl FromStr for PortConfig {
                 "ifname" => up.ifname = Some(v.to_string()),
                 _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
                 _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
+                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu, gro-hold-us, nic-timestamp; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
                 }
             }
         }
@@ -579,6 +633,7 @@ impl FromStr for PortConfig {
         if p.kind == PortKind::Gve {
             p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("--port {s:?}"))?;
         }
+        p.gve_gro_hold_us = gro_hold_us(gro_hold).with_context(|| format!("--port {s:?}"))?;
         p.uplink = up.build(p.kind).with_context(|| format!("--port {s:?}"))?;
         p.check()?;
         Ok(p)
@@ -607,6 +662,10 @@ pub struct Limits {
     /// Largest capture file in bytes; later records are dropped, counted in
     /// the capture status's `limited`. Default 1 GiB.
     pub capture_max_bytes: u64,
+    /// Milliseconds a guest may leave frames waiting with no RX buffer
+    /// posted before it is reported stuck (a warning, once, and `stuck` in
+    /// `ctl status`). Default 30000.
+    pub stuck_guest_ms: u64,
     /// Largest device trace file in bytes (`ctl trace start --file`); later
     /// lines are not written, counted in the trace status's `limited`.
     /// Default 64 MiB.
@@ -620,6 +679,7 @@ pub const LIMITS_MAX: Limits = Limits {
     fault_rules: 4096,
     flow_rules: crate::steering::MAX_RULES,
     capture_max_bytes: 1 << 40,
+    stuck_guest_ms: 86_400_000,
     trace_max_bytes: 1 << 40,
 };
 
@@ -631,6 +691,7 @@ impl Default for Limits {
             fault_rules: crate::faults::MAX_FAULT_RULES,
             flow_rules: crate::steering::MAX_RULES,
             capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+            stuck_guest_ms: STUCK_GUEST_MS,
             trace_max_bytes: DEFAULT_TRACE_MAX_BYTES,
         }
     }
@@ -657,6 +718,10 @@ impl Limits {
         let (v, max) = (self.capture_max_bytes, LIMITS_MAX.capture_max_bytes);
         if !(4096..=max).contains(&v) {
             bail!("[limits] capture-max-bytes = {v} must be between 4096 and {max}");
+        }
+        let (v, max) = (self.stuck_guest_ms, LIMITS_MAX.stuck_guest_ms);
+        if !(1..=max).contains(&v) {
+            bail!("[limits] stuck-guest-ms = {v} must be between 1 and {max}");
         }
         let (v, max) = (self.trace_max_bytes, LIMITS_MAX.trace_max_bytes);
         if !(1..=max).contains(&v) {
@@ -955,6 +1020,10 @@ struct FilePort {
     netdev: Option<String>,
     rx_queue_frames: Option<usize>,
     rx_held_frames: Option<usize>,
+    /// `kind = "gve"`.
+    gro_hold_us: Option<u32>,
+    /// `kind = "gve"`.
+    nic_timestamp: Option<bool>,
     #[serde(default)]
     flow_rule: Vec<crate::steering::FlowRuleSpec>,
     /// `kind=erdma`: `[port.rc]`.
@@ -1048,6 +1117,9 @@ impl DaemonConfig {
             if p.kind == PortKind::Gve {
                 p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("port {}", fp.name))?;
             }
+            p.gve_gro_hold_us =
+                gro_hold_us(fp.gro_hold_us).with_context(|| format!("port {}", fp.name))?;
+            p.gve_nic_timestamp = fp.nic_timestamp.unwrap_or(false);
             p.uplink = up
                 .build(p.kind)
                 .with_context(|| format!("port {}", fp.name))?;
@@ -1477,7 +1549,8 @@ mod tests {
     fn limits_section() {
         let c = DaemonConfig::from_toml(
             "[limits]\nmac-table = 10\ncontrol-connections = 2\nfault-rules = 3\nflow-rules = 4\n\
-             trace-max-bytes = 5000\n[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n",
+             stuck-guest-ms = 500\ntrace-max-bytes = 5000\n\
+             [[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -1488,6 +1561,7 @@ mod tests {
                 fault_rules: 3,
                 flow_rules: 4,
                 capture_max_bytes: crate::capture::DEFAULT_MAX_BYTES,
+                stuck_guest_ms: 500,
                 trace_max_bytes: 5000,
             }
         );
@@ -1499,6 +1573,10 @@ mod tests {
             (
                 "flow-rules = 257",
                 "flow-rules = 257 must be between 1 and 256",
+            ),
+            (
+                "stuck-guest-ms = 0",
+                "stuck-guest-ms = 0 must be between 1 and",
             ),
             ("bogus = 1", "unknown field"),
             (

@@ -9,12 +9,14 @@
 //! thread passes its own. Its only system calls are the wake-ups it owes a
 //! receiving worker at the end of a batch (an eventfd write).
 
+use crate::config::STUCK_GUEST_MS;
 use crate::config::{MacAddr, PortConfig};
 use crate::frame::ms_at;
 use crate::frame::Dir;
 pub use crate::frame::{flow_hash, Frame, FrameView, LazyView};
 use crate::offload;
 use crate::stages::{Passed, Stage};
+pub use crate::stats::StuckGuest;
 use crate::stats::{LogLimiter, PortStats, QueueCounters};
 use crate::virtio_net::{bit, NetHdr};
 use std::cell::RefCell;
@@ -75,13 +77,26 @@ pub struct RxQueue {
     pub counters: QueueCounters,
     /// Since when (`frame::ms_at`) frames wait here with no RX buffer; 0 = not.
     starved_since_ms: AtomicU64,
+    /// `counters.rx_drops` when the wait began (the stuck report's count).
+    starved_drops: AtomicU64,
+    /// A wait of `stuck_ms` or more: reported stuck (logged once).
+    stuck_reported: AtomicBool,
+    /// Times this queue's guest was reported stuck.
+    stuck_reports: AtomicU64,
+    /// `[limits] stuck-guest-ms`.
+    stuck_ms: AtomicU64,
+    /// The port's name and this queue pair's number, for the stuck report.
+    port: Arc<str>,
+    qp: usize,
+    queues: usize,
     /// Senders paused because this queue was full (back-pressure), woken
     /// when it drains to half.
     waiters: Mutex<Vec<Arc<EventFd>>>,
 }
 
 impl RxQueue {
-    fn new(limit: usize) -> std::io::Result<Self> {
+    /// Queue pair `qp` of `queues` of port `port`, pausing senders at `limit`.
+    fn new(limit: usize, port: &str, qp: usize, queues: usize) -> std::io::Result<Self> {
         Ok(RxQueue {
             pending: Mutex::new(Pending::default()),
             in_hand: AtomicUsize::new(0),
@@ -93,6 +108,13 @@ impl RxQueue {
             enabled: AtomicBool::new(false),
             counters: QueueCounters::default(),
             starved_since_ms: AtomicU64::new(0),
+            starved_drops: AtomicU64::new(0),
+            stuck_reported: AtomicBool::new(false),
+            stuck_reports: AtomicU64::new(0),
+            stuck_ms: AtomicU64::new(STUCK_GUEST_MS),
+            port: port.into(),
+            qp,
+            queues,
             waiters: Mutex::new(Vec::new()),
         })
     }
@@ -126,13 +148,15 @@ impl RxQueue {
     /// together: all or none); drops them (counted) when the queue is past its
     /// drop bound. Returns how many were queued. The worker is not woken:
     /// the caller does, once per batch ([`Batch`]).
-    fn push_quiet(&self, frames: Adapted) -> usize {
+    /// A drop is the moment a stuck guest is noticed ([`watch`](Self::watch), at `now`).
+    fn push_quiet(&self, frames: Adapted, now: Instant) -> usize {
         let n = frames.len();
         let mut p = self.lock();
         if self.occupancy() >= self.hard_limit.load(Relaxed) {
             drop(p);
             QueueCounters::add(&self.counters.rx_drops, n as u64);
             frames.recycle();
+            self.watch(now);
             return 0;
         }
         match frames {
@@ -148,8 +172,9 @@ impl RxQueue {
     /// ones). Each item is treated as [`push_quiet`](Self::push_quiet)
     /// would: queued whole while the queue is short of its drop bound, else
     /// dropped whole (a TSO frame's segments, all or none) and counted.
-    /// Returns how many frames were queued; the worker is not woken.
-    fn push_staged(&self, items: &mut Vec<Adapted>) -> usize {
+    /// Returns how many frames were queued; the worker is not woken. A drop
+    /// looks for a stuck guest at `now`, as in `push_quiet`.
+    fn push_staged(&self, items: &mut Vec<Adapted>, now: Instant) -> usize {
         if items.is_empty() {
             return 0;
         }
@@ -184,6 +209,7 @@ impl RxQueue {
             let dropped: usize = items.iter().map(Adapted::len).sum();
             QueueCounters::add(&self.counters.rx_drops, dropped as u64);
             items.drain(..).for_each(Adapted::recycle);
+            self.watch(now);
         }
         queued
     }
@@ -262,16 +288,85 @@ impl RxQueue {
         since == 0 || ms_at(now).saturating_sub(since) < STALL_MS
     }
 
-    /// The worker found frames pending but no RX buffer (at `now`).
+    /// The worker found frames pending but no RX buffer (at `now`): the
+    /// wait begins, or, if it began `[limits] stuck-guest-ms` ago or more,
+    /// the guest is reported stuck ([`watch`](Self::watch)).
     pub fn mark_starved(&self, now: Instant) {
-        let _ = self
-            .starved_since_ms
-            .compare_exchange(0, ms_at(now).max(1), Relaxed, Relaxed);
+        // Only the queue's worker marks starved and fed: no race between them.
+        if self.starved_since_ms.load(Relaxed) == 0 {
+            self.starved_drops
+                .store(self.counters.rx_drops.load(Relaxed), Relaxed);
+            self.starved_since_ms.store(ms_at(now).max(1), Relaxed);
+        } else {
+            self.watch(now);
+        }
     }
 
-    /// The worker delivered a frame: the guest is reading.
+    /// The worker delivered a frame: the guest is reading. Ends a stuck
+    /// report (logged once).
     pub fn mark_fed(&self) {
         self.starved_since_ms.store(0, Relaxed);
+        if self.stuck_reported.load(Relaxed) && self.stuck_reported.swap(false, AcqRel) {
+            tracing::warn!(
+                port = %self.port,
+                qp = self.qp,
+                "guest on port {} takes frames again; {} dropped while it did not",
+                self.port,
+                self.stuck_dropped()
+            );
+        }
+    }
+
+    /// Drops since the current wait began.
+    fn stuck_dropped(&self) -> u64 {
+        self.counters
+            .rx_drops
+            .load(Relaxed)
+            .saturating_sub(self.starved_drops.load(Relaxed))
+    }
+
+    /// Sets `[limits] stuck-guest-ms` (the fabric does, from its limits).
+    pub(crate) fn set_stuck_ms(&self, ms: u64) {
+        self.stuck_ms.store(ms.max(1), Relaxed);
+    }
+
+    /// The guest's stall at `now` (a time in `frame::ms_at` milliseconds),
+    /// if frames have waited for RX buffers for `[limits] stuck-guest-ms`
+    /// or more. Reads only.
+    pub fn stuck_at(&self, now_ms: u64) -> Option<StuckGuest> {
+        let since = self.starved_since_ms.load(Relaxed);
+        if since == 0 {
+            return None;
+        }
+        let for_ms = now_ms.saturating_sub(since);
+        (for_ms >= self.stuck_ms.load(Relaxed)).then(|| StuckGuest {
+            queue: self.qp,
+            for_ms,
+            dropped: self.stuck_dropped(),
+        })
+    }
+
+    /// [`stuck_at`](Self::stuck_at) `now`, reporting a new stall once in
+    /// the log (a warning). Called on the events that show one: a drop, a
+    /// worker's pass that found no buffer, a status request.
+    pub fn watch(&self, now: Instant) -> Option<StuckGuest> {
+        let s = self.stuck_at(ms_at(now))?;
+        if !self.stuck_reported.load(Relaxed) && !self.stuck_reported.swap(true, AcqRel) {
+            self.stuck_reports.fetch_add(1, Relaxed);
+            tracing::warn!(
+                port = %self.port,
+                qp = self.qp,
+                "{} (no RX buffer posted; [limits] stuck-guest-ms = {})",
+                s.describe(&self.port, self.queues),
+                self.stuck_ms.load(Relaxed)
+            );
+        }
+        Some(s)
+    }
+
+    /// Times this queue's guest was reported stuck.
+    pub fn stuck_reports(&self) -> u64 {
+        self.stuck_reports.load(Relaxed)
     }
 
     /// Registers a paused sender's resume eventfd.
@@ -309,8 +404,11 @@ impl RxQueue {
         self.occupied.fetch_add(1, AcqRel);
     }
 
-    /// Drops everything pending (guest gone); returns how many.
+    /// Drops everything pending (guest gone); returns how many. A stuck
+    /// report ends with it (silently: the disconnection is logged).
     pub fn clear(&self) -> usize {
+        self.starved_since_ms.store(0, Relaxed);
+        self.stuck_reported.store(false, Relaxed);
         let mut p = self.lock();
         let n = p.frames.len();
         p.frames.clear();
@@ -429,11 +527,11 @@ struct Staged<'a> {
 }
 
 impl Staged<'_> {
-    /// Pushes the staged frames; returns how many were queued.
-    fn push(&mut self) -> usize {
+    /// Pushes the staged frames (at `now`); returns how many were queued.
+    fn push(&mut self, now: Instant) -> usize {
         self.frames = 0;
         if self.connected.load(Relaxed) {
-            let n = self.q.push_staged(&mut self.items);
+            let n = self.q.push_staged(&mut self.items, now);
             self.queued |= n > 0;
             n
         } else {
@@ -512,6 +610,7 @@ impl<'a> Batch<'a> {
         if n == 0 {
             return 0;
         }
+        let now = self.now;
         let Some(s) = self.staged[..self.live]
             .iter()
             .position(|s| std::ptr::eq(s.q, q))
@@ -522,7 +621,7 @@ impl<'a> Batch<'a> {
                 // once, so it starts while the rest is copied (a TCP
                 // stream's latency); the rest are covered by one more wake
                 // when the batch ends.
-                let queued = q.push_quiet(frames);
+                let queued = q.push_quiet(frames, self.now);
                 if queued > 0 {
                     q.notify();
                 }
@@ -539,7 +638,7 @@ impl<'a> Batch<'a> {
         }
         s.items.push(frames);
         s.frames += n;
-        if s.frames >= STAGE_FRAMES && s.push() > 0 && !s.woken && early_wake {
+        if s.frames >= STAGE_FRAMES && s.push(now) > 0 && !s.woken && early_wake {
             s.q.notify();
             s.woken = true;
         }
@@ -572,8 +671,9 @@ impl<'a> Batch<'a> {
     /// A sender calls this before it pauses: the receiver must drain what
     /// it sent.
     pub fn flush(&mut self) {
+        let now = self.now;
         for s in &mut self.staged[..self.live] {
-            s.push();
+            s.push(now);
             // (`notify` costs nothing when a wake is already on its way.)
             if s.queued {
                 s.q.notify();
@@ -746,7 +846,7 @@ impl PortShared {
             usize::from(cfg.queue_pairs.max(1))
         };
         let rxq: Vec<RxQueue> = (0..qps)
-            .map(|_| RxQueue::new(cfg.rx_queue_frames.max(1)))
+            .map(|q| RxQueue::new(cfg.rx_queue_frames.max(1), &cfg.name, q, qps))
             .collect::<Result<_, _>>()?;
         let tx_resume = (0..qps)
             .map(|_| EventFd::new(EFD_NONBLOCK).map(Arc::new))
@@ -850,7 +950,28 @@ impl PortShared {
         }
     }
 
-    /// Counter snapshot.
+    /// The port's guest stall at `now`, if any receive queue's frames have
+    /// waited `[limits] stuck-guest-ms` or more with no RX buffer (the
+    /// longest such wait); a new one is logged once ([`RxQueue::watch`]).
+    pub fn stuck(&self, now: Instant) -> Option<StuckGuest> {
+        self.rxq
+            .iter()
+            .filter_map(|q| q.watch(now))
+            .max_by_key(|s| s.for_ms)
+    }
+
+    /// [`stats`](Self::stats) with the stuck report at `now` ([`stuck`](Self::stuck)).
+    pub fn stats_at(&self, now: Instant) -> PortStats {
+        let mut s = self.stats();
+        s.stuck = self.stuck(now).map(|g| {
+            let text = g.describe(&self.cfg.name, self.rxq.len());
+            crate::stats::StuckReport { guest: g, text }
+        });
+        s
+    }
+
+    /// Counter snapshot (without the stuck report, which needs the time:
+    /// [`stats_at`](Self::stats_at)).
     pub fn stats(&self) -> PortStats {
         let mut s = PortStats {
             name: self.cfg.name.clone(),
@@ -866,6 +987,7 @@ impl PortShared {
             tx_pauses: self.tx_pauses.load(Relaxed),
             protocol_errors: self.protocol_errors.load(Relaxed),
             queues: self.rxq.iter().map(|q| q.counters.snapshot()).collect(),
+            stuck_reports: self.rxq.iter().map(RxQueue::stuck_reports).sum(),
             ..Default::default()
         };
         s.sum_queues();
@@ -945,6 +1067,7 @@ impl Fabric {
             + 1;
         for q in ports.iter().flat_map(|p| p.rxq.iter()) {
             q.set_headroom(senders.saturating_mul(STAGE_FRAMES.min(q.limit)));
+            q.set_stuck_ms(limits.stuck_guest_ms);
         }
         // An RDMA function and its guest's virtio-net port share a MAC.
         for r in &ports {
@@ -1384,9 +1507,9 @@ mod tests {
     /// now counts as queued.
     #[test]
     fn a_frame_in_the_workers_hand_still_counts() {
-        let q = RxQueue::new(4).unwrap();
+        let q = RxQueue::new(4, "t", 0, 1).unwrap();
         for t in 0..4 {
-            assert_eq!(q.push_quiet(Adapted::One(frame(t))), 1);
+            assert_eq!(q.push_quiet(Adapted::One(frame(t)), Instant::now()), 1);
         }
         assert!(q.congested(Instant::now()));
         let head = q.pop().unwrap();
@@ -1408,22 +1531,79 @@ mod tests {
     /// segments of one frame go all or none.
     #[test]
     fn headroom_for_racing_senders_then_counted_drops() {
-        let q = RxQueue::new(4).unwrap();
+        let q = RxQueue::new(4, "t", 0, 1).unwrap();
         q.set_headroom(2);
         for t in 0..6 {
-            assert_eq!(q.push_quiet(Adapted::One(frame(t))), 1, "frame {t}");
+            assert_eq!(
+                q.push_quiet(Adapted::One(frame(t)), Instant::now()),
+                1,
+                "frame {t}"
+            );
         }
-        assert_eq!(q.push_quiet(Adapted::One(frame(6))), 0);
+        assert_eq!(q.push_quiet(Adapted::One(frame(6)), Instant::now()), 0);
         assert_eq!(q.counters.snapshot().rx_drops, 1);
         while q.pop().is_some() {}
         let segments: Vec<Frame> = (0..10).map(frame).collect();
         assert_eq!(
-            q.push_quiet(Adapted::Many(segments)),
+            q.push_quiet(Adapted::Many(segments), Instant::now()),
             10,
             "segments of one frame go together"
         );
-        assert_eq!(q.push_quiet(Adapted::Many(vec![frame(11), frame(12)])), 0);
+        assert_eq!(
+            q.push_quiet(Adapted::Many(vec![frame(11), frame(12)]), Instant::now()),
+            0
+        );
         assert_eq!(q.counters.snapshot().rx_drops, 3);
+    }
+
+    /// The stuck-guest watch, with the time as an input: not before the
+    /// threshold, then with the drops since the wait began, reported once,
+    /// cleared when the guest takes a frame, and never for a queue whose
+    /// frames find buffers.
+    #[test]
+    fn a_stuck_guest_is_watched_by_time_given() {
+        let q = RxQueue::new(4, "p1", 0, 1).unwrap();
+        q.set_stuck_ms(30_000);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        let base = ms_at(t0).max(1);
+        assert_eq!(q.stuck_at(base + 60_000), None, "nothing waits");
+        QueueCounters::add(&q.counters.rx_drops, 5); // before the wait: not its
+        q.mark_starved(t0);
+        assert_eq!(q.stuck_at(base + 29_999), None);
+        QueueCounters::add(&q.counters.rx_drops, 74_519);
+        q.mark_starved(at(10_000)); // the wait goes on from t0
+        let s = q.stuck_at(base + 30_000).expect("stuck at the threshold");
+        assert_eq!((s.queue, s.for_ms, s.dropped), (0, 30_000, 74_519));
+        assert_eq!(
+            s.describe("p1", 1),
+            "guest on port p1 has taken no frames for 30 s; 74519 dropped"
+        );
+        assert_eq!(
+            StuckGuest {
+                queue: 2,
+                for_ms: 250,
+                dropped: 0
+            }
+            .describe("p1", 4),
+            "guest on port p1 has taken no frames on queue 2 for 250 ms; 0 dropped"
+        );
+        assert_eq!(q.stuck_reports(), 0, "stuck_at only reads");
+        assert!(q.watch(at(29_000)).is_none());
+        assert_eq!(q.stuck_reports(), 0);
+        // Drops and worker passes past the threshold: one report.
+        assert!(q.push_quiet(Adapted::One(frame(1)), at(31_000)) == 1);
+        q.mark_starved(at(32_000));
+        assert!(q.watch(at(33_000)).is_some());
+        assert_eq!(q.stuck_reports(), 1);
+        q.mark_fed();
+        assert_eq!(q.stuck_at(base + 90_000), None, "cleared");
+        // A second stall is a second report; a disconnection ends it.
+        q.mark_starved(at(100_000));
+        assert!(q.watch(at(130_000)).is_some());
+        assert_eq!(q.stuck_reports(), 2);
+        q.clear();
+        assert!(q.watch(at(200_000)).is_none());
     }
 
     /// A staged push takes, in order, what fits below the drop bound
@@ -1431,8 +1611,8 @@ mod tests {
     /// the rest, counted; a TSO frame's segments go all or none.
     #[test]
     fn a_staged_push_keeps_order_and_drops_what_does_not_fit() {
-        let q = RxQueue::new(4).unwrap();
-        assert_eq!(q.push_quiet(Adapted::One(frame(0))), 1);
+        let q = RxQueue::new(4, "t", 0, 1).unwrap();
+        assert_eq!(q.push_quiet(Adapted::One(frame(0)), Instant::now()), 1);
         let mut items = vec![
             Adapted::One(frame(1)),
             Adapted::One(frame(2)),
@@ -1440,7 +1620,7 @@ mod tests {
             Adapted::One(frame(5)),
             Adapted::Many(vec![frame(6), frame(7)]),
         ];
-        assert_eq!(q.push_staged(&mut items), 4);
+        assert_eq!(q.push_staged(&mut items, Instant::now()), 4);
         assert!(items.is_empty());
         assert_eq!(q.counters.snapshot().rx_drops, 3);
         let got: Vec<Frame> = std::iter::from_fn(|| q.pop()).collect();

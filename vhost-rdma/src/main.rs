@@ -608,6 +608,11 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
                 "drops",
                 "errors"
             );
+            let stuck: Vec<String> = s
+                .ports
+                .iter()
+                .filter_map(|p| p.stuck.as_ref().map(|r| r.text.clone()))
+                .collect();
             for p in s.ports {
                 println!(
                     "{:<10} {:<9} {:<8} {:<17} {:>1}/{:<1} {:>12} {:>14} {:>12} {:>14} {:>8} {:>8}",
@@ -624,6 +629,9 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
                     p.rx_drops,
                     p.tx_errors + p.rx_errors + p.ctrl_errors
                 );
+            }
+            for text in stuck {
+                println!("STUCK: {text}");
             }
             if let Some(c) = &s.checker {
                 cli::checker::print_status(c);

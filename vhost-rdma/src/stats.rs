@@ -86,6 +86,24 @@ pub struct PortStats {
     #[serde(default)]
     pub protocol_errors: u64,
     pub queues: Vec<QueueStats>,
+    /// The guest has taken no frames for `[limits] stuck-guest-ms` or more
+    /// while frames waited for it (none: it takes them, or nothing waits).
+    #[serde(default)]
+    pub stuck: Option<StuckReport>,
+    /// Times the port's guest was reported stuck (each logged once).
+    #[serde(default)]
+    pub stuck_reports: u64,
+}
+
+/// A stuck guest as `ctl status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StuckReport {
+    /// Which queue, for how long, how many frames dropped.
+    #[serde(flatten)]
+    pub guest: StuckGuest,
+    /// The sentence the log printed ("guest on port p1 has taken no frames
+    /// for 30 s; 74519 dropped"), with the numbers of now.
+    pub text: String,
 }
 
 impl PortStats {
@@ -144,4 +162,37 @@ macro_rules! guest_warn {
             }
         }
     };
+}
+
+/// A guest that has taken no frames on one receive queue for at least
+/// `[limits] stuck-guest-ms` while frames waited for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StuckGuest {
+    /// The receive queue pair (0 for a device port: its one pending queue).
+    pub queue: usize,
+    /// Milliseconds since frames began to wait with no RX buffer.
+    pub for_ms: u64,
+    /// Frames dropped for the queue since then.
+    pub dropped: u64,
+}
+
+impl StuckGuest {
+    /// The report's sentence for port `port` (`queues`: the port's queue
+    /// pairs; the queue is named only when there are several).
+    pub fn describe(&self, port: &str, queues: usize) -> String {
+        let q = if queues > 1 {
+            format!(" on queue {}", self.queue)
+        } else {
+            String::new()
+        };
+        let time = if self.for_ms >= 1000 {
+            format!("{} s", self.for_ms / 1000)
+        } else {
+            format!("{} ms", self.for_ms)
+        };
+        format!(
+            "guest on port {port} has taken no frames{q} for {time}; {} dropped",
+            self.dropped
+        )
+    }
 }

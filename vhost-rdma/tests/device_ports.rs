@@ -316,3 +316,49 @@ fn gve_mtu_is_a_gve_port_setting() {
     }
     assert!("v=/tmp/v.sock,mtu=9000".parse::<PortConfig>().is_err());
 }
+
+/// `gro-hold-us=` on a gve port is its HW-GRO hold time, from the flag and
+/// the file, range-checked, and refused on other kinds.
+#[test]
+fn gro_hold_is_a_gve_port_setting() {
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve,gro-hold-us=10000".parse().unwrap();
+    assert_eq!(p.gve_gro_hold_us, Some(10000));
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
+    assert_eq!(p.gve_gro_hold_us, None);
+    let cfg = DaemonConfig::from_toml(
+        "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\ngro-hold-us = 0\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.ports[0].gve_gro_hold_us, Some(0));
+    let e = "g=/tmp/g.sock,kind=gve,gro-hold-us=100001"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("at most 100000"), "{e:#}");
+    let e = "v=/tmp/v.sock,gro-hold-us=5"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("kind=gve"), "{e:#}");
+}
+
+/// `nic-timestamp=on` on a gve port offers the NIC clock; off by default,
+/// from the flag and the file, refused on other kinds.
+#[test]
+fn nic_timestamp_is_a_gve_port_setting() {
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve,nic-timestamp=on".parse().unwrap();
+    assert!(p.gve_nic_timestamp);
+    let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
+    assert!(!p.gve_nic_timestamp);
+    let cfg = DaemonConfig::from_toml(
+        "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nnic-timestamp = true\n",
+    )
+    .unwrap();
+    assert!(cfg.ports[0].gve_nic_timestamp);
+    let e = "g=/tmp/g.sock,kind=gve,nic-timestamp=maybe"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("on or off"), "{e:#}");
+    let e = "v=/tmp/v.sock,nic-timestamp=on"
+        .parse::<PortConfig>()
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("kind=gve"), "{e:#}");
+}

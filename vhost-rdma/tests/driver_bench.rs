@@ -126,8 +126,82 @@ fn a_gve_trace_file_has_register_reads_and_dma() {
             .any(|l| kind(l, "dma") && l.contains("map iova=0x100000000 size=0x100000")),
         "{text}"
     );
+    assert!(
+        text.lines()
+            .any(|l| kind(l, "rd") && l.contains("bar0+0x0 device_status = ")),
+        "the gVNIC names its registers as the driver does: {text}"
+    );
     assert!(text.lines().all(|l| l.starts_with("g ")), "{text}");
     drop(c);
+    server.shutdown().unwrap();
+}
+
+/// A `[[device-fault]]` rule the model takes is installed at start and
+/// listed with its counters; `ctl link` on a gve port reaches the device
+/// (its `device_status` link bit), and a link-down rule's clear brings it
+/// back.
+#[test]
+fn config_rules_and_link_reach_the_gve_model() {
+    let dir = common::TempDir::new("bench-link");
+    let ctl = dir.path().join("ctl.sock");
+    let mut cfg = DaemonConfig {
+        ports: gve_and_virtio(dir.path()),
+        control: Some(ctl.clone()),
+        ..DaemonConfig::default()
+    };
+    cfg.device_faults
+        .push(vhost_rdma::ports::device::bench::DeviceFaultSpec {
+            port: "g".into(),
+            kind: "rx-bad-csum".into(),
+            params: [("queue".to_string(), "1".to_string())].into(),
+            count: Some(3),
+            ..Default::default()
+        });
+    let server = Server::start(cfg).unwrap();
+    let r = request(&ctl, &Request::DeviceFaultList).unwrap();
+    let ports = r.into_device_faults().unwrap();
+    let g = ports.iter().find(|p| p.port == "g").unwrap();
+    assert_eq!(g.rules.len(), 1, "{ports:?}");
+    let rule = &g.rules[0];
+    assert_eq!(
+        (rule.kind.as_str(), rule.params.as_str()),
+        ("rx-bad-csum", "queue=1")
+    );
+    assert_eq!((rule.count, rule.hits, rule.spent), (3, 0, false));
+    let link_bit = |ctl: &Path| {
+        let st = request(ctl, &Request::Status)
+            .unwrap()
+            .into_status()
+            .unwrap();
+        let dev = st.devices.iter().find(|d| d.port == "g").unwrap();
+        match &dev.detail {
+            vhost_rdma::ports::device::DeviceDetail::Gve(s) => {
+                s.device_status & gve_device::regs::device_status::LINK != 0
+            }
+            _ => panic!("not a gve"),
+        }
+    };
+    assert!(link_bit(&ctl), "link up at start");
+    let r = request(
+        &ctl,
+        &Request::Link {
+            port: "g".into(),
+            up: false,
+        },
+    )
+    .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    assert!(!link_bit(&ctl), "ctl link down reached the device");
+    let r = request(
+        &ctl,
+        &Request::Link {
+            port: "g".into(),
+            up: true,
+        },
+    )
+    .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    assert!(link_bit(&ctl), "ctl link up reached the device");
     server.shutdown().unwrap();
 }
 

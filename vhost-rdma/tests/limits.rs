@@ -252,3 +252,90 @@ fn capture_file_limit() {
         "file {len} bytes, status {st:?}"
     );
 }
+
+/// `[limits] stuck-guest-ms`: a guest that posts no RX buffers while
+/// frames arrive for it is reported stuck once (`stuck_reports`), with the
+/// frames dropped meanwhile, in `ctl status`; the report clears once it
+/// posts buffers and takes the frames.
+#[test]
+fn stuck_guest_is_named_then_cleared() {
+    let limits = Limits {
+        stuck_guest_ms: 300,
+        ..Limits::default()
+    };
+    // One queue pair each; port 1 keeps at most 8 frames for its guest.
+    let fab = TestFabric::start_limits(
+        2,
+        |i, d| {
+            let mut c = TestFabric::port_config(d, i, 1);
+            if i == 1 {
+                c.rx_queue_frames = 8;
+            }
+            c
+        },
+        true,
+        limits,
+    );
+    let mut a = fab.connect(0, feat::ALL);
+    // Port 1's guest connects, enables its rings, and posts no RX buffer.
+    let mut b = fab.connect(1, feat::ALL);
+    let port1 = |fab: &TestFabric| status(fab).ports.into_iter().find(|p| p.name == "p1");
+    let send = |a: &mut common::TestGuest, from: u64, n: u64| {
+        for i in from..from + n {
+            a.send(
+                0,
+                &tagged_frame(fab.mac(1), fab.mac(0), i, 200),
+                &TxOpts::default(),
+            );
+        }
+        assert!(a.wait_tx(0, ARRIVE), "port 0's TX stalled");
+    };
+    send(&mut a, 0, 4);
+    // Frames wait, but not yet for the threshold: not stuck.
+    let p = port1(&fab).expect("port p1");
+    assert_eq!(p.stuck, None, "reported before the threshold: {p:?}");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // More frames than the queue holds: the drops notice the stall.
+    send(&mut a, 4, 40);
+    let ok = common::wait_until(ARRIVE, || {
+        port1(&fab).is_some_and(|p| p.stuck.as_ref().is_some_and(|s| s.guest.dropped > 0))
+    });
+    let p = port1(&fab).expect("port p1");
+    assert!(ok, "stuck guest not reported with its drops: {p:?}");
+    let s = p.stuck.clone().unwrap();
+    assert!(s.guest.for_ms >= 300, "{s:?}");
+    assert_eq!(s.guest.dropped, p.rx_drops, "{s:?} vs {} drops", p.rx_drops);
+    assert!(
+        s.text
+            .starts_with("guest on port p1 has taken no frames for ")
+            && s.text.ends_with(&format!("{} dropped", s.guest.dropped)),
+        "{}",
+        s.text
+    );
+    // Reported once, however many drops and status requests since.
+    send(&mut a, 44, 20);
+    let p = port1(&fab).expect("port p1");
+    assert!(p.stuck.is_some());
+    assert_eq!(p.stuck_reports, 1, "reported more than once: {p:?}");
+    // Port 0's guest is fine: no report there.
+    let p0 = status(&fab)
+        .ports
+        .into_iter()
+        .find(|p| p.name == "p0")
+        .unwrap();
+    assert_eq!((&p0.stuck, p0.stuck_reports), (&None, 0));
+    // The guest posts buffers and takes the waiting frames: the report clears.
+    b.post_rx(0, 64, 2048);
+    let got = b.recv_from(&[0], 8, ARRIVE);
+    assert!(!got.is_empty(), "no waiting frame delivered");
+    assert!(
+        common::wait_until(ARRIVE, || port1(&fab).is_some_and(|p| p.stuck.is_none())),
+        "report not cleared: {:?}",
+        port1(&fab)
+    );
+    // It stays cleared while the guest takes frames.
+    send(&mut a, 64, 4);
+    assert_eq!(b.recv_from(&[0], 4, ARRIVE).len(), 4);
+    let p = port1(&fab).expect("port p1");
+    assert_eq!((&p.stuck, p.stuck_reports), (&None, 1), "{p:?}");
+}

@@ -26,6 +26,8 @@ pub struct Described {
     pub modify_ring: Option<[u16; 4]>,
     pub max_flow_rules: Option<u32>,
     pub rss: Option<(u16, u16)>,
+    /// The NIC timestamp option, taken (`priv->nic_timestamp_supported`).
+    pub nic_timestamp: bool,
 }
 
 pub struct TxRing {
@@ -72,6 +74,8 @@ pub struct RxCompl {
     /// HW-GRO: the frame is coalesced; `rsc_seg_len` its segment size.
     pub rsc: bool,
     pub rsc_seg_len: u16,
+    /// `ts` when `ts_sub_nsecs_low` has `GVE_DQO_RX_HWTSTAMP_VALID`.
+    pub ts: Option<u32>,
 }
 
 pub struct Guest {
@@ -400,6 +404,7 @@ impl Guest {
                 }
                 0xb if len >= 12 => out.max_flow_rules = Some(be32(&d, body + 8)),
                 0xe if len >= 8 => out.rss = Some((be16(&d, body + 4), be16(&d, body + 6))),
+                0xd if len >= 4 => out.nic_timestamp = true,
                 _ => {}
             }
             at = body + len;
@@ -414,6 +419,9 @@ impl Guest {
         }
         if f & (1 << 7) == 0 {
             out.rss = None;
+        }
+        if f & (1 << 8) == 0 {
+            out.nic_timestamp = false;
         }
         self.described = out;
     }
@@ -632,6 +640,7 @@ impl Guest {
                 hash: u32::from_le_bytes(d[16..20].try_into().unwrap()),
                 rsc: h & (1 << 10) != 0,
                 rsc_seg_len: u16::from_le_bytes([d[14], d[15]]),
+                ts: (d[11] & 1 != 0).then(|| u32::from_le_bytes(d[28..32].try_into().unwrap())),
             });
             let r = &mut self.rx[q];
             r.compl_head = (r.compl_head + 1) & (r.size - 1);

@@ -8,8 +8,10 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Serves `status`.
 pub fn handle(ctx: &Context) -> Answer {
     let fabric = &ctx.fabric;
+    // The daemon's edge reads the clock; the stuck-guest check takes it.
+    let now = std::time::Instant::now();
     let status = Status {
-        ports: fabric.ports.iter().map(|p| p.stats()).collect(),
+        ports: fabric.ports.iter().map(|p| p.stats_at(now)).collect(),
         mac_table_full: fabric.mac_table_full.load(Relaxed),
         rdma_unresolved: fabric.rdma_unresolved.load(Relaxed),
         control_refused: fabric.control_refused.load(Relaxed),

@@ -300,6 +300,12 @@ fn gve_config(cfg: &PortConfig) -> GveConfig {
         max_tx_queues: u32::from(cfg.queue_pairs),
         max_rx_queues: u32::from(cfg.queue_pairs),
         mtu: cfg.gve_mtu.unwrap_or(crate::config::DEFAULT_GVE_MTU),
+        rsc_hold: cfg
+            .gve_gro_hold_us
+            .map_or(gve_device::rsc::DEFAULT_HOLD, |us| {
+                std::time::Duration::from_micros(u64::from(us))
+            }),
+        nic_timestamp: cfg.gve_nic_timestamp,
         ..GveConfig::default()
     }
 }

@@ -442,16 +442,18 @@ impl<'a> Pump<'a> {
             self.panicked("receive", p);
         }
         rxq.put_back(&mut self.hand);
-        let c = &rxq.counters;
-        QueueCounters::add(&c.rx_frames, out.delivered);
-        QueueCounters::add(&c.rx_bytes, out.bytes);
-        QueueCounters::add(&c.rx_drops, out.refused + out.held_drops);
-        self.stats.held_drops.fetch_add(out.held_drops, Relaxed);
+        // Before this pass's drops are counted: a wait that begins now
+        // counts them as its own (the stuck-guest report's `dropped`).
         if out.delivered > 0 {
             rxq.mark_fed();
         } else if !self.hold.is_empty() {
             rxq.mark_starved(now);
         }
+        let c = &rxq.counters;
+        QueueCounters::add(&c.rx_frames, out.delivered);
+        QueueCounters::add(&c.rx_bytes, out.bytes);
+        QueueCounters::add(&c.rx_drops, out.refused + out.held_drops);
+        self.stats.held_drops.fetch_add(out.held_drops, Relaxed);
         self.stats
             .held_frames
             .store(self.hold.len() as u64, Relaxed);
@@ -885,6 +887,45 @@ mod tests {
             let q1: Vec<u8> = rig.got()[10..].iter().map(|&(_, t)| t).collect();
             assert_eq!(q1, [0, 1, 2, 3, 10], "queue 1 out of order");
             assert_eq!(rig.stats.held_frames.load(SeqCst), 0);
+        }
+
+        /// Issue 25, item 4: a device whose driver posts no receive buffer
+        /// while frames wait for it is reported stuck by the pump's own
+        /// retries (no status request needed), once, with the frames
+        /// dropped meanwhile; the report clears when it takes frames again.
+        #[test]
+        fn a_device_that_takes_no_frames_is_named() {
+            let rig = Rig::new(1024, 4);
+            rig.dev.rxq[0].set_stuck_ms(50);
+            rig.s().starved[0] = true;
+            for t in 0..10 {
+                rig.send(0, t, 0);
+            }
+            rig.until("the stall reported by the pump", |r| {
+                r.dev.rxq[0].stuck_reports() == 1
+            });
+            let s = rig.dev.stuck(Instant::now()).expect("stuck");
+            assert!(s.for_ms >= 50, "{s:?}");
+            assert_eq!(s.dropped, 6, "{s:?}: 4 held, 6 dropped");
+            let text = rig
+                .dev
+                .stats_at(Instant::now())
+                .stuck
+                .expect("in the status")
+                .text;
+            assert!(
+                text.starts_with("guest on port dev has taken no frames for ")
+                    && text.ends_with("; 6 dropped"),
+                "{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(rig.dev.rxq[0].stuck_reports(), 1, "reported once");
+            rig.s().starved[0] = false;
+            rig.until("the held frames delivered", |r| r.got().len() == 4);
+            rig.until("the report cleared", |r| {
+                r.dev.stuck(Instant::now()).is_none()
+            });
+            assert_eq!(rig.dev.stats().stuck_reports, 1);
         }
 
         /// Issue 24, part 4, point 4: a model that panics in `receive` or
