@@ -1441,19 +1441,40 @@ gve_ev_tx_miss_timeout() {
 }
 gve_undo_tx_miss_timeout() { :; }
 # tx-stall: lasting, until cleared; armed 3 s into a stream on 8 connections,
-# so that the queue fills up and is stopped: the netdev watchdog only looks at
-# stopped queues, and one TCP flow (a SYN-ACK, or a stream whose congestion
-# window is less than the 512-entry ring) never stops it: the stall then goes
-# unnoticed (seen: a 50 s stall of one stream, no watchdog). The watchdog
-# (watchdog_timeo 5 s) calls gve_tx_timeout
+# then 3000 UDP datagrams are queued behind it, so that the ring fills up and
+# the queue is stopped: the netdev watchdog only looks at stopped queues, and
+# TCP alone (a SYN-ACK, or streams whose congestion windows are less than the
+# 512-entry ring) does not stop it: the stall then goes unnoticed (seen: a
+# 50 s stall of one stream, and once of 8 streams on a loaded host, no
+# watchdog). The watchdog (watchdog_timeo 5 s) calls gve_tx_timeout
 gve_arm_tx_stall() { :; }
+# udp_fill N: N datagrams of 1400 bytes to the peer at once (the socket's
+# buffer forced to 16 MiB): more than the stalled ring holds, so the queue
+# stops even when the TCP windows are still small (a loaded TCG host)
+udp_fill() {
+    python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 32, 16 << 20)  # SO_SNDBUFFORCE (root)
+s.setblocking(False)
+n = 0
+for _ in range(int(sys.argv[1])):
+    try:
+        s.sendto(bytes(1400), ("10.78.0.2", 9))
+        n += 1
+    except OSError:
+        pass
+print(n)' "$1"
+}
 gve_ev_tx_stall() {
     sleep 3
     fault_add "$_fid" tx-stall queue=0
+    sleep 1
+    _queued=$(udp_fill 3000)
     wait_dmesg 'Timeout on tx queue' 45
     sleep 3
     _hits=$(fault_hits "$_fid")
-    _ev="dmesg: $(dmesg_new 'WATCHDOG|Timeout on tx|Kicking|Performing reset')"
+    _ev="dmesg: $(dmesg_new 'WATCHDOG|Timeout on tx|Kicking|Performing reset'); ${_queued:-0} UDP datagrams queued behind the stall"
 }
 gve_undo_tx_stall() { :; }
 # adminq-timeout: DESTROY_TX_QUEUE never completes (ip link set down); the
