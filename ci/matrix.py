@@ -336,6 +336,10 @@ FAULT_CASES = {
          "driver": "erdma_main.c: erdma_comm_irq_handler -> erdma_eq.c: erdma_aeq_event_handler (every type but "
                    "CQ_ERR becomes IB_EVENT_QP_FATAL) -> uverbs async event of the QP's owner",
          "expect": [r"IBV_EVENT_QP_FATAL"], "recovers": True},
+        {"case": "aeq-cq", "kind": "aeq",
+         "driver": "erdma_eq.c: erdma_aeq_event_handler (CQ_ERR: erdma_cq_get_by_cqn -> IB_EVENT_CQ_ERR) -> "
+                   "uverbs async event of the CQ's owner",
+         "expect": [r"IBV_EVENT_CQ_ERR"], "recovers": True},
         {"case": "port-down", "kind": "port-down",
          "driver": "none: erdma_verbs.c: erdma_port_event() is never called in 7.3; erdma_query_port reports "
                    "ib_get_curr_port_state() of the paired netdev, which stays up; the RC QP retries until "

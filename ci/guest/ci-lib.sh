@@ -1724,6 +1724,27 @@ erdma_srv_aeq_qp() {
 erdma_peer_aeq_qp() { :; }
 erdma_srv_undo_aeq_qp() { :; }
 
+# aeq-cq: a CQ_ERR AEQ entry for the pyverbs process's CQ; its number (the
+# device's, not the verbs') comes from the device trace's ring: CREATE_CQ cqn=N
+erdma_srv_aeq_cq() {
+    _al=$CI_LOGDIR/fault-$_case-events.$ROLE.log
+    ci_ctl trace start --port "$FPORT" >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl trace start failed;"
+    timeout -k 5 40 python3 /opt/vr/ci/repro/async_events.py --dev erdma_0 --qp >"$_al" 2>&1 &
+    _ap=$!
+    _wi=0
+    until grep -q '^READY' "$_al"; do
+        _wi=$((_wi + 1)); [ $_wi -ge 60 ] && break; sleep 0.5
+    done
+    _cqn=$(ci_ctl trace show --port "$FPORT" 2>/dev/null | sed -n 's/.*CREATE_CQ cqn=\([0-9]*\).*/\1/p' | tail -n 1)
+    ci_ctl trace stop --port "$FPORT" >>"$_flog" 2>&1
+    [ -n "$_cqn" ] || _fwhy="$_fwhy no CREATE_CQ in the trace ring;"
+    fault_add "$_fid" aeq event=CQ_ERR "cqn=${_cqn:-0}"
+    wait "$_ap"
+    _ev="cqn=$_cqn (from the trace); the CQ's owner got: $(grep -E '^(ASYNC-EVENT|QP-STATE)|Error|error' "$_al" | tr '\n' ' ' | cut -c1-200); dmesg: $(dmesg_new 'erdma')"
+}
+erdma_peer_aeq_cq() { :; }
+erdma_srv_undo_aeq_cq() { :; }
+
 # port-down / port-up: the port state the driver reports, and the port events every context gets
 erdma_port_watch() {
     _al=$CI_LOGDIR/fault-$_case-events.$ROLE.log
@@ -1834,7 +1855,7 @@ cell_erdma_faults() {
         "ibv_rc_pingpong -d erdma_0 -g $gidx -p 18890 -n 5" \
         "ibv_rc_pingpong -d erdma_0 -g $gidx -p 18890 -n 5 $PEER" check_pingpong
     [ "$ROLE" = server ] && { ci_ctl trace stop --port "$FPORT" >>"$CI_LOGDIR/trace-start.log" 2>&1 || say "ctl trace stop failed"; }
-    for _c in cqe-status qp-stall aeq-qp port-down port-up cmd-status cmdq-timeout; do
+    for _c in cqe-status qp-stall aeq-qp aeq-cq port-down port-up cmd-status cmdq-timeout; do
         erdma_case "$_c"
     done
     diag erdma_0
