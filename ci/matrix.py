@@ -386,7 +386,7 @@ CELLS["gve-faults"] = {
     "timeout": 1800,
 }
 CELLS["erdma-faults"] = {
-    "what": "device faults on the server's erdma function (erdma_0): cqe-status, qp-stall, aeq, port-down/up, "
+    "what": "device faults on the server's erdma function (erdma_0): cqe-status, qp-stall, aeq (QP, CQ), port-down/up, "
             "cmd-status, cmdq-timeout (last: the 7.3 driver never recovers from it); each: arm through `ctl "
             "device-fault` when the QP exists, evidence in the guest (ibv_rc_pingpong's status, async events, "
             "port state, dmesg), clear, rping -V; trace of one RC QP's life",
