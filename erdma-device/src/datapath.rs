@@ -284,8 +284,13 @@ impl ErdmaDevice {
             let Some(qp) = self.qps.get(&qpn) else {
                 return true;
             };
-            if qp.sq_ci == qp.sq_pi || self.qp_stalled(qpn) {
-                // (qp-stall: kicked again when the rule is cleared)
+            if qp.sq_ci == qp.sq_pi {
+                return true;
+            }
+            if self.qp_stalled(qpn) {
+                // Work held: the rule counts it once; the SQ is kicked
+                // again when the rule is cleared.
+                self.qp_stall_hit(qpn, io);
                 return true;
             }
             let Some(outstanding) = crate::regs::ring_outstanding(qp.sq_pi, qp.sq_ci, qp.sq_depth)

@@ -137,6 +137,21 @@ impl ErdmaDevice {
                 .any(|r| r.kind == ErdmaFault::QpStall { qpn })
     }
 
+    /// A stalled QP had work to run: the first time, the rule counts a hit
+    /// (`ctl device-fault list`), as gve's `tx-stall` does.
+    pub(crate) fn qp_stall_hit(&mut self, qpn: u32, io: &mut DeviceIo<'_>) {
+        if let Some(r) = self
+            .faults
+            .rules
+            .fire(|k| *k == ErdmaFault::QpStall { qpn })
+        {
+            let id = r.id;
+            io.trace(TraceKind::Fault, || {
+                format!("rule {id} qp-stall qpn={qpn}: SQ work held")
+            });
+        }
+    }
+
     /// The command-queue hook: what a rule does to command (`submod`,
     /// `opcode`): `None` to run it, `Some(None)` to drop it (timeout),
     /// `Some(Some(status))` to fail it.

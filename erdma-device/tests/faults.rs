@@ -273,6 +273,12 @@ fn qp_stall_holds_the_sq_until_cleared() {
     }
     assert!(a.d.tx.is_empty(), "stalled");
     assert_eq!(a.d.dev.counters().wqes_executed, 0);
+    let st = a.d.dev.faults();
+    assert_eq!(
+        (st[0].hits, st[0].matched),
+        (1, 1),
+        "held work counted once: {st:?}"
+    );
     clear(&mut a.d, Some(9));
     shuttle(&mut a, &mut b);
     assert_eq!(a.d.poll_cq(1).unwrap().syndrome, 0);
