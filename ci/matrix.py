@@ -438,7 +438,7 @@ CELLS["smcr-lossy-4conns"] = dict(
     env=dict(CELLS["smcr-lossy"]["env"], CI_SMC_STREAM_CONNS="4", CI_STREAM_TIMEOUT="240"))
 LOSSY_CELLS.append("smcr-lossy-4conns")
 EXTRA_CELLS = ["siw-conn", "smcr-lossy-4conns"]
-# gve-faults: 104-184 s under TCG (2026-11-28); erdma-faults (210-253 s: the driver's 15 s command timeout,
+# gve-faults: 101-184 s under TCG (2026-11-28); erdma-faults (210-253 s: the driver's 15 s command timeout,
 # a failed rping and a re-probe, RC retries on a downed port) stays in the full tier (ci/README.md)
 QUICK = [("7.3", "rxe"), ("7.3", "smcr"), ("7.3", "erdma-smcr"), ("7.3", "upstream-rdma"), ("7.3", "upstream-nic"),
          ("7.3", "gve-faults")]
