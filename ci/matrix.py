@@ -441,7 +441,7 @@ EXTRA_CELLS = ["siw-conn", "smcr-lossy-4conns"]
 # gve-faults: 101-184 s under TCG (2026-11-28); erdma-faults (210-253 s: the driver's 15 s command timeout,
 # a failed rping and a re-probe, RC retries on a downed port) stays in the full tier (ci/README.md)
 QUICK = [("7.3", "rxe"), ("7.3", "smcr"), ("7.3", "erdma-smcr"), ("7.3", "upstream-rdma"), ("7.3", "upstream-nic"),
-         ("7.3", "gve-faults")]
+         ("7.3", "gve-faults"), ("7.3", "erdma-faults")]
 # smc-noueid phase 1 (client without UEID). 7.3 (CONFIG_DIBS_LO): the client
 # proposes SMC-Dv2 over its loopback device without an EID and the server
 # declines NOUEID. 6.12 (our fragment has no CONFIG_SMC_LO): the client has no
@@ -1974,7 +1974,7 @@ def main():
                     help="guest kernel command-line additions (run-guests --append)")
     ap.add_argument("--cells", default="", help="comma list of " + ",".join(CELL_ORDER)
                     + " or KERNEL/CELL (default: all cells)")
-    ap.add_argument("--quick", action="store_true", help="CI tier: 7.3/rxe, 7.3/smcr, 7.3/erdma-smcr, 7.3/upstream-rdma, 7.3/upstream-nic and 7.3/gve-faults only")
+    ap.add_argument("--quick", action="store_true", help="CI tier: 7.3/rxe, 7.3/smcr, 7.3/erdma-smcr, 7.3/upstream-rdma, 7.3/upstream-nic, 7.3/gve-faults and 7.3/erdma-faults only")
     ap.add_argument("--image-7.3", dest="image_7_3", help="guest image dir for 7.3 (default: build-guest-image.sh)")
     ap.add_argument("--image-6.12", dest="image_6_12", help="guest image dir for 6.12 (default: build-guest-image.sh)")
     ap.add_argument("--qemu", help="QEMU 11.1 (default: scripts/setup-qemu.sh)")

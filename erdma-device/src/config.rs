@@ -67,7 +67,7 @@ pub struct ErdmaConfig {
     /// 100 ms and more, and with 7 retries at ~67 ms a stalled peer errors
     /// the QP out (an SMC-R link down) in half a second.
     pub ack_timeout: u8,
-    /// Transport retry count. Default 7.
+    /// Transport retry count (7 = infinite, as rxe counts it). Default 7.
     pub retry_cnt: u8,
     /// RNR retry count (7 = infinite). Default 7.
     pub rnr_retry: u8,

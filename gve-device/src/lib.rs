@@ -1001,6 +1001,14 @@ impl PciDevice for GveDevice {
         }
     }
 
+    /// BAR0 registers are big endian (`ioread32be`/`iowrite32be`); in DQO
+    /// mode every BAR2 doorbell, the IRQ ones too, is little endian
+    /// (`iowrite32` in `gve_dqo.h`).
+    fn register_big_endian(&self, bar: u8, offset: u64) -> bool {
+        let _ = offset;
+        bar == layout::BAR_REGS
+    }
+
     fn fault_kinds(&self) -> &'static [FaultKindInfo] {
         faults::KINDS
     }

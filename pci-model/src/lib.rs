@@ -286,6 +286,13 @@ pub trait PciDevice {
         None
     }
 
+    /// The register at `offset` in BAR `bar` is big endian (the driver uses
+    /// `ioread32be`/`iowrite32be` on it): the trace prints its value so.
+    fn register_big_endian(&self, bar: u8, offset: u64) -> bool {
+        let _ = (bar, offset);
+        false
+    }
+
     /// The device fault kinds the model can inject (the driver bench).
     fn fault_kinds(&self) -> &'static [FaultKindInfo] {
         &[]

@@ -356,11 +356,21 @@ impl<D: PciDevice> Shared<D> {
 
 /// The trace text of a register access: `bar0+0x10 DEVICE_STATUS = 0x00000001`
 /// (the value little-endian, as many hex digits as the access is wide).
-pub(crate) fn register_text(bar: u8, offset: u64, name: Option<&str>, data: &[u8]) -> String {
-    let mut v = [0u8; 8];
+pub(crate) fn register_text(
+    bar: u8,
+    offset: u64,
+    name: Option<&str>,
+    big_endian: bool,
+    data: &[u8],
+) -> String {
     let n = data.len().min(8);
-    v[..n].copy_from_slice(&data[..n]);
-    let value = u64::from_le_bytes(v);
+    let value = data[..n].iter().enumerate().fold(0u64, |v, (i, &b)| {
+        if big_endian {
+            (v << 8) | u64::from(b)
+        } else {
+            v | (u64::from(b) << (8 * i))
+        }
+    });
     let width = n * 2;
     match name {
         Some(name) => format!("bar{bar}+{offset:#x} {name} = {value:#0w$x}", w = width + 2),
@@ -404,8 +414,9 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
             dev.bar_read(region as u8, offset, data, io);
             if io.tracing {
                 let name = dev.register_name(region as u8, offset);
+                let be = dev.register_big_endian(region as u8, offset);
                 io.trace(TraceKind::RegRead, || {
-                    register_text(region as u8, offset, name, data)
+                    register_text(region as u8, offset, name, be, data)
                 });
             }
         });
@@ -442,8 +453,9 @@ impl<D: PciDevice> ServerBackend for Backend<D> {
         s.with_io_bar(|dev, io| {
             if io.tracing {
                 let name = dev.register_name(region as u8, offset);
+                let be = dev.register_big_endian(region as u8, offset);
                 io.trace(TraceKind::RegWrite, || {
-                    register_text(region as u8, offset, name, data)
+                    register_text(region as u8, offset, name, be, data)
                 });
             }
             dev.bar_write(region as u8, offset, data, io);

@@ -235,7 +235,8 @@ pub const MAX_GVE_MTU: u16 = 9216;
 pub struct RcSettings {
     /// ACK timeout exponent: 4.096 us * 2^n (default 16, about 268 ms).
     pub ack_timeout: Option<u8>,
-    /// Transport retries before a QP errors out (default 7).
+    /// Transport retries before a QP errors out (default 7 = infinite, as
+    /// rxe counts it).
     pub retry_cnt: Option<u8>,
     /// RNR retries, 7 = infinite (default 7).
     pub rnr_retry: Option<u8>,

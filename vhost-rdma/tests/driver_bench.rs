@@ -128,8 +128,9 @@ fn a_gve_trace_file_has_register_reads_and_dma() {
     );
     assert!(
         text.lines()
-            .any(|l| kind(l, "rd") && l.contains("bar0+0x0 device_status = ")),
-        "the gVNIC names its registers as the driver does: {text}"
+            .any(|l| kind(l, "rd") && l.contains("bar0+0x0 device_status = 0x00000004")),
+        "the gVNIC names its registers as the driver does, and its big-endian \
+         device_status (link up) reads as the driver's ioread32be sees it: {text}"
     );
     assert!(text.lines().all(|l| l.starts_with("g ")), "{text}");
     drop(c);
