@@ -32,14 +32,7 @@ impl ErdmaDevice {
             }
             return Ok(());
         }
-        let fired = self
-            .faults
-            .rules
-            .iter_mut()
-            .find(|r| r.id == id)
-            .is_some_and(|r| r.fire());
-        if !fired {
-            // prob < 1 said no: the rule stays listed, unspent.
+        if !self.faults.rules.fire_id(id) {
             return Ok(());
         }
         match kind {

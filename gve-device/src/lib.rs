@@ -1026,13 +1026,7 @@ impl PciDevice for GveDevice {
         }
         // Immediate kinds act now, counting one hit (only `prob` can say
         // no: the rule then stays, unfired).
-        let fired = self
-            .faults
-            .rules
-            .iter_mut()
-            .find(|r| r.id == id)
-            .is_some_and(|r| r.fire());
-        if !fired {
+        if !self.faults.rules.fire_id(id) {
             return Ok(());
         }
         inc(&mut self.counters.faults_fired);

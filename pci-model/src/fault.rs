@@ -375,6 +375,16 @@ impl<K> FaultRules<K> {
         self.rules.get_mut(i)
     }
 
+    /// Rule `id` fires now (an immediate kind, acted on when it is added):
+    /// false when there is no such rule or its `prob` said no (the rule then
+    /// stays listed, unspent).
+    pub fn fire_id(&mut self, id: u32) -> bool {
+        self.rules
+            .iter_mut()
+            .find(|r| r.id == id)
+            .is_some_and(|r| r.fire())
+    }
+
     /// Every rule, for lasting faults (`qp-stall`: "is any rule stalling
     /// this QP?").
     pub fn iter(&self) -> impl Iterator<Item = &FaultRule<K>> {

@@ -13,6 +13,7 @@
 //! device queue without receive buffers holds only its own frames.
 
 pub mod bench;
+#[cfg(test)]
 mod bench_tests;
 mod pump;
 mod sink;
