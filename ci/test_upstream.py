@@ -73,7 +73,7 @@ UPSTREAM-FILE hw/gro_hw.py
 TAP version 13
 1..2
 ok 1 gro_hw.test_a # XFAIL device does not coalesce
-UPSTREAM-FILE-END hw/gro_hw.py rc=124
+UPSTREAM-FILE-END hw/gro_hw.py rc=124 secs=300
 UPSTREAM-FILE hw/csum.py
 Traceback (most recent call last):
 ModuleNotFoundError: No module named 'yaml'

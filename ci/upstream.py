@@ -128,7 +128,8 @@ def parse_log(text):
 
 KTAP_RE = re.compile(r"^(not )?ok (\d+) (\S+)(?: # (.*))?$")
 FILE_RE = re.compile(r"^UPSTREAM-FILE (\S+)$")
-FILE_END_RE = re.compile(r"^UPSTREAM-FILE-END (\S+) rc=(-?\d+)$")
+# "secs=" (the file's wall time in the guest) is optional: older logs lack it
+FILE_END_RE = re.compile(r"^UPSTREAM-FILE-END (\S+) rc=(-?\d+)(?: secs=\d+)?$")
 FILE_NOT_RUN_RE = re.compile(r"^UPSTREAM-FILE-NOT-RUN (\S+) why=(.*)$")
 PLAN_RE = re.compile(r"^1\.\.(\d+)$")
 

@@ -106,6 +106,7 @@ prog() { out "$(printf '   [%4d s] %s' "$(el)" "$*")"; }
 
 # ---- step bookkeeping: status, seconds and detail per step, and the table
 declare -A ST=() SECS=() DETAIL=() STARTED=()
+PREP=()
 step_start() {  # step_start N [WHAT]: header line
     STARTED[$1]=$SECONDS
     out ""
@@ -127,6 +128,10 @@ finish() {
     out ""
     out "== step $NSTEPS/$NSTEPS: ${TITLE[$NSTEPS]} (elapsed $total s)"
     out "$(printf '   %-4s %-52s %-6s %6s' step what result secs)"
+    local p
+    for p in "${PREP[@]}"; do
+        out "$(printf '   %-4s %-52s %-6s %6s' "-" "${p#*|}" "done" "${p%%|*}")"
+    done
     for ((n = 1; n < NSTEPS; n++)); do
         if [[ -z ${ST[$n]:-} ]]; then
             ST[$n]=FAIL SECS[$n]=0 DETAIL[$n]="${setup_error:-not reached}"
@@ -152,27 +157,69 @@ finish() {
 fail_all() {
     setup_error="$1"
     say "$1"
+    stop_image_build
     finish
 }
 
-# ---- preparation (visible: a cold run builds for many minutes)
+# ---- preparation (visible: a cold run builds for many minutes); each
+# phase's seconds go into the table (PREP: "secs|what"), so a cold run shows
+# where its minutes went
+prep_done() { PREP+=("$((SECONDS - $1))|$2"); }  # prep_done START WHAT
 e2e_check_kernel  # a bad --kernel fails before anything is built
 if ((build)); then
+    t=$SECONDS
     say "installing missing prerequisites (scripts/install-deps.sh)"
     "$HERE/install-deps.sh" || fail_all "scripts/install-deps.sh failed"
+    prep_done $t "prerequisites (scripts/install-deps.sh)"
+fi
+# The guest image (on a cold run that is the kernel build, most of the
+# demo's minutes) and QEMU are made in the background while cargo builds:
+# each uses the cores the other leaves idle (downloads, linking), which saved
+# about a minute of a cold run on 2 cores. The image script's own progress
+# goes to image.log and is shown once the build is done.
+# It runs in its own session (setsid), so that a failed build or Ctrl-C
+# stops the whole kernel build (stop_image_build), not just its shell.
+img_pid="" t_img=$SECONDS
+stop_image_build() {
+    [[ -n $img_pid ]] && kill -TERM -- "-$img_pid" 2>/dev/null
+    img_pid=""
+}
+trap 'stop_image_build; stop_daemon; exit 130' INT TERM
+trap 'stop_image_build; stop_daemon' EXIT
+if [[ -z $image ]]; then
+    say "guest image: Linux 7.3 + Debian userland (scripts/build-guest-image.sh --kernel 7.3), beside the build"
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    setsid bash -c '"$1" --kernel 7.3 >"$2/image.out" 2>"$2/image.log" &&
+        { [[ -n $3 ]] || "$4" >"$2/qemu.out" 2>"$2/qemu.log"; }' _ \
+        "$HERE/build-guest-image.sh" "$logdir" "$qemu" "$HERE/setup-qemu.sh" &
+    img_pid=$!
+fi
+if ((build)); then
+    t=$SECONDS
     say "building vhost-rdma and smc-guest-tests ($profile)"
     bflag=()
     [[ $profile == debug ]] || bflag=(--profile "$profile")
     (cd "$ROOT" && cargo build "${bflag[@]}" -p vhost-rdma -p smc-guest-tests) || fail_all "cargo build failed"
+    prep_done $t "cargo build ($profile)"
     build=0
 fi
-if [[ -z $image ]]; then
-    say "guest image: Linux 7.3 + Debian userland (scripts/build-guest-image.sh --kernel 7.3)"
-    image="$("$HERE/build-guest-image.sh" --kernel 7.3 | tail -n 1)" || image=""
+if [[ -n $img_pid ]]; then
+    say "waiting for the guest image (and QEMU); its progress:"
+    tail -n +1 -f --pid="$img_pid" "$logdir/image.log" 2>/dev/null | sed 's/^/   /' &
+    tail_pid=$!
+    wait "$img_pid"; img_rc=$?
+    img_pid=""
+    wait "$tail_pid" 2>/dev/null
+    image="$(tail -n 1 "$logdir/image.out" 2>/dev/null)"
+    ((img_rc == 0)) || { tail -5 "$logdir/qemu.log" 2>/dev/null; image=""; }
+    [[ -n $qemu ]] || qemu="$(tail -n 1 "$logdir/qemu.out" 2>/dev/null)"
+    prep_done $t_img "guest kernel, root and QEMU (beside the build)"
 fi
 if [[ -z $qemu ]]; then
+    t=$SECONDS
     say "QEMU 11.1 (scripts/setup-qemu.sh)"
     qemu="$("$HERE/setup-qemu.sh" | tail -n 1)" || qemu=""
+    prep_done $t "QEMU (scripts/setup-qemu.sh)"
 fi
 e2e_prepare
 SGT="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/smc-guest-tests"

@@ -65,7 +65,14 @@ while (($#)); do
 done
 
 passed=0 failed=0 skipped=0
-say() { printf '\n=== %s\n' "$*"; }
+# Every section's wall time, printed as a table at the end: a cold run shows
+# where its minutes went (the kernel build inside the first guest script, ...).
+STEP_TIMES=() step_name="" step_t0=$SECONDS T0=$SECONDS
+step_end() {
+    [[ -n $step_name ]] && STEP_TIMES+=("$(printf '%6d  %s' $((SECONDS - step_t0)) "$step_name")")
+    step_name=""
+}
+say() { step_end; step_name="$*" step_t0=$SECONDS; printf '\n=== %s\n' "$*"; }
 # Logs kept for --junit: test.sh's own records (one line per step, in the
 # record format of scripts/lib-e2e.sh) and each script's and cargo's output.
 jdir="$(mktemp -d "${TMPDIR:-/tmp}/test.sh.XXXXXX")"
@@ -108,6 +115,25 @@ counted() {
 # --- prerequisites -----------------------------------------------------------
 say "prerequisites"
 "$ROOT/scripts/install-deps.sh" || { echo "install-deps failed"; exit 1; }
+
+# --- guest assets, in the background ---------------------------------------------
+# The guest image (on a cold machine that is a kernel build, ~6 min of 2
+# cores), QEMU and the tools the guests run are made from here on at the
+# lowest CPU priority, in their own session: they take the cycles the
+# static checks and cargo leave idle (downloads, linking, tests that wait)
+# and the guest tier waits for them. The scripts lock their caches, so a
+# guest script that starts first waits rather than building twice.
+assets_pid=""
+stop_assets() { [[ -n $assets_pid ]] && kill -TERM -- "-$assets_pid" 2>/dev/null; assets_pid=""; }
+if [[ $e2e -eq 1 ]]; then
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    setsid nice -n 19 bash -c 'set -e; s=$1/scripts
+        "$s/build-guest-image.sh" --kernel 7.3 >/dev/null; "$s/setup-qemu.sh" >/dev/null
+        "$s/build-ncdevmem.sh" >/dev/null; "$s/build-nic-selftests.sh" >/dev/null' _ "$ROOT" \
+        >"$jdir/guest-assets.log" 2>&1 &
+    assets_pid=$!
+    trap 'stop_assets; rm -rf "$jdir"' EXIT
+fi
 
 # --- static checks -----------------------------------------------------------
 step "cargo fmt --check" cargo fmt --all -- --check
@@ -159,6 +185,15 @@ guest_script() { counted "guest end-to-end: $1" "$@"; }
 # in network namespaces, then a guest reaching each namespace through them;
 # --no-e2e keeps the host-only cases. SKIPPED (with why) without root.
 if [[ $e2e -eq 1 ]]; then
+    say "guest image, QEMU, ncdevmem, NIC selftests (the background build; waiting for it)"
+    if wait "$assets_pid"; then
+        passed=$((passed + 1)); echo "--- PASS guest assets"; note PASS "guest assets" "ok"
+    else
+        tail -n 30 "$jdir/guest-assets.log"
+        failed=$((failed + 1)); echo "--- FAIL guest assets (the guest scripts below try again)"
+        note FAIL "guest assets" "the background build failed: $(tail -n 1 "$jdir/guest-assets.log")"
+    fi
+    assets_pid=""
     guest_script scripts/e2e-uplink.sh "$ROOT/scripts/e2e-uplink.sh" --profile debug
 else
     guest_script "scripts/e2e-uplink.sh --no-guest" "$ROOT/scripts/e2e-uplink.sh" --profile debug --no-guest
@@ -220,6 +255,11 @@ if [[ -n $junit ]]; then
         { failed=$((failed + 1)); echo "--- FAIL writing $junit"; }
 fi
 
+step_end
+echo
+echo "=== wall time per step (s)"
+printf '%s\n' "${STEP_TIMES[@]}"
+printf '%6d  total\n' $((SECONDS - T0))
 echo
 echo "$passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]

@@ -1091,12 +1091,17 @@ cell_upstream_nic() {
         nic_env_restore
         echo "UPSTREAM-FILE $_f" >>"$_log"
         say "nic suite: $_f"
+        _tf=$(now)
         timeout -k 10 "$CI_NIC_FILE_TIMEOUT" python3 "$_f" >>"$_log" 2>&1
         _rc=$?
-        printf "\nUPSTREAM-FILE-END %s rc=%s\n" "$_f" "$_rc" >>"$_log"
+        _tf=$(($(now) - _tf))
+        printf "\nUPSTREAM-FILE-END %s rc=%s secs=%s\n" "$_f" "$_rc" "$_tf" >>"$_log"
+        echo "$_tf $_f" >>/tmp/nic-file-secs
         [ $_rc = 124 ] || [ $_rc = 137 ] && _late=$((_late + 1))
     done
-    result nic-suite PASS $(($(now) - _t1)) "" "$_nf files on $NETIF, $_late stopped by the ${CI_NIC_FILE_TIMEOUT}s timeout"
+    # the slowest files, so a slow suite shows where its minutes went
+    _slow=$(sort -rn /tmp/nic-file-secs 2>/dev/null | head -n 4 | awk '{ printf "%s%s %ss", (NR > 1 ? ", " : ""), $2, $1 }')
+    result nic-suite PASS $(($(now) - _t1)) "" "$_nf files on $NETIF, $_late stopped by the ${CI_NIC_FILE_TIMEOUT}s timeout; slowest: $_slow"
     cd /
     [ "$CI_NIC" = gve ] && repro_gve_qstats_oops
 }
