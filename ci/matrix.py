@@ -399,6 +399,12 @@ CELLS["erdma-faults"] = {
     "timeout": 1800,
 }
 FAULT_CELLS = ["gve-faults", "erdma-faults"]
+# Cells whose guests spend most of their wall time idle, waiting for driver
+# timeouts (a command queue's 15 s, a watchdog's 5 s, a QP's retries): with
+# --jobs 2 they run beside the other cells, which then lose little CPU (two
+# TCG guests idle in HLT). Their verdicts are evidence (dmesg, counters,
+# completion statuses), not timings.
+WAITING_CELLS = FAULT_CELLS
 ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
                "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy", "upstream-rdma", "upstream-nic"] + FAULT_CELLS
 CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
@@ -1954,6 +1960,81 @@ def select_cells(a):
     return sel
 
 
+# options a side lane's matrix process does not inherit: the parent chooses
+# its cells, results, images and QEMU, and builds once for both
+SIDE_LANE_DROP = {"--quick": 0, "--dry-run": 0, "--no-build": 0, "--cells": 1, "--shard": 1, "--junit": 1,
+                  "--results": 1, "--jobs": 1, "--qemu": 1, "--image-7.3": 1, "--image-6.12": 1,
+                  "--combine-out": 1}
+
+
+def side_lane_args(argv, cells, results, qemu, images, smc_big_bytes):
+    """The argument list of the side lane's matrix process (--jobs 2): the
+    parent's own arguments less SIDE_LANE_DROP (as "--opt value" or
+    "--opt=value"), then CELLS ([(kernel, cell)]), RESULTS, QEMU and the
+    parent's IMAGES ({series: dir}), with no build."""
+    out, skip = [], 0
+    for tok in argv:
+        if skip:
+            skip -= 1
+            continue
+        name = tok.split("=", 1)[0]
+        if name in SIDE_LANE_DROP:
+            skip = SIDE_LANE_DROP[name] if "=" not in tok else 0
+            continue
+        out.append(tok)
+    out += ["--cells", ",".join(f"{k}/{c}" for k, c in cells), "--results", results, "--no-build",
+            "--qemu", qemu, "--smc-big-bytes", smc_big_bytes]
+    for k, img in sorted(images.items()):
+        out += [f"--image-{k}", img]
+    return out
+
+
+class SideLane:
+    """--jobs 2: WAITING_CELLS in a second matrix process beside this one; its
+    lines are echoed with a "[side]" prefix and its cells' results merged."""
+
+    def __init__(self, argv, cells, resdir, qemu, images, smc_big_bytes):
+        self.cells, self.dir = cells, os.path.join(resdir, "side-lane")
+        cmd = [sys.executable, os.path.abspath(__file__)] + side_lane_args(
+            argv, cells, self.dir, qemu, images, smc_big_bytes)
+        say("beside the other cells (--jobs 2): " + " ".join(f"{k}/{c}" for k, c in cells))
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.echo = threading.Thread(target=self._echo, daemon=True)
+        self.echo.start()
+
+    def _echo(self):
+        for line in self.proc.stdout:
+            print(f"[side] {line}", end="", flush=True)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def results(self):
+        """Wait for the side lane; its cells' result rows (a FAIL row per cell it did not report)."""
+        self.proc.wait()
+        self.echo.join(timeout=10)
+        try:
+            with open(os.path.join(self.dir, "results.json")) as f:
+                got = {(r["kernel"], r["cell"]): r for r in json.load(f)["cells"]}
+        except (OSError, ValueError, KeyError):
+            got = {}
+        out = []
+        for k, c in self.cells:
+            r = got.get((k, c))
+            if r is None:
+                why = f"the side lane (--jobs 2) exited {self.proc.returncode} without a result for it"
+                r = {"kernel": k, "cell": c, "what": CELLS[c]["what"], "status": "FAIL", "wall_s": 0,
+                     "boot_s": {}, "guest_kernel": {}, "problems": [why], "logs": None,
+                     "tests": [{"test": t, "status": "FAIL", "secs": 0, "bw": "", "detail": why}
+                               for t, _ in CELLS[c]["tests"]]}
+            elif r.get("logs"):
+                r["logs"] = os.path.join("side-lane", r["logs"])
+            out.append(r)
+        return out
+
+
 def _terminate(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -1961,7 +2042,7 @@ def _terminate(signum, _frame):
 def main():
     signal.signal(signal.SIGTERM, _terminate)
     ap = argparse.ArgumentParser(
-        prog="ci/matrix.sh",
+        prog="ci/matrix.sh", allow_abbrev=False,  # side_lane_args() filters options by their full names
         description="Guest RDMA / SMC-R test matrix: kernel x {rxe, siw, smcr, smc-noueid}, "
                     "two guests per cell through the vhost-rdma daemon.",
         epilog="Cells: " + "; ".join(f"{c}: {CELLS[c]['what']}" for c in CELL_ORDER)
@@ -2031,6 +2112,9 @@ def main():
                          "shards of one run) and exit; its tables are those one run of all the cells gives")
     ap.add_argument("--combine-out", default=os.path.join(HERE, "RESULTS.md"))
     ap.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML (one case per test)")
+    ap.add_argument("--jobs", type=int, default=1, choices=[1, 2],
+                    help="2: the cells that mostly wait for driver timeouts (" + ", ".join(WAITING_CELLS)
+                         + ") run beside the others, in a second matrix process (1: one cell at a time)")
     a = ap.parse_args()
     if a.combine:
         return combine_runs(a.combine, a.combine_out)
@@ -2121,6 +2205,7 @@ def main():
                 say("scripts/build-nic-selftests.sh failed: the upstream-nic cells will report no results")
         interrupted = False
         images = {"7.3": a.image_7_3, "6.12": a.image_6_12}
+        side = None
         for k in KERNELS:
             kc = [x for x in sel if x[0] == k]
             if not kc:
@@ -2134,6 +2219,11 @@ def main():
                 fail_all(kc, f"no guest image for kernel {k} ({img!r})")
                 continue
             say(f"image {k}: {img}")
+            images[k] = img
+            waiting = [x for x in kc if x[1] in WAITING_CELLS]
+            if a.jobs > 1 and side is None and waiting and len(waiting) < len(kc):
+                side = SideLane(sys.argv[1:], waiting, resdir, qemu, {k: img}, a.smc_big_bytes)
+                kc = [x for x in kc if x not in waiting]
             for _, c in kc:
                 try:
                     results.append(run_cell_with_reruns(a, k, c, img, qemu, daemon_bin, vrbin, work, logsdir))
@@ -2143,6 +2233,16 @@ def main():
                     break
             if interrupted:
                 break
+        if side is not None:
+            if interrupted:
+                side.stop()
+            say("waiting for the side lane")
+            try:
+                results += side.results()
+            except KeyboardInterrupt:
+                side.stop()
+                results += side.results()
+            results.sort(key=lambda r: cell_key((r["kernel"], r["cell"])))
 
     n = {s: sum(1 for r in results for t in r["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
     summary = f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped"

@@ -274,6 +274,36 @@ class ShardCombineTest(unittest.TestCase):
             self.assertEqual(rows, [f"{k}/{c}" for k, c in whole_cells])
 
 
+class SideLaneTest(unittest.TestCase):
+    """--jobs 2: the side lane's matrix process gets the parent's options but
+    only the waiting cells, the parent's image and QEMU, and no build."""
+
+    def test_the_side_lane_runs_exactly_the_waiting_cells_with_the_parents_options(self):
+        waiting = [k for k in matrix.QUICK if k[1] in matrix.WAITING_CELLS]
+        self.assertTrue(waiting and len(waiting) < len(matrix.QUICK), "the quick tier has cells for both lanes")
+        parent = ["--quick", "--jobs", "2", "--junit", "/tmp/j.xml", "--tool-timeout=90", "--results", "/r",
+                  "--cells=rxe", "--append", "loglevel=8", "--no-build", "--keep-logs"]
+        args = matrix.side_lane_args(parent, waiting, "/r/side-lane", "/q/qemu", {"7.3": "/img"}, "32M")
+        for gone in ("--quick", "--jobs", "--junit", "/tmp/j.xml", "/r", "--cells=rxe"):
+            self.assertNotIn(gone, args)
+        for kept in ("--tool-timeout=90", "--append", "loglevel=8", "--keep-logs"):
+            self.assertIn(kept, args)
+        self.assertEqual(args.count("--no-build"), 1)
+        self.assertEqual(args[args.index("--qemu") + 1], "/q/qemu")
+        self.assertEqual(args[args.index("--image-7.3") + 1], "/img")
+        self.assertEqual(args[args.index("--results") + 1], "/r/side-lane")
+        plan = subprocess.run([sys.executable, os.path.join(matrix.HERE, "matrix.py"), "--dry-run", *args],
+                              capture_output=True, text=True, check=True).stdout
+        self.assertEqual([line.split(":", 1)[0] for line in plan.splitlines() if line],
+                         [f"{k}/{c}" for k, c in waiting])
+
+    def test_an_abbreviated_option_is_refused(self):
+        # side_lane_args filters options by their full names
+        r = subprocess.run([sys.executable, os.path.join(matrix.HERE, "matrix.py"), "--dry-run", "--qui"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+
+
 def fake_bzimage(path, version="7.3.9-mydriver (dev@box) #3 SMP PREEMPT_DYNAMIC"):
     """A file with what an x86 bzImage's setup header has: the boot flag,
     'HdrS', boot protocol 2.15 and the offset of the version string."""

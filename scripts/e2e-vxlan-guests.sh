@@ -15,7 +15,11 @@
 #   tcp          256 MiB (--bytes) of TCP A -> B, every byte verified
 #                (smc-guest-tests stream)
 #   rping-siw    siw on both guests: rping -V, 50 pings of B's server by
-#                A's client, each verified (both sides print all 50)
+#                A's client, each verified (both sides print all 50); as
+#                in the matrix's siw cells, daemon A's port a carries the
+#                documented `mpa-settle` rule (300 ms): without it the guest
+#                kernel's siw_accept() race left B's QP deaf to A's first
+#                FPDU (docs/faults-and-captures.md, "Linux siw workaround")
 #   rc-pingpong  ibv_rc_pingpong over rxe (B server, A client), buffers
 #                checked (-c)
 #   smcr-v2      SMC-R v2 (UEID on both, rxe0): a verified stream each way,
@@ -285,6 +289,10 @@ done
 [[ -S $d/a.sock && -S $d/b.sock ]] || fail_all "the daemons did not create their sockets (see $d/daemon*.log)"
 
 ctl_a() { "$DAEMON" ctl --control "$d/ctl.sock" "$@"; }
+if ((W_RPING)); then
+    ctl_a faults add --port a --proto tcp --action mpa-settle --delay-ms 300 >>"$d/faults.log" 2>&1 ||
+        fail_all "ctl faults add mpa-settle failed (see $d/faults.log)"
+fi
 faults_on=0
 # Called every second while the guests run (lib-e2e.sh e2e_run_pair).
 e2e_tick() {
