@@ -226,16 +226,21 @@ tool_test() {
         # a server still running at half its timeout is probably hung: snapshot its
         # TCP sockets (siw runs its QPs on kernel TCP sockets: a non-zero Recv-Q
         # there = data the QP never consumed) and the siw trace so far
-        ( sleep $((CI_TOOL_TIMEOUT / 2)); kill -0 "$srv_pid" 2>/dev/null || exit 0
+        # (its sleep must not hold the console pipe: the watcher is killed when
+        # the server ends, and vr-init's tee waited for every holder, 80 s of
+        # each rxe cell once)
+        ( sleep $((CI_TOOL_TIMEOUT / 2)) >/dev/null 2>&1 </dev/null; kill -0 "$srv_pid" 2>/dev/null || exit 0
           { echo "== $_name server still running after $((CI_TOOL_TIMEOUT / 2))s: ss -tnoie"; ss -tnoie
             echo "== rdma resource show cm_id / qp"; rdma resource show cm_id; rdma resource show qp
           } >"$CI_LOGDIR/$_name.$ROLE.hung.log" 2>&1
           say "$_name: server still running after $((CI_TOOL_TIMEOUT / 2))s, sockets:"
           sed 's/^/    | /' "$CI_LOGDIR/$_name.$ROLE.hung.log" ) &
+        _hang_watch=$!
         wait_listen "$_lkind" "$_port"
         barrier "$_name listening"
         wait "$srv_pid"
         _rc=$?
+        kill "$_hang_watch" 2>/dev/null
         srv_pid=
     else
         barrier "$_name listening"
@@ -1441,7 +1446,16 @@ gve_undo_tx_miss_reinject() { :; }
 gve_arm_tx_miss_timeout() { fault_add "$_fid" tx-miss queue=0 reinject=no; }
 gve_ev_tx_miss_timeout() {
     wait_hits "$_fid" 30
-    wait_dmesg 'No reinjection' 20
+    # The driver looks for timed-out packets only when it cleans the TX
+    # ring (gve_clean_tx_done_dqo in its NAPI poll), that is when other
+    # completions arrive: once the stream is over, a ping a second keeps
+    # completions coming until the timeout is found and logged.
+    _wi=0
+    while [ -z "$(dmesg_new 'No reinjection')" ] && [ $_wi -lt 20 ]; do
+        ping -c 1 -W 1 -I "$GVE_IF" 10.78.0.2 >/dev/null 2>&1
+        _wi=$((_wi + 1))
+        sleep 0.5
+    done
     _ev="dmesg: $(dmesg_new "gve|$GVE_IF")"
 }
 gve_undo_tx_miss_timeout() { :; }
