@@ -117,26 +117,19 @@ say "prerequisites"
 "$ROOT/scripts/install-deps.sh" || { echo "install-deps failed"; exit 1; }
 
 # --- guest assets, in the background ---------------------------------------------
-# What the guest tier needs and a cold machine must build (the guest image,
-# i.e. a ~6 min kernel build on 2 cores; QEMU; ncdevmem; the release build
-# of the daemon and the guest tool; the NIC selftests' helpers) is made from
-# here on at the lowest CPU priority, in a session of its own: it takes the
-# cycles the static checks and cargo leave idle (downloads, linking, tests
-# that wait), and the release build runs beside the image's serial steps.
-# The guest tier waits for all but the NIC selftests, which only the matrix,
-# last, needs (it waits on their cache lock). The scripts lock their caches,
-# so nothing is built twice.
+# The guest image (on a cold machine that is a kernel build, ~6 min of 2
+# cores), QEMU and the tools the guests run are made from here on at the
+# lowest CPU priority, in their own session: they take the cycles the
+# static checks and cargo leave idle (downloads, linking, tests that wait)
+# and the guest tier waits for them. The scripts lock their caches, so a
+# guest script that starts first waits rather than building twice.
 assets_pid=""
 stop_assets() { [[ -n $assets_pid ]] && kill -TERM -- "-$assets_pid" 2>/dev/null; assets_pid=""; }
 if [[ $e2e -eq 1 ]]; then
     # shellcheck disable=SC2016 # expanded by the inner bash
-    setsid nice -n 19 bash -c 's=$1/scripts
-        (cd "$1" && cargo build --profile release -p vhost-rdma -p smc-guest-tests) & r=$!
-        "$s/build-guest-image.sh" --kernel 7.3 >/dev/null && "$s/setup-qemu.sh" >/dev/null &&
-            "$s/build-ncdevmem.sh" >/dev/null; a=$?
-        wait $r; b=$?
-        echo "image/QEMU/ncdevmem rc=$a, release build rc=$b" >"$2/guest-assets.done"
-        "$s/build-nic-selftests.sh" >/dev/null' _ "$ROOT" "$jdir" \
+    setsid nice -n 19 bash -c 'set -e; s=$1/scripts
+        "$s/build-guest-image.sh" --kernel 7.3 >/dev/null; "$s/setup-qemu.sh" >/dev/null
+        "$s/build-ncdevmem.sh" >/dev/null; "$s/build-nic-selftests.sh" >/dev/null' _ "$ROOT" \
         >"$jdir/guest-assets.log" 2>&1 &
     assets_pid=$!
     trap 'stop_assets; rm -rf "$jdir"' EXIT
@@ -192,16 +185,15 @@ guest_script() { counted "guest end-to-end: $1" "$@"; }
 # in network namespaces, then a guest reaching each namespace through them;
 # --no-e2e keeps the host-only cases. SKIPPED (with why) without root.
 if [[ $e2e -eq 1 ]]; then
-    say "guest image, QEMU, ncdevmem, release build (the background build; waiting for it)"
-    while [[ ! -e $jdir/guest-assets.done ]] && kill -0 "$assets_pid" 2>/dev/null; do sleep 1; done
-    if grep -qx 'image/QEMU/ncdevmem rc=0, release build rc=0' "$jdir/guest-assets.done" 2>/dev/null; then
+    say "guest image, QEMU, ncdevmem, NIC selftests (the background build; waiting for it)"
+    if wait "$assets_pid"; then
         passed=$((passed + 1)); echo "--- PASS guest assets"; note PASS "guest assets" "ok"
     else
         tail -n 30 "$jdir/guest-assets.log"
         failed=$((failed + 1)); echo "--- FAIL guest assets (the guest scripts below try again)"
-        note FAIL "guest assets" "the background build failed: $(cat "$jdir/guest-assets.done" 2>/dev/null ||
-            tail -n 1 "$jdir/guest-assets.log")"
+        note FAIL "guest assets" "the background build failed: $(tail -n 1 "$jdir/guest-assets.log")"
     fi
+    assets_pid=""
     guest_script scripts/e2e-uplink.sh "$ROOT/scripts/e2e-uplink.sh" --profile debug
 else
     guest_script "scripts/e2e-uplink.sh --no-guest" "$ROOT/scripts/e2e-uplink.sh" --profile debug --no-guest
