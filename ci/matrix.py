@@ -2219,7 +2219,6 @@ def main():
                 fail_all(kc, f"no guest image for kernel {k} ({img!r})")
                 continue
             say(f"image {k}: {img}")
-            images[k] = img
             waiting = [x for x in kc if x[1] in WAITING_CELLS]
             if a.jobs > 1 and side is None and waiting and len(waiting) < len(kc):
                 side = SideLane(sys.argv[1:], waiting, resdir, qemu, {k: img}, a.smc_big_bytes)

@@ -174,8 +174,8 @@ if ((build)); then
 fi
 # The guest image (on a cold run that is the kernel build, most of the
 # demo's minutes) and QEMU are made in the background while cargo builds:
-# each uses the cores the other leaves idle (downloads, linking), which saved
-# about a minute of a cold run on 2 cores. The image script's own progress
+# each uses the cores the other leaves idle (downloads, linking). The image
+# script's own progress
 # goes to image.log and is shown once the build is done.
 # It runs in its own session (setsid), so that a failed build or Ctrl-C
 # stops the whole kernel build (stop_image_build), not just its shell.

@@ -66,7 +66,7 @@ done
 
 passed=0 failed=0 skipped=0
 # Every section's wall time, printed as a table at the end: a cold run shows
-# where its minutes went (the kernel build inside the first guest script, ...).
+# where its minutes went (the wait for the background guest assets, ...).
 STEP_TIMES=() step_name="" step_t0=$SECONDS T0=$SECONDS
 step_end() {
     [[ -n $step_name ]] && STEP_TIMES+=("$(printf '%6d  %s' $((SECONDS - step_t0)) "$step_name")")

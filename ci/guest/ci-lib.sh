@@ -1226,12 +1226,15 @@ dmesg_mark() { _dm0=$(dmesg | wc -l); }
 dmesg_new() {
     dmesg | tail -n +$((_dm0 + 1)) | grep -E "$1" | sed 's/^\[[^]]*\] *//' | head -n 3 | tr '\n' '/' | sed 's/\/$//'
 }
-# wait_dmesg REGEX SECS
+# wait_dmesg PATTERN SECS [CMD...]: until a new dmesg line matches (CMD, if
+# given, runs each round: something the driver must see before it logs)
 wait_dmesg() {
-    _wi=0
-    while [ -z "$(dmesg_new "$1")" ]; do
+    _wi=0 _wp=$1 _ws=$2
+    shift 2
+    while [ -z "$(dmesg_new "$_wp")" ]; do
         _wi=$((_wi + 1))
-        [ $_wi -ge $(($2 * 2)) ] && return 1
+        [ $_wi -ge $((_ws * 2)) ] && return 1
+        [ $# -gt 0 ] && "$@" >/dev/null 2>&1
         sleep 0.5
     done
 }
@@ -1450,12 +1453,7 @@ gve_ev_tx_miss_timeout() {
     # ring (gve_clean_tx_done_dqo in its NAPI poll), that is when other
     # completions arrive: once the stream is over, a ping a second keeps
     # completions coming until the timeout is found and logged.
-    _wi=0
-    while [ -z "$(dmesg_new 'No reinjection')" ] && [ $_wi -lt 20 ]; do
-        ping -c 1 -W 1 -I "$GVE_IF" 10.78.0.2 >/dev/null 2>&1
-        _wi=$((_wi + 1))
-        sleep 0.5
-    done
+    wait_dmesg 'No reinjection' 20 ping -c 1 -W 1 -I "$GVE_IF" 10.78.0.2
     _ev="dmesg: $(dmesg_new "gve|$GVE_IF")"
 }
 gve_undo_tx_miss_timeout() { :; }
