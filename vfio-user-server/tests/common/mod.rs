@@ -2,6 +2,8 @@
 //! memfds, eventfds, and a raw vfio-user client for malformed messages.
 #![allow(dead_code)]
 
+pub mod erdma;
+
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
