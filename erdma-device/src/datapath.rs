@@ -9,7 +9,7 @@
 //! SEND or atomic lands straight in the guest buffer. Incoming READs are
 //! answered from guest memory as each response packet is built.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pci_model::{DeviceIo, RxRefusal, TraceKind};
 use roce_model::{
@@ -60,12 +60,8 @@ fn engine_status(s: WcStatus, send: bool) -> u8 {
 }
 
 impl ErdmaDevice {
-    fn instant(&self, now: Duration) -> Instant {
-        self.epoch.checked_add(now).unwrap_or(self.epoch)
-    }
-
     /// When the engines' timers want a `poll`, or now if work is left over.
-    pub(crate) fn engine_timeout(&self) -> Option<Duration> {
+    pub(crate) fn engine_timeout(&self) -> Option<Instant> {
         // Work that makes frames waits while the edge is paused: it polls
         // again when the pause ends.
         let tx_work = !self.sq_kicks.is_empty() || self.tx_more;
@@ -74,13 +70,12 @@ impl ErdmaDevice {
             || !self.loopback.is_empty()
             || (tx_work && !self.tx_paused)
         {
-            return Some(self.last_now);
+            return self.last_now;
         }
         self.qps
             .values()
             .filter_map(|q| q.engine.as_ref()?.poll_timeout())
             .min()
-            .map(|t| t.saturating_duration_since(self.epoch))
     }
 
     /// Reads guest memory named by a local SGE (stag or the local DMA key).
@@ -941,7 +936,7 @@ impl ErdmaDevice {
     /// headers, which are then filled in place: payload is copied once,
     /// from guest memory into the frame.
     fn pump_engine(&mut self, qpn: u32, io: &mut DeviceIo<'_>) {
-        let now = self.instant(io.now);
+        let now = io.now;
         let Some(av) = self.qps.get(&qpn).and_then(|q| q.av) else {
             // No path yet: still run the timers and hand out completions.
             self.engine_timers_and_completions(qpn, now, io);
@@ -1139,7 +1134,7 @@ impl ErdmaDevice {
                 r
             }
             (Transport::Rc, false) => {
-                let now = self.instant(io.now);
+                let now = io.now;
                 let Some(e) = self.qps.get_mut(&qpn).and_then(|q| q.engine.as_mut()) else {
                     return Err(RxRefusal::Dropped);
                 };

@@ -258,11 +258,11 @@ fn ud_gsi_datagram_with_ah() {
 }
 
 trait Idle {
-    fn next_timeout_after_idle(&self) -> Option<std::time::Duration>;
+    fn next_timeout_after_idle(&self) -> Option<std::time::Instant>;
 }
 
 impl Idle for Driver {
-    fn next_timeout_after_idle(&self) -> Option<std::time::Duration> {
+    fn next_timeout_after_idle(&self) -> Option<std::time::Instant> {
         use pci_model::PciDevice;
         self.dev.next_timeout()
     }

@@ -301,7 +301,7 @@ impl GveDevice {
                     ));
                 }
                 let mut report = [0u8; NIC_TS_REPORT_LEN];
-                report[..8].copy_from_slice(&nic_clock_ns(io.now).to_be_bytes());
+                report[..8].copy_from_slice(&nic_clock_ns(io.device_time()).to_be_bytes());
                 let n =
                     usize::try_from(len).map_or(NIC_TS_REPORT_LEN, |l| l.min(NIC_TS_REPORT_LEN));
                 Ok(io.dma.write(addr, &report[..n])?)

@@ -175,6 +175,9 @@ pub struct GveDevice {
     pub(crate) tx_next: usize,
     /// The last poll found the edge paused (`DeviceIo::tx_paused`).
     pub(crate) tx_paused: bool,
+    /// The time of the latest call (`DeviceIo::now`): what
+    /// [`PciDevice::next_timeout`] answers for work due at once.
+    pub(crate) last_now: Option<std::time::Instant>,
     pub(crate) rx: Vec<Option<RxQueue>>,
     pub(crate) rss: Rss,
     pub(crate) rules: FlowRules,
@@ -220,6 +223,7 @@ impl GveDevice {
             tx_kick: vec![false; cfg.max_tx_queues as usize],
             tx_next: 0,
             tx_paused: false,
+            last_now: None,
             rx: vec![None; cfg.max_rx_queues as usize],
             chains: vec![rsc::Flows::default(); cfg.max_rx_queues as usize],
             in_burst: false,
@@ -800,6 +804,7 @@ impl PciDevice for GveDevice {
     }
 
     fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8], io: &mut DeviceIo<'_>) {
+        self.last_now = Some(io.now);
         match bar {
             layout::BAR_REGS => self.bar0_write(offset, data, io),
             layout::BAR_DOORBELLS => self.bar2_write(offset, data, io),
@@ -808,6 +813,7 @@ impl PciDevice for GveDevice {
     }
 
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
+        self.last_now = Some(io.now);
         // Admin commands may destroy or restart queues: what a chain holds
         // goes first.
         if self.adminq_doorbell.is_some() {
@@ -821,6 +827,7 @@ impl PciDevice for GveDevice {
     }
 
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+        self.last_now = Some(io.now);
         if self.resources.is_none()
             || self.rx.iter().all(Option::is_none)
             || self.device_status & regs::device_status::LINK == 0
@@ -857,7 +864,7 @@ impl PciDevice for GveDevice {
         if self.cfg.nic_timestamp {
             // The low 32 bits: the driver extends them from its last read
             // of the clock (`gve_rx_get_hwtstamp`).
-            meta.ts = Some(adminq::nic_clock_ns(io.now) as u32);
+            meta.ts = Some(adminq::nic_clock_ns(io.device_time()) as u32);
         }
         if meta.csum_ip_err || meta.csum_l4_err {
             inc(&mut self.counters.rx_csum_errors);
@@ -895,7 +902,7 @@ impl PciDevice for GveDevice {
                     chain.buffers = need;
                     // The hold time counts from the last segment: a stream
                     // that keeps coming keeps its chain (up to the bounds).
-                    chain.deadline = io.now.saturating_add(self.cfg.rsc_hold);
+                    chain.deadline = io.now.checked_add(self.cfg.rsc_hold);
                     if chain.closed(&seg) {
                         self.flush_chain(qi, i, io);
                     }
@@ -913,7 +920,7 @@ impl PciDevice for GveDevice {
                 let room = q.available() as usize;
                 let flows = &mut self.chains[qi];
                 if flows.held_buffers() + need_frame <= room {
-                    let deadline = io.now.saturating_add(self.cfg.rsc_hold);
+                    let deadline = io.now.checked_add(self.cfg.rsc_hold);
                     let mut chain = flows.vacant();
                     chain.start(frame, seg, meta, split, max, deadline);
                     chain.buffers = need_frame;
@@ -945,14 +952,15 @@ impl PciDevice for GveDevice {
     /// TX work the budget left in the rings wants a poll at once (not
     /// while the edge is paused: its resume polls); an open HW-GRO chain
     /// wants one at its deadline.
-    fn next_timeout(&self) -> Option<std::time::Duration> {
+    fn next_timeout(&self) -> Option<std::time::Instant> {
         let tx = (!self.tx_paused
             && self
                 .tx_kick
                 .iter()
                 .enumerate()
                 .any(|(q, &k)| k && !self.faults.tx_stalled(q as u32)))
-        .then_some(std::time::Duration::ZERO);
+        .then_some(self.last_now)
+        .flatten();
         let stats = self.nic_stats_due();
         let chain = self
             .chains

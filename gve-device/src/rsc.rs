@@ -51,7 +51,7 @@
 //! posted); each waits at most `GveConfig::rsc_hold` for its next segment
 //! (the device asks for a poll then, `PciDevice::next_timeout`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use devmem_nic::parse::{L4Proto, ParsedFrame, L3};
 
@@ -217,9 +217,9 @@ pub struct Chain {
     pub end_flags: u8,
     /// IPv4 id rule.
     pub id_rule: IdRule,
-    /// When the chain is written out unless a segment comes first (device
-    /// time).
-    pub deadline: Duration,
+    /// When the chain is written out unless a segment comes first (`None`:
+    /// closed, or a hold too long for the clock, written at the next poll).
+    pub deadline: Option<Instant>,
     /// Completion facts (the first segment's; all were verified good).
     pub meta: RxMeta,
     /// How the frame is laid out in the queue's buffers.
@@ -246,7 +246,7 @@ impl Chain {
         meta: RxMeta,
         split: Split,
         max: usize,
-        deadline: Duration,
+        deadline: Option<Instant>,
     ) {
         self.buf.clear();
         // The chain grows as segments join (never past `max`).
@@ -424,13 +424,15 @@ impl Flows {
     }
 
     /// The earliest deadline of an open chain.
-    pub fn next_deadline(&self) -> Option<Duration> {
-        self.open.iter().map(|c| c.deadline).min()
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.open.iter().filter_map(|c| c.deadline).min()
     }
 
     /// The index of the first open chain due at `now`.
-    pub fn first_due(&self, now: Duration) -> Option<usize> {
-        self.open.iter().position(|c| c.deadline <= now)
+    pub fn first_due(&self, now: Instant) -> Option<usize> {
+        self.open
+            .iter()
+            .position(|c| c.deadline.is_none_or(|d| d <= now))
     }
 
     /// A closed chain to start a flow in (a spare buffer when there is one).

@@ -19,7 +19,7 @@
 //! (20 s), at most [`MAX_REFRESH`] apart, and only when a value changed
 //! (an idle device asks for no timer).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pci_model::{DeviceIo, TraceKind};
 
@@ -54,7 +54,7 @@ pub struct StatsReport {
     /// Refresh interval.
     pub interval: Duration,
     /// When the device last wrote its entries.
-    pub written_at: Option<Duration>,
+    pub written_at: Option<Instant>,
     /// What it wrote: per running RX queue (id, the four values).
     pub written: Vec<(u32, [u64; NIC_RX_STATS_REPORT_NUM])>,
 }
@@ -91,17 +91,18 @@ impl GveDevice {
         })
     }
 
-    /// When the NIC entries are to be written next (changed values only).
-    pub(crate) fn nic_stats_due(&self) -> Option<Duration> {
+    /// When the NIC entries are to be written next (changed values only;
+    /// never written: at once, the latest call's time).
+    pub(crate) fn nic_stats_due(&self) -> Option<Instant> {
         let r = self.stats_report.as_ref()?;
         let n = self.rx.iter().flatten().count();
         if n == r.written.len() && self.nic_stats().zip(&r.written).all(|(a, b)| a == *b) {
             return None;
         }
-        Some(
-            r.written_at
-                .map_or(Duration::ZERO, |t| t.saturating_add(r.interval)),
-        )
+        match r.written_at {
+            Some(t) => t.checked_add(r.interval),
+            None => self.last_now,
+        }
     }
 
     /// Writes the NIC entries at the end of the driver's region when due.

@@ -599,7 +599,7 @@ fn model_alone_without_driver() {
         header_buffer_size: 9999,
         ..Default::default()
     });
-    let mut io = DeviceIo::new(&mem, std::time::Duration::ZERO);
+    let mut io = DeviceIo::new(&mem, std::time::Instant::now());
     assert_eq!(d.receive(&[0; 64], &mut io), Err(RxRefusal::NotReady));
     d.poll(&mut io);
     d.reset();

@@ -23,7 +23,7 @@ pub mod trace;
 pub use fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus};
 pub use trace::{TraceKind, TraceRecord};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A guest-physical access outside the memory the guest gave the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -165,8 +165,13 @@ pub type Frame = Vec<u8>;
 pub struct DeviceIo<'a> {
     /// Guest memory.
     pub dma: &'a dyn Dma,
-    /// Time since an arbitrary epoch fixed by the edge (monotonic).
-    pub now: Duration,
+    /// The time of this call, read by the edge (models never read a clock).
+    pub now: Instant,
+    /// The edge's epoch (its start; fixed for the device's life): device
+    /// time, for what a device shows as a clock (NIC timestamps, trace
+    /// records), is [`DeviceIo::device_time`]. [`DeviceIo::new`] sets it to
+    /// `now`.
+    pub epoch: Instant,
     /// MSI-X vectors to raise after the call, in order (duplicates allowed;
     /// the edge may coalesce).
     pub irqs: Vec<u16>,
@@ -187,11 +192,13 @@ pub struct DeviceIo<'a> {
 }
 
 impl<'a> DeviceIo<'a> {
-    /// An empty batch over `dma` at time `now`.
-    pub fn new(dma: &'a dyn Dma, now: Duration) -> Self {
+    /// An empty batch over `dma` at time `now` (also the epoch; an edge
+    /// with an earlier one sets [`DeviceIo::epoch`]).
+    pub fn new(dma: &'a dyn Dma, now: Instant) -> Self {
         DeviceIo {
             dma,
             now,
+            epoch: now,
             irqs: Vec::new(),
             tx: Vec::new(),
             tx_paused: false,
@@ -200,12 +207,17 @@ impl<'a> DeviceIo<'a> {
         }
     }
 
+    /// Time since the edge's epoch: the device's clock.
+    pub fn device_time(&self) -> Duration {
+        self.now.saturating_duration_since(self.epoch)
+    }
+
     /// Records `text()` when a trace runs (the closure is not called
     /// otherwise, so formatting costs nothing untraced).
     pub fn trace(&mut self, kind: TraceKind, text: impl FnOnce() -> String) {
         if self.tracing {
             self.trace.push(TraceRecord {
-                at: self.now,
+                at: self.device_time(),
                 kind,
                 text: text(),
             });
@@ -250,7 +262,7 @@ pub trait PciDevice {
     /// A frame from the fabric for this device.
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal>;
     /// When `poll` wants to run again without a doorbell (timers), if ever.
-    fn next_timeout(&self) -> Option<Duration> {
+    fn next_timeout(&self) -> Option<Instant> {
         None
     }
     /// The receive queue `frame` would go to now (the device's steering:

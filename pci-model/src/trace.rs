@@ -65,7 +65,7 @@ impl fmt::Display for TraceKind {
 /// One record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceRecord {
-    /// Device time ([`crate::DeviceIo::now`]).
+    /// Device time ([`crate::DeviceIo::device_time`]).
     pub at: Duration,
     /// What it is about.
     pub kind: TraceKind,

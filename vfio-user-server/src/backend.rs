@@ -161,8 +161,8 @@ pub(crate) struct Shared<D> {
     /// The sink said it is full ([`crate::SinkState::Full`]): model calls
     /// get [`DeviceIo::tx_paused`] until [`crate::DeviceHandle::resume_tx`].
     pub(crate) tx_paused: std::sync::atomic::AtomicBool,
-    /// The model's `next_timeout` after the last call, in nanoseconds of
-    /// device time (`u64::MAX`: none); kept once a wake is registered.
+    /// The model's `next_timeout` after the last call, in nanoseconds since
+    /// `epoch` (`u64::MAX`: none); kept once a wake is registered.
     pub(crate) deadline_ns: std::sync::atomic::AtomicU64,
     /// Called when a model call made that deadline earlier
     /// ([`crate::DeviceHandle::on_earlier_deadline`]).
@@ -236,21 +236,21 @@ impl<D: PciDevice> Shared<D> {
     /// interrupts and sends the frames it produced. For the daemon's calls
     /// ([`crate::DeviceHandle`]): the daemon reads the next deadline itself.
     pub(crate) fn with_io<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
-        self.with_io_at(self.epoch.elapsed(), false, f)
+        self.with_io_at(Instant::now(), false, f)
     }
 
     /// [`Shared::with_io`] for a BAR access on the vfio-user thread: a
     /// deadline it brings forward is reported
     /// ([`crate::DeviceHandle::on_earlier_deadline`]).
     pub(crate) fn with_io_bar<R>(&self, f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R) -> R {
-        self.with_io_at(self.epoch.elapsed(), true, f)
+        self.with_io_at(Instant::now(), true, f)
     }
 
-    /// [`Shared::with_io`] at device time `now` (the caller read the
-    /// clock); `report` an earlier deadline (see `with_io_bar`).
+    /// [`Shared::with_io`] at `now` (the caller read the clock); `report`
+    /// an earlier deadline (see `with_io_bar`).
     pub(crate) fn with_io_at<R>(
         &self,
-        now: std::time::Duration,
+        now: Instant,
         report: bool,
         f: impl FnOnce(&mut D, &mut DeviceIo<'_>) -> R,
     ) -> R {
@@ -267,6 +267,7 @@ impl<D: PciDevice> Shared<D> {
             bus_master: config.bus_master(),
         };
         let mut io = DeviceIo::new(&gated, now);
+        io.epoch = self.epoch;
         io.tx_paused = self.tx_paused.load(Ordering::Acquire);
         io.tracing = self.tracing();
         let r = f(device, &mut io);
@@ -277,7 +278,8 @@ impl<D: PciDevice> Shared<D> {
         let wake = self.on_earlier_deadline.get();
         let earlier = wake.is_some() && {
             let deadline = device.next_timeout().map_or(u64::MAX, |d| {
-                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+                let since = d.saturating_duration_since(self.epoch);
+                u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1)
             });
             deadline < self.deadline_ns.swap(deadline, Ordering::AcqRel)
         };
@@ -291,7 +293,7 @@ impl<D: PciDevice> Shared<D> {
         for v in irqs {
             if tracing {
                 trace.push(TraceRecord {
-                    at: now,
+                    at: now.saturating_duration_since(self.epoch),
                     kind: TraceKind::Irq,
                     text: format!("msi-x vector {v}"),
                 });

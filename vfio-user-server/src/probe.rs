@@ -25,7 +25,7 @@
 //! BAR2 (16 KiB, 64-bit) holds the MSI-X table (offset 0) and PBA (0x2000)
 //! of [`VECTORS`] vectors.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal};
 
@@ -96,7 +96,7 @@ pub struct ProbeDevice {
     resets: u32,
     rx_armed: bool,
     timer_us: u32,
-    timer_at: Option<Duration>,
+    timer_at: Option<Instant>,
     timer_hits: u32,
     /// Out-of-range or odd-sized BAR accesses.
     pub bad_accesses: u64,
@@ -270,7 +270,7 @@ impl PciDevice for ProbeDevice {
         Ok(())
     }
 
-    fn next_timeout(&self) -> Option<Duration> {
+    fn next_timeout(&self) -> Option<Instant> {
         self.timer_at
     }
 

@@ -204,8 +204,7 @@ impl<D: PciDevice> DeviceHandle<D> {
 
     /// [`DeviceHandle::poll`] at `now`, a time the caller read.
     pub fn poll_at(&self, now: Instant) {
-        self.shared
-            .with_io_at(self.device_time(now), false, |dev, io| dev.poll(io));
+        self.shared.with_io_at(now, false, |dev, io| dev.poll(io));
     }
 
     /// Hands the device a burst of frames under one hold of its lock, at
@@ -217,17 +216,16 @@ impl<D: PciDevice> DeviceHandle<D> {
     /// vfio-user thread wait for the burst, so keep it short (tens of
     /// frames).
     pub fn receive_burst<R>(&self, now: Instant, f: impl FnOnce(&mut dyn RxBurst) -> R) -> R {
-        self.shared
-            .with_io_at(self.device_time(now), false, |dev, io| {
-                dev.begin_rx_burst();
-                let r = f(&mut Burst {
-                    dev: &mut *dev,
-                    io: &mut *io,
-                });
-                dev.end_rx_burst(io);
-                dev.poll(io);
-                r
-            })
+        self.shared.with_io_at(now, false, |dev, io| {
+            dev.begin_rx_burst();
+            let r = f(&mut Burst {
+                dev: &mut *dev,
+                io: &mut *io,
+            });
+            dev.end_rx_burst(io);
+            dev.poll(io);
+            r
+        })
     }
 
     /// [`PciDevice::reset`] under the device lock: the daemon's recovery
@@ -244,11 +242,6 @@ impl<D: PciDevice> DeviceHandle<D> {
         Counters::inc(&self.shared.counters.resets);
     }
 
-    /// [`PciDevice::next_timeout`], on the device's clock.
-    pub fn next_timeout(&self) -> Option<Duration> {
-        lock(&self.shared.state).device.next_timeout()
-    }
-
     /// Calls `wake` (on the vfio-user thread, under the device lock: it
     /// must only signal, e.g. write an eventfd) whenever a BAR access
     /// brings [`PciDevice::next_timeout`] forward: whoever runs the timers
@@ -262,8 +255,7 @@ impl<D: PciDevice> DeviceHandle<D> {
 
     /// When [`DeviceHandle::poll`] should next run for timers, if ever.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.next_timeout()
-            .and_then(|t| self.shared.epoch.checked_add(t))
+        lock(&self.shared.state).device.next_timeout()
     }
 
     /// [`PciDevice::add_fault`]: adds device fault rule `id` (the driver
@@ -302,16 +294,6 @@ impl<D: PciDevice> DeviceHandle<D> {
 }
 
 impl<D> DeviceHandle<D> {
-    /// The device's clock: time since the server was created.
-    pub fn now(&self) -> Duration {
-        self.shared.epoch.elapsed()
-    }
-
-    /// The device's clock at `now`.
-    pub fn device_time(&self, now: Instant) -> Duration {
-        now.saturating_duration_since(self.shared.epoch)
-    }
-
     /// Whether the sink answered [`crate::SinkState::Full`] since the last
     /// [`DeviceHandle::resume_tx`]: model calls get
     /// [`DeviceIo::tx_paused`].

@@ -149,7 +149,8 @@ fn burst_under_one_call_sink_pause_and_daemon_reset() {
 /// stays or goes later.
 #[test]
 fn an_earlier_deadline_wakes_the_timer_thread() {
-    struct Timer(Option<std::time::Duration>);
+    /// The deadline, and the base a doorbell's seconds count from.
+    struct Timer(Option<Instant>, Instant);
     impl PciDevice for Timer {
         fn identity(&self) -> PciIdentity {
             Recorder {
@@ -171,20 +172,26 @@ fn an_earlier_deadline_wakes_the_timer_thread() {
         }
         /// The value written is the deadline in seconds (0: none).
         fn bar_write(&mut self, _: u8, _: u64, d: &[u8], _: &mut DeviceIo<'_>) {
-            self.0 = (d[0] > 0).then(|| std::time::Duration::from_secs(u64::from(d[0])));
+            self.0 = (d[0] > 0).then(|| self.1 + std::time::Duration::from_secs(u64::from(d[0])));
         }
         fn poll(&mut self, _: &mut DeviceIo<'_>) {}
         fn receive(&mut self, _: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
             Ok(())
         }
-        fn next_timeout(&self) -> Option<std::time::Duration> {
+        fn next_timeout(&self) -> Option<Instant> {
             self.0
         }
         fn reset(&mut self) {}
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.sock");
-    let server = VfioUserServer::bind(&path, Timer(None), |_| {}, Limits::default()).unwrap();
+    let server = VfioUserServer::bind(
+        &path,
+        Timer(None, Instant::now()),
+        |_| {},
+        Limits::default(),
+    )
+    .unwrap();
     let h = server.handle();
     let wakes = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let w = wakes.clone();

@@ -231,7 +231,11 @@ fn main() {
                 if !only.is_empty() && only != format!("{name}-{size}-{mtu}") {
                     continue;
                 }
-                let bytes = if size == 64 { (mib << 20) / 64 } else { mib << 20 };
+                let bytes = if size == 64 {
+                    (mib << 20) / 64
+                } else {
+                    mib << 20
+                };
                 let count = (bytes / size as usize).max(BATCH);
                 run(&mut a, &mut b, op, size, BATCH); // warm-up
                 b.d.write(b.buf + 65536, &vec![0; size as usize]);

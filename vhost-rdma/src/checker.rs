@@ -93,17 +93,16 @@ pub struct FabricChecker {
     tracks_tcp: AtomicBool,
     settings: Mutex<CheckerSettings>,
     inner: Mutex<Checker>,
+    /// The time of the first frame observed: the checker's timestamps are
+    /// nanoseconds since it (it reads no clock; the caller passes the
+    /// batch's time).
+    epoch: OnceLock<Instant>,
 }
 
 impl Default for FabricChecker {
     fn default() -> Self {
         Self::new(CheckerSettings::default())
     }
-}
-
-fn now_ns() -> u64 {
-    static T0: OnceLock<Instant> = OnceLock::new();
-    T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 impl FabricChecker {
@@ -114,6 +113,7 @@ impl FabricChecker {
             tracks_tcp: AtomicBool::new(false),
             settings: Mutex::new(s),
             inner: Mutex::new(Checker::new(s.config())),
+            epoch: OnceLock::new(),
         }
     }
 
@@ -134,13 +134,14 @@ impl FabricChecker {
             .enabled = on;
     }
 
-    /// Shows a frame a guest sent on `port` to the checker.
     /// Whether the checker is on.
     pub fn enabled(&self) -> bool {
         self.enabled.load(Relaxed)
     }
 
-    pub fn observe(&self, port: &str, frame: &[u8]) {
+    /// Shows a frame a guest sent on `port` at `now` (the batch's time) to
+    /// the checker.
+    pub fn observe(&self, now: Instant, port: &str, frame: &[u8]) {
         if !self.enabled.load(Relaxed) {
             return;
         }
@@ -150,7 +151,10 @@ impl FabricChecker {
             _ => {}
         }
         let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        c.observe(now_ns(), port, frame);
+        let epoch = *self.epoch.get_or_init(|| now);
+        let ts_ns =
+            u64::try_from(now.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX);
+        c.observe(ts_ns, port, frame);
         self.tracks_tcp.store(c.tracks_tcp(), Relaxed);
     }
 

@@ -128,7 +128,7 @@ impl Stage for crate::checker::FabricChecker {
     ) -> Option<Frame> {
         // The checker judges what the ports sent, before any fault acts.
         if cx.dir == Dir::Ingress {
-            self.observe(cx.port_name, &frame.data);
+            self.observe(cx.now, cx.port_name, &frame.data);
         }
         Some(frame)
     }

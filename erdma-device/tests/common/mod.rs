@@ -5,7 +5,7 @@
 
 pub mod rc;
 
-use std::time::Duration;
+use std::time::Instant;
 
 use erdma_device::regs::{self, off};
 use erdma_device::{ErdmaConfig, ErdmaDevice};
@@ -59,7 +59,7 @@ pub struct KQp {
 pub struct Driver {
     pub dev: ErdmaDevice,
     pub mem: VecMemory,
-    pub now: Duration,
+    pub now: Instant,
     pub next_alloc: u64,
     pub irqs: Vec<u16>,
     pub tx: Vec<Vec<u8>>,
@@ -93,7 +93,8 @@ impl Driver {
         Driver {
             dev: ErdmaDevice::new(cfg),
             mem: VecMemory::new(MEM_BASE, mem_size),
-            now: Duration::from_secs(1),
+            // The edge's clock, read once: it moves only when a test says.
+            now: Instant::now(),
             next_alloc: MEM_BASE + 0x1000,
             irqs: Vec::new(),
             tx: Vec::new(),

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, GveConfig, GveDevice};
@@ -95,7 +95,9 @@ pub struct Guest {
     /// What the edge says in `DeviceIo::tx_paused` (its receivers full).
     pub tx_paused: bool,
     /// The edge's clock (`DeviceIo::now`): moves only when a test says.
-    pub now: Duration,
+    pub now: Instant,
+    /// The edge's epoch (`DeviceIo::epoch`): device time is `now - epoch`.
+    pub epoch: Instant,
     /// A device trace runs (`DeviceIo::tracing`).
     pub tracing: bool,
     /// The records the device wrote while tracing.
@@ -111,6 +113,7 @@ pub fn be32(b: &[u8], o: usize) -> u32 {
 
 impl Guest {
     pub fn new(cfg: GveConfig) -> Self {
+        let epoch = Instant::now();
         Guest {
             mem: VecMemory::new(MEM_BASE, MEM_SIZE),
             dev: GveDevice::new(cfg),
@@ -126,7 +129,8 @@ impl Guest {
             tx: Vec::new(),
             rx: Vec::new(),
             tx_paused: false,
-            now: Duration::ZERO,
+            now: epoch,
+            epoch,
             tracing: false,
             trace: Vec::new(),
         }
@@ -157,6 +161,7 @@ impl Guest {
     fn with_io<T>(&mut self, f: impl FnOnce(&mut GveDevice, &mut DeviceIo<'_>) -> T) -> T {
         let mem = self.mem.clone();
         let mut io = DeviceIo::new(&mem, self.now);
+        io.epoch = self.epoch;
         io.tx_paused = self.tx_paused;
         io.tracing = self.tracing;
         let r = f(&mut self.dev, &mut io);

@@ -788,4 +788,3 @@ pub fn send_sqe(len: u32, addr: u64, key: u32) -> Vec<u8> {
     put32(&mut s, 28, key);
     s
 }
-

@@ -661,7 +661,9 @@ mod tests {
 
         /// The test double: a frame's queue is its first payload byte, its
         /// tag the second.
-        struct Double(Arc<Mutex<State>>);
+        /// The state, and an instant from its creation: "due now" (any
+        /// time already past).
+        struct Double(Arc<Mutex<State>>, Instant);
 
         impl Double {
             fn s(&self) -> MutexGuard<'_, State> {
@@ -735,9 +737,9 @@ mod tests {
             }
             /// Now, for its timer, or for TX left over by its budget of 8
             /// a poll (not while paused: the pump resumes it).
-            fn next_timeout(&self) -> Option<Duration> {
+            fn next_timeout(&self) -> Option<Instant> {
                 let s = self.s();
-                (s.timer || (s.tx_pending > 0 && !s.paused)).then_some(Duration::ZERO)
+                (s.timer || (s.tx_pending > 0 && !s.paused)).then_some(self.1)
             }
             fn reset(&mut self) {
                 let mut s = self.s();
@@ -786,7 +788,7 @@ mod tests {
                 };
                 let server = VfioUserServer::from_listener_with_sink(
                     listener,
-                    Double(state.clone()),
+                    Double(state.clone(), Instant::now()),
                     sink,
                     Limits::default(),
                 )
