@@ -313,7 +313,7 @@ fn run_stream(a: StreamArgs) -> Result<ExitCode> {
         bail!("--msg-size must be between 1 byte and 256M");
     }
     let addr: IpAddr = match (&a.addr, a.role) {
-        (Some(s), _) => parse_ip(s).map_err(anyhow::Error::msg)?,
+        (Some(s), _) => parse_ip(s)?,
         (None, Role::Server) => IpAddr::from([0, 0, 0, 0]),
         (None, Role::Client) => bail!("stream client needs --addr SERVER_IP"),
     };
