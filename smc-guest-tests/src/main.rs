@@ -138,12 +138,7 @@ impl VerbsCli {
             }
             v => v.map(|v| v as u32),
         };
-        let tests = self
-            .tests
-            .as_deref()
-            .map(parse_tests)
-            .transpose()
-            .map_err(anyhow::Error::msg)?;
+        let tests = self.tests.as_deref().map(parse_tests).transpose()?;
         match self.role {
             Role::Client => {
                 if self.addr.is_some() {
@@ -161,7 +156,7 @@ impl VerbsCli {
                     iters: self.iters.unwrap_or(8),
                     seed: self.seed.unwrap_or(1),
                 };
-                cfg.validate().map_err(anyhow::Error::msg)?;
+                cfg.validate()?;
                 Ok(verbs_args::VerbsArgsLite {
                     server: false,
                     addr: ipv4(peer, "--peer")?,
@@ -548,7 +543,7 @@ fn run_verbs(v: VerbsCli) -> Result<ExitCode> {
         sysfs: "/sys".into(),
         corrupt: match &v.inject_corruption {
             None => Vec::new(),
-            Some(t) => smc_guest_tests::verbs::parse_tests(t).map_err(anyhow::Error::msg)?,
+            Some(t) => smc_guest_tests::verbs::parse_tests(t)?,
         },
     };
     let role = if lite.server { "server" } else { "client" };
