@@ -7,7 +7,7 @@
 //! ask it only when it is not empty, so a device without rules pays one
 //! branch.
 
-use pci_model::fault::{parse_number, FaultRules};
+use pci_model::fault::{parse_number, FaultRules, ValueError};
 use pci_model::{FaultError, FaultKindInfo, FaultSpec};
 
 use crate::names;
@@ -141,28 +141,28 @@ fn takes(kind: &str) -> &'static [&'static str] {
         .map_or(&[], |k| k.params)
 }
 
-fn u8_value(s: &str) -> Result<u8, String> {
+fn u8_value(s: &str) -> Result<u8, ValueError> {
     let n = parse_number(s)?;
-    u8::try_from(n).map_err(|_| "a number 0..=255".to_owned())
+    u8::try_from(n).map_err(|_| ValueError::expected("a number 0..=255"))
 }
 
-fn u32_value(s: &str) -> Result<u32, String> {
+fn u32_value(s: &str) -> Result<u32, ValueError> {
     let n = parse_number(s)?;
-    u32::try_from(n).map_err(|_| "a number below 2^32".to_owned())
+    u32::try_from(n).map_err(|_| ValueError::expected("a number below 2^32"))
 }
 
 /// A command opcode: a `CMDQ_OPCODE_*` name (with or without the prefix,
 /// any case), a number (RDMA submodule), or `common:N` / `rdma:N`.
-pub fn parse_cmd_opcode(s: &str) -> Result<CmdOpcode, String> {
+pub fn parse_cmd_opcode(s: &str) -> Result<CmdOpcode, ValueError> {
     let why = || {
-        format!(
+        ValueError::expected(format!(
             "a CMDQ_OPCODE_* name ({}) or a number (RDMA submodule; common:N for COMMON)",
             names::CMD_OPCODES
                 .iter()
                 .map(|(_, _, n)| n.trim_start_matches("CMDQ_OPCODE_"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        )
+        ))
     };
     let lower = s.to_ascii_lowercase();
     let (submod, num) = if let Some(n) = lower.strip_prefix("common:") {
@@ -190,12 +190,13 @@ fn named_u8(
     prefixes: &[&str],
     table: &'static [(u8, &'static str)],
     what: &str,
-) -> Result<u8, String> {
+) -> Result<u8, ValueError> {
     if let Ok(n) = parse_number(s) {
-        return u8::try_from(n).map_err(|_| format!("{what} or a number 0..=255"));
+        return u8::try_from(n)
+            .map_err(|_| ValueError::expected(format!("{what} or a number 0..=255")));
     }
     names::lookup(s, prefixes, table.iter().map(|(v, n)| (*n, *v))).ok_or_else(|| {
-        format!(
+        ValueError::expected(format!(
             "{what} ({}) or a number",
             table
                 .iter()
@@ -208,15 +209,15 @@ fn named_u8(
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
-        )
+        ))
     })
 }
 
-fn yes_no(s: &str) -> Result<bool, String> {
+fn yes_no(s: &str) -> Result<bool, ValueError> {
     match s.to_ascii_lowercase().as_str() {
         "yes" | "true" | "1" | "on" => Ok(true),
         "no" | "false" | "0" | "off" => Ok(false),
-        _ => Err("yes or no".into()),
+        _ => Err(ValueError::expected("yes or no")),
     }
 }
 
@@ -235,11 +236,13 @@ impl ErdmaFault {
             });
         };
         spec.check_params(takes(info.name))?;
-        let bad = |param: &str, why: &str| FaultError::BadValue {
+        // A value that parses but does not fit the kind or the other
+        // parameters.
+        let bad = |param: &str, why: &'static str| FaultError::BadValue {
             kind: spec.kind.clone(),
             param: param.to_owned(),
             value: spec.params.get(param).cloned().unwrap_or_default(),
-            why: why.to_owned(),
+            why: ValueError::expected(why),
         };
         Ok(match info.name {
             "cmdq-timeout" => ErdmaFault::CmdqTimeout {
@@ -323,4 +326,45 @@ pub(crate) struct Faults {
     /// The port is down: by a rule (`Some(Some(id))`) or by `set_link`
     /// (`Some(None)`).
     pub(crate) port_down: Option<Option<u32>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ctl` prints these messages: the value's parser says what it accepts,
+    /// the rule's kind and parameter come from the spec.
+    #[test]
+    fn bad_values_say_what_is_accepted() {
+        let e = |s: FaultSpec| ErdmaFault::parse(&s).unwrap_err().to_string();
+        assert_eq!(
+            e(FaultSpec::new("cmd-status").param("status", "0x100")),
+            "device fault cmd-status: status=\"0x100\": a number 0..=255"
+        );
+        assert_eq!(
+            e(FaultSpec::new("cmd-status").param("status", 0)),
+            "device fault cmd-status: status=\"0\": a non-zero status (0 is success)"
+        );
+        assert_eq!(
+            e(FaultSpec::new("aeq")
+                .param("event", 1)
+                .param("qpn", 1)
+                .param("error", "maybe")),
+            "device fault aeq: error=\"maybe\": yes or no"
+        );
+        let opcode = e(FaultSpec::new("cmdq-timeout").param("opcode", "frob"));
+        assert!(
+            opcode.starts_with(
+                "device fault cmdq-timeout: opcode=\"frob\": a CMDQ_OPCODE_* name (QUERY_DEVICE, CREATE_QP"
+            ),
+            "{opcode}"
+        );
+        assert_eq!(
+            parse_cmd_opcode("common:7"),
+            Ok(CmdOpcode {
+                submod: 1,
+                opcode: 7
+            })
+        );
+    }
 }

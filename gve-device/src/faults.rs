@@ -7,7 +7,9 @@
 //! the admin queue, TX and RX paths ask it at the one place each kind may
 //! strike; with no rule at all a hook costs one `is_empty` test.
 
-use pci_model::fault::{parse_number, FaultError, FaultKindInfo, FaultRules, FaultSpec};
+use pci_model::fault::{
+    parse_number, FaultError, FaultKindInfo, FaultRules, FaultSpec, ValueError,
+};
 
 use crate::adminq_codes::{opcode, STATUSES};
 
@@ -261,11 +263,11 @@ fn strip<'a>(s: &'a str, prefixes: &[&str]) -> &'a str {
     s
 }
 
-fn parse_opcode(s: &str) -> Result<OpMatch, String> {
+fn parse_opcode(s: &str) -> Result<OpMatch, ValueError> {
     if let Ok(n) = parse_number(s) {
         return u32::try_from(n)
             .map(OpMatch::Op)
-            .map_err(|_| "an opcode below 2^32".into());
+            .map_err(|_| ValueError::expected("an opcode below 2^32"));
     }
     let name = strip(s, &["GVE_ADMINQ_"]);
     for (n, f) in [
@@ -294,7 +296,7 @@ fn parse_opcode(s: &str) -> Result<OpMatch, String> {
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|&(_, v)| OpMatch::Op(v))
         .ok_or_else(|| {
-            format!(
+            ValueError::expected(format!(
                 "an admin opcode: a number or one of {}, ADD_FLOW_RULE, DEL_FLOW_RULE, \
 RESET_FLOW_RULE",
                 OPCODES
@@ -302,13 +304,13 @@ RESET_FLOW_RULE",
                     .map(|(n, _)| *n)
                     .collect::<Vec<_>>()
                     .join(", ")
-            )
+            ))
         })
 }
 
-fn parse_status(s: &str) -> Result<u32, String> {
+fn parse_status(s: &str) -> Result<u32, ValueError> {
     if let Ok(n) = parse_number(s) {
-        return u32::try_from(n).map_err(|_| "a status below 2^32".into());
+        return u32::try_from(n).map_err(|_| ValueError::expected("a status below 2^32"));
     }
     let name = strip(s, &["GVE_ADMINQ_COMMAND_", "ERROR_"]);
     STATUSES
@@ -316,35 +318,35 @@ fn parse_status(s: &str) -> Result<u32, String> {
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|&(_, v)| v)
         .ok_or_else(|| {
-            format!(
+            ValueError::expected(format!(
                 "an admin status: a number or one of {}",
                 STATUSES
                     .iter()
                     .map(|(n, _)| *n)
                     .collect::<Vec<_>>()
                     .join(", ")
-            )
+            ))
         })
 }
 
-fn parse_queue(s: &str) -> Result<u32, String> {
-    parse_number(s).and_then(|n| u32::try_from(n).map_err(|_| "a queue id".into()))
+fn parse_queue(s: &str) -> Result<u32, ValueError> {
+    parse_number(s).and_then(|n| u32::try_from(n).map_err(|_| ValueError::expected("a queue id")))
 }
 
-fn parse_yes_no(s: &str) -> Result<bool, String> {
+fn parse_yes_no(s: &str) -> Result<bool, ValueError> {
     match s.to_ascii_lowercase().as_str() {
         "yes" | "y" | "true" | "1" => Ok(true),
         "no" | "n" | "false" | "0" => Ok(false),
-        _ => Err("yes or no".into()),
+        _ => Err(ValueError::expected("yes or no")),
     }
 }
 
-fn parse_bits(s: &str) -> Result<CsumErr, String> {
+fn parse_bits(s: &str) -> Result<CsumErr, ValueError> {
     match s.to_ascii_lowercase().as_str() {
         "l4" => Ok(CsumErr::L4),
         "ip" => Ok(CsumErr::Ip),
         "both" => Ok(CsumErr::Both),
-        _ => Err("l4, ip or both".into()),
+        _ => Err(ValueError::expected("l4, ip or both")),
     }
 }
 

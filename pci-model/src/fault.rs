@@ -14,6 +14,7 @@
 //! the table, visible with its counters, until it is cleared, also after its
 //! count is spent and when it never matched.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -59,7 +60,7 @@ pub enum FaultError {
         /// Its value.
         value: String,
         /// What would be accepted.
-        why: String,
+        why: ValueError,
     },
     /// `prob` outside 0..=1, or `count` 0.
     #[error("device fault trigger: {0}")]
@@ -76,6 +77,28 @@ pub enum FaultError {
     /// The device has no fault injection at all.
     #[error("this device has no device faults")]
     Unsupported,
+}
+
+/// Why one parameter value was refused: what the parameter accepts (`a
+/// number (decimal or 0x hex)`). A value's parser knows only the text it
+/// was given, so this is all it can say; [`FaultSpec::get`] puts the rule's
+/// kind, the parameter and the value around it in a
+/// [`FaultError::BadValue`], which is what `ctl` prints.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{expected}")]
+pub struct ValueError {
+    /// What would be accepted, worded to follow `param=value: `.
+    pub expected: Cow<'static, str>,
+}
+
+impl ValueError {
+    /// The value is not `expected` (a fixed text or one built from the
+    /// device's name tables).
+    pub fn expected(expected: impl Into<Cow<'static, str>>) -> Self {
+        ValueError {
+            expected: expected.into(),
+        }
+    }
 }
 
 /// One kind of fault a model can inject, for `ctl device-fault kinds` and
@@ -147,7 +170,7 @@ impl FaultSpec {
     pub fn get<T>(
         &self,
         key: &'static str,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, ValueError>,
     ) -> Result<Option<T>, FaultError> {
         let Some(v) = self.params.get(key) else {
             return Ok(None);
@@ -164,7 +187,7 @@ impl FaultSpec {
     pub fn require<T>(
         &self,
         key: &'static str,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, ValueError>,
     ) -> Result<T, FaultError> {
         self.get(key, parse)?.ok_or(FaultError::MissingParam {
             kind: self.kind.clone(),
@@ -187,12 +210,12 @@ fn param_name(t: &str) -> &str {
 }
 
 /// Parses a number in decimal or `0x` hex, for fault parameters.
-pub fn parse_number(s: &str) -> Result<u64, String> {
+pub fn parse_number(s: &str) -> Result<u64, ValueError> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16),
         None => s.parse(),
     };
-    r.map_err(|_| "a number (decimal or 0x hex)".to_owned())
+    r.map_err(|_| ValueError::expected("a number (decimal or 0x hex)"))
 }
 
 /// The rule's own PRNG (splitmix64, as the fabric's frame faults).
@@ -444,7 +467,10 @@ mod tests {
         let spec = FaultSpec::new("x").param("qpn", "zz");
         assert!(spec.check_params(&["qp=the QP"]).is_err());
         let e = spec.require("qpn", parse_number).unwrap_err();
-        assert!(e.to_string().contains("qpn=\"zz\""), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "device fault x: qpn=\"zz\": a number (decimal or 0x hex)"
+        );
     }
 
     #[test]

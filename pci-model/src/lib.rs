@@ -20,7 +20,7 @@ pub mod config;
 pub mod fault;
 pub mod trace;
 
-pub use fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus};
+pub use fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus, ValueError};
 pub use trace::{TraceKind, TraceRecord};
 
 use std::time::{Duration, Instant};

@@ -138,12 +138,7 @@ impl VerbsCli {
             }
             v => v.map(|v| v as u32),
         };
-        let tests = self
-            .tests
-            .as_deref()
-            .map(parse_tests)
-            .transpose()
-            .map_err(anyhow::Error::msg)?;
+        let tests = self.tests.as_deref().map(parse_tests).transpose()?;
         match self.role {
             Role::Client => {
                 if self.addr.is_some() {
@@ -161,7 +156,7 @@ impl VerbsCli {
                     iters: self.iters.unwrap_or(8),
                     seed: self.seed.unwrap_or(1),
                 };
-                cfg.validate().map_err(anyhow::Error::msg)?;
+                cfg.validate()?;
                 Ok(verbs_args::VerbsArgsLite {
                     server: false,
                     addr: ipv4(peer, "--peer")?,
@@ -313,7 +308,7 @@ fn run_stream(a: StreamArgs) -> Result<ExitCode> {
         bail!("--msg-size must be between 1 byte and 256M");
     }
     let addr: IpAddr = match (&a.addr, a.role) {
-        (Some(s), _) => parse_ip(s).map_err(anyhow::Error::msg)?,
+        (Some(s), _) => parse_ip(s)?,
         (None, Role::Server) => IpAddr::from([0, 0, 0, 0]),
         (None, Role::Client) => bail!("stream client needs --addr SERVER_IP"),
     };
@@ -548,7 +543,7 @@ fn run_verbs(v: VerbsCli) -> Result<ExitCode> {
         sysfs: "/sys".into(),
         corrupt: match &v.inject_corruption {
             None => Vec::new(),
-            Some(t) => smc_guest_tests::verbs::parse_tests(t).map_err(anyhow::Error::msg)?,
+            Some(t) => smc_guest_tests::verbs::parse_tests(t)?,
         },
     };
     let role = if lite.server { "server" } else { "client" };

@@ -346,9 +346,39 @@ pub fn socket_inode(fd: RawFd) -> io::Result<u64> {
     Ok(st.st_ino)
 }
 
+/// An `--addr` that is no IP address.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad IP address {input:?}: {error}")]
+pub struct IpAddrError {
+    /// The text given.
+    pub input: String,
+    /// Why std refused it.
+    pub error: std::net::AddrParseError,
+}
+
 /// Parses an IP address for `--addr` (brackets around IPv6 are accepted).
-pub fn parse_ip(s: &str) -> Result<IpAddr, String> {
+pub fn parse_ip(s: &str) -> Result<IpAddr, IpAddrError> {
     let t = s.trim().trim_start_matches('[').trim_end_matches(']');
-    t.parse::<IpAddr>()
-        .map_err(|e| format!("bad IP address {s:?}: {e}"))
+    t.parse::<IpAddr>().map_err(|error| IpAddrError {
+        input: s.to_string(),
+        error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_addresses_parse_with_or_without_brackets() {
+        assert_eq!(
+            parse_ip("[::1]").unwrap(),
+            IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+        );
+        assert_eq!(parse_ip(" 10.0.0.1 ").unwrap(), IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(
+            parse_ip("10.0.0.300").unwrap_err().to_string(),
+            "bad IP address \"10.0.0.300\": invalid IP address syntax"
+        );
+    }
 }

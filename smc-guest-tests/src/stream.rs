@@ -207,6 +207,18 @@ pub const HEADER_MAGIC: [u8; 8] = *b"SMCGT\x00\x01\x00";
 /// Header length on the wire.
 pub const HEADER_LEN: usize = 40;
 
+/// Why the server refused a connection's header.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Not our magic: the peer is some other program.
+    #[error("bad header magic {0:02x?} (not a smc-guest-tests client?)")]
+    Magic([u8; 8]),
+    /// The client runs another config than the server (or sent a
+    /// connection index beyond it); one `what client=.. server=..` each.
+    #[error("client and server disagree: {}", .0.join(", "))]
+    Disagree(Vec<String>),
+}
+
 /// Connection header sent by the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -239,12 +251,9 @@ impl Header {
     }
 
     /// Decodes, checking the magic.
-    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, String> {
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, HeaderError> {
         if b[0..8] != HEADER_MAGIC {
-            return Err(format!(
-                "bad header magic {:02x?} (not a smc-guest-tests client?)",
-                &b[0..8]
-            ));
+            return Err(HeaderError::Magic(b[0..8].try_into().unwrap()));
         }
         Ok(Header {
             conn: u32::from_be_bytes(b[8..12].try_into().unwrap()),
@@ -267,7 +276,7 @@ impl Header {
         }
     }
 
-    fn check(&self, cfg: &StreamConfig) -> Result<(), String> {
+    fn check(&self, cfg: &StreamConfig) -> Result<(), HeaderError> {
         let mut diffs = Vec::new();
         if self.bytes != cfg.bytes {
             diffs.push(format!("bytes client={} server={}", self.bytes, cfg.bytes));
@@ -301,7 +310,7 @@ impl Header {
         if diffs.is_empty() {
             Ok(())
         } else {
-            Err(format!("client and server disagree: {}", diffs.join(", ")))
+            Err(HeaderError::Disagree(diffs))
         }
     }
 }
@@ -1015,7 +1024,7 @@ pub fn serve_round(listener: &Listener, cfg: &StreamConfig) -> RunReport {
                         Err(e) => r.errors.push(format!("reading header: {e}")),
                         Ok(()) => {
                             match Header::decode(&hb).and_then(|h| h.check(&cfg).map(|_| h)) {
-                                Err(e) => r.errors.push(e),
+                                Err(e) => r.errors.push(e.to_string()),
                                 Ok(h) => run_conn(s, Role::Server, &cfg, h.conn, &mut r),
                             }
                         }
@@ -1084,10 +1093,19 @@ mod tests {
         assert_eq!(h, d);
         let mut bad = h.encode();
         bad[0] ^= 1;
-        assert!(Header::decode(&bad).is_err());
+        assert_eq!(
+            Header::decode(&bad).unwrap_err().to_string(),
+            "bad header magic [52, 4d, 43, 47, 54, 00, 01, 00] (not a smc-guest-tests client?)"
+        );
         let mut other = cfg.clone();
         other.conns = 4;
-        assert!(Header::for_conn(&other, 3).check(&cfg).is_err());
+        assert_eq!(
+            Header::for_conn(&other, 3).check(&cfg).unwrap_err().to_string(),
+            format!(
+                "client and server disagree: conns client=4 server={}, connection index 3 >= conns {}",
+                cfg.conns, cfg.conns
+            )
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::pattern::{splitmix64, Pattern, Way};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One verbs test. The discriminant is the wire id (bit in the hello mask).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,8 +90,38 @@ impl fmt::Display for VerbsTest {
     }
 }
 
+/// Why a run's configuration is refused: an unknown test name, a limit
+/// exceeded, or (server) a client whose config differs from the server's
+/// options. The texts name the command-line options, as the user gives
+/// them there.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A name in `--tests` that is no test.
+    #[error(
+        "unknown verbs test {0:?} (have: all, {have})",
+        have = VerbsTest::ALL.map(|t| t.name()).join(", ")
+    )]
+    UnknownTest(String),
+    /// An empty test list.
+    #[error("no verbs test given")]
+    NoTests,
+    /// `--size` 0 or above [`MAX_SIZE`].
+    #[error("--size must be 1 byte .. {MAX_SIZE}")]
+    Size,
+    /// `--iters` 0 or above [`MAX_ITERS`].
+    #[error("--iters must be 1 .. {MAX_ITERS}")]
+    Iters,
+    /// The buffer `--size` x `--iters` above [`MAX_TOTAL`].
+    #[error("--size x --iters must be at most {} MiB", MAX_TOTAL >> 20)]
+    Total,
+    /// Server: the client's config differs from the options given; one
+    /// `what client (client) vs server (server)` per option.
+    #[error("config mismatch: {}", .0.join("; "))]
+    Mismatch(Vec<String>),
+}
+
 /// Parses `send,write,...` or `all` into a sorted, de-duplicated list.
-pub fn parse_tests(s: &str) -> Result<Vec<VerbsTest>, String> {
+pub fn parse_tests(s: &str) -> Result<Vec<VerbsTest>, ConfigError> {
     let mut v = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if part.eq_ignore_ascii_case("all") {
@@ -102,16 +132,11 @@ pub fn parse_tests(s: &str) -> Result<Vec<VerbsTest>, String> {
             .iter()
             .copied()
             .find(|t| t.name().eq_ignore_ascii_case(part) || t.name().replace('_', "-") == part)
-            .ok_or_else(|| {
-                format!(
-                    "unknown verbs test {part:?} (have: all, {})",
-                    VerbsTest::ALL.map(|t| t.name()).join(", ")
-                )
-            })?;
+            .ok_or_else(|| ConfigError::UnknownTest(part.to_string()))?;
         v.push(t);
     }
     if v.is_empty() {
-        return Err("no verbs test given".into());
+        return Err(ConfigError::NoTests);
     }
     v.sort();
     v.dedup();
@@ -122,10 +147,10 @@ fn tests_mask(tests: &[VerbsTest]) -> u16 {
     tests.iter().fold(0, |m, t| m | (1 << t.id()))
 }
 
-fn tests_from_mask(mask: u16) -> Result<Vec<VerbsTest>, String> {
+fn tests_from_mask(mask: u16) -> Result<Vec<VerbsTest>, WireError> {
     let known = tests_mask(&VerbsTest::ALL);
     if mask & !known != 0 || mask == 0 {
-        return Err(format!("bad test mask {mask:#06x}"));
+        return Err(WireError::TestMask(mask));
     }
     Ok(VerbsTest::ALL
         .into_iter()
@@ -156,21 +181,18 @@ pub struct VerbsConfig {
 
 impl VerbsConfig {
     /// Checks the limits.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.tests.is_empty() {
-            return Err("no verbs test given".into());
+            return Err(ConfigError::NoTests);
         }
         if self.size == 0 || self.size > MAX_SIZE {
-            return Err(format!("--size must be 1 byte .. {MAX_SIZE}"));
+            return Err(ConfigError::Size);
         }
         if self.iters == 0 || self.iters > MAX_ITERS {
-            return Err(format!("--iters must be 1 .. {MAX_ITERS}"));
+            return Err(ConfigError::Iters);
         }
         if u64::from(self.size) * u64::from(self.iters) > MAX_TOTAL {
-            return Err(format!(
-                "--size x --iters must be at most {} MiB",
-                MAX_TOTAL >> 20
-            ));
+            return Err(ConfigError::Total);
         }
         Ok(())
     }
@@ -203,7 +225,7 @@ pub struct ExpectedConfig {
 
 impl ExpectedConfig {
     /// Names every given option that differs from `c`.
-    pub fn check(&self, c: &VerbsConfig) -> Result<(), String> {
+    pub fn check(&self, c: &VerbsConfig) -> Result<(), ConfigError> {
         let mut bad = Vec::new();
         if let Some(t) = &self.tests {
             if *t != c.tests {
@@ -229,7 +251,7 @@ impl ExpectedConfig {
         if bad.is_empty() {
             Ok(())
         } else {
-            Err(format!("config mismatch: {}", bad.join("; ")))
+            Err(ConfigError::Mismatch(bad))
         }
     }
 }
@@ -344,75 +366,169 @@ pub const WC_RECV: u32 = 128;
 /// `IBV_WC_RECV_RDMA_WITH_IMM`.
 pub const WC_RECV_RDMA_WITH_IMM: u32 = 129;
 
+/// What a check found wrong in a completion, in data or in an atomic's
+/// result: the first difference from what the peer must have sent, with
+/// the message it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// A receive completed with an error status.
+    #[error(
+        "receive {iter}: completion status {status} ({}), vendor_err {vendor_err:#x}",
+        wc_status_name(*status)
+    )]
+    RecvStatus {
+        /// The message (the receive's `wr_id`).
+        iter: u32,
+        /// `ibv_wc_status`.
+        status: u32,
+        /// The provider's `vendor_err`.
+        vendor_err: u32,
+    },
+    /// A receive completed with the wrong opcode.
+    #[error("receive {iter}: opcode {got} but expected {want}")]
+    RecvOpcode {
+        /// The message.
+        iter: u32,
+        /// The completion's `ibv_wc_opcode`.
+        got: u32,
+        /// The one the test produces.
+        want: u32,
+    },
+    /// A SEND's receive with another length than was sent.
+    #[error("receive {iter}: byte_len {got} but {want} sent")]
+    RecvLen {
+        /// The message.
+        iter: u32,
+        /// The completion's `byte_len`.
+        got: u32,
+        /// The size sent.
+        want: u32,
+    },
+    /// A test with immediates, a receive without one.
+    #[error("receive {iter}: no immediate (IBV_WC_WITH_IMM clear)")]
+    NoImm {
+        /// The message.
+        iter: u32,
+    },
+    /// An immediate other than this message's.
+    #[error("receive {iter}: immediate {got:#010x}, expected {want:#010x}")]
+    WrongImm {
+        /// The message.
+        iter: u32,
+        /// The immediate received.
+        got: u32,
+        /// The one sent.
+        want: u32,
+    },
+    /// A test without immediates, a receive with one.
+    #[error("receive {iter}: unexpected immediate {got:#010x}")]
+    UnexpectedImm {
+        /// The message.
+        iter: u32,
+        /// The immediate received.
+        got: u32,
+    },
+    /// A message slot whose data differs from its pattern.
+    #[error("message {iter}: byte {offset} of {len} is {got:#04x}, expected {want:#04x}")]
+    Data {
+        /// The message.
+        iter: u32,
+        /// The first wrong byte.
+        offset: u64,
+        /// The slot's length.
+        len: usize,
+        /// The byte found.
+        got: u8,
+        /// The pattern's byte.
+        want: u8,
+    },
+    /// An atomic returned another old value than the chain predicts.
+    #[error("{what} {iter}: returned old value {got:#018x}, expected {want:#018x}")]
+    AtomicOld {
+        /// Which atomic (`faa`, `cas (matching)`, ...).
+        what: String,
+        /// The iteration.
+        iter: u32,
+        /// The old value returned.
+        got: u64,
+        /// The value the word held.
+        want: u64,
+    },
+}
+
 /// Checks a receive completion of `test` message `iter` (wr_id = iter):
 /// status, opcode, length and immediate. The data is checked separately.
-pub fn check_recv(seed: u64, test: VerbsTest, size: u32, c: &Completion) -> Result<(), String> {
+pub fn check_recv(seed: u64, test: VerbsTest, size: u32, c: &Completion) -> Result<(), CheckError> {
     let iter = c.wr_id as u32;
-    if let Some((st, ve)) = c.error {
-        return Err(format!(
-            "receive {iter}: completion status {st} ({}), vendor_err {ve:#x}",
-            wc_status_name(st)
-        ));
+    if let Some((status, vendor_err)) = c.error {
+        return Err(CheckError::RecvStatus {
+            iter,
+            status,
+            vendor_err,
+        });
     }
     let (want_op, want_len) = match test {
         VerbsTest::WriteImm => (WC_RECV_RDMA_WITH_IMM, size),
         _ => (WC_RECV, size),
     };
     if c.opcode != want_op {
-        return Err(format!(
-            "receive {iter}: opcode {} but expected {want_op}",
-            c.opcode
-        ));
+        return Err(CheckError::RecvOpcode {
+            iter,
+            got: c.opcode,
+            want: want_op,
+        });
     }
     // RDMA WRITE with immediate: byte_len is the write's length on rxe;
     // the IB spec leaves it to the responder, so only SENDs are held to it.
     if test != VerbsTest::WriteImm && c.byte_len != want_len {
-        return Err(format!(
-            "receive {iter}: byte_len {} but {want_len} sent",
-            c.byte_len
-        ));
+        return Err(CheckError::RecvLen {
+            iter,
+            got: c.byte_len,
+            want: want_len,
+        });
     }
     match (test.has_imm(), c.imm) {
-        (true, None) => Err(format!(
-            "receive {iter}: no immediate (IBV_WC_WITH_IMM clear)"
-        )),
-        (true, Some(v)) => {
+        (true, None) => Err(CheckError::NoImm { iter }),
+        (true, Some(got)) => {
             let want = imm_value(seed, test, iter);
-            if v == want {
+            if got == want {
                 Ok(())
             } else {
-                Err(format!(
-                    "receive {iter}: immediate {v:#010x}, expected {want:#010x}"
-                ))
+                Err(CheckError::WrongImm { iter, got, want })
             }
         }
-        (false, Some(v)) => Err(format!("receive {iter}: unexpected immediate {v:#010x}")),
+        (false, Some(got)) => Err(CheckError::UnexpectedImm { iter, got }),
         (false, None) => Ok(()),
     }
 }
 
 /// Checks message slot data against its pattern; the error names the first
 /// wrong byte.
-pub fn check_slot(seed: u64, test: VerbsTest, iter: u32, data: &[u8]) -> Result<(), String> {
-    match msg_pattern(seed, test, iter, data_way(test)).verify(0, data) {
+pub fn check_slot(seed: u64, test: VerbsTest, iter: u32, data: &[u8]) -> Result<(), CheckError> {
+    let pattern = msg_pattern(seed, test, iter, data_way(test));
+    match pattern.verify(0, data) {
         None => Ok(()),
-        Some(off) => Err(format!(
-            "message {iter}: byte {off} of {} is {:#04x}, expected {:#04x}",
-            data.len(),
-            data[off as usize],
-            msg_pattern(seed, test, iter, data_way(test)).byte_at(off)
-        )),
+        Some(offset) => Err(CheckError::Data {
+            iter,
+            offset,
+            len: data.len(),
+            got: data[offset as usize],
+            want: pattern.byte_at(offset),
+        }),
     }
 }
 
 /// Checks what an atomic returned (the old value).
-pub fn check_atomic_old(what: &str, iter: u32, got: u64, want: u64) -> Result<(), String> {
+pub fn check_atomic_old(what: &str, iter: u32, got: u64, want: u64) -> Result<(), CheckError> {
     if got == want {
         Ok(())
     } else {
-        Err(format!(
-            "{what} {iter}: returned old value {got:#018x}, expected {want:#018x}"
-        ))
+        Err(CheckError::AtomicOld {
+            what: what.to_string(),
+            iter,
+            got,
+            want,
+        })
     }
 }
 
@@ -508,6 +624,59 @@ pub struct QpInfo {
     pub caps: Caps,
 }
 
+/// Why a QP info or a hello from the peer is refused (a hostile or
+/// mismatched peer: every field is checked).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// A QP info of the wrong size.
+    #[error("QP info: {0} bytes, expected {QP_INFO_LEN}")]
+    QpInfoLen(usize),
+    /// Not our QP info magic.
+    #[error("QP info: bad magic (not a verbs peer?)")]
+    QpInfoMagic,
+    /// Another wire version.
+    #[error("QP info: version {0}, expected {WIRE_VERSION}")]
+    QpInfoVersion(u16),
+    /// Capability bits this version does not define.
+    #[error("QP info: unknown capability bits {0:#04x}")]
+    Caps(u8),
+    /// QP number 0 or wider than 24 bits.
+    #[error("QP info: bad QP number {0:#x}")]
+    Qpn(u32),
+    /// PSN wider than 24 bits.
+    #[error("QP info: PSN {0:#x} has more than 24 bits")]
+    Psn(u32),
+    /// An `ibv_mtu` outside 1..=5.
+    #[error("QP info: bad MTU enum {0}")]
+    Mtu(u8),
+    /// A buffer that wraps the address space.
+    #[error("QP info: buffer address + length overflows")]
+    BufferOverflows,
+    /// A hello of the wrong size.
+    #[error("hello: {0} bytes, expected {HELLO_LEN}")]
+    HelloLen(usize),
+    /// Not our hello magic.
+    #[error("hello: bad magic (not a verbs client?)")]
+    HelloMagic,
+    /// Another wire version.
+    #[error("hello: version {0}, expected {WIRE_VERSION}")]
+    HelloVersion(u16),
+    /// A test mask naming no test or unknown ones.
+    #[error("bad test mask {0:#06x}")]
+    TestMask(u16),
+    /// The client's config breaks a limit.
+    #[error("hello: {0}")]
+    HelloConfig(ConfigError),
+    /// The client's buffer cannot hold the config's layout.
+    #[error("hello: client buffer of {len} bytes is smaller than the layout's {need}")]
+    SmallBuffer {
+        /// The client's buffer length.
+        len: u64,
+        /// The layout's length.
+        need: u64,
+    },
+}
+
 const QP_MAGIC: &[u8; 4] = b"VRQP";
 const HELLO_MAGIC: &[u8; 4] = b"VRVH";
 const WIRE_VERSION: u16 = 1;
@@ -533,22 +702,19 @@ impl QpInfo {
     }
 
     /// Decodes and validates (hostile peer: every field checked).
-    pub fn decode(b: &[u8]) -> Result<Self, String> {
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
         if b.len() != QP_INFO_LEN {
-            return Err(format!(
-                "QP info: {} bytes, expected {QP_INFO_LEN}",
-                b.len()
-            ));
+            return Err(WireError::QpInfoLen(b.len()));
         }
         if &b[0..4] != QP_MAGIC {
-            return Err("QP info: bad magic (not a verbs peer?)".into());
+            return Err(WireError::QpInfoMagic);
         }
         let ver = u16::from_be_bytes([b[4], b[5]]);
         if ver != WIRE_VERSION {
-            return Err(format!("QP info: version {ver}, expected {WIRE_VERSION}"));
+            return Err(WireError::QpInfoVersion(ver));
         }
         if b[6] & !3 != 0 {
-            return Err(format!("QP info: unknown capability bits {:#04x}", b[6]));
+            return Err(WireError::Caps(b[6]));
         }
         let be32 = |o: usize| u32::from_be_bytes(b[o..o + 4].try_into().unwrap());
         let be64 = |o: usize| u64::from_be_bytes(b[o..o + 8].try_into().unwrap());
@@ -567,16 +733,16 @@ impl QpInfo {
             rkey: be32(52),
         };
         if q.qpn == 0 || q.qpn > 0xff_ffff {
-            return Err(format!("QP info: bad QP number {:#x}", q.qpn));
+            return Err(WireError::Qpn(q.qpn));
         }
         if q.psn > 0xff_ffff {
-            return Err(format!("QP info: PSN {:#x} has more than 24 bits", q.psn));
+            return Err(WireError::Psn(q.psn));
         }
         if !(1..=5).contains(&q.mtu) {
-            return Err(format!("QP info: bad MTU enum {}", q.mtu));
+            return Err(WireError::Mtu(q.mtu));
         }
         if q.addr.checked_add(q.len).is_none() {
-            return Err("QP info: buffer address + length overflows".into());
+            return Err(WireError::BufferOverflows);
         }
         Ok(q)
     }
@@ -609,16 +775,16 @@ impl Hello {
     }
 
     /// Decodes and validates.
-    pub fn decode(b: &[u8]) -> Result<Self, String> {
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
         if b.len() != HELLO_LEN {
-            return Err(format!("hello: {} bytes, expected {HELLO_LEN}", b.len()));
+            return Err(WireError::HelloLen(b.len()));
         }
         if &b[0..4] != HELLO_MAGIC {
-            return Err("hello: bad magic (not a verbs client?)".into());
+            return Err(WireError::HelloMagic);
         }
         let ver = u16::from_be_bytes([b[4], b[5]]);
         if ver != WIRE_VERSION {
-            return Err(format!("hello: version {ver}, expected {WIRE_VERSION}"));
+            return Err(WireError::HelloVersion(ver));
         }
         let cfg = VerbsConfig {
             tests: tests_from_mask(u16::from_be_bytes([b[6], b[7]]))?,
@@ -626,14 +792,13 @@ impl Hello {
             iters: u32::from_be_bytes(b[12..16].try_into().unwrap()),
             seed: u64::from_be_bytes(b[16..24].try_into().unwrap()),
         };
-        cfg.validate().map_err(|e| format!("hello: {e}"))?;
+        cfg.validate().map_err(WireError::HelloConfig)?;
         let qp = QpInfo::decode(&b[24..])?;
         if qp.len < cfg.layout().len {
-            return Err(format!(
-                "hello: client buffer of {} bytes is smaller than the layout's {}",
-                qp.len,
-                cfg.layout().len
-            ));
+            return Err(WireError::SmallBuffer {
+                len: qp.len,
+                need: cfg.layout().len,
+            });
         }
         Ok(Hello { cfg, qp })
     }
@@ -650,8 +815,35 @@ pub enum Ctl {
     Connected,
     /// Server -> client: buffers prepared (and RECVs posted) for a test.
     Ready(VerbsTest),
-    /// This side's verdict on a test (`Err` = failure reason).
-    Done(VerbsTest, Result<(), String>),
+    /// This side's verdict on a test.
+    Done(VerbsTest, Verdict),
+}
+
+/// One side's verdict on a test, as [`Ctl::Done`] carries it: on the wire a
+/// failure is its reason's text (the peer's checks are not ours to type).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Everything this side checked was right.
+    Pass,
+    /// Failed, with the reason.
+    Fail(String),
+}
+
+impl Verdict {
+    /// The test passed on that side.
+    pub fn passed(&self) -> bool {
+        *self == Verdict::Pass
+    }
+}
+
+impl<E: fmt::Display> From<&Result<(), E>> for Verdict {
+    /// This side's checks, reduced to what the peer is told.
+    fn from(r: &Result<(), E>) -> Self {
+        match r {
+            Ok(()) => Verdict::Pass,
+            Err(e) => Verdict::Fail(e.to_string()),
+        }
+    }
 }
 
 /// Longest reason string carried on the wire.
@@ -665,8 +857,8 @@ impl Ctl {
             Ctl::Refuse(r) => (2, 0, 0, clip(r).into_bytes()),
             Ctl::Connected => (3, 0, 0, Vec::new()),
             Ctl::Ready(t) => (4, t.id(), 0, Vec::new()),
-            Ctl::Done(t, Ok(())) => (5, t.id(), 1, Vec::new()),
-            Ctl::Done(t, Err(r)) => (5, t.id(), 0, clip(r).into_bytes()),
+            Ctl::Done(t, Verdict::Pass) => (5, t.id(), 1, Vec::new()),
+            Ctl::Done(t, Verdict::Fail(r)) => (5, t.id(), 0, clip(r).into_bytes()),
         };
         let mut b = vec![kind, test, flag, 0];
         b.extend_from_slice(&(payload.len() as u32).to_be_bytes());
@@ -680,6 +872,7 @@ impl Ctl {
         r.read_exact(&mut h)?;
         let len = u32::from_be_bytes(h[4..8].try_into().unwrap()) as usize;
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+        let bad_qp = |e: WireError| io::Error::new(io::ErrorKind::InvalidData, e);
         if len > MAX_REASON.max(QP_INFO_LEN) {
             return Err(bad(format!("control message of {len} bytes")));
         }
@@ -689,12 +882,12 @@ impl Ctl {
             || VerbsTest::from_id(h[1]).ok_or_else(|| bad(format!("unknown test id {}", h[1])));
         let text = |p: Vec<u8>| String::from_utf8_lossy(&p).into_owned();
         Ok(match h[0] {
-            1 => Ctl::Accept(QpInfo::decode(&p).map_err(bad)?),
+            1 => Ctl::Accept(QpInfo::decode(&p).map_err(bad_qp)?),
             2 => Ctl::Refuse(text(p)),
             3 => Ctl::Connected,
             4 => Ctl::Ready(test()?),
-            5 if h[2] == 1 => Ctl::Done(test()?, Ok(())),
-            5 => Ctl::Done(test()?, Err(text(p))),
+            5 if h[2] == 1 => Ctl::Done(test()?, Verdict::Pass),
+            5 => Ctl::Done(test()?, Verdict::Fail(text(p))),
             k => return Err(bad(format!("unknown control message kind {k}"))),
         })
     }
@@ -754,14 +947,67 @@ pub fn gid_ipv4(g: &[u8; 16]) -> Option<Ipv4Addr> {
         .then(|| Ipv4Addr::new(g[12], g[13], g[14], g[15]))
 }
 
+/// Why no usable RoCE v2 GID was found on a port. The GID table is listed
+/// (`index: gid (type)`, or `no GIDs`) so the user sees what there is.
+#[derive(Debug, thiserror::Error)]
+pub enum GidError {
+    /// The port's `gids` directory cannot be read (no such device or port).
+    #[error("{}: {error}", .dir.display())]
+    ReadDir {
+        /// `<port>/gids`.
+        dir: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
+    /// The GID index asked for holds no GID.
+    #[error("GID index {index} is empty on {} (have {table})", .port_dir.display())]
+    Empty {
+        /// The index asked for.
+        index: u32,
+        /// The port's sysfs directory.
+        port_dir: PathBuf,
+        /// The port's GIDs.
+        table: String,
+    },
+    /// The GID index asked for is not a RoCE v2 GID.
+    #[error(
+        "GID index {index} on {} is {gid_type:?}, not RoCE v2 (have {table})",
+        .port_dir.display()
+    )]
+    NotRoceV2 {
+        /// The index asked for.
+        index: u32,
+        /// The port's sysfs directory.
+        port_dir: PathBuf,
+        /// Its type as sysfs says it.
+        gid_type: String,
+        /// The port's GIDs.
+        table: String,
+    },
+    /// No index asked for, and no RoCE v2 GID at all.
+    #[error(
+        "no RoCE v2 GID on {} (have {table}): is the netdev up with an IPv4 address?",
+        .port_dir.display()
+    )]
+    NoRoceV2 {
+        /// The port's sysfs directory.
+        port_dir: PathBuf,
+        /// The port's GIDs.
+        table: String,
+    },
+}
+
 /// Picks the GID from `<sysfs>/class/infiniband/<dev>/ports/<port>` (`port_dir`):
 /// with `want = Some(i)` that index, which must hold a RoCE v2 GID; without,
 /// the lowest-index RoCE v2 GID that is IPv4-mapped (what rxe over an IPv4
 /// netdev needs), else the lowest RoCE v2 GID at all.
-pub fn select_roce_gid(port_dir: &Path, want: Option<u32>) -> Result<GidChoice, String> {
+pub fn select_roce_gid(port_dir: &Path, want: Option<u32>) -> Result<GidChoice, GidError> {
     let gids = port_dir.join("gids");
     let types = port_dir.join("gid_attrs").join("types");
-    let rd = std::fs::read_dir(&gids).map_err(|e| format!("{}: {e}", gids.display()))?;
+    let rd = std::fs::read_dir(&gids).map_err(|error| GidError::ReadDir {
+        dir: gids.clone(),
+        error,
+    })?;
     let mut table: Vec<(u32, [u8; 16], String)> = Vec::new();
     for ent in rd.flatten() {
         let Some(idx) = ent.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
@@ -804,20 +1050,21 @@ pub fn select_roce_gid(port_dir: &Path, want: Option<u32>) -> Result<GidChoice, 
     };
     let pick = match want {
         Some(i) => {
-            let e = table.iter().find(|e| e.0 == i).ok_or_else(|| {
-                format!(
-                    "GID index {i} is empty on {} (have {})",
-                    port_dir.display(),
-                    listing()
-                )
-            })?;
+            let e = table
+                .iter()
+                .find(|e| e.0 == i)
+                .ok_or_else(|| GidError::Empty {
+                    index: i,
+                    port_dir: port_dir.to_path_buf(),
+                    table: listing(),
+                })?;
             if !is_v2(&e.2) {
-                return Err(format!(
-                    "GID index {i} on {} is {:?}, not RoCE v2 (have {})",
-                    port_dir.display(),
-                    e.2,
-                    listing()
-                ));
+                return Err(GidError::NotRoceV2 {
+                    index: i,
+                    port_dir: port_dir.to_path_buf(),
+                    gid_type: e.2.clone(),
+                    table: listing(),
+                });
             }
             e
         }
@@ -825,12 +1072,9 @@ pub fn select_roce_gid(port_dir: &Path, want: Option<u32>) -> Result<GidChoice, 
             .iter()
             .find(|e| is_v2(&e.2) && gid_ipv4(&e.1).is_some())
             .or_else(|| table.iter().find(|e| is_v2(&e.2)))
-            .ok_or_else(|| {
-                format!(
-                    "no RoCE v2 GID on {} (have {}): is the netdev up with an IPv4 address?",
-                    port_dir.display(),
-                    listing()
-                )
+            .ok_or_else(|| GidError::NoRoceV2 {
+                port_dir: port_dir.to_path_buf(),
+                table: listing(),
             })?,
     };
     Ok(GidChoice {
@@ -895,12 +1139,12 @@ impl TestResult {
 }
 
 /// Combines this side's verdict with the peer's.
-pub fn combine(local: Result<(), String>, peer: Result<(), String>) -> Status {
+pub fn combine(local: Verdict, peer: Verdict) -> Status {
     match (local, peer) {
-        (Ok(()), Ok(())) => Status::Pass,
-        (Err(l), Ok(())) => Status::Fail(format!("local: {l}")),
-        (Ok(()), Err(p)) => Status::Fail(format!("peer: {p}")),
-        (Err(l), Err(p)) => Status::Fail(format!("local: {l}; peer: {p}")),
+        (Verdict::Pass, Verdict::Pass) => Status::Pass,
+        (Verdict::Fail(l), Verdict::Pass) => Status::Fail(format!("local: {l}")),
+        (Verdict::Pass, Verdict::Fail(p)) => Status::Fail(format!("peer: {p}")),
+        (Verdict::Fail(l), Verdict::Fail(p)) => Status::Fail(format!("local: {l}; peer: {p}")),
     }
 }
 
@@ -937,8 +1181,14 @@ mod tests {
             vec![VerbsTest::SendImm, VerbsTest::Faa]
         );
         assert!(parse_tests("").is_err());
-        let e = parse_tests("send,atomic").unwrap_err();
-        assert!(e.contains("atomic") && e.contains("cas"), "{e}");
+        assert_eq!(
+            parse_tests("send,atomic").unwrap_err().to_string(),
+            "unknown verbs test \"atomic\" (have: all, send, send_imm, write, write_imm, read, cas, faa)"
+        );
+        assert_eq!(
+            parse_tests(" , ").unwrap_err().to_string(),
+            "no verbs test given"
+        );
         for t in VerbsTest::ALL {
             assert_eq!(VerbsTest::from_id(t.id()), Some(t));
         }
@@ -959,22 +1209,40 @@ mod tests {
         assert!(QpInfo::decode(&b[..55]).is_err());
         let mut bad = b;
         bad[0] = b'X';
-        assert!(QpInfo::decode(&bad).unwrap_err().contains("magic"));
+        assert!(QpInfo::decode(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("magic"));
         let mut bad = b;
         bad[8..12].copy_from_slice(&0x0100_0000u32.to_be_bytes());
-        assert!(QpInfo::decode(&bad).unwrap_err().contains("QP number"));
+        assert!(QpInfo::decode(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("QP number"));
         let mut bad = b;
         bad[12..16].copy_from_slice(&0x0100_0000u32.to_be_bytes());
-        assert!(QpInfo::decode(&bad).unwrap_err().contains("PSN"));
+        assert!(QpInfo::decode(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("PSN"));
         let mut bad = b;
         bad[7] = 6;
-        assert!(QpInfo::decode(&bad).unwrap_err().contains("MTU"));
+        assert!(QpInfo::decode(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("MTU"));
         let mut bad = b;
         bad[6] = 4;
-        assert!(QpInfo::decode(&bad).unwrap_err().contains("capability"));
+        assert!(QpInfo::decode(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("capability"));
         let mut bad = b;
         bad[36..44].copy_from_slice(&u64::MAX.to_be_bytes());
-        assert!(QpInfo::decode(&bad).unwrap_err().contains("overflows"));
+        assert!(QpInfo::decode(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("overflows"));
     }
 
     #[test]
@@ -992,17 +1260,27 @@ mod tests {
         small.qp.len = 100;
         assert!(Hello::decode(&small.encode())
             .unwrap_err()
+            .to_string()
             .contains("smaller"));
         // limits are enforced on decode too
         let mut b = h.encode();
         b[8..12].copy_from_slice(&0u32.to_be_bytes());
-        assert!(Hello::decode(&b).unwrap_err().contains("--size"));
+        assert_eq!(
+            Hello::decode(&b).unwrap_err().to_string(),
+            "hello: --size must be 1 byte .. 16777216"
+        );
         let mut b = h.encode();
         b[12..16].copy_from_slice(&(MAX_ITERS + 1).to_be_bytes());
-        assert!(Hello::decode(&b).unwrap_err().contains("--iters"));
+        assert!(Hello::decode(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("--iters"));
         let mut b = h.encode();
         b[6..8].copy_from_slice(&0x0100u16.to_be_bytes());
-        assert!(Hello::decode(&b).unwrap_err().contains("mask"));
+        assert_eq!(
+            Hello::decode(&b).unwrap_err().to_string(),
+            "bad test mask 0x0100"
+        );
         let mut b = h.encode();
         b[6..8].copy_from_slice(&0u16.to_be_bytes());
         assert!(Hello::decode(&b).is_err());
@@ -1015,8 +1293,8 @@ mod tests {
             Ctl::Refuse("no such test".into()),
             Ctl::Connected,
             Ctl::Ready(VerbsTest::WriteImm),
-            Ctl::Done(VerbsTest::Cas, Ok(())),
-            Ctl::Done(VerbsTest::Read, Err("byte 3 is 0x00".into())),
+            Ctl::Done(VerbsTest::Cas, Verdict::Pass),
+            Ctl::Done(VerbsTest::Read, Verdict::Fail("byte 3 is 0x00".into())),
         ];
         let mut buf = Vec::new();
         for m in &msgs {
@@ -1028,8 +1306,9 @@ mod tests {
         }
         assert!(r.is_empty());
         // a huge reason is clipped on encode
-        let long = Ctl::Done(VerbsTest::Send, Err("é".repeat(MAX_REASON)));
-        let Ctl::Done(_, Err(got)) = Ctl::read_from(&mut &long.encode()[..]).unwrap() else {
+        let long = Ctl::Done(VerbsTest::Send, Verdict::Fail("é".repeat(MAX_REASON)));
+        let Ctl::Done(_, Verdict::Fail(got)) = Ctl::read_from(&mut &long.encode()[..]).unwrap()
+        else {
             panic!()
         };
         assert!(got.len() <= MAX_REASON && got.starts_with('é'));
@@ -1064,7 +1343,7 @@ mod tests {
             seed: Some(1),
             ..Default::default()
         };
-        let err = e.check(&c).unwrap_err();
+        let err = e.check(&c).unwrap_err().to_string();
         assert!(
             err.contains("tests send,cas (client) vs send (server)"),
             "{err}"
@@ -1113,6 +1392,7 @@ mod tests {
         assert_eq!(check_recv(seed, VerbsTest::Send, 100, &ok), Ok(()));
         assert!(check_recv(seed, VerbsTest::Send, 101, &ok)
             .unwrap_err()
+            .to_string()
             .contains("byte_len"));
         // SEND with immediate: the value must match this iteration's
         let imm = Completion {
@@ -1122,6 +1402,7 @@ mod tests {
         assert_eq!(check_recv(seed, VerbsTest::SendImm, 100, &imm), Ok(()));
         assert!(check_recv(seed, VerbsTest::SendImm, 100, &ok)
             .unwrap_err()
+            .to_string()
             .contains("no immediate"));
         let wrong = Completion {
             imm: Some(imm_value(seed, VerbsTest::SendImm, 3)),
@@ -1129,9 +1410,11 @@ mod tests {
         };
         assert!(check_recv(seed, VerbsTest::SendImm, 100, &wrong)
             .unwrap_err()
+            .to_string()
             .contains("immediate"));
         assert!(check_recv(seed, VerbsTest::Send, 100, &imm)
             .unwrap_err()
+            .to_string()
             .contains("unexpected immediate"));
         // WRITE with immediate: opcode RECV_RDMA_WITH_IMM
         let wi = Completion {
@@ -1142,6 +1425,7 @@ mod tests {
         assert_eq!(check_recv(seed, VerbsTest::WriteImm, 100, &wi), Ok(()));
         assert!(check_recv(seed, VerbsTest::WriteImm, 100, &imm)
             .unwrap_err()
+            .to_string()
             .contains("opcode"));
         let err = Completion {
             error: Some((5, 0x12)),
@@ -1149,6 +1433,7 @@ mod tests {
         };
         assert!(check_recv(seed, VerbsTest::Send, 100, &err)
             .unwrap_err()
+            .to_string()
             .contains("WR_FLUSH_ERR"));
         // immediates differ per test, iteration and seed
         assert_ne!(
@@ -1173,7 +1458,9 @@ mod tests {
         // READ flows the other way
         assert!(check_slot(seed, VerbsTest::Read, 5, &buf).is_err());
         buf[777] ^= 0x10;
-        let e = check_slot(seed, VerbsTest::Write, 5, &buf).unwrap_err();
+        let e = check_slot(seed, VerbsTest::Write, 5, &buf)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("byte 777 of 1000"), "{e}");
         // an all-zero buffer (data never arrived) fails
         assert!(check_slot(seed, VerbsTest::Write, 0, &[0u8; 64]).is_err());
@@ -1202,6 +1489,7 @@ mod tests {
         assert_eq!(word, atomic_final(seed, VerbsTest::Faa, 50));
         assert!(check_atomic_old("faa", 1, word, word ^ 1)
             .unwrap_err()
+            .to_string()
             .contains("expected"));
     }
 
@@ -1305,16 +1593,18 @@ mod tests {
         assert_eq!(c.gid, parse_sysfs_gid(V4).unwrap());
         // an explicit v2 index is honoured, a v1 one refused, an empty one too
         assert_eq!(select_roce_gid(&d.0, Some(1)).unwrap().index, 1);
-        let e = select_roce_gid(&d.0, Some(2)).unwrap_err();
+        let e = select_roce_gid(&d.0, Some(2)).unwrap_err().to_string();
         assert!(
             e.contains("not RoCE v2") && e.contains("3: ::ffff:10.77.0.1"),
             "{e}"
         );
         assert!(select_roce_gid(&d.0, Some(4))
             .unwrap_err()
+            .to_string()
             .contains("empty"));
         assert!(select_roce_gid(&d.0, Some(9))
             .unwrap_err()
+            .to_string()
             .contains("empty"));
     }
 
@@ -1326,14 +1616,17 @@ mod tests {
         assert_eq!((c.index, c.ipv4), (1, None));
         // only v1 GIDs: a clear error listing the table
         let d = fake_port(&[(0, LL, "IB/RoCE v1"), (1, Z, "")]);
-        let e = select_roce_gid(&d.0, None).unwrap_err();
+        let e = select_roce_gid(&d.0, None).unwrap_err().to_string();
         assert!(
             e.contains("no RoCE v2 GID") && e.contains("0: fe80::5054:ff:fe77:10a"),
             "{e}"
         );
         // nothing at all
         let d = fake_port(&[]);
-        assert!(select_roce_gid(&d.0, None).unwrap_err().contains("no GIDs"));
+        assert!(select_roce_gid(&d.0, None)
+            .unwrap_err()
+            .to_string()
+            .contains("no GIDs"));
         // missing directory
         assert!(select_roce_gid(Path::new("/nonexistent/port"), None).is_err());
     }
@@ -1356,15 +1649,23 @@ mod tests {
     fn result_lines() {
         let r = TestResult {
             test: VerbsTest::WriteImm,
-            status: combine(Ok(()), Err("imm \"x\"".into())),
+            status: combine(Verdict::Pass, Verdict::Fail("imm \"x\"".into())),
             bytes: 1 << 20,
             ops: 16,
             secs: 0.5,
         };
         let l = r.line("client", "rxe0");
         assert!(l.starts_with("VERBS-RESULT role=client dev=rxe0 test=write_imm status=FAIL ops=16 bytes=1048576 secs=0.500 mibps=2.00 reason=\"peer: imm 'x'\""), "{l}");
-        assert_eq!(combine(Ok(()), Ok(())), Status::Pass);
-        let Status::Fail(both) = combine(Err("a".into()), Err("b".into())) else {
+        assert_eq!(combine(Verdict::Pass, Verdict::Pass), Status::Pass);
+        assert_eq!(
+            Verdict::from(&check_atomic_old("faa", 2, 1, 3)),
+            Verdict::Fail(
+                "faa 2: returned old value 0x0000000000000001, expected 0x0000000000000003".into()
+            )
+        );
+        assert!(Verdict::from(&Ok::<(), CheckError>(())).passed());
+        let Status::Fail(both) = combine(Verdict::Fail("a".into()), Verdict::Fail("b".into()))
+        else {
             panic!()
         };
         assert_eq!(both, "local: a; peer: b");

@@ -208,6 +208,24 @@ impl Drop for Pd<'_> {
     }
 }
 
+/// Why [`Cq::wait`] returned before `n` completions (it hands back the ones
+/// that did arrive beside it).
+#[derive(Debug, thiserror::Error)]
+pub enum CqWaitError {
+    /// The deadline passed.
+    #[error("timed out with {got} of {want} completions")]
+    Timeout {
+        /// Completions that arrived.
+        got: usize,
+        /// Completions waited for.
+        want: usize,
+    },
+    /// `ibv_poll_cq` failed (its message, as the callers show it after
+    /// theirs).
+    #[error("{0}")]
+    Poll(anyhow::Error),
+}
+
 /// `ibv_cq`.
 pub struct Cq<'d> {
     cq: NonNull<ffi::ibv_cq>,
@@ -264,15 +282,18 @@ impl Cq<'_> {
         &self,
         n: usize,
         deadline: Instant,
-    ) -> Result<Vec<Completion>, (Vec<Completion>, String)> {
+    ) -> Result<Vec<Completion>, (Vec<Completion>, CqWaitError)> {
         let mut got = Vec::with_capacity(n);
         let mut nap = Duration::from_micros(50);
         while got.len() < n {
             match self.poll(n - got.len()) {
-                Err(e) => return Err((got, e.to_string())),
+                Err(e) => return Err((got, CqWaitError::Poll(e))),
                 Ok(v) if v.is_empty() => {
                     if Instant::now() >= deadline {
-                        let why = format!("timed out with {} of {n} completions", got.len());
+                        let why = CqWaitError::Timeout {
+                            got: got.len(),
+                            want: n,
+                        };
                         return Err((got, why));
                     }
                     std::thread::sleep(nap);

@@ -9,7 +9,7 @@
 use crate::pattern::{splitmix64, Way};
 use crate::verbs::*;
 use crate::verbs_cm::{self as cm, Channel, CmId};
-use crate::verbs_ib::{Cq, Device, Mr, Op, Qp, RoceConnect};
+use crate::verbs_ib::{Cq, CqWaitError, Device, Mr, Op, Qp, RoceConnect};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::Path;
@@ -53,6 +53,125 @@ pub struct VerbsArgs {
     /// data byte, wrong immediate, shifted READ address, wrong compare,
     /// wrong addend), which the checks must report as FAIL.
     pub corrupt: Vec<VerbsTest>,
+}
+
+/// Why a test failed on this side: a request the device refused or
+/// completed wrongly, or what landed differs from what must have (the
+/// [`CheckError`]s). Its text becomes this side's [`Verdict`] and the
+/// result line's reason.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TestFailure {
+    /// A completion, data or an atomic's result is wrong.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// Server, READ: the buffer the client reads changed.
+    #[error("READ source changed: {0}")]
+    ReadSourceChanged(CheckError),
+    /// Posting request `n` failed.
+    #[error("request {n}: {error:#}")]
+    Post {
+        /// The request.
+        n: u32,
+        /// The provider's refusal.
+        error: anyhow::Error,
+    },
+    /// Posting an atomic failed.
+    #[error("{0:#}")]
+    PostAtomic(anyhow::Error),
+    /// Server: posting receive `n` failed.
+    #[error("posting receive {n}: {error:#}")]
+    PostReceive {
+        /// The receive.
+        n: u32,
+        /// The provider's refusal.
+        error: anyhow::Error,
+    },
+    /// Client: the requests' completions did not all come.
+    #[error("{error} ({done} of {n} requests completed)")]
+    Requests {
+        /// Why the wait ended.
+        error: CqWaitError,
+        /// Requests completed.
+        done: u32,
+        /// Requests posted in all.
+        n: u32,
+    },
+    /// Client: an atomic's completion did not come.
+    #[error("atomic {wr_id}: {error}")]
+    Atomic {
+        /// The atomic's work request id.
+        wr_id: u64,
+        /// Why the wait ended.
+        error: CqWaitError,
+    },
+    /// Server: the receives' completions did not all come.
+    #[error("receives: {0}")]
+    Receives(CqWaitError),
+    /// A request or atomic completed with an error status.
+    #[error(
+        "{what} {wr_id} completed with status {status} ({}), vendor_err {vendor_err:#x}",
+        wc_status_name(*status)
+    )]
+    Status {
+        /// `request` or `atomic`.
+        what: &'static str,
+        /// Its work request id.
+        wr_id: u64,
+        /// `ibv_wc_status`.
+        status: u32,
+        /// The provider's `vendor_err`.
+        vendor_err: u32,
+    },
+    /// A request or atomic completed with another opcode than posted.
+    #[error("{what} {wr_id}: completion opcode {got} but expected {want}")]
+    Opcode {
+        /// `request` or `atomic`.
+        what: &'static str,
+        /// Its work request id.
+        wr_id: u64,
+        /// The completion's `ibv_wc_opcode`.
+        got: u32,
+        /// The one the request produces.
+        want: u32,
+    },
+    /// Server: a receive completed twice or was never posted.
+    #[error("receive completion with unexpected wr_id {0}")]
+    RecvWrId(u64),
+    /// Server: the atomic word after the client's run is not the chain's
+    /// end.
+    #[error(
+        "atomic word after {n} {test}: {got:#018x}, expected {want:#018x} (initial {initial:#018x})"
+    )]
+    AtomicWord {
+        /// The atomics run.
+        n: u32,
+        /// The test.
+        test: VerbsTest,
+        /// The word found.
+        got: u64,
+        /// The word expected.
+        want: u64,
+        /// The word before the run.
+        initial: u64,
+    },
+    /// Completions this side never asked for.
+    #[error("unexpected completion(s): {0:?}")]
+    Unexpected(Vec<Completion>),
+    /// Polling for stray completions failed.
+    #[error("{0:#}")]
+    Poll(anyhow::Error),
+    /// Client, iWARP: the provider accepted an opcode the skip says it
+    /// refuses.
+    #[error(
+        "{device} accepted ibv_post_send({op}), so this tool's iWARP skip is wrong: \
+         the device does support it; the QP state is now unknown"
+    )]
+    SkipPremiseWrong {
+        /// The device.
+        device: String,
+        /// The opcode (`IBV_WR_ATOMIC_CMP_AND_SWP`, ...).
+        op: &'static str,
+    },
 }
 
 /// Per-side resources after setup.
@@ -173,11 +292,11 @@ pub fn run(a: &VerbsArgs) -> Result<Vec<TestResult>> {
             let h = match Hello::decode(&b) {
                 Ok(h) => h,
                 Err(e) => {
-                    let _ = Ctl::Refuse(e.clone()).write_to(&mut s);
+                    let _ = Ctl::Refuse(e.to_string()).write_to(&mut s);
                     bail!("client hello: {e}");
                 }
             };
-            let mut refuse = a.expect.check(&h.cfg).err();
+            let mut refuse = a.expect.check(&h.cfg).err().map(|e| e.to_string());
             if h.qp.caps.iwarp != caps.iwarp {
                 refuse = Some(format!(
                     "transport mismatch: the client's device is {}, the server's {} is {}",
@@ -203,7 +322,7 @@ pub fn run(a: &VerbsArgs) -> Result<Vec<TestResult>> {
         }
     };
     ctl.set_nodelay(true)?;
-    cfg.validate().map_err(anyhow::Error::msg)?;
+    cfg.validate()?;
     let layout = cfg.layout();
 
     let pd = dev.alloc_pd()?;
@@ -341,8 +460,8 @@ pub fn run(a: &VerbsArgs) -> Result<Vec<TestResult>> {
                         }
                     }
                     Err(e) => {
-                        broken = Some(e.clone());
-                        status = Status::Fail(e);
+                        broken = Some(e.to_string());
+                        status = Status::Fail(e.to_string());
                     }
                 }
             }
@@ -393,7 +512,7 @@ pub fn run(a: &VerbsArgs) -> Result<Vec<TestResult>> {
 /// to refuse it (libsiw fails unsupported opcodes with EINVAL before the
 /// request becomes valid in the send queue, so the QP is unaffected).
 /// `Err` if it was accepted: the skip's premise is wrong.
-fn probe_unsupported(s: &Side<'_>, t: VerbsTest, l: Layout) -> Result<String, String> {
+fn probe_unsupported(s: &Side<'_>, t: VerbsTest, l: Layout) -> Result<String, TestFailure> {
     let (remote, rkey) = (s.peer.addr + l.atomic_off, s.peer.rkey);
     let (op, name) = match t {
         VerbsTest::SendImm => (Op::Send { imm: Some(1) }, "IBV_WR_SEND_WITH_IMM"),
@@ -437,11 +556,10 @@ fn probe_unsupported(s: &Side<'_>, t: VerbsTest, l: Layout) -> Result<String, St
                 s.dev.name
             ))
         }
-        Ok(()) => Err(format!(
-            "{} accepted ibv_post_send({name}), so this tool's iWARP skip is wrong: \
-             the device does support it; the QP state is now unknown",
-            s.dev.name
-        )),
+        Ok(()) => Err(TestFailure::SkipPremiseWrong {
+            device: s.dev.name.clone(),
+            op: name,
+        }),
     }
 }
 
@@ -500,7 +618,7 @@ fn expect_ctl(ctl: &mut TcpStream, what: &str, f: impl Fn(&Ctl) -> bool) -> Resu
     Ok(m)
 }
 
-fn peer_done(ctl: &mut TcpStream, t: VerbsTest) -> Result<Result<(), String>> {
+fn peer_done(ctl: &mut TcpStream, t: VerbsTest) -> Result<Verdict> {
     match expect_ctl(
         ctl,
         &format!("the peer's verdict on {t}"),
@@ -518,31 +636,34 @@ fn run_window(
     n: u32,
     want_opcode: u32,
     mut post: impl FnMut(u32) -> Result<()>,
-) -> Result<(), String> {
+) -> Result<(), TestFailure> {
     let depth = s.cfg.iters.clamp(2, 32);
     let deadline = Instant::now() + s.op_timeout;
     let (mut posted, mut done) = (0u32, 0u32);
     while done < n {
         while posted < n && posted - done < depth {
-            post(posted).map_err(|e| format!("request {posted}: {e:#}"))?;
+            post(posted).map_err(|error| TestFailure::Post { n: posted, error })?;
             posted += 1;
         }
         let got =
             s.cq.wait(1, deadline)
-                .map_err(|(_, e)| format!("{e} ({done} of {n} requests completed)"))?;
+                .map_err(|(_, error)| TestFailure::Requests { error, done, n })?;
         for c in got {
-            if let Some((st, ve)) = c.error {
-                return Err(format!(
-                    "request {} completed with status {st} ({}), vendor_err {ve:#x}",
-                    c.wr_id,
-                    wc_status_name(st)
-                ));
+            if let Some((status, vendor_err)) = c.error {
+                return Err(TestFailure::Status {
+                    what: "request",
+                    wr_id: c.wr_id,
+                    status,
+                    vendor_err,
+                });
             }
             if c.opcode != want_opcode {
-                return Err(format!(
-                    "request {}: completion opcode {} but expected {want_opcode}",
-                    c.wr_id, c.opcode
-                ));
+                return Err(TestFailure::Opcode {
+                    what: "request",
+                    wr_id: c.wr_id,
+                    got: c.opcode,
+                    want: want_opcode,
+                });
             }
             done += 1;
         }
@@ -559,7 +680,7 @@ fn client_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
     let t0 = Instant::now();
     let mut ops = u64::from(n);
     let mut bytes = u64::from(n) * u64::from(size);
-    let local: Result<(), String> = match t {
+    let local: Result<(), TestFailure> = match t {
         VerbsTest::Send | VerbsTest::SendImm | VerbsTest::Write | VerbsTest::WriteImm => {
             let mut buf = vec![0u8; size as usize];
             for i in 0..n {
@@ -607,30 +728,36 @@ fn client_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
                 )
             })
             .and_then(|()| {
-                (0..n).try_for_each(|i| check_slot(seed, t, i, &s.mr.read(l.slot_range(i))))
+                (0..n)
+                    .try_for_each(|i| check_slot(seed, t, i, &s.mr.read(l.slot_range(i))))
+                    .map_err(TestFailure::from)
             })
         }
         VerbsTest::Cas | VerbsTest::Faa => {
             let target = raddr + l.atomic_off;
             let off = l.atomic_off as usize;
-            let one = |op: Op, wr: u64, want_op: u32| -> Result<u64, String> {
+            let one = |op: Op, wr: u64, want_op: u32| -> Result<u64, TestFailure> {
                 s.mr.write_u64(off, 0x5a5a_5a5a_5a5a_5a5a);
                 s.qp.post_send(s.mr, off, 8, wr, op)
-                    .map_err(|e| format!("{e:#}"))?;
+                    .map_err(TestFailure::PostAtomic)?;
                 let c =
                     s.cq.wait(1, Instant::now() + s.op_timeout)
-                        .map_err(|(_, e)| format!("atomic {wr}: {e}"))?;
-                if let Some((st, ve)) = c[0].error {
-                    return Err(format!(
-                        "atomic {wr} completed with status {st} ({}), vendor_err {ve:#x}",
-                        wc_status_name(st)
-                    ));
+                        .map_err(|(_, error)| TestFailure::Atomic { wr_id: wr, error })?;
+                if let Some((status, vendor_err)) = c[0].error {
+                    return Err(TestFailure::Status {
+                        what: "atomic",
+                        wr_id: wr,
+                        status,
+                        vendor_err,
+                    });
                 }
                 if c[0].opcode != want_op {
-                    return Err(format!(
-                        "atomic {wr}: completion opcode {} but expected {want_op}",
-                        c[0].opcode
-                    ));
+                    return Err(TestFailure::Opcode {
+                        what: "atomic",
+                        wr_id: wr,
+                        got: c[0].opcode,
+                        want: want_op,
+                    });
                 }
                 Ok(s.mr.read_u64(off))
             };
@@ -651,8 +778,9 @@ fn client_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
                         2 * u64::from(i),
                         3,
                     );
-                    if let Err(e) = got.and_then(|g| check_atomic_old("cas (matching)", i, g, cur))
-                    {
+                    if let Err(e) = got.and_then(|g| {
+                        check_atomic_old("cas (matching)", i, g, cur).map_err(TestFailure::from)
+                    }) {
                         r = Err(e);
                         break;
                     }
@@ -669,6 +797,7 @@ fn client_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
                     );
                     if let Err(e) = got.and_then(|g| {
                         check_atomic_old("cas (stale compare)", i, g, cas_value(seed, i + 1))
+                            .map_err(TestFailure::from)
                     }) {
                         r = Err(e);
                         break;
@@ -686,9 +815,10 @@ fn client_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
                         u64::from(i),
                         4,
                     );
-                    if let Err(e) =
-                        got.and_then(|g| check_atomic_old("faa", i, g, faa_before(seed, i)))
-                    {
+                    if let Err(e) = got.and_then(|g| {
+                        check_atomic_old("faa", i, g, faa_before(seed, i))
+                            .map_err(TestFailure::from)
+                    }) {
                         r = Err(e);
                         break;
                     }
@@ -699,6 +829,7 @@ fn client_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
         }
     };
     let secs = t0.elapsed().as_secs_f64();
+    let local = Verdict::from(&local);
     Ctl::Done(t, local.clone()).write_to(s.ctl)?;
     let peer = peer_done(s.ctl, t)?;
     Ok(TestResult {
@@ -732,7 +863,7 @@ fn server_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
             if let Err(e) =
                 s.qp.post_recv(s.mr, l.slot_range(i).start, size as usize, u64::from(i))
             {
-                prep = Err(format!("posting receive {i}: {e:#}"));
+                prep = Err(TestFailure::PostReceive { n: i, error: e });
                 break;
             }
         }
@@ -741,13 +872,13 @@ fn server_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
     let t0 = Instant::now();
     let client = peer_done(s.ctl, t)?;
     // the client's requests are complete (or failed): what landed here?
-    let grace = if client.is_ok() {
+    let grace = if client.passed() {
         s.op_timeout
     } else {
         Duration::from_secs(2)
     };
     let deadline = Instant::now() + grace;
-    let local: Result<(), String> = prep.and_then(|()| match t {
+    let local: Result<(), TestFailure> = prep.and_then(|()| match t {
         VerbsTest::Send | VerbsTest::SendImm | VerbsTest::WriteImm => {
             let got = match s.cq.wait(n as usize, deadline) {
                 Ok(v) => v,
@@ -756,7 +887,7 @@ fn server_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
                     for c in &v {
                         check_recv(seed, t, size, c)?;
                     }
-                    return Err(format!("receives: {e}"));
+                    return Err(TestFailure::Receives(e));
                 }
             };
             let mut seen = vec![false; n as usize];
@@ -764,48 +895,60 @@ fn server_test(s: &mut Side<'_>, t: VerbsTest, l: Layout) -> Result<TestResult> 
                 check_recv(seed, t, size, c)?;
                 let i = c.wr_id as usize;
                 if i >= seen.len() || std::mem::replace(&mut seen[i], true) {
-                    return Err(format!("receive completion with unexpected wr_id {}", c.wr_id));
+                    return Err(TestFailure::RecvWrId(c.wr_id));
                 }
             }
-            (0..n).try_for_each(|i| check_slot(seed, t, i, &s.mr.read(l.slot_range(i))))
+            (0..n)
+                .try_for_each(|i| check_slot(seed, t, i, &s.mr.read(l.slot_range(i))))
+                .map_err(TestFailure::from)
         }
         VerbsTest::Write => {
             // iWARP completes a WRITE once it is handed to TCP, so the data
             // may still be on its way when the client's Done arrives: recheck
             // for a while (an RC RoCE WRITE completes only once acknowledged,
             // i.e. placed, so one check is the verdict there)
-            let settle = Instant::now() + if s.dev.iwarp { Duration::from_secs(10) } else { Duration::ZERO };
+            let settle = Instant::now()
+                + if s.dev.iwarp {
+                    Duration::from_secs(10)
+                } else {
+                    Duration::ZERO
+                };
             loop {
-                let r = (0..n).try_for_each(|i| check_slot(seed, t, i, &s.mr.read(l.slot_range(i))));
+                let r =
+                    (0..n).try_for_each(|i| check_slot(seed, t, i, &s.mr.read(l.slot_range(i))));
                 if r.is_ok() || Instant::now() >= settle.min(deadline) {
-                    break r;
+                    break r.map_err(TestFailure::from);
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
         VerbsTest::Read => (0..n)
             .try_for_each(|i| check_slot(seed, t, i, &s.mr.read(l.slot_range(i))))
-            .map_err(|e| format!("READ source changed: {e}")),
+            .map_err(TestFailure::ReadSourceChanged),
         VerbsTest::Cas | VerbsTest::Faa => {
             let want = atomic_final(seed, t, n);
             let got = s.mr.read_u64(off);
             if got == want {
                 Ok(())
             } else {
-                Err(format!(
-                    "atomic word after {n} {t}: {got:#018x}, expected {want:#018x} (initial {:#018x})",
-                    atomic_initial(seed, t)
-                ))
+                Err(TestFailure::AtomicWord {
+                    n,
+                    test: t,
+                    got,
+                    want,
+                    initial: atomic_initial(seed, t),
+                })
             }
         }
     });
     // nothing else may have completed on this side
     let local = local.and_then(|()| match s.cq.poll(4) {
         Ok(v) if v.is_empty() => Ok(()),
-        Ok(v) => Err(format!("unexpected completion(s): {v:?}")),
-        Err(e) => Err(format!("{e:#}")),
+        Ok(v) => Err(TestFailure::Unexpected(v)),
+        Err(e) => Err(TestFailure::Poll(e)),
     });
     let secs = t0.elapsed().as_secs_f64();
+    let local = Verdict::from(&local);
     Ctl::Done(t, local.clone()).write_to(s.ctl)?;
     let ops = if t == VerbsTest::Cas {
         2 * u64::from(n)

@@ -917,20 +917,35 @@ impl DeviceFaultSpec {
     }
 }
 
+/// Why the `KEY=VALUE` words of `ctl device-fault add` were refused (before
+/// the model sees them; the model checks the keys and values).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceFaultParamError {
+    /// A word without `=`.
+    #[error("{0:?} is not KEY=VALUE")]
+    NotKeyValue(String),
+    /// A word starting with `=`.
+    #[error("{0:?} has no key")]
+    NoKey(String),
+    /// The same key twice (which one counts would be a guess).
+    #[error("parameter {0} given twice")]
+    Twice(String),
+}
+
 /// Parses `KEY=VALUE` words (`ctl device-fault add ... queue=0`).
 pub fn parse_device_fault_params(
     words: &[String],
-) -> Result<std::collections::BTreeMap<String, String>, String> {
+) -> Result<std::collections::BTreeMap<String, String>, DeviceFaultParamError> {
     let mut m = std::collections::BTreeMap::new();
     for w in words {
         let Some((k, v)) = w.split_once('=') else {
-            return Err(format!("{w:?} is not KEY=VALUE"));
+            return Err(DeviceFaultParamError::NotKeyValue(w.clone()));
         };
         if k.is_empty() {
-            return Err(format!("{w:?} has no key"));
+            return Err(DeviceFaultParamError::NoKey(w.clone()));
         }
         if m.insert(k.to_string(), v.to_string()).is_some() {
-            return Err(format!("parameter {k} given twice"));
+            return Err(DeviceFaultParamError::Twice(k.to_string()));
         }
     }
     Ok(m)

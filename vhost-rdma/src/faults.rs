@@ -132,13 +132,6 @@ pub enum FaultError {
     NoRule(u32),
 }
 
-/// The control socket's handlers still answer with `String` errors.
-impl From<FaultError> for String {
-    fn from(e: FaultError) -> String {
-        e.to_string()
-    }
-}
-
 /// What a rule does to the frames it selects.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -1556,7 +1549,7 @@ mod tests {
             "nope".parse::<FaultAction>().unwrap_err().to_string(),
             "action \"nope\": use drop, dup, reorder, delay, corrupt, rate, link-down or mpa-settle"
         );
-        assert_eq!(String::from(FaultError::Qpn), "qpn is 24 bits");
+        assert_eq!(FaultError::Qpn.to_string(), "qpn is 24 bits");
     }
 
     fn roce(qpn: u32, psn: u32) -> Vec<u8> {

@@ -13,6 +13,7 @@ use devmem_nic::{FlowMatch, IpMatch, Masked};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::{AddrParseError, IpAddr};
+use std::num::ParseIntError;
 use thiserror::Error;
 
 /// Which frames a rule selects: every given field must match; none given
@@ -66,13 +67,13 @@ pub struct MatchSpec {
 
 macro_rules! parse_any {
     ($name:ident, $ty:ty) => {
-        /// Decimal or 0x-prefixed hexadecimal (command-line numbers).
-        pub fn $name(s: &str) -> Result<$ty, String> {
+        /// Decimal or 0x-prefixed hexadecimal (command-line numbers; clap
+        /// prints the error after the argument it refused).
+        pub fn $name(s: &str) -> Result<$ty, ParseIntError> {
             match s.strip_prefix("0x") {
                 Some(h) => <$ty>::from_str_radix(h, 16),
                 None => s.parse(),
             }
-            .map_err(|e| e.to_string())
         }
     };
 }
@@ -336,6 +337,17 @@ mod tests {
         );
         assert_eq!(parse_proto("UDP"), Ok(17));
         assert_eq!(parse_proto("47"), Ok(47));
+    }
+
+    #[test]
+    fn command_line_numbers_are_decimal_or_hex() {
+        assert_eq!(parse_u16_any("0x88b5"), Ok(0x88b5));
+        assert_eq!(parse_u32_any("4791"), Ok(4791));
+        assert_eq!(
+            parse_u8_any("256").unwrap_err().to_string(),
+            "number too large to fit in target type"
+        );
+        assert!(parse_u16_any("0xzz").is_err());
     }
 
     #[test]

@@ -31,6 +31,26 @@ pub enum TransportKind {
     Roce,
 }
 
+/// Why an [`Endpoint`] refused a registration, a post or a local memory
+/// write. The services put the text in their session errors, after what
+/// they were doing (`post receive: ...`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EndpointError {
+    /// An atomic on an iWARP connection: RDMAP has none.
+    #[error("iWARP has no atomics")]
+    NoAtomics,
+    /// The RoCE side: the host's RDMA device refused.
+    #[error(transparent)]
+    Rdma(#[from] HostError),
+    /// The iWARP side: the siw engine refused the work request.
+    #[error(transparent)]
+    Post(#[from] siw::PostError),
+    /// The iWARP side: the siw memory refused the write (siw's error has
+    /// no text of its own, so its name is the message).
+    #[error("{0:?}")]
+    Access(siw::AccessError),
+}
+
 /// What a connection reports.
 #[derive(Debug)]
 pub(crate) enum EpEvent {
@@ -367,13 +387,11 @@ impl Endpoint {
         len: usize,
         va: u64,
         access: Access,
-    ) -> Result<u32, String> {
+    ) -> Result<u32, EndpointError> {
         match self {
             Endpoint::Iwarp(ep) => Ok(ep.conn().mem_mut().register(vec![0; len], va, access)),
             Endpoint::Roce(r) => {
-                let k = rdma
-                    .register_mr_at(va, len, roce_access(access))
-                    .map_err(|e| e.to_string())?;
+                let k = rdma.register_mr_at(va, len, roce_access(access))?;
                 r.mrs.push(k);
                 Ok(k)
             }
@@ -387,19 +405,17 @@ impl Endpoint {
         rdma: &mut RdmaDevice,
         len: usize,
         va: u64,
-    ) -> Result<u32, String> {
+    ) -> Result<u32, EndpointError> {
         match self {
-            Endpoint::Iwarp(_) => Err("iWARP has no atomics".into()),
+            Endpoint::Iwarp(_) => Err(EndpointError::NoAtomics),
             Endpoint::Roce(r) => {
-                let k = rdma
-                    .register_mr_at(
-                        va,
-                        len,
-                        roce_model::Access::LOCAL_WRITE
-                            | roce_model::Access::REMOTE_READ
-                            | roce_model::Access::REMOTE_ATOMIC,
-                    )
-                    .map_err(|e| e.to_string())?;
+                let k = rdma.register_mr_at(
+                    va,
+                    len,
+                    roce_model::Access::LOCAL_WRITE
+                        | roce_model::Access::REMOTE_READ
+                        | roce_model::Access::REMOTE_ATOMIC,
+                )?;
                 r.mrs.push(k);
                 Ok(k)
             }
@@ -416,23 +432,21 @@ impl Endpoint {
         remote_stag: u32,
         remote_addr: u64,
         add: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), EndpointError> {
         match self {
-            Endpoint::Iwarp(_) => Err("iWARP has no atomics".into()),
-            Endpoint::Roce(r) => rdma
-                .post_send(
-                    r.qpn,
-                    SendWr::new(
-                        wr_id,
-                        SendOp::AtomicFetchAndAdd {
-                            remote_addr,
-                            rkey: remote_stag,
-                            add,
-                        },
-                        vec![roce_model::Sge::new(local.addr, local.len, local.stag)],
-                    ),
-                )
-                .map_err(|e| e.to_string()),
+            Endpoint::Iwarp(_) => Err(EndpointError::NoAtomics),
+            Endpoint::Roce(r) => Ok(rdma.post_send(
+                r.qpn,
+                SendWr::new(
+                    wr_id,
+                    SendOp::AtomicFetchAndAdd {
+                        remote_addr,
+                        rkey: remote_stag,
+                        add,
+                    },
+                    vec![roce_model::Sge::new(local.addr, local.len, local.stag)],
+                ),
+            )?),
         }
     }
 
@@ -443,14 +457,14 @@ impl Endpoint {
         key: u32,
         va: u64,
         data: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), EndpointError> {
         match self {
             Endpoint::Iwarp(ep) => ep
                 .conn()
                 .mem_mut()
                 .write(key, va, data, Access::NONE)
-                .map_err(|e| format!("{e:?}")),
-            Endpoint::Roce(_) => rdma.write(key, va, data).map_err(|e| e.to_string()),
+                .map_err(EndpointError::Access),
+            Endpoint::Roce(_) => Ok(rdma.write(key, va, data)?),
         }
     }
 
@@ -479,9 +493,9 @@ impl Endpoint {
         rdma: &mut RdmaDevice,
         wr_id: u64,
         wr: WorkRequest,
-    ) -> Result<(), String> {
+    ) -> Result<(), EndpointError> {
         match self {
-            Endpoint::Iwarp(ep) => ep.conn().post_send(wr_id, wr).map_err(|e| e.to_string()),
+            Endpoint::Iwarp(ep) => Ok(ep.conn().post_send(wr_id, wr)?),
             Endpoint::Roce(r) => {
                 let sge = |s: Sge| roce_model::Sge::new(s.addr, s.len, s.stag);
                 let (op, local) = match wr {
@@ -509,8 +523,7 @@ impl Endpoint {
                         local,
                     ),
                 };
-                rdma.post_send(r.qpn, SendWr::new(wr_id, op, vec![sge(local)]))
-                    .map_err(|e| e.to_string())
+                Ok(rdma.post_send(r.qpn, SendWr::new(wr_id, op, vec![sge(local)]))?)
             }
         }
     }
@@ -521,18 +534,16 @@ impl Endpoint {
         rdma: &mut RdmaDevice,
         wr_id: u64,
         sge: Sge,
-    ) -> Result<(), String> {
+    ) -> Result<(), EndpointError> {
         match self {
-            Endpoint::Iwarp(ep) => ep.conn().post_recv(wr_id, sge).map_err(|e| e.to_string()),
-            Endpoint::Roce(r) => rdma
-                .post_recv(
-                    r.qpn,
-                    RecvWr::new(
-                        wr_id,
-                        vec![roce_model::Sge::new(sge.addr, sge.len, sge.stag)],
-                    ),
-                )
-                .map_err(|e| e.to_string()),
+            Endpoint::Iwarp(ep) => Ok(ep.conn().post_recv(wr_id, sge)?),
+            Endpoint::Roce(r) => Ok(rdma.post_recv(
+                r.qpn,
+                RecvWr::new(
+                    wr_id,
+                    vec![roce_model::Sge::new(sge.addr, sge.len, sge.stag)],
+                ),
+            )?),
         }
     }
 
@@ -546,9 +557,9 @@ impl Endpoint {
 
     /// Accepts an iWARP connection request (RoCE connections are accepted
     /// when they are created).
-    pub(crate) fn accept(&mut self) -> Result<(), String> {
+    pub(crate) fn accept(&mut self) -> Result<(), EndpointError> {
         match self {
-            Endpoint::Iwarp(ep) => ep.conn().accept(&[]).map_err(|e| e.to_string()),
+            Endpoint::Iwarp(ep) => Ok(ep.conn().accept(&[])?),
             Endpoint::Roce(_) => Ok(()),
         }
     }

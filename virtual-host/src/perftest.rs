@@ -159,6 +159,62 @@ struct Session {
     last_progress: Instant,
 }
 
+/// Why a perftest session (server or client) failed: the side channel
+/// broke or stalled, or the QP reported an error. The service keeps the
+/// text (`last_error`, the `SessionFailed` event).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PerftestError {
+    /// The client's TCP connection went before the exchange's end.
+    #[error("client closed at exchange item {0}")]
+    ClientClosed(usize),
+    /// The server's TCP connection went before the exchange's end.
+    #[error("server closed at exchange item {0}")]
+    ServerClosed(usize),
+    /// No item for [`STALL_TIMEOUT`].
+    #[error("exchange stalled at item {0}")]
+    Stalled(usize),
+    /// The item was in the socket but did not come out whole.
+    #[error("short read")]
+    ShortRead,
+    /// Our item did not fit into the socket's send buffer.
+    #[error("cannot send")]
+    CannotSend,
+    /// Client: the server did not listen within the connect timeout.
+    #[error("could not reach the server")]
+    Unreachable,
+    /// Client: the operations are due but there is no QP.
+    #[error("no QP")]
+    NoQp,
+    /// Server, SEND test: a receive completed with an error.
+    #[error("receive {received} completed with {status:?}")]
+    ReceiveStatus {
+        /// Receives completed before it.
+        received: u64,
+        /// Its status.
+        status: WcStatus,
+    },
+    /// Client: an operation completed with an error.
+    #[error("operation {wr_id} completed with {status:?}")]
+    OperationStatus {
+        /// The operation's work request id (its number).
+        wr_id: u64,
+        /// Its status.
+        status: WcStatus,
+    },
+    /// Client: operations outstanding and none completed for
+    /// [`STALL_TIMEOUT`].
+    #[error("no completion for {} s ({completed} of {iters} done)", STALL_TIMEOUT.as_secs())]
+    NoCompletion {
+        /// Operations completed.
+        completed: u32,
+        /// Operations the run has.
+        iters: u32,
+    },
+    /// The host refused (QP, memory, socket) or an item was invalid.
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
 /// Which perftest test the server serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -263,7 +319,7 @@ impl PerftestServer {
         }
     }
 
-    fn end(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, String>) {
+    fn end(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, PerftestError>) {
         let Some(s) = self.session.take() else { return };
         free(ctx.rdma, &s);
         let failed = result.is_err();
@@ -281,7 +337,8 @@ impl PerftestServer {
                     },
                 });
             }
-            Err(reason) => {
+            Err(e) => {
+                let reason = e.to_string();
                 self.sessions_failed += 1;
                 self.last_error = Some(reason.clone());
                 ctx.events.push(HostEvent {
@@ -305,7 +362,7 @@ impl PerftestServer {
     }
 
     /// SEND test: counts and reposts receives.
-    fn poll_receives(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<bool, String> {
+    fn poll_receives(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<bool, PerftestError> {
         let Some((qpn, lkey)) = self.session.as_ref().and_then(|s| Some((s.qpn?, s.lkey?))) else {
             return Ok(false);
         };
@@ -313,14 +370,14 @@ impl PerftestServer {
         while let Some(c) = ctx.rdma.poll_completion(qpn) {
             any = true;
             if c.status != WcStatus::Success {
-                return Err(format!(
-                    "receive {} completed with {:?}",
-                    self.received, c.status
-                ));
+                return Err(PerftestError::ReceiveStatus {
+                    received: self.received,
+                    status: c.status,
+                });
             }
             if c.is_recv() {
                 self.received += 1;
-                post_recv(ctx.rdma, qpn, lkey, self.spec.size).map_err(|e| e.to_string())?;
+                post_recv(ctx.rdma, qpn, lkey, self.spec.size)?;
             }
         }
         if any {
@@ -409,29 +466,29 @@ impl PerftestServer {
             let sock = ctx.sockets.get_mut::<Socket>(h);
             if sock.recv_queue() < want {
                 if !sock.may_recv() {
-                    let msg = format!("client closed at exchange item {}", s.step);
-                    self.end(ctx, Err(msg));
+                    let e = PerftestError::ClientClosed(s.step);
+                    self.end(ctx, Err(e));
                 } else if ctx.now.saturating_duration_since(s.last_progress) >= STALL_TIMEOUT {
-                    let msg = format!("exchange stalled at item {}", s.step);
-                    self.end(ctx, Err(msg));
+                    let e = PerftestError::Stalled(s.step);
+                    self.end(ctx, Err(e));
                 }
                 break;
             }
             let mut msg = vec![0u8; want];
             if sock.recv_slice(&mut msg) != Ok(want) {
-                self.end(ctx, Err("short read".into()));
+                self.end(ctx, Err(PerftestError::ShortRead));
                 break;
             }
             let reply = match self.answer(ctx, &msg) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.end(ctx, Err(e.to_string()));
+                    self.end(ctx, Err(e.into()));
                     break;
                 }
             };
             let sock = ctx.sockets.get_mut::<Socket>(h);
             if sock.send_slice(&reply) != Ok(reply.len()) {
-                self.end(ctx, Err("cannot send".into()));
+                self.end(ctx, Err(PerftestError::CannotSend));
                 break;
             }
             if let Some(s) = self.session.as_mut() {
@@ -575,6 +632,29 @@ fn negotiated_mtu(msg: &[u8]) -> Mtu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The session errors' text is what `last_error` and the
+    /// `SessionFailed` event show: the wording of the strings it replaced.
+    #[test]
+    fn session_errors_read_as_before() {
+        let e = |e: PerftestError| e.to_string();
+        assert_eq!(
+            e(PerftestError::ClientClosed(3)),
+            "client closed at exchange item 3"
+        );
+        assert_eq!(
+            e(PerftestError::NoCompletion {
+                completed: 5,
+                iters: 9
+            }),
+            "no completion for 60 s (5 of 9 done)"
+        );
+        assert_eq!(
+            e(PerftestError::Host(HostError::Invalid("no session".into()))),
+            "invalid no session"
+        );
+        assert_eq!(e(PerftestError::NoQp), "no QP");
+    }
 
     #[test]
     fn keys_round_trip_in_perftests_format() {
@@ -753,11 +833,11 @@ impl PerftestClient {
             self.retry_at = Some(ctx.now + RETRY_INTERVAL);
             self.phase = ClientPhase::RetryWait;
         } else {
-            self.finish(ctx, Err("could not reach the server".into()));
+            self.finish(ctx, Err(PerftestError::Unreachable));
         }
     }
 
-    fn finish(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, String>) {
+    fn finish(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, PerftestError>) {
         self.free(ctx.rdma, ctx.now);
         if let Some(h) = self.sock {
             ctx.sockets.get_mut::<Socket>(h).close();
@@ -778,7 +858,8 @@ impl PerftestClient {
                     },
                 });
             }
-            Err(reason) => {
+            Err(e) => {
+                let reason = e.to_string();
                 self.sessions_failed += 1;
                 self.last_error = Some(reason.clone());
                 ctx.events.push(HostEvent {
@@ -996,13 +1077,13 @@ impl PerftestClient {
         before != (self.phase, self.step, self.sent, self.completed)
     }
 
-    fn step_inner(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), String> {
+    fn step_inner(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), PerftestError> {
         let Some(h) = self.sock else { return Ok(()) };
         match self.phase {
             ClientPhase::Done => return Ok(()),
             ClientPhase::RetryWait => {
                 if self.retry_at.is_some_and(|t| ctx.now >= t) {
-                    self.connect(ctx).map_err(|e| e.to_string())?;
+                    self.connect(ctx)?;
                 }
                 return Ok(());
             }
@@ -1024,13 +1105,13 @@ impl PerftestClient {
                 }
             },
             ClientPhase::Running => {
-                let qpn = self.qpn.ok_or("no QP")?;
+                let qpn = self.qpn.ok_or(PerftestError::NoQp)?;
                 while let Some(c) = ctx.rdma.poll_completion(qpn) {
                     if c.status != WcStatus::Success {
-                        return Err(format!(
-                            "operation {} completed with {:?}",
-                            c.wr_id, c.status
-                        ));
+                        return Err(PerftestError::OperationStatus {
+                            wr_id: c.wr_id,
+                            status: c.status,
+                        });
                     }
                     self.completed += 1;
                     self.last_progress = ctx.now;
@@ -1041,14 +1122,12 @@ impl PerftestClient {
                         .run_started
                         .map_or(Duration::ZERO, |t| ctx.now.saturating_duration_since(t));
                 } else {
-                    self.post_ops(ctx).map_err(|e| e.to_string())?;
+                    self.post_ops(ctx)?;
                     if ctx.now.saturating_duration_since(self.last_progress) >= STALL_TIMEOUT {
-                        return Err(format!(
-                            "no completion for {} s ({} of {} done)",
-                            STALL_TIMEOUT.as_secs(),
-                            self.completed,
-                            self.spec.iters
-                        ));
+                        return Err(PerftestError::NoCompletion {
+                            completed: self.completed,
+                            iters: self.spec.iters,
+                        });
                     }
                     return Ok(());
                 }
@@ -1065,33 +1144,33 @@ impl PerftestClient {
             if self.step == self.run_before() && self.posted == 0 {
                 self.phase = ClientPhase::Running;
                 self.run_started = Some(ctx.now);
-                self.post_ops(ctx).map_err(|e| e.to_string())?;
+                self.post_ops(ctx)?;
                 return Ok(());
             }
             let want = self.script()[self.step];
             if !self.sent {
-                let item = self.our_item(ctx).map_err(|e| e.to_string())?;
+                let item = self.our_item(ctx)?;
                 let sock = ctx.sockets.get_mut::<Socket>(h);
                 if sock.send_slice(&item) != Ok(item.len()) {
-                    return Err("cannot send".into());
+                    return Err(PerftestError::CannotSend);
                 }
                 self.sent = true;
             }
             let sock = ctx.sockets.get_mut::<Socket>(h);
             if sock.recv_queue() < want {
                 if !sock.may_recv() {
-                    return Err(format!("server closed at exchange item {}", self.step));
+                    return Err(PerftestError::ServerClosed(self.step));
                 }
                 if ctx.now.saturating_duration_since(self.last_progress) >= STALL_TIMEOUT {
-                    return Err(format!("exchange stalled at item {}", self.step));
+                    return Err(PerftestError::Stalled(self.step));
                 }
                 return Ok(());
             }
             let mut msg = vec![0u8; want];
             if sock.recv_slice(&mut msg) != Ok(want) {
-                return Err("short read".into());
+                return Err(PerftestError::ShortRead);
             }
-            self.their_item(ctx, &msg).map_err(|e| e.to_string())?;
+            self.their_item(ctx, &msg)?;
             self.step += 1;
             self.sent = false;
             self.last_progress = ctx.now;

@@ -47,7 +47,7 @@
 //! connection; the client its completed operations. The tools do not check
 //! data, so neither do we.
 
-use crate::endpoint::{Endpoint, EpEvent, RoceEndpoint, TransportKind};
+use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::perftest::Verb;
 use crate::pingpong::gid_of;
@@ -192,6 +192,106 @@ pub enum Role {
     Server,
     /// The tool's client (`ib_write_bw -R HOST`): we connect.
     Client,
+}
+
+/// Why a perftest `-R` session failed on our side: a buffer, a post, a
+/// completion or an exchange item the tool would not have produced. The
+/// session keeps the first one's text as its error (`last_error`, the
+/// `SessionFailed` event).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PerftestCmError {
+    /// Registering the control connection's buffers.
+    #[error("control buffers: {0}")]
+    ControlBuffers(EndpointError),
+    /// Registering the data connection's buffers.
+    #[error("data buffer: {0}")]
+    DataBuffer(EndpointError),
+    /// Writing a control message into its buffer.
+    #[error("control buffer: {0}")]
+    ControlBuffer(EndpointError),
+    /// A control receive completed but its buffer cannot be read.
+    #[error("control buffer unreadable")]
+    ControlBufferUnreadable,
+    /// Writing our receive count into the credit buffer.
+    #[error("credit buffer: {0}")]
+    CreditBuffer(EndpointError),
+    /// Posting the control receive.
+    #[error("post control receive: {0}")]
+    PostControlReceive(EndpointError),
+    /// Posting a control SEND.
+    #[error("post control send: {0}")]
+    PostControlSend(EndpointError),
+    /// Posting a data receive (SEND server).
+    #[error("post receive: {0}")]
+    PostReceive(EndpointError),
+    /// Posting a credit WRITE (SEND server over iWARP).
+    #[error("post credit: {0}")]
+    PostCredit(EndpointError),
+    /// Posting the client's operation number `n`.
+    #[error("post operation {n}: {error}")]
+    PostOperation {
+        /// Operations posted before it.
+        n: u32,
+        /// The endpoint's refusal.
+        error: EndpointError,
+    },
+    /// A control completion with an error status.
+    #[error("control {opcode:?} completion: {status:?}")]
+    ControlCompletion {
+        /// The work completion's opcode.
+        opcode: WcOpcode,
+        /// Its status.
+        status: WcStatus,
+    },
+    /// A control completion of an opcode we never post.
+    #[error("unexpected control {0:?} completion")]
+    UnexpectedControlCompletion(WcOpcode),
+    /// A data completion with an error status.
+    #[error("{opcode:?} completion: {status:?}")]
+    DataCompletion {
+        /// The work completion's opcode.
+        opcode: WcOpcode,
+        /// Its status.
+        status: WcStatus,
+    },
+    /// A data completion this role does not expect.
+    #[error("unexpected {0:?} completion")]
+    UnexpectedDataCompletion(WcOpcode),
+    /// SEND server: a SEND longer than the test's size.
+    #[error("SEND of {0} bytes")]
+    SendTooLong(u32),
+    /// Something needs the data connection before it exists.
+    #[error("no data connection")]
+    NoDataConnection,
+    /// Client: the operations are due but the server's keys never came.
+    #[error("no keys from the server")]
+    NoKeys,
+    /// The peer's part of an item has the wrong size.
+    #[error("item {item}: {got} bytes, expected {want}")]
+    ItemSize {
+        /// The item.
+        item: usize,
+        /// Its size.
+        got: usize,
+        /// The size the script says.
+        want: usize,
+    },
+    /// The peer's perftest is older than the exchange we speak.
+    #[error("perftest version {0:?} (need >= 5.70)")]
+    Version(String),
+    /// The peer's keys do not decode.
+    #[error("bad keys")]
+    BadKeys,
+    /// Server: a control message after the script's end.
+    #[error("control message after the last item")]
+    AfterLastItem,
+    /// Server: the client sent an item that needs the data connection
+    /// before it connected it.
+    #[error("item {0} before the data connection")]
+    BeforeDataConnection(usize),
+    /// Client: the data connection's socket or its connect.
+    #[error(transparent)]
+    Host(#[from] HostError),
 }
 
 /// One connection of a session (iWARP or RoCE) with its registered
@@ -444,7 +544,8 @@ impl PerftestCm {
         if self.transport == TransportKind::Roce {
             let ep = self.roce_connect(ctx, false)?;
             let peer = self.spec.peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let ctl = control_conn(ep, ctx.rdma, ctx.now).map_err(HostError::Invalid)?;
+            let ctl = control_conn(ep, ctx.rdma, ctx.now)
+                .map_err(|e| HostError::Invalid(e.to_string()))?;
             self.session = Some(self.new_session(ctx, peer, ctl));
             self.retry_at = None;
             return Ok(());
@@ -637,7 +738,7 @@ impl PerftestCm {
                             match c {
                                 Ok(c) => s.data = Some(c),
                                 Err(e) => {
-                                    s.error.get_or_insert(e);
+                                    s.error.get_or_insert(e.to_string());
                                 }
                             }
                             s.last_progress = ctx.now;
@@ -645,7 +746,7 @@ impl PerftestCm {
                     } else {
                         match control_conn(ep, ctx.rdma, ctx.now) {
                             Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
-                            Err(e) => self.last_error = Some(e),
+                            Err(e) => self.last_error = Some(e.to_string()),
                         }
                     }
                 }
@@ -758,7 +859,7 @@ impl PerftestCm {
                 match conn {
                     Ok(c) => s.data = Some(c),
                     Err(e) => {
-                        s.error.get_or_insert(e);
+                        s.error.get_or_insert(e.to_string());
                     }
                 }
                 s.last_progress = ctx.now;
@@ -766,7 +867,7 @@ impl PerftestCm {
         } else {
             match control_conn(ep, ctx.rdma, ctx.now) {
                 Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
-                Err(e) => self.last_error = Some(e),
+                Err(e) => self.last_error = Some(e.to_string()),
             }
         }
         true
@@ -775,7 +876,7 @@ impl PerftestCm {
     fn new_session(&self, ctx: &mut ServiceCtx<'_>, peer: Ipv4Addr, mut ctl: Conn) -> Session {
         let mut error = None;
         if let Err(e) = post_ctl_recv(&mut ctl, ctx.rdma) {
-            error = Some(e);
+            error = Some(e.to_string());
         }
         let qpn = match ctl.ep.roce() {
             Some(r) => r.qpn(),
@@ -821,7 +922,7 @@ impl PerftestCm {
         mut ep: Endpoint,
         rdma: &mut RdmaDevice,
         now: Instant,
-    ) -> Result<Conn, String> {
+    ) -> Result<Conn, PerftestCmError> {
         let len = 2 * self.spec.size.max(CYCLE_BUFFER) as usize;
         let access = match (self.role, self.verb) {
             (Role::Server, Verb::Write) => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
@@ -852,7 +953,7 @@ impl PerftestCm {
             Ok(k) => k,
             Err(e) => {
                 ep.release(rdma, now);
-                return Err(format!("data buffer: {e}"));
+                return Err(PerftestCmError::DataBuffer(e));
             }
         };
         let mut c = Conn {
@@ -920,7 +1021,7 @@ impl PerftestCm {
                 self.sock = None;
                 match control_conn(Endpoint::Iwarp(Box::new(ep)), ctx.rdma, ctx.now) {
                     Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
-                    Err(e) => self.fail_client(ctx, e),
+                    Err(e) => self.fail_client(ctx, e.to_string()),
                 }
             }
             Err(e) => self.fail_client(ctx, format!("MPA request: {e}")),
@@ -977,7 +1078,7 @@ impl PerftestCm {
                         match self.data_conn(Endpoint::Iwarp(Box::new(ep)), ctx.rdma, ctx.now) {
                             Ok(c) => s.data = Some(c),
                             Err(e) => {
-                                s.error.get_or_insert(e);
+                                s.error.get_or_insert(e.to_string());
                             }
                         }
                     }
@@ -1012,12 +1113,12 @@ impl PerftestCm {
         s.data_retry_at = None;
         match self
             .roce_connect(ctx, true)
-            .map_err(|e| e.to_string())
+            .map_err(PerftestCmError::from)
             .and_then(|ep| self.data_conn(ep, ctx.rdma, ctx.now))
         {
             Ok(c) => s.data = Some(c),
             Err(e) => {
-                s.error.get_or_insert(e);
+                s.error.get_or_insert(e.to_string());
             }
         }
         true
@@ -1073,7 +1174,7 @@ impl PerftestCm {
                 match r {
                     Ok(m) => round |= m,
                     Err(e) => {
-                        s.error.get_or_insert(e);
+                        s.error.get_or_insert(e.to_string());
                     }
                 }
             }
@@ -1141,7 +1242,7 @@ impl PerftestCm {
             }
             EpEvent::Completion(c) => {
                 if let Err(e) = on_ctl_completion(s, ctx.rdma, c) {
-                    s.error.get_or_insert(e);
+                    s.error.get_or_insert(e.to_string());
                 }
             }
             EpEvent::Iwarp(e) => {
@@ -1198,7 +1299,7 @@ impl PerftestCm {
             }
             EpEvent::Completion(c) => {
                 if let Err(e) = self.on_data_completion(s, ctx.rdma, c) {
-                    s.error.get_or_insert(e);
+                    s.error.get_or_insert(e.to_string());
                 }
             }
             EpEvent::Iwarp(e) => {
@@ -1233,20 +1334,23 @@ impl PerftestCm {
         s: &mut Session,
         rdma: &mut RdmaDevice,
         c: Completion,
-    ) -> Result<(), String> {
+    ) -> Result<(), PerftestCmError> {
         if c.status == WcStatus::Flushed {
             return Ok(());
         }
         if c.status != WcStatus::Success {
-            return Err(format!("{:?} completion: {:?}", c.opcode, c.status));
+            return Err(PerftestCmError::DataCompletion {
+                opcode: c.opcode,
+                status: c.status,
+            });
         }
         match (self.role, c.opcode) {
             (Role::Server, WcOpcode::Recv) => {
                 if c.byte_len > self.spec.size {
-                    return Err(format!("SEND of {} bytes", c.byte_len));
+                    return Err(PerftestCmError::SendTooLong(c.byte_len));
                 }
                 s.received += 1;
-                let d = s.data.as_mut().ok_or("no data connection")?;
+                let d = s.data.as_mut().ok_or(PerftestCmError::NoDataConnection)?;
                 post_data_recv(d, rdma, self.spec.size)?;
                 let every = (self.window() / 3).max(1);
                 if self.credits() && s.received.is_multiple_of(every) {
@@ -1259,21 +1363,21 @@ impl PerftestCm {
             {
                 s.completed += 1;
             }
-            (_, op) => return Err(format!("unexpected {op:?} completion")),
+            (_, op) => return Err(PerftestCmError::UnexpectedDataCompletion(op)),
         }
         Ok(())
     }
 
     /// SEND server: RDMA WRITE our count of receives to the client's
     /// credit buffer.
-    fn send_credit(&self, s: &mut Session, rdma: &mut RdmaDevice) -> Result<(), String> {
+    fn send_credit(&self, s: &mut Session, rdma: &mut RdmaDevice) -> Result<(), PerftestCmError> {
         let Some(r) = s.remote.filter(|r| r.rkey != 0) else {
             return Ok(()); // the client's keys are not known yet
         };
-        let d = s.data.as_mut().ok_or("no data connection")?;
+        let d = s.data.as_mut().ok_or(PerftestCmError::NoDataConnection)?;
         let src = d.stag_b;
         d.ep.mem_write(rdma, src, CREDIT_SRC_VA, &s.received.to_le_bytes())
-            .map_err(|e| format!("credit buffer: {e}"))?;
+            .map_err(PerftestCmError::CreditBuffer)?;
         d.ep.post_send(
             rdma,
             WR_CREDIT,
@@ -1287,7 +1391,7 @@ impl PerftestCm {
                 remote_addr: r.vaddr,
             },
         )
-        .map_err(|e| format!("post credit: {e}"))?;
+        .map_err(PerftestCmError::PostCredit)?;
         s.credited = s.received;
         Ok(())
     }
@@ -1354,14 +1458,14 @@ impl PerftestCm {
     }
 
     /// Checks and takes the peer's part of item `step`.
-    fn their_item(&self, s: &mut Session, msg: &[u8]) -> Result<(), String> {
+    fn their_item(&self, s: &mut Session, msg: &[u8]) -> Result<(), PerftestCmError> {
         let want = self.script()[s.step];
         if msg.len() != want {
-            return Err(format!(
-                "item {}: {} bytes, expected {want}",
-                s.step,
-                msg.len()
-            ));
+            return Err(PerftestCmError::ItemSize {
+                item: s.step,
+                got: msg.len(),
+                want,
+            });
         }
         match s.step {
             0 => {
@@ -1372,7 +1476,7 @@ impl PerftestCm {
                     .collect();
                 let ver: f64 = v.trim().parse().unwrap_or(0.0);
                 if ver < 5.70 {
-                    return Err(format!("perftest version {v:?} (need >= 5.70)"));
+                    return Err(PerftestCmError::Version(v));
                 }
             }
             11 if want == 8 => {
@@ -1381,7 +1485,7 @@ impl PerftestCm {
                 s.their_iters = Some(u64::from_be_bytes(b));
             }
             n if n >= REAL_KEYS_ITEM && want == DEST_LEN => {
-                let k = Dest::decode(msg).ok_or("bad keys")?;
+                let k = Dest::decode(msg).ok_or(PerftestCmError::BadKeys)?;
                 s.remote = Some(k);
             }
             _ => {}
@@ -1389,11 +1493,16 @@ impl PerftestCm {
         Ok(())
     }
 
-    fn send_ctl(&self, s: &mut Session, rdma: &mut RdmaDevice, msg: &[u8]) -> Result<(), String> {
+    fn send_ctl(
+        &self,
+        s: &mut Session,
+        rdma: &mut RdmaDevice,
+        msg: &[u8],
+    ) -> Result<(), PerftestCmError> {
         let send = s.ctl.stag_b;
         let ep = &mut s.ctl.ep;
         ep.mem_write(rdma, send, CTL_SEND_VA, msg)
-            .map_err(|e| format!("control buffer: {e}"))?;
+            .map_err(PerftestCmError::ControlBuffer)?;
         ep.post_send(
             rdma,
             WR_CTL_SEND,
@@ -1407,19 +1516,19 @@ impl PerftestCm {
                 invalidate: None,
             },
         )
-        .map_err(|e| format!("post control send: {e}"))
+        .map_err(PerftestCmError::PostControlSend)
     }
 
     fn advance_server(
         &mut self,
         ctx: &mut ServiceCtx<'_>,
         s: &mut Session,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, PerftestCmError> {
         let mut moved = false;
         while let Some(msg) = s.inbox.pop_front() {
             moved = true;
             if s.step >= self.script().len() {
-                return Err("control message after the last item".into());
+                return Err(PerftestCmError::AfterLastItem);
             }
             if s.step >= FIRST_DATA_ITEM && !s.data.as_ref().is_some_and(|d| d.connected) {
                 if s.data.is_some() {
@@ -1429,7 +1538,7 @@ impl PerftestCm {
                     s.inbox.push_front(msg);
                     return Ok(false);
                 }
-                return Err(format!("item {} before the data connection", s.step));
+                return Err(PerftestCmError::BeforeDataConnection(s.step));
             }
             if self.verb == Verb::Send
                 && s.step + 1 == self.script().len()
@@ -1473,7 +1582,7 @@ impl PerftestCm {
         &mut self,
         ctx: &mut ServiceCtx<'_>,
         s: &mut Session,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, PerftestCmError> {
         let mut moved = false;
         loop {
             if s.step >= self.script().len() {
@@ -1512,12 +1621,10 @@ impl PerftestCm {
                     moved = true;
                     continue;
                 }
-                let h = ctx
-                    .new_bulk_tcp_socket(TCP_BUFFER)
-                    .map_err(|e| e.to_string())?;
+                let h = ctx.new_bulk_tcp_socket(TCP_BUFFER)?;
                 s.data_sock = Some(h);
                 s.data_deadline = Some(ctx.now + DATA_CONNECT_TIMEOUT);
-                tcp_connect(ctx, h, s.peer, self.spec.port).map_err(|e| e.to_string())?;
+                tcp_connect(ctx, h, s.peer, self.spec.port)?;
             }
             s.step += 1;
             s.sent = false;
@@ -1527,7 +1634,11 @@ impl PerftestCm {
 
     /// Client: posts operations as the depth (and, for SEND, the credits)
     /// allow; ends the run when all completed.
-    fn run_ops(&mut self, ctx: &mut ServiceCtx<'_>, s: &mut Session) -> Result<bool, String> {
+    fn run_ops(
+        &mut self,
+        ctx: &mut ServiceCtx<'_>,
+        s: &mut Session,
+    ) -> Result<bool, PerftestCmError> {
         let iters = self.spec.iters;
         if s.completed >= iters {
             let t0 = s.run_started.unwrap_or(ctx.now);
@@ -1537,7 +1648,7 @@ impl PerftestCm {
                 .max(Duration::from_nanos(1));
             return Ok(true);
         }
-        let r = s.remote.ok_or("no keys from the server")?;
+        let r = s.remote.ok_or(PerftestCmError::NoKeys)?;
         let window = self.window();
         let depth = if matches!(self.verb, Verb::Read | Verb::Atomic) {
             READ_DEPTH
@@ -1545,7 +1656,7 @@ impl PerftestCm {
             DEPTH
         };
         let size = self.spec.size;
-        let d = s.data.as_mut().ok_or("no data connection")?;
+        let d = s.data.as_mut().ok_or(PerftestCmError::NoDataConnection)?;
         if !d.ready(ctx.now) {
             return Ok(false);
         }
@@ -1606,7 +1717,7 @@ impl PerftestCm {
                     },
                 ),
             };
-            posted.map_err(|e| format!("post operation {}: {e}", s.posted))?;
+            posted.map_err(|error| PerftestCmError::PostOperation { n: s.posted, error })?;
             s.posted += 1;
             moved = true;
         }
@@ -1679,7 +1790,11 @@ impl PerftestCm {
     }
 }
 
-fn control_conn(mut ep: Endpoint, rdma: &mut RdmaDevice, now: Instant) -> Result<Conn, String> {
+fn control_conn(
+    mut ep: Endpoint,
+    rdma: &mut RdmaDevice,
+    now: Instant,
+) -> Result<Conn, PerftestCmError> {
     let keys = ep
         .register(rdma, DEST_LEN, CTL_RECV_VA, Access::LOCAL_WRITE)
         .and_then(|recv| {
@@ -1692,7 +1807,7 @@ fn control_conn(mut ep: Endpoint, rdma: &mut RdmaDevice, now: Instant) -> Result
         Ok(k) => k,
         Err(e) => {
             ep.release(rdma, now);
-            return Err(format!("control buffers: {e}"));
+            return Err(PerftestCmError::ControlBuffers(e));
         }
     };
     Ok(Conn {
@@ -1708,7 +1823,7 @@ fn control_conn(mut ep: Endpoint, rdma: &mut RdmaDevice, now: Instant) -> Result
 }
 
 /// The tool posts one receive of 56 bytes on the control QP at a time.
-fn post_ctl_recv(c: &mut Conn, rdma: &mut RdmaDevice) -> Result<(), String> {
+fn post_ctl_recv(c: &mut Conn, rdma: &mut RdmaDevice) -> Result<(), PerftestCmError> {
     let stag = c.stag_a;
     c.ep.post_recv(
         rdma,
@@ -1719,10 +1834,10 @@ fn post_ctl_recv(c: &mut Conn, rdma: &mut RdmaDevice) -> Result<(), String> {
             len: DEST_LEN as u32,
         },
     )
-    .map_err(|e| format!("post control receive: {e}"))
+    .map_err(PerftestCmError::PostControlReceive)
 }
 
-fn post_data_recv(c: &mut Conn, rdma: &mut RdmaDevice, size: u32) -> Result<(), String> {
+fn post_data_recv(c: &mut Conn, rdma: &mut RdmaDevice, size: u32) -> Result<(), PerftestCmError> {
     let stag = c.stag_a;
     c.ep.post_recv(
         rdma,
@@ -1733,16 +1848,23 @@ fn post_data_recv(c: &mut Conn, rdma: &mut RdmaDevice, size: u32) -> Result<(), 
             len: size,
         },
     )
-    .map_err(|e| format!("post receive: {e}"))
+    .map_err(PerftestCmError::PostReceive)
 }
 
 /// A control receive or send completed.
-fn on_ctl_completion(s: &mut Session, rdma: &mut RdmaDevice, c: Completion) -> Result<(), String> {
+fn on_ctl_completion(
+    s: &mut Session,
+    rdma: &mut RdmaDevice,
+    c: Completion,
+) -> Result<(), PerftestCmError> {
     if c.status == WcStatus::Flushed {
         return Ok(());
     }
     if c.status != WcStatus::Success {
-        return Err(format!("control {:?} completion: {:?}", c.opcode, c.status));
+        return Err(PerftestCmError::ControlCompletion {
+            opcode: c.opcode,
+            status: c.status,
+        });
     }
     match c.opcode {
         WcOpcode::Recv => {
@@ -1752,18 +1874,61 @@ fn on_ctl_completion(s: &mut Session, rdma: &mut RdmaDevice, c: Completion) -> R
                 .ctl
                 .ep
                 .mem_read(rdma, stag, CTL_RECV_VA, len)
-                .ok_or("control buffer unreadable")?;
+                .ok_or(PerftestCmError::ControlBufferUnreadable)?;
             s.inbox.push_back(msg);
             post_ctl_recv(&mut s.ctl, rdma)
         }
         WcOpcode::Send => Ok(()),
-        op => Err(format!("unexpected control {op:?} completion")),
+        op => Err(PerftestCmError::UnexpectedControlCompletion(op)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The session errors' text is what `last_error` and the
+    /// `SessionFailed` event show: the wording of the strings it replaced.
+    #[test]
+    fn session_errors_read_as_before() {
+        let e = |e: PerftestCmError| e.to_string();
+        assert_eq!(
+            e(PerftestCmError::PostOperation {
+                n: 7,
+                error: EndpointError::NoAtomics
+            }),
+            "post operation 7: iWARP has no atomics"
+        );
+        assert_eq!(
+            e(PerftestCmError::DataBuffer(EndpointError::Rdma(
+                HostError::NoSuchQp(0x12)
+            ))),
+            "data buffer: no queue pair 0x12"
+        );
+        assert_eq!(
+            e(PerftestCmError::ControlCompletion {
+                opcode: WcOpcode::Send,
+                status: WcStatus::Flushed
+            }),
+            "control Send completion: Flushed"
+        );
+        assert_eq!(
+            e(PerftestCmError::ItemSize {
+                item: 4,
+                got: 3,
+                want: DEST_LEN
+            }),
+            "item 4: 3 bytes, expected 56"
+        );
+        assert_eq!(
+            e(PerftestCmError::Version("5.60".into())),
+            "perftest version \"5.60\" (need >= 5.70)"
+        );
+        assert_eq!(
+            e(PerftestCmError::UnexpectedDataCompletion(WcOpcode::Read)),
+            "unexpected Read completion"
+        );
+    }
 
     #[test]
     fn dest_is_perftests_struct_big_endian() {

@@ -20,7 +20,7 @@
 //! that ping (a verified ping); our client checks that the sink holds its
 //! source after each ping (the sink is zeroed before it is advertised).
 
-use crate::endpoint::{Endpoint, EpEvent, RoceEndpoint, TransportKind};
+use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::spec::{client_target, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
@@ -614,7 +614,7 @@ impl Rping {
             _ if s.error.is_some() => {}
             Proto::Rping => {
                 if let Err(e) = post_recv(&mut s.ep, rdma, stags.recv) {
-                    s.error = Some(e);
+                    s.error = Some(format!("post receive: {e}"));
                 }
             }
             Proto::Ucmatose => {
@@ -1006,7 +1006,7 @@ impl Rping {
                     return;
                 };
                 if let Err(e) = post_recv(&mut s.ep, dev, recv) {
-                    s.error = Some(e);
+                    s.error = Some(format!("post receive: {e}"));
                     return;
                 }
                 s.remote = Some(info);
@@ -1097,7 +1097,7 @@ impl Rping {
                     return;
                 }
                 if let Err(e) = post_recv(&mut s.ep, dev, recv) {
-                    s.error = Some(e);
+                    s.error = Some(format!("post receive: {e}"));
                     return;
                 }
                 match s.step {
@@ -1137,7 +1137,8 @@ impl Rping {
     }
 }
 
-fn post_recv(ep: &mut Endpoint, dev: &mut RdmaDevice, stag: u32) -> Result<(), String> {
+/// Posts the receive for the peer's next buffer info.
+fn post_recv(ep: &mut Endpoint, dev: &mut RdmaDevice, stag: u32) -> Result<(), EndpointError> {
     ep.post_recv(
         dev,
         WR_RECV,
@@ -1147,7 +1148,6 @@ fn post_recv(ep: &mut Endpoint, dev: &mut RdmaDevice, stag: u32) -> Result<(), S
             len: INFO_LEN as u32,
         },
     )
-    .map_err(|e| format!("post receive: {e}"))
 }
 
 #[cfg(test)]

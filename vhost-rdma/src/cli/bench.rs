@@ -159,7 +159,7 @@ pub fn device_fault(control: &Path, json: bool, cmd: DeviceFaultCmd) -> anyhow::
             rule: Box::new(DeviceFaultSpec {
                 port: a.port,
                 kind: a.kind,
-                params: parse_params(&a.params).map_err(anyhow::Error::msg)?,
+                params: parse_params(&a.params)?,
                 count: a.count,
                 prob: a.prob,
                 seed: a.seed,

@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::config::{parse_device_fault_params as parse_params, DeviceFaultSpec};
+pub use crate::config::{
+    parse_device_fault_params as parse_params, DeviceFaultParamError, DeviceFaultSpec,
+};
 
 /// A device fault rule with its counters (`ctl device-fault list`, `ctl
 /// status`).
@@ -140,9 +142,14 @@ mod tests {
         let p = parse_params(&["queue=0".into(), "opcode=CREATE_QP".into()]).unwrap();
         assert_eq!(p["queue"], "0");
         assert_eq!(p["opcode"], "CREATE_QP");
-        assert!(parse_params(&["queue".into()]).is_err());
-        assert!(parse_params(&["=1".into()]).is_err());
-        assert!(parse_params(&["a=1".into(), "a=2".into()]).is_err());
+        let e = |w: &[&str]| {
+            parse_params(&w.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(e(&["queue"]), "\"queue\" is not KEY=VALUE");
+        assert_eq!(e(&["=1"]), "\"=1\" has no key");
+        assert_eq!(e(&["a=1", "a=2"]), "parameter a given twice");
         let s: DeviceFaultSpec = toml::from_str(
             "port = \"g\"\nkind = \"tx-miss\"\nparams = { queue = 1, reinject = false, x = \"y\" }\ncount = 3\n",
         )
