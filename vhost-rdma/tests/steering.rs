@@ -46,7 +46,7 @@ fn connect_rss_guest(fab: &TestFabric, features: u64) -> TestGuest {
     let port = fab.server.as_ref().unwrap().fabric().ports[0].clone();
     assert!(
         common::wait_until(ARRIVE, || port
-            .rxq
+            .rx_queues()
             .iter()
             .all(|q| q.enabled.load(std::sync::atomic::Ordering::Relaxed))),
         "RX queues not enabled"

@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn staged_frames_keep_their_order() {
         let f = a_and_b(1024);
-        let q = &f.ports[1].rxq[0];
+        let q = &f.ports[1].rx_queues()[0];
         let sent: Vec<Frame> = (0..100).map(to_b).collect();
         let mut b = Batch::new(Instant::now());
         for (t, fr) in sent.iter().cloned().enumerate() {
@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn back_pressure_counts_staged_frames() {
         let f = a_and_b(40);
-        let q = &f.ports[1].rxq[0];
+        let q = &f.ports[1].rx_queues()[0];
         q.set_headroom(0);
         let mut b = Batch::new(Instant::now());
         let mut paused_at = None;
@@ -352,7 +352,7 @@ mod tests {
     fn without_early_wake_the_receiver_is_woken_once_at_the_end() {
         let f = a_and_b(1024);
         f.set_early_wake(false);
-        let q = &f.ports[1].rxq[0];
+        let q = &f.ports[1].rx_queues()[0];
         let mut b = Batch::new(Instant::now());
         send_a_to_b(&f, &mut b, 0..10);
         assert_eq!((q.len(), b.staged(q)), (0, 10));
@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn a_dropped_batch_delivers_its_staged_frames() {
         let f = a_and_b(1024);
-        let q = &f.ports[1].rxq[0];
+        let q = &f.ports[1].rx_queues()[0];
         {
             let mut b = Batch::new(Instant::now());
             send_a_to_b(&f, &mut b, 0..10);

@@ -4,6 +4,7 @@
 mod batch;
 mod fault_timer;
 mod mac_table;
+mod offloads;
 mod port;
 mod rx_queue;
 #[cfg(test)]
@@ -13,6 +14,7 @@ pub use crate::frame::{flow_hash, Frame, FrameView, LazyView};
 pub use crate::stats::StuckGuest;
 pub use batch::{Adapted, Batch, Ingress, STAGE_FRAMES};
 pub use mac_table::{MacHashKey, MacHasher};
+pub use offloads::RxOffloads;
 pub use port::{PortProfile, PortShared};
 pub use rx_queue::{RxQueue, STALL_MS};
 
@@ -23,7 +25,6 @@ use mac_table::MacTable;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
-use virtio_bindings::bindings::virtio_net::*;
 
 /// Where a frame goes, looked up once per frame.
 enum Route {
@@ -90,7 +91,8 @@ impl Fabric {
 
     /// A fabric over the given ports with the given table bounds.
     pub fn with_limits(ports: Vec<Arc<PortShared>>, limits: crate::config::Limits) -> Self {
-        let faults = crate::faults::Faults::new(ports.iter().map(|p| p.cfg.name.clone()).collect());
+        let faults =
+            crate::faults::Faults::new(ports.iter().map(|p| p.cfg().name.clone()).collect());
         faults.set_max_rules(limits.fault_rules);
         let capture = crate::capture::Capture::default();
         capture.set_max_bytes(limits.capture_max_bytes);
@@ -102,20 +104,20 @@ impl Fabric {
         // (its check counts them).
         let senders: usize = ports
             .iter()
-            .map(|p| usize::from(p.cfg.queue_pairs.max(1)))
+            .map(|p| usize::from(p.cfg().queue_pairs.max(1)))
             .sum::<usize>()
             + 1;
-        for q in ports.iter().flat_map(|p| p.rxq.iter()) {
+        for q in ports.iter().flat_map(|p| p.rx_queues().iter()) {
             q.set_headroom(senders.saturating_mul(STAGE_FRAMES.min(q.limit())));
             q.set_stuck_ms(limits.stuck_guest_ms);
         }
         // An RDMA function and its guest's virtio-net port share a MAC.
         for r in &ports {
-            let Some(nd) = r.profile.rdma_function_of.as_deref() else {
+            let Some(nd) = r.profile().rdma_function_of.as_deref() else {
                 continue;
             };
-            if let Some(n) = ports.iter().find(|p| p.cfg.name == nd) {
-                let _ = n.rdma_companion.set(r.index);
+            if let Some(n) = ports.iter().find(|p| p.cfg().name == nd) {
+                let _ = n.rdma_companion.set(r.index());
             }
         }
         Fabric {
@@ -139,7 +141,7 @@ impl Fabric {
     pub fn port_by_name(&self, name: &str) -> Result<&PortShared, NoSuchPort> {
         self.ports
             .iter()
-            .find(|p| p.cfg.name == name)
+            .find(|p| p.cfg().name == name)
             .map(|p| &**p)
             .ok_or_else(|| NoSuchPort(name.to_string()))
     }
@@ -166,7 +168,7 @@ impl Fabric {
             if m.len() >= self.limits.mac_table && !m.contains_key(&src) {
                 self.mac_table_full.fetch_add(1, Relaxed);
                 if let Some(p) = self.ports.get(port) {
-                    crate::guest_warn!(p.log, port = %p.cfg.name,
+                    crate::guest_warn!(p.log(), port = %p.cfg().name,
                         "MAC table full ([limits] mac-table = {}): {} not learned, its frames flood",
                         self.limits.mac_table, crate::config::MacAddr(src));
                 }
@@ -182,7 +184,7 @@ impl Fabric {
     /// if it is congested (back-pressure) for a sender with batch `b`
     /// (counting the frames `b` has staged for it) at the batch's time.
     fn congested(&self, p: usize, s: &crate::steering::Steer, b: &Batch<'_>) -> Option<&RxQueue> {
-        let q = self.ports.get(p)?.rxq.get(s.queue?)?;
+        let q = self.ports.get(p)?.rx_queues().get(s.queue?)?;
         b.congested(q).then_some(q)
     }
 
@@ -203,9 +205,7 @@ impl Fabric {
             None => Route::Flood,
             Some(p) if p == src => Route::Nowhere,
             Some(p) => match self.ports.get(p) {
-                Some(port) if port.connected.load(Relaxed) => {
-                    Route::Unicast(p, port.steer_lazy(data, v))
-                }
+                Some(port) if port.is_connected() => Route::Unicast(p, port.steer_lazy(data, v)),
                 _ => Route::Nowhere,
             },
         }
@@ -253,13 +253,13 @@ impl Fabric {
             return Ingress::Forwarded(0);
         };
         // delivered by IP when the QP's address vector has no MAC
-        if sp.profile.zero_mac_by_ip && !self.neighbors.fill_zero_dmac(&mut frame.data) {
+        if sp.profile().zero_mac_by_ip && !self.neighbors.fill_zero_dmac(&mut frame.data) {
             self.rdma_unresolved.fetch_add(1, Relaxed);
-            crate::guest_warn!(sp.log, port = %sp.cfg.name,
+            crate::guest_warn!(sp.log(), port = %sp.cfg().name,
                 "RDMA frame to MAC 00:00:00:00:00:00 and an IPv4 address no ARP on the fabric announced: dropped");
             return Ingress::Forwarded(0);
         }
-        if sp.profile.learns && !self.faults.active() {
+        if sp.profile().learns && !self.faults.active() {
             // (With faults on, `switch` learns from what passes them.) An
             // erdma function does not learn: it sends with its netdev's MAC,
             // the netdev port owns the MAC in the table, RoCEv2 goes to the
@@ -276,13 +276,13 @@ impl Fabric {
                 }
             }
         }
-        if sp.profile.learns {
+        if sp.profile().learns {
             self.neighbors.observe(&frame.data);
         }
         match crate::stages::run(
             &self.ingress_stages(),
             src,
-            &sp.cfg.name,
+            &sp.cfg().name,
             Dir::Ingress,
             wakes.now(),
             frame,
@@ -359,7 +359,7 @@ impl Fabric {
         if frame.data.len() < 14 {
             return 0;
         }
-        if self.ports.get(src).is_some_and(|p| p.profile.learns) {
+        if self.ports.get(src).is_some_and(|p| p.profile().learns) {
             self.learn_from(src, &frame.data);
         }
         let route = self.route(src, &frame.data, v);
@@ -425,26 +425,27 @@ impl Fabric {
         let Some(dst) = self.ports.get(port) else {
             return 0;
         };
-        if !dst.connected.load(Relaxed) {
+        if !dst.is_connected() {
             return 0;
         }
         let s = steer.unwrap_or_else(|| dst.steer_lazy(&frame.data, v));
-        let report = dst.has(VIRTIO_NET_F_HASH_REPORT);
+        let rx = dst.rx_offloads();
+        let report = rx.contains(RxOffloads::HASH_REPORT);
         if with_faults {
             // (A released frame was counted when it first came by.)
-            dst.steering.record(&s, report && s.hash_report != 0);
+            dst.steering().record(&s, report && s.hash_report != 0);
         }
-        let Some(r) = s.queue.and_then(|q| dst.rxq.get(q)) else {
+        let Some(r) = s.queue.and_then(|q| dst.rx_queues().get(q)) else {
             crate::buffers::give(frame.data);
             return 0;
         };
-        let mut frames = match dst.adapt(frame) {
+        let mut frames = match offloads::adapt(frame, rx) {
             Ok(f) => f,
             Err(e) => {
                 // Validated at TX already; this would be our own bug. Count it.
-                let q = &dst.rxq[0];
+                let q = &dst.rx_queues()[0];
                 QueueCounters::add(&q.counters.rx_drops, 1);
-                crate::guest_warn!(dst.log, port = %dst.cfg.name, "cannot finish offloads of frame: {e}");
+                crate::guest_warn!(dst.log(), port = %dst.cfg().name, "cannot finish offloads of frame: {e}");
                 return 0;
             }
         };
@@ -484,7 +485,15 @@ impl Fabric {
             // The offloads may have changed the frame: parsed afresh if a
             // stage asks.
             let v = LazyView::default();
-            match crate::stages::run(stages, dst.index, &dst.cfg.name, Dir::Egress, now, f, &v) {
+            match crate::stages::run(
+                stages,
+                dst.index(),
+                &dst.cfg().name,
+                Dir::Egress,
+                now,
+                f,
+                &v,
+            ) {
                 Passed::Same(f) => out.push(f),
                 Passed::Changed(fs) => out.extend(fs.into_iter().map(|(f, _)| f)),
             }
@@ -512,7 +521,7 @@ mod tests {
         let port = |i: usize, name: &str, profile: PortProfile| {
             let p = PortShared::new(i, PortConfig::new(name, ""), profile).unwrap();
             p.connected.store(true, Relaxed);
-            p.rxq[0].enabled.store(true, Relaxed);
+            p.rx_queues()[0].enabled.store(true, Relaxed);
             Arc::new(p)
         };
         let function = PortProfile {
@@ -528,7 +537,7 @@ mod tests {
             port(2, "fn", function),
         ]);
         let (vm, peer) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-        let queued = |p: usize| f.ports[p].rxq[0].clear();
+        let queued = |p: usize| f.ports[p].rx_queues()[0].clear();
         assert_eq!(f.forward(0, arp(vm, [10, 0, 0, 1]), Instant::now()), 2);
         assert_eq!(f.forward(1, arp(peer, [10, 0, 0, 2]), Instant::now()), 2);
         for p in 0..3 {

@@ -2,17 +2,14 @@
 //! the port's own threads share, and [`PortProfile`], what its kind tells
 //! the switch.
 
-use super::batch::Adapted;
+use super::RxOffloads;
 use super::RxQueue;
 use crate::config::{MacAddr, PortConfig};
-use crate::frame::{Frame, FrameView, LazyView};
-use crate::offload;
+use crate::frame::{FrameView, LazyView};
 use crate::stats::{LogLimiter, PortStats, StuckGuest};
-use crate::virtio_net::{bit, NetHdr};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
-use virtio_bindings::bindings::virtio_net::*;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 
@@ -58,41 +55,49 @@ impl Default for PortProfile {
 
 /// State of one port shared by the fabric and the port's own threads (a
 /// vhost-user backend, a device pump, a host or an uplink); it outlives
-/// guest connections.
+/// guest connections. Its fields are private: the port's threads and the
+/// control socket use the methods below.
 #[derive(Debug)]
 pub struct PortShared {
-    pub index: usize,
-    pub cfg: PortConfig,
+    index: usize,
+    cfg: PortConfig,
     /// How the switch treats this port (given by its kind).
-    pub profile: PortProfile,
-    pub connected: AtomicBool,
-    pub connections: AtomicU64,
-    /// Virtio features acked by the connected guest.
-    pub features: AtomicU64,
+    profile: PortProfile,
+    /// A guest is attached (always, for an always-attached port). The
+    /// fabric's batches hold a reference to it (`Batch`), hence `pub(super)`.
+    pub(super) connected: AtomicBool,
+    connections: AtomicU64,
+    /// Features the connected guest negotiated (a virtio-net port's; 0 for
+    /// the others), shown in `ctl status`: the switch does not read them.
+    features: AtomicU64,
+    /// The offloads the receiver takes as they are ([`RxOffloads`] bits),
+    /// which its port sets (with `features`); read per delivered frame.
+    rx_offloads: AtomicU8,
     /// Queue pairs the guest uses (control queue MQ command; all in the pci form).
-    pub active_qps: AtomicU16,
+    active_qps: AtomicU16,
     /// The MAC the guest set through the control queue (test-device form).
-    pub mac: Mutex<MacAddr>,
-    pub rxq: Vec<RxQueue>,
-    pub ctrl_errors: AtomicU64,
-    pub log: LogLimiter,
+    mac: Mutex<MacAddr>,
+    rxq: Vec<RxQueue>,
+    ctrl_errors: AtomicU64,
+    log: LogLimiter,
     /// Per queue pair: wakes the TX side after back-pressure.
-    pub tx_resume: Vec<Arc<EventFd>>,
+    tx_resume: Vec<Arc<EventFd>>,
     /// Per queue pair: retries a paused TX side in case its receiver stalls.
-    pub tx_timer: Vec<Mutex<TimerFd>>,
+    tx_timer: Vec<Mutex<TimerFd>>,
     /// Times this port's TX paused for a full receiver.
-    pub tx_pauses: AtomicU64,
+    tx_pauses: AtomicU64,
     /// vhost-user connections ended by a refused or malformed request.
-    pub protocol_errors: AtomicU64,
+    protocol_errors: AtomicU64,
     /// Flow rules, RSS and hash reporting (`steering`).
-    pub steering: crate::steering::PortSteering,
+    steering: crate::steering::PortSteering,
     /// The port whose profile names this one in `rdma_function_of` (an
     /// erdma function paired with this virtio-net port): RoCEv2 frames to
-    /// this port's MAC go there.
-    pub rdma_companion: OnceLock<usize>,
+    /// this port's MAC go there. The switch's own (set when it is built).
+    pub(super) rdma_companion: OnceLock<usize>,
     /// The source MAC this port last learned and the MAC table's generation
-    /// then, plus one (0: none); `Fabric::learn_from`'s shortcut.
-    pub learned: AtomicU64,
+    /// then, plus one (0: none); `Fabric::learn_from`'s shortcut, the
+    /// switch's own.
+    pub(super) learned: AtomicU64,
 }
 
 impl PortShared {
@@ -131,6 +136,7 @@ impl PortShared {
             profile,
             connections: AtomicU64::new(0),
             features: AtomicU64::new(0),
+            rx_offloads: AtomicU8::new(RxOffloads::NONE.bits()),
             rxq,
             ctrl_errors: AtomicU64::new(0),
             log: LogLimiter::default(),
@@ -143,45 +149,120 @@ impl PortShared {
         })
     }
 
-    pub(super) fn has(&self, f: u32) -> bool {
-        self.features.load(Relaxed) & bit(f) != 0
+    /// The port's place in the fabric (`Fabric::ports`).
+    pub fn index(&self) -> usize {
+        self.index
     }
 
-    /// The frames a receiver gets for `f`: the frame itself, its offloads
-    /// finished in place (checksum) or its TSO segments, as the receiver's
-    /// negotiated features require.
-    pub fn adapt(&self, mut f: Frame) -> Result<Adapted, offload::OffloadError> {
-        let h = f.hdr;
-        if h.gso_kind() != VIRTIO_NET_HDR_GSO_NONE as u8 {
-            let ok = match u32::from(h.gso_kind()) {
-                VIRTIO_NET_HDR_GSO_TCPV4 => self.has(VIRTIO_NET_F_GUEST_TSO4),
-                VIRTIO_NET_HDR_GSO_TCPV6 => self.has(VIRTIO_NET_F_GUEST_TSO6),
-                _ => false,
-            } && (!h.gso_ecn() || self.has(VIRTIO_NET_F_GUEST_ECN))
-                && self.has(VIRTIO_NET_F_GUEST_CSUM);
-            if ok {
-                return Ok(Adapted::One(f));
-            }
-            let segs = offload::segment_tcp(&f.data, &h)?;
-            crate::buffers::give(f.data);
-            return Ok(Adapted::Many(
-                segs.into_iter()
-                    .map(|data| Frame {
-                        hdr: NetHdr::default(),
-                        data,
-                    })
-                    .collect(),
-            ));
+    /// The port's configuration.
+    pub fn cfg(&self) -> &PortConfig {
+        &self.cfg
+    }
+
+    /// How the switch treats this port.
+    pub fn profile(&self) -> &PortProfile {
+        &self.profile
+    }
+
+    /// Whether a guest is attached (always, for an always-attached port).
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Relaxed)
+    }
+
+    /// A guest connected; returns its connection's number (from 1).
+    pub fn connect(&self) -> u64 {
+        self.connected.store(true, SeqCst);
+        self.connections.fetch_add(1, SeqCst) + 1
+    }
+
+    /// The guest went away (its frames are the caller's to clear).
+    pub fn disconnect(&self) {
+        self.connected.store(false, SeqCst);
+    }
+
+    /// Features the connected guest negotiated (0 if none, or not a
+    /// virtio-net port).
+    pub fn features(&self) -> u64 {
+        self.features.load(Relaxed)
+    }
+
+    /// The guest negotiated `features`, which let its receiver take `rx` as
+    /// they are (the port's kind translates: `ports::virtio_net`).
+    pub fn set_features(&self, features: u64, rx: RxOffloads) {
+        self.features.store(features, Relaxed);
+        self.rx_offloads.store(rx.bits(), Relaxed);
+    }
+
+    /// The offloads the port's receiver takes as they are.
+    pub fn rx_offloads(&self) -> RxOffloads {
+        RxOffloads::from_bits(self.rx_offloads.load(Relaxed))
+    }
+
+    /// Queue pairs the guest uses.
+    pub fn active_qps(&self) -> u16 {
+        self.active_qps.load(Relaxed)
+    }
+
+    /// Sets the queue pairs the guest uses (its MQ or RSS command, a reset).
+    pub fn set_active_qps(&self, n: u16) {
+        self.active_qps.store(n, Relaxed);
+    }
+
+    /// The port's MAC (the guest may set it through its control queue).
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+            .lock()
+            .map(|m| *m)
+            .unwrap_or_else(|e| *e.into_inner())
+    }
+
+    /// The guest set the port's MAC.
+    pub fn set_mac(&self, mac: MacAddr) {
+        if let Ok(mut m) = self.mac.lock() {
+            *m = mac;
         }
-        if h.needs_csum() && !self.has(VIRTIO_NET_F_GUEST_CSUM) {
-            offload::finish_csum(&mut f.data, h.csum_start, h.csum_offset)?;
-            f.hdr = NetHdr::default();
-            return Ok(Adapted::One(f));
-        }
-        if !self.has(VIRTIO_NET_F_GUEST_CSUM) {
-            f.hdr = NetHdr::default();
-        }
-        Ok(Adapted::One(f))
+    }
+
+    /// The port's receive queues, one per queue pair (one for an
+    /// always-attached port).
+    pub fn rx_queues(&self) -> &[RxQueue] {
+        &self.rxq
+    }
+
+    /// Per queue pair: the eventfd that wakes the TX side after back-pressure.
+    pub fn tx_resume(&self) -> &[Arc<EventFd>] {
+        &self.tx_resume
+    }
+
+    /// Per queue pair: the timer that retries a paused TX side in case its
+    /// receiver stalls.
+    pub fn tx_timers(&self) -> &[Mutex<TimerFd>] {
+        &self.tx_timer
+    }
+
+    /// The port's limiter of warnings a guest can cause (`guest_warn!`).
+    pub fn log(&self) -> &LogLimiter {
+        &self.log
+    }
+
+    /// Flow rules, RSS and hash reporting.
+    pub fn steering(&self) -> &crate::steering::PortSteering {
+        &self.steering
+    }
+
+    /// Counts a refused control-queue command.
+    pub fn count_ctrl_error(&self) {
+        self.ctrl_errors.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a pause of the port's TX for a full receiver.
+    pub fn count_tx_pause(&self) {
+        self.tx_pauses.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a vhost-user connection ended by a refused or malformed request.
+    pub fn count_protocol_error(&self) {
+        self.protocol_errors.fetch_add(1, SeqCst);
     }
 
     /// Chooses the RX queue pair for a frame (`None`: a flow rule drops

@@ -24,12 +24,12 @@ pub(super) fn a_and_b(limit: usize) -> Fabric {
         cfg.rx_queue_frames = limit;
         let p = PortShared::new(i, cfg, PortProfile::default()).unwrap();
         p.connected.store(true, Relaxed);
-        p.rxq[0].enabled.store(true, Relaxed);
+        p.rx_queues()[0].enabled.store(true, Relaxed);
         Arc::new(p)
     };
     let f = Fabric::new(vec![port(0, "a"), port(1, "b")]);
     assert_eq!(f.forward(1, arp(MAC_B, [10, 0, 0, 2]), Instant::now()), 1);
-    assert_eq!(f.ports[0].rxq[0].clear(), 1);
+    assert_eq!(f.ports[0].rx_queues()[0].clear(), 1);
     f
 }
 
@@ -50,7 +50,7 @@ pub(super) fn send_a_to_b<'a>(f: &'a Fabric, b: &mut Batch<'a>, ts: std::ops::Ra
 
 /// What waits in B's queue, in order.
 pub(super) fn at_b(f: &Fabric) -> Vec<Frame> {
-    std::iter::from_fn(|| f.ports[1].rxq[0].pop()).collect()
+    std::iter::from_fn(|| f.ports[1].rx_queues()[0].pop()).collect()
 }
 
 pub(super) fn arp(mac: [u8; 6], ip: [u8; 4]) -> Frame {

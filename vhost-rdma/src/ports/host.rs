@@ -164,7 +164,7 @@ impl HostHandle {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
-            ^ (port.index as u64) << 48;
+            ^ (port.index() as u64) << 48;
         let mut host = VirtualHost::new(
             HostConfig {
                 name: spec.name.clone(),
@@ -256,7 +256,7 @@ impl HostHandle {
         const FRAMES: u64 = 1;
         const COMMANDS: u64 = 2;
         let epoll = Epoll::new()?;
-        let rxq = &self.port.rxq[0];
+        let rxq = &self.port.rx_queues()[0];
         epoll.ctl(
             ControlOperation::Add,
             rxq.wake.as_raw_fd(),
@@ -341,14 +341,14 @@ impl HostHandle {
 
     fn flush(&self, host: &mut VirtualHost, fabric: &Fabric, outbox: &mut Vec<Vec<u8>>) {
         outbox.extend(std::iter::from_fn(|| host.poll_transmit()));
-        let c = &self.port.rxq[0].counters;
+        let c = &self.port.rx_queues()[0].counters;
         // One batch per flush: receivers are woken once, after it.
         let mut batch = crate::fabric::Batch::new(Instant::now());
         for data in outbox.drain(..) {
             QueueCounters::add(&c.tx_frames, 1);
             QueueCounters::add(&c.tx_bytes, data.len() as u64);
             fabric.forward_in(
-                self.port.index,
+                self.port.index(),
                 Frame {
                     hdr: Default::default(),
                     data,

@@ -260,8 +260,8 @@ impl crate::ports::RunningPort for UplinkPort {
 impl UplinkPort {
     /// Opens the port's socket or TAP device and starts its thread.
     pub fn start(port: Arc<PortShared>, fabric: Arc<Fabric>) -> Result<UplinkPort, UplinkError> {
-        let name = port.cfg.name.clone();
-        let wire = match &port.cfg.uplink {
+        let name = port.cfg().name.clone();
+        let wire = match &port.cfg().uplink {
             Some(Uplink::Vxlan(cfg)) => {
                 let sock = UdpSocket::bind(cfg.local).map_err(|source| UplinkError::Bind {
                     port: name.clone(),
@@ -315,7 +315,7 @@ impl UplinkPort {
             .name(format!("uplink-{name}"))
             .spawn(move || {
                 if let Err(e) = run(&p, &fabric, wire, &s) {
-                    tracing::warn!(port = %p.cfg.name, "uplink stopped: {e}");
+                    tracing::warn!(port = %p.cfg().name, "uplink stopped: {e}");
                 }
             })
             .map_err(|source| UplinkError::Io { port: name, source })?;
@@ -335,7 +335,7 @@ impl UplinkPort {
     /// Stops the thread (closing the socket or TAP device).
     pub fn shutdown(&mut self) {
         self.stop.store(true, SeqCst);
-        let _ = self.port.rxq[0].wake.write(1);
+        let _ = self.port.rx_queues()[0].wake.write(1);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -560,7 +560,7 @@ fn run(
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     let epoll = Epoll::new()?;
-    let rxq = &port.rxq[0];
+    let rxq = &port.rx_queues()[0];
     let wire_fd = match &wire {
         Wire::Vxlan { sock, .. } => sock.as_raw_fd(),
         Wire::Tap { file, .. } => file.as_raw_fd(),
@@ -602,7 +602,7 @@ fn run(
                     QueueCounters::add(&c.tx_frames, 1);
                     QueueCounters::add(&c.tx_bytes, data.len() as u64);
                     fabric.forward_in(
-                        port.index,
+                        port.index(),
                         Frame {
                             hdr: NetHdr::default(),
                             data,
@@ -613,7 +613,7 @@ fn run(
                 Ok(Rx::Refused) => QueueCounters::add(&rxq.counters.tx_errors, 1),
                 Ok(Rx::Empty) => break,
                 Err(e) => {
-                    crate::guest_warn!(port.log, port = %port.cfg.name, "uplink receive failed: {e}");
+                    crate::guest_warn!(port.log(), port = %port.cfg().name, "uplink receive failed: {e}");
                     // A wire that keeps failing (interface deleted) would
                     // wake epoll at once again: retry at a slow pace (after
                     // handing over what came before).
@@ -646,7 +646,7 @@ fn send(port: &PortShared, wire: &mut Wire, frame: &[u8]) -> bool {
             let e = match ep.egress(frame) {
                 Ok(e) => e,
                 Err(why) => {
-                    crate::guest_warn!(port.log, port = %port.cfg.name, "VXLAN uplink drops a frame: {why}");
+                    crate::guest_warn!(port.log(), port = %port.cfg().name, "VXLAN uplink drops a frame: {why}");
                     return false;
                 }
             };
@@ -662,7 +662,7 @@ fn send(port: &PortShared, wire: &mut Wire, frame: &[u8]) -> bool {
                     }
                     Err(err) => {
                         ep.sent(false);
-                        crate::guest_warn!(port.log, port = %port.cfg.name, "VXLAN send to {to} failed: {err}");
+                        crate::guest_warn!(port.log(), port = %port.cfg().name, "VXLAN send to {to} failed: {err}");
                     }
                 }
             }
@@ -676,7 +676,7 @@ fn send(port: &PortShared, wire: &mut Wire, frame: &[u8]) -> bool {
             Ok(_) => true,
             Err(err) => {
                 counters.write_errors.fetch_add(1, Relaxed);
-                crate::guest_warn!(port.log, port = %port.cfg.name, "TAP {ifname} refused a frame: {err}");
+                crate::guest_warn!(port.log(), port = %port.cfg().name, "TAP {ifname} refused a frame: {err}");
                 false
             }
         },
@@ -694,7 +694,7 @@ fn receive(port: &PortShared, wire: &mut Wire, buf: &mut [u8]) -> std::io::Resul
             match ep.ingress(from, got, truncated) {
                 Ok(inner) => Ok(Rx::Frame(inner.to_vec())),
                 Err(why) => {
-                    crate::guest_warn!(port.log, port = %port.cfg.name, "VXLAN uplink drops a datagram: {why}");
+                    crate::guest_warn!(port.log(), port = %port.cfg().name, "VXLAN uplink drops a datagram: {why}");
                     Ok(Rx::Refused)
                 }
             }

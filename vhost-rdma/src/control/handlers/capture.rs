@@ -14,9 +14,9 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
         } => {
             let only = port
                 .as_deref()
-                .map(|p| fabric.port_by_name(p).map(|p| p.index))
+                .map(|p| fabric.port_by_name(p).map(|p| p.index()))
                 .transpose()?;
-            let names: Vec<String> = fabric.ports.iter().map(|p| p.cfg.name.clone()).collect();
+            let names: Vec<String> = fabric.ports.iter().map(|p| p.cfg().name.clone()).collect();
             let st = fabric.capture.start(file, &names, only, *snaplen)?;
             tracing::info!(file = %file.display(), ports = ?st.ports, "capture started");
             st

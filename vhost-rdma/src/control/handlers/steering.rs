@@ -13,30 +13,30 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
         Request::FlowRuleAdd { port, rule } => {
             let p = port_by_name(port)?;
             let max = fabric.limits.flow_rules;
-            if p.steering.rules().len() >= max {
+            if p.steering().rules().len() >= max {
                 fabric.flow_rules_refused.fetch_add(1, Relaxed);
                 return Err(HandlerError::FlowRuleLimit {
                     port: port.clone(),
                     max,
                 });
             }
-            let rule_id = p.steering.add_rule(rule.clone())?;
+            let rule_id = p.steering().add_rule(rule.clone())?;
             tracing::info!(port = %port, id = rule_id, rule = %rule.describe(), "flow rule added");
             ReplyBody::RuleAdded {
-                rules: p.steering.rules(),
+                rules: p.steering().rules(),
                 rule_id,
             }
         }
         Request::FlowRuleDel { port, id } => {
             let p = port_by_name(port)?;
-            p.steering.del_rule(*id)?;
+            p.steering().del_rule(*id)?;
             tracing::info!(port = %port, id, "flow rule removed");
             ReplyBody::Rules {
-                rules: p.steering.rules(),
+                rules: p.steering().rules(),
             }
         }
         Request::FlowRuleList { port } => ReplyBody::Rules {
-            rules: port_by_name(port)?.steering.rules(),
+            rules: port_by_name(port)?.steering().rules(),
         },
         Request::Rss {
             port,
@@ -45,15 +45,15 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
         } => {
             let p = port_by_name(port)?;
             if *clear_flows {
-                p.steering.clear_flows();
+                p.steering().clear_flows();
             }
             let view = PortView {
-                name: &p.cfg.name,
-                connected: p.connected.load(Relaxed),
-                features: p.features.load(Relaxed),
-                active_queue_pairs: p.active_qps.load(Relaxed),
+                name: &p.cfg().name,
+                connected: p.is_connected(),
+                features: p.features(),
+                active_queue_pairs: p.active_qps(),
                 rx: p
-                    .rxq
+                    .rx_queues()
                     .iter()
                     .map(|q| {
                         let c = q.counters.snapshot();
@@ -61,7 +61,7 @@ pub fn handle(fabric: &Fabric, req: &Request) -> Answer {
                     })
                     .collect(),
             };
-            let mut s = status(&p.steering, view);
+            let mut s = status(p.steering(), view);
             s.predictions = flows
                 .iter()
                 .map(|f| predict(f, |frame| p.steer(frame)))

@@ -375,17 +375,17 @@ impl DevicePort {
         perms: &crate::socket_path::SocketPerms,
     ) -> anyhow::Result<DevicePort> {
         use anyhow::Context;
-        let name = port.cfg.name.clone();
-        let (listener, socket) = crate::socket_path::bind_with(&port.cfg.socket, perms)
+        let name = port.cfg().name.clone();
+        let (listener, socket) = crate::socket_path::bind_with(&port.cfg().socket, perms)
             .with_context(|| format!("port {name}: cannot listen"))?;
         let sink = sink::DeviceSink {
             fabric: fabric.clone(),
             port: port.clone(),
         };
         let vfio_err = |e| anyhow::anyhow!("port {name}: vfio-user: {e}");
-        let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg.kind {
+        let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg().kind {
             PortKind::Erdma => {
-                let dev = ErdmaDevice::new(erdma_config(&port.cfg));
+                let dev = ErdmaDevice::new(erdma_config(port.cfg()));
                 let server =
                     VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
                         .map_err(vfio_err)?;
@@ -395,7 +395,7 @@ impl DevicePort {
                 )
             }
             _ => {
-                let dev = GveDevice::new(gve_config(&port.cfg));
+                let dev = GveDevice::new(gve_config(port.cfg()));
                 let server =
                     VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
                         .map_err(vfio_err)?;
@@ -421,7 +421,7 @@ impl DevicePort {
             .name(format!("pump-{name}"))
             .spawn(move || pump::Pump::new(&p, h.pumped(), &st).run(&s))
             .context("spawning the device pump")?;
-        tracing::info!(port = %name, socket = %port.cfg.socket.display(), kind = ?port.cfg.kind, "device listening (vfio-user)");
+        tracing::info!(port = %name, socket = %port.cfg().socket.display(), kind = ?port.cfg().kind, "device listening (vfio-user)");
         let trace = Arc::new(port_trace(&name, &handle));
         Ok(DevicePort {
             port,
@@ -438,10 +438,10 @@ impl DevicePort {
     /// What the control socket needs of this port.
     pub fn entry(&self) -> DeviceEntry {
         DeviceEntry {
-            port: self.port.cfg.name.clone(),
+            port: self.port.cfg().name.clone(),
             handle: self.handle.clone(),
             pump: self.pump_stats.clone(),
-            held_limit: self.port.cfg.rx_held_frames,
+            held_limit: self.port.cfg().rx_held_frames,
             trace: self.trace.clone(),
         }
     }
@@ -453,7 +453,7 @@ impl DevicePort {
         let _ = self.trace.stop();
         self.handle.stop();
         // Wake the pump from its wait.
-        let _ = self.port.rxq[0].wake.write(1);
+        let _ = self.port.rx_queues()[0].wake.write(1);
         for t in [self.pump.take(), self.server.take()].into_iter().flatten() {
             let _ = t.join();
         }
@@ -471,7 +471,7 @@ fn served<D: PciDevice + Describe + Send + 'static>(
 ) -> Arc<dyn Served> {
     let p = port.clone();
     h.on_earlier_deadline(move || {
-        if let Some(q) = p.rxq.first() {
+        if let Some(q) = p.rx_queues().first() {
             let _ = q.wake.write(1);
         }
     });

@@ -279,7 +279,7 @@ pub(crate) struct Pump<'a> {
 impl<'a> Pump<'a> {
     pub(crate) fn new(port: &'a PortShared, dev: &'a dyn Pumped, stats: &'a PumpStats) -> Self {
         Pump {
-            hold: RxHold::new(port.cfg.rx_held_frames),
+            hold: RxHold::new(port.cfg().rx_held_frames),
             hand: VecDeque::with_capacity(BURST),
             port,
             dev,
@@ -289,19 +289,19 @@ impl<'a> Pump<'a> {
 
     /// Runs until `stop` is set or the server stops.
     pub(crate) fn run(&mut self, stop: &AtomicBool) {
-        let name = &self.port.cfg.name;
+        let name = &self.port.cfg().name;
         let Ok(epoll) = Epoll::new() else {
             tracing::warn!(port = %name, "cannot create epoll: device port stopped");
             return;
         };
-        let Some(rxq) = self.port.rxq.first() else {
+        let Some(rxq) = self.port.rx_queues().first() else {
             return;
         };
         let mut fds = vec![(rxq.wake.as_raw_fd(), WAKE)];
-        if let Some(r) = self.port.tx_resume.first() {
+        if let Some(r) = self.port.tx_resume().first() {
             fds.push((r.as_raw_fd(), RESUME));
         }
-        let timer = self.port.tx_timer.first();
+        let timer = self.port.tx_timers().first();
         if let Some(t) = timer {
             fds.push((
                 t.lock().unwrap_or_else(|e| e.into_inner()).as_raw_fd(),
@@ -363,7 +363,7 @@ impl<'a> Pump<'a> {
             for e in &events[..n] {
                 match e.data() {
                     RESUME => {
-                        if let Some(r) = self.port.tx_resume.first() {
+                        if let Some(r) = self.port.tx_resume().first() {
                             let _ = r.read();
                         }
                         resume = true;
@@ -398,7 +398,7 @@ impl<'a> Pump<'a> {
     /// in one burst (whose closing poll runs the device's timers), or the
     /// timers alone when there is nothing to hand over.
     fn pass(&mut self, now: Instant) {
-        let Some(rxq) = self.port.rxq.first() else {
+        let Some(rxq) = self.port.rx_queues().first() else {
             return;
         };
         rxq.disarm();
@@ -498,14 +498,14 @@ impl<'a> Pump<'a> {
             .panics
             .fetch_add(1 + u64::from(reset_panicked), Relaxed)
             + 1;
-        let name = &self.port.cfg.name;
+        let name = &self.port.cfg().name;
         if n == 1 {
             tracing::error!(port = %name, "device model panicked in {what}: {msg}; device reset, the port goes on (further panics are counted in ctl status)");
         } else {
-            crate::guest_warn!(self.port.log, port = %name, "device model panicked again in {what} ({n} so far): {msg}; device reset");
+            crate::guest_warn!(self.port.log(), port = %name, "device model panicked again in {what} ({n} so far): {msg}; device reset");
         }
         let dropped = self.hold.clear();
-        if let Some(q) = self.port.rxq.first() {
+        if let Some(q) = self.port.rx_queues().first() {
             QueueCounters::add(&q.counters.rx_drops, dropped as u64);
         }
         // What paused TX belonged to the model before its reset.
@@ -764,8 +764,8 @@ mod tests {
                 let mut pc = crate::config::PortConfig::new("peer", "");
                 pc.rx_queue_frames = peer_limit;
                 let peer = PortShared::new(0, pc, PortProfile::default()).unwrap();
-                peer.connected.store(true, SeqCst);
-                peer.rxq[0].enabled.store(true, SeqCst);
+                peer.connect();
+                peer.rx_queues()[0].enabled.store(true, SeqCst);
                 let mut dc = crate::config::PortConfig::new("dev", "");
                 dc.kind = crate::config::PortKind::Gve;
                 dc.rx_held_frames = held;
@@ -796,7 +796,7 @@ mod tests {
                 let handle = server.handle();
                 let p = dev.clone();
                 handle.on_earlier_deadline(move || {
-                    let _ = p.rxq[0].wake.write(1);
+                    let _ = p.rx_queues()[0].wake.write(1);
                 });
                 let stats = Arc::new(PumpStats::default());
                 let stop = Arc::new(AtomicBool::new(false));
@@ -848,7 +848,7 @@ mod tests {
         impl Drop for Rig {
             fn drop(&mut self) {
                 self.stop.store(true, SeqCst);
-                let _ = self.dev.rxq[0].wake.write(1);
+                let _ = self.dev.rx_queues()[0].wake.write(1);
                 if let Some(t) = self.pump.take() {
                     let _ = t.join();
                 }
@@ -879,7 +879,7 @@ mod tests {
             );
             assert_eq!(rig.stats.held_queues.load(SeqCst), 1);
             assert_eq!(rig.stats.held_drops.load(SeqCst), 6);
-            assert_eq!(rig.dev.rxq[0].counters.snapshot().rx_drops, 6);
+            assert_eq!(rig.dev.rx_queues()[0].counters.snapshot().rx_drops, 6);
             // Buffers posted: the four oldest go (the pump retries by
             // itself), then new frames for queue 1 follow them.
             rig.s().starved[1] = false;
@@ -898,13 +898,13 @@ mod tests {
         #[test]
         fn a_device_that_takes_no_frames_is_named() {
             let rig = Rig::new(1024, 4);
-            rig.dev.rxq[0].set_stuck_ms(50);
+            rig.dev.rx_queues()[0].set_stuck_ms(50);
             rig.s().starved[0] = true;
             for t in 0..10 {
                 rig.send(0, t, 0);
             }
             rig.until("the stall reported by the pump", |r| {
-                r.dev.rxq[0].stuck_reports() == 1
+                r.dev.rx_queues()[0].stuck_reports() == 1
             });
             let s = rig.dev.stuck(Instant::now()).expect("stuck");
             assert!(s.for_ms >= 50, "{s:?}");
@@ -921,7 +921,7 @@ mod tests {
                 "{text}"
             );
             std::thread::sleep(Duration::from_millis(20));
-            assert_eq!(rig.dev.rxq[0].stuck_reports(), 1, "reported once");
+            assert_eq!(rig.dev.rx_queues()[0].stuck_reports(), 1, "reported once");
             rig.s().starved[0] = false;
             rig.until("the held frames delivered", |r| r.got().len() == 4);
             rig.until("the report cleared", |r| {
@@ -941,11 +941,11 @@ mod tests {
             rig.send(0, 2, BOOM);
             // The pass that panicked is over once the frame is counted.
             rig.until("the panic caught", |r| {
-                r.dev.rxq[0].counters.snapshot().rx_drops == 1
+                r.dev.rx_queues()[0].counters.snapshot().rx_drops == 1
             });
             assert_eq!(rig.stats.panics.load(SeqCst), 1);
             assert_eq!(rig.s().resets, 1, "device not reset");
-            let c = rig.dev.rxq[0].counters.snapshot();
+            let c = rig.dev.rx_queues()[0].counters.snapshot();
             assert_eq!(
                 (c.rx_frames, c.rx_drops),
                 (1, 1),
@@ -961,7 +961,7 @@ mod tests {
                 s.timer = true;
                 s.poll_panics = true;
             }
-            rig.dev.rxq[0].notify();
+            rig.dev.rx_queues()[0].notify();
             rig.until("the timer's panic caught", |r| {
                 r.stats.panics.load(SeqCst) == 2
             });
@@ -989,7 +989,7 @@ mod tests {
             rig.until("the peer's first frame", |r| r.got().len() == 1);
             rig.s().tx_pending = 30;
             rig.handle.poll(); // the doorbell, on this thread: 8 frames
-            let q = &rig.fabric.ports[0].rxq[0];
+            let q = &rig.fabric.ports[0].rx_queues()[0];
             rig.until("the rest sent by the pump", |_| q.len() == 30);
             let got: Vec<u8> = std::iter::from_fn(|| q.pop()).map(|f| f.data[15]).collect();
             assert_eq!(got, (0..30).collect::<Vec<u8>>());
@@ -1006,7 +1006,7 @@ mod tests {
             // device); the device's frames to it are then unicast.
             rig.send(0, 0, 0);
             rig.until("the peer's first frame", |r| r.got().len() == 1);
-            let q = &rig.fabric.ports[0].rxq[0];
+            let q = &rig.fabric.ports[0].rx_queues()[0];
             rig.s().tx_pending = 40;
             // Doorbells: 8 frames a poll (the pump polls too, for what is
             // left); the third call finds the peer full. (A call already
@@ -1016,7 +1016,7 @@ mod tests {
                 rig.handle.poll();
             }
             assert!(
-                rig.dev.tx_pauses.load(SeqCst) >= 1,
+                rig.dev.stats().tx_pauses >= 1,
                 "not paused at a full receiver"
             );
             assert!(q.len() >= 24, "the paused call's frames were not forwarded");
@@ -1036,7 +1036,7 @@ mod tests {
             }
             assert_eq!(got, (0..40).collect::<Vec<u8>>(), "lost or reordered");
             assert_eq!(q.counters.snapshot().rx_drops, 0);
-            let c = rig.dev.rxq[0].counters.snapshot();
+            let c = rig.dev.rx_queues()[0].counters.snapshot();
             assert_eq!(c.tx_frames, 40);
         }
     }

@@ -11,7 +11,6 @@
 use crate::fabric::{Batch, Fabric, Frame, Ingress, PortShared};
 use crate::stats::QueueCounters;
 use crate::virtio_net::NetHdr;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vfio_user_server::{FrameSink, SinkState};
@@ -27,7 +26,7 @@ impl DeviceSink {
     /// the device paused (after it, it counts as stalled and senders drop
     /// instead of waiting).
     fn arm_stall_timer(&self) {
-        if let Some(t) = self.port.tx_timer.first() {
+        if let Some(t) = self.port.tx_timers().first() {
             let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
             let _ = t.reset(Duration::from_millis(crate::fabric::STALL_MS), None);
         }
@@ -37,7 +36,7 @@ impl DeviceSink {
 impl FrameSink for DeviceSink {
     fn send(&mut self, frames: Vec<Vec<u8>>) -> SinkState {
         let (fabric, port) = (&*self.fabric, &*self.port);
-        let Some(rxq) = port.rxq.first() else {
+        let Some(rxq) = port.rx_queues().first() else {
             return SinkState::Ready;
         };
         let bytes: usize = frames.iter().map(Vec::len).sum();
@@ -54,19 +53,19 @@ impl FrameSink for DeviceSink {
             let f = if full {
                 Some(f)
             } else {
-                match fabric.ingress(port.index, f, &mut batch) {
+                match fabric.ingress(port.index(), f, &mut batch) {
                     Ingress::Forwarded(_) => None,
                     Ingress::Congested(q, f) => {
                         // Register first, then look again: a drain between
                         // the two cannot be missed.
-                        if let Some(r) = port.tx_resume.first() {
+                        if let Some(r) = port.tx_resume().first() {
                             q.add_waiter(r);
                         }
                         if batch.congested(q) {
                             full = true;
-                            port.tx_pauses.fetch_add(1, Relaxed);
+                            port.count_tx_pause();
                             self.arm_stall_timer();
-                            tracing::trace!(port = %port.cfg.name, "device tx paused");
+                            tracing::trace!(port = %port.cfg().name, "device tx paused");
                         }
                         Some(f)
                     }
@@ -77,7 +76,7 @@ impl FrameSink for DeviceSink {
                 // from its ring already: it cannot go back. Forwarded in
                 // the batch, behind what it staged; a receiver past its
                 // drop bound drops and counts it.
-                fabric.forward_in(port.index, f, &mut batch);
+                fabric.forward_in(port.index(), f, &mut batch);
             }
         }
         drop(batch);

@@ -10,6 +10,7 @@ use crate::config::{DeviceForm, MacAddr};
 use crate::fabric::{Batch, Fabric, Frame, Ingress, PortShared, RxQueue};
 use crate::guest_warn;
 use crate::ports::virtio_net::chain::{self, ChainLog, RxSource, TxStep};
+use crate::ports::virtio_net::offloads::rx_offloads;
 use crate::stats::QueueCounters;
 use crate::virtio_net::*;
 use std::io;
@@ -50,12 +51,12 @@ pub struct PortBackend {
 impl PortBackend {
     /// A fresh backend for a new connection to the port.
     pub fn new(shared: Arc<PortShared>, fabric: Arc<Fabric>) -> io::Result<Self> {
-        let threads = usize::from(shared.cfg.queue_pairs);
+        let threads = usize::from(shared.cfg().queue_pairs);
         let exits = (0..threads)
             .map(|_| new_event_consumer_and_notifier(EventFlag::NONBLOCK))
             .collect::<Result<Vec<_>, _>>()?;
         // A new guest starts without RSS / hash configuration.
-        shared.steering.reset_guest_config();
+        shared.steering().reset_guest_config();
         Ok(PortBackend {
             shared,
             fabric,
@@ -67,11 +68,11 @@ impl PortBackend {
     }
 
     fn qps(&self) -> usize {
-        usize::from(self.shared.cfg.queue_pairs)
+        usize::from(self.shared.cfg().queue_pairs)
     }
 
     fn owns_device(&self) -> bool {
-        self.shared.cfg.form == DeviceForm::TestDevice
+        self.shared.cfg().form == DeviceForm::TestDevice
     }
 
     /// The epoll id of worker `thread`'s pending-queue wake eventfd.
@@ -104,7 +105,7 @@ impl PortBackend {
     }
 
     fn counters(&self, qp: usize) -> &QueueCounters {
-        &self.shared.rxq[qp.min(self.shared.rxq.len() - 1)].counters
+        &self.shared.rx_queues()[qp.min(self.shared.rx_queues().len() - 1)].counters
     }
 
     /// Drains the TX vring of queue pair `qp` into the fabric.
@@ -138,12 +139,12 @@ impl PortBackend {
                         // stall timer) resumes us. Forwarded at once
                         // otherwise, so the next frame's congestion check
                         // sees this one queued (or staged in `wakes`).
-                        let f = match self.fabric.ingress(self.shared.index, f, &mut wakes) {
+                        let f = match self.fabric.ingress(self.shared.index(), f, &mut wakes) {
                             Ingress::Forwarded(_) => None,
                             Ingress::Congested(q, f) => {
                                 // Register first, then look again: a drain
                                 // between the two cannot be missed.
-                                q.add_waiter(&self.shared.tx_resume[qp]);
+                                q.add_waiter(&self.shared.tx_resume()[qp]);
                                 // Counting what this pass staged for it.
                                 if wakes.congested(q) {
                                     // The receiver must drain what we queued
@@ -151,8 +152,8 @@ impl PortBackend {
                                     wakes.flush();
                                     crate::buffers::give(f.data);
                                     self.arm_tx_timer(qp);
-                                    self.shared.tx_pauses.fetch_add(1, Relaxed);
-                                    tracing::trace!(port = %self.shared.cfg.name, qp, "tx paused");
+                                    self.shared.count_tx_pause();
+                                    tracing::trace!(port = %self.shared.cfg().name, qp, "tx paused");
                                     return TxStep::Pause;
                                 }
                                 Some(f)
@@ -161,7 +162,7 @@ impl PortBackend {
                         if let Some(f) = f {
                             // In this pass's batch: behind what it staged
                             // for the same receiver, in order.
-                            self.fabric.forward_in(self.shared.index, f, &mut wakes);
+                            self.fabric.forward_in(self.shared.index(), f, &mut wakes);
                         }
                         // Added to the counters once per pass.
                         sent.0 += 1;
@@ -169,7 +170,7 @@ impl PortBackend {
                     }
                     Err(e) => {
                         QueueCounters::add(&c.tx_errors, 1);
-                        guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX chain {head} refused: {e}");
+                        guest_warn!(self.shared.log(), port = %self.shared.cfg().name, qp, "TX chain {head} refused: {e}");
                     }
                 }
                 TxStep::Done
@@ -180,7 +181,7 @@ impl PortBackend {
                     QueueCounters::add(&c.tx_errors, 1);
                     QueueCounters::add(&c.tx_frames, sent.0);
                     QueueCounters::add(&c.tx_bytes, sent.1);
-                    guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX ring unusable: {e}");
+                    guest_warn!(self.shared.log(), port = %self.shared.cfg().name, qp, "TX ring unusable: {e}");
                     return;
                 }
             };
@@ -189,7 +190,7 @@ impl PortBackend {
                 QueueCounters::add(&c.tx_errors, 1);
                 QueueCounters::add(&c.tx_frames, sent.0);
                 QueueCounters::add(&c.tx_bytes, sent.1);
-                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "TX used ring unusable: {e}");
+                guest_warn!(self.shared.log(), port = %self.shared.cfg().name, qp, "TX used ring unusable: {e}");
                 return;
             }
             if !event_idx || drained.paused {
@@ -208,7 +209,7 @@ impl PortBackend {
     }
 
     fn arm_tx_timer(&self, qp: usize) {
-        if let Some(t) = self.shared.tx_timer.get(qp) {
+        if let Some(t) = self.shared.tx_timers().get(qp) {
             let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
             let _ = t.reset(
                 std::time::Duration::from_millis(crate::fabric::STALL_MS),
@@ -229,7 +230,7 @@ impl PortBackend {
 
     /// Moves pending frames of queue pair `qp` into its RX vring.
     fn process_rx(&self, qp: usize, vring: &VringRwLock) {
-        let Some(rxq) = self.shared.rxq.get(qp) else {
+        let Some(rxq) = self.shared.rx_queues().get(qp) else {
             return;
         };
         rxq.disarm();
@@ -241,11 +242,11 @@ impl PortBackend {
                 // Frames steered here before the guest shrank its queue
                 // pairs go to queue pair 0.
                 while let Some(f) = rxq.pop() {
-                    if let Some(q0) = self.shared.rxq.first() {
+                    if let Some(q0) = self.shared.rx_queues().first() {
                         q0.take_over(f);
                     }
                 }
-                if let Some(q0) = self.shared.rxq.first() {
+                if let Some(q0) = self.shared.rx_queues().first() {
                     let _ = q0.wake.write(1);
                 }
             }
@@ -264,8 +265,8 @@ impl PortBackend {
             };
             let ctx = ChainLog {
                 counters: c,
-                log: &self.shared.log,
-                port: &self.shared.cfg.name,
+                log: self.shared.log(),
+                port: &self.shared.cfg().name,
                 qp,
             };
             let mut src = PendingSource {
@@ -279,13 +280,13 @@ impl PortBackend {
                 Ok(f) => (f.used, f.starved),
                 Err(e) => {
                     QueueCounters::add(&c.rx_errors, 1);
-                    guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX ring unusable: {e}");
+                    guest_warn!(self.shared.log(), port = %self.shared.cfg().name, qp, "RX ring unusable: {e}");
                     return;
                 }
             };
             if let Err(e) = chain::publish_used(&mem, vr.get_queue_mut(), used.iter().copied()) {
                 QueueCounters::add(&c.rx_errors, 1);
-                guest_warn!(self.shared.log, port = %self.shared.cfg.name, qp, "RX used ring unusable: {e}");
+                guest_warn!(self.shared.log(), port = %self.shared.cfg().name, qp, "RX used ring unusable: {e}");
                 return;
             }
             if !starved || !event_idx {
@@ -308,7 +309,7 @@ impl PortBackend {
             let _ = vr.signal_used_queue();
         }
         drop(vr);
-        tracing::trace!(port = %self.shared.cfg.name, qp, pending = rxq.len(), "rx batch done");
+        tracing::trace!(port = %self.shared.cfg().name, qp, pending = rxq.len(), "rx batch done");
         rxq.wake_waiters();
     }
 
@@ -331,7 +332,7 @@ impl PortBackend {
                     let head = chain.head_index();
                     let (ok, ack) = self.ctrl_command(&mem, chain);
                     if !ok {
-                        self.shared.ctrl_errors.fetch_add(1, Relaxed);
+                        self.shared.count_ctrl_error();
                     }
                     let n = match ack {
                         Some(addr) => {
@@ -368,14 +369,14 @@ impl PortBackend {
         let cmd = match cmd {
             Ok(c) => c,
             Err(e) => {
-                guest_warn!(self.shared.log, port = %self.shared.cfg.name, "control command refused: {e}");
+                guest_warn!(self.shared.log(), port = %self.shared.cfg().name, "control command refused: {e}");
                 return (false, ack);
             }
         };
         let r = self.ctrl_execute(&cmd);
-        tracing::debug!(port = %self.shared.cfg.name, cmd = ?&cmd[..cmd.len().min(16)], ok = r.is_ok(), ack = ?ack, "control command");
+        tracing::debug!(port = %self.shared.cfg().name, cmd = ?&cmd[..cmd.len().min(16)], ok = r.is_ok(), ack = ?ack, "control command");
         if let Err(e) = &r {
-            guest_warn!(self.shared.log, port = %self.shared.cfg.name, "control command refused: {e}");
+            guest_warn!(self.shared.log(), port = %self.shared.cfg().name, "control command refused: {e}");
         }
         (r.is_ok(), ack)
     }
@@ -396,9 +397,7 @@ impl PortBackend {
                 if m[0] & 1 != 0 {
                     return Err(ChainError::Ctrl("multicast MAC"));
                 }
-                if let Ok(mut cur) = self.shared.mac.lock() {
-                    *cur = MacAddr(m);
-                }
+                self.shared.set_mac(MacAddr(m));
                 Ok(())
             }
             (VIRTIO_NET_CTRL_VLAN, _) => Ok(()),
@@ -411,7 +410,7 @@ impl PortBackend {
                 if n == 0 || usize::from(n) > self.qps() {
                     return Err(ChainError::Ctrl("queue pairs out of range"));
                 }
-                self.shared.active_qps.store(n, Relaxed);
+                self.shared.set_active_qps(n);
                 Ok(())
             }
             (VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_RSS_CONFIG) => {
@@ -420,17 +419,17 @@ impl PortBackend {
                 }
                 let r = self
                     .shared
-                    .steering
+                    .steering()
                     .set_rss_from_guest(data, self.qps() as u16);
                 match r {
                     Ok(max_tx_vq) => {
                         // The device takes its queue pair count from max_tx_vq.
-                        self.shared.active_qps.store(max_tx_vq, Relaxed);
-                        tracing::info!(port = %self.shared.cfg.name, max_tx_vq, "RSS configured by the guest");
+                        self.shared.set_active_qps(max_tx_vq);
+                        tracing::info!(port = %self.shared.cfg().name, max_tx_vq, "RSS configured by the guest");
                         Ok(())
                     }
                     Err(e) => {
-                        guest_warn!(self.shared.log, port = %self.shared.cfg.name, "{e}");
+                        guest_warn!(self.shared.log(), port = %self.shared.cfg().name, "{e}");
                         Err(ChainError::Ctrl("bad RSS_CONFIG"))
                     }
                 }
@@ -441,10 +440,13 @@ impl PortBackend {
                         "HASH_CONFIG without VIRTIO_NET_F_HASH_REPORT",
                     ));
                 }
-                self.shared.steering.set_hash_from_guest(data).map_err(|e| {
-                    guest_warn!(self.shared.log, port = %self.shared.cfg.name, "{e}");
-                    ChainError::Ctrl("bad HASH_CONFIG")
-                })
+                self.shared
+                    .steering()
+                    .set_hash_from_guest(data)
+                    .map_err(|e| {
+                        guest_warn!(self.shared.log(), port = %self.shared.cfg().name, "{e}");
+                        ChainError::Ctrl("bad HASH_CONFIG")
+                    })
             }
             (VIRTIO_NET_CTRL_GUEST_OFFLOADS, VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET) => {
                 let v = data
@@ -460,7 +462,7 @@ impl PortBackend {
                     return Err(ChainError::Ctrl("offloads not negotiated"));
                 }
                 *acked = (*acked & !mask) | v;
-                self.shared.features.store(*acked, Relaxed);
+                self.shared.set_features(*acked, rx_offloads(*acked));
                 Ok(())
             }
             _ => Err(ChainError::Ctrl("unsupported class/command")),
@@ -547,13 +549,11 @@ impl VhostUserBackend for PortBackend {
     }
 
     fn acked_features(&self, features: u64) {
-        tracing::debug!(port = %self.shared.cfg.name, features = format_args!("{features:#x}"), "features acked");
+        tracing::debug!(port = %self.shared.cfg().name, features = format_args!("{features:#x}"), "features acked");
         *self.acked.lock().unwrap_or_else(|e| e.into_inner()) = features;
-        self.shared.features.store(features, Relaxed);
+        self.shared.set_features(features, rx_offloads(features));
         if !self.owns_device() {
-            self.shared
-                .active_qps
-                .store(self.shared.cfg.queue_pairs, Relaxed);
+            self.shared.set_active_qps(self.shared.cfg().queue_pairs);
         }
     }
 
@@ -566,20 +566,17 @@ impl VhostUserBackend for PortBackend {
     }
 
     fn reset_device(&self) {
-        self.shared.steering.reset_guest_config();
-        for q in &self.shared.rxq {
+        self.shared.steering().reset_guest_config();
+        for q in self.shared.rx_queues() {
             q.clear();
             // See serve_port: usable until the worker finds it disabled.
             q.enabled.store(true, Relaxed);
         }
-        self.shared.active_qps.store(
-            if self.owns_device() {
-                1
-            } else {
-                self.shared.cfg.queue_pairs
-            },
-            Relaxed,
-        );
+        self.shared.set_active_qps(if self.owns_device() {
+            1
+        } else {
+            self.shared.cfg().queue_pairs
+        });
     }
 
     fn set_event_idx(&self, enabled: bool) {
@@ -587,16 +584,11 @@ impl VhostUserBackend for PortBackend {
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        let mac = self
-            .shared
-            .mac
-            .lock()
-            .map(|m| m.0)
-            .unwrap_or(self.shared.cfg.mac.0);
+        let mac = self.shared.mac().0;
         // `ctl link down` shows here (no config-change interrupt is sent:
         // the guest sees it when it next reads the status).
-        let link_up = self.fabric.faults.link_up(self.shared.index);
-        let cfg = config_space(mac, link_up, self.shared.cfg.queue_pairs, 1500);
+        let link_up = self.fabric.faults.link_up(self.shared.index());
+        let cfg = config_space(mac, link_up, self.shared.cfg().queue_pairs, 1500);
         let start = (offset as usize).min(cfg.len());
         let end = start.saturating_add(size as usize).min(cfg.len());
         let mut v = cfg[start..end].to_vec();
@@ -635,7 +627,7 @@ impl VhostUserBackend for PortBackend {
         // end this worker thread.
         let qp = thread_id;
         let wake = self.wake_event_id(thread_id);
-        tracing::trace!(port = %self.shared.cfg.name, device_event, thread_id, "event");
+        tracing::trace!(port = %self.shared.cfg().name, device_event, thread_id, "event");
         match u64::from(device_event) {
             0 => {
                 if let Some(v) = vrings.first() {
@@ -660,11 +652,11 @@ impl VhostUserBackend for PortBackend {
                 }
             }
             e if e == self.resume_event_id(thread_id) || e == self.timer_event_id(thread_id) => {
-                if let Some(r) = self.shared.tx_resume.get(qp) {
+                if let Some(r) = self.shared.tx_resume().get(qp) {
                     let _ = r.read();
                 }
                 if e == self.timer_event_id(thread_id) {
-                    if let Some(t) = self.shared.tx_timer.get(qp) {
+                    if let Some(t) = self.shared.tx_timers().get(qp) {
                         // Disarm (and consume an expiry) without blocking.
                         let _ = t
                             .lock()

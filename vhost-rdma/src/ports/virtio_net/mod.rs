@@ -8,6 +8,7 @@
 
 pub mod backend;
 pub mod chain;
+pub mod offloads;
 pub mod proxy;
 
 use crate::config::{DeviceForm, PortConfig};
@@ -75,20 +76,20 @@ impl VirtioNetPort {
     /// Listens on the port's socket and starts its thread.
     fn start(port: Arc<PortShared>, ctx: &StartContext<'_>) -> anyhow::Result<VirtioNetPort> {
         let (public, sock) = port
-            .cfg
+            .cfg()
             .listen(ctx.socket_perms)
-            .with_context(|| format!("port {}: cannot listen", port.cfg.name))?;
+            .with_context(|| format!("port {}: cannot listen", port.cfg().name))?;
         let wake = EventFd::new(EFD_NONBLOCK)
-            .with_context(|| format!("port {}: wake eventfd", port.cfg.name))?;
+            .with_context(|| format!("port {}: wake eventfd", port.cfg().name))?;
         let wake_handle = wake
             .try_clone()
-            .with_context(|| format!("port {}: wake eventfd", port.cfg.name))?;
+            .with_context(|| format!("port {}: wake eventfd", port.cfg().name))?;
         // The backend listens on a private socket; a relay joins the two
         // (see `proxy`).
         let private_dir = std::env::temp_dir().join(format!(
             "vhost-rdma-{}-{}-{}",
             std::process::id(),
-            port.index,
+            port.index(),
             nonce()
         ));
         std::fs::create_dir_all(&private_dir)
@@ -101,7 +102,7 @@ impl VirtioNetPort {
         let listener = Listener::new(&private, true).map_err(|e| {
             anyhow::anyhow!(
                 "port {}: cannot listen on {}: {e}",
-                port.cfg.name,
+                port.cfg().name,
                 private.display()
             )
         })?;
@@ -109,7 +110,7 @@ impl VirtioNetPort {
         let stop = Arc::new(AtomicBool::new(false));
         let (f, s, c) = (ctx.fabric.clone(), stop.clone(), conn.clone());
         let thread = std::thread::Builder::new()
-            .name(format!("port-{}", port.cfg.name))
+            .name(format!("port-{}", port.cfg().name))
             .spawn(move || {
                 let public = Public {
                     listener: public,
@@ -219,8 +220,8 @@ fn serve_port(
     stop: Arc<AtomicBool>,
     conn: Arc<Mutex<Option<UnixStream>>>,
 ) {
-    let name = port.cfg.name.clone();
-    info!(port = %name, socket = %port.cfg.socket.display(), "listening");
+    let name = port.cfg().name.clone();
+    info!(port = %name, socket = %port.cfg().socket.display(), "listening");
     while !stop.load(SeqCst) {
         match public.wait() {
             Ok(true) => {}
@@ -260,21 +261,21 @@ fn serve_port(
                 }
             };
         for (t, h) in daemon.get_epoll_handlers().iter().enumerate() {
-            if let Some(q) = port.rxq.get(t) {
+            if let Some(q) = port.rx_queues().get(t) {
                 if let Err(e) =
                     h.register_listener(q.wake.as_raw_fd(), EventSet::IN, backend.wake_event_id(t))
                 {
                     warn!(port = %name, "cannot register wake event: {e}");
                 }
             }
-            if let Some(r) = port.tx_resume.get(t) {
+            if let Some(r) = port.tx_resume().get(t) {
                 if let Err(e) =
                     h.register_listener(r.as_raw_fd(), EventSet::IN, backend.resume_event_id(t))
                 {
                     warn!(port = %name, "cannot register TX resume event: {e}");
                 }
             }
-            if let Some(tm) = port.tx_timer.get(t) {
+            if let Some(tm) = port.tx_timers().get(t) {
                 let fd = tm.lock().map(|t| t.as_raw_fd()).unwrap_or(-1);
                 if let Err(e) = h.register_listener(fd, EventSet::IN, backend.timer_event_id(t)) {
                     warn!(port = %name, "cannot register TX timer: {e}");
@@ -305,11 +306,10 @@ fn serve_port(
         // Assume every RX queue usable until its worker finds the vring
         // disabled (it then hands the frames to queue pair 0); waiting for
         // the enable event instead races with the first frames.
-        for q in &port.rxq {
+        for q in port.rx_queues() {
             q.enabled.store(true, SeqCst);
         }
-        port.connected.store(true, SeqCst);
-        let n = port.connections.fetch_add(1, SeqCst) + 1;
+        let n = port.connect();
         info!(port = %name, connection = n, "guest connected");
         let relay_name = name.clone();
         let relay = std::thread::Builder::new()
@@ -319,28 +319,28 @@ fn serve_port(
         if let Ok(Ok(Err(e))) = relay.map(|t| t.join()) {
             info!(port = %name, "front-end connection: {e}");
         }
-        port.connected.store(false, SeqCst);
+        port.disconnect();
         if let Ok(mut c) = conn.lock() {
             *c = None;
         }
-        fabric.forget_port(port.index);
-        let dropped: usize = port.rxq.iter().map(|q| q.clear()).sum();
+        fabric.forget_port(port.index());
+        let dropped: usize = port.rx_queues().iter().map(|q| q.clear()).sum();
         match result {
             Ok(()) => info!(port = %name, dropped_pending = dropped, "guest disconnected"),
             Err(vhost_user_backend::Error::HandleRequest(
                 vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
             )) => info!(port = %name, dropped_pending = dropped, "guest disconnected"),
             Err(e) => {
-                port.protocol_errors.fetch_add(1, SeqCst);
+                port.count_protocol_error();
                 info!(port = %name, dropped_pending = dropped, "guest connection ended: {e}")
             }
         }
         backend.signal_exit();
         drop(daemon);
-        for q in &port.rxq {
+        for q in port.rx_queues() {
             q.enabled.store(false, SeqCst);
         }
-        port.features.store(0, SeqCst);
+        port.set_features(0, crate::fabric::RxOffloads::NONE);
     }
     info!(port = %name, "stopped");
 }
