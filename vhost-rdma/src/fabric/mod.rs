@@ -1,5 +1,42 @@
-//! The fabric: an L2 learning switch between ports, with a bounded pending
-//! queue per destination queue pair. (Module docs rewritten below.)
+//! The fabric: an L2 learning switch between ports, with a bounded receive
+//! queue per destination queue pair.
+//!
+//! This module is the switch, [`Fabric`]: the MAC learning table (keyed by
+//! `mac_table`'s hash, bounded by `[limits] mac-table`), routing (known
+//! unicast to one port and the queue pair its steering picks, else flood;
+//! RoCEv2 to a port's RDMA function; an RDMA function's frames to MAC zero
+//! by destination IPv4 from the neighbour table), back-pressure, the stages
+//! at its ingress and egress points (capture, checker, faults: `stages`)
+//! and delivery. The rest, by concern:
+//!
+//! - `rx_queue`: [`RxQueue`], the frames waiting for one queue pair's RX
+//!   buffers, its two bounds, its wake-up of the port's worker, the senders
+//!   paused on it and its stuck-guest watch;
+//! - `batch`: [`Batch`], what a sender hands the fabric frames in (the
+//!   time its port read, frames staged per receive queue, the wake-ups it
+//!   owes), [`Adapted`] and [`Ingress`];
+//! - `port`: [`PortShared`], a port's state shared by the fabric and the
+//!   port's own threads, and [`PortProfile`], what its kind tells the switch;
+//! - `offloads`: [`RxOffloads`], the offloads a receiver takes as they
+//!   are, and the finishing of the others (TSO segmentation, checksum) on
+//!   delivery;
+//! - `fault_timer`: the thread that releases frames fault rules held.
+//!
+//! What the switch knows of a port is its configuration, its profile and
+//! its receiver's [`RxOffloads`]: no port kind and no virtio ring or
+//! feature bit (a virtio-net port derives its `RxOffloads` from its guest's
+//! features, `ports::virtio_net::offloads`). Frames do carry the virtio-net
+//! header (`Frame::hdr`), the fabric's form of a frame's offloads.
+//!
+//! Threads: the switch runs on its senders' threads (each port's TX
+//! workers, device pumps, uplink and virtual host threads), which hand it
+//! frames in a [`Batch`] carrying the time they read: the switch and its
+//! stages read no clock. Its only system calls there are the wake-ups it
+//! owes the receiving workers (an eventfd write). It starts one thread of
+//! its own, the fault timer ([`Fabric::start_fault_timer`], which the
+//! server calls at start and ends with [`Fabric::stop_fault_timer`]): it
+//! reads the clock and switches the frames fault rules delayed or
+//! reordered at that time, as one more sender.
 
 mod batch;
 mod fault_timer;
