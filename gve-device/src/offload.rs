@@ -8,9 +8,8 @@
 //! result is the same, and it does not depend on how the stack seeded the
 //! field (`gve_prep_tso` removes the length from the seed for TSO).
 
-use devmem_nic::parse::{
-    parse, L4Proto, ParsedFrame, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, L3,
-};
+use wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN};
+use wire::parse::{parse, L4Proto, ParsedFrame, L3};
 
 /// `GVE_TX_MIN_TSO_MSS_DQO`.
 pub const MIN_TSO_MSS: u32 = 88;

@@ -53,7 +53,7 @@
 
 use std::time::Duration;
 
-use devmem_nic::parse::{L4Proto, ParsedFrame, L3};
+use wire::parse::{L4Proto, ParsedFrame, L3};
 
 use crate::rx_dqo::{RxMeta, Split};
 
