@@ -4,7 +4,7 @@
 //!
 //! Frames go through, in order:
 //!
-//! 1. [`wire::parse`]: Ethernet (+ one VLAN tag), IPv4 (options,
+//! 1. [`wire::parse()`]: Ethernet (+ one VLAN tag), IPv4 (options,
 //!    fragments), IPv6 (extension headers, Home Address option, type 2
 //!    Routing header), TCP, UDP, RoCEv2 BTH. Never panics. The result is the
 //!    one `Copy` view of a frame that callers share between their stages.

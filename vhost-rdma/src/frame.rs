@@ -73,8 +73,9 @@ impl std::str::FromStr for Dir {
     }
 }
 
-/// Parses a frame once into the view every stage reads ([`wire::parse`]: Ethernet with at most one 802.1Q/802.1ad tag, IPv4, IPv6 with
-/// extension headers, TCP, UDP, RoCEv2 BTH). Never panics.
+/// Parses a frame once into the view every stage reads ([`wire::parse()`]:
+/// Ethernet with at most one 802.1Q/802.1ad tag, IPv4, IPv6 with extension
+/// headers, TCP, UDP, RoCEv2 BTH). Never panics.
 pub fn view(f: &[u8]) -> FrameView {
     wire::parse(f)
 }

@@ -3,7 +3,7 @@
 //!
 //! Checksums: the IPv4 header checksum is computed; TCP/UDP checksums are left
 //! zero (the receive model does not verify them); fill them with
-//! [`checksum::fill_l4`](crate::checksum::fill_l4) where they matter.
+//! [`checksum::fill_l4`] where they matter.
 
 use std::net::{IpAddr, Ipv6Addr};
 

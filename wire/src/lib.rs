@@ -9,7 +9,7 @@
 //! - [`l4`]: TCP/UDP header lengths, TCP flags, [`L4Proto`](l4::L4Proto).
 //! - [`roce`] and [`vxlan`]: the UDP ports and header lengths of RoCEv2 and
 //!   VXLAN.
-//! - [`parse`]: [`ParsedFrame`], the one `Copy` view of a frame (Ethernet
+//! - [`parse`](mod@parse): [`ParsedFrame`], the one `Copy` view of a frame (Ethernet
 //!   with one VLAN tag, IPv4 with options and fragments, IPv6 with
 //!   extension headers, TCP, UDP, the RoCEv2 BTH). Never panics.
 //! - [`builder`]: [`FrameBuilder`](builder::FrameBuilder), frames for tests
