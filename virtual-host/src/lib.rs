@@ -549,7 +549,7 @@ impl VirtualHost {
                 if self.on_link(ip) {
                     self.rdma.neighbors.learn(ip, src);
                 }
-                if is_udp && dport == Some(roce_model::wire::ROCE_V2_PORT) {
+                if is_udp && dport == Some(wire::roce::ROCEV2_PORT) {
                     self.rdma.handle_frame(frame, now, &mut self.counters);
                     self.process(now);
                     return;
