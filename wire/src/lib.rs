@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod arp;
 pub mod builder;
 pub mod checksum;
 pub mod ethernet;
