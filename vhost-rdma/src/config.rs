@@ -1461,4 +1461,128 @@ mod tests {
         .validate()
         .is_ok());
     }
+
+    /// Every TOML example of the docs parses (and means what it says).
+    #[test]
+    fn doc_toml_examples_parse() {
+        for (doc, text) in [
+            (
+                "docs/config-file.md",
+                include_str!("../../docs/config-file.md"),
+            ),
+            ("docs/uplinks.md", include_str!("../../docs/uplinks.md")),
+        ] {
+            let mut n = 0;
+            for block in text.split("```toml\n").skip(1) {
+                let block = block.split("```").next().unwrap();
+                if let Err(e) = DaemonConfig::from_toml(block) {
+                    panic!("{doc}: example {n}: {e}\n{block}");
+                }
+                n += 1;
+            }
+            assert!(n > 0, "{doc} has no TOML example");
+        }
+    }
+
+    /// `--port` and `[[port]]` take the same keys, with the same checks and
+    /// messages: a key of another kind names the kinds that take it, an
+    /// unknown key lists what the port's kind takes.
+    #[test]
+    fn flag_and_file_share_one_model() {
+        let toml_port = |body: &str| DaemonConfig::from_toml(&format!("[[port]]\n{body}"));
+        for (flag, file) in [
+            (
+                "g=/tmp/g.sock,kind=gve,queues=3,mtu=4000,gro-hold-us=5,nic-timestamp=on,rx-held-frames=7",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nqueues = 3\nmtu = 4000\n\
+                 gro-hold-us = 5\nnic-timestamp = true\nrx-held-frames = 7\n",
+            ),
+            (
+                "r=/tmp/r.sock,kind=erdma,netdev=a,retry-cnt=2,rx-held-frames=0",
+                "name = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\n\
+                 rx-held-frames = 0\n[port.rc]\nretry-cnt = 2\n",
+            ),
+            (
+                "a=/tmp/a.sock,kind=vhost-user,form=test-device,mac=52:54:00:00:00:0a,rx-queue-frames=64",
+                "name = \"a\"\nsocket = \"/tmp/a.sock\"\nkind = \"vhost-user\"\nform = \"test-device\"\n\
+                 mac = \"52:54:00:00:00:0a\"\nrx-queue-frames = 64\n",
+            ),
+        ] {
+            let p: PortConfig = flag.parse().unwrap();
+            assert_eq!(toml_port(file).unwrap().ports, vec![p], "{flag}");
+        }
+        let g: PortConfig = "g=/tmp/g.sock,kind=gve,mtu=4000".parse().unwrap();
+        assert_eq!(
+            g.spec,
+            PortSpec::Gve(GveSpec {
+                mtu: Some(4000),
+                ..GveSpec::default()
+            })
+        );
+        for (flag, file, why) in [
+            (
+                "v=/tmp/v.sock,netdev=a",
+                "name = \"v\"\nsocket = \"/tmp/v.sock\"\nnetdev = \"a\"\n",
+                "netdev is a setting of kind=erdma ports",
+            ),
+            (
+                "g=/tmp/g.sock,kind=gve,form=testdev",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nform = \"testdev\"\n",
+                "form is a setting of kind=virtio-net ports",
+            ),
+            (
+                "r=/tmp/r.sock,kind=erdma,netdev=a,queues=2",
+                "name = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\nqueues = 2\n",
+                "queues is a setting of kind=virtio-net and kind=gve ports",
+            ),
+            (
+                "v=/tmp/v.sock,mtu=9000",
+                "name = \"v\"\nsocket = \"/tmp/v.sock\"\nmtu = 9000\n",
+                "mtu is a setting of kind=gve and kind=vxlan ports",
+            ),
+            (
+                "v=/tmp/v.sock,bogus=1",
+                "name = \"v\"\nsocket = \"/tmp/v.sock\"\nbogus = 1\n",
+                "unknown option \"bogus\" (a kind=virtio-net port takes mac, queues, rx-queue-frames, ",
+            ),
+            (
+                "g=/tmp/g.sock,kind=gve,queues=x",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nqueues = \"x\"\n",
+                "queues=x: ",
+            ),
+            (
+                "g=/tmp/g.sock,kind=gve,mtu=67",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nmtu = 67\n",
+                "mtu=67: a gVNIC's MTU is 68..=9216",
+            ),
+        ] {
+            let e = flag.parse::<PortConfig>().unwrap_err().to_string();
+            assert!(e.contains(why), "{flag}: {e}");
+            assert!(e.starts_with(&format!("--port {flag:?}: ")), "{e}");
+            let e = toml_port(file).unwrap_err().to_string();
+            assert!(e.contains(why), "{file}: {e}");
+            assert!(e.contains("port "), "names the port: {e}");
+        }
+        // The command line's own spelling: remote= repeated, RC keys flat.
+        let e = "a=/tmp/a.sock,queues=2,queues=3"
+            .parse::<PortConfig>()
+            .unwrap_err();
+        assert!(e.to_string().contains("queues given twice"), "{e}");
+        let e = "a=/tmp/a.sock,retry-cnt=3"
+            .parse::<PortConfig>()
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("retry-cnt is a setting of kind=erdma ports"),
+            "{e}"
+        );
+        let e = DaemonConfig::from_toml(
+            "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n[port.rc]\nretry-cnt = 3\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("rc is a setting of kind=erdma ports"),
+            "{e}"
+        );
+    }
 }

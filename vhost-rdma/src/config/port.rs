@@ -251,7 +251,9 @@ fn misplaced(kind: PortKind, key: &str, flat_rc: bool) -> ConfigError {
     let mut accepted: Vec<&str> = fields_of::<CommonSpec>()
         .iter()
         .copied()
-        .filter(|k| !["name", "socket"].contains(k) && takes(kind, k, flat_rc))
+        // The command line gives name and socket first, and no flow rules.
+        .filter(|k| !(["name", "socket"].contains(k) || flat_rc && *k == "flow-rule"))
+        .filter(|k| takes(kind, k, flat_rc))
         .collect();
     accepted.push("kind");
     accepted.extend(
