@@ -450,10 +450,7 @@ impl FromStr for HostSpec {
     type Err = ConfigError;
     /// `NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N]`
     fn from_str(s: &str) -> Result<Self, ConfigError> {
-        parse_host_flag(s).map_err(|e| ConfigError::HostFlag {
-            spec: s.to_string(),
-            err: Box::new(e),
-        })
+        parse_host_flag(s).map_err(|e| ConfigError::flag("host", s, e))
     }
 }
 

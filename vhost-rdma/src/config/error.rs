@@ -26,12 +26,13 @@ pub enum ConfigError {
         path: PathBuf,
         err: Box<ConfigError>,
     },
-    /// An error in one `--port` flag.
-    #[error("--port {spec:?}: {err}")]
-    PortFlag { spec: String, err: Box<ConfigError> },
-    /// An error in one `--host` flag.
-    #[error("--host {spec:?}: {err}")]
-    HostFlag { spec: String, err: Box<ConfigError> },
+    /// An error in one `--port` or `--host` flag (`flag`: its name).
+    #[error("--{flag} {spec:?}: {err}")]
+    Flag {
+        flag: &'static str,
+        spec: String,
+        err: Box<ConfigError>,
+    },
     /// An error in the settings of port `port`.
     #[error("port {port}: {err}")]
     Port { port: String, err: Box<ConfigError> },
@@ -71,6 +72,15 @@ impl ConfigError {
     pub fn port(name: &str, err: ConfigError) -> Self {
         ConfigError::Port {
             port: name.to_string(),
+            err: Box::new(err),
+        }
+    }
+
+    /// `err` in the flag `--{flag} {spec}`.
+    pub(crate) fn flag(flag: &'static str, spec: &str, err: ConfigError) -> Self {
+        ConfigError::Flag {
+            flag,
+            spec: spec.to_string(),
             err: Box::new(err),
         }
     }

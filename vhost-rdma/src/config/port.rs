@@ -554,10 +554,7 @@ impl FromStr for PortConfig {
     /// an erdma port's `[port.rc]` keys given as keys of their own and
     /// `remote=` repeated for several.
     fn from_str(s: &str) -> Result<Self, ConfigError> {
-        parse_flag(s).map_err(|e| ConfigError::PortFlag {
-            spec: s.to_string(),
-            err: Box::new(e),
-        })
+        parse_flag(s).map_err(|e| ConfigError::flag("port", s, e))
     }
 }
 
