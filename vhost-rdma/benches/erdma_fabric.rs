@@ -170,10 +170,12 @@ fn main() {
     let only = std::env::var("ERDMA_BENCH_ONLY").unwrap_or_default();
     let dir = tempfile::tempdir().expect("temp dir");
     let port = |name: &str, kind: PortKind, netdev: Option<&str>| {
-        let mut p = PortConfig::new(name, dir.path().join(format!("{name}.sock")));
-        p.kind = kind;
-        p.netdev = netdev.map(Into::into);
-        p
+        let sock = dir.path().join(format!("{name}.sock"));
+        match (kind, netdev) {
+            (PortKind::Erdma, Some(nd)) => PortConfig::erdma(name, sock, nd),
+            (PortKind::VirtioNet, None) => PortConfig::new(name, sock),
+            other => unreachable!("{other:?}"),
+        }
     };
     let server = Server::start(DaemonConfig {
         ports: vec![

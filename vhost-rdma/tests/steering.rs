@@ -8,6 +8,7 @@ mod common;
 use common::{feat, port_mac, GuestOpts, TestFabric, TestGuest, TxOpts, ARRIVE, QUIET};
 use devmem_nic::{hash_types, Nic, NicConfig, RssConfig};
 use std::net::IpAddr;
+use vhost_rdma::config::PortSpec;
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::match_spec::MatchSpec;
 use vhost_rdma::steering::FlowRuleSpec;
@@ -26,7 +27,7 @@ fn fabric() -> TestFabric {
         |i, dir| {
             let mut p = TestFabric::port_config(dir, i, if i == 0 { 4 } else { 1 });
             if i == 0 {
-                p.form = DeviceForm::TestDevice;
+                p.spec = PortSpec::virtio_net(DeviceForm::TestDevice);
             }
             p
         },
