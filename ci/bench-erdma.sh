@@ -33,10 +33,11 @@ done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-erdma.XXXXXX")}"
 mkdir -p "$logdir"
-say() { printf '[bench-erdma] %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"   # info: log lines "[bench-erdma.sh] ..."
 if ((build)); then
     (cd "$ROOT" && nice cargo build --release -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1 ||
-        { say "build failed ($logdir/build.log)"; exit 1; }
+        { info "build failed ($logdir/build.log)"; exit 1; }
 fi
 DAEMON="$CARGO_TARGET_DIR/release/vhost-rdma"
 image="$("$ROOT/scripts/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || exit 1
@@ -83,7 +84,7 @@ EOF
 vrbin="$logdir/vrbin"
 mkdir -p "$vrbin/bin"
 cp "$logdir/job.sh" "$vrbin/job.sh"
-cp "$CARGO_TARGET_DIR/release/smc-guest-tests" "$vrbin/bin/" || { say "no smc-guest-tests binary (build it)"; exit 1; }
+cp "$CARGO_TARGET_DIR/release/smc-guest-tests" "$vrbin/bin/" || { info "no smc-guest-tests binary (build it)"; exit 1; }
 
 run() {  # run erdma|rxe
     local kind=$1 d="$logdir/$1"
@@ -118,9 +119,9 @@ run() {  # run erdma|rxe
     wait "$spid" 2>/dev/null
 }
 
-say "erdma run (logs $logdir/erdma)"
+info "erdma run (logs $logdir/erdma)"
 run erdma
-say "rxe run (logs $logdir/rxe)"
+info "rxe run (logs $logdir/rxe)"
 run rxe
 
 # result KIND -> "MB/s cpu_s_per_gib ok"
@@ -186,4 +187,4 @@ python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "erdma
 echo
 echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu erdma_daemon_cpu_s_per_gib=$e_dcpu rxe_daemon_cpu_s_per_gib=$r_dcpu"
 echo "bench-erdma-smc mib=$smc_mib erdma_mibps=$es_bw rxe_mibps=$rs_bw erdma_cpu_s_per_gib=$es_cpu rxe_cpu_s_per_gib=$rs_cpu erdma_daemon_cpu_s_per_gib=$es_dcpu rxe_daemon_cpu_s_per_gib=$rs_dcpu"
-[[ $e_ok == 1 && $r_ok == 1 && $es_ok == 1 && $rs_ok == 1 ]] || { say "a transfer failed (logs in $logdir)"; exit 1; }
+[[ $e_ok == 1 && $r_ok == 1 && $es_ok == 1 && $rs_ok == 1 ]] || { info "a transfer failed (logs in $logdir)"; exit 1; }

@@ -44,26 +44,27 @@ done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-fabric-dpdk.XXXXXX")}"
 mkdir -p "$logdir"
-say() { printf '[bench-fabric-dpdk] %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"   # info: log lines "[bench-fabric-dpdk.sh] ..."
 
 if ((install)) && ! command -v dpdk-testpmd >/dev/null 2>&1; then
     sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo -n"
-    say "installing dpdk dpdk-dev (apt-get, log $logdir/apt.log)"
+    info "installing dpdk dpdk-dev (apt-get, log $logdir/apt.log)"
     if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q dpdk dpdk-dev >"$logdir/apt.log" 2>&1; then
         DEBIAN_FRONTEND=noninteractive $sudo apt-get update -q >>"$logdir/apt.log" 2>&1
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q dpdk dpdk-dev >>"$logdir/apt.log" 2>&1 ||
-            say "could not install DPDK; the benchmark will say SKIPPED for it"
+            info "could not install DPDK; the benchmark will info SKIPPED for it"
     fi
 fi
 
-say "building (log $logdir/build.log)"
+info "building (log $logdir/build.log)"
 (cd "$ROOT" && nice cargo bench -p vhost-rdma --bench fabric --no-run) >"$logdir/build.log" 2>&1 ||
-    { say "build failed ($logdir/build.log)"; tail -n 30 "$logdir/build.log" >&2; exit 1; }
+    { info "build failed ($logdir/build.log)"; tail -n 30 "$logdir/build.log" >&2; exit 1; }
 # Run what was just built (the daemon path is compiled into it), rather than
 # a second `cargo bench` that would rebuild whatever changed meanwhile.
 bench="$(sed -n 's/^ *Executable benches\/fabric\.rs (\(.*\))$/\1/p' "$logdir/build.log" | tail -n 1)"
-[ -x "$bench" ] || { say "no benchmark executable in $logdir/build.log"; exit 1; }
+[ -x "$bench" ] || { info "no benchmark executable in $logdir/build.log"; exit 1; }
 
 args=()
 ((quick)) && args+=(--quick)
@@ -72,16 +73,16 @@ if ((perf)); then
     if command -v perf >/dev/null 2>&1; then
         export VHOST_RDMA_BENCH_PERF="$logdir/perf"
     else
-        say "perf not installed; --perf ignored"
+        info "perf not installed; --perf ignored"
         perf=0
     fi
 fi
-say "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+info "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 (cd "$ROOT/vhost-rdma" && "$bench" --bench "${args[@]}") 2>"$logdir/bench.stderr" |
     tee "$logdir/bench.log"
 rc=${PIPESTATUS[0]}
 if ((rc != 0)); then
-    say "benchmark failed (rc $rc); stderr tail:"
+    info "benchmark failed (rc $rc); stderr tail:"
     tail -n 30 "$logdir/bench.stderr" >&2
 fi
 if ((perf)) && [ -d "$logdir/perf" ]; then
@@ -93,5 +94,5 @@ if ((perf)) && [ -d "$logdir/perf" ]; then
             grep -v -e '^#' -e '^$' | grep '%' | head -n 20
     done | tee "$logdir/perf.txt"
 fi
-say "logs in $logdir"
+info "logs in $logdir"
 exit "$rc"

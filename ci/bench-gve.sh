@@ -27,10 +27,11 @@ done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-gve.XXXXXX")}"
 mkdir -p "$logdir"
-say() { printf '[bench-gve] %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"   # info: log lines "[bench-gve.sh] ..."
 if ((build)); then
     (cd "$ROOT" && nice cargo build --release -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1 ||
-        { say "build failed ($logdir/build.log)"; exit 1; }
+        { info "build failed ($logdir/build.log)"; exit 1; }
 fi
 DAEMON="$CARGO_TARGET_DIR/release/vhost-rdma"
 image="$("$ROOT/scripts/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || exit 1
@@ -82,9 +83,9 @@ EOF
 }
 
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
-say "gve run (logs $logdir/gve)"
+info "gve run (logs $logdir/gve)"
 run gve
-say "virtio-net run (logs $logdir/virtio)"
+info "virtio-net run (logs $logdir/virtio)"
 run virtio
 
 sg="$(grep -h '^STREAM-RESULT' "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
@@ -112,4 +113,4 @@ echo
 python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "TCP receive: gve vs virtio-net" >&2 || true
 echo
 echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0}"
-((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }
+((ok)) || { info "a transfer was not validated (logs kept in $logdir)"; exit 1; }

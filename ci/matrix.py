@@ -2194,6 +2194,7 @@ def main():
         os.makedirs(os.path.join(vrbin, "ci"))
         shutil.copy(sgt, os.path.join(vrbin, "bin", "smc-guest-tests"))
         shutil.copy(os.path.join(HERE, "guest", "ci-lib.sh"), os.path.join(vrbin, "ci", "ci-lib.sh"))
+        shutil.copy(os.path.join(ROOT, "scripts", "guest", "rdma-lib.sh"), os.path.join(vrbin, "ci", "rdma-lib.sh"))
         shutil.copytree(os.path.join(HERE, "guest", "repro"), os.path.join(vrbin, "ci", "repro"))
         if any(CELLS[c].get("upstream") == "nic" for _, c in sel):
             # the kernel's NIC selftests, from the guest kernel's own source

@@ -47,29 +47,16 @@ while (($#)); do
         *) echo "bench-fabric: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-say() { printf '[bench-fabric] %s\n' "$*" >&2; }
-die() { say "error: $*"; exit 1; }
-
-logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-fabric.XXXXXX")}"
-mkdir -p "$logdir"; logdir="$(cd "$logdir" && pwd)"
-say "logs: $logdir"
-
-DAEMON_PID=""
-stop_daemon() {
-    [[ -n $DAEMON_PID ]] || return 0
-    kill -TERM "$DAEMON_PID" 2>/dev/null
-    local i
-    for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$DAEMON_PID" 2>/dev/null
-    wait "$DAEMON_PID" 2>/dev/null
-    DAEMON_PID=""
-}
-trap 'stop_daemon; exit 130' INT TERM
-trap 'stop_daemon' EXIT
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"   # info: log lines "[bench-fabric.sh] ..."
+# The daemon's lifetime and the log dir, as the guest tiers have them.
+E2E_NAME=bench-fabric CASES=()
+# shellcheck source=scripts/lib-e2e.sh
+. "$ROOT/scripts/lib-e2e.sh"
 
 if [[ ,$paths, == *,daemon,* ]]; then
     if ((build)); then
-        say "cargo build ($profile) -p vhost-rdma"
+        info "cargo build ($profile) -p vhost-rdma"
         bflag=(--release); [[ $profile == release ]] || bflag=(--profile "$profile")
         [[ $profile == debug ]] && bflag=()
         (cd "$ROOT" && cargo build "${bflag[@]}" -p vhost-rdma) >"$logdir/build.log" 2>&1 ||
@@ -119,24 +106,24 @@ run_path() {  # run_path NAME -> logs in $logdir/NAME
         --logdir "$d")
     local ga="a,ip=10.77.0.1/24,mac=$maca,cmd=$logdir/a.sh" gb="b,ip=10.77.0.2/24,mac=$macb,cmd=$logdir/b.sh"
     if [[ $p == daemon ]]; then
-        NO_COLOR=1 "$DAEMON" serve --port "a=$d/a.sock,mac=$maca,queues=$queues,form=$form" \
-            --port "b=$d/b.sock,mac=$macb,queues=$queues,form=$form" --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-        DAEMON_PID=$!
+        daemon_up "$d/a.sock" "$d/b.sock" -- --port "a=$d/a.sock,mac=$maca,queues=$queues,form=$form" \
+            --port "b=$d/b.sock,mac=$macb,queues=$queues,form=$form" --control "$d/ctl.sock" ||
+            { info "path $p: the daemon did not start (see $d/daemon.log)"; return 1; }
         args+=(--net vhost-user --form "$form" --queues "$queues")
         ga+=",sock=$d/a.sock" gb+=",sock=$d/b.sock"
     else
         args+=(--net stream)
     fi
-    say "path $p: booting guests"
+    info "path $p: booting guests"
     "$ROOT/scripts/run-guests" "${args[@]}" --guest "$ga" --guest "$gb" >"$d/run-guests.log" 2>&1
     local rc=$?
     if [[ $p == daemon ]]; then
-        kill -0 "$DAEMON_PID" 2>/dev/null || say "path $p: the daemon died (see $d/daemon.log)"
+        kill -0 "$DAEMON_PID" 2>/dev/null || info "path $p: the daemon died (see $d/daemon.log)"
         "$DAEMON" ctl --control "$d/ctl.sock" status >"$d/ctl-status.txt" 2>&1 || true
         stop_daemon
     fi
     if ((rc != 0)); then
-        say "path $p: run-guests failed (exit $rc), logs in $d:"
+        info "path $p: run-guests failed (exit $rc), logs in $d:"
         sed 's/^/    /' "$d/run-guests.log" | tail -40 >&2
     fi
     return $rc
@@ -198,7 +185,7 @@ python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "guest
 bench_rc=0
 if ((cargo_bench)); then
     if grep -qs 'name *= *"fabric"' "$ROOT/vhost-rdma/Cargo.toml" || [[ -f $ROOT/vhost-rdma/benches/fabric.rs ]]; then
-        say "cargo bench -p vhost-rdma --bench fabric"
+        info "cargo bench -p vhost-rdma --bench fabric"
         echo "## In-process fabric (cargo bench -p vhost-rdma --bench fabric)"
         echo
         echo '```'
@@ -213,5 +200,5 @@ fi
 rc=0
 for p in "${!status[@]}"; do ((status[$p] == 0)) || rc=1; done
 ((bench_rc == 0)) || rc=1
-say "logs: $logdir"
+info "logs: $logdir"
 exit $rc

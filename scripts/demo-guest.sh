@@ -20,6 +20,8 @@ ROLE=${1:?usage: demo-guest.sh a|b}
 A=10.77.0.1 B=10.77.0.2 VH=10.77.0.10 GA=10.77.1.1 GB=10.77.1.2
 : "${DEMO_BYTES:=64M}" "${DEMO_ERDMA:=1}" "${DEMO_GVE:=1}" "${DEMO_QUEUES:=1}" "${DEMO_WAIT:=900}"
 UEID=VHOST-RDMA-DEMO
+# roce_gid_index: scripts/guest/rdma-lib.sh, shipped beside this script.
+. /opt/vr/rdma-lib.sh
 
 say() { echo "DEMO: $*"; }
 
@@ -56,23 +58,6 @@ retry() {
         "$@" && return 0
         _t=$((_t + 1))
         sleep 2
-    done
-    return 1
-}
-
-# gid_index DEV IPV4: the RoCE v2 GID index of an address (rxe and erdma list
-# an IPv4 address as ::ffff:a.b.c.d)
-gid_index() {
-    _want=$(echo "$2" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
-    for _t in $(seq 1 30); do
-        for _f in /sys/class/infiniband/$1/ports/1/gids/*; do
-            _n=${_f##*/}
-            [ "$(cat "$_f" 2>/dev/null)" = "$_want" ] || continue
-            case "$(cat "/sys/class/infiniband/$1/ports/1/gid_attrs/types/$_n" 2>/dev/null)" in
-                *v2*|*V2*) echo "$_n"; return 0 ;;
-            esac
-        done
-        sleep 1
     done
     return 1
 }
@@ -149,7 +134,7 @@ role_a() {
         DEV=rxe0
         rdma link add rxe0 type rxe netdev eth0 && active rxe0 || rc=1
     fi
-    G=$(gid_index $DEV $A) || { say "$DEV: no RoCE v2 GID for $A"; rc=1; }
+    G=$(roce_gid_index $DEV $A) || { say "$DEV: no RoCE v2 GID for $A"; rc=1; }
     say "$(rdma link show $DEV/1 | sed 's/ *$//'); RoCE v2 GID index ${G:-?}"
     GVE=""
     if [ "$DEMO_GVE" = 1 ]; then
@@ -241,7 +226,7 @@ role_b() {
     rdma link delete siw0 || rc=1
     rdma link add rxe0 type rxe netdev eth0 || rc=1
     active rxe0 || { say "rxe0 is not ACTIVE"; rc=1; }
-    G=$(gid_index rxe0 $B) || { say "rxe0: no RoCE v2 GID for $B"; rc=1; }
+    G=$(roce_gid_index rxe0 $B) || { say "rxe0: no RoCE v2 GID for $B"; rc=1; }
     say "siw0 deleted, $(rdma link show rxe0/1 | sed 's/ *$//'); RoCE v2 GID index ${G:-?}"
     smc_ready || { say "SMC setup failed: $(tail -n 2 /job/smc-setup.b.log)"; rc=1; }
     say "SMC-R client to $A:7781 over rxe0"

@@ -387,6 +387,7 @@ vrbin="$d/vrbin"
 mkdir -p "$vrbin/bin"
 cp -f "$SGT" "$vrbin/bin/smc-guest-tests"
 cp -f "$HERE/demo-guest.sh" "$vrbin/demo-guest.sh"
+cp -f "$HERE/guest/rdma-lib.sh" "$vrbin/rdma-lib.sh"
 for g in a b; do
     cat >"$d/$g.sh" <<EOF
 export DEMO_BYTES=$bytes DEMO_ERDMA=$use_erdma DEMO_GVE=$use_gve DEMO_QUEUES=$queues DEMO_WAIT=$timeout

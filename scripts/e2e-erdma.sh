@@ -74,7 +74,7 @@ d="$logdir"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 
 # Shared by both guests: helpers and the RoCE v2 GID index of an address.
-cp "$HERE/guest/e2e-guest-lib.sh" "$d/common.sh"
+cat "$HERE/guest/rdma-lib.sh" "$HERE/guest/e2e-guest-lib.sh" >"$d/common.sh"
 
 cat >"$d/a.sh" <<EOF
 . /opt/vr/common.sh
@@ -82,7 +82,7 @@ echo "== \$VR_NAME (erdma): kernel \$(uname -r)"
 dmesg | grep -i erdma | sed 's/^/DMESG /'
 i=0; until ping -c 1 -W 2 $B >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
 rdma link | sed 's/^/LINK /'
-g=\$(gid_index erdma_0 $A)
+g=\$(roce_gid_index erdma_0 $A)
 rdma link | grep -q 'erdma_0/1 state ACTIVE .*netdev eth0' && [ -n "\$g" ]; case_ rdma-link \$? "gid_index=\$g"
 timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g -p 18515 -n 200; case_ pingpong-server \$? ""
 retry 60 timeout 180 ibv_rc_pingpong -d erdma_0 -g \$g -p 18516 -n 200 $B; case_ pingpong-client \$? ""
@@ -99,11 +99,11 @@ row_ok \$rc /tmp/r3.log; case_ read-bw-server \$? "\$(awk '/^ *65536/ {print \$4
 timeout 300 ib_send_bw -d erdma_0 -x \$g -p 18522 -n 200 > /tmp/s3.log 2>&1; rc=\$?; cat /tmp/s3.log
 row_ok \$rc /tmp/s3.log; case_ send-bw-server \$? "\$(awk '/^ *65536/ {print \$4 " MB/s"}' /tmp/s3.log)"
 timeout 180 rping -s -a $A -p 7174 -v -V -C 10 > /tmp/rp.log 2>&1; cat /tmp/rp.log | tail -3
-rping_ok /tmp/rp.log; case_ rping-server \$? "\$(grep -c 'ping data:' /tmp/rp.log) pings"
+rping_ok /tmp/rp.log; case_ rping-server \$? "\$(rping_pings /tmp/rp.log) pings"
 sleep 3
 retry 30 sh -c "timeout 120 rping -c -a $B -p 7175 -v -V -C 10 > /tmp/rp2.log 2>&1; grep -q 'ping data:' /tmp/rp2.log"
 cat /tmp/rp2.log | tail -3
-rping_ok /tmp/rp2.log; case_ rping-client \$? "\$(grep -c 'ping data:' /tmp/rp2.log) pings"
+rping_ok /tmp/rp2.log; case_ rping-client \$? "\$(rping_pings /tmp/rp2.log) pings"
 timeout 180 ucmatose -b $A -p 7471 -C 10 > /tmp/u.log 2>&1; rc=\$?; cat /tmp/u.log
 case_ ucmatose-server \$rc ""
 retry 30 timeout 120 ucmatose -s $B -p 7472 -C 10 > /tmp/u2.log 2>&1; rc=\$?; cat /tmp/u2.log
@@ -125,7 +125,7 @@ cat >"$d/b.sh" <<EOF
 echo "== \$VR_NAME (rxe): kernel \$(uname -r)"
 rdma link add rxe0 type rxe netdev eth0
 i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
-g=\$(gid_index rxe0 $B)
+g=\$(roce_gid_index rxe0 $B)
 retry 60 timeout 180 ibv_rc_pingpong -d rxe0 -g \$g -p 18515 -n 200 $A; echo "B pingpong-client rc=\$?"
 timeout 180 ibv_rc_pingpong -d rxe0 -g \$g -p 18516 -n 200; echo "B pingpong-server rc=\$?"
 retry 60 timeout 300 ib_write_bw -d rxe0 -x \$g -p 18517 -n 200 $A; echo "B write-bw-client rc=\$?"

@@ -10,7 +10,7 @@
 #   pci-1q-qemu7  Debian bookworm's stock QEMU 7.2, virtio-net-pci, 1 queue pair
 #
 # Prints PASS/FAIL per case (with STREAM-RESULT throughput), keeps the logs of
-# failed cases, and ends with "N passed, M failed[, K skipped]". A case that
+# failed cases, and ends with "N passed, M failed, K skipped". A case that
 # cannot run here is printed as "SKIPPED <case>: <reason>". Exit status is
 # non-zero when any case failed.
 set -uo pipefail
@@ -63,85 +63,11 @@ for c in "${cases[@]}"; do
     [[ " ${ALL_CASES[*]} " == *" $c "* ]] || { echo "e2e-fabric: unknown case $c (have: ${ALL_CASES[*]})" >&2; exit 2; }
 done
 
-say() { printf '[e2e-fabric] %s\n' "$*" >&2; }
-logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/e2e-fabric.XXXXXX")}"
-mkdir -p "$logdir"
-logdir="$(cd "$logdir" && pwd)"
-say "logs: $logdir"
-
-passed=0 failed=0 skipped=0
-results=()
-record() {  # record STATUS CASE TEXT
-    local line
-    case "$1" in
-        PASS) passed=$((passed + 1)); line="PASS $2: $3" ;;
-        FAIL) failed=$((failed + 1)); line="FAIL $2: $3" ;;
-        SKIP) skipped=$((skipped + 1)); line="SKIPPED $2: $3" ;;
-    esac
-    results+=("$line")
-    if [[ $1 == SKIP ]]; then
-        printf '\n*** %s ***\n\n' "$line"
-    else
-        printf '%s\n' "$line"
-    fi
-}
-finish() {
-    echo
-    echo "== e2e-fabric summary"
-    local r
-    for r in "${results[@]}"; do echo "$r"; done
-    if ((failed)); then echo "logs of failed cases kept in $logdir"; fi
-    if ((skipped)); then
-        echo "$passed passed, $failed failed, $skipped skipped"
-    else
-        echo "$passed passed, $failed failed"
-    fi
-    ((failed == 0))
-    exit $?
-}
-fail_all() {  # fail_all REASON: every selected case fails (setup broke)
-    local c
-    for c in "${cases[@]}"; do record FAIL "$c" "$1"; done
-    finish
-}
-
-DAEMON_PID=""
-stop_daemon() {
-    [[ -n $DAEMON_PID ]] || return 0
-    if kill -0 "$DAEMON_PID" 2>/dev/null; then
-        kill -TERM "$DAEMON_PID" 2>/dev/null
-        local i
-        for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-        if kill -0 "$DAEMON_PID" 2>/dev/null; then
-            kill -KILL "$DAEMON_PID" 2>/dev/null
-            wait "$DAEMON_PID" 2>/dev/null
-            DAEMON_PID=""
-            return 2
-        fi
-    fi
-    wait "$DAEMON_PID" 2>/dev/null
-    local st=$?
-    DAEMON_PID=""
-    return $((st == 0 ? 0 : 1))
-}
-trap 'stop_daemon; exit 130' INT TERM
-trap 'stop_daemon' EXIT
-
-# ---- build
-if ((build)); then
-    say "cargo build --$profile -p vhost-rdma -p smc-guest-tests"
-    bflag=(--release); [[ $profile == release ]] || bflag=(--profile "$profile")
-    [[ $profile == debug ]] && bflag=()
-    if ! (cd "$ROOT" && cargo build "${bflag[@]}" -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1; then
-        tail -30 "$logdir/build.log" >&2
-        fail_all "cargo build failed (see $logdir/build.log)"
-    fi
-fi
-TDIR="${CARGO_TARGET_DIR:-$ROOT/target}/$profile"
-DAEMON="$TDIR/vhost-rdma"
-SGT="$TDIR/smc-guest-tests"
-[[ -x $DAEMON ]] || fail_all "no daemon binary $DAEMON"
-[[ -x $SGT ]] || fail_all "no guest tool $SGT"
+CASES=("${cases[@]}")
+E2E_NAME=e2e-fabric
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
+e2e_build smc-guest-tests
 
 # guest binaries, exported read-only over 9p (tag vrbin -> /opt/vr, PATH has /opt/vr/bin)
 vrbin="$logdir/vrbin"
@@ -149,12 +75,7 @@ mkdir -p "$vrbin/bin"
 cp -f "$SGT" "$vrbin/bin/smc-guest-tests"
 
 # ---- image
-if [[ -z $image ]]; then
-    say "guest image: scripts/build-guest-image.sh --kernel 7.3"
-    image="$("$HERE/build-guest-image.sh" --kernel 7.3 2> >(tee "$logdir/image.log" >&2) | tail -n 1)" || image=""
-fi
-[[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] ||
-    fail_all "no guest image (build-guest-image.sh gave '${image}', see $logdir/image.log)"
+e2e_image
 say "image: $image"
 
 need11=0 need7=0
@@ -225,20 +146,10 @@ run_case() {  # run_case CASE QEMU FORM QUEUES CONNS
     fi
 
     local maca=52:54:00:77:00:0a macb=52:54:00:77:00:0b
-    NO_COLOR=1 "$DAEMON" serve \
+    if ! daemon_up "$d/a.sock" "$d/b.sock" -- \
         --port "a=$d/a.sock,mac=$maca,queues=$q,form=$form" \
         --port "b=$d/b.sock,mac=$macb,queues=$q,form=$form" \
-        --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-    DAEMON_PID=$!
-    local i
-    for ((i = 0; i < 100; i++)); do
-        [[ -S $d/a.sock && -S $d/b.sock ]] && break
-        kill -0 "$DAEMON_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if ! [[ -S $d/a.sock && -S $d/b.sock ]]; then
-        stop_daemon
-        echo "--- daemon log:"; tail -20 "$d/daemon.log" | sed 's/^/    /'
+        --control "$d/ctl.sock"; then
         record FAIL "$c" "daemon did not create its sockets (log: $d/daemon.log)"; return
     fi
 

@@ -79,16 +79,7 @@ done
 E2E_NAME=e2e-gve
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
-if ((build)); then
-    say "cargo build ($profile) -p smc-guest-tests"
-    bflag=()
-    [[ $profile == debug ]] || bflag=(--profile "$profile")
-    (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p smc-guest-tests) >"$logdir/build-sgt.log" 2>&1 ||
-        fail_all "cargo build -p smc-guest-tests failed (see $logdir/build-sgt.log)"
-fi
-e2e_prepare
-SGT="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/smc-guest-tests"
-[[ -x $SGT ]] || fail_all "no guest tool $SGT"
+e2e_prepare smc-guest-tests
 if ! "$qemu" -machine none -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then
     fail_all "$qemu has no vfio-user-pci device (QEMU >= 10.1 needed)"
 fi

@@ -62,57 +62,28 @@ while (($#)); do
     esac
 done
 
-say() { printf '[e2e-rss] %s\n' "$*" >&2; }
-logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/e2e-rss.XXXXXX")}"
-mkdir -p "$logdir"
-logdir="$(cd "$logdir" && pwd)"
-say "logs: $logdir"
-fail() { echo "FAIL e2e-rss: $* (logs: $logdir)"; exit 1; }
-
-DAEMON_PID="" HOST_PID=""
+CASES=(e2e-rss)
+E2E_NAME=e2e-rss
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
+HOST_PID=""
 cleanup() {
     [[ -n $HOST_PID ]] && kill "$HOST_PID" 2>/dev/null
-    if [[ -n $DAEMON_PID ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
-        kill -TERM "$DAEMON_PID" 2>/dev/null
-        local i
-        for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$DAEMON_PID" 2>/dev/null
-    fi
-    DAEMON_PID=""
+    HOST_PID=""
+    stop_daemon
 }
 trap 'cleanup; exit 130' INT TERM
 trap cleanup EXIT
 
-# ---- build
-if ((build)); then
-    say "cargo build --$profile -p vhost-rdma -p smc-guest-tests"
-    bflag=(--release)
-    [[ $profile == release ]] || bflag=(--profile "$profile")
-    [[ $profile == debug ]] && bflag=()
-    (cd "$ROOT" && cargo build "${bflag[@]}" -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1 ||
-        { tail -30 "$logdir/build.log" >&2; fail "cargo build failed"; }
-fi
-DAEMON="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/vhost-rdma"
-SGT="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/smc-guest-tests"
-[[ -x $DAEMON ]] || fail "no daemon binary $DAEMON"
-[[ -x $SGT ]] || fail "no guest tool $SGT"
+e2e_prepare smc-guest-tests
 # guest binaries over 9p (tag vrbin -> /opt/vr, PATH has /opt/vr/bin)
 mkdir -p "$logdir/vrbin/bin"
 cp -f "$SGT" "$logdir/vrbin/bin/smc-guest-tests"
 
-# ---- image and QEMU
-if [[ -z $image ]]; then
-    say "guest image: scripts/build-guest-image.sh --kernel 7.3"
-    image="$("$HERE/build-guest-image.sh" --kernel 7.3 2> >(tee "$logdir/image.log" >&2) | tail -n 1)" || image=""
+if ! "$qemu" -machine none -device help 2>/dev/null | grep -q '"vhost-user-test-device-pci"'; then
+    record SKIP e2e-rss "$qemu has no vhost-user-test-device-pci"
+    finish
 fi
-[[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] || fail "no guest image ('$image')"
-if [[ -z $qemu ]]; then
-    say "QEMU: scripts/setup-qemu.sh"
-    qemu="$("$HERE/setup-qemu.sh" 2> >(tee "$logdir/qemu.log" >&2) | tail -n 1)" || qemu=""
-fi
-[[ -n $qemu && -x $qemu ]] || fail "no QEMU ('$qemu')"
-"$qemu" -machine none -device help 2>/dev/null | grep -q '"vhost-user-test-device-pci"' ||
-    { echo "SKIPPED e2e-rss: $qemu has no vhost-user-test-device-pci"; exit 0; }
 
 # ---- test parameters
 KEY=5a:7f:10:35:ce:e3:84:59:72:17:28:cd:e6:bb:5c:71:0a:2f:c0:e5:be:53:74:09:22:c7:98:bd:56:6b:0c:21:fa:9f:b0:55:6e:03:24:f9
@@ -197,16 +168,10 @@ EOF
 
 # ---- daemon
 maca=52:54:00:77:01:0a macb=52:54:00:77:01:0b
-NO_COLOR=1 "$DAEMON" serve \
+start_daemon "$d/a.sock" "$d/b.sock" "$d/ctl.sock" -- \
     --port "a=$d/a.sock,mac=$maca,queues=4,form=testdev" \
     --port "b=$d/b.sock,mac=$macb,queues=4,form=testdev" \
-    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for ((i = 0; i < 100; i++)); do
-    [[ -S $d/a.sock && -S $d/b.sock && -S $d/ctl.sock ]] && break
-    sleep 0.1
-done
-[[ -S $d/a.sock && -S $d/b.sock ]] || { tail -20 "$d/daemon.log"; fail "daemon did not start"; }
+    --control "$d/ctl.sock"
 
 # ---- host side (follows A's steps through $d/a.job)
 python3 "$HERE/e2e-rss-host.py" "$DAEMON" "$d/ctl.sock" "$d/a.job" "$d/b.job" "$d/flows.json" \
@@ -240,15 +205,14 @@ grep -q 'panicked' "$d/daemon.log" && why+=("daemon panicked")
 nok=$(grep -c '^CHECK-OK' "$d/host.log")
 cleanup
 if ((${#why[@]} == 0)); then
-    echo "PASS e2e-rss: $nok checks, wall ${wall}s"
-    ((keep_logs)) || rm -rf "$d"
-    exit 0
+    record PASS e2e-rss "$nok checks, wall ${wall}s"
+else
+    printf -v joined '%s; ' "${why[@]}"
+    record FAIL e2e-rss "${joined%; } (logs: $d)"
+    for g in a b; do
+        [[ -f $d/$g.console.log ]] || continue
+        echo "--- $g console tail:"
+        tail -n 25 "$d/$g.console.log" | sed 's/^/    /'
+    done
 fi
-printf -v joined '%s; ' "${why[@]}"
-echo "FAIL e2e-rss: ${joined%; } (logs: $d)"
-for g in a b; do
-    [[ -f $d/$g.console.log ]] || continue
-    echo "--- $g console tail:"
-    tail -n 25 "$d/$g.console.log" | sed 's/^/    /'
-done
-exit 1
+finish

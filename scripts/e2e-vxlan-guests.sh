@@ -96,24 +96,15 @@ want() { [[ " ${cases[*]} " == *" $1 "* ]]; }
 E2E_NAME=e2e-vxlan-guests
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
-if ((build)); then
-    say "cargo build ($profile) -p smc-guest-tests"
-    bflag=()
-    [[ $profile == debug ]] || bflag=(--profile "$profile")
-    (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p smc-guest-tests) >"$logdir/build-sgt.log" 2>&1 ||
-        fail_all "cargo build -p smc-guest-tests failed (see $logdir/build-sgt.log)"
-fi
-e2e_prepare
-SGT="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/smc-guest-tests"
-[[ -x $SGT ]] || fail_all "no guest tool $SGT"
+e2e_prepare smc-guest-tests
 d="$logdir"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 # Ports unlikely to meet another run's (or another user's 4789).
 PA=$((20000 + $$ % 20000)) PB=$((40000 + $$ % 20000))
 VNI=77
 
-# the shared guest helpers (case_, gid_index, retry, ...), then this test's own
-cp "$HERE/guest/e2e-guest-lib.sh" "$d/common.sh"
+# the shared guest helpers (case_, roce_gid_index, retry, ...), then this test's own
+cat "$HERE/guest/rdma-lib.sh" "$HERE/guest/e2e-guest-lib.sh" >"$d/common.sh"
 cat >>"$d/common.sh" <<'EOF'
 # eth0 keeps the default MTU 1500: the uplinks carry full-size frames
 # (df=unset, the outer packets fragmented where the underlay needs it).
@@ -175,7 +166,7 @@ grep -q 'verified=1' /tmp/t.log && grep -q 'status=pass' /tmp/t.log; case_ tcp \
 fi
 if [ $W_RXE = 1 ]; then
 rxe_up
-g=\$(gid_index rxe0 $A)
+g=\$(roce_gid_index rxe0 $A)
 fi
 if [ $W_RC = 1 ]; then
 retry 60 timeout 300 ibv_rc_pingpong -d rxe0 -g \$g -p 18515 -n 500 -c $B > /tmp/pp.log 2>&1; rc=\$?; cat /tmp/pp.log
@@ -218,7 +209,7 @@ $(stream server tcp $B 5201 "$bytes"); echo "B tcp rc=\$?"
 fi
 if [ $W_RXE = 1 ]; then
 rxe_up
-g=\$(gid_index rxe0 $B)
+g=\$(roce_gid_index rxe0 $B)
 fi
 if [ $W_RC = 1 ]; then
 timeout 600 ibv_rc_pingpong -d rxe0 -g \$g -p 18515 -n 500 -c; echo "B pingpong rc=\$?"

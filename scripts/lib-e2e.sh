@@ -1,12 +1,16 @@
 # shellcheck shell=bash
-# Shared by the guest scripts (e2e-vhost.sh,
-# e2e-vhost-iwarp.sh, e2e-gve.sh, e2e-erdma.sh): logs, result bookkeeping,
-# daemon lifetime, the two-guest runner (e2e_run_pair), and the
-# build / guest image / QEMU preparation. The caller sets E2E_NAME, CASES,
-# ROOT, HERE, build, profile, image, qemu, logdir and keep_logs (and, for a
-# bring-your-own kernel, kernel_image and kernel_append: e2e_kernel_option
-# parses --kernel PATH and --append ARGS), then sources this file and calls
-# e2e_prepare; DAEMON_PID is the daemon to stop at exit.
+# Shared by the host side of the guest tiers (e2e-fabric.sh, e2e-rss.sh,
+# e2e-vhost.sh, e2e-vhost-iwarp.sh, e2e-gve.sh, e2e-erdma.sh): logs, result
+# bookkeeping, daemon lifetime, the build, the two-guest runner
+# (e2e_run_pair), and the guest image / QEMU preparation. The caller sets
+# E2E_NAME, CASES, ROOT, HERE, build, profile, logdir and keep_logs (and
+# for e2e_prepare image and qemu; for a bring-your-own kernel, kernel_image
+# and kernel_append: e2e_kernel_option parses --kernel PATH and --append
+# ARGS), then sources this file; DAEMON_PID is the daemon to stop at exit.
+#
+# One result format for every tier: a line per case, "PASS CASE: text",
+# "FAIL CASE: text" or "SKIPPED CASE: reason", then a summary ending in
+# "N passed, M failed, K skipped" (scripts/test.sh adds these up).
 
 say() { printf '[%s] %s\n' "$E2E_NAME" "$*" >&2; }
 
@@ -25,7 +29,9 @@ record() {  # record STATUS CASE TEXT
         SKIP) skipped=$((skipped + 1)); line="SKIPPED $2: $3" ;;
     esac
     results+=("$line")
-    printf '%s\n' "$line"
+    # A skip stands out (blank lines around it); every line starts with
+    # its status, for the callers that grep.
+    if [[ $1 == SKIP ]]; then printf '\n%s\n\n' "$line"; else printf '%s\n' "$line"; fi
 }
 finish() {
     echo
@@ -44,12 +50,11 @@ fail_all() {  # fail_all REASON: every case fails (setup broke)
 }
 
 DAEMON_PID=""
-# start_daemon SOCKET... -- SERVE_ARGS...: the one way the guest tiers start
-# the daemon: `$DAEMON serve SERVE_ARGS` in the background (NO_COLOR, log in
-# $d/daemon.log, pid in DAEMON_PID, stopped by stop_daemon on exit); waits up
-# to 10 s for every SOCKET. A daemon that exits or leaves a socket missing
-# fails every case (fail_all) with the log's tail.
-start_daemon() {
+# daemon_up SOCKET... -- SERVE_ARGS...: `$DAEMON serve SERVE_ARGS` in the
+# background (NO_COLOR, log in $d/daemon.log, pid in DAEMON_PID, stopped by
+# stop_daemon on exit); waits up to 10 s for every SOCKET. Returns 1, with
+# the log's tail, when the daemon exits or leaves a socket missing.
+daemon_up() {
     local socks=() s i ok
     while (($#)) && [[ $1 != -- ]]; do socks+=("$1"); shift; done
     (($#)) && shift
@@ -62,21 +67,77 @@ start_daemon() {
         kill -0 "$DAEMON_PID" 2>/dev/null || break
         sleep 0.1
     done
-    tail -n 20 "$d/daemon.log" >&2
-    fail_all "the daemon did not start or create ${socks[*]} (log: $d/daemon.log)"
+    stop_daemon
+    echo "--- daemon log tail ($d/daemon.log):"
+    tail -n 20 "$d/daemon.log" | sed 's/^/    /'
+    return 1
 }
 
+# start_daemon SOCKET... -- SERVE_ARGS...: daemon_up, and a daemon that did
+# not come up fails every case (fail_all).
+start_daemon() {
+    daemon_up "$@" || fail_all "the daemon did not start or create its sockets (log: $d/daemon.log)"
+}
+
+# stop_daemon: SIGTERM, then SIGKILL after 10 s. Returns 0 when the daemon
+# exited 0 (or none ran), 1 when it exited non-zero (or had died), 2 when it
+# had to be killed.
 stop_daemon() {
     [[ -n $DAEMON_PID ]] || return 0
-    kill -TERM "$DAEMON_PID" 2>/dev/null
-    local i
-    for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$DAEMON_PID" 2>/dev/null && kill -KILL "$DAEMON_PID" 2>/dev/null
+    local i st
+    if kill -0 "$DAEMON_PID" 2>/dev/null; then
+        kill -TERM "$DAEMON_PID" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$DAEMON_PID" 2>/dev/null; then
+            kill -KILL "$DAEMON_PID" 2>/dev/null
+            wait "$DAEMON_PID" 2>/dev/null
+            DAEMON_PID=""
+            return 2
+        fi
+    fi
     wait "$DAEMON_PID" 2>/dev/null
+    st=$?
     DAEMON_PID=""
+    return $((st == 0 ? 0 : 1))
 }
 trap 'stop_daemon; exit 130' INT TERM
 trap 'stop_daemon' EXIT
+
+# e2e_build [CRATE...]: `cargo build` of vhost-rdma and CRATEs for the
+# profile (unless --no-build: build=0); sets DAEMON (and SGT, the guest
+# tool, when smc-guest-tests is among them). A failed build or a missing
+# binary fails every case.
+e2e_build() {
+    local crates=(-p vhost-rdma) c
+    for c in "$@"; do crates+=(-p "$c"); done
+    if ((build)); then
+        say "cargo build ($profile) ${crates[*]}"
+        local bflag=()
+        [[ $profile == debug ]] || bflag=(--profile "$profile")
+        if ! (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" "${crates[@]}") >"$logdir/build.log" 2>&1; then
+            tail -30 "$logdir/build.log" >&2
+            fail_all "cargo build failed (see $logdir/build.log)"
+        fi
+    fi
+    local tdir="${CARGO_TARGET_DIR:-$ROOT/target}/$profile"
+    DAEMON="$tdir/vhost-rdma"
+    [[ -x $DAEMON ]] || fail_all "no daemon binary $DAEMON"
+    if [[ " $* " == *" smc-guest-tests "* ]]; then
+        SGT="$tdir/smc-guest-tests"
+        [[ -x $SGT ]] || fail_all "no guest tool $SGT"
+    fi
+}
+
+# e2e_image: the guest image (scripts/build-guest-image.sh --kernel 7.3
+# unless --image gave one); fails every case without it.
+e2e_image() {
+    if [[ -z $image ]]; then
+        say "guest image: scripts/build-guest-image.sh --kernel 7.3"
+        image="$("$HERE/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || image=""
+    fi
+    [[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] ||
+        fail_all "no guest image (build-guest-image.sh gave '${image}', see $logdir/image.log)"
+}
 
 # The run-guests options of a bring-your-own kernel (kernel_image: a
 # bzImage, kernel_append: kernel command-line additions), empty without.
@@ -96,28 +157,14 @@ e2e_check_kernel() {
     say "guest kernel (--kernel): $kernel_image, Linux $v"
 }
 
-# e2e_prepare: build the daemon (unless --no-build), find the guest image and
-# QEMU (building/fetching them if not given); sets DAEMON, image, qemu. With
-# kernel_image set, the guests boot that bzImage with the image's root disk.
+# e2e_prepare [CRATE...]: e2e_build (vhost-rdma and CRATEs), e2e_image and
+# QEMU (scripts/setup-qemu.sh unless --qemu gave one); sets DAEMON, image,
+# qemu. With kernel_image set, the guests boot that bzImage with the
+# image's root disk.
 e2e_prepare() {
     e2e_check_kernel
-    if ((build)); then
-        say "cargo build ($profile) -p vhost-rdma"
-        local bflag=()
-        [[ $profile == debug ]] || bflag=(--profile "$profile")
-        if ! (cd "$ROOT" && nice -n 10 cargo build "${bflag[@]}" -p vhost-rdma) >"$logdir/build.log" 2>&1; then
-            tail -30 "$logdir/build.log" >&2
-            fail_all "cargo build failed (see $logdir/build.log)"
-        fi
-    fi
-    DAEMON="${CARGO_TARGET_DIR:-$ROOT/target}/$profile/vhost-rdma"
-    [[ -x $DAEMON ]] || fail_all "no daemon binary $DAEMON"
-    if [[ -z $image ]]; then
-        say "guest image: scripts/build-guest-image.sh --kernel 7.3"
-        image="$("$HERE/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || image=""
-    fi
-    [[ -n $image && -f $image/bzImage && -f $image/rootfs.ext4 ]] ||
-        fail_all "no guest image (build-guest-image.sh gave '${image}', see $logdir/image.log)"
+    e2e_build "$@"
+    e2e_image
     if [[ -z $qemu ]]; then
         qemu="$("$HERE/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || qemu=""
     fi

@@ -211,6 +211,7 @@ def main():
     shutil.copy(sgt, f"{vrbin}/bin/smc-guest-tests")
     for lib in ("ci-lib.sh", "soak-lib.sh"):
         shutil.copy(f"{ROOT}/ci/guest/{lib}", f"{vrbin}/ci/{lib}")
+    shutil.copy(f"{ROOT}/scripts/guest/rdma-lib.sh", f"{vrbin}/ci/rdma-lib.sh")
 
     # the daemon: six ports (pair 2 has a second NIC per guest for rxe)
     args = [daemon_bin, "serve", "--control", f"{work}/ctl.sock"]

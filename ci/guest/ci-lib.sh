@@ -20,6 +20,8 @@
 # job: the host reports the tests without a result as FAIL.
 
 : "${ROLE:?}" "${SELF:?}" "${PEER:?}" "${CELL:=cell}"
+# roce_gid_index, rping_pings: scripts/guest/rdma-lib.sh, shipped beside this file.
+. /opt/vr/ci/rdma-lib.sh
 CI_BARRIER_TIMEOUT=${CI_BARRIER_TIMEOUT:-300}
 CI_TOOL_TIMEOUT=${CI_TOOL_TIMEOUT:-180}
 CI_LOGDIR=${CI_LOGDIR:-/job}
@@ -157,23 +159,6 @@ rdma_dev_up() {
     rdma link show "$2/1"
     ibv_devices
     result "link-add-$1" PASS $(($(now) - _t0)) "" "$(rdma link show "$2/1" 2>&1)"
-}
-
-# roce_gid_index DEV IP: index of the RoCE v2 GID ::ffff:IP on port 1 (stdout)
-roce_gid_index() {
-    _want=$(echo "$2" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
-    _i=0
-    while [ $_i -lt 20 ]; do
-        for _f in /sys/class/infiniband/"$1"/ports/1/gids/*; do
-            _n=${_f##*/}
-            [ "$(cat "$_f" 2>/dev/null)" = "$_want" ] || continue
-            _ty=$(cat /sys/class/infiniband/"$1"/ports/1/gid_attrs/types/"$_n" 2>/dev/null)
-            case "$_ty" in *v2*|*V2*) echo "$_n"; return 0 ;; esac
-        done
-        _i=$((_i + 1))
-        sleep 0.5
-    done
-    return 1
 }
 
 # wait_listen tcp|cm PORT: until something listens on PORT (TCP socket or
@@ -383,7 +368,7 @@ check_pingpong() {
 }
 
 check_rping() {
-    _n=$(grep -c 'ping data: rdma-ping-' "$1")
+    _n=$(rping_pings "$1")
     _want=${RPING_COUNT:-10}
     # the server prints one "server ping data" line per ping it answered
     if [ "$_n" -ge "$_want" ]; then

@@ -4,7 +4,7 @@
 //!
 //! Frames go through, in order:
 //!
-//! 1. [`parse`](parse::parse): Ethernet (+ one VLAN tag), IPv4 (options,
+//! 1. [`wire::parse()`]: Ethernet (+ one VLAN tag), IPv4 (options,
 //!    fragments), IPv6 (extension headers, Home Address option, type 2
 //!    Routing header), TCP, UDP, RoCEv2 BTH. Never panics. The result is the
 //!    one `Copy` view of a frame that callers share between their stages.
@@ -24,10 +24,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod builder;
 pub mod error;
 pub mod nic;
-pub mod parse;
 pub mod pool;
 pub mod queue;
 pub mod rss;
@@ -36,7 +34,6 @@ pub mod toeplitz;
 
 pub use error::NicError;
 pub use nic::{Decision, Delivery, Nic, NicConfig, NicCounters, Reason, RxOutcome};
-pub use parse::{parse, ParsedFrame, RoceBth};
 pub use pool::{BufferId, BufferPool};
 pub use queue::{DropReason, HdsConfig, Placement, QueueConfig, QueueCounters, RxQueue, Segment};
 pub use rss::{hash_types, HashConfig, HashReport, HashResult, RssConfig, RssLimits};

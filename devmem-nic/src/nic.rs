@@ -3,11 +3,11 @@
 use std::collections::HashMap;
 
 use crate::error::NicError;
-use crate::parse::{parse, ParsedFrame};
 use crate::pool::BufferId;
 use crate::queue::{DropReason, Placement, QueueConfig, QueueCounters, RxQueue};
 use crate::rss::{HashConfig, HashReport, HashResult, RssConfig, RssLimits};
 use crate::steering::{Action, FlowRule, RuleTable};
+use wire::parse::{parse, ParsedFrame};
 
 /// NIC-wide configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

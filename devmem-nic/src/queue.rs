@@ -4,8 +4,8 @@
 use std::ops::Range;
 
 use crate::error::NicError;
-use crate::parse::ParsedFrame;
 use crate::pool::{BufferId, BufferPool};
+use wire::parse::ParsedFrame;
 
 /// Header/data split settings (`ethtool -G tcp-data-split on hds-thresh N`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //! calculation for incoming packets" and 5.1.6.5.7 "Receive-side scaling").
 
 use crate::error::NicError;
-use crate::parse::{L4Proto, ParsedFrame, L3};
 use crate::toeplitz::{toeplitz_hash, DEFAULT_RSS_KEY};
+use wire::parse::{L4Proto, ParsedFrame, L3};
 
 /// `VIRTIO_NET_RSS_HASH_TYPE_*` bits of the `hash_types` bitmap.
 pub mod hash_types {

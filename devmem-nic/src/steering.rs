@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::error::NicError;
-use crate::parse::{ParsedFrame, L3};
+use wire::parse::{ParsedFrame, L3};
 
 /// A value compared under a mask: a field matches when
 /// `field & mask == value & mask`. A zero mask matches any value of a field

@@ -6,11 +6,12 @@ mod common;
 use std::net::Ipv4Addr;
 
 use common::{assert_covers, v4, v6, Rng};
-use devmem_nic::builder::{FrameBuilder, Ipv6Ext};
 use devmem_nic::{
-    parse, Action, Delivery, FlowMatch, FlowRule, HdsConfig, IpMatch, Masked, Nic, NicConfig,
-    QueueConfig, Reason, RssConfig,
+    Action, Delivery, FlowMatch, FlowRule, HdsConfig, IpMatch, Masked, Nic, NicConfig, QueueConfig,
+    Reason, RssConfig,
 };
+use wire::builder::{FrameBuilder, Ipv6Ext};
+use wire::parse;
 
 fn fuzz_nic() -> Nic {
     let mut nic = Nic::new(NicConfig {

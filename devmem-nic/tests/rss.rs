@@ -4,11 +4,11 @@
 mod common;
 
 use common::{v4, v6};
-use devmem_nic::builder::{FrameBuilder, Ipv6Ext, Transport};
 use devmem_nic::{
     hash_types as ht, toeplitz_hash, HashConfig, HashReport, Nic, NicConfig, NicError, Reason,
     RssConfig, RssLimits, DEFAULT_RSS_KEY,
 };
+use wire::builder::{FrameBuilder, Ipv6Ext, Transport};
 
 // Microsoft "Verifying the RSS Hash Calculation" vectors, via FD.io VPP
 // src/vppinfra/test/toeplitz.c and DPDK app/test/test_thash.c (identical).

@@ -5,9 +5,10 @@ mod common;
 use std::collections::HashSet;
 
 use common::{assert_covers, nic_with_buffers, pattern, v4, v6, Memory, Rng};
-use devmem_nic::builder::{FrameBuilder, Ipv6Ext};
-use devmem_nic::parse::L4Proto;
-use devmem_nic::{parse, Delivery, DropReason, HdsConfig, Nic, NicError, Placement, QueueConfig};
+use devmem_nic::{Delivery, DropReason, HdsConfig, Nic, NicError, Placement, QueueConfig};
+use wire::builder::{FrameBuilder, Ipv6Ext};
+use wire::l4::L4Proto;
+use wire::parse;
 
 const SIZES: [usize; 7] = [1, 2, 100, 1448, 4096, 9000, 65000];
 const HDR: usize = 256;
@@ -22,7 +23,7 @@ fn builders() -> Vec<(&'static str, FrameBuilder, usize)> {
     let mut vlan = FrameBuilder::tcp(v4([192, 168, 1, 1]), 33000, v4([192, 168, 1, 2]), 5201);
     vlan.vlan_tci = Some(100);
     vlan.ipv4_options = vec![1, 1, 1, 1];
-    vlan.transport = devmem_nic::builder::Transport::Tcp {
+    vlan.transport = wire::builder::Transport::Tcp {
         src_port: 33000,
         dst_port: 5201,
         options: vec![1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2], // NOP NOP timestamps
@@ -170,7 +171,7 @@ fn zero_payload_padding_non_ip_and_hds_off() {
     let gre = FrameBuilder::new(
         v4([1, 2, 3, 4]),
         v4([5, 6, 7, 8]),
-        devmem_nic::builder::Transport::Other(47),
+        wire::builder::Transport::Other(47),
     )
     .build(&pattern(300));
     let p = placed(&mut nic, &gre);

@@ -6,12 +6,13 @@ mod common;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use common::{nic_with_buffers, v4, v6};
-use devmem_nic::builder::FrameBuilder;
-use devmem_nic::parse::{ETHERTYPE_IPV6, IPPROTO_TCP, IPPROTO_UDP};
 use devmem_nic::{
     Action, Delivery, DropReason, FlowMatch, FlowRule, IpMatch, Masked, Nic, NicConfig, NicError,
     QueueConfig, Reason, RssConfig,
 };
+use wire::builder::FrameBuilder;
+use wire::ethernet::ETHERTYPE_IPV6;
+use wire::ip::{IPPROTO_TCP, IPPROTO_UDP};
 
 fn nic(queues: u16) -> Nic {
     Nic::new(NicConfig {
@@ -125,7 +126,7 @@ fn masks_and_edge_cases() {
     let icmp = FrameBuilder::new(
         v4([1, 1, 1, 1]),
         v4([2, 2, 2, 2]),
-        devmem_nic::builder::Transport::Other(1),
+        wire::builder::Transport::Other(1),
     )
     .build(&[8, 0, 0, 0]);
     assert_eq!(n.classify(&icmp).queue, Some(0));

@@ -14,8 +14,9 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "common/shared.rs"]
+mod shared;
 
-use std::hint::black_box;
 use std::time::Instant;
 
 use common::rc::*;
@@ -26,14 +27,6 @@ use erdma_device::wqe::op;
 const PAGES: u64 = 32;
 /// Work requests in flight per batch (SQ of 256 WQEBBs, 2 per WRITE SQE).
 const BATCH: usize = 64;
-
-/// CPU time of this thread, in ns (the scheduler's own account).
-fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
 
 /// Moves frames between the two devices until neither has any to send.
 fn shuttle(a: &mut Side, b: &mut Side) {
@@ -57,7 +50,7 @@ fn run(op: Op, size: u32, count: usize) -> (f64, u64) {
     a.d.mem_write(a.buf, &pattern);
     let sink = VA + 65536;
     let t0 = Instant::now();
-    let c0 = thread_cpu_ns();
+    let c0 = shared::thread_cpu_ns();
     let mut done = 0;
     while done < count {
         let n = BATCH.min(count - done);
@@ -96,39 +89,14 @@ fn run(op: Op, size: u32, count: usize) -> (f64, u64) {
         }
         done += n;
     }
-    let cpu = thread_cpu_ns() - c0;
+    let cpu = shared::thread_cpu_ns() - c0;
     let secs = t0.elapsed().as_secs_f64();
     let landed = b.d.mem_read(b.buf + 65536, size as usize);
     assert_eq!(landed, pattern[..size as usize], "payload at the receiver");
     (secs, cpu)
 }
 
-/// `memcpy` of `size` bytes between two 64 KiB buffers, repeated for at
-/// least 1 GiB (a shorter run is dominated by timer noise); returns
-/// (seconds per byte, CPU ns per byte).
-fn memcpy(size: usize) -> (f64, f64) {
-    let count = ((1usize << 30) / size).max(1);
-    let src: Vec<u8> = (0..65536u32).map(|i| i as u8).collect();
-    let mut dst = vec![0u8; 65536];
-    let t0 = Instant::now();
-    let c0 = thread_cpu_ns();
-    for i in 0..count {
-        let at = (i * 64) % (65536 - size + 1);
-        dst[at..at + size].copy_from_slice(black_box(&src[..size]));
-        black_box(&mut dst);
-    }
-    let total = (count * size) as f64;
-    (
-        t0.elapsed().as_secs_f64() / total,
-        (thread_cpu_ns() - c0) as f64 / total,
-    )
-}
-
 fn main() {
-    let mib: usize = std::env::var("ERDMA_BENCH_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
     println!(
         "{:<6} {:>7} {:>9} {:>11} {:>12} {:>14} {:>9}",
         "op", "size", "messages", "GB/s", "CPU ns/B", "memcpy GB/s", "vs memcpy"
@@ -139,19 +107,14 @@ fn main() {
             if !only.is_empty() && only != format!("{name}-{size}") {
                 continue;
             }
-            let bytes = if size == 64 {
-                (mib << 20) / 64
-            } else {
-                mib << 20
-            };
-            let count = (bytes / size as usize).max(BATCH);
+            let count = shared::messages(size, BATCH);
             // One warm-up batch, then the measurement.
             run(op, size, BATCH);
             let (secs, cpu) = run(op, size, count);
             let total = count as f64 * f64::from(size);
             let gbs = total / secs / 1e9;
             let ns_per_byte = cpu as f64 / total;
-            let (msecs_per_byte, _) = memcpy(size as usize);
+            let (msecs_per_byte, _) = shared::memcpy(size as usize);
             let mgbs = 1.0 / msecs_per_byte / 1e9;
             println!(
                 "{:<6} {:>7} {:>9} {:>11.3} {:>12.3} {:>14.2} {:>8.1}%",

@@ -1,4 +1,4 @@
-//! devmem-nic: frame parsing, steering (`Nic::classify`: flow rules, RSS
+//! wire's frame parsing and devmem-nic: steering (`Nic::classify`: flow rules, RSS
 //! from guest-supplied virtio bytes, hash reporting) and header-split
 //! placement (`Nic::receive`) on arbitrary frames and configurations.
 //!
@@ -10,11 +10,12 @@
 #![no_main]
 
 use devmem_nic::{
-    parse, Action, Delivery, FlowMatch, FlowRule, HashConfig, HdsConfig, Masked, Nic, NicConfig,
+    Action, Delivery, FlowMatch, FlowRule, HashConfig, HdsConfig, Masked, Nic, NicConfig,
     QueueConfig, Reason, RssConfig,
 };
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use wire::parse;
 
 fn check_parsed(frame: &[u8]) {
     let p = parse(frame);

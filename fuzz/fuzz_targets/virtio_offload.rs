@@ -12,8 +12,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vhost_rdma::offload::{self, fold, ones_sum};
+use vhost_rdma::offload;
 use vhost_rdma::virtio_net::{NetHdr, NET_HDR_LEN};
+use wire::checksum::{fold, ones_sum};
+use wire::tso::SegmentLayout;
 
 const GSO_NONE: u8 = 0;
 const GSO_TCPV4: u8 = 1;
@@ -62,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
         GSO_TCPV4 | GSO_TCPV6 => {
             let segs = offload::segment_tcp(frame, &hdr)
                 .expect("segment_tcp refuses what validate accepted");
-            let lay = offload::tcp_layout(frame).expect("layout");
+            let lay = SegmentLayout::tcp(frame).expect("layout");
             let mss = usize::from(hdr.gso_size);
             let payload = &frame[lay.payload..];
             let mut joined = Vec::new();

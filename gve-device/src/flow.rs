@@ -7,11 +7,11 @@
 //! matching location wins, as with ethtool's rule locations. The layout is
 //! gve's own, so the matcher is here rather than `devmem_nic::steering`
 //! (which has no SPI/SCTP/TOS fields); frames are parsed by
-//! `devmem_nic::parse`.
+//! `wire::parse`.
 
 use std::collections::BTreeMap;
 
-use devmem_nic::parse::{ParsedFrame, L3};
+use wire::parse::{ParsedFrame, L3};
 
 /// Size of `struct gve_flow_spec`.
 pub const SPEC_LEN: usize = 40;
@@ -253,8 +253,8 @@ impl FlowRules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devmem_nic::builder::FrameBuilder;
-    use devmem_nic::parse::parse;
+    use wire::builder::FrameBuilder;
+    use wire::parse::parse;
 
     fn rule(ft: FlowType, dport: u16, mask: u16) -> FlowRule {
         let mut key = FlowSpec::default();

@@ -41,9 +41,9 @@ pub mod rx_dqo;
 pub mod stats;
 pub mod tx_dqo;
 
-use devmem_nic::parse::{parse, L3};
 use pci_model::fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus};
 use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal, TraceKind};
+use wire::parse::{parse, L3};
 
 pub use counters::{Counters, Status};
 
@@ -602,7 +602,7 @@ impl GveDevice {
     /// The RX queue a parsed frame goes to (flow rules by location, else
     /// RSS, else 0), the location of the rule that matched, and the RSS
     /// hash. Changes nothing.
-    fn steer(&self, frame: &[u8], p: &devmem_nic::ParsedFrame) -> (u32, Option<u32>, Option<u32>) {
+    fn steer(&self, frame: &[u8], p: &wire::ParsedFrame) -> (u32, Option<u32>, Option<u32>) {
         let hash = self.rss.hash(p);
         if let Some((&loc, r)) = self.rules.rules.iter().find(|(_, r)| r.matches(frame, p)) {
             return (u32::from(r.queue), Some(loc), hash);
@@ -707,12 +707,12 @@ impl GveDevice {
     /// bound, and 64 KiB - 1 from the IP header on, IPv6's 40 bytes
     /// included (GRO's default `gro_max_size` counts them; 0: no
     /// coalescing).
-    fn rsc_max_len(&self, p: &devmem_nic::ParsedFrame) -> usize {
+    fn rsc_max_len(&self, p: &wire::ParsedFrame) -> usize {
         (self.cfg.rsc_max_bytes as usize).min(p.l3_offset + 0xffff)
     }
 
     /// How header split lays out a frame on queue `q`.
-    fn split_for(q: &RxQueue, frame: &[u8], p: &devmem_nic::ParsedFrame) -> Split {
+    fn split_for(q: &RxQueue, frame: &[u8], p: &wire::ParsedFrame) -> Split {
         let hs = q.header_buffer_size as usize;
         if hs == 0 {
             return Split::Off;
@@ -733,7 +733,7 @@ impl GveDevice {
     }
 
     /// Packet type, hash and checksum facts for the completion.
-    fn rx_meta(&self, frame: &[u8], p: &devmem_nic::ParsedFrame, hash: Option<u32>) -> RxMeta {
+    fn rx_meta(&self, frame: &[u8], p: &wire::ParsedFrame, hash: Option<u32>) -> RxMeta {
         use describe::{l3, l4};
         let (l3t, proto, ext) = match p.l3 {
             Some(L3::V4(ip)) => (l3::IPV4, Some(ip.protocol), false),

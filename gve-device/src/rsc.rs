@@ -53,7 +53,7 @@
 
 use std::time::{Duration, Instant};
 
-use devmem_nic::parse::{L4Proto, ParsedFrame, L3};
+use wire::parse::{L4Proto, ParsedFrame, L3};
 
 use crate::rx_dqo::{RxMeta, Split};
 
@@ -371,12 +371,12 @@ impl Chain {
         if self.segments < 2 {
             return;
         }
-        crate::offload::fix_ip_len(&mut self.buf);
+        wire::ip::fix_ip_len(&mut self.buf);
         if !f.v6 {
-            crate::offload::fill_ipv4_checksum(&mut self.buf[f.l3_offset..f.l3_offset + 20]);
+            wire::checksum::fill_ipv4_header(&mut self.buf[f.l3_offset..f.l3_offset + 20]);
         }
         self.buf[f.l4_offset + 13] |= self.end_flags;
-        crate::offload::fill_l4_checksum(&mut self.buf);
+        wire::checksum::fill_l4(&mut self.buf);
     }
 
     /// Closes the chain (its buffer's capacity stays).

@@ -4,8 +4,8 @@
 //! The hash itself is `devmem_nic`'s: gve's `GVE_RSS_HASH_*` bits map one
 //! to one onto the virtio-net hash types it implements.
 
-use devmem_nic::parse::ParsedFrame;
 use devmem_nic::{hash_types, HashConfig, DEFAULT_RSS_KEY};
+use wire::parse::ParsedFrame;
 
 /// Key size advertised in the RSS_CONFIG option (`GVE_RSS_KEY_SIZE`).
 pub const KEY_SIZE: usize = 40;

@@ -331,7 +331,7 @@ impl TxQueue {
             if csum {
                 // No TCP/UDP header: nothing the device can finish (the stack
                 // only offloads TCP/UDP checksums to this device); send as is.
-                offload::fill_l4_checksum(&mut pkt);
+                wire::checksum::fill_l4(&mut pkt);
             }
             (vec![pkt], tag, heads, true)
         }

@@ -554,7 +554,7 @@ fn v6_l4_ok(f: &[u8], l4_off: usize, proto: u8) -> bool {
 
 #[test]
 fn tso_ipv6_and_uso() {
-    use devmem_nic::builder::FrameBuilder;
+    use wire::builder::FrameBuilder;
     let mut g = up(GveConfig::default(), 1, 2048, true);
     let s6 = "2001:db8::1".parse().unwrap();
     let d6 = "2001:db8::2".parse().unwrap();
@@ -597,7 +597,7 @@ fn tso_ipv6_and_uso() {
 
 #[test]
 fn rx_ipv6_header_split_and_ext_headers() {
-    use devmem_nic::builder::{FrameBuilder, Ipv6Ext};
+    use wire::builder::{FrameBuilder, Ipv6Ext};
     let mut g = up(GveConfig::default(), 1, 2048, true);
     let s6 = "2001:db8::1".parse().unwrap();
     let d6 = "2001:db8::2".parse().unwrap();

@@ -6,9 +6,12 @@ use crate::error::{CodecError, Result};
 use crate::icrc::{IcrcScope, ICRC_LEN};
 use crate::packet::{PacketBuilder, RocePacket};
 use crate::wire::{
-    udp6_checksum, EthernetHeader, Grh, Ipv4Header, Ipv6Header, Lrh, UdpHeader, ETHERTYPE_IPV4,
-    ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, GRH_NEXT_HEADER_BTH, IPPROTO_UDP, ROCE_V2_PORT,
+    EthernetHeader, Grh, Ipv4Header, Ipv6Header, Lrh, UdpHeader, GRH_NEXT_HEADER_BTH,
 };
+use ::wire::checksum::{finish_udp, ones_sum, pseudo_v6};
+use ::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1};
+use ::wire::ip::IPPROTO_UDP;
+use ::wire::roce::ROCEV2_PORT;
 
 /// The network layer below the BTH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +171,7 @@ impl<'a> RoceFrame<'a> {
 
 fn parse_udp(l4: &[u8]) -> Result<(UdpHeader, &[u8], &[u8])> {
     let udp = UdpHeader::parse(l4)?;
-    if udp.dst_port != ROCE_V2_PORT {
+    if udp.dst_port != ROCEV2_PORT {
         return Err(CodecError::NotRoce("UDP destination port is not 4791"));
     }
     let ul = usize::from(udp.len);
@@ -323,7 +326,7 @@ impl FrameBuilder {
                 .emit();
                 let udp = UdpHeader {
                     src_port: udp_src_port,
-                    dst_port: ROCE_V2_PORT,
+                    dst_port: ROCEV2_PORT,
                     len: udp_len as u16,
                     checksum: 0,
                 }
@@ -355,7 +358,7 @@ impl FrameBuilder {
                 .emit();
                 let mut udp = UdpHeader {
                     src_port: udp_src_port,
-                    dst_port: ROCE_V2_PORT,
+                    dst_port: ROCEV2_PORT,
                     len: udp_len,
                     checksum: 0,
                 };
@@ -369,7 +372,9 @@ impl FrameBuilder {
                 head[u..].copy_from_slice(&udp.emit());
                 // The UDP checksum covers the UDP header and the sealed body,
                 // which follow each other in the frame.
-                udp.checksum = udp6_checksum(&src, &dst, &frame[u..]);
+                let seg = &frame[u..];
+                let pseudo = pseudo_v6(&src, &dst, IPPROTO_UDP, seg.len());
+                udp.checksum = finish_udp(ones_sum(seg, pseudo));
                 frame[u..u + UdpHeader::LEN].copy_from_slice(&udp.emit());
             }
             NetParams::Grh {

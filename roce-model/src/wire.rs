@@ -1,42 +1,14 @@
 //! Minimal Ethernet / IPv4 / IPv6 / UDP / GRH / LRH headers: just enough to
 //! carry RoCE. No options are emitted; IPv4 options are skipped on parse.
+//! The constants (ethertypes, the RoCEv2 port, protocol numbers) and the
+//! Internet checksum are the `wire` crate's.
 
 use crate::error::{need, need_mut, CodecError, Result};
+use ::wire::checksum::{checksum, verify};
+use ::wire::ethernet::ETHERTYPE_VLAN;
 
-/// Ethertype of IPv4.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-/// Ethertype of IPv6.
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-/// Ethertype of RoCEv1 (GRH follows).
-pub const ETHERTYPE_ROCE_V1: u16 = 0x8915;
-/// Ethertype of an 802.1Q VLAN tag.
-pub const ETHERTYPE_VLAN: u16 = 0x8100;
-/// IANA UDP destination port of RoCEv2.
-pub const ROCE_V2_PORT: u16 = 4791;
-/// IP protocol number of UDP.
-pub const IPPROTO_UDP: u8 = 17;
 /// GRH next-header value announcing a BTH.
 pub const GRH_NEXT_HEADER_BTH: u8 = 0x1b;
-
-/// RFC 1071 one's-complement sum folded to 16 bits (not inverted).
-pub fn ones_sum(mut acc: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        acc += u32::from(*last) << 8;
-    }
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc
-}
-
-/// Internet checksum of `data`.
-pub fn checksum(data: &[u8]) -> u16 {
-    !(ones_sum(0, data) as u16)
-}
 
 /// Ethernet II header with an optional single 802.1Q tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -185,7 +157,7 @@ impl Ipv4Header {
 
     /// Does `hdr` (the raw header incl. options) carry a correct checksum?
     pub fn checksum_ok(hdr: &[u8]) -> bool {
-        ones_sum(0, hdr) == 0xffff
+        verify(hdr, 0)
     }
 }
 
@@ -292,21 +264,6 @@ impl UdpHeader {
     }
 }
 
-/// UDP checksum over IPv6 (`udp_and_payload` with its checksum field zero).
-/// Returns 0xFFFF instead of 0, as RFC 8200 requires.
-pub fn udp6_checksum(src: &[u8; 16], dst: &[u8; 16], udp_and_payload: &[u8]) -> u16 {
-    let mut acc = ones_sum(0, src);
-    acc = ones_sum(acc, dst);
-    let len = udp_and_payload.len() as u32;
-    acc = ones_sum(acc, &len.to_be_bytes());
-    acc = ones_sum(acc, &[0, 0, 0, IPPROTO_UDP]);
-    acc = ones_sum(acc, udp_and_payload);
-    match !(acc as u16) {
-        0 => 0xffff,
-        c => c,
-    }
-}
-
 /// InfiniBand Local Route Header, 8 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Lrh {
@@ -363,6 +320,7 @@ impl Lrh {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ::wire::ip::IPPROTO_UDP;
 
     #[test]
     fn ipv4_checksum_roundtrip() {

@@ -71,7 +71,7 @@ fn rocev1_write_only_and_ack() {
     let frames = scapy_frames();
 
     let w = RoceFrame::parse(&frames[1]).unwrap();
-    assert_eq!(w.eth.ethertype, wire::ETHERTYPE_ROCE_V1);
+    assert_eq!(w.eth.ethertype, ::wire::ethernet::ETHERTYPE_ROCE_V1);
     let NetLayer::Grh { grh, .. } = w.net else {
         panic!("expected GRH")
     };

@@ -136,7 +136,7 @@ fn outer(seed: u8) -> Outer {
     .emit();
     let udp = wire::UdpHeader {
         src_port: 0xc000 | u16::from(seed),
-        dst_port: wire::ROCE_V2_PORT,
+        dst_port: ::wire::roce::ROCEV2_PORT,
         len: 80,
         checksum: 0,
     }
@@ -243,12 +243,8 @@ proptest! {
             NetLayer::Ipv6 { ip, udp, .. } => {
                 // Summing the pseudo-header and the datagram with its checksum gives 0xFFFF.
                 let l4 = &frame[eth_len + 40..];
-                let mut sum = wire::ones_sum(0, &ip.src);
-                sum = wire::ones_sum(sum, &ip.dst);
-                sum = wire::ones_sum(sum, &(l4.len() as u32).to_be_bytes());
-                sum = wire::ones_sum(sum, &[0, 0, 0, 17]);
-                sum = wire::ones_sum(sum, l4);
-                prop_assert_eq!(sum, 0xffff);
+                let pseudo = ::wire::checksum::pseudo_v6(&ip.src, &ip.dst, 17, l4.len());
+                prop_assert!(::wire::checksum::verify(l4, pseudo));
                 prop_assert_ne!(udp.checksum, 0);
             }
             NetLayer::Grh { grh, .. } => {

@@ -17,15 +17,13 @@ mod gve_common;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
-use common::{enable_bus_master, eventfd, memfd, take_events, MappedMem, TestServer};
+use common::{enable_bus_master, memfd, take_events, MappedMem, TestServer};
 use gve_common::{be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, tcp4};
 use gve_common::{RxRing, TxRing};
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, Counters, GveConfig, GveDevice};
 use pci_model::RxRefusal;
-use vfio_bindings::bindings::vfio::{
-    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_MSIX_IRQ_INDEX,
-};
+use vfio_bindings::bindings::vfio::VFIO_PCI_MSIX_IRQ_INDEX;
 use vfio_user_server::Limits;
 
 const CONFIG: u32 = 7;
@@ -319,41 +317,9 @@ impl Driver {
         self.rx = Some(rx);
     }
 
-    /// One eventfd per MSI-X vector, one `SET_IRQS` each (as QEMU does),
-    /// after enabling MSI-X in the capability.
+    /// MSI-X on, an eventfd per vector (`common::msix_eventfds`).
     fn set_vectors(&mut self) {
-        let ctl = self.msix_cap() + 2;
-        let mut b = [0u8; 2];
-        self.c.region_read(CONFIG, ctl, &mut b).unwrap();
-        let v = u16::from_le_bytes(b) | 0x8000;
-        self.c.region_write(CONFIG, ctl, &v.to_le_bytes()).unwrap();
-        for v in 0..VECTORS {
-            let ev = eventfd();
-            self.c
-                .set_irqs(
-                    VFIO_PCI_MSIX_IRQ_INDEX,
-                    VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-                    v,
-                    1,
-                    &[ev.as_raw_fd()],
-                )
-                .unwrap();
-            self.vectors.push(ev);
-        }
-    }
-
-    /// Offset of the MSI-X capability, walking the capability list.
-    fn msix_cap(&mut self) -> u64 {
-        let mut cfg = [0u8; 256];
-        self.c.region_read(CONFIG, 0, &mut cfg).unwrap();
-        let mut at = usize::from(cfg[0x34]);
-        while at != 0 {
-            if cfg[at] == 0x11 {
-                return at as u64;
-            }
-            at = usize::from(cfg[at + 1]);
-        }
-        panic!("no MSI-X capability");
+        self.vectors = common::msix_eventfds(&mut self.c, VECTORS);
     }
 
     /// Event counts of every vector (reading resets them).

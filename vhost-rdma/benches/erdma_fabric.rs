@@ -23,8 +23,9 @@
 
 #[path = "../../vfio-user-server/tests/common/mod.rs"]
 mod common;
+#[path = "../../erdma-device/benches/common/shared.rs"]
+mod shared;
 
-use std::hint::black_box;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Instant;
@@ -165,33 +166,16 @@ fn run(a: &mut Side, b: &mut Side, op: Op, size: u32, count: usize) -> (f64, u64
     ((t0.elapsed().as_secs_f64()), (all1 - all0) - (me1 - me0))
 }
 
-/// `memcpy` of `size` bytes between two 64 KiB buffers for at least 1 GiB;
-/// GB/s.
-fn memcpy_gbs(size: usize) -> f64 {
-    let count = ((1usize << 30) / size).max(1);
-    let src: Vec<u8> = (0..65536u32).map(|i| i as u8).collect();
-    let mut dst = vec![0u8; 65536];
-    let t0 = Instant::now();
-    for i in 0..count {
-        let at = (i * 64) % (65536 - size + 1);
-        dst[at..at + size].copy_from_slice(black_box(&src[..size]));
-        black_box(&mut dst);
-    }
-    (count * size) as f64 / t0.elapsed().as_secs_f64() / 1e9
-}
-
 fn main() {
-    let mib: usize = std::env::var("ERDMA_BENCH_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
     let only = std::env::var("ERDMA_BENCH_ONLY").unwrap_or_default();
     let dir = tempfile::tempdir().expect("temp dir");
     let port = |name: &str, kind: PortKind, netdev: Option<&str>| {
-        let mut p = PortConfig::new(name, dir.path().join(format!("{name}.sock")));
-        p.kind = kind;
-        p.netdev = netdev.map(Into::into);
-        p
+        let sock = dir.path().join(format!("{name}.sock"));
+        match (kind, netdev) {
+            (PortKind::Erdma, Some(nd)) => PortConfig::erdma(name, sock, nd),
+            (PortKind::VirtioNet, None) => PortConfig::new(name, sock),
+            other => unreachable!("{other:?}"),
+        }
     };
     let server = Server::start(DaemonConfig {
         ports: vec![
@@ -231,12 +215,7 @@ fn main() {
                 if !only.is_empty() && only != format!("{name}-{size}-{mtu}") {
                     continue;
                 }
-                let bytes = if size == 64 {
-                    (mib << 20) / 64
-                } else {
-                    mib << 20
-                };
-                let count = (bytes / size as usize).max(BATCH);
+                let count = shared::messages(size, BATCH);
                 run(&mut a, &mut b, op, size, BATCH); // warm-up
                 b.d.write(b.buf + 65536, &vec![0; size as usize]);
                 let (secs, cpu) = run(&mut a, &mut b, op, size, count);
@@ -245,7 +224,7 @@ fn main() {
                 let total = count as f64 * f64::from(size);
                 let gbs = total / secs / 1e9;
                 let ns_per_byte = cpu as f64 / total;
-                let mgbs = memcpy_gbs(size as usize);
+                let mgbs = 1.0 / shared::memcpy(size as usize).0 / 1e9;
                 println!(
                     "{:<6} {:>7} {:>5} {:>9} {:>9.3} {:>15.3} {:>12.2} {:>9.1}%",
                     name,

@@ -1,6 +1,13 @@
 //! Daemon configuration: the `--port` flag syntax and the TOML file.
 
-use anyhow::{bail, Context};
+mod error;
+mod port;
+mod raw;
+
+pub(crate) use error::invalid;
+pub use error::ConfigError;
+pub use port::{ErdmaSpec, GveSpec, PortConfig, PortSpec, TapSpec, VirtioNetSpec};
+
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -24,21 +31,44 @@ impl fmt::Display for MacAddr {
 }
 
 impl FromStr for MacAddr {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Self> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
         let parts: Vec<&str> = s.split(':').collect();
         if parts.len() != 6 {
-            bail!("MAC address {s:?} must have six colon-separated hex bytes");
+            invalid!("MAC address {s:?} must have six colon-separated hex bytes");
         }
         let mut m = [0u8; 6];
         for (i, p) in parts.iter().enumerate() {
             m[i] = u8::from_str_radix(p, 16)
-                .with_context(|| format!("bad byte {p:?} in MAC {s:?}"))?;
+                .map_err(|e| ConfigError::Invalid(format!("bad byte {p:?} in MAC {s:?}: {e}")))?;
         }
         if m[0] & 1 != 0 {
-            bail!("MAC address {s} is a multicast address");
+            invalid!("MAC address {s} is a multicast address");
         }
         Ok(MacAddr(m))
+    }
+}
+
+/// Deserializes a value of a type that parses from a string.
+fn from_string<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr<Err = ConfigError>,
+{
+    String::deserialize(d)?
+        .parse()
+        .map_err(serde::de::Error::custom)
+}
+
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        from_string(d)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceForm {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        from_string(d)
     }
 }
 
@@ -67,12 +97,12 @@ pub enum DeviceForm {
 }
 
 impl FromStr for DeviceForm {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Self> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
         match s {
             "pci" | "virtio-net-pci" => Ok(DeviceForm::VirtioNetPci),
             "testdev" | "test-device" | "vhost-user-test-device-pci" => Ok(DeviceForm::TestDevice),
-            _ => bail!("unknown device form {s:?}: use pci or testdev"),
+            _ => invalid!("unknown device form {s:?}: use pci or testdev"),
         }
     }
 }
@@ -119,34 +149,22 @@ impl PortKind {
     }
 
     /// Whether the port's far end is outside the host's guests (`vxlan`,
-    /// `tap`): it has no socket, only its [`Uplink`] settings.
+    /// `tap`): it has no socket, only its [`PortSpec`] settings.
     pub fn is_uplink(self) -> bool {
         matches!(self, PortKind::Vxlan | PortKind::Tap)
     }
 }
 
-/// Where an uplink port's frames go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Uplink {
-    /// VXLAN over UDP to the remote VTEPs.
-    Vxlan(crate::vxlan::VxlanConfig),
-    /// A TAP device of this name (created when missing).
-    Tap {
-        /// Interface name (at most 15 bytes).
-        ifname: String,
-    },
-}
-
 impl FromStr for PortKind {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Self> {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
         match s {
             "virtio-net" | "vhost-user" => Ok(PortKind::VirtioNet),
             "gve" => Ok(PortKind::Gve),
             "erdma" => Ok(PortKind::Erdma),
             "vxlan" => Ok(PortKind::Vxlan),
             "tap" => Ok(PortKind::Tap),
-            _ => bail!("unknown port kind {s:?}: use virtio-net, gve, erdma, vxlan or tap"),
+            _ => invalid!("unknown port kind {s:?}: use virtio-net, gve, erdma, vxlan or tap"),
         }
     }
 }
@@ -169,48 +187,6 @@ pub const DEFAULT_GVE_QUEUES: u16 = 2;
 /// Most queue pairs a port may have (virtio-net allows 0x8000; QEMU and our
 /// one-thread-per-queue-pair design want far fewer).
 pub const MAX_QUEUE_PAIRS: u16 = 16;
-
-/// One port: a vhost-user socket presenting one virtio-net device.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortConfig {
-    pub name: String,
-    pub socket: PathBuf,
-    pub mac: MacAddr,
-    pub queue_pairs: u16,
-    pub form: DeviceForm,
-    /// What the port presents (`kind=`): virtio-net over vhost-user, or an
-    /// emulated PCI NIC over vfio-user.
-    pub kind: PortKind,
-    /// `kind=erdma`: the virtio-net port of the same guest (its MAC is the
-    /// function's; RoCEv2 frames to that MAC come here, the rest go there).
-    pub netdev: Option<String>,
-    /// Bound of the per-queue-pair pending queue towards the guest.
-    pub rx_queue_frames: usize,
-    /// `kind=gve`, `kind=erdma`: most frames held for one device receive
-    /// queue that has no buffer posted (0: none, they are dropped).
-    pub rx_held_frames: usize,
-    /// Flow steering rules installed at start (`[[port.flow-rule]]`).
-    pub flow_rules: Vec<crate::steering::FlowRuleSpec>,
-    /// `kind=erdma`: RC settings the erdma driver never passes.
-    pub rc: RcSettings,
-    /// An inherited, already listening socket to serve instead of binding
-    /// `socket` (`--fd`, systemd socket activation); `socket` then only
-    /// names it in logs and status.
-    pub listen_fd: Option<i32>,
-    /// `kind=vxlan` and `kind=tap`: where the frames go (`socket` is empty).
-    pub uplink: Option<Uplink>,
-    /// `kind=gve`: the device descriptor's MTU (`mtu=`). The gve driver
-    /// takes it as the interface's maximum and initial MTU, as a real
-    /// gVNIC's VPC MTU; `None`: [`DEFAULT_GVE_MTU`].
-    pub gve_mtu: Option<u16>,
-    /// `kind=gve`: how long HW-GRO holds a flow for its next segment, in
-    /// microseconds of device time (`gro-hold-us=`); `None`: the device's
-    /// default (`gve_device::rsc::DEFAULT_HOLD`, 1 ms).
-    pub gve_gro_hold_us: Option<u32>,
-    /// `kind=gve`: offer NIC timestamps (`nic-timestamp=on`): the driver
-    /// registers a PTP clock and RX hardware timestamps work. Off by default.
-    pub gve_nic_timestamp: bool,
-}
 
 /// Default of `[limits] stuck-guest-ms`: a guest whose frames have waited
 /// this long with no RX buffer posted is reported as stuck (once in the
@@ -255,59 +231,31 @@ pub struct RcSettings {
 }
 
 impl RcSettings {
-    /// Sets one `key=value` (the `--port` spelling); false if `key` is not
-    /// an RC setting.
-    fn set(&mut self, key: &str, v: &str) -> anyhow::Result<bool> {
-        let small = |max: u8| -> anyhow::Result<u8> {
-            let n: u8 = v.parse().with_context(|| format!("{key}={v}"))?;
-            if n > max {
-                bail!("{key}={v}: at most {max}");
+    /// Range checks.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let small = |key: &str, v: Option<u8>, max: u8| -> Result<(), ConfigError> {
+            match v {
+                Some(n) if n > max => invalid!("{key}={n}: at most {max}"),
+                _ => Ok(()),
             }
-            Ok(n)
         };
-        match key {
-            "ack-timeout" => self.ack_timeout = Some(small(31)?),
-            "retry-cnt" => self.retry_cnt = Some(small(7)?),
-            "rnr-retry" => self.rnr_retry = Some(small(7)?),
-            "min-rnr-timer" => self.min_rnr_timer = Some(small(31)?),
-            "path-mtu" => {
-                let n: u32 = v.parse().with_context(|| format!("{key}={v}"))?;
-                if ![256, 512, 1024, 2048, 4096].contains(&n) {
-                    bail!("path-mtu={v}: one of 256, 512, 1024, 2048, 4096");
-                }
-                self.path_mtu = Some(n);
+        small("ack-timeout", self.ack_timeout, 31)?;
+        small("retry-cnt", self.retry_cnt, 7)?;
+        small("rnr-retry", self.rnr_retry, 7)?;
+        small("min-rnr-timer", self.min_rnr_timer, 31)?;
+        if let Some(n) = self.path_mtu {
+            if ![256, 512, 1024, 2048, 4096].contains(&n) {
+                invalid!("path-mtu={n}: one of 256, 512, 1024, 2048, 4096");
             }
-            "engine-wrs" | "qp-wrs" => {
-                let max = if key == "qp-wrs" { 32_768 } else { 1 << 20 };
-                let n: u32 = v.parse().with_context(|| format!("{key}={v}"))?;
-                if n == 0 || n > max {
-                    bail!("{key}={v}: 1 to {max}");
-                }
-                if key == "qp-wrs" {
-                    self.qp_wrs = Some(n);
-                } else {
-                    self.engine_wrs = Some(n);
-                }
-            }
-            _ => return Ok(false),
         }
-        Ok(true)
-    }
-
-    /// Range checks (the config file bypasses [`RcSettings::set`]).
-    fn validate(&self) -> anyhow::Result<()> {
-        let mut probe = RcSettings::default();
-        for (k, v) in [
-            ("ack-timeout", self.ack_timeout.map(u32::from)),
-            ("retry-cnt", self.retry_cnt.map(u32::from)),
-            ("rnr-retry", self.rnr_retry.map(u32::from)),
-            ("min-rnr-timer", self.min_rnr_timer.map(u32::from)),
-            ("path-mtu", self.path_mtu),
-            ("engine-wrs", self.engine_wrs),
-            ("qp-wrs", self.qp_wrs),
+        for (key, v, max) in [
+            ("engine-wrs", self.engine_wrs, 1 << 20),
+            ("qp-wrs", self.qp_wrs, 32_768),
         ] {
-            if let Some(v) = v {
-                probe.set(k, &v.to_string())?;
+            if let Some(n) = v {
+                if n == 0 || n > max {
+                    invalid!("{key}={n}: 1 to {max}");
+                }
             }
         }
         Ok(())
@@ -321,324 +269,15 @@ impl RcSettings {
 
 /// A port or host name (`what`) must be non-empty ASCII letters, digits,
 /// '-' or '_'.
-fn check_name(what: &str, name: &str) -> anyhow::Result<()> {
+fn check_name(what: &str, name: &str) -> Result<(), ConfigError> {
     if name.is_empty()
         || !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        bail!("{what} name {name:?} must be non-empty ASCII letters, digits, '-' or '_'");
+        invalid!("{what} name {name:?} must be non-empty ASCII letters, digits, '-' or '_'");
     }
     Ok(())
-}
-
-impl PortConfig {
-    /// A port with defaults for everything but name and socket (a
-    /// virtio-net port: one queue pair; see [`PortKind::default_queues`]).
-    pub fn new(name: &str, socket: impl Into<PathBuf>) -> Self {
-        PortConfig {
-            name: name.to_string(),
-            socket: socket.into(),
-            mac: MacAddr::from_name(name),
-            queue_pairs: 1,
-            form: DeviceForm::VirtioNetPci,
-            kind: PortKind::VirtioNet,
-            netdev: None,
-            rx_queue_frames: DEFAULT_RX_QUEUE_FRAMES,
-            rx_held_frames: DEFAULT_RX_HELD_FRAMES,
-            gve_mtu: None,
-            gve_gro_hold_us: None,
-            gve_nic_timestamp: false,
-            flow_rules: Vec::new(),
-            rc: RcSettings::default(),
-            listen_fd: None,
-            uplink: None,
-        }
-    }
-
-    /// A port served on the inherited listening socket `fd`.
-    pub fn from_fd(name: &str, fd: i32) -> Self {
-        PortConfig {
-            listen_fd: Some(fd),
-            ..PortConfig::new(name, crate::socket_path::display_path(fd))
-        }
-    }
-
-    /// The port's listening socket: the inherited one, else `socket` bound
-    /// (with `perms`).
-    pub fn listen(
-        &self,
-        perms: &crate::socket_path::SocketPerms,
-    ) -> Result<
-        (
-            std::os::unix::net::UnixListener,
-            crate::socket_path::OwnedSocket,
-        ),
-        crate::socket_path::BindError,
-    > {
-        match self.listen_fd {
-            Some(fd) => crate::socket_path::adopt(fd),
-            None => crate::socket_path::bind_with(&self.socket, perms),
-        }
-    }
-
-    fn check(&self) -> anyhow::Result<()> {
-        check_name("port", &self.name)?;
-        match (&self.uplink, self.kind) {
-            (Some(Uplink::Vxlan(v)), PortKind::Vxlan) => v
-                .check()
-                .map_err(|e| anyhow::anyhow!("port {}: kind=vxlan: {e}", self.name))?,
-            (Some(Uplink::Tap { ifname }), PortKind::Tap) => {
-                // IFNAMSIZ is 16 with the NUL; '/' and whitespace are
-                // refused by the kernel anyway, say so first.
-                if ifname.is_empty()
-                    || ifname.len() > 15
-                    || ifname.bytes().any(|b| b == b'/' || b <= b' ' || b > b'~')
-                {
-                    bail!(
-                        "port {}: ifname={ifname:?} must be 1 to 15 printable bytes without '/'",
-                        self.name
-                    );
-                }
-            }
-            (None, k) if !k.is_uplink() => {}
-            (None, PortKind::Vxlan) => {
-                bail!(
-                    "port {}: kind=vxlan needs local=IP:PORT and remote=IP:PORT",
-                    self.name
-                )
-            }
-            (None, _) => bail!("port {}: kind=tap needs ifname=IF", self.name),
-            (Some(_), _) => bail!(
-                "port {}: local=, remote=, vni=, mtu=, df= and ifname= are for kind=vxlan and kind=tap",
-                self.name
-            ),
-        }
-        if self.kind.is_uplink() != self.socket.as_os_str().is_empty() {
-            bail!(
-                "port {}: {}",
-                self.name,
-                if self.kind.is_uplink() {
-                    "an uplink (kind=vxlan, kind=tap) has no socket: write --port NAME,kind=..."
-                } else {
-                    "needs a socket path: --port NAME=SOCKET_PATH"
-                }
-            );
-        }
-        if self.queue_pairs == 0 || self.queue_pairs > MAX_QUEUE_PAIRS {
-            bail!(
-                "port {}: queues={} must be between 1 and {MAX_QUEUE_PAIRS}",
-                self.name,
-                self.queue_pairs
-            );
-        }
-        if self.rx_queue_frames == 0 || self.rx_queue_frames > 1 << 20 {
-            bail!(
-                "port {}: rx-queue-frames must be between 1 and 1048576",
-                self.name
-            );
-        }
-        if self.rx_held_frames > MAX_RX_HELD_FRAMES {
-            bail!(
-                "port {}: rx-held-frames must be between 0 and {MAX_RX_HELD_FRAMES}",
-                self.name
-            );
-        }
-        if self.rx_held_frames != DEFAULT_RX_HELD_FRAMES
-            && !matches!(self.kind, PortKind::Gve | PortKind::Erdma)
-        {
-            bail!(
-                "port {}: rx-held-frames is a setting of kind=gve and kind=erdma ports",
-                self.name
-            );
-        }
-        if self.gve_gro_hold_us.is_some() && self.kind != PortKind::Gve {
-            bail!(
-                "port {}: gro-hold-us is a setting of kind=gve ports",
-                self.name
-            );
-        }
-        if self.gve_nic_timestamp && self.kind != PortKind::Gve {
-            bail!(
-                "port {}: nic-timestamp is a setting of kind=gve ports",
-                self.name
-            );
-        }
-        if !self.flow_rules.is_empty() {
-            crate::steering::PortSteering::new(self.queue_pairs, &self.flow_rules)
-                .map_err(|e| anyhow::anyhow!("port {}: flow rule: {e}", self.name))?;
-        }
-        if self.rc.is_set() && self.kind != PortKind::Erdma {
-            bail!(
-                "port {}: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs and qp-wrs are settings of kind=erdma ports",
-                self.name
-            );
-        }
-        self.rc
-            .validate()
-            .with_context(|| format!("port {}", self.name))?;
-        Ok(())
-    }
-}
-
-/// A `kind=gve` port's `mtu=`, checked: 68 (Ethernet's minimum) to [`MAX_GVE_MTU`].
-fn gve_mtu(mtu: Option<u32>) -> anyhow::Result<Option<u16>> {
-    match mtu {
-        None => Ok(None),
-        Some(m) if (68..=u32::from(MAX_GVE_MTU)).contains(&m) => Ok(Some(m as u16)),
-        Some(m) => bail!("mtu={m}: a gVNIC's MTU is 68..={MAX_GVE_MTU}"),
-    }
-}
-
-/// `on` or `off` (also `true`/`false`, `1`/`0`).
-fn on_off(key: &str, v: &str) -> anyhow::Result<bool> {
-    match v {
-        "on" | "true" | "1" => Ok(true),
-        "off" | "false" | "0" => Ok(false),
-        _ => bail!("{key}={v}: on or off"),
-    }
-}
-
-/// A `kind=gve` port's `gro-hold-us=`, checked: 0..=[`MAX_GRO_HOLD_US`].
-fn gro_hold_us(us: Option<u32>) -> anyhow::Result<Option<u32>> {
-    match us {
-        Some(u) if u > MAX_GRO_HOLD_US => {
-            bail!("gro-hold-us={u}: at most {MAX_GRO_HOLD_US} (100 ms)")
-        }
-        u => Ok(u),
-    }
-}
-
-/// The uplink options of a port as given (flag or file), before checks.
-#[derive(Default)]
-struct UplinkOptions {
-    local: Option<String>,
-    remotes: Vec<String>,
-    vni: Option<u32>,
-    mtu: Option<u32>,
-    df: Option<String>,
-    ifname: Option<String>,
-}
-
-impl UplinkOptions {
-    /// The uplink of a port of `kind`; `None` when none was asked for (the
-    /// port's check tells an uplink kind that lacks one).
-    fn build(self, kind: PortKind) -> anyhow::Result<Option<Uplink>> {
-        let addr = |what: &str, v: &str| -> anyhow::Result<std::net::SocketAddr> {
-            v.parse()
-                .with_context(|| format!("{what}={v:?} must be IP:PORT (IPv6: [IP]:PORT)"))
-        };
-        let vxlan_opts = self.local.is_some()
-            || !self.remotes.is_empty()
-            || self.vni.is_some()
-            || self.mtu.is_some()
-            || self.df.is_some();
-        match kind {
-            PortKind::Vxlan => {
-                if self.ifname.is_some() {
-                    bail!("ifname= is for kind=tap");
-                }
-                let Some(local) = self.local else {
-                    if vxlan_opts {
-                        bail!("kind=vxlan needs local=IP:PORT (e.g. local=0.0.0.0:4789)");
-                    }
-                    return Ok(None);
-                };
-                Ok(Some(Uplink::Vxlan(crate::vxlan::VxlanConfig {
-                    local: addr("local", &local)?,
-                    remotes: self
-                        .remotes
-                        .iter()
-                        .map(|r| addr("remote", r))
-                        .collect::<anyhow::Result<_>>()?,
-                    vni: self.vni.unwrap_or(crate::vxlan::DEFAULT_VNI),
-                    underlay_mtu: self.mtu.unwrap_or(crate::vxlan::DEFAULT_UNDERLAY_MTU),
-                    df: match &self.df {
-                        Some(v) => v.parse().with_context(|| format!("df={v}"))?,
-                        None => crate::vxlan::DontFragment::default(),
-                    },
-                })))
-            }
-            PortKind::Tap => {
-                if vxlan_opts {
-                    bail!("local=, remote=, vni=, mtu= and df= are for kind=vxlan");
-                }
-                Ok(self.ifname.map(|ifname| Uplink::Tap { ifname }))
-            }
-            _ if vxlan_opts || self.ifname.is_some() => {
-                bail!(
-                    "local=, remote=, vni=, mtu=, df= and ifname= are for kind=vxlan and kind=tap"
-                )
-            }
-            _ => Ok(None),
-        }
-    }
-}
-
-impl FromStr for PortConfig {
-    type Err = anyhow::Error;
-    /// `NAME=SOCKET[,mac=MAC][,queues=N][,form=pci|testdev][,rx-queue-frames=N][,rx-held-frames=N]`,
-    /// or an uplink: `NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT[,remote=...][,vni=N][,mtu=N][,df=set|unset]`
-    /// or `NAME,kind=tap,ifname=IF`.
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        let mut parts = s.split(',');
-        let head = parts.next().unwrap_or_default();
-        // Uplinks have no socket: their head is the bare name.
-        let (name, sock) = match head.split_once('=') {
-            Some((_, "")) => bail!("--port {s:?}: empty socket path"),
-            Some((n, sock)) => (n, sock),
-            None if s.contains(",kind=vxlan") || s.contains(",kind=tap") => (head, ""),
-            None => bail!(
-                "--port {s:?}: expected NAME=SOCKET_PATH[,mac=MAC][,queues=N][,form=pci|testdev] \
-                 or NAME,kind=vxlan,local=IP:PORT,remote=IP:PORT or NAME,kind=tap,ifname=IF"
-            ),
-        };
-        let mut p = PortConfig::new(name, sock);
-        let mut up = UplinkOptions::default();
-        // The default depends on kind=, which may come after queues= or not at all.
-        let mut queues = None;
-        let mut gro_hold = None;
-        for kv in parts {
-            let Some((k, v)) = kv.split_once('=') else {
-                bail!("--port {s:?}: option {kv:?} is not key=value")
-            };
-            match k {
-                "mac" => p.mac = v.parse()?,
-                "queues" => queues = Some(v.parse().with_context(|| format!("queues={v}"))?),
-                "form" => p.form = v.parse()?,
-                "kind" => p.kind = v.parse()?,
-                "netdev" => p.netdev = Some(v.to_string()),
-                "rx-queue-frames" => {
-                    p.rx_queue_frames = v.parse().with_context(|| format!("rx-queue-frames={v}"))?
-                }
-                "rx-held-frames" => {
-                    p.rx_held_frames = v.parse().with_context(|| format!("rx-held-frames={v}"))?
-                }
-                "gro-hold-us" => {
-                    gro_hold = Some(v.parse().with_context(|| format!("gro-hold-us={v}"))?)
-                }
-                "nic-timestamp" => p.gve_nic_timestamp = on_off("nic-timestamp", v)?,
-                "local" => up.local = Some(v.to_string()),
-                "remote" => up.remotes.push(v.to_string()),
-                "vni" => up.vni = Some(v.parse().with_context(|| format!("vni={v}"))?),
-                "mtu" => up.mtu = Some(v.parse().with_context(|| format!("mtu={v}"))?),
-                "df" => up.df = Some(v.to_string()),
-                "ifname" => up.ifname = Some(v.to_string()),
-                _ if p.rc.set(k, v).with_context(|| format!("--port {s:?}"))? => {}
-                _ => {
-                    bail!("--port {s:?}: unknown option {k:?} (mac, queues, form, kind, netdev, rx-queue-frames; kind=gve: mtu, gro-hold-us, nic-timestamp; kind=gve, kind=erdma: rx-held-frames; kind=erdma: ack-timeout, retry-cnt, rnr-retry, min-rnr-timer, path-mtu, engine-wrs, qp-wrs; uplinks: local, remote, vni, mtu, df, ifname)")
-                }
-            }
-        }
-        p.queue_pairs = queues.unwrap_or_else(|| p.kind.default_queues());
-        if p.kind == PortKind::Gve {
-            p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("--port {s:?}"))?;
-        }
-        p.gve_gro_hold_us = gro_hold_us(gro_hold).with_context(|| format!("--port {s:?}"))?;
-        p.uplink = up.build(p.kind).with_context(|| format!("--port {s:?}"))?;
-        p.check()?;
-        Ok(p)
-    }
 }
 
 /// Bounds on the tables guests and control clients can grow (`[limits]` in
@@ -700,7 +339,7 @@ impl Default for Limits {
 
 impl Limits {
     /// Checks every limit is between 1 and its [`LIMITS_MAX`] value.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         for (name, v, max) in [
             ("mac-table", self.mac_table, LIMITS_MAX.mac_table),
             (
@@ -712,21 +351,21 @@ impl Limits {
             ("flow-rules", self.flow_rules, LIMITS_MAX.flow_rules),
         ] {
             if v == 0 || v > max {
-                bail!("[limits] {name} = {v} must be between 1 and {max}");
+                invalid!("[limits] {name} = {v} must be between 1 and {max}");
             }
         }
         // At least the file header of a 16-port capture.
         let (v, max) = (self.capture_max_bytes, LIMITS_MAX.capture_max_bytes);
         if !(4096..=max).contains(&v) {
-            bail!("[limits] capture-max-bytes = {v} must be between 4096 and {max}");
+            invalid!("[limits] capture-max-bytes = {v} must be between 4096 and {max}");
         }
         let (v, max) = (self.stuck_guest_ms, LIMITS_MAX.stuck_guest_ms);
         if !(1..=max).contains(&v) {
-            bail!("[limits] stuck-guest-ms = {v} must be between 1 and {max}");
+            invalid!("[limits] stuck-guest-ms = {v} must be between 1 and {max}");
         }
         let (v, max) = (self.trace_max_bytes, LIMITS_MAX.trace_max_bytes);
         if !(1..=max).contains(&v) {
-            bail!("[limits] trace-max-bytes = {v} must be between 1 and {max}");
+            invalid!("[limits] trace-max-bytes = {v} must be between 1 and {max}");
         }
         Ok(())
     }
@@ -758,85 +397,100 @@ impl HostSpec {
         }
     }
 
-    fn check(&self) -> anyhow::Result<()> {
+    fn check(&self) -> Result<(), ConfigError> {
         check_name("host", &self.name)?;
         if self.prefix_len == 0 || self.prefix_len > 32 {
-            bail!("host {}: prefix length must be 1..=32", self.name);
+            invalid!("host {}: prefix length must be 1..=32", self.name);
         }
         if self.ipv4.is_unspecified() || self.ipv4.is_multicast() || self.ipv4.is_broadcast() {
-            bail!("host {}: {} is not a unicast address", self.name, self.ipv4);
+            invalid!("host {}: {} is not a unicast address", self.name, self.ipv4);
         }
         for s in &self.services {
             s.validate()
-                .map_err(|e| anyhow::anyhow!("host {}: {e}", self.name))?;
+                .map_err(|e| ConfigError::Invalid(format!("host {}: {e}", self.name)))?;
         }
         Ok(())
     }
 }
 
 /// `IP/PREFIX`.
-fn parse_cidr(s: &str) -> anyhow::Result<(std::net::Ipv4Addr, u8)> {
-    let (ip, len) = s
-        .split_once('/')
-        .with_context(|| format!("address {s:?} must be IPv4/PREFIX, e.g. 10.77.0.10/24"))?;
+fn parse_cidr(s: &str) -> Result<(std::net::Ipv4Addr, u8), ConfigError> {
+    let Some((ip, len)) = s.split_once('/') else {
+        invalid!("address {s:?} must be IPv4/PREFIX, e.g. 10.77.0.10/24");
+    };
     let ip = ip
         .parse()
-        .with_context(|| format!("bad IPv4 address {ip:?}"))?;
+        .map_err(|e| ConfigError::Invalid(format!("bad IPv4 address {ip:?}: {e}")))?;
     let len = len
         .parse()
-        .with_context(|| format!("bad prefix length {len:?}"))?;
+        .map_err(|e| ConfigError::Invalid(format!("bad prefix length {len:?}: {e}")))?;
     Ok((ip, len))
 }
 
 /// `KIND` or `KIND@PEER` (a client towards PEER).
-fn parse_service(s: &str) -> anyhow::Result<virtual_host::ServiceSpec> {
+fn parse_service(s: &str) -> Result<virtual_host::ServiceSpec, ConfigError> {
     let (kind, peer) = match s.split_once('@') {
         Some((k, p)) => (k, Some(p)),
         None => (s, None),
     };
-    let kind: virtual_host::ServiceKind = kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let kind: virtual_host::ServiceKind = kind
+        .parse()
+        .map_err(|e| ConfigError::Invalid(format!("{e}")))?;
     let mut spec = virtual_host::ServiceSpec::new(kind);
     if let Some(p) = peer {
-        spec.peer = Some(p.parse().with_context(|| format!("bad peer {p:?}"))?);
+        spec.peer = Some(
+            p.parse()
+                .map_err(|e| ConfigError::Invalid(format!("bad peer {p:?}: {e}")))?,
+        );
     }
     Ok(spec)
 }
 
 impl FromStr for HostSpec {
-    type Err = anyhow::Error;
+    type Err = ConfigError;
     /// `NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]...[,max-qps=N][,max-mrs=N][,max-tcp=N]`
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        let mut parts = s.split(',');
-        let head = parts.next().unwrap_or_default();
-        let Some((name, addr)) = head.split_once('=') else {
-            bail!("--host {s:?}: expected NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]");
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        parse_host_flag(s).map_err(|e| ConfigError::flag("host", s, e))
+    }
+}
+
+fn parse_host_flag(s: &str) -> Result<HostSpec, ConfigError> {
+    let mut parts = s.split(',');
+    let head = parts.next().unwrap_or_default();
+    let Some((name, addr)) = head.split_once('=') else {
+        return Err(ConfigError::Syntax(
+            "expected NAME=IP/PREFIX[,mac=MAC][,service=KIND[@PEER]]".into(),
+        ));
+    };
+    let (ip, len) = parse_cidr(addr)?;
+    let mut h = HostSpec::new(name, ip, len);
+    let number = |k: &str, v: &str| -> Result<usize, ConfigError> {
+        v.parse().map_err(|e: std::num::ParseIntError| {
+            ConfigError::value(k, v, ConfigError::Invalid(e.to_string()))
+        })
+    };
+    for kv in parts {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(ConfigError::Syntax(format!(
+                "option {kv:?} is not key=value"
+            )));
         };
-        let (ip, len) = parse_cidr(addr).with_context(|| format!("--host {s:?}"))?;
-        let mut h = HostSpec::new(name, ip, len);
-        for kv in parts {
-            let Some((k, v)) = kv.split_once('=') else {
-                bail!("--host {s:?}: option {kv:?} is not key=value")
-            };
-            match k {
-                "mac" => h.mac = v.parse()?,
-                "service" => h.services.push(parse_service(v)?),
-                "max-qps" => {
-                    h.limits.max_qps = v.parse().with_context(|| format!("max-qps={v}"))?
-                }
-                "max-mrs" => {
-                    h.limits.max_mrs = v.parse().with_context(|| format!("max-mrs={v}"))?
-                }
-                "max-tcp" => {
-                    h.limits.max_tcp_sockets = v.parse().with_context(|| format!("max-tcp={v}"))?
-                }
-                _ => bail!(
-                    "--host {s:?}: unknown option {k:?} (mac, service, max-qps, max-mrs, max-tcp)"
-                ),
+        match k {
+            "mac" => h.mac = v.parse()?,
+            "service" => h.services.push(parse_service(v)?),
+            "max-qps" => h.limits.max_qps = number(k, v)?,
+            "max-mrs" => h.limits.max_mrs = number(k, v)?,
+            "max-tcp" => h.limits.max_tcp_sockets = number(k, v)?,
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: k.to_string(),
+                    accepted: "mac, service, max-qps, max-mrs, max-tcp".into(),
+                })
             }
         }
-        h.check()?;
-        Ok(h)
     }
+    h.check()?;
+    Ok(h)
 }
 
 /// A device fault rule as `ctl device-fault add` and `[[device-fault]]`
@@ -996,7 +650,7 @@ struct FileConfig {
     control: Option<PathBuf>,
     capture_dir: Option<PathBuf>,
     #[serde(default, rename = "port")]
-    ports: Vec<FilePort>,
+    ports: Vec<PortConfig>,
     #[serde(default, rename = "fault")]
     faults: Vec<crate::faults::FaultSpec>,
     #[serde(default, rename = "device-fault")]
@@ -1023,49 +677,15 @@ struct FileHost {
     service: Vec<ServiceRequest>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct FilePort {
-    name: String,
-    /// Absent for uplinks.
-    socket: Option<PathBuf>,
-    mac: Option<String>,
-    queues: Option<u16>,
-    form: Option<String>,
-    kind: Option<String>,
-    netdev: Option<String>,
-    rx_queue_frames: Option<usize>,
-    rx_held_frames: Option<usize>,
-    /// `kind = "gve"`.
-    gro_hold_us: Option<u32>,
-    /// `kind = "gve"`.
-    nic_timestamp: Option<bool>,
-    #[serde(default)]
-    flow_rule: Vec<crate::steering::FlowRuleSpec>,
-    /// `kind=erdma`: `[port.rc]`.
-    #[serde(default)]
-    rc: RcSettings,
-    /// `kind = "vxlan"`.
-    local: Option<String>,
-    #[serde(default)]
-    remote: Vec<String>,
-    vni: Option<u32>,
-    mtu: Option<u32>,
-    /// `"set"` or `"unset"`.
-    df: Option<String>,
-    /// `kind = "tap"`.
-    ifname: Option<String>,
-}
-
 impl DaemonConfig {
     /// Parses the TOML configuration file format (see the README).
-    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let f: FileConfig = toml::from_str(text)?;
         let mut cfg = DaemonConfig {
             control: f.control,
             control_fallback: None,
             capture_dir: f.capture_dir,
-            ports: Vec::new(),
+            ports: f.ports,
             hosts: Vec::new(),
             faults: f.faults,
             device_faults: f.device_faults,
@@ -1075,9 +695,14 @@ impl DaemonConfig {
             cpu_affinity: f.cpu_affinity,
         };
         cfg.limits.check()?;
-        cfg.checker.check()?;
+        cfg.checker
+            .check()
+            .map_err(|e| ConfigError::Invalid(format!("{e:#}")))?;
         for fh in f.hosts {
-            let (ip, len) = parse_cidr(&fh.address).with_context(|| format!("host {}", fh.name))?;
+            let (ip, len) = parse_cidr(&fh.address).map_err(|e| ConfigError::Host {
+                host: fh.name.clone(),
+                err: Box::new(e),
+            })?;
             let mut h = HostSpec::new(&fh.name, ip, len);
             if let Some(m) = fh.mac {
                 h.mac = m.parse()?;
@@ -1095,61 +720,25 @@ impl DaemonConfig {
                 // not validated here; the host validates it on start
                 let spec = fs
                     .unvalidated_spec()
-                    .map_err(|e| anyhow::anyhow!("host {}: {e}", fh.name))?;
+                    .map_err(|e| ConfigError::Invalid(format!("host {}: {e}", fh.name)))?;
                 h.services.push(spec);
             }
             h.check()?;
             cfg.hosts.push(h);
         }
-        for fp in f.ports {
-            let mut p = PortConfig::new(&fp.name, fp.socket.unwrap_or_default());
-            if let Some(m) = fp.mac {
-                p.mac = m.parse()?;
-            }
-            if let Some(kind) = fp.kind {
-                p.kind = kind.parse()?;
-            }
-            p.queue_pairs = fp.queues.unwrap_or_else(|| p.kind.default_queues());
-            p.netdev = fp.netdev;
-            if let Some(form) = fp.form {
-                p.form = form.parse()?;
-            }
-            if let Some(n) = fp.rx_queue_frames {
-                p.rx_queue_frames = n;
-            }
-            if let Some(n) = fp.rx_held_frames {
-                p.rx_held_frames = n;
-            }
-            p.flow_rules = fp.flow_rule;
-            p.rc = fp.rc;
-            let mut up = UplinkOptions {
-                local: fp.local,
-                remotes: fp.remote,
-                vni: fp.vni,
-                mtu: fp.mtu,
-                df: fp.df,
-                ifname: fp.ifname,
-            };
-            if p.kind == PortKind::Gve {
-                p.gve_mtu = gve_mtu(up.mtu.take()).with_context(|| format!("port {}", fp.name))?;
-            }
-            p.gve_gro_hold_us =
-                gro_hold_us(fp.gro_hold_us).with_context(|| format!("port {}", fp.name))?;
-            p.gve_nic_timestamp = fp.nic_timestamp.unwrap_or(false);
-            p.uplink = up
-                .build(p.kind)
-                .with_context(|| format!("port {}", fp.name))?;
-            p.check()?;
-            cfg.ports.push(p);
-        }
         Ok(cfg)
     }
 
     /// Reads and parses a TOML file.
-    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Self::from_toml(&text).with_context(|| format!("in {}", path.display()))
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+            path: path.to_path_buf(),
+            err,
+        })?;
+        Self::from_toml(&text).map_err(|err| ConfigError::File {
+            path: path.to_path_buf(),
+            err: Box::new(err),
+        })
     }
 
     /// Gives the ports the listening sockets systemd passed (socket
@@ -1158,7 +747,10 @@ impl DaemonConfig {
     /// still without one, in the order they were configured. With no ports
     /// configured, each descriptor becomes a port named after it (or
     /// `net0`, `net1`, ... when its name is not a valid port name).
-    pub fn adopt_listen_fds(&mut self, fds: &[crate::activation::ListenFd]) -> anyhow::Result<()> {
+    pub fn adopt_listen_fds(
+        &mut self,
+        fds: &[crate::activation::ListenFd],
+    ) -> Result<(), ConfigError> {
         if self.ports.is_empty() {
             for (i, l) in fds.iter().enumerate() {
                 let name = l
@@ -1186,10 +778,10 @@ impl DaemonConfig {
         let mut free = self
             .ports
             .iter_mut()
-            .filter(|p| p.kind == PortKind::VirtioNet && p.listen_fd.is_none());
+            .filter(|p| p.kind() == PortKind::VirtioNet && p.listen_fd.is_none());
         for fd in unnamed {
             let Some(p) = free.next() else {
-                bail!(
+                invalid!(
                     "socket activation passed more sockets ({}) than there are virtio-net ports to serve them",
                     fds.len()
                 );
@@ -1207,51 +799,56 @@ impl DaemonConfig {
     /// Checks names, sockets and MACs are unique and at least one port exists.
     /// Gives each `kind=erdma` port the MAC of its `netdev=` port (the
     /// driver binds to the netdev whose permanent MAC is the function's).
-    pub fn pair_rdma_ports(&mut self) -> anyhow::Result<()> {
+    pub fn pair_rdma_ports(&mut self) -> Result<(), ConfigError> {
         let macs: Vec<(String, PortKind, MacAddr)> = self
             .ports
             .iter()
-            .map(|p| (p.name.clone(), p.kind, p.mac))
+            .map(|p| (p.name.clone(), p.kind(), p.mac))
             .collect();
-        for p in self.ports.iter_mut().filter(|p| p.kind == PortKind::Erdma) {
-            let Some(nd) = &p.netdev else {
-                bail!(
+        for p in self.ports.iter_mut() {
+            let PortSpec::Erdma(ErdmaSpec { netdev: nd, .. }) = &p.spec else {
+                continue;
+            };
+            if nd.is_empty() {
+                invalid!(
                     "port {}: kind=erdma needs netdev=PORT (the guest's virtio-net port)",
                     p.name
                 );
-            };
+            }
             match macs.iter().find(|(n, _, _)| n == nd) {
                 Some((_, PortKind::VirtioNet, mac)) => p.mac = *mac,
-                Some(_) => bail!("port {}: netdev={nd} is not a virtio-net port", p.name),
-                None => bail!("port {}: netdev={nd}: no such port", p.name),
+                Some(_) => invalid!("port {}: netdev={nd} is not a virtio-net port", p.name),
+                None => invalid!("port {}: netdev={nd}: no such port", p.name),
             }
         }
         Ok(())
     }
 
     /// Checks the configuration as a whole (names, sockets, MACs, limits).
-    pub fn validate(&self) -> anyhow::Result<()> {
-        self.checker.check()?;
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.checker
+            .check()
+            .map_err(|e| ConfigError::Invalid(format!("{e:#}")))?;
         if self.ports.is_empty() {
-            bail!("no ports configured: give at least one --port NAME=SOCKET_PATH");
+            invalid!("no ports configured: give at least one --port NAME=SOCKET_PATH");
         }
         self.limits.check()?;
         for d in &self.device_faults {
             let Some(p) = self.ports.iter().find(|p| p.name == d.port) else {
-                bail!("[[device-fault]] {}: no port named {:?}", d.kind, d.port);
+                invalid!("[[device-fault]] {}: no port named {:?}", d.kind, d.port);
             };
-            if !matches!(p.kind, PortKind::Gve | PortKind::Erdma) {
-                bail!(
+            if !matches!(p.kind(), PortKind::Gve | PortKind::Erdma) {
+                invalid!(
                     "[[device-fault]] {}: port {} is a {} port: device faults need kind=gve or kind=erdma",
                     d.kind,
                     p.name,
-                    p.kind.name()
+                    p.kind().name()
                 );
             }
         }
         for p in &self.ports {
             if p.flow_rules.len() > self.limits.flow_rules {
-                bail!(
+                invalid!(
                     "port {}: {} flow rules configured, [limits] flow-rules is {}",
                     p.name,
                     p.flow_rules.len(),
@@ -1263,10 +860,10 @@ impl DaemonConfig {
             h.check()?;
             for p in &self.ports {
                 if p.name == h.name {
-                    bail!("a port and a host are both named {}", h.name);
+                    invalid!("a port and a host are both named {}", h.name);
                 }
                 if p.mac == h.mac {
-                    bail!(
+                    invalid!(
                         "port {} and host {} have the same MAC {}",
                         p.name,
                         h.name,
@@ -1276,10 +873,10 @@ impl DaemonConfig {
             }
             for o in &self.hosts[i + 1..] {
                 if o.name == h.name {
-                    bail!("two hosts are named {}", h.name);
+                    invalid!("two hosts are named {}", h.name);
                 }
                 if o.mac == h.mac {
-                    bail!(
+                    invalid!(
                         "hosts {} and {} have the same MAC {}",
                         h.name,
                         o.name,
@@ -1287,7 +884,7 @@ impl DaemonConfig {
                     );
                 }
                 if o.ipv4 == h.ipv4 {
-                    bail!(
+                    invalid!(
                         "hosts {} and {} have the same address {}",
                         h.name,
                         o.name,
@@ -1298,50 +895,49 @@ impl DaemonConfig {
         }
         for (i, a) in self.ports.iter().enumerate() {
             a.check()?;
-            if a.listen_fd.is_some() && a.kind != PortKind::VirtioNet {
+            if a.listen_fd.is_some() && a.kind() != PortKind::VirtioNet {
                 // The vfio-user server stops by shutting its listener down,
                 // which would also break the caller's copy of the socket.
-                bail!(
+                invalid!(
                     "port {}: only virtio-net ports can use an inherited socket (--fd, socket activation)",
                     a.name
                 );
             }
             for b in &self.ports[i + 1..] {
                 if a.listen_fd.is_some() && a.listen_fd == b.listen_fd {
-                    bail!("ports {} and {} use the same descriptor", a.name, b.name);
+                    invalid!("ports {} and {} use the same descriptor", a.name, b.name);
                 }
                 if a.name == b.name {
-                    bail!("two ports are named {}", a.name);
+                    invalid!("two ports are named {}", a.name);
                 }
-                match (&a.uplink, &b.uplink) {
-                    (Some(Uplink::Vxlan(x)), Some(Uplink::Vxlan(y))) if x.local == y.local => {
-                        bail!(
+                match (&a.spec, &b.spec) {
+                    (PortSpec::Vxlan(x), PortSpec::Vxlan(y)) if x.local == y.local => {
+                        invalid!(
                             "ports {} and {} both bind local={}",
                             a.name,
                             b.name,
                             x.local
                         )
                     }
-                    (Some(Uplink::Tap { ifname: x }), Some(Uplink::Tap { ifname: y }))
-                        if x == y =>
-                    {
-                        bail!("ports {} and {} both use TAP device {x}", a.name, b.name)
+                    (
+                        PortSpec::Tap(TapSpec { ifname: x }),
+                        PortSpec::Tap(TapSpec { ifname: y }),
+                    ) if x == y => {
+                        invalid!("ports {} and {} both use TAP device {x}", a.name, b.name)
                     }
                     _ => {}
                 }
-                if a.socket == b.socket && !a.kind.is_uplink() {
-                    bail!(
+                if a.socket == b.socket && !a.kind().is_uplink() {
+                    invalid!(
                         "ports {} and {} use the same socket {}",
                         a.name,
                         b.name,
                         a.socket.display()
                     );
                 }
-                let paired = |x: &PortConfig, y: &PortConfig| {
-                    x.kind == PortKind::Erdma && x.netdev.as_deref() == Some(y.name.as_str())
-                };
+                let paired = |x: &PortConfig, y: &PortConfig| x.netdev() == Some(y.name.as_str());
                 if a.mac == b.mac && !paired(a, b) && !paired(b, a) {
-                    bail!(
+                    invalid!(
                         "ports {} and {} have the same MAC {}",
                         a.name,
                         b.name,
@@ -1459,12 +1055,22 @@ mod tests {
             "r=/tmp/r.sock,kind=erdma,netdev=a,ack-timeout=12,retry-cnt=3,rnr-retry=6,min-rnr-timer=1,path-mtu=2048,engine-wrs=512,qp-wrs=64"
                 .parse()
                 .unwrap();
-        assert_eq!((p.rc.engine_wrs, p.rc.qp_wrs), (Some(512), Some(64)));
-        assert_eq!(p.rc.ack_timeout, Some(12));
-        assert_eq!(p.rc.retry_cnt, Some(3));
-        assert_eq!(p.rc.rnr_retry, Some(6));
-        assert_eq!(p.rc.min_rnr_timer, Some(1));
-        assert_eq!(p.rc.path_mtu, Some(2048));
+        let rc = |p: &PortConfig| match &p.spec {
+            PortSpec::Erdma(e) => e.rc.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            rc(&p),
+            RcSettings {
+                ack_timeout: Some(12),
+                retry_cnt: Some(3),
+                rnr_retry: Some(6),
+                min_rnr_timer: Some(1),
+                path_mtu: Some(2048),
+                engine_wrs: Some(512),
+                qp_wrs: Some(64),
+            }
+        );
         for bad in [
             "r=/tmp/r.sock,kind=erdma,netdev=a,retry-cnt=8",
             "r=/tmp/r.sock,kind=erdma,netdev=a,path-mtu=1500",
@@ -1482,9 +1088,9 @@ mod tests {
              [port.rc]\nretry-cnt = 2\npath-mtu = 1024\nengine-wrs = 1024\n",
         )
         .unwrap();
-        assert_eq!(f.ports[1].rc.engine_wrs, Some(1024));
-        assert_eq!(f.ports[1].rc.retry_cnt, Some(2));
-        assert_eq!(f.ports[1].rc.path_mtu, Some(1024));
+        assert_eq!(rc(&f.ports[1]).engine_wrs, Some(1024));
+        assert_eq!(rc(&f.ports[1]).retry_cnt, Some(2));
+        assert_eq!(rc(&f.ports[1]).path_mtu, Some(1024));
         let err = DaemonConfig::from_toml(
             "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n\
              [[port]]\nname = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\n\
@@ -1504,7 +1110,7 @@ mod tests {
         assert_eq!(p.socket, PathBuf::from("/tmp/a.sock"));
         assert_eq!(p.mac.to_string(), "52:54:00:00:00:0a");
         assert_eq!(p.queue_pairs, 2);
-        assert_eq!(p.form, DeviceForm::TestDevice);
+        assert_eq!(p.form(), DeviceForm::TestDevice);
     }
 
     #[test]
@@ -1740,9 +1346,9 @@ mod tests {
             "up,kind=vxlan,local=127.0.0.1:4789,remote=127.0.0.2:4789,remote=127.0.0.3:4800,vni=42,mtu=9000,df=set"
                 .parse()
                 .unwrap();
-        assert_eq!(v.kind, PortKind::Vxlan);
+        assert_eq!(v.kind(), PortKind::Vxlan);
         assert!(v.socket.as_os_str().is_empty());
-        let Some(Uplink::Vxlan(x)) = &v.uplink else {
+        let PortSpec::Vxlan(x) = &v.spec else {
             panic!("{v:?}")
         };
         assert_eq!(x.vni, 42);
@@ -1763,7 +1369,7 @@ mod tests {
         let d: PortConfig = "up,kind=vxlan,local=0.0.0.0:4789,remote=10.0.0.2:4789"
             .parse()
             .unwrap();
-        let Some(Uplink::Vxlan(x)) = &d.uplink else {
+        let PortSpec::Vxlan(x) = &d.spec else {
             panic!()
         };
         assert_eq!(
@@ -1797,12 +1403,19 @@ mod tests {
             ("t,kind=tap,ifname=waytoolongname16", "15"),
             ("t,kind=tap,ifname=a/b", "'/'"),
             ("t,kind=tap,ifname=x,vni=3", "kind=vxlan"),
-            ("t,kind=tap,ifname=x,df=set", "df= are for kind=vxlan"),
+            (
+                "t,kind=tap,ifname=x,df=set",
+                "df is a setting of kind=vxlan ports",
+            ),
             (
                 "up,kind=vxlan,local=127.0.0.1:1,remote=127.0.0.2:1,df=inherit",
                 "df=inherit: df= must be set",
             ),
-            ("a=/s,ifname=x", "kind=vxlan and kind=tap"),
+            ("a=/s,ifname=x", "ifname is a setting of kind=tap ports"),
+            (
+                "a=/s,local=1.2.3.4:5",
+                "local is a setting of kind=vxlan ports",
+            ),
             ("a,mac=52:54:00:00:00:01", "expected NAME=SOCKET_PATH"),
         ] {
             let e = bad.parse::<PortConfig>().unwrap_err();
@@ -1844,5 +1457,129 @@ mod tests {
         }
         .validate()
         .is_ok());
+    }
+
+    /// Every TOML example of the docs parses (and means what it says).
+    #[test]
+    fn doc_toml_examples_parse() {
+        for (doc, text) in [
+            (
+                "docs/config-file.md",
+                include_str!("../../docs/config-file.md"),
+            ),
+            ("docs/uplinks.md", include_str!("../../docs/uplinks.md")),
+        ] {
+            let mut n = 0;
+            for block in text.split("```toml\n").skip(1) {
+                let block = block.split("```").next().unwrap();
+                if let Err(e) = DaemonConfig::from_toml(block) {
+                    panic!("{doc}: example {n}: {e}\n{block}");
+                }
+                n += 1;
+            }
+            assert!(n > 0, "{doc} has no TOML example");
+        }
+    }
+
+    /// `--port` and `[[port]]` take the same keys, with the same checks and
+    /// messages: a key of another kind names the kinds that take it, an
+    /// unknown key lists what the port's kind takes.
+    #[test]
+    fn flag_and_file_share_one_model() {
+        let toml_port = |body: &str| DaemonConfig::from_toml(&format!("[[port]]\n{body}"));
+        for (flag, file) in [
+            (
+                "g=/tmp/g.sock,kind=gve,queues=3,mtu=4000,gro-hold-us=5,nic-timestamp=on,rx-held-frames=7",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nqueues = 3\nmtu = 4000\n\
+                 gro-hold-us = 5\nnic-timestamp = true\nrx-held-frames = 7\n",
+            ),
+            (
+                "r=/tmp/r.sock,kind=erdma,netdev=a,retry-cnt=2,rx-held-frames=0",
+                "name = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\n\
+                 rx-held-frames = 0\n[port.rc]\nretry-cnt = 2\n",
+            ),
+            (
+                "a=/tmp/a.sock,kind=vhost-user,form=test-device,mac=52:54:00:00:00:0a,rx-queue-frames=64",
+                "name = \"a\"\nsocket = \"/tmp/a.sock\"\nkind = \"vhost-user\"\nform = \"test-device\"\n\
+                 mac = \"52:54:00:00:00:0a\"\nrx-queue-frames = 64\n",
+            ),
+        ] {
+            let p: PortConfig = flag.parse().unwrap();
+            assert_eq!(toml_port(file).unwrap().ports, vec![p], "{flag}");
+        }
+        let g: PortConfig = "g=/tmp/g.sock,kind=gve,mtu=4000".parse().unwrap();
+        assert_eq!(
+            g.spec,
+            PortSpec::Gve(GveSpec {
+                mtu: Some(4000),
+                ..GveSpec::default()
+            })
+        );
+        for (flag, file, why) in [
+            (
+                "v=/tmp/v.sock,netdev=a",
+                "name = \"v\"\nsocket = \"/tmp/v.sock\"\nnetdev = \"a\"\n",
+                "netdev is a setting of kind=erdma ports",
+            ),
+            (
+                "g=/tmp/g.sock,kind=gve,form=testdev",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nform = \"testdev\"\n",
+                "form is a setting of kind=virtio-net ports",
+            ),
+            (
+                "r=/tmp/r.sock,kind=erdma,netdev=a,queues=2",
+                "name = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\nqueues = 2\n",
+                "queues is a setting of kind=virtio-net and kind=gve ports",
+            ),
+            (
+                "v=/tmp/v.sock,mtu=9000",
+                "name = \"v\"\nsocket = \"/tmp/v.sock\"\nmtu = 9000\n",
+                "mtu is a setting of kind=gve and kind=vxlan ports",
+            ),
+            (
+                "v=/tmp/v.sock,bogus=1",
+                "name = \"v\"\nsocket = \"/tmp/v.sock\"\nbogus = 1\n",
+                "unknown option \"bogus\" (a kind=virtio-net port takes mac, queues, rx-queue-frames, ",
+            ),
+            (
+                "g=/tmp/g.sock,kind=gve,queues=x",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nqueues = \"x\"\n",
+                "queues=x: ",
+            ),
+            (
+                "g=/tmp/g.sock,kind=gve,mtu=67",
+                "name = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nmtu = 67\n",
+                "mtu=67: a gVNIC's MTU is 68..=9216",
+            ),
+        ] {
+            let e = flag.parse::<PortConfig>().unwrap_err().to_string();
+            assert!(e.contains(why), "{flag}: {e}");
+            assert!(e.starts_with(&format!("--port {flag:?}: ")), "{e}");
+            let e = toml_port(file).unwrap_err().to_string();
+            assert!(e.contains(why), "{file}: {e}");
+            assert!(e.contains("port "), "names the port: {e}");
+        }
+        // The command line's own spelling: remote= repeated, RC keys flat.
+        let e = "a=/tmp/a.sock,queues=2,queues=3"
+            .parse::<PortConfig>()
+            .unwrap_err();
+        assert!(e.to_string().contains("queues given twice"), "{e}");
+        let e = "a=/tmp/a.sock,retry-cnt=3"
+            .parse::<PortConfig>()
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("retry-cnt is a setting of kind=erdma ports"),
+            "{e}"
+        );
+        let e = DaemonConfig::from_toml(
+            "[[port]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n[port.rc]\nretry-cnt = 3\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("rc is a setting of kind=erdma ports"),
+            "{e}"
+        );
     }
 }

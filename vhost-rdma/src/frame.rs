@@ -23,12 +23,11 @@ pub fn ms_at(t: Instant) -> u64 {
 
 /// The parsed view of a frame: parsed once (by [`view`]), `Copy`, no
 /// allocation; steering, RSS, flow rules and faults read it instead of
-/// parsing the bytes again. It is devmem-nic's [`ParsedFrame`]
-/// (`devmem_nic::ParsedFrame`), so that the daemon and the NIC model share
-/// one parser.
+/// parsing the bytes again. It is the `wire` crate's [`ParsedFrame`], so
+/// that the daemon and the NIC models share one parser.
 ///
-/// [`ParsedFrame`]: devmem_nic::ParsedFrame
-pub type FrameView = devmem_nic::ParsedFrame;
+/// [`ParsedFrame`]: wire::ParsedFrame
+pub type FrameView = wire::ParsedFrame;
 
 /// A frame in flight: the Ethernet frame and its offload description.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -74,11 +73,11 @@ impl std::str::FromStr for Dir {
     }
 }
 
-/// Parses a frame once into the view every stage reads (devmem-nic's
-/// parser: Ethernet with at most one 802.1Q/802.1ad tag, IPv4, IPv6 with
-/// extension headers, TCP, UDP, RoCEv2 BTH). Never panics.
+/// Parses a frame once into the view every stage reads ([`wire::parse()`]:
+/// Ethernet with at most one 802.1Q/802.1ad tag, IPv4, IPv6 with extension
+/// headers, TCP, UDP, RoCEv2 BTH). Never panics.
 pub fn view(f: &[u8]) -> FrameView {
-    devmem_nic::parse(f)
+    wire::parse(f)
 }
 
 /// A frame's view, parsed when a stage first asks for it: a unicast frame
@@ -159,7 +158,7 @@ pub fn is_rocev2_view(v: &FrameView) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devmem_nic::builder::FrameBuilder;
+    use wire::builder::FrameBuilder;
 
     fn udp4(dport: u16) -> Vec<u8> {
         let mut f = vec![0u8; 14 + 20 + 8];
@@ -250,8 +249,7 @@ mod tests {
                     assert_eq!(flow_hash(&fb.build(b"")), 0, "tagged");
                 }
             }
-            let f =
-                FrameBuilder::new(a, b, devmem_nic::builder::Transport::Other(47)).build(b"gre");
+            let f = FrameBuilder::new(a, b, wire::builder::Transport::Other(47)).build(b"gre");
             assert_eq!(flow_hash(&f), flow_hash_bytes(&f), "addresses only");
         }
         assert_eq!(flow_hash(&[0u8; 60]), 0, "not IP");

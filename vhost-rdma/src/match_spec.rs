@@ -297,7 +297,7 @@ pub(crate) use strict_rule_serde;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use devmem_nic::builder::FrameBuilder;
+    use wire::builder::FrameBuilder;
 
     #[test]
     fn fields_parse_with_the_old_messages() {

@@ -16,9 +16,9 @@
 //! released front first as far as each segment's own settle time allows.
 
 use crate::frame::{view, Dir, Frame, FrameView};
-use devmem_nic::parse::{L4Proto, L3};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
+use wire::parse::{L4Proto, L3};
 
 /// Host pairs tracked at once (beyond: a new pair is not held, counted).
 pub const MAX_SETTLE_PAIRS: usize = 4096;

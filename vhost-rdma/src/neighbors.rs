@@ -23,19 +23,12 @@ pub struct NeighborTable {
     pub full: AtomicU64,
 }
 
-/// The ARP sender (IPv4, MAC) of an Ethernet/IPv4 ARP frame.
+/// The ARP sender (IPv4, MAC) of an Ethernet/IPv4 ARP frame that
+/// announces a host ([`wire::arp::Arp::announces_host`]).
 pub fn arp_sender(frame: &[u8]) -> Option<([u8; 4], [u8; 6])> {
-    // Ethernet (14) + htype 1, ptype 0x0800, hlen 6, plen 4, op, sha, spa
-    if frame.len() < 42 || frame[12..14] != [0x08, 0x06] || frame[14..20] != [0, 1, 8, 0, 6, 4] {
-        return None;
-    }
-    let mac: [u8; 6] = frame[22..28].try_into().ok()?;
-    let ip: [u8; 4] = frame[28..32].try_into().ok()?;
-    // gratuitous probes (0.0.0.0) and group MACs say nothing about a host
-    if ip == [0; 4] || mac[0] & 1 != 0 || mac == [0; 6] {
-        return None;
-    }
-    Some((ip, mac))
+    let arp = wire::arp::Arp::parse_frame(frame)?;
+    arp.announces_host()
+        .then_some((arp.sender_ip, arp.sender_mac))
 }
 
 impl NeighborTable {
@@ -75,13 +68,16 @@ impl NeighborTable {
     /// 00:00:00:00:00:00. Returns false if the frame needs that and its
     /// destination is unknown (the caller drops it); true otherwise.
     pub fn fill_zero_dmac(&self, frame: &mut [u8]) -> bool {
-        if frame.len() < 34 || frame[0..6] != [0; 6] {
+        use wire::ethernet::{ETHERTYPE_IPV4, ETH_HLEN};
+        if frame.len() < ETH_HLEN + wire::ip::IPV4_MIN_HLEN || frame[0..6] != [0; 6] {
             return true;
         }
-        if frame[12..14] != [0x08, 0x00] {
+        if frame[12..14] != ETHERTYPE_IPV4.to_be_bytes() {
             return false;
         }
-        let ip: [u8; 4] = [frame[30], frame[31], frame[32], frame[33]];
+        // The IPv4 destination address: bytes 16..20 of the header.
+        let at = ETH_HLEN + 16;
+        let ip: [u8; 4] = [frame[at], frame[at + 1], frame[at + 2], frame[at + 3]];
         match self.resolve(ip) {
             Some(mac) => {
                 frame[0..6].copy_from_slice(&mac);

@@ -74,7 +74,7 @@ impl Server {
         let mut ports = Vec::new();
         for port in shared {
             // (On an error, dropping `ports` stops those already started.)
-            ports.push(crate::ports::driver(port.cfg().kind).start(port, &ctx)?);
+            ports.push(crate::ports::driver(port.cfg().kind()).start(port, &ctx)?);
         }
         let mut hosts = Vec::new();
         for (spec, port) in cfg.hosts.iter().zip(host_ports) {

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
+use wire::ethernet::ETH_HLEN;
+use wire::vxlan::VXLAN_HLEN;
 
-/// Bytes of the VXLAN header.
-pub const HEADER_LEN: usize = 8;
 /// Bytes VXLAN over IPv4 adds around an inner frame on the underlay: outer
 /// IPv4 (20) + UDP (8) + VXLAN (8) + the inner Ethernet header (14), which
 /// the underlay MTU does not count for the outer frame but must carry for
@@ -28,11 +28,9 @@ pub const DEFAULT_UNDERLAY_MTU: u32 = 1500;
 pub const MAX_UDP_PAYLOAD: usize = 65507;
 /// Largest inner frame with `df=unset`: one datagram's payload less the
 /// VXLAN header. (Equal to the `df=set` bound at `mtu=65535`.)
-pub const MAX_FRAGMENTED_INNER: usize = MAX_UDP_PAYLOAD - HEADER_LEN;
+pub const MAX_FRAGMENTED_INNER: usize = MAX_UDP_PAYLOAD - VXLAN_HLEN;
 /// VNI used unless `vni=` says otherwise.
 pub const DEFAULT_VNI: u32 = 1;
-/// The IANA VXLAN port (Linux's `dstport 4789`).
-pub const IANA_PORT: u16 = 4789;
 /// Largest VNI (24 bits).
 pub const MAX_VNI: u32 = (1 << 24) - 1;
 /// Inner MACs remembered per uplink (which remote VTEP they sit behind);
@@ -40,8 +38,6 @@ pub const MAX_VNI: u32 = (1 << 24) - 1;
 pub const MAX_LEARNED: usize = 4096;
 /// The I flag: the VNI field is valid (RFC 7348 section 5).
 const FLAG_I: u8 = 0x08;
-/// Ethernet header: the shortest inner frame we pass on.
-const ETH_HEADER: usize = 14;
 
 /// Why a datagram from the underlay was not passed to the fabric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -92,14 +88,14 @@ pub enum TxDrop {
 }
 
 /// Builds the VXLAN header for `vni`.
-pub fn header(vni: u32) -> [u8; HEADER_LEN] {
+pub fn header(vni: u32) -> [u8; VXLAN_HLEN] {
     let v = (vni & MAX_VNI).to_be_bytes();
     [FLAG_I, 0, 0, 0, v[1], v[2], v[3], 0]
 }
 
 /// Parses a VXLAN datagram: its VNI and inner frame.
 pub fn parse(datagram: &[u8]) -> Result<(u32, &[u8]), RxDrop> {
-    if datagram.len() < HEADER_LEN + ETH_HEADER {
+    if datagram.len() < VXLAN_HLEN + ETH_HLEN {
         return Err(RxDrop::Short(datagram.len()));
     }
     // RFC 7348: receivers ignore the reserved bits, but a datagram with
@@ -109,7 +105,7 @@ pub fn parse(datagram: &[u8]) -> Result<(u32, &[u8]), RxDrop> {
         return Err(RxDrop::BadFlags(datagram[0]));
     }
     let vni = u32::from_be_bytes([0, datagram[4], datagram[5], datagram[6]]);
-    Ok((vni, &datagram[HEADER_LEN..]))
+    Ok((vni, &datagram[VXLAN_HLEN..]))
 }
 
 /// Whether the outer IP packets may be fragmented (`df=`, named after the
@@ -172,7 +168,7 @@ impl VxlanConfig {
     /// Largest inner Ethernet frame (header included, no FCS) whose
     /// datagram fits one unfragmented packet on the underlay path.
     pub fn unfragmented_inner_frame(&self) -> usize {
-        (self.underlay_mtu as usize + ETH_HEADER).saturating_sub(ENCAP_OVERHEAD)
+        (self.underlay_mtu as usize + ETH_HLEN).saturating_sub(ENCAP_OVERHEAD)
     }
 
     /// Largest inner frame sent or accepted: one unfragmented packet with
@@ -340,7 +336,7 @@ impl VxlanEndpoint {
     /// Encapsulates a frame from the fabric and picks its remotes; counts
     /// and refuses what cannot go.
     pub fn egress(&self, inner: &[u8]) -> Result<Egress, TxDrop> {
-        if inner.len() < ETH_HEADER {
+        if inner.len() < ETH_HLEN {
             add(&self.counters.tx_short);
             return Err(TxDrop::Short(inner.len()));
         }
@@ -363,7 +359,7 @@ impl VxlanEndpoint {
         if inner.len() > self.cfg.unfragmented_inner_frame() {
             add(&self.counters.tx_over_mtu);
         }
-        let mut datagram = Vec::with_capacity(HEADER_LEN + inner.len());
+        let mut datagram = Vec::with_capacity(VXLAN_HLEN + inner.len());
         datagram.extend_from_slice(&header(self.cfg.vni));
         datagram.extend_from_slice(inner);
         let dst: [u8; 6] = inner[0..6].try_into().unwrap_or_default();

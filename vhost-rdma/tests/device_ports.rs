@@ -4,7 +4,7 @@
 
 mod common;
 
-use vhost_rdma::config::PortKind;
+use vhost_rdma::config::{PortKind, PortSpec};
 use vhost_rdma::{DaemonConfig, PortConfig, Server};
 
 const CONFIG_REGION: u32 = 7; // VFIO_PCI_CONFIG_REGION_INDEX
@@ -12,9 +12,8 @@ const CONFIG_REGION: u32 = 7; // VFIO_PCI_CONFIG_REGION_INDEX
 #[test]
 fn gve_port_answers_vfio_user_beside_a_virtio_port() {
     let dir = common::TempDir::new("gve-port");
-    let mut gve = PortConfig::new("g", dir.path().join("g.sock"));
-    gve.kind = PortKind::Gve;
-    gve.queue_pairs = 2;
+    let gve = PortConfig::gve("g", dir.path().join("g.sock"));
+    assert_eq!(gve.queue_pairs, 2);
     let virtio = PortConfig::new("v", dir.path().join("v.sock"));
     let ctl = dir.path().join("ctl.sock");
     let server = Server::start(DaemonConfig {
@@ -72,14 +71,22 @@ fn gve_port_answers_vfio_user_beside_a_virtio_port() {
 #[test]
 fn gve_kind_parses_from_flags_and_file() {
     let p: PortConfig = "g=/tmp/g.sock,kind=gve,queues=4".parse().unwrap();
-    assert_eq!((p.kind, p.queue_pairs), (PortKind::Gve, 4));
+    assert_eq!((p.kind(), p.queue_pairs), (PortKind::Gve, 4));
     let cfg = DaemonConfig::from_toml(
         "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\n",
     )
     .unwrap();
-    assert_eq!(cfg.ports[0].kind, PortKind::Gve);
+    assert_eq!(cfg.ports[0].kind(), PortKind::Gve);
     let e = "g=/tmp/g.sock,kind=nic".parse::<PortConfig>().unwrap_err();
     assert!(format!("{e:#}").contains("unknown port kind"), "{e:#}");
+}
+
+/// A gve port's own settings.
+fn gve(p: &PortConfig) -> &vhost_rdma::config::GveSpec {
+    match &p.spec {
+        PortSpec::Gve(g) => g,
+        other => panic!("not a gve port: {other:?}"),
+    }
 }
 
 /// The gve port line of the top-level README, as a new user copies it.
@@ -108,7 +115,10 @@ fn gve_port_defaults_to_the_queues_devmem_needs() {
     let dir = common::TempDir::new("gve-default");
     let spec = line.replace("/run/vhost-rdma/", &format!("{}/", dir.path().display()));
     let p: PortConfig = spec.parse().unwrap();
-    assert_eq!((p.kind, p.queue_pairs), (PortKind::Gve, DEFAULT_GVE_QUEUES));
+    assert_eq!(
+        (p.kind(), p.queue_pairs),
+        (PortKind::Gve, DEFAULT_GVE_QUEUES)
+    );
 
     let file = DaemonConfig::from_toml(
         "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\n",
@@ -152,14 +162,17 @@ fn gve_port_defaults_to_the_queues_devmem_needs() {
 #[test]
 fn rx_held_frames_is_a_device_port_setting() {
     let p: PortConfig = "g=/tmp/g.sock,kind=gve,rx-held-frames=32".parse().unwrap();
-    assert_eq!(p.rx_held_frames, 32);
+    assert_eq!(p.rx_held_frames(), 32);
     let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
-    assert_eq!(p.rx_held_frames, vhost_rdma::config::DEFAULT_RX_HELD_FRAMES);
+    assert_eq!(
+        p.rx_held_frames(),
+        vhost_rdma::config::DEFAULT_RX_HELD_FRAMES
+    );
     let cfg = DaemonConfig::from_toml(
         "[[port]]\nname = \"r\"\nsocket = \"/tmp/r.sock\"\nkind = \"erdma\"\nnetdev = \"a\"\nrx-held-frames = 0\n",
     )
     .unwrap();
-    assert_eq!(cfg.ports[0].rx_held_frames, 0);
+    assert_eq!(cfg.ports[0].rx_held_frames(), 0);
     let e = "v=/tmp/v.sock,rx-held-frames=8"
         .parse::<PortConfig>()
         .unwrap_err();
@@ -177,8 +190,7 @@ fn rx_held_frames_is_a_device_port_setting() {
 fn erdma_port_pairs_with_its_netdev() {
     let dir = common::TempDir::new("erdma-port");
     let a = PortConfig::new("a", dir.path().join("a.sock"));
-    let mut r = PortConfig::new("r", dir.path().join("r.sock"));
-    r.kind = PortKind::Erdma;
+    let r = PortConfig::erdma("r", dir.path().join("r.sock"), "");
     // Without netdev= it cannot know its MAC.
     let e = Server::start(DaemonConfig {
         ports: vec![a.clone(), r.clone()],
@@ -187,7 +199,7 @@ fn erdma_port_pairs_with_its_netdev() {
     .err()
     .expect("erdma without netdev accepted");
     assert!(format!("{e:#}").contains("netdev"), "{e:#}");
-    r.netdev = Some("a".into());
+    let r = PortConfig::erdma("r", dir.path().join("r.sock"), "a");
     let server = Server::start(DaemonConfig {
         ports: vec![a, r],
         ..DaemonConfig::default()
@@ -217,7 +229,7 @@ fn hostile_gve_driver_leaves_other_ports_alone() {
         |i, dir| {
             let mut p = TestFabric::port_config(dir, i, 1);
             if i == 2 {
-                p.kind = PortKind::Gve;
+                p.spec = PortSpec::Gve(Default::default());
             }
             p
         },
@@ -295,15 +307,15 @@ fn hostile_gve_driver_leaves_other_ports_alone() {
 fn gve_mtu_is_a_gve_port_setting() {
     use vhost_rdma::config::{DEFAULT_GVE_MTU, MAX_GVE_MTU};
     let p: PortConfig = "g=/tmp/g.sock,mtu=9000,kind=gve".parse().unwrap();
-    assert_eq!(p.gve_mtu, Some(9000));
+    assert_eq!(gve(&p).mtu, Some(9000));
     let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
-    assert_eq!(p.gve_mtu, None);
+    assert_eq!(gve(&p).mtu, None);
     assert_eq!(DEFAULT_GVE_MTU, 1500, "docs/ports.md documents 1500");
     let cfg = DaemonConfig::from_toml(
         "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nmtu = 4096\n",
     )
     .unwrap();
-    assert_eq!(cfg.ports[0].gve_mtu, Some(4096));
+    assert_eq!(gve(&cfg.ports[0]).mtu, Some(4096));
     for bad in [
         "g=/tmp/g.sock,kind=gve,mtu=67",
         "g=/tmp/g.sock,kind=gve,mtu=9217",
@@ -322,14 +334,14 @@ fn gve_mtu_is_a_gve_port_setting() {
 #[test]
 fn gro_hold_is_a_gve_port_setting() {
     let p: PortConfig = "g=/tmp/g.sock,kind=gve,gro-hold-us=10000".parse().unwrap();
-    assert_eq!(p.gve_gro_hold_us, Some(10000));
+    assert_eq!(gve(&p).gro_hold_us, Some(10000));
     let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
-    assert_eq!(p.gve_gro_hold_us, None);
+    assert_eq!(gve(&p).gro_hold_us, None);
     let cfg = DaemonConfig::from_toml(
         "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\ngro-hold-us = 0\n",
     )
     .unwrap();
-    assert_eq!(cfg.ports[0].gve_gro_hold_us, Some(0));
+    assert_eq!(gve(&cfg.ports[0]).gro_hold_us, Some(0));
     let e = "g=/tmp/g.sock,kind=gve,gro-hold-us=100001"
         .parse::<PortConfig>()
         .unwrap_err();
@@ -345,14 +357,14 @@ fn gro_hold_is_a_gve_port_setting() {
 #[test]
 fn nic_timestamp_is_a_gve_port_setting() {
     let p: PortConfig = "g=/tmp/g.sock,kind=gve,nic-timestamp=on".parse().unwrap();
-    assert!(p.gve_nic_timestamp);
+    assert!(gve(&p).nic_timestamp);
     let p: PortConfig = "g=/tmp/g.sock,kind=gve".parse().unwrap();
-    assert!(!p.gve_nic_timestamp);
+    assert!(!gve(&p).nic_timestamp);
     let cfg = DaemonConfig::from_toml(
         "[[port]]\nname = \"g\"\nsocket = \"/tmp/g.sock\"\nkind = \"gve\"\nnic-timestamp = true\n",
     )
     .unwrap();
-    assert!(cfg.ports[0].gve_nic_timestamp);
+    assert!(gve(&cfg.ports[0]).nic_timestamp);
     let e = "g=/tmp/g.sock,kind=gve,nic-timestamp=maybe"
         .parse::<PortConfig>()
         .unwrap_err();

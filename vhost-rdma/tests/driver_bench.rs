@@ -11,13 +11,12 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use vhost_rdma::config::PortKind;
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::{DaemonConfig, PortConfig, Server};
 
 fn gve_and_virtio(dir: &Path) -> Vec<PortConfig> {
-    let mut g = PortConfig::new("g", dir.join("g.sock"));
-    g.kind = PortKind::Gve;
+    let mut g = PortConfig::gve("g", dir.join("g.sock"));
+    g.queue_pairs = 1;
     vec![g, PortConfig::new("v", dir.join("v.sock"))]
 }
 

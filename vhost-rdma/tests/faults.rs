@@ -850,7 +850,7 @@ fn tshark_decodes_captured_roce() {
 fn link_down_shows_in_test_device_config_space() {
     let fab = TestFabric::start_with(1, |i, dir| {
         let mut p = TestFabric::port_config(dir, i, 1);
-        p.form = vhost_rdma::DeviceForm::TestDevice;
+        p.spec = vhost_rdma::config::PortSpec::virtio_net(vhost_rdma::DeviceForm::TestDevice);
         p
     });
     let mut opts = common::GuestOpts::new(1, feat::ALL | feat::CTRL_VQ);

@@ -7,6 +7,7 @@ use common::{feat, port_mac, GuestOpts, TestFabric, TestGuest, ARRIVE};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::Frontend;
 use vhost::VhostBackend;
+use vhost_rdma::config::PortSpec;
 use vhost_rdma::DeviceForm;
 
 #[test]
@@ -46,7 +47,7 @@ fn offers_the_specified_features() {
 fn test_device_form_has_ctrl_queue_and_config_space() {
     let fab = TestFabric::start_with(1, |i, dir| {
         let mut p = TestFabric::port_config(dir, i, 2);
-        p.form = DeviceForm::TestDevice;
+        p.spec = PortSpec::virtio_net(DeviceForm::TestDevice);
         p
     });
     let mut opts = GuestOpts::new(2, feat::ALL | feat::CTRL_VQ);
@@ -168,7 +169,7 @@ fn ctrl_case(features: u64) {
     const ERR: u8 = 1;
     let fab = TestFabric::start_with(2, |i, dir| {
         let mut p = TestFabric::port_config(dir, i, 2);
-        p.form = DeviceForm::TestDevice;
+        p.spec = PortSpec::virtio_net(DeviceForm::TestDevice);
         p
     });
     let mut opts = GuestOpts::new(2, features);

@@ -6,13 +6,14 @@
 mod common;
 
 use common::{feat, port_mac, GuestOpts, TestFabric, TestGuest, TxOpts, ARRIVE, QUIET};
-use devmem_nic::builder::FrameBuilder;
 use devmem_nic::{hash_types, Nic, NicConfig, RssConfig};
 use std::net::IpAddr;
+use vhost_rdma::config::PortSpec;
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::match_spec::MatchSpec;
 use vhost_rdma::steering::FlowRuleSpec;
 use vhost_rdma::DeviceForm;
+use wire::builder::FrameBuilder;
 
 const OK: u8 = 0;
 const ERR: u8 = 1;
@@ -26,7 +27,7 @@ fn fabric() -> TestFabric {
         |i, dir| {
             let mut p = TestFabric::port_config(dir, i, if i == 0 { 4 } else { 1 });
             if i == 0 {
-                p.form = DeviceForm::TestDevice;
+                p.spec = PortSpec::virtio_net(DeviceForm::TestDevice);
             }
             p
         },

@@ -524,32 +524,29 @@ impl VirtualHost {
             self.counters.rx_not_for_us += 1;
             return;
         }
-        let mut src = [0u8; 6];
-        src.copy_from_slice(&frame[6..12]);
-        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
-        match ethertype {
-            0x0806 => {
+        let view = wire::parse(frame);
+        // Tagged frames are smoltcp's (the engines take untagged RoCEv2).
+        let untagged = view.l2.is_some_and(|l2| l2.vlan.is_none());
+        match view.l3 {
+            None if untagged && view.ethertype() == Some(wire::ethernet::ETHERTYPE_ARP) => {
                 // ARP: remember the sender for RoCE; smoltcp answers.
-                if let (Some(sha), Some(spa)) = (frame.get(22..28), frame.get(28..32)) {
-                    let mut m = [0u8; 6];
-                    m.copy_from_slice(sha);
-                    let ip = Ipv4Addr::new(spa[0], spa[1], spa[2], spa[3]);
+                if let Some(arp) = wire::arp::Arp::parse_frame(frame) {
+                    let ip = Ipv4Addr::from(arp.sender_ip);
                     if self.on_link(ip) {
-                        self.rdma.neighbors.learn(ip, m);
+                        self.rdma.neighbors.learn(ip, arp.sender_mac);
                     }
                 }
             }
-            0x0800 if frame.len() >= 34 && dst == self.cfg.mac => {
-                let ip = Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]);
-                let ihl = usize::from(frame[14] & 0xf) * 4;
-                let is_udp = frame[23] == 17;
-                let dport = frame
-                    .get(14 + ihl + 2..14 + ihl + 4)
-                    .map(|p| u16::from_be_bytes([p[0], p[1]]));
-                if self.on_link(ip) {
-                    self.rdma.neighbors.learn(ip, src);
+            Some(wire::parse::L3::V4(ip4)) if untagged && dst == self.cfg.mac => {
+                if self.on_link(ip4.src) {
+                    let src: [u8; 6] = std::array::from_fn(|i| frame[6 + i]);
+                    self.rdma.neighbors.learn(ip4.src, src);
                 }
-                if is_udp && dport == Some(roce_model::wire::ROCE_V2_PORT) {
+                let roce = view.l4.is_some_and(|l4| {
+                    l4.proto == wire::l4::L4Proto::Udp && l4.dst_port == wire::roce::ROCEV2_PORT
+                });
+                if roce {
+                    // RoCEv2: the RDMA engines.
                     self.rdma.handle_frame(frame, now, &mut self.counters);
                     self.process(now);
                     return;

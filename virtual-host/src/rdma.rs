@@ -3,7 +3,7 @@
 
 use crate::{HostCounters, HostError, HostLimits};
 use ib_cm::{CmConfig, CmCounters, CmEvent, CmManager, ConnId, ConnectParams, LocalQp};
-use roce_model::wire::{EthernetHeader, Ipv4Header, UdpHeader, ETHERTYPE_IPV4, ROCE_V2_PORT};
+use roce_model::wire::{EthernetHeader, Ipv4Header, UdpHeader};
 use roce_model::{
     Access, Completion, IcrcScope, Memory, NetLayer, ProtectionDomain, QpAttr, QpCaps, QpState,
     QueuePair, RecvWr, RoceFrame, SendWr,
@@ -12,6 +12,9 @@ use roce_model::{Deth, Opcode, PacketBuilder};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
+use wire::ethernet::ETHERTYPE_IPV4;
+use wire::ip::IPPROTO_UDP;
+use wire::roce::ROCEV2_PORT;
 
 /// Neighbours remembered for RoCE traffic.
 const NEIGHBOR_LIMIT: usize = 64;
@@ -335,7 +338,7 @@ impl RdmaDevice {
             ident: self.ident,
             flags_frag: Ipv4Header::DF,
             ttl: 64,
-            protocol: roce_model::wire::IPPROTO_UDP,
+            protocol: IPPROTO_UDP,
             checksum: 0,
             src: self.ip.octets(),
             dst: remote.octets(),
@@ -343,7 +346,7 @@ impl RdmaDevice {
         .emit();
         let udp = UdpHeader {
             src_port: sport,
-            dst_port: ROCE_V2_PORT,
+            dst_port: ROCEV2_PORT,
             len: udp_len as u16,
             checksum: 0,
         }
@@ -658,7 +661,7 @@ impl RdmaDevice {
                     ident: self.ident,
                     flags_frag: Ipv4Header::DF,
                     ttl: 64,
-                    protocol: roce_model::wire::IPPROTO_UDP,
+                    protocol: IPPROTO_UDP,
                     checksum: 0,
                     src: self.ip.octets(),
                     dst: e.remote_ip.octets(),
@@ -666,7 +669,7 @@ impl RdmaDevice {
                 .emit();
                 let udp = UdpHeader {
                     src_port: e.udp_src_port,
-                    dst_port: ROCE_V2_PORT,
+                    dst_port: ROCEV2_PORT,
                     len: udp_len as u16,
                     checksum: 0,
                 }

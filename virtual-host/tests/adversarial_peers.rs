@@ -811,7 +811,7 @@ fn tcp_frame(
     pseudo.extend_from_slice(&[0, 6]);
     pseudo.extend_from_slice(&(tcp.len() as u16).to_be_bytes());
     pseudo.extend_from_slice(&tcp);
-    let c = roce_model::wire::checksum(&pseudo);
+    let c = wire::checksum::checksum(&pseudo);
     tcp[16..18].copy_from_slice(&c.to_be_bytes());
     let mut f = MAC_A.to_vec();
     f.extend_from_slice(&src_mac);
@@ -820,7 +820,7 @@ fn tcp_frame(
     ip[2..4].copy_from_slice(&((20 + tcp.len()) as u16).to_be_bytes());
     ip.extend_from_slice(&src.octets());
     ip.extend_from_slice(&IP_A.octets());
-    let c = roce_model::wire::checksum(&ip);
+    let c = wire::checksum::checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(&tcp);

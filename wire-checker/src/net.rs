@@ -1,11 +1,12 @@
 //! Just enough Ethernet / IP / TCP to find RoCEv2 and candidate TCP
 //! payloads cheaply (the header types come from `roce-model`).
 
-use roce_model::wire::{
-    EthernetHeader, Ipv4Header, Ipv6Header, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ROCE_V2_PORT,
-};
+use roce_model::wire::{EthernetHeader, Ipv4Header, Ipv6Header};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use wire::ip::IPPROTO_UDP;
+use wire::roce::ROCEV2_PORT;
 
 /// A node address: IPv4, IPv6, or an InfiniBand LID (native IB captures).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -107,7 +108,7 @@ pub fn classify(frame: &[u8]) -> Interest {
     };
     match l.proto {
         17 => match l.l4.get(2..4) {
-            Some(p) if u16::from_be_bytes([p[0], p[1]]) == ROCE_V2_PORT => Interest::Roce,
+            Some(p) if u16::from_be_bytes([p[0], p[1]]) == ROCEV2_PORT => Interest::Roce,
             _ => Interest::None,
         },
         6 => {
@@ -178,7 +179,7 @@ impl<'a> TcpSegment<'a> {
 /// without validating anything past the UDP destination port.
 pub(crate) fn roce_parts(frame: &[u8]) -> Option<(Addr, Addr, &[u8])> {
     let l = l3(frame)?;
-    if l.proto != 17 || l.l4.get(2..4)? != ROCE_V2_PORT.to_be_bytes() {
+    if l.proto != IPPROTO_UDP || l.l4.get(2..4)? != ROCEV2_PORT.to_be_bytes() {
         return None;
     }
     Some((l.src, l.dst, l.l4.get(8..)?))

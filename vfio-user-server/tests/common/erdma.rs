@@ -10,14 +10,11 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
-use super::{enable_bus_master, eventfd, memfd, take_events, MappedMem};
+use super::{enable_bus_master, memfd, take_events, MappedMem};
 use erdma_device::cmdq::{common_op, rdma_op, status, submod};
 use erdma_device::qp::{qpa, qps};
 use erdma_device::regs::{self, off};
 use erdma_device::wqe::op;
-use vfio_bindings::bindings::vfio::{
-    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_MSIX_IRQ_INDEX,
-};
 
 pub const CONFIG: u32 = 7;
 pub const BAR0: u32 = regs::FUNC_BAR as u32;
@@ -217,32 +214,9 @@ impl Driver {
         d
     }
 
-    /// MSI-X enable in the capability, then one `SET_IRQS` per vector.
+    /// MSI-X on, an eventfd per vector ([`super::msix_eventfds`]).
     pub fn set_vectors(&mut self) {
-        let mut cfg = [0u8; 256];
-        self.c.region_read(CONFIG, 0, &mut cfg).unwrap();
-        let mut at = usize::from(cfg[0x34]);
-        while at != 0 && cfg[at] != 0x11 {
-            at = usize::from(cfg[at + 1]);
-        }
-        assert_ne!(at, 0, "MSI-X capability");
-        let ctl = u16::from_le_bytes([cfg[at + 2], cfg[at + 3]]) | 0x8000;
-        self.c
-            .region_write(CONFIG, at as u64 + 2, &ctl.to_le_bytes())
-            .unwrap();
-        for v in 0..VECTORS {
-            let ev = eventfd();
-            self.c
-                .set_irqs(
-                    VFIO_PCI_MSIX_IRQ_INDEX,
-                    VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-                    v,
-                    1,
-                    &[ev.as_raw_fd()],
-                )
-                .unwrap();
-            self.vectors.push(ev);
-        }
+        self.vectors = super::msix_eventfds(&mut self.c, VECTORS);
     }
 
     /// Interrupts on `vector` since the last call.

@@ -160,6 +160,40 @@ pub fn enable_bus_master(c: &mut vfio_user::Client) {
     c.region_write(7, 0x04, &0x0006u16.to_le_bytes()).unwrap();
 }
 
+/// What QEMU and the PCI core do for a driver that uses `vectors` MSI-X
+/// vectors: MSI-X enabled in the capability (found by walking the
+/// capability list), then one eventfd and one `SET_IRQS` per vector. The
+/// eventfds, in vector order.
+pub fn msix_eventfds(c: &mut vfio_user::Client, vectors: u32) -> Vec<File> {
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_MSIX_IRQ_INDEX,
+    };
+    let mut cfg = [0u8; 256];
+    c.region_read(7, 0, &mut cfg).unwrap();
+    let mut at = usize::from(cfg[0x34]);
+    while at != 0 && cfg[at] != 0x11 {
+        at = usize::from(cfg[at + 1]);
+    }
+    assert_ne!(at, 0, "no MSI-X capability");
+    let ctl = u16::from_le_bytes([cfg[at + 2], cfg[at + 3]]) | 0x8000;
+    c.region_write(7, at as u64 + 2, &ctl.to_le_bytes())
+        .unwrap();
+    (0..vectors)
+        .map(|v| {
+            let ev = eventfd();
+            c.set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                v,
+                1,
+                &[ev.as_raw_fd()],
+            )
+            .unwrap();
+            ev
+        })
+        .collect()
+}
+
 /// A vfio-user client speaking raw messages, for what `vfio_user::Client`
 /// cannot send (or cannot survive the reply of).
 pub struct RawClient {

@@ -81,7 +81,7 @@ pub fn driver(kind: PortKind) -> &'static dyn PortDriver {
 /// The shared state of the port at `index` of the fabric, with the profile
 /// its kind gives it.
 pub fn attach(index: usize, cfg: &PortConfig) -> std::io::Result<PortShared> {
-    PortShared::new(index, cfg.clone(), driver(cfg.kind).profile(cfg))
+    PortShared::new(index, cfg.clone(), driver(cfg.kind()).profile(cfg))
 }
 
 #[cfg(test)]
@@ -92,17 +92,24 @@ mod tests {
     /// drivers, and only an erdma function is an RDMA function.
     #[test]
     fn each_kind_keeps_its_form_and_behaviour() {
-        let mut cfg = PortConfig::new("p", "/x");
+        use crate::config::{ErdmaSpec, PortSpec, TapSpec};
+        let vxlan = crate::vxlan::VxlanConfig {
+            local: "127.0.0.1:4789".parse().unwrap(),
+            remotes: vec!["127.0.0.2:4789".parse().unwrap()],
+            vni: 1,
+            underlay_mtu: 1500,
+            df: Default::default(),
+        };
         let mut seen = Vec::new();
-        for kind in [
-            PortKind::VirtioNet,
-            PortKind::Gve,
-            PortKind::Erdma,
-            PortKind::Vxlan,
-            PortKind::Tap,
+        for spec in [
+            PortSpec::VirtioNet(Default::default()),
+            PortSpec::Gve(Default::default()),
+            PortSpec::Erdma(ErdmaSpec::new("vm")),
+            PortSpec::Vxlan(vxlan),
+            PortSpec::Tap(TapSpec { ifname: "t".into() }),
         ] {
-            cfg.kind = kind;
-            cfg.netdev = Some("vm".into());
+            let kind = spec.kind();
+            let cfg = PortConfig::with_spec("p", "/x", spec);
             let p = driver(kind).profile(&cfg);
             let erdma = kind == PortKind::Erdma;
             assert_eq!(p.learns, !erdma, "{kind:?}");
@@ -112,8 +119,7 @@ mod tests {
             seen.push(p.form);
         }
         assert_eq!(seen, ["pci", "gve", "erdma", "vxlan", "tap"]);
-        cfg.kind = PortKind::VirtioNet;
-        cfg.form = crate::config::DeviceForm::TestDevice;
-        assert_eq!(driver(cfg.kind).profile(&cfg).form, "testdev");
+        let cfg = PortConfig::testdev("p", "/x");
+        assert_eq!(driver(cfg.kind()).profile(&cfg).form, "testdev");
     }
 }

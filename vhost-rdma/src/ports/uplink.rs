@@ -25,7 +25,7 @@
 //! `df=set` (DF on every packet; a datagram larger than the route MTU is
 //! refused with `EMSGSIZE`, counted as a send error).
 
-use crate::config::Uplink;
+use crate::config::{PortSpec, TapSpec};
 use crate::fabric::{Batch, Fabric, Frame, PortShared};
 use crate::stats::QueueCounters;
 use crate::virtio_net::NetHdr;
@@ -229,7 +229,7 @@ impl crate::ports::PortDriver for UplinkDriver {
     /// towards the wire); `ctl status` shows `vxlan` or `tap`.
     fn profile(&self, cfg: &crate::config::PortConfig) -> crate::fabric::PortProfile {
         crate::fabric::PortProfile {
-            form: match cfg.kind {
+            form: match cfg.kind() {
                 crate::config::PortKind::Tap => "tap",
                 _ => "vxlan",
             },
@@ -261,8 +261,8 @@ impl UplinkPort {
     /// Opens the port's socket or TAP device and starts its thread.
     pub fn start(port: Arc<PortShared>, fabric: Arc<Fabric>) -> Result<UplinkPort, UplinkError> {
         let name = port.cfg().name.clone();
-        let wire = match &port.cfg().uplink {
-            Some(Uplink::Vxlan(cfg)) => {
+        let wire = match &port.cfg().spec {
+            PortSpec::Vxlan(cfg) => {
                 let sock = UdpSocket::bind(cfg.local).map_err(|source| UplinkError::Bind {
                     port: name.clone(),
                     local: cfg.local,
@@ -283,7 +283,7 @@ impl UplinkPort {
                     ep: Arc::new(VxlanEndpoint::new(cfg.clone())),
                 }
             }
-            Some(Uplink::Tap { ifname }) => {
+            PortSpec::Tap(TapSpec { ifname }) => {
                 let (file, created_name) =
                     open_tap(ifname).map_err(|(what, source)| UplinkError::Tap {
                         port: name.clone(),
@@ -298,7 +298,7 @@ impl UplinkPort {
                     counters: Arc::default(),
                 }
             }
-            None => return Err(UplinkError::NotAnUplink(name)),
+            _ => return Err(UplinkError::NotAnUplink(name)),
         };
         let entry = UplinkEntry {
             port: name.clone(),

@@ -15,7 +15,6 @@
 
 use crate::frame::{flow_hash_view, view, FrameView};
 use crate::match_spec::{MatchError, MatchSpec};
-use devmem_nic::parse::L4Proto;
 use devmem_nic::{
     Action, FlowRule, HashConfig, Nic, NicConfig, NicError, Reason, RssConfig, RssLimits,
 };
@@ -25,6 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
 use thiserror::Error;
+use wire::l4::L4Proto;
 
 /// Flow rules per port.
 pub const MAX_RULES: usize = 256;
@@ -689,7 +689,7 @@ pub fn parse_flow(s: &str) -> Result<(SocketAddr, SocketAddr, bool), SteeringErr
 /// The model's decision for a flow towards `port`, as the data path would
 /// take it now.
 pub fn predict(flow: &str, steer: impl Fn(&[u8]) -> Steer) -> Result<Prediction, SteeringError> {
-    use devmem_nic::builder::FrameBuilder;
+    use wire::builder::FrameBuilder;
     let (a, b, tcp) = parse_flow(flow)?;
     let fb = if tcp {
         FrameBuilder::tcp(a.ip(), a.port(), b.ip(), b.port())
@@ -927,7 +927,7 @@ mod tests {
 
     #[test]
     fn steer_view_is_steer() {
-        use devmem_nic::builder::FrameBuilder;
+        use wire::builder::FrameBuilder;
         let st = PortSteering::new(4, &[]).unwrap();
         let f = FrameBuilder::tcp(
             "10.0.0.1".parse().unwrap(),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use vhost_rdma::{DaemonConfig, DeviceForm, MacAddr, PortConfig, PortStats, Server};
+use vhost_rdma::{DaemonConfig, MacAddr, PortConfig, PortStats, Server};
 
 /// The virtual hosts the daemon behind control socket `ctl` lists.
 pub fn virtual_hosts(ctl: &Path) -> Vec<vhost_rdma::ports::host::HostStats> {
@@ -74,7 +74,6 @@ impl TestFabric {
             socket: dir.join(format!("p{i}.sock")),
             mac: MacAddr(port_mac(i)),
             queue_pairs,
-            form: DeviceForm::VirtioNetPci,
             rx_queue_frames: 256,
             flow_rules: Vec::new(),
             ..PortConfig::new("", "")

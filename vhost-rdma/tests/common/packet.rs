@@ -5,17 +5,14 @@
 
 use super::guest::NetHdr;
 
-pub const ETH_HLEN: usize = 14;
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-pub const IPPROTO_TCP: u8 = 6;
-pub const IPPROTO_UDP: u8 = 17;
-
-pub const TCP_FIN: u8 = 0x01;
-pub const TCP_SYN: u8 = 0x02;
-pub const TCP_PSH: u8 = 0x08;
-pub const TCP_ACK: u8 = 0x10;
-pub const TCP_CWR: u8 = 0x80;
+// The protocol constants are wire's (values, not logic: the checks below
+// stay independent of the code under test). Each test uses some of them.
+#[allow(unused_imports)]
+pub use wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HLEN};
+#[allow(unused_imports)]
+pub use wire::ip::{IPPROTO_TCP, IPPROTO_UDP};
+#[allow(unused_imports)]
+pub use wire::l4::{TCP_ACK, TCP_CWR, TCP_FIN, TCP_PSH, TCP_SYN};
 
 pub const BROADCAST: [u8; 6] = [0xff; 6];
 

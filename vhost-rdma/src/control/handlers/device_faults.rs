@@ -19,7 +19,7 @@ pub fn device<'a>(
     let kind = if ctx.hosts.iter().any(|h| h.name == port) {
         "virtual host"
     } else {
-        kind_name(p.cfg().kind)
+        kind_name(p.cfg().kind())
     };
     Err(BenchError::NotADevice {
         port: port.to_string(),

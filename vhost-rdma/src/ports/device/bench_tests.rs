@@ -7,7 +7,7 @@
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use crate::config::{Limits, PortConfig, PortKind};
+    use crate::config::{Limits, PortConfig};
     use crate::control::{follow_trace, request, ControlServer, ReplyBody, Request, Status};
     use pci_model::fault::FaultRules;
     use pci_model::{
@@ -190,8 +190,8 @@ mod tests {
             ));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
-            let mut g = PortConfig::new("g", dir.join("g.sock"));
-            g.kind = PortKind::Gve;
+            let mut g = PortConfig::gve("g", dir.join("g.sock"));
+            g.queue_pairs = 1;
             let v = PortConfig::new("v", dir.join("v.sock"));
             let ports = [g, v]
                 .iter()

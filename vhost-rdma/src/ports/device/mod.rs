@@ -21,7 +21,7 @@ pub mod trace;
 
 pub use pump::{PumpStatus, BURST, MAX_HELD_QUEUES, STARVED_RETRY};
 
-use crate::config::{PortConfig, PortKind};
+use crate::config::{GveSpec, PortConfig, PortKind, PortSpec, RcSettings};
 use crate::fabric::{Fabric, PortShared};
 use bench::{BenchError, DeviceFaultKind, DeviceFaultRule, DeviceFaultSpec, DevicePortFaults};
 use erdma_device::{ErdmaConfig, ErdmaDevice};
@@ -296,17 +296,20 @@ pub struct DevicePort {
 }
 
 fn gve_config(cfg: &PortConfig) -> GveConfig {
+    let default = GveSpec::default();
+    let g = match &cfg.spec {
+        PortSpec::Gve(g) => g,
+        _ => &default,
+    };
     GveConfig {
         mac: cfg.mac.0,
         max_tx_queues: u32::from(cfg.queue_pairs),
         max_rx_queues: u32::from(cfg.queue_pairs),
-        mtu: cfg.gve_mtu.unwrap_or(crate::config::DEFAULT_GVE_MTU),
-        rsc_hold: cfg
-            .gve_gro_hold_us
-            .map_or(gve_device::rsc::DEFAULT_HOLD, |us| {
-                std::time::Duration::from_micros(u64::from(us))
-            }),
-        nic_timestamp: cfg.gve_nic_timestamp,
+        mtu: g.mtu.unwrap_or(crate::config::DEFAULT_GVE_MTU),
+        rsc_hold: g.gro_hold_us.map_or(gve_device::rsc::DEFAULT_HOLD, |us| {
+            std::time::Duration::from_micros(u64::from(us))
+        }),
+        nic_timestamp: g.nic_timestamp,
         ..GveConfig::default()
     }
 }
@@ -314,7 +317,11 @@ fn gve_config(cfg: &PortConfig) -> GveConfig {
 /// The erdma model's configuration: its MAC and the port's RC settings.
 fn erdma_config(cfg: &PortConfig) -> ErdmaConfig {
     let mut c = ErdmaConfig::new(cfg.mac.0);
-    let rc = &cfg.rc;
+    let default = RcSettings::default();
+    let rc = match &cfg.spec {
+        PortSpec::Erdma(e) => &e.rc,
+        _ => &default,
+    };
     c.ack_timeout = rc.ack_timeout.unwrap_or(c.ack_timeout);
     c.retry_cnt = rc.retry_cnt.unwrap_or(c.retry_cnt);
     c.rnr_retry = rc.rnr_retry.unwrap_or(c.rnr_retry);
@@ -335,13 +342,17 @@ impl crate::ports::PortDriver for DeviceDriver {
     /// is not learned from, and its frames to MAC zero go by destination
     /// IPv4.
     fn profile(&self, cfg: &PortConfig) -> crate::fabric::PortProfile {
-        let erdma = cfg.kind == PortKind::Erdma;
+        let erdma = cfg.kind() == PortKind::Erdma;
         crate::fabric::PortProfile {
             form: if erdma { "erdma" } else { "gve" },
             learns: !erdma,
             zero_mac_by_ip: erdma,
             always_attached: true,
-            rdma_function_of: if erdma { cfg.netdev.clone() } else { None },
+            rdma_function_of: if erdma {
+                cfg.netdev().map(str::to_string)
+            } else {
+                None
+            },
         }
     }
 
@@ -383,7 +394,7 @@ impl DevicePort {
             port: port.clone(),
         };
         let vfio_err = |e| anyhow::anyhow!("port {name}: vfio-user: {e}");
-        let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg().kind {
+        let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg().kind() {
             PortKind::Erdma => {
                 let dev = ErdmaDevice::new(erdma_config(port.cfg()));
                 let server =
@@ -421,7 +432,7 @@ impl DevicePort {
             .name(format!("pump-{name}"))
             .spawn(move || pump::Pump::new(&p, h.pumped(), &st).run(&s))
             .context("spawning the device pump")?;
-        tracing::info!(port = %name, socket = %port.cfg().socket.display(), kind = ?port.cfg().kind, "device listening (vfio-user)");
+        tracing::info!(port = %name, socket = %port.cfg().socket.display(), kind = ?port.cfg().kind(), "device listening (vfio-user)");
         let trace = Arc::new(port_trace(&name, &handle));
         Ok(DevicePort {
             port,
@@ -441,7 +452,7 @@ impl DevicePort {
             port: self.port.cfg().name.clone(),
             handle: self.handle.clone(),
             pump: self.pump_stats.clone(),
-            held_limit: self.port.cfg().rx_held_frames,
+            held_limit: self.port.cfg().rx_held_frames(),
             trace: self.trace.clone(),
         }
     }

@@ -279,7 +279,7 @@ pub(crate) struct Pump<'a> {
 impl<'a> Pump<'a> {
     pub(crate) fn new(port: &'a PortShared, dev: &'a dyn Pumped, stats: &'a PumpStats) -> Self {
         Pump {
-            hold: RxHold::new(port.cfg().rx_held_frames),
+            hold: RxHold::new(port.cfg().rx_held_frames()),
             hand: VecDeque::with_capacity(BURST),
             port,
             dev,
@@ -766,9 +766,13 @@ mod tests {
                 let peer = PortShared::new(0, pc, PortProfile::default()).unwrap();
                 peer.connect();
                 peer.rx_queues()[0].enabled.store(true, SeqCst);
-                let mut dc = crate::config::PortConfig::new("dev", "");
-                dc.kind = crate::config::PortKind::Gve;
-                dc.rx_held_frames = held;
+                let dc = crate::config::PortConfig {
+                    spec: crate::config::PortSpec::Gve(crate::config::GveSpec {
+                        rx_held_frames: held,
+                        ..Default::default()
+                    }),
+                    ..crate::config::PortConfig::new("dev", "")
+                };
                 let profile = crate::ports::device::DeviceDriver.profile(&dc);
                 let dev = Arc::new(PortShared::new(1, dc, profile).unwrap());
                 let fabric = Arc::new(Fabric::new(vec![Arc::new(peer), dev.clone()]));

@@ -72,7 +72,7 @@ impl PortBackend {
     }
 
     fn owns_device(&self) -> bool {
-        self.shared.cfg().form == DeviceForm::TestDevice
+        self.shared.cfg().form() == DeviceForm::TestDevice
     }
 
     /// The epoll id of worker `thread`'s pending-queue wake eventfd.

@@ -39,7 +39,7 @@ impl PortDriver for VirtioNetDriver {
     /// shows its form.
     fn profile(&self, cfg: &PortConfig) -> PortProfile {
         PortProfile {
-            form: match cfg.form {
+            form: match cfg.form() {
                 DeviceForm::VirtioNetPci => "pci",
                 DeviceForm::TestDevice => "testdev",
             },

@@ -2,11 +2,14 @@
 //! IPv4 with options/fragment fields, IPv6 with extension headers, TCP, UDP).
 //!
 //! Checksums: the IPv4 header checksum is computed; TCP/UDP checksums are left
-//! zero (the receive model does not verify them).
+//! zero (the receive model does not verify them); fill them with
+//! [`checksum::fill_l4`] where they matter.
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::parse::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, IPPROTO_TCP, IPPROTO_UDP};
+use crate::checksum;
+use crate::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN};
+use crate::ip::{IPPROTO_TCP, IPPROTO_UDP};
 
 /// The transport header to emit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,8 +168,7 @@ impl FrameBuilder {
                 h.extend_from_slice(&s.octets());
                 h.extend_from_slice(&d.octets());
                 h.extend_from_slice(&opts);
-                let csum = ipv4_checksum(&h);
-                h[10..12].copy_from_slice(&csum.to_be_bytes());
+                checksum::fill_ipv4_header(&mut h);
                 f.extend_from_slice(&h);
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
@@ -228,17 +230,4 @@ fn ext_bytes(e: &Ipv6Ext, next: u8) -> Vec<u8> {
             v
         }
     }
-}
-
-/// RFC 1071 checksum of an IPv4 header (checksum field zero on input).
-pub fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    for c in h.chunks(2) {
-        let w = u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]);
-        sum += u32::from(w);
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }

@@ -14,25 +14,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Ethernet header length without VLAN tag.
-pub const ETH_HLEN: usize = 14;
-/// 802.1Q customer VLAN TPID.
-pub const ETHERTYPE_VLAN: u16 = 0x8100;
-/// 802.1ad service VLAN TPID (accepted as the single tag too).
-pub const ETHERTYPE_QINQ: u16 = 0x88a8;
-/// IPv4 ethertype.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-/// IPv6 ethertype.
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-/// IP protocol number of TCP.
-pub const IPPROTO_TCP: u8 = 6;
-/// IP protocol number of UDP.
-pub const IPPROTO_UDP: u8 = 17;
-
-/// UDP destination port of RoCEv2 (IANA).
-pub const ROCEV2_PORT: u16 = 4791;
-/// Length of the RoCEv2 Base Transport Header.
-pub const BTH_LEN: usize = 12;
+use crate::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, ETH_HLEN};
+use crate::ip::{IPPROTO_TCP, IPPROTO_UDP};
+pub use crate::l4::L4Proto;
+use crate::roce::{BTH_LEN, ROCEV2_PORT};
 
 /// How many IPv6 extension headers are walked before giving up.
 const MAX_EXT_HEADERS: usize = 16;
@@ -142,15 +127,6 @@ impl L3 {
             L3::V6(i) => i.header_len,
         }
     }
-}
-
-/// Transport protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum L4Proto {
-    /// TCP.
-    Tcp,
-    /// UDP.
-    Udp,
 }
 
 /// The transport layer.
@@ -517,6 +493,9 @@ fn parse_l4(frame: &[u8], off: usize, end: usize, protocol: u8) -> Option<L4> {
 mod tests {
     use super::*;
     use crate::builder::{FrameBuilder, Ipv6Ext};
+    use crate::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN};
+    use crate::ip::IPPROTO_UDP;
+    use crate::roce::{BTH_LEN, ROCEV2_PORT};
 
     fn tcp4() -> Vec<u8> {
         FrameBuilder::tcp(
