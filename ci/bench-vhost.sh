@@ -29,48 +29,34 @@ CASES=(guest-guest guest-vhost)
 usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
-  --no-build         do not run cargo build (use existing binaries)
+$(e2e_opts_usage)
   --no-engine        skip the in-process engine benchmark
-  --profile P        release (default) or debug binaries from \$CARGO_TARGET_DIR/P
-  --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
-  --qemu PATH        QEMU; default: scripts/setup-qemu.sh
-  --accel A          auto (default), kvm or tcg
   --size N           ib_write_bw -s (default 65536)
   --iters N          ib_write_bw -n (default 1000)
   --qp-timeout N     ib_write_bw -u, both runs (default 20, ~4 s: a TCG guest can
                      stall longer than the default 67 ms and rxe then fails the
                      run with RETRY_EXC_ERR)
-  --timeout SECS     guest boot to result (default 1800)
-  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs        keep the logs when everything passed
   -h, --help
 EOF
 }
 
 engine=1 qp_timeout=20 build=1 profile=release image="" qemu="" accel=auto size=65536 iters=1000 timeout=1800 logdir="" keep_logs=0
+# shellcheck source=scripts/lib-e2e.sh
+. "$ROOT/scripts/lib-e2e.sh"
 while (($#)); do
     case "$1" in
-        --no-build) build=0; shift ;;
         --no-engine) engine=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --qemu) qemu="$2"; shift 2 ;;
-        --accel) accel="$2"; shift 2 ;;
         --size) size="$2"; shift 2 ;;
         --iters) iters="$2"; shift 2 ;;
         --qp-timeout) qp_timeout="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "bench-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "bench-vhost: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 
 E2E_NAME=bench-vhost
 HERE="$ROOT/scripts"  # lib-e2e.sh finds build-guest-image.sh / setup-qemu.sh there
-# shellcheck source=scripts/lib-e2e.sh
-. "$ROOT/scripts/lib-e2e.sh"
+e2e_begin
 e2e_prepare
 
 if ((engine)); then

@@ -53,6 +53,7 @@ done
 E2E_NAME=bench-fabric CASES=()
 # shellcheck source=scripts/lib-e2e.sh
 . "$ROOT/scripts/lib-e2e.sh"
+e2e_begin
 
 if [[ ,$paths, == *,daemon,* ]]; then
     if ((build)); then

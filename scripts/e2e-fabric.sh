@@ -23,39 +23,26 @@ usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
   --case NAME        run only this case (repeatable, or a comma list): ${ALL_CASES[*]}
-  --no-build         do not run cargo build (use existing binaries)
-  --profile P        release (default) or debug binaries from target/P
-  --image DIR        guest image dir (bzImage + rootfs.ext4); default: scripts/build-guest-image.sh --kernel 7.3
-  --qemu PATH        QEMU 11.1; default: scripts/setup-qemu.sh
+$(e2e_opts_usage)
   --qemu7 PATH       QEMU 7.2 for pci-1q-qemu7; default: scripts/setup-qemu.sh --system
-  --accel A          auto (default), kvm or tcg (passed to run-guests)
   --bytes SIZE       bytes per connection (default 256M)
-  --timeout SECS     per guest, boot to result (default 900)
-  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs        keep the logs of passed cases too
   -h, --help
 Environment: VHOST_RDMA_CACHE (cache dir), E2E_TESTDEV_CONFIG_SIZE (default 24),
 E2E_TESTDEV_NUM_VQS (default 2*queues+1), RUST_LOG (daemon log filter).
 EOF
 }
 
-cases=() build=1 profile=release image="" qemu11="" qemu7="" accel=auto bytes=256M
+cases=() build=1 profile=release image="" qemu="" qemu7="" accel=auto bytes=256M
 timeout=900 logdir="" keep_logs=0
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
 while (($#)); do
     case "$1" in
         --case) IFS=, read -r -a _c <<<"$2"; cases+=("${_c[@]}"); shift 2 ;;
-        --no-build) build=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --qemu) qemu11="$2"; shift 2 ;;
         --qemu7) qemu7="$2"; shift 2 ;;
-        --accel) accel="$2"; shift 2 ;;
         --bytes) bytes="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "e2e-fabric: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "e2e-fabric: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 ((${#cases[@]})) || cases=("${ALL_CASES[@]}")
@@ -65,8 +52,8 @@ done
 
 CASES=("${cases[@]}")
 E2E_NAME=e2e-fabric
-# shellcheck source=scripts/lib-e2e.sh
-. "$HERE/lib-e2e.sh"
+e2e_begin
+qemu11=$qemu  # --qemu: the QEMU 11.1 of every case but pci-1q-qemu7
 e2e_build smc-guest-tests
 
 # guest binaries, exported read-only over 9p (tag vrbin -> /opt/vr, PATH has /opt/vr/bin)

@@ -45,40 +45,25 @@ CASES=(readme-port probe ping channels tcp-a-to-b tcp-b-to-a header-split rss nt
 usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
-  --no-build         do not run cargo build (use existing binaries)
-  --profile P        release (default) or debug binaries
-  --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
-  --kernel PATH      boot this guest kernel (bzImage, drivers built in) instead of the image's
-  --append ARGS      guest kernel command-line additions
-  --qemu PATH        QEMU 11.1; default: scripts/setup-qemu.sh
+$(e2e_opts_usage)
   --bytes SIZE       bytes of each TCP stream (default 256M)
-  --timeout SECS     per guest, boot to result (default 900)
-  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs        keep the logs when everything passed
 EOF
 }
 
 build=1 profile=release image="" qemu="" bytes=256M timeout=900 logdir="" keep_logs=0 accel=auto kernel_image="" kernel_append=""
+E2E_KERNEL_OPT=1
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
 while (($#)); do
     case "$1" in
-        --no-build) build=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --kernel) kernel_image="$2"; shift 2 ;;
-        --append) kernel_append="$2"; shift 2 ;;
-        --qemu) qemu="$2"; shift 2 ;;
         --bytes) bytes="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "e2e-gve: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "e2e-gve: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 
 E2E_NAME=e2e-gve
-# shellcheck source=scripts/lib-e2e.sh
-. "$HERE/lib-e2e.sh"
+e2e_begin
 e2e_prepare smc-guest-tests
 if ! "$qemu" -machine none -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then
     fail_all "$qemu has no vfio-user-pci device (QEMU >= 10.1 needed)"

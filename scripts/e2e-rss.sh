@@ -33,39 +33,25 @@ ROOT="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
-  --no-build         do not run cargo build (use existing binaries)
-  --profile P        release (default) or debug binaries from target/P
-  --image DIR        guest image dir (bzImage + rootfs.ext4); default: scripts/build-guest-image.sh --kernel 7.3
-  --qemu PATH        QEMU >= 10.2 with vhost-user-test-device-pci; default: scripts/setup-qemu.sh
-  --accel A          auto (default), kvm or tcg (passed to run-guests)
-  --timeout SECS     per guest, boot to result (default 1500)
-  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs        keep the logs when the test passes
+$(e2e_opts_usage)
   -h, --help
 Environment: VHOST_RDMA_CACHE (cache dir), RUST_LOG / VHOST_RDMA_LOG (daemon log filter).
 EOF
 }
 
 build=1 profile=release image="" qemu="" accel=auto timeout=1500 logdir="" keep_logs=0
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
 while (($#)); do
     case "$1" in
-        --no-build) build=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --qemu) qemu="$2"; shift 2 ;;
-        --accel) accel="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "e2e-rss: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "e2e-rss: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 
 CASES=(e2e-rss)
 E2E_NAME=e2e-rss
-# shellcheck source=scripts/lib-e2e.sh
-. "$HERE/lib-e2e.sh"
+e2e_begin
 HOST_PID=""
 cleanup() {
     [[ -n $HOST_PID ]] && kill "$HOST_PID" 2>/dev/null

@@ -53,39 +53,26 @@ usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
   --case NAME     run only this case (repeatable, or a comma list): ${ALL_CASES[*]}
-  --no-build      do not run cargo build (use the existing binary)
-  --profile P     release (default) or debug binary from \$CARGO_TARGET_DIR/P
+$(e2e_opts_usage)
   --bytes SIZE    TCP bytes each way in the tcp case (default 64M)
   --no-guest      only the host cases (${HOST_CASES[*]}): no guest boot
   --guest-bytes SIZE  TCP bytes each way and path in the guest-*-tcp cases (default 64M)
-  --image DIR     guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
-  --qemu PATH     QEMU; default: scripts/setup-qemu.sh
-  --accel A       auto (default), kvm or tcg (passed to run-guests)
-  --timeout SECS  guest boot to result (default 1500)
-  --logdir DIR    where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs     keep the logs of passed cases too
   -h, --help
 EOF
 }
 
 cases=() build=1 profile=release bytes=64M logdir="" keep_logs=0
 guest=1 gbytes=64M image="" qemu="" accel=auto timeout=1500
+# shellcheck source=lib-e2e.sh
+source "$HERE/lib-e2e.sh"
 while (($#)); do
     case "$1" in
         --case) IFS=, read -r -a _c <<<"$2"; cases+=("${_c[@]}"); shift 2 ;;
-        --no-build) build=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
         --bytes) bytes="$2"; shift 2 ;;
         --no-guest) guest=0; shift ;;
         --guest-bytes) gbytes="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --qemu) qemu="$2"; shift 2 ;;
-        --accel) accel="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "e2e-uplink: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "e2e-uplink: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 if ((guest)); then
@@ -101,8 +88,7 @@ for c in "${cases[@]}"; do
 done
 CASES=("${cases[@]}")
 E2E_NAME=e2e-uplink
-# shellcheck source=lib-e2e.sh
-source "$HERE/lib-e2e.sh"
+e2e_begin
 
 want() { [[ " ${cases[*]} " == *" $1 "* ]]; }
 want_guest() {  # any guest case, or those of one path (vxlan, tap)

@@ -59,20 +59,13 @@ done
 usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
-  --no-build         do not run cargo build (use existing binaries)
-  --profile P        debug (default) or release binaries from \$CARGO_TARGET_DIR/P
-  --image DIR        guest image dir (bzImage + rootfs.ext4); default: scripts/build-guest-image.sh --kernel 7.3
-  --qemu PATH        QEMU; default: scripts/setup-qemu.sh
-  --accel A          auto (default), kvm or tcg (passed to run-guests)
+$(e2e_opts_usage)
   --count N          rping -C count (default 10)
   --size N           rping -S size (default 64, the tool's default)
   --bw-iters N       perftest -n (default 200)
   --bw-size N        perftest -s (default 65536, the tool's default)
   --only LIST        run only these groups: rping (rping + ucmatose), perftest
                      (default: rping,perftest); the others are SKIPPED
-  --timeout SECS     guest boot to result (default 900)
-  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs        keep the logs when everything passed
   --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture; snaplen
                      \$capture_snaplen, default 128; 2000 keeps whole frames for MPA CRC checks)
   -h, --help
@@ -81,24 +74,18 @@ EOF
 
 build=1 profile=debug image="" qemu="" accel=auto count=10 size=64 timeout=900 logdir="" keep_logs=0 capture=0
 bw_iters=200 bw_size=65536 only=rping,perftest
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
 while (($#)); do
     case "$1" in
-        --no-build) build=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --qemu) qemu="$2"; shift 2 ;;
-        --accel) accel="$2"; shift 2 ;;
         --count) count="$2"; shift 2 ;;
         --size) size="$2"; shift 2 ;;
         --bw-iters) bw_iters="$2"; shift 2 ;;
         --bw-size) bw_size="$2"; shift 2 ;;
         --only) only="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         --capture) capture=1; keep_logs=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "e2e-vhost-iwarp: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "e2e-vhost-iwarp: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 
@@ -110,8 +97,7 @@ declare -A GC_PORT=([write]=18521 [send]=18522 [read]=18523)
 declare -A GS_PORT=([write]=18541 [send]=18542 [read]=18543)
 
 E2E_NAME=e2e-vhost-iwarp
-# shellcheck source=scripts/lib-e2e.sh
-. "$HERE/lib-e2e.sh"
+e2e_begin
 e2e_prepare
 
 GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 HOST2_IP=10.77.0.11 GMAC=52:54:00:77:00:01

@@ -76,16 +76,9 @@ r_size() { if [[ $1 == atomic ]]; then echo 8; else echo "$bw_size"; fi; }  # me
 usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
-  --no-build         do not run cargo build (use existing binaries)
-  --profile P        debug (default) or release binaries from \$CARGO_TARGET_DIR/P
-  --image DIR        guest image dir (bzImage + rootfs.ext4); default: scripts/build-guest-image.sh --kernel 7.3
-  --qemu PATH        QEMU; default: scripts/setup-qemu.sh
-  --accel A          auto (default), kvm or tcg (passed to run-guests)
+$(e2e_opts_usage)
   --iters N          ibv_rc_pingpong iterations (default 1000, the tool's default)
   --bw-iters N       ib_write_bw / ib_send_bw iterations (default 200)
-  --timeout SECS     guest boot to result (default 900)
-  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs        keep the logs when everything passed
   --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture, 512-byte
                      snaplen: whole CM MADs for tshark)
   --cm-only          run only ping and the rdma_cm cases (rping, ucmatose,
@@ -102,18 +95,12 @@ EOF
 
 build=1 profile=debug image="" qemu="" accel=auto iters=1000 bw_iters=200 timeout=900 logdir="" keep_logs=0 capture=0
 only=verbs,cm,perftest-cm count=10 bw_size=65536 rdma=rxe
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
 while (($#)); do
     case "$1" in
-        --no-build) build=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --qemu) qemu="$2"; shift 2 ;;
-        --accel) accel="$2"; shift 2 ;;
         --iters) iters="$2"; shift 2 ;;
         --bw-iters) bw_iters="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         --capture) capture=1; keep_logs=1; shift ;;
         --cm-only) only=cm,perftest-cm; shift ;;
         --only) only="$2"; shift 2 ;;
@@ -121,7 +108,7 @@ while (($#)); do
         --count) count="$2"; shift 2 ;;
         --rdma) rdma="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "e2e-vhost: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 
@@ -137,8 +124,7 @@ case "$rdma" in
     erdma) E2E_NAME=e2e-vhost-erdma DEV=erdma_0 ;;
     *) echo "e2e-vhost: --rdma wants rxe or erdma, not $rdma" >&2; exit 2 ;;
 esac
-# shellcheck source=scripts/lib-e2e.sh
-. "$HERE/lib-e2e.sh"
+e2e_begin
 e2e_prepare
 
 GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 HOST2_IP=10.77.0.11 GMAC=52:54:00:77:00:01

@@ -46,15 +46,8 @@ ALL_CASES=(ping tcp rping-siw rc-pingpong smcr-v2 faults-rc capture uplink-mtu)
 usage() {
     cat <<EOF
 Usage: ${0##*/} [options]
-  --no-build         do not run cargo build (use existing binaries)
-  --profile P        release (default) or debug binaries
-  --image DIR        guest image dir; default: scripts/build-guest-image.sh --kernel 7.3
-  --qemu PATH        QEMU 11.1; default: scripts/setup-qemu.sh
-  --accel A          auto (default), kvm or tcg
+$(e2e_opts_usage)
   --bytes SIZE       TCP bytes (default 256M)
-  --timeout SECS     per guest, boot to result (default 1500)
-  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})
-  --keep-logs        keep the logs when everything passed
   --case NAME        run only this case (repeatable, or a comma list):
                      ${ALL_CASES[*]}
   --faults-only      the same as --case faults-rc,capture
@@ -65,22 +58,16 @@ EOF
 
 build=1 profile=release image="" qemu="" timeout=1500 logdir="" keep_logs=0 accel=auto bytes=256M
 cases=() underlay_mtu=""
+# shellcheck source=scripts/lib-e2e.sh
+. "$HERE/lib-e2e.sh"
 while (($#)); do
     case "$1" in
-        --no-build) build=0; shift ;;
-        --profile) profile="$2"; shift 2 ;;
-        --image) image="$2"; shift 2 ;;
-        --qemu) qemu="$2"; shift 2 ;;
-        --accel) accel="$2"; shift 2 ;;
         --bytes) bytes="$2"; shift 2 ;;
-        --timeout) timeout="$2"; shift 2 ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        --keep-logs) keep_logs=1; shift ;;
         --case) IFS=, read -ra c <<<"$2"; cases+=("${c[@]}"); shift 2 ;;
         --faults-only) cases+=(faults-rc capture); shift ;;
         --underlay-mtu) underlay_mtu="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "e2e-vxlan-guests: unknown argument $1" >&2; usage >&2; exit 2 ;;
+        *) e2e_opt "$@" || { echo "e2e-vxlan-guests: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
 
@@ -94,8 +81,7 @@ fi
 CASES=("${cases[@]}")
 want() { [[ " ${cases[*]} " == *" $1 "* ]]; }
 E2E_NAME=e2e-vxlan-guests
-# shellcheck source=scripts/lib-e2e.sh
-. "$HERE/lib-e2e.sh"
+e2e_begin
 e2e_prepare smc-guest-tests
 d="$logdir"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02

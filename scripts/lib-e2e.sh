@@ -3,10 +3,11 @@
 # e2e-vhost.sh, e2e-vhost-iwarp.sh, e2e-gve.sh, e2e-erdma.sh): logs, result
 # bookkeeping, daemon lifetime, the build, the two-guest runner
 # (e2e_run_pair), and the guest image / QEMU preparation. The caller sets
-# E2E_NAME, CASES, ROOT, HERE, build, profile, logdir and keep_logs (and
-# for e2e_prepare image and qemu; for a bring-your-own kernel, kernel_image
-# and kernel_append: e2e_kernel_option parses --kernel PATH and --append
-# ARGS), then sources this file; DAEMON_PID is the daemon to stop at exit.
+# E2E_NAME and the defaults of build, profile, image, qemu, accel, timeout,
+# logdir and keep_logs (and kernel_image, kernel_append with
+# E2E_KERNEL_OPT=1), sources this file, parses its options with e2e_opt's
+# help, sets CASES and calls e2e_begin; DAEMON_PID is the daemon to stop at
+# exit.
 #
 # One result format for every tier: a line per case, "PASS CASE: text",
 # "FAIL CASE: text" or "SKIPPED CASE: reason", then a summary ending in
@@ -14,10 +15,59 @@
 
 say() { printf '[%s] %s\n' "$E2E_NAME" "$*" >&2; }
 
-logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/$E2E_NAME.XXXXXX")}"
-mkdir -p "$logdir"
-logdir="$(cd "$logdir" && pwd)"
-say "logs: $logdir"
+# e2e_opt ARGS...: the options every guest tier takes, for the caller's
+# option loop (`*) e2e_opt "$@" || unknown; shift "$E2E_SHIFT" ;;`):
+# --no-build, --profile P, --image DIR, --qemu PATH, --accel A, --timeout
+# SECS, --logdir DIR, --keep-logs, and with E2E_KERNEL_OPT=1 --kernel PATH
+# and --append ARGS (a bring-your-own kernel). Sets the variable, puts the
+# words it took in E2E_SHIFT; returns 1 for any other option.
+e2e_opt() {
+    E2E_SHIFT=1
+    case "$1" in
+        --no-build) build=0; return 0 ;;
+        --keep-logs) keep_logs=1; return 0 ;;
+        --kernel | --append) ((${E2E_KERNEL_OPT:-0})) || return 1 ;;
+        --profile | --image | --qemu | --accel | --timeout | --logdir) ;;
+        *) return 1 ;;
+    esac
+    (($# >= 2)) || { echo "${E2E_NAME:-${0##*/}}: $1 needs a value" >&2; exit 2; }
+    E2E_SHIFT=2
+    case "$1" in
+        --profile) profile=$2 ;;
+        --image) image=$2 ;;
+        --qemu) qemu=$2 ;;
+        --accel) accel=$2 ;;
+        --timeout) timeout=$2 ;;
+        --logdir) logdir=$2 ;;
+        --kernel) kernel_image=$2 ;;
+        --append) kernel_append=$2 ;;
+    esac
+}
+
+# e2e_opts_usage: the usage lines of e2e_opt's options.
+e2e_opts_usage() {
+    printf '%s\n' \
+        "  --no-build         do not run cargo build (use existing binaries)" \
+        "  --profile P        cargo profile of the binaries (default: $profile)" \
+        "  --image DIR        guest image dir (bzImage + rootfs.ext4); default: scripts/build-guest-image.sh --kernel 7.3" \
+        "  --qemu PATH        QEMU; default: scripts/setup-qemu.sh" \
+        "  --accel A          auto (default), kvm or tcg (passed to run-guests)" \
+        "  --timeout SECS     per guest, boot to result (default $timeout)" \
+        "  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})" \
+        "  --keep-logs        keep the logs when the test passes"
+    ((${E2E_KERNEL_OPT:-0})) || return 0
+    printf '%s\n' \
+        "  --kernel PATH      boot this bzImage (with the image's root disk) instead" \
+        "  --append ARGS      add ARGS to the guest kernel command line"
+}
+
+# e2e_begin: after the options: the log dir (given or new), announced.
+e2e_begin() {
+    logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/$E2E_NAME.XXXXXX")}"
+    mkdir -p "$logdir"
+    logdir="$(cd "$logdir" && pwd)"
+    say "logs: $logdir"
+}
 
 passed=0 failed=0 skipped=0
 results=()
