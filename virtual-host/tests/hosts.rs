@@ -119,11 +119,17 @@ fn ignores_frames_for_other_macs_and_survives_garbage() {
             .collect();
         if f.len() >= 14 {
             f[0..6].copy_from_slice(&MAC_A);
-            // Make a third of them look like IPv4/UDP 4791.
+            // Make a third of them IPv4/UDP 4791 with garbage above UDP:
+            // a valid IPv4 header (total length, no fragment) is what
+            // sends a frame to the RoCE engines (`wire::parse`), which
+            // must then refuse the garbage.
             if i % 3 == 0 && f.len() > 40 {
                 f[12] = 8;
                 f[13] = 0;
                 f[14] = 0x45;
+                f[16..18].copy_from_slice(&((f.len() - 14) as u16).to_be_bytes());
+                f[20] = 0;
+                f[21] = 0;
                 f[23] = 17;
                 f[36] = 0x12;
                 f[37] = 0xb7;
