@@ -70,7 +70,9 @@ impl Default for CmConfig {
 pub struct ConnId(pub u32);
 
 /// The peer's QP as the handshake established it, for moving our QP to RTR/RTS.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The default (all zero, no private data) stands in where a connection has
+/// no record of its peer's QP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RemoteQp {
     /// Peer QPN.
     pub qpn: u32,
@@ -551,16 +553,7 @@ impl CmManager {
         if c.state != State::ReqRcvd {
             return Err(Self::wrong_state(conn.0, c, "accept"));
         }
-        let remote = c.remote.clone().unwrap_or_else(|| RemoteQp {
-            qpn: 0,
-            starting_psn: 0,
-            responder_resources: 0,
-            initiator_depth: 0,
-            path_mtu: 0,
-            retry_count: 0,
-            rnr_retry_count: 0,
-            private_data: Vec::new(),
-        });
+        let remote = c.remote.clone().unwrap_or_default();
         let rep = CmMad {
             tid: c.tid,
             msg: CmMessage::Rep(Rep {
@@ -713,16 +706,7 @@ impl CmManager {
                 return;
             }
         }
-        let mut remote = c.remote.take().unwrap_or_else(|| RemoteQp {
-            qpn: 0,
-            starting_psn: 0,
-            responder_resources: 0,
-            initiator_depth: 0,
-            path_mtu: 0,
-            retry_count: 0,
-            rnr_retry_count: 0,
-            private_data: Vec::new(),
-        });
+        let mut remote = c.remote.take().unwrap_or_default();
         remote.qpn = rep.local_qpn;
         remote.starting_psn = rep.starting_psn;
         remote.responder_resources = rep.responder_resources;
