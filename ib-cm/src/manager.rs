@@ -541,18 +541,25 @@ impl CmManager {
         }
     }
 
-    /// Accepts a REQ reported by `ConnectRequest`: sends the REP.
-    /// `local.responder_resources` / `initiator_depth` are clamped to what
-    /// the REQ asked for, as the IB CM requires.
-    pub fn accept(&mut self, conn: ConnId, local: LocalQp, now: Instant) -> Result<(), CmError> {
-        let guid = self.cfg.local_ca_guid;
+    /// Connection `conn`, which `op` (accept or reject) needs to be in
+    /// REQ received: the REQ still waits for the application's answer.
+    fn req_rcvd(&self, conn: ConnId, op: &'static str) -> Result<&Conn, CmError> {
         let c = self
             .conns
             .get(&conn.0)
             .ok_or(CmError::UnknownConnection(conn.0))?;
         if c.state != State::ReqRcvd {
-            return Err(Self::wrong_state(conn.0, c, "accept"));
+            return Err(Self::wrong_state(conn.0, c, op));
         }
+        Ok(c)
+    }
+
+    /// Accepts a REQ reported by `ConnectRequest`: sends the REP.
+    /// `local.responder_resources` / `initiator_depth` are clamped to what
+    /// the REQ asked for, as the IB CM requires.
+    pub fn accept(&mut self, conn: ConnId, local: LocalQp, now: Instant) -> Result<(), CmError> {
+        let guid = self.cfg.local_ca_guid;
+        let c = self.req_rcvd(conn, "accept")?;
         let remote = c.remote.clone().unwrap_or_default();
         let rep = CmMad {
             tid: c.tid,
@@ -589,13 +596,7 @@ impl CmManager {
 
     /// Rejects a REQ (`CONSUMER_DEFINED` for an application's refusal).
     pub fn reject(&mut self, conn: ConnId, reason: u16) -> Result<(), CmError> {
-        let c = self
-            .conns
-            .get(&conn.0)
-            .ok_or(CmError::UnknownConnection(conn.0))?;
-        if c.state != State::ReqRcvd {
-            return Err(Self::wrong_state(conn.0, c, "reject"));
-        }
+        let c = self.req_rcvd(conn, "reject")?;
         let (peer, tid, remote) = (c.peer, c.tid, c.remote_comm_id);
         self.conns.remove(&conn.0);
         self.send_rej(peer, tid, conn.0, remote, MSG_REQ, reason);
