@@ -312,16 +312,7 @@ impl ErdmaDevice {
             let cnt = u16::from(hdr.wqebb_cnt);
             if state == qps::ERROR {
                 self.advance_sq(qpn, cnt.clamp(1, 4));
-                self.counters.wqes_flushed += 1;
-                let cqe = Cqe {
-                    opcode: hdr.opcode,
-                    qtype: qtype::SQ,
-                    syndrome: wc_status::FLUSH_ERR,
-                    qe_idx: u32::from(idx),
-                    qpn,
-                    ..Cqe::default()
-                };
-                self.post_cqe(io, scqn, &cqe, false);
+                self.flush_wqe(io, scqn, qpn, qtype::SQ, hdr.opcode, idx);
                 continue;
             }
             if cnt > outstanding {
@@ -843,6 +834,29 @@ impl ErdmaDevice {
         self.push_frame(av, frame, io)
     }
 
+    /// Completes WQE `idx` of `qpn`'s SQ or RQ (`qtype`) on `cqn` with
+    /// FLUSH_ERR: what a QP in ERROR owes its driver for each posted WQE.
+    fn flush_wqe(
+        &mut self,
+        io: &mut DeviceIo<'_>,
+        cqn: u32,
+        qpn: u32,
+        qtype: u8,
+        opcode: u8,
+        idx: u16,
+    ) {
+        self.counters.wqes_flushed += 1;
+        let cqe = Cqe {
+            opcode,
+            qtype,
+            syndrome: wc_status::FLUSH_ERR,
+            qe_idx: u32::from(idx),
+            qpn,
+            ..Cqe::default()
+        };
+        self.post_cqe(io, cqn, &cqe, false);
+    }
+
     /// Moves RQEs of `qpn` into the engine (RC), or flushes them (ERROR).
     fn process_rq(&mut self, qpn: u32, io: &mut DeviceIo<'_>) -> bool {
         for _ in 0..self.cfg.poll_budget {
@@ -871,16 +885,7 @@ impl ErdmaDevice {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     qp.rq_ci = qp.rq_ci.wrapping_add(1);
                 }
-                self.counters.wqes_flushed += 1;
-                let cqe = Cqe {
-                    opcode: op::RECEIVE,
-                    qtype: qtype::RQ,
-                    syndrome: wc_status::FLUSH_ERR,
-                    qe_idx: u32::from(idx),
-                    qpn,
-                    ..Cqe::default()
-                };
-                self.post_cqe(io, rcqn, &cqe, false);
+                self.flush_wqe(io, rcqn, qpn, qtype::RQ, op::RECEIVE, idx);
                 continue;
             }
             if ud || state == qps::RESET {

@@ -70,7 +70,9 @@ impl Default for CmConfig {
 pub struct ConnId(pub u32);
 
 /// The peer's QP as the handshake established it, for moving our QP to RTR/RTS.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The default (all zero, no private data) stands in where a connection has
+/// no record of its peer's QP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RemoteQp {
     /// Peer QPN.
     pub qpn: u32,
@@ -539,28 +541,26 @@ impl CmManager {
         }
     }
 
-    /// Accepts a REQ reported by `ConnectRequest`: sends the REP.
-    /// `local.responder_resources` / `initiator_depth` are clamped to what
-    /// the REQ asked for, as the IB CM requires.
-    pub fn accept(&mut self, conn: ConnId, local: LocalQp, now: Instant) -> Result<(), CmError> {
-        let guid = self.cfg.local_ca_guid;
+    /// Connection `conn`, which `op` (accept or reject) needs to be in
+    /// REQ received: the REQ still waits for the application's answer.
+    fn req_rcvd(&self, conn: ConnId, op: &'static str) -> Result<&Conn, CmError> {
         let c = self
             .conns
             .get(&conn.0)
             .ok_or(CmError::UnknownConnection(conn.0))?;
         if c.state != State::ReqRcvd {
-            return Err(Self::wrong_state(conn.0, c, "accept"));
+            return Err(Self::wrong_state(conn.0, c, op));
         }
-        let remote = c.remote.clone().unwrap_or_else(|| RemoteQp {
-            qpn: 0,
-            starting_psn: 0,
-            responder_resources: 0,
-            initiator_depth: 0,
-            path_mtu: 0,
-            retry_count: 0,
-            rnr_retry_count: 0,
-            private_data: Vec::new(),
-        });
+        Ok(c)
+    }
+
+    /// Accepts a REQ reported by `ConnectRequest`: sends the REP.
+    /// `local.responder_resources` / `initiator_depth` are clamped to what
+    /// the REQ asked for, as the IB CM requires.
+    pub fn accept(&mut self, conn: ConnId, local: LocalQp, now: Instant) -> Result<(), CmError> {
+        let guid = self.cfg.local_ca_guid;
+        let c = self.req_rcvd(conn, "accept")?;
+        let remote = c.remote.clone().unwrap_or_default();
         let rep = CmMad {
             tid: c.tid,
             msg: CmMessage::Rep(Rep {
@@ -596,13 +596,7 @@ impl CmManager {
 
     /// Rejects a REQ (`CONSUMER_DEFINED` for an application's refusal).
     pub fn reject(&mut self, conn: ConnId, reason: u16) -> Result<(), CmError> {
-        let c = self
-            .conns
-            .get(&conn.0)
-            .ok_or(CmError::UnknownConnection(conn.0))?;
-        if c.state != State::ReqRcvd {
-            return Err(Self::wrong_state(conn.0, c, "reject"));
-        }
+        let c = self.req_rcvd(conn, "reject")?;
         let (peer, tid, remote) = (c.peer, c.tid, c.remote_comm_id);
         self.conns.remove(&conn.0);
         self.send_rej(peer, tid, conn.0, remote, MSG_REQ, reason);
@@ -713,16 +707,7 @@ impl CmManager {
                 return;
             }
         }
-        let mut remote = c.remote.take().unwrap_or_else(|| RemoteQp {
-            qpn: 0,
-            starting_psn: 0,
-            responder_resources: 0,
-            initiator_depth: 0,
-            path_mtu: 0,
-            retry_count: 0,
-            rnr_retry_count: 0,
-            private_data: Vec::new(),
-        });
+        let mut remote = c.remote.take().unwrap_or_default();
         remote.qpn = rep.local_qpn;
         remote.starting_psn = rep.starting_psn;
         remote.responder_resources = rep.responder_resources;

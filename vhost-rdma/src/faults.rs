@@ -304,37 +304,29 @@ pub struct FaultSpec {
 
 /// Every key of a [`FaultSpec`], in order: the list the "unknown field"
 /// error names.
-pub const FAULT_FIELDS: &[&str] = &[
-    "id",
-    "port",
-    "dir",
-    "src-mac",
-    "dst-mac",
-    "ethertype",
-    "src-ip",
-    "dst-ip",
-    "proto",
-    "src-port",
-    "dst-port",
-    "opcode",
-    "qpn",
-    "psn",
-    "action",
-    "prob",
-    "every",
-    "seed",
-    "copies",
-    "window",
-    "hold-ms",
-    "delay-ms",
-    "jitter-ms",
-    "offset",
-    "icrc",
-    "xor",
-    "fps",
-    "bps",
-    "burst",
-];
+pub const FAULT_FIELDS: &[&str] = &crate::match_spec::rule_fields::<29>(
+    &["id", "port", "dir"],
+    &[
+        "opcode",
+        "qpn",
+        "psn",
+        "action",
+        "prob",
+        "every",
+        "seed",
+        "copies",
+        "window",
+        "hold-ms",
+        "delay-ms",
+        "jitter-ms",
+        "offset",
+        "icrc",
+        "xor",
+        "fps",
+        "bps",
+        "burst",
+    ],
+);
 
 crate::match_spec::strict_rule_serde!(FaultSpec, FAULT_FIELDS);
 

@@ -94,6 +94,37 @@ pub const MATCH_FIELDS: [&str; 8] = [
     "dst-port",
 ];
 
+/// The key list of a rule type that embeds a [`MatchSpec`]: its own keys
+/// `head`, then [`MATCH_FIELDS`], then its own keys `tail`. `N` is the
+/// total; a wrong one fails the build.
+pub(crate) const fn rule_fields<const N: usize>(
+    head: &[&'static str],
+    tail: &[&'static str],
+) -> [&'static str; N] {
+    assert!(head.len() + MATCH_FIELDS.len() + tail.len() == N);
+    let mut out = [""; N];
+    let mut at = 0;
+    let mut i = 0;
+    while i < head.len() {
+        out[at] = head[i];
+        at += 1;
+        i += 1;
+    }
+    i = 0;
+    while i < MATCH_FIELDS.len() {
+        out[at] = MATCH_FIELDS[i];
+        at += 1;
+        i += 1;
+    }
+    i = 0;
+    while i < tail.len() {
+        out[at] = tail[i];
+        at += 1;
+        i += 1;
+    }
+    out
+}
+
 /// A match field that does not parse. The messages are what users see from
 /// the control socket and config validation.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]

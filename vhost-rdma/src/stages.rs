@@ -99,9 +99,20 @@ pub fn run(
     cur
 }
 
-impl Stage for crate::capture::Capture {
+/// A stage that only looks: it sees each frame and always passes it on
+/// unchanged (the capture, the protocol checker). Every observer is a
+/// [`Stage`] through the impl below.
+pub trait Observer: Sync {
+    /// Whether it looks now (see [`Stage::active`]).
+    fn watching(&self) -> bool;
+
+    /// Sees `frame` at the point and time `cx` names.
+    fn see(&self, cx: &StageCtx<'_>, frame: &Frame);
+}
+
+impl<T: Observer> Stage for T {
     fn active(&self) -> bool {
-        crate::capture::Capture::active(self)
+        self.watching()
     }
     fn process(
         &self,
@@ -110,27 +121,29 @@ impl Stage for crate::capture::Capture {
         _view: &LazyView,
         _out: &mut Vec<(Frame, FrameView)>,
     ) -> Option<Frame> {
-        self.record(cx.port, cx.dir, &frame.data);
+        self.see(cx, &frame);
         Some(frame)
     }
 }
 
-impl Stage for crate::checker::FabricChecker {
-    fn active(&self) -> bool {
+impl Observer for crate::capture::Capture {
+    fn watching(&self) -> bool {
+        crate::capture::Capture::active(self)
+    }
+    fn see(&self, cx: &StageCtx<'_>, frame: &Frame) {
+        self.record(cx.port, cx.dir, &frame.data);
+    }
+}
+
+impl Observer for crate::checker::FabricChecker {
+    fn watching(&self) -> bool {
         self.enabled()
     }
-    fn process(
-        &self,
-        cx: &StageCtx<'_>,
-        frame: Frame,
-        _view: &LazyView,
-        _out: &mut Vec<(Frame, FrameView)>,
-    ) -> Option<Frame> {
+    fn see(&self, cx: &StageCtx<'_>, frame: &Frame) {
         // The checker judges what the ports sent, before any fault acts.
         if cx.dir == Dir::Ingress {
             self.observe(cx.now, cx.port_name, &frame.data);
         }
-        Some(frame)
     }
 }
 

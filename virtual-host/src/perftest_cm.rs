@@ -51,7 +51,7 @@ use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportK
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::perftest::Verb;
 use crate::pingpong::gid_of;
-use crate::spec::{client_target, tcp_connect, ServiceSpec};
+use crate::spec::{client_target, roce_connect, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
 use roce_model::QpCaps;
@@ -481,25 +481,13 @@ impl PerftestCm {
 
     /// RoCE client: a CM REQ for a new connection to the tool's port.
     fn roce_connect(&self, ctx: &mut ServiceCtx<'_>, data: bool) -> Result<Endpoint, HostError> {
-        let peer = self
-            .spec
-            .peer
-            .ok_or_else(|| HostError::Invalid("a client service needs a peer".into()))?;
-        // rdma_cm picks an ephemeral port for the active side's ID.
-        let src_port = 0x8000 | (ctx.rng.next_u64() as u16 & 0x7fff);
-        let psn = ctx.rng.next_u64() as u32;
-        let ep = RoceEndpoint::connect(
-            ctx.rdma,
+        let (_, ep) = roce_connect(
+            ctx,
             self.id,
-            peer,
-            self.spec.port,
-            src_port,
+            &self.spec,
             self.qp_caps(data),
             READ_DEPTH as u8,
-            psn,
-            self.spec.mtu,
             crate::endpoint::RDMA_CM_ACK_TIMEOUT,
-            ctx.now,
         )?;
         Ok(Endpoint::Roce(ep))
     }
@@ -732,23 +720,7 @@ impl PerftestCm {
                             continue;
                         }
                     };
-                    if data {
-                        let c = self.data_conn(ep, ctx.rdma, ctx.now);
-                        if let Some(s) = self.session.as_mut() {
-                            match c {
-                                Ok(c) => s.data = Some(c),
-                                Err(e) => {
-                                    s.error.get_or_insert(e.to_string());
-                                }
-                            }
-                            s.last_progress = ctx.now;
-                        }
-                    } else {
-                        match control_conn(ep, ctx.rdma, ctx.now) {
-                            Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
-                            Err(e) => self.last_error = Some(e.to_string()),
-                        }
-                    }
+                    self.adopt(ctx, peer, ep, data);
                 }
                 other => {
                     let conn = match &other {
@@ -853,6 +825,15 @@ impl PerftestCm {
             self.engine_config(data),
             ctx.now,
         )));
+        self.adopt(ctx, peer, ep, data);
+        true
+    }
+
+    /// Takes `ep`, just accepted from `peer` (RoCE or iWARP alike), as the
+    /// running session's data connection when `data`, else as the control
+    /// connection of a new session. A data connection that fails to come up
+    /// fails the session; a control one, the service's last error.
+    fn adopt(&mut self, ctx: &mut ServiceCtx<'_>, peer: Ipv4Addr, ep: Endpoint, data: bool) {
         if data {
             let conn = self.data_conn(ep, ctx.rdma, ctx.now);
             if let Some(s) = self.session.as_mut() {
@@ -870,7 +851,6 @@ impl PerftestCm {
                 Err(e) => self.last_error = Some(e.to_string()),
             }
         }
-        true
     }
 
     fn new_session(&self, ctx: &mut ServiceCtx<'_>, peer: Ipv4Addr, mut ctl: Conn) -> Session {

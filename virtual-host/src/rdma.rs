@@ -321,53 +321,6 @@ impl RdmaDevice {
         self.route_cm_events();
     }
 
-    /// Frames a BTH..ICRC packet (ICRC still zero) for `remote`.
-    fn frame(
-        &mut self,
-        mut pkt: Vec<u8>,
-        dst_mac: [u8; 6],
-        remote: Ipv4Addr,
-        sport: u16,
-    ) -> Option<Vec<u8>> {
-        self.ident = self.ident.wrapping_add(1);
-        let udp_len = pkt.len() + UdpHeader::LEN;
-        let total = u16::try_from(udp_len + 20).ok()?;
-        let ip = Ipv4Header {
-            tos: 0,
-            total_len: total,
-            ident: self.ident,
-            flags_frag: Ipv4Header::DF,
-            ttl: 64,
-            protocol: IPPROTO_UDP,
-            checksum: 0,
-            src: self.ip.octets(),
-            dst: remote.octets(),
-        }
-        .emit();
-        let udp = UdpHeader {
-            src_port: sport,
-            dst_port: ROCEV2_PORT,
-            len: udp_len as u16,
-            checksum: 0,
-        }
-        .emit();
-        (IcrcScope::Ipv4 { ip: &ip, udp: &udp })
-            .seal(&mut pkt)
-            .ok()?;
-        let mut f = Vec::with_capacity(14 + 28 + pkt.len());
-        EthernetHeader {
-            dst: dst_mac,
-            src: self.mac,
-            vlan_tci: None,
-            ethertype: ETHERTYPE_IPV4,
-        }
-        .emit(&mut f);
-        f.extend_from_slice(&ip);
-        f.extend_from_slice(&udp);
-        f.extend_from_slice(&pkt);
-        Some(f)
-    }
-
     /// Moves the CM's MADs out as UD SENDs from QP1 to the peers' QP1.
     fn transmit_mads(
         &mut self,
@@ -398,7 +351,15 @@ impl RdmaDevice {
             let Ok(pkt) = pkt else { continue };
             // rxe varies the source port per flow; any value in its range works.
             let sport = 0xc000 | (self.gsi_psn as u16 & 0x3fff);
-            if let Some(f) = self.frame(pkt, dst_mac, peer, sport) {
+            if let Some(f) = frame_rocev2(
+                &mut self.ident,
+                self.mac,
+                self.ip,
+                pkt,
+                dst_mac,
+                peer,
+                sport,
+            ) {
                 out.push_back(f);
                 self.gsi.mads_tx += 1;
             }
@@ -639,7 +600,7 @@ impl RdmaDevice {
         let mut any = false;
         for e in self.qps.values_mut() {
             while out.len() < out_limit {
-                let Some(mut pkt) = e.qp.poll_transmit(now, &self.mem) else {
+                let Some(pkt) = e.qp.poll_transmit(now, &self.mem) else {
                     break;
                 };
                 any = true;
@@ -649,49 +610,18 @@ impl RdmaDevice {
                     arp_for.push(e.remote_ip);
                     continue;
                 };
-                self.ident = self.ident.wrapping_add(1);
-                let udp_len = pkt.len() + UdpHeader::LEN;
-                let Ok(total) = u16::try_from(udp_len + 20) else {
+                let Some(f) = frame_rocev2(
+                    &mut self.ident,
+                    self.mac,
+                    self.ip,
+                    pkt,
+                    dst_mac,
+                    e.remote_ip,
+                    e.udp_src_port,
+                ) else {
                     c.roce_dropped += 1;
                     continue;
                 };
-                let ip = Ipv4Header {
-                    tos: 0,
-                    total_len: total,
-                    ident: self.ident,
-                    flags_frag: Ipv4Header::DF,
-                    ttl: 64,
-                    protocol: IPPROTO_UDP,
-                    checksum: 0,
-                    src: self.ip.octets(),
-                    dst: e.remote_ip.octets(),
-                }
-                .emit();
-                let udp = UdpHeader {
-                    src_port: e.udp_src_port,
-                    dst_port: ROCEV2_PORT,
-                    len: udp_len as u16,
-                    checksum: 0,
-                }
-                .emit();
-                if (IcrcScope::Ipv4 { ip: &ip, udp: &udp })
-                    .seal(&mut pkt)
-                    .is_err()
-                {
-                    c.roce_dropped += 1;
-                    continue;
-                }
-                let mut f = Vec::with_capacity(14 + 28 + pkt.len());
-                EthernetHeader {
-                    dst: dst_mac,
-                    src: self.mac,
-                    vlan_tci: None,
-                    ethertype: ETHERTYPE_IPV4,
-                }
-                .emit(&mut f);
-                f.extend_from_slice(&ip);
-                f.extend_from_slice(&udp);
-                f.extend_from_slice(&pkt);
                 out.push_back(f);
                 c.roce_tx += 1;
             }
@@ -717,6 +647,59 @@ impl RdmaDevice {
         }
         any
     }
+}
+
+/// Frames a BTH..ICRC packet (ICRC still zero) from `src_mac`/`src` to
+/// `dst_mac`/`remote` as RoCEv2 over IPv4 with UDP source port `sport`,
+/// stamping the next IP ident from `ident`; `None` when it is too long for
+/// an IP datagram or the ICRC cannot be sealed. A free function so the
+/// transmit loop can frame while it holds the queue pairs.
+fn frame_rocev2(
+    ident: &mut u16,
+    src_mac: [u8; 6],
+    src: Ipv4Addr,
+    mut pkt: Vec<u8>,
+    dst_mac: [u8; 6],
+    remote: Ipv4Addr,
+    sport: u16,
+) -> Option<Vec<u8>> {
+    *ident = ident.wrapping_add(1);
+    let udp_len = pkt.len() + UdpHeader::LEN;
+    let total = u16::try_from(udp_len + 20).ok()?;
+    let ip = Ipv4Header {
+        tos: 0,
+        total_len: total,
+        ident: *ident,
+        flags_frag: Ipv4Header::DF,
+        ttl: 64,
+        protocol: IPPROTO_UDP,
+        checksum: 0,
+        src: src.octets(),
+        dst: remote.octets(),
+    }
+    .emit();
+    let udp = UdpHeader {
+        src_port: sport,
+        dst_port: ROCEV2_PORT,
+        len: udp_len as u16,
+        checksum: 0,
+    }
+    .emit();
+    (IcrcScope::Ipv4 { ip: &ip, udp: &udp })
+        .seal(&mut pkt)
+        .ok()?;
+    let mut f = Vec::with_capacity(14 + 28 + pkt.len());
+    EthernetHeader {
+        dst: dst_mac,
+        src: src_mac,
+        vlan_tci: None,
+        ethertype: ETHERTYPE_IPV4,
+    }
+    .emit(&mut f);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&udp);
+    f.extend_from_slice(&pkt);
+    Some(f)
 }
 
 /// A broadcast ARP request for `target`.

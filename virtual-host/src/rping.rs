@@ -22,7 +22,7 @@
 
 use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
-use crate::spec::{client_target, tcp_connect, ServiceSpec};
+use crate::spec::{client_target, roce_connect, tcp_connect, ServiceSpec};
 use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
 use roce_model::QpCaps;
@@ -292,25 +292,13 @@ impl Rping {
 
     fn connect(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<(), HostError> {
         if self.transport == TransportKind::Roce {
-            let peer = self
-                .spec
-                .peer
-                .ok_or_else(|| HostError::Invalid("a client service needs a peer".into()))?;
-            // rdma_cm picks an ephemeral port for the active side's ID.
-            let src_port = 0x8000 | (ctx.rng.next_u64() as u16 & 0x7fff);
-            let psn = ctx.rng.next_u64() as u32;
-            let ep = RoceEndpoint::connect(
-                ctx.rdma,
+            let (peer, ep) = roce_connect(
+                ctx,
                 self.id,
-                peer,
-                self.spec.port,
-                src_port,
+                &self.spec,
                 self.qp_caps(),
                 RD_ATOMIC,
-                psn,
-                self.spec.mtu,
                 crate::endpoint::DEFAULT_ACK_TIMEOUT,
-                ctx.now,
             )?;
             self.begin(ctx, Endpoint::Roce(ep), peer);
             return Ok(());

@@ -3,7 +3,9 @@
 //! every tool's client side shares. The tool engines depend on this module;
 //! `service` (the dispatcher over the engines) does too.
 
+use crate::endpoint::RoceEndpoint;
 use crate::{HostError, ServiceCtx};
+use roce_model::QpCaps;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::Socket;
 use smoltcp::wire::IpAddress;
@@ -328,4 +330,38 @@ pub(crate) fn tcp_connect(
             local_port,
         )
         .map_err(|e| HostError::Tcp(format!("connect to {peer}: {e}")))
+}
+
+/// The RoCE counterpart of [`tcp_connect`]: a QP with `caps` and the
+/// rdma_cm REQ to the client service's peer at its port, from a random
+/// ephemeral source port and with a random starting PSN. Returns the peer
+/// with the endpoint.
+pub(crate) fn roce_connect(
+    ctx: &mut ServiceCtx<'_>,
+    owner: u32,
+    spec: &ServiceSpec,
+    caps: QpCaps,
+    rd_atomic: u8,
+    ack_timeout: u8,
+) -> Result<(Ipv4Addr, RoceEndpoint), HostError> {
+    let peer = spec
+        .peer
+        .ok_or_else(|| HostError::Invalid("a client service needs a peer".into()))?;
+    // rdma_cm picks an ephemeral port for the active side's ID.
+    let src_port = 0x8000 | (ctx.rng.next_u64() as u16 & 0x7fff);
+    let psn = ctx.rng.next_u64() as u32;
+    let ep = RoceEndpoint::connect(
+        ctx.rdma,
+        owner,
+        peer,
+        spec.port,
+        src_port,
+        caps,
+        rd_atomic,
+        psn,
+        spec.mtu,
+        ack_timeout,
+        ctx.now,
+    )?;
+    Ok((peer, ep))
 }

@@ -63,20 +63,8 @@ pub struct FlowRuleSpec {
 
 /// Every key of a [`FlowRuleSpec`], in order: the list the "unknown field"
 /// error names.
-pub const FLOW_RULE_FIELDS: &[&str] = &[
-    "id",
-    "priority",
-    "src-mac",
-    "dst-mac",
-    "ethertype",
-    "src-ip",
-    "dst-ip",
-    "proto",
-    "src-port",
-    "dst-port",
-    "queue",
-    "drop",
-];
+pub const FLOW_RULE_FIELDS: &[&str] =
+    &crate::match_spec::rule_fields::<12>(&["id", "priority"], &["queue", "drop"]);
 
 crate::match_spec::strict_rule_serde!(FlowRuleSpec, FLOW_RULE_FIELDS);
 
