@@ -127,7 +127,8 @@ fn ignores_frames_for_other_macs_and_survives_garbage() {
                 f[12] = 8;
                 f[13] = 0;
                 f[14] = 0x45;
-                f[16..18].copy_from_slice(&((f.len() - 14) as u16).to_be_bytes());
+                let ip_len = (f.len() - 14) as u16;
+                f[16..18].copy_from_slice(&ip_len.to_be_bytes());
                 f[20] = 0;
                 f[21] = 0;
                 f[23] = 17;
