@@ -437,10 +437,18 @@ class ByoKernelTest(unittest.TestCase):
 
     def test_demo_and_e2e_scripts_take_the_same_options(self):
         for script in ("demo.sh", "e2e-gve.sh", "e2e-erdma.sh"):
-            with open(os.path.join(self.ROOT, "scripts", script)) as f:
-                src = f.read()
-            self.assertIn('--kernel) kernel_image="$2"', src, script)
-            self.assertIn('--append) kernel_append="$2"', src, script)
+            r = subprocess.run(["bash", os.path.join(self.ROOT, "scripts", script), "--help"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, script)
+            self.assertIn("--kernel PATH", r.stdout, script)
+            self.assertIn("--append ARGS", r.stdout, script)
+        # the e2e scripts too refuse a bad image, before they build anything
+        for script in ("e2e-gve.sh", "e2e-erdma.sh"):
+            r = subprocess.run(["bash", os.path.join(self.ROOT, "scripts", script), "--no-build",
+                                "--kernel", self.text, "--logdir", os.path.join(self.dir, script)],
+                               capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(r.returncode, 0, script)
+            self.assertIn("is not a bzImage", r.stdout + r.stderr, script)
         # the demo refuses a bad image before it builds anything
         r = subprocess.run(["bash", os.path.join(self.ROOT, "scripts", "demo.sh"), "--no-build",
                             "--kernel", self.text, "--logdir", os.path.join(self.dir, "demo")],
