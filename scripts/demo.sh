@@ -95,6 +95,7 @@ for ((i = 1; i <= NSTEPS; i++)); do CASES+=("step $i: ${TITLE[$i]}"); done
 [[ -n $logdir ]] || logdir="$(mktemp -d "${TMPDIR:-/tmp}/vhost-rdma-demo.XXXXXX")"
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
+e2e_begin
 
 # ---- output: steps and progress on stdout (fd 3 stays the terminal while
 # e2e_run_pair's own output goes to a file)
