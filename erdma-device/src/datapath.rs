@@ -61,7 +61,7 @@ fn engine_status(s: WcStatus, send: bool) -> u8 {
 
 impl ErdmaDevice {
     /// When the engines' timers want a `poll`, or now if work is left over.
-    pub(crate) fn engine_timeout(&self) -> Option<Instant> {
+    pub(crate) fn engine_timeout(&self, now: Instant) -> Option<Instant> {
         // Work that makes frames waits while the edge is paused: it polls
         // again when the pause ends.
         let tx_work = !self.sq_kicks.is_empty() || self.tx_more;
@@ -70,7 +70,7 @@ impl ErdmaDevice {
             || !self.loopback.is_empty()
             || (tx_work && !self.tx_paused)
         {
-            return self.last_now;
+            return Some(now);
         }
         self.qps
             .values()

@@ -153,9 +153,6 @@ pub struct ErdmaDevice {
     /// (`DeviceIo::tx_paused`): frames wait in the engines and SQs until
     /// the edge polls again, which it does when the pause ends.
     pub(crate) tx_paused: bool,
-    /// The latest call's `DeviceIo::now`: what `next_timeout` answers for
-    /// work due at once.
-    pub(crate) last_now: Option<Instant>,
     pub(crate) next_wr_id: u64,
     pub(crate) ip_ident: u16,
     /// Device-fault rules and the port state (kept over device resets:
@@ -211,7 +208,6 @@ impl ErdmaDevice {
             loopback: VecDeque::new(),
             // The only clock read: a fixed origin for the engines' Instant
             // API; all time comes from DeviceIo::now.
-            last_now: None,
             next_wr_id: 1,
             ip_ident: 0,
             faults: crate::faults::Faults::default(),
@@ -807,7 +803,6 @@ impl PciDevice for ErdmaDevice {
     }
 
     fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8], io: &mut DeviceIo<'_>) {
-        self.last_now = Some(io.now);
         let len = data.len() as u64;
         if bar != regs::FUNC_BAR
             || offset
@@ -853,7 +848,6 @@ impl PciDevice for ErdmaDevice {
     }
 
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
-        self.last_now = Some(io.now);
         self.tx_paused = io.tx_paused;
         if self.regs.st & regs::ST_INIT_DONE == 0 {
             return;
@@ -877,7 +871,6 @@ impl PciDevice for ErdmaDevice {
     }
 
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
-        self.last_now = Some(io.now);
         self.tx_paused = io.tx_paused;
         if self.regs.st & regs::ST_INIT_DONE == 0 {
             return Err(RxRefusal::NotReady);
@@ -892,8 +885,8 @@ impl PciDevice for ErdmaDevice {
         self.rx_frame(frame, io)
     }
 
-    fn next_timeout(&self) -> Option<Instant> {
-        self.engine_timeout()
+    fn next_timeout(&self, now: Instant) -> Option<Instant> {
+        self.engine_timeout(now)
     }
 
     fn reset(&mut self) {

@@ -254,7 +254,7 @@ fn frames_per_poll_are_bounded() {
     assert_eq!(a.d.tx.len(), 8, "the first poll stops at its budget");
     let now = a.d.now;
     assert_eq!(
-        a.d.dev.next_timeout(),
+        a.d.dev.next_timeout(a.d.now),
         Some(now),
         "more to send: poll again now"
     );
@@ -301,7 +301,7 @@ fn a_paused_edge_gets_no_frames_until_it_polls_again() {
     });
     let now = a.d.now;
     assert_ne!(
-        a.d.dev.next_timeout(),
+        a.d.dev.next_timeout(a.d.now),
         Some(now),
         "no poll asked for while paused"
     );

@@ -264,7 +264,7 @@ trait Idle {
 impl Idle for Driver {
     fn next_timeout_after_idle(&self) -> Option<std::time::Instant> {
         use pci_model::PciDevice;
-        self.dev.next_timeout()
+        self.dev.next_timeout(self.now)
     }
 }
 

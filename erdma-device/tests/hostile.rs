@@ -280,7 +280,7 @@ fn cmdq_doorbell_off_boundary_or_beyond_ring_is_refused() {
         d.write64(off::CMDQ_SQDB, u64::from(bad_pi));
         d.poll();
         // The device does not ask to be polled again at once (the spin)...
-        let t = d.dev.next_timeout();
+        let t = d.dev.next_timeout(d.now);
         assert!(
             t.is_none_or(|t| t > d.now),
             "PI {bad_pi}: next_timeout {t:?}"
@@ -396,7 +396,7 @@ fn random_bar_writes_and_reads_never_panic() {
             let _ = d.receive(&f);
         }
     }
-    let _ = d.dev.next_timeout();
+    let _ = d.dev.next_timeout(d.now);
 }
 
 #[test]
@@ -692,7 +692,7 @@ fn sqe_longer_than_its_doorbell_is_refused() {
     assert!(d.poll_cq(1).is_none(), "no completion");
     let now = d.now;
     assert_ne!(
-        d.dev.next_timeout(),
+        d.dev.next_timeout(d.now),
         Some(now),
         "no work left asking to run"
     );

@@ -270,7 +270,7 @@ fn drive(u: &mut Unstructured<'_>) -> Result<()> {
                 adminq_cmd(&mut dev, &mem, &mut io, &cmd(op, &payload));
             }
             _ => {
-                let _ = dev.next_timeout();
+                let _ = dev.next_timeout(now);
                 dev.poll(&mut io);
             }
         }

@@ -78,7 +78,7 @@ pub fn drive<D: PciDevice>(dev: &mut D, u: &mut Unstructured<'_>) -> Result<()> 
             }
             8 => dev.reset(),
             _ => {
-                let _ = dev.next_timeout();
+                let _ = dev.next_timeout(now);
                 dev.poll(&mut io);
             }
         }

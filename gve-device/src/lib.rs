@@ -175,9 +175,6 @@ pub struct GveDevice {
     pub(crate) tx_next: usize,
     /// The last poll found the edge paused (`DeviceIo::tx_paused`).
     pub(crate) tx_paused: bool,
-    /// The time of the latest call (`DeviceIo::now`): what
-    /// [`PciDevice::next_timeout`] answers for work due at once.
-    pub(crate) last_now: Option<std::time::Instant>,
     pub(crate) rx: Vec<Option<RxQueue>>,
     pub(crate) rss: Rss,
     pub(crate) rules: FlowRules,
@@ -223,7 +220,6 @@ impl GveDevice {
             tx_kick: vec![false; cfg.max_tx_queues as usize],
             tx_next: 0,
             tx_paused: false,
-            last_now: None,
             rx: vec![None; cfg.max_rx_queues as usize],
             chains: vec![rsc::Flows::default(); cfg.max_rx_queues as usize],
             in_burst: false,
@@ -804,7 +800,6 @@ impl PciDevice for GveDevice {
     }
 
     fn bar_write(&mut self, bar: u8, offset: u64, data: &[u8], io: &mut DeviceIo<'_>) {
-        self.last_now = Some(io.now);
         match bar {
             layout::BAR_REGS => self.bar0_write(offset, data, io),
             layout::BAR_DOORBELLS => self.bar2_write(offset, data, io),
@@ -813,7 +808,6 @@ impl PciDevice for GveDevice {
     }
 
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
-        self.last_now = Some(io.now);
         // Admin commands may destroy or restart queues: what a chain holds
         // goes first.
         if self.adminq_doorbell.is_some() {
@@ -827,7 +821,6 @@ impl PciDevice for GveDevice {
     }
 
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
-        self.last_now = Some(io.now);
         if self.resources.is_none()
             || self.rx.iter().all(Option::is_none)
             || self.device_status & regs::device_status::LINK == 0
@@ -952,16 +945,15 @@ impl PciDevice for GveDevice {
     /// TX work the budget left in the rings wants a poll at once (not
     /// while the edge is paused: its resume polls); an open HW-GRO chain
     /// wants one at its deadline.
-    fn next_timeout(&self) -> Option<std::time::Instant> {
+    fn next_timeout(&self, now: std::time::Instant) -> Option<std::time::Instant> {
         let tx = (!self.tx_paused
             && self
                 .tx_kick
                 .iter()
                 .enumerate()
                 .any(|(q, &k)| k && !self.faults.tx_stalled(q as u32)))
-        .then_some(self.last_now)
-        .flatten();
-        let stats = self.nic_stats_due();
+        .then_some(now);
+        let stats = self.nic_stats_due(now);
         let chain = self
             .chains
             .iter()

@@ -92,8 +92,8 @@ impl GveDevice {
     }
 
     /// When the NIC entries are to be written next (changed values only;
-    /// never written: at once, the latest call's time).
-    pub(crate) fn nic_stats_due(&self) -> Option<Instant> {
+    /// never written: at once, `now`).
+    pub(crate) fn nic_stats_due(&self, now: Instant) -> Option<Instant> {
         let r = self.stats_report.as_ref()?;
         let n = self.rx.iter().flatten().count();
         if n == r.written.len() && self.nic_stats().zip(&r.written).all(|(a, b)| a == *b) {
@@ -101,13 +101,13 @@ impl GveDevice {
         }
         match r.written_at {
             Some(t) => t.checked_add(r.interval),
-            None => self.last_now,
+            None => Some(now),
         }
     }
 
     /// Writes the NIC entries at the end of the driver's region when due.
     pub(crate) fn write_nic_stats(&mut self, io: &mut DeviceIo<'_>) {
-        if self.nic_stats_due().is_none_or(|t| t > io.now) {
+        if self.nic_stats_due(io.now).is_none_or(|t| t > io.now) {
             return;
         }
         let stats: Vec<_> = self.nic_stats().collect();

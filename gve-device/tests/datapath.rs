@@ -111,15 +111,15 @@ fn tx_poll_budget_bounds_a_call_and_rotates_queues() {
         g.send(0, &[&f], None, false, tag, false);
     }
     assert!(g.wire.is_empty());
-    assert_eq!(g.dev.next_timeout(), None, "polled while paused");
+    assert_eq!(g.dev.next_timeout(g.now), None, "polled while paused");
     g.tx_paused = false;
     g.poll();
     // 1054-byte frames: the third reaches 3000 and is sent whole.
     assert_eq!(g.wire.len(), 3);
-    assert_eq!(g.dev.next_timeout(), Some(g.now), "at once");
+    assert_eq!(g.dev.next_timeout(g.now), Some(g.now), "at once");
     g.poll();
     assert_eq!(g.wire.len(), 5);
-    assert_eq!(g.dev.next_timeout(), None, "no work left");
+    assert_eq!(g.dev.next_timeout(g.now), None, "no work left");
     assert_eq!(g.tx_completions(0).len(), 5);
     // A bound of one packet a poll over two busy queues: they alternate.
     let mut g = up(
@@ -145,7 +145,7 @@ fn tx_poll_budget_bounds_a_call_and_rotates_queues() {
         for q in 0..2 {
             order.extend(g.tx_completions(q).iter().map(|c| c.1));
         }
-        if g.dev.next_timeout().is_none() {
+        if g.dev.next_timeout(g.now).is_none() {
             break;
         }
     }

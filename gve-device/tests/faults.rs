@@ -334,7 +334,7 @@ fn tx_stall_holds_the_queue_until_cleared() {
     assert!(g.tx_completions(1).is_empty(), "stalled: no completion");
     assert!(g.wire.is_empty());
     assert_eq!(
-        g.dev.next_timeout(),
+        g.dev.next_timeout(g.now),
         None,
         "a stalled queue asks for no poll"
     );
@@ -501,7 +501,7 @@ fn nic_stats_report_at_the_end_of_the_region() {
         "written_count is the driver's"
     );
     // Nothing changed since: no timer, no write.
-    assert_eq!(g.dev.next_timeout(), None);
+    assert_eq!(g.dev.next_timeout(g.now), None);
     let n = g.dev.counters().nic_stats_written;
     g.advance(Duration::from_secs(5));
     g.poll();

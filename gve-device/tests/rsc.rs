@@ -390,11 +390,11 @@ fn nothing_merges_outside_a_burst_without_hold_or_with_rsc_off() {
     for f in &frames {
         g.receive(f).unwrap();
     }
-    assert_eq!(g.dev.next_timeout(), None);
+    assert_eq!(g.dev.next_timeout(g.now), None);
     assert_eq!(packets(&mut g).len(), 2);
     // A burst without hold time: written out at its end.
     assert!(g.receive_burst(&frames).iter().all(Result::is_ok));
-    assert_eq!(g.dev.next_timeout(), None, "nothing held");
+    assert_eq!(g.dev.next_timeout(g.now), None, "nothing held");
     assert_eq!(
         g.rx_completions(0).len(),
         2,

@@ -261,8 +261,10 @@ pub trait PciDevice {
     fn poll(&mut self, io: &mut DeviceIo<'_>);
     /// A frame from the fabric for this device.
     fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal>;
-    /// When `poll` wants to run again without a doorbell (timers), if ever.
-    fn next_timeout(&self) -> Option<Instant> {
+    /// When `poll` wants to run again without a doorbell (timers), if
+    /// ever; `now` (the edge's time) for work that is due at once.
+    fn next_timeout(&self, now: Instant) -> Option<Instant> {
+        let _ = now;
         None
     }
     /// The receive queue `frame` would go to now (the device's steering:

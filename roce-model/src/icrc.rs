@@ -20,8 +20,8 @@ use crc::{Algorithm, Crc};
 
 use crate::error::{need, CodecError, Result};
 
-/// Size of the ICRC trailer.
-pub const ICRC_LEN: usize = 4;
+/// Size of the ICRC trailer (the one constant, in `wire`).
+pub use wire::roce::ICRC_LEN;
 
 /// CRC-32/ISO-HDLC (the IEEE CRC-32, reflected, as the ICRC is), with the
 /// processor's carry-less multiply where it has one: every payload byte is

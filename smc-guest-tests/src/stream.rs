@@ -253,7 +253,7 @@ impl Header {
     /// Decodes, checking the magic.
     pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, HeaderError> {
         if b[0..8] != HEADER_MAGIC {
-            return Err(HeaderError::Magic(b[0..8].try_into().unwrap()));
+            return Err(HeaderError::Magic(std::array::from_fn(|i| b[i])));
         }
         Ok(Header {
             conn: u32::from_be_bytes(b[8..12].try_into().unwrap()),

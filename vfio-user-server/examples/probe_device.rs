@@ -41,7 +41,10 @@ fn main() {
             break;
         }
         // the daemon's timer duty: poll at the device's deadline
-        if handle.next_deadline().is_some_and(|d| d <= Instant::now()) {
+        if handle
+            .next_deadline(Instant::now())
+            .is_some_and(|d| d <= Instant::now())
+        {
             handle.poll();
         }
         let s = handle.stats();

@@ -277,12 +277,13 @@ impl<D: PciDevice> Shared<D> {
         // update what it saw (it looks at the deadline after them).
         let wake = self.on_earlier_deadline.get();
         let earlier = wake.is_some() && {
-            let deadline = device.next_timeout().map_or(u64::MAX, |d| {
+            let deadline = device.next_timeout(now).map_or(u64::MAX, |d| {
                 let since = d.saturating_duration_since(self.epoch);
                 u64::try_from(since.as_nanos()).unwrap_or(u64::MAX - 1)
             });
             deadline < self.deadline_ns.swap(deadline, Ordering::AcqRel)
         };
+        let at = io.device_time();
         let DeviceIo {
             irqs,
             tx,
@@ -293,7 +294,7 @@ impl<D: PciDevice> Shared<D> {
         for v in irqs {
             if tracing {
                 trace.push(TraceRecord {
-                    at: now.saturating_duration_since(self.epoch),
+                    at,
                     kind: TraceKind::Irq,
                     text: format!("msi-x vector {v}"),
                 });

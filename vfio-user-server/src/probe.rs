@@ -270,7 +270,7 @@ impl PciDevice for ProbeDevice {
         Ok(())
     }
 
-    fn next_timeout(&self) -> Option<Instant> {
+    fn next_timeout(&self, _now: Instant) -> Option<Instant> {
         self.timer_at
     }
 

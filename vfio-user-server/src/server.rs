@@ -254,8 +254,8 @@ impl<D: PciDevice> DeviceHandle<D> {
     }
 
     /// When [`DeviceHandle::poll`] should next run for timers, if ever.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        lock(&self.shared.state).device.next_timeout()
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        lock(&self.shared.state).device.next_timeout(now)
     }
 
     /// [`PciDevice::add_fault`]: adds device fault rule `id` (the driver

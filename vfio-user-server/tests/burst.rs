@@ -178,7 +178,7 @@ fn an_earlier_deadline_wakes_the_timer_thread() {
         fn receive(&mut self, _: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
             Ok(())
         }
-        fn next_timeout(&self) -> Option<Instant> {
+        fn next_timeout(&self, _now: Instant) -> Option<Instant> {
             self.0
         }
         fn reset(&mut self) {}

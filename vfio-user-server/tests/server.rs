@@ -225,17 +225,17 @@ fn timer_via_next_deadline_and_poll() {
     let mut c = s.client();
     let ev = eventfd();
     set_vector(&mut c, 0, &ev);
-    assert!(s.handle.next_deadline().is_none());
+    assert!(s.handle.next_deadline(Instant::now()).is_none());
     write32(&mut c, BAR0, reg::TIMER_US, 2000);
     write32(&mut c, BAR0, reg::DOORBELL, probe::CMD_TIMER);
-    let at = s.handle.next_deadline().unwrap();
+    let at = s.handle.next_deadline(Instant::now()).unwrap();
     s.handle.poll();
     assert_eq!(read32(&mut c, BAR0, reg::TIMER_HITS), 0);
     std::thread::sleep(at.saturating_duration_since(Instant::now()));
     s.handle.poll();
     assert_eq!(read32(&mut c, BAR0, reg::TIMER_HITS), 1);
     assert_eq!(take_events(&ev), 1);
-    assert!(s.handle.next_deadline().is_none());
+    assert!(s.handle.next_deadline(Instant::now()).is_none());
 }
 
 #[test]

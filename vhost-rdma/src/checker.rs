@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Instant;
 use wire_checker::{Checker, CheckerConfig, CheckerStats, Finding, FlowsView, Interest};
 
@@ -93,10 +93,6 @@ pub struct FabricChecker {
     tracks_tcp: AtomicBool,
     settings: Mutex<CheckerSettings>,
     inner: Mutex<Checker>,
-    /// The time of the first frame observed: the checker's timestamps are
-    /// nanoseconds since it (it reads no clock; the caller passes the
-    /// batch's time).
-    epoch: OnceLock<Instant>,
 }
 
 impl Default for FabricChecker {
@@ -113,7 +109,6 @@ impl FabricChecker {
             tracks_tcp: AtomicBool::new(false),
             settings: Mutex::new(s),
             inner: Mutex::new(Checker::new(s.config())),
-            epoch: OnceLock::new(),
         }
     }
 
@@ -151,9 +146,7 @@ impl FabricChecker {
             _ => {}
         }
         let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let epoch = *self.epoch.get_or_init(|| now);
-        let ts_ns =
-            u64::try_from(now.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX);
+        let ts_ns = crate::frame::ns_at(now);
         c.observe(ts_ns, port, frame);
         self.tracks_tcp.store(c.tracks_tcp(), Relaxed);
     }

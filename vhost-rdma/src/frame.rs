@@ -16,9 +16,18 @@ pub fn now_ms() -> u64 {
 
 /// `t` in milliseconds on the clock of [`now_ms`] (0 before its start).
 pub fn ms_at(t: Instant) -> u64 {
+    since_start(t).as_millis() as u64
+}
+
+/// `t` in nanoseconds on the clock of [`now_ms`] (0 before its start).
+pub fn ns_at(t: Instant) -> u64 {
+    u64::try_from(since_start(t).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The process-wide clock's start: its first use.
+fn since_start(t: Instant) -> std::time::Duration {
     static T0: OnceLock<Instant> = OnceLock::new();
     t.saturating_duration_since(*T0.get_or_init(Instant::now))
-        .as_millis() as u64
 }
 
 /// The parsed view of a frame: parsed once (by [`view`]), `Copy`, no

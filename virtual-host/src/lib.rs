@@ -538,14 +538,10 @@ impl VirtualHost {
                 }
             }
             Some(wire::parse::L3::V4(ip4)) if untagged && dst == self.cfg.mac => {
-                if self.on_link(ip4.src) {
-                    let src: [u8; 6] = std::array::from_fn(|i| frame[6 + i]);
-                    self.rdma.neighbors.learn(ip4.src, src);
+                if let Some(l2) = view.l2.filter(|_| self.on_link(ip4.src)) {
+                    self.rdma.neighbors.learn(ip4.src, l2.src);
                 }
-                let roce = view.l4.is_some_and(|l4| {
-                    l4.proto == wire::l4::L4Proto::Udp && l4.dst_port == wire::roce::ROCEV2_PORT
-                });
-                if roce {
+                if view.is_rocev2() {
                     // RoCEv2: the RDMA engines.
                     self.rdma.handle_frame(frame, now, &mut self.counters);
                     self.process(now);

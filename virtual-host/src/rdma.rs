@@ -704,15 +704,20 @@ fn frame_rocev2(
 
 /// A broadcast ARP request for `target`.
 pub(crate) fn arp_request(mac: [u8; 6], ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
-    let mut f = Vec::with_capacity(42);
-    f.extend_from_slice(&[0xff; 6]);
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&0x0806u16.to_be_bytes());
-    f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&ip.octets());
-    f.extend_from_slice(&[0; 6]);
-    f.extend_from_slice(&target.octets());
+    use wire::arp::{Arp, ARP_LEN, OP_REQUEST};
+    use wire::ethernet::{ETHERTYPE_ARP, ETH_HLEN};
+    let mut f = vec![0u8; ETH_HLEN + ARP_LEN];
+    f[0..6].fill(0xff);
+    f[6..12].copy_from_slice(&mac);
+    f[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
+    Arp {
+        op: OP_REQUEST,
+        sender_mac: mac,
+        sender_ip: ip.octets(),
+        target_mac: [0; 6],
+        target_ip: target.octets(),
+    }
+    .emit(&mut f[ETH_HLEN..]);
     f
 }
 

@@ -14,8 +14,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, ETH_HLEN};
-use crate::ip::{IPPROTO_TCP, IPPROTO_UDP};
+use crate::ethernet::{is_vlan_tpid, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HLEN, VLAN_HLEN};
+use crate::ip::{IPPROTO_TCP, IPPROTO_UDP, IPV4_FRAG_OFFSET, IPV4_MF};
 pub use crate::l4::L4Proto;
 use crate::roce::{BTH_LEN, ROCEV2_PORT};
 
@@ -304,7 +304,7 @@ fn parse_l2(frame: &[u8]) -> Option<L2> {
     let dst: [u8; 6] = frame.get(0..6)?.try_into().ok()?;
     let src: [u8; 6] = frame.get(6..12)?.try_into().ok()?;
     let ty = be16(frame, 12)?;
-    if ty == ETHERTYPE_VLAN || ty == ETHERTYPE_QINQ {
+    if is_vlan_tpid(ty) {
         let tci = be16(frame, 14)?;
         let inner = be16(frame, 16)?;
         return Some(L2 {
@@ -312,7 +312,7 @@ fn parse_l2(frame: &[u8]) -> Option<L2> {
             src,
             vlan: Some(VlanTag { tpid: ty, tci }),
             ethertype: inner,
-            header_len: ETH_HLEN + 4,
+            header_len: ETH_HLEN + VLAN_HLEN,
         });
     }
     Some(L2 {
@@ -343,7 +343,7 @@ fn parse_ipv4(frame: &[u8], off: usize, out: &mut ParsedFrame) {
         dst: Ipv4Addr::new(h[16], h[17], h[18], h[19]),
         protocol: h[9],
         header_len,
-        fragment: frag & 0x2000 != 0 || frag & 0x1fff != 0,
+        fragment: frag & (IPV4_MF | IPV4_FRAG_OFFSET) != 0,
     };
     out.l3 = Some(L3::V4(info));
     out.l3_offset = off;

@@ -193,11 +193,11 @@ fn fill_l4_checksum(seg: &mut [u8], lay: &SegmentLayout) {
     let len = seg.len() - lay.l4;
     let proto = lay.proto.number();
     let ps = if lay.ipv6 {
-        let a = |at: usize| -> [u8; 16] { seg[at..at + 16].try_into().expect("16 bytes") };
+        let a = |at: usize| -> [u8; 16] { std::array::from_fn(|i| seg[at + i]) };
         let dst = lay.final_dst.unwrap_or_else(|| a(lay.l3 + 24));
         pseudo_v6(&a(lay.l3 + 8), &dst, proto, len)
     } else {
-        let a = |at: usize| -> [u8; 4] { seg[at..at + 4].try_into().expect("4 bytes") };
+        let a = |at: usize| -> [u8; 4] { std::array::from_fn(|i| seg[at + i]) };
         pseudo_v4(a(lay.l3 + 12), a(lay.l3 + 16), proto, len)
     };
     let at = lay.l4 + lay.proto.checksum_offset();

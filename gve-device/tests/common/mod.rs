@@ -229,7 +229,11 @@ impl Guest {
     /// The edge's timer when it is due now: polls if the device asked
     /// for a poll by now (`next_timeout`).
     pub fn run_timers_due(&mut self) {
-        if self.dev.next_timeout().is_some_and(|at| at <= self.now) {
+        if self
+            .dev
+            .next_timeout(self.now)
+            .is_some_and(|at| at <= self.now)
+        {
             self.poll();
         }
     }
@@ -237,7 +241,7 @@ impl Guest {
     /// The edge's timer: if the device asked for a poll
     /// (`next_timeout`), the clock moves there and it polls.
     pub fn run_timers(&mut self) {
-        if let Some(at) = self.dev.next_timeout() {
+        if let Some(at) = self.dev.next_timeout(self.now) {
             self.now = self.now.max(at);
             self.poll();
         }

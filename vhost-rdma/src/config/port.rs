@@ -323,22 +323,6 @@ impl PortConfig {
         Self::with_spec(name, socket, PortSpec::Erdma(ErdmaSpec::new(netdev)))
     }
 
-    /// A `kind=vxlan` uplink.
-    pub fn vxlan(name: &str, cfg: crate::vxlan::VxlanConfig) -> Self {
-        Self::with_spec(name, "", PortSpec::Vxlan(cfg))
-    }
-
-    /// A `kind=tap` uplink on interface `ifname`.
-    pub fn tap(name: &str, ifname: &str) -> Self {
-        Self::with_spec(
-            name,
-            "",
-            PortSpec::Tap(TapSpec {
-                ifname: ifname.to_string(),
-            }),
-        )
-    }
-
     /// A port served on the inherited listening socket `fd`.
     pub fn from_fd(name: &str, fd: i32) -> Self {
         PortConfig {

@@ -319,7 +319,7 @@ impl PortShared {
         let mut s = PortStats {
             name: self.cfg.name.clone(),
             socket: self.cfg.socket.display().to_string(),
-            mac: self.mac.lock().map(|m| m.to_string()).unwrap_or_default(),
+            mac: self.mac().to_string(),
             form: self.profile.form.into(),
             connected: self.connected.load(Relaxed),
             connections: self.connections.load(Relaxed),

@@ -295,12 +295,7 @@ pub struct DevicePort {
     pump: Option<JoinHandle<()>>,
 }
 
-fn gve_config(cfg: &PortConfig) -> GveConfig {
-    let default = GveSpec::default();
-    let g = match &cfg.spec {
-        PortSpec::Gve(g) => g,
-        _ => &default,
-    };
+fn gve_config(cfg: &PortConfig, g: &GveSpec) -> GveConfig {
     GveConfig {
         mac: cfg.mac.0,
         max_tx_queues: u32::from(cfg.queue_pairs),
@@ -315,13 +310,8 @@ fn gve_config(cfg: &PortConfig) -> GveConfig {
 }
 
 /// The erdma model's configuration: its MAC and the port's RC settings.
-fn erdma_config(cfg: &PortConfig) -> ErdmaConfig {
+fn erdma_config(cfg: &PortConfig, rc: &RcSettings) -> ErdmaConfig {
     let mut c = ErdmaConfig::new(cfg.mac.0);
-    let default = RcSettings::default();
-    let rc = match &cfg.spec {
-        PortSpec::Erdma(e) => &e.rc,
-        _ => &default,
-    };
     c.ack_timeout = rc.ack_timeout.unwrap_or(c.ack_timeout);
     c.retry_cnt = rc.retry_cnt.unwrap_or(c.retry_cnt);
     c.rnr_retry = rc.rnr_retry.unwrap_or(c.rnr_retry);
@@ -394,9 +384,9 @@ impl DevicePort {
             port: port.clone(),
         };
         let vfio_err = |e| anyhow::anyhow!("port {name}: vfio-user: {e}");
-        let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match port.cfg().kind() {
-            PortKind::Erdma => {
-                let dev = ErdmaDevice::new(erdma_config(port.cfg()));
+        let (handle, run): (Arc<dyn Served>, Box<dyn FnOnce() + Send>) = match &port.cfg().spec {
+            PortSpec::Erdma(e) => {
+                let dev = ErdmaDevice::new(erdma_config(port.cfg(), &e.rc));
                 let server =
                     VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
                         .map_err(vfio_err)?;
@@ -405,8 +395,8 @@ impl DevicePort {
                     Box::new(move || log_end(server.run())),
                 )
             }
-            _ => {
-                let dev = GveDevice::new(gve_config(port.cfg()));
+            PortSpec::Gve(g) => {
+                let dev = GveDevice::new(gve_config(port.cfg(), g));
                 let server =
                     VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())
                         .map_err(vfio_err)?;
@@ -415,6 +405,10 @@ impl DevicePort {
                     Box::new(move || log_end(server.run())),
                 )
             }
+            _ => anyhow::bail!(
+                "port {name}: kind={} is not an emulated PCI device",
+                port.cfg().kind().name()
+            ),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let server_thread = std::thread::Builder::new()

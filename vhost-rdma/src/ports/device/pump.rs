@@ -54,8 +54,8 @@ pub(crate) trait Pumped: Send + Sync {
     fn receive_burst(&self, now: Instant, f: &mut dyn FnMut(&mut dyn RxBurst));
     /// `PciDevice::poll` at `now`.
     fn poll_at(&self, now: Instant);
-    /// When the model wants `poll` for its timers.
-    fn next_deadline(&self) -> Option<Instant>;
+    /// When the model wants `poll` for its timers (`now`: due at once).
+    fn next_deadline(&self, now: Instant) -> Option<Instant>;
     /// `PciDevice::reset` alone (after a panic).
     fn reset(&self);
     /// The sink paused the model's TX.
@@ -73,8 +73,8 @@ impl<D: pci_model::PciDevice + Send + 'static> Pumped for vfio_user_server::Devi
     fn poll_at(&self, now: Instant) {
         vfio_user_server::DeviceHandle::poll_at(self, now)
     }
-    fn next_deadline(&self) -> Option<Instant> {
-        vfio_user_server::DeviceHandle::next_deadline(self)
+    fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        vfio_user_server::DeviceHandle::next_deadline(self, now)
     }
     fn reset(&self) {
         self.reset_device()
@@ -337,7 +337,7 @@ impl<'a> Pump<'a> {
             }
             let dev = self.dev;
             if let Some(at) = self
-                .guarded("next_deadline", || dev.next_deadline())
+                .guarded("next_deadline", || dev.next_deadline(now))
                 .flatten()
             {
                 wait = wait.min(at.saturating_duration_since(now));
@@ -409,7 +409,7 @@ impl<'a> Pump<'a> {
             // burst's poll runs them otherwise).
             let dev = self.dev;
             let due = self
-                .guarded("next_deadline", || dev.next_deadline())
+                .guarded("next_deadline", || dev.next_deadline(now))
                 .flatten()
                 .is_some_and(|at| at <= now);
             if due {
@@ -661,9 +661,7 @@ mod tests {
 
         /// The test double: a frame's queue is its first payload byte, its
         /// tag the second.
-        /// The state, and an instant from its creation: "due now" (any
-        /// time already past).
-        struct Double(Arc<Mutex<State>>, Instant);
+        struct Double(Arc<Mutex<State>>);
 
         impl Double {
             fn s(&self) -> MutexGuard<'_, State> {
@@ -737,9 +735,9 @@ mod tests {
             }
             /// Now, for its timer, or for TX left over by its budget of 8
             /// a poll (not while paused: the pump resumes it).
-            fn next_timeout(&self) -> Option<Instant> {
+            fn next_timeout(&self, now: Instant) -> Option<Instant> {
                 let s = self.s();
-                (s.timer || (s.tx_pending > 0 && !s.paused)).then_some(self.1)
+                (s.timer || (s.tx_pending > 0 && !s.paused)).then_some(now)
             }
             fn reset(&mut self) {
                 let mut s = self.s();
@@ -792,7 +790,7 @@ mod tests {
                 };
                 let server = VfioUserServer::from_listener_with_sink(
                     listener,
-                    Double(state.clone(), Instant::now()),
+                    Double(state.clone()),
                     sink,
                     Limits::default(),
                 )
