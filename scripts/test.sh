@@ -53,6 +53,9 @@ ROOT="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
 cd "$ROOT"
 CACHE="${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
+# No incremental state: it doubles the debug target (9 GiB of it on a full
+# run) and a run from a fresh checkout never reuses it.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 e2e=1 e2e_args=() junit=""
 while (($#)); do
     case "$1" in
@@ -115,6 +118,14 @@ counted() {
 # --- prerequisites -----------------------------------------------------------
 say "prerequisites"
 "$ROOT/scripts/install-deps.sh" || { echo "install-deps failed"; exit 1; }
+# A cold run writes ~4 GiB under the cache (cargo's target ~2.5 GiB, the
+# guest image, QEMU and tools ~1.2 GiB); a full disk fails a build midway
+# with "No space left on device", so say it up front.
+mkdir -p "$CARGO_TARGET_DIR"
+free_kib="$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print $4 }')"
+if [[ -n $free_kib ]] && ((free_kib < 4 * 1024 * 1024)); then
+    echo "warning: $((free_kib / 1024)) MiB free under $CARGO_TARGET_DIR; a cold run needs about 4 GiB"
+fi
 
 # --- guest assets, in the background ---------------------------------------------
 # The guest image (on a cold machine that is a kernel build, ~6 min of 2
