@@ -16,42 +16,34 @@
 #   bench-erdma size=S iters=N erdma_mbps=X rxe_mbps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B erdma_daemon_cpu_s_per_gib=C rxe_daemon_cpu_s_per_gib=D
 #   bench-erdma-smc mib=M erdma_mibps=X rxe_mibps=Y erdma_cpu_s_per_gib=A rxe_cpu_s_per_gib=B erdma_daemon_cpu_s_per_gib=C rxe_daemon_cpu_s_per_gib=D
 set -uo pipefail
-HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
-ROOT="$(cd "$HERE/.." && pwd)"
-size=65536 iters=2000 smc_mib=256 build=1 logdir=""
+ROOT="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
+CASES=(erdma rxe)
+size=65536 iters=2000 smc_mib=256 build=1 profile=release image="" qemu="" accel=auto timeout=900 logdir="" keep_logs=1
+# shellcheck source=scripts/lib-e2e.sh
+. "$ROOT/scripts/lib-e2e.sh"
 while (($#)); do
     case "$1" in
         --size) size="$2"; shift 2 ;;
         --iters) iters="$2"; shift 2 ;;
         --smc-mib) smc_mib="$2"; shift 2 ;;
-        --no-build) build=0; shift ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-        *) echo "bench-erdma: unknown argument $1" >&2; exit 2 ;;
+        -h|--help) sed -n '2,16p' "$0"; e2e_opts_usage; exit 0 ;;
+        *) e2e_opt "$@" || { echo "bench-erdma: unknown argument $1" >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
-logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-erdma.XXXXXX")}"
-mkdir -p "$logdir"
-# shellcheck source=scripts/lib.sh
-. "$ROOT/scripts/lib.sh"   # info: log lines "[bench-erdma.sh] ..."
-if ((build)); then
-    (cd "$ROOT" && nice cargo build --release -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1 ||
-        { info "build failed ($logdir/build.log)"; exit 1; }
-fi
-DAEMON="$CARGO_TARGET_DIR/release/vhost-rdma"
-image="$("$ROOT/scripts/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || exit 1
-qemu="$("$ROOT/scripts/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || exit 1
+E2E_NAME=bench-erdma
+HERE="$ROOT/scripts"  # lib-e2e.sh finds build-guest-image.sh / setup-qemu.sh there
+e2e_begin
+e2e_prepare smc-guest-tests
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 
 # The guest job: DEV is erdma_0 or rxe0; ROLE server|client. Prints the
 # perftest row and "CPU <busy jiffies> <HZ>" measured around the transfer.
 cat >"$logdir/job.sh" <<'EOF'
 DEV=$1 ROLE=$2 SELF=$3 PEER=$4 SIZE=$5 ITERS=$6 SMCB=$7
+. /opt/vr/rdma-lib.sh  # roce_gid_index
 [ $DEV = rxe0 ] && rdma link add rxe0 type rxe netdev eth0
 i=0; until ping -c 1 -W 2 $PEER >/dev/null 2>&1; do i=$((i+1)); [ $i -ge 120 ] && break; sleep 1; done
-want=$(echo $SELF | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
-g=""; for t in $(seq 20); do for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do [ "$(cat $f)" = "$want" ] && g=${f##*/}; done; [ -n "$g" ] && break; sleep 1; done
+g=$(roce_gid_index $DEV $SELF)
 busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 b0=$(busy)
 if [ $ROLE = server ]; then
@@ -84,7 +76,8 @@ EOF
 vrbin="$logdir/vrbin"
 mkdir -p "$vrbin/bin"
 cp "$logdir/job.sh" "$vrbin/job.sh"
-cp "$CARGO_TARGET_DIR/release/smc-guest-tests" "$vrbin/bin/" || { info "no smc-guest-tests binary (build it)"; exit 1; }
+cp "$ROOT/scripts/guest/rdma-lib.sh" "$vrbin/rdma-lib.sh"
+cp "$SGT" "$vrbin/bin/"
 
 run() {  # run erdma|rxe
     local kind=$1 d="$logdir/$1"
@@ -96,32 +89,26 @@ run() {  # run erdma|rxe
     fi
     echo "sh /opt/vr/job.sh $dev server $A $B $size $iters ${smc_mib}M" >"$d/a.sh"
     echo "sh /opt/vr/job.sh $dev client $B $A $size $iters ${smc_mib}M" >"$d/b.sh"
-    NO_COLOR=1 "$DAEMON" serve "${ports[@]}" --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-    local dpid=$! i
-    for ((i = 0; i < 100; i++)); do [[ -S $d/a.sock && -S $d/b.sock && -S $d/ctl.sock ]] && break; sleep 0.1; done
-    python3 "$ROOT/ci/daemon_cpu.py" sample --pid "$dpid" --daemon "$DAEMON" --control "$d/ctl.sock" \
+    daemon_up "$d/a.sock" "$d/b.sock" "$d/ctl.sock" -- "${ports[@]}" --control "$d/ctl.sock" ||
+        fail_all "the daemon did not start ($d/daemon.log)"
+    python3 "$ROOT/ci/daemon_cpu.py" sample --pid "$DAEMON_PID" --daemon "$DAEMON" --control "$d/ctl.sock" \
         --out "$d/daemon-cpu.log" &
     local spid=$!
-    local xa=() xb=()
+    RG_A=(--net vhost-user) RG_B=(--net vhost-user)
     if [[ $kind == erdma ]]; then
-        xa=(--qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/ra.sock\"}}")
-        xb=(--qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/rb.sock\"}}")
+        RG_A+=(--qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/ra.sock\"}}")
+        RG_B+=(--qemu-arg=-device --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/rb.sock\"}}")
     fi
-    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
-        --net vhost-user "${xa[@]}" --logdir "$d/ga" \
-        --guest "a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh" >"$d/run-a.log" 2>&1 &
-    local pa=$!
-    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
-        --net vhost-user "${xb[@]}" --logdir "$d/gb" \
-        --guest "b,ip=$B/24,sock=$d/b.sock,mac=$MACB,cmd=$d/b.sh" >"$d/run-b.log" 2>&1
-    wait "$pa"
-    kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+    RG_A+=(--guest "a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh")
+    RG_B+=(--guest "b,ip=$B/24,sock=$d/b.sock,mac=$MACB,cmd=$d/b.sh")
+    e2e_run_pair
+    stop_daemon
     wait "$spid" 2>/dev/null
 }
 
-info "erdma run (logs $logdir/erdma)"
+say "erdma run (logs $logdir/erdma)"
 run erdma
-info "rxe run (logs $logdir/rxe)"
+say "rxe run (logs $logdir/rxe)"
 run rxe
 
 # result KIND -> "MB/s cpu_s_per_gib ok"
@@ -187,4 +174,4 @@ python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "erdma
 echo
 echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu erdma_daemon_cpu_s_per_gib=$e_dcpu rxe_daemon_cpu_s_per_gib=$r_dcpu"
 echo "bench-erdma-smc mib=$smc_mib erdma_mibps=$es_bw rxe_mibps=$rs_bw erdma_cpu_s_per_gib=$es_cpu rxe_cpu_s_per_gib=$rs_cpu erdma_daemon_cpu_s_per_gib=$es_dcpu rxe_daemon_cpu_s_per_gib=$rs_dcpu"
-[[ $e_ok == 1 && $r_ok == 1 && $es_ok == 1 && $rs_ok == 1 ]] || { info "a transfer failed (logs in $logdir)"; exit 1; }
+[[ $e_ok == 1 && $r_ok == 1 && $es_ok == 1 && $rs_ok == 1 ]] || { say "a transfer failed (logs in $logdir)"; exit 1; }

@@ -12,34 +12,26 @@
 #   bench-gve bytes=N gve_mibps=X virtio_mibps=Y devmem_mibps=Z gve_ordinary_mibps=W
 # Guests run under TCG here: the guests' CPU is the limit, not the daemon.
 set -uo pipefail
-HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
-ROOT="$(cd "$HERE/.." && pwd)"
-bytes=128M build=1 logdir=""
+ROOT="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
+CASES=(gve virtio devmem)
+bytes=128M build=1 profile=release image="" qemu="" accel=auto timeout=900 logdir="" keep_logs=1
+# shellcheck source=scripts/lib-e2e.sh
+. "$ROOT/scripts/lib-e2e.sh"
 while (($#)); do
     case "$1" in
         --bytes) bytes="$2"; shift 2 ;;
-        --no-build) build=0; shift ;;
-        --logdir) logdir="$2"; shift 2 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-        *) echo "bench-gve: unknown argument $1" >&2; exit 2 ;;
+        -h|--help) sed -n '2,14p' "$0"; e2e_opts_usage; exit 0 ;;
+        *) e2e_opt "$@" || { echo "bench-gve: unknown argument $1" >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
-logdir="${logdir:-$(mktemp -d "${TMPDIR:-/tmp}/bench-gve.XXXXXX")}"
-mkdir -p "$logdir"
-# shellcheck source=scripts/lib.sh
-. "$ROOT/scripts/lib.sh"   # info: log lines "[bench-gve.sh] ..."
-if ((build)); then
-    (cd "$ROOT" && nice cargo build --release -p vhost-rdma -p smc-guest-tests) >"$logdir/build.log" 2>&1 ||
-        { info "build failed ($logdir/build.log)"; exit 1; }
-fi
-DAEMON="$CARGO_TARGET_DIR/release/vhost-rdma"
-image="$("$ROOT/scripts/build-guest-image.sh" --kernel 7.3 2>"$logdir/image.log" | tail -n 1)" || exit 1
-qemu="$("$ROOT/scripts/setup-qemu.sh" 2>"$logdir/qemu.log" | tail -n 1)" || exit 1
-ncd="$("$ROOT/scripts/build-ncdevmem.sh" 2>"$logdir/ncdevmem.log" | tail -n 1)" || exit 1
+E2E_NAME=bench-gve
+HERE="$ROOT/scripts"  # lib-e2e.sh finds build-guest-image.sh / setup-qemu.sh there
+e2e_begin
+e2e_prepare smc-guest-tests
+ncd="$("$ROOT/scripts/build-ncdevmem.sh" 2>"$logdir/ncdevmem.log" | tail -n 1)" || fail_all "no ncdevmem (see $logdir/ncdevmem.log)"
 vrbin="$logdir/vrbin"
 mkdir -p "$vrbin/bin"
-cp -f "$CARGO_TARGET_DIR/release/smc-guest-tests" "$ncd/ncdevmem" "$vrbin/bin/"
+cp -f "$SGT" "$ncd/ncdevmem" "$vrbin/bin/"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 
 # run KIND: guest A on KIND (gve or virtio), B on virtio-net; B sends to A.
@@ -62,30 +54,23 @@ smc-guest-tests stream client --proto tcp --addr $A --port 5301 --bytes $bytes -
 exit 0
 EOF
     if [[ $kind == gve ]]; then porta="g=$d/a.sock,kind=gve,queues=2,mac=$MACA"; else porta="a=$d/a.sock,queues=2,mac=$MACA"; fi
-    NO_COLOR=1 "$DAEMON" serve --port "$porta" --port "v=$d/v.sock,mac=$MACB" \
-        --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-    local dpid=$! i
-    for ((i = 0; i < 100; i++)); do [[ -S $d/a.sock && -S $d/v.sock ]] && break; sleep 0.1; done
-    local net=(--net vhost-user --queues 2) guest="a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh"
+    daemon_up "$d/a.sock" "$d/v.sock" -- --port "$porta" --port "v=$d/v.sock,mac=$MACB" --control "$d/ctl.sock" ||
+        fail_all "the daemon did not start ($d/daemon.log)"
+    RG_A=(--smp 2 --net vhost-user --queues 2 --guest "a,ip=$A/24,sock=$d/a.sock,mac=$MACA,cmd=$d/a.sh")
     if [[ $kind == gve ]]; then
-        net=(--net none --qemu-arg=-device
-            --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/a.sock\"}}")
-        guest="a,ip=$A/24,cmd=$d/a.sh"
+        RG_A=(--smp 2 --net none --qemu-arg=-device
+            --qemu-arg="{\"driver\":\"vfio-user-pci\",\"socket\":{\"type\":\"unix\",\"path\":\"$d/a.sock\"}}"
+            --guest "a,ip=$A/24,cmd=$d/a.sh")
     fi
-    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
-        --smp 2 "${net[@]}" --logdir "$d/ga" --guest "$guest" >"$d/run-a.log" 2>&1 &
-    local pa=$!
-    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --timeout 900 --guest-bin "$vrbin" \
-        --net vhost-user --logdir "$d/gb" --guest "b,ip=$B/24,sock=$d/v.sock,mac=$MACB,cmd=$d/b.sh" \
-        >"$d/run-b.log" 2>&1
-    wait "$pa"
-    kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+    RG_B=(--net vhost-user --guest "b,ip=$B/24,sock=$d/v.sock,mac=$MACB,cmd=$d/b.sh")
+    e2e_run_pair
+    stop_daemon
 }
 
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
-info "gve run (logs $logdir/gve)"
+say "gve run (logs $logdir/gve)"
 run gve
-info "virtio-net run (logs $logdir/virtio)"
+say "virtio-net run (logs $logdir/virtio)"
 run virtio
 
 sg="$(grep -h '^STREAM-RESULT' "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
@@ -113,4 +98,4 @@ echo
 python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "TCP receive: gve vs virtio-net" >&2 || true
 echo
 echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0}"
-((ok)) || { info "a transfer was not validated (logs kept in $logdir)"; exit 1; }
+((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }
