@@ -72,22 +72,12 @@ d="$logdir"
 
 # ---- guest side, shared: rxe0, the RoCE v2 GID index of our address, CPU
 # samples ("ticks... uptime idle").
-cat >"$d/common.sh" <<'EOF'
+cat "$ROOT/scripts/guest/rdma-lib.sh" >"$d/common.sh"  # roce_gid_index
+cat >>"$d/common.sh" <<'EOF'
 rxe_up() {  # rxe_up MY_IP: sets gidx
     i=0; while [ "$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do i=$((i + 1)); [ $i -ge 30 ] && { echo 'BENCH-FAIL no carrier'; exit 10; }; sleep 1; done
     rdma link add rxe0 type rxe netdev eth0 || { echo 'BENCH-FAIL rdma link add'; exit 11; }
-    want=$(echo "$1" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", $1, $2, $3, $4 }')
-    gidx=""
-    for t in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-        for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
-            n=${f##*/}
-            [ "$(cat "$f" 2>/dev/null)" = "$want" ] || continue
-            case "$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/"$n" 2>/dev/null)" in *v2*|*V2*) gidx=$n ;; esac
-        done
-        [ -n "$gidx" ] && break
-        sleep 1
-    done
-    [ -n "$gidx" ] || { echo 'BENCH-FAIL no RoCE v2 GID'; exit 13; }
+    gidx=$(roce_gid_index rxe0 "$1") || { echo 'BENCH-FAIL no RoCE v2 GID'; exit 13; }
     echo "RoCE v2 GID index: $gidx"
 }
 cpu_sample() { cat /proc/uptime; }
@@ -150,16 +140,8 @@ port = $H_PORT
 size = $size
 iters = $iters
 EOF
-NO_COLOR=1 "$DAEMON" serve --config "$d/vhost.toml" \
-    --port "a=$d/a.sock,mac=$A_MAC" --port "b=$d/b.sock,mac=$B_MAC" \
-    --control "$d/ctl.sock" >"$d/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for ((i = 0; i < 100; i++)); do
-    [[ -S $d/a.sock && -S $d/b.sock && -S $d/ctl.sock ]] && break
-    kill -0 "$DAEMON_PID" 2>/dev/null || break
-    sleep 0.1
-done
-[[ -S $d/a.sock && -S $d/b.sock ]] || fail_all "daemon did not start (log: $d/daemon.log)"
+start_daemon "$d/a.sock" "$d/b.sock" "$d/ctl.sock" -- --config "$d/vhost.toml" \
+    --port "a=$d/a.sock,mac=$A_MAC" --port "b=$d/b.sock,mac=$B_MAC" --control "$d/ctl.sock"
 
 t0=$SECONDS
 "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" --accel "$accel" --timeout "$timeout" \

@@ -2,7 +2,7 @@
 # One guest on the vhost-rdma daemon, virtio-net-pci form; console on this
 # terminal (an interactive shell when run from a terminal; Ctrl-A X quits).
 #   IMAGE=... qemu-configs/pci-1guest.sh          (PRINT=1 to only print)
-FORM=pci
+FORM=${FORM:-pci}  # testdev-1guest.sh sets testdev
 . "$(dirname "$0")/common.sh"
 vr_daemon a
 vr_job a "$(cat <<'J'

@@ -42,14 +42,9 @@ build=1 profile=release image="" qemu="" timeout=900 logdir="" keep_logs=0 accel
 E2E_KERNEL_OPT=1
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
-while (($#)); do
-    case "$1" in
-        -h|--help) usage; exit 0 ;;
-        *) e2e_opt "$@" || { echo "e2e-erdma: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
-    esac
-done
-
 E2E_NAME=e2e-erdma
+e2e_opts_only "$@"
+
 e2e_begin
 e2e_prepare
 if ! "$qemu" -machine none -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then

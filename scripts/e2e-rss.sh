@@ -42,15 +42,10 @@ EOF
 build=1 profile=release image="" qemu="" accel=auto timeout=1500 logdir="" keep_logs=0
 # shellcheck source=scripts/lib-e2e.sh
 . "$HERE/lib-e2e.sh"
-while (($#)); do
-    case "$1" in
-        -h|--help) usage; exit 0 ;;
-        *) e2e_opt "$@" || { echo "e2e-rss: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
-    esac
-done
+E2E_NAME=e2e-rss
+e2e_opts_only "$@"
 
 CASES=(e2e-rss)
-E2E_NAME=e2e-rss
 e2e_begin
 HOST_PID=""
 cleanup() {

@@ -228,22 +228,6 @@ cat "$d/ctl-start.txt"
 e2e_run_guest
 
 out="$d/g.job/out.log"
-guest_rc() { sed -n "s/^VH-RESULT case=$1 rc=\([0-9a-z]*\).*/\1/p" "$out" 2>/dev/null | tail -n 1; }
-# case_out CASE: the guest's output of one case
-case_out() { awk -v c="== CASE $1" '$0 == c { on = 1; next } /^== CASE / { on = 0 } on' "$out" 2>/dev/null; }
-# host_service KIND PORT: "sessions_ok sessions_failed last_iterations last_verified last_error"
-host_service() {
-    python3 - "$d/hosts.json" "$1" "$2" <<'PY' 2>/dev/null
-import json, sys
-hosts = json.load(open(sys.argv[1]))
-for h in hosts:
-    for s in h["services"]:
-        if s["kind"] == sys.argv[2] and str(s["port"]) == sys.argv[3]:
-            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
-            sys.exit(0)
-PY
-}
-
 rc="$(guest_rc ping)"
 if [[ $rc == 0 ]]; then
     record PASS ping "guest pinged $HOST_IP"
@@ -265,8 +249,7 @@ check_rping() {
     if case_out "$c" | grep -Eiq 'data mismatch'; then
         why+=("guest: $(case_out "$c" | grep -Ei 'data mismatch' | head -n 1)")
     fi
-    hs="$(host_service "$kind" "$port")"
-    read -r ok bad it ver err <<<"$hs"
+    read -r ok bad it ver err <<<"$(host_stats - "$kind" "$port")"
     [[ ${ok:-0} -ge $want_ok ]] || why+=("host $kind:$port: ${ok:-0} finished sessions, want $want_ok (${err:-no status})")
     [[ ${bad:-1} == 0 ]] || why+=("host $kind:$port: ${bad:-?} failed sessions (${err:-no status})")
     [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] || why+=("host $kind:$port: last session ${it:-0} pings, ${ver:-0} verified, want $count")
@@ -290,8 +273,7 @@ check_ucmatose() {
     rc="$(guest_rc "$c")"
     [[ $rc == 0 ]] || why+=("ucmatose rc=${rc:-none}")
     case_out "$c" | grep -q 'test complete' || why+=("no 'test complete' line")
-    hs="$(host_service "$kind" 7471)"
-    read -r ok bad it ver err <<<"$hs"
+    read -r ok bad it ver err <<<"$(host_stats - "$kind" 7471)"
     [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $kind: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
     [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] || why+=("host $kind: ${it:-0} messages, ${ver:-0} of the right length, want $count")
     if ((${#why[@]} == 0)); then
@@ -310,33 +292,12 @@ else
     done
 fi
 
-# perftest -R: the tool's exit status and its result row (size, iterations,
-# BW peak, BW average, message rate), and the host service's finished
-# session with at least I operations counted, no failed session.
-check_bw_cm() {  # check_bw_cm CASE HOST_KIND PORT
-    local c=$1 kind=$2 port=$3 rc row ok bad it ver err why=() j
-    rc="$(guest_rc "$c")"
-    row="$(case_out "$c" |
-        grep -E "^[[:space:]]*$bw_size[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
-        tail -n 1 | tr -s ' \t' ' ')"
-    read -r ok bad it ver err <<<"$(host_service "$kind" "$port")"
-    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
-    [[ -n $row ]] || why+=("no result row")
-    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $kind:$port: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
-    [[ ${it:-0} -ge $bw_iters ]] || why+=("host $kind:$port: ${it:-0} operations, want >= $bw_iters")
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "row '$row'; host $kind:$port counted $it"
-    else
-        printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
-}
 for v in "${BW_VERBS[@]}"; do
     if ((do_perf)); then
-        check_bw_cm "$v-bw-R-guest-client" "$v-bw-server" "${GC_PORT[$v]}"
-        check_bw_cm "$v-bw-R-guest-client-crc" "$v-bw-server" "$((GC_PORT[$v] + 10))"
-        check_bw_cm "$v-bw-R-guest-server" "$v-bw-client" "${GS_PORT[$v]}"
-        check_bw_cm "$v-bw-R-guest-server-crc" "$v-bw-client" "$((GS_PORT[$v] + 10))"
+        check_bw_cm "$v-bw-R-guest-client" - "$v-bw-server" "${GC_PORT[$v]}" "$bw_size"
+        check_bw_cm "$v-bw-R-guest-client-crc" - "$v-bw-server" "$((GC_PORT[$v] + 10))" "$bw_size"
+        check_bw_cm "$v-bw-R-guest-server" - "$v-bw-client" "${GS_PORT[$v]}" "$bw_size"
+        check_bw_cm "$v-bw-R-guest-server-crc" - "$v-bw-client" "$((GS_PORT[$v] + 10))" "$bw_size"
     else
         for r in guest-client guest-client-crc guest-server guest-server-crc; do record SKIP "$v-bw-R-$r" "--only $only"; done
     fi

@@ -130,8 +130,9 @@ e2e_prepare
 GUEST_IP=10.77.0.1 HOST_IP=10.77.0.10 HOST2_IP=10.77.0.11 GMAC=52:54:00:77:00:01
 d="$logdir"
 
-# ---- guest job
-cat >"$d/g.sh" <<EOF
+# ---- guest job (scripts/guest/rdma-lib.sh first)
+cat "$HERE/guest/rdma-lib.sh" >"$d/g.sh"
+cat >>"$d/g.sh" <<EOF
 echo "== \$VR_NAME: kernel \$(uname -r)"
 i=0; while [ "\$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ]; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL no carrier'; exit 10; }; sleep 1; done
 i=0; until ping -c 1 -W 2 $HOST_IP >/dev/null 2>&1; do i=\$((i + 1)); [ \$i -ge 30 ] && break; sleep 1; done
@@ -140,19 +141,8 @@ ip neigh show $HOST_IP
 if [ $DEV = rxe0 ]; then rdma link add rxe0 type rxe netdev eth0 || { echo 'E2E-FAIL rdma link add'; exit 11; }; fi
 i=0; until rdma link show $DEV/1 2>/dev/null | grep -q 'state ACTIVE.* netdev eth0'; do i=\$((i + 1)); [ \$i -ge 30 ] && { echo 'E2E-FAIL $DEV not ACTIVE on eth0'; rdma link show; exit 12; }; sleep 1; done
 rdma link show $DEV/1
-# The RoCE v2 GID of our IPv4 address (rxe lists it as ::ffff:a.b.c.d).
-want=\$(echo $GUEST_IP | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", \$1, \$2, \$3, \$4 }')
-gidx=""
-for t in 1 2 3 4 5 6 7 8 9 10; do
-    for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do
-        n=\${f##*/}
-        [ "\$(cat \$f 2>/dev/null)" = "\$want" ] || continue
-        case "\$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/\$n 2>/dev/null)" in *v2*|*V2*) gidx=\$n ;; esac
-    done
-    [ -n "\$gidx" ] && break
-    sleep 1
-done
-[ -n "\$gidx" ] || { echo 'E2E-FAIL no RoCE v2 GID'; for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do echo "\$f \$(cat \$f)"; done; exit 13; }
+# The RoCE v2 GID of our IPv4 address (rdma-lib.sh, at the top of this job).
+gidx=\$(roce_gid_index $DEV $GUEST_IP) || { echo 'E2E-FAIL no RoCE v2 GID'; for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do echo "\$f \$(cat \$f)"; done; exit 13; }
 echo "RoCE v2 GID index: \$gidx"
 if [ $cm_only = 0 ]; then
 echo "== pingpong: guest server, virtual host client"
@@ -303,20 +293,6 @@ cat "$d/ctl-start.txt"
 e2e_run_guest
 
 out="$d/g.job/out.log"
-guest_rc() { sed -n "s/^VH-RESULT case=$1 rc=\([0-9]*\).*/\1/p" "$out" 2>/dev/null | tail -n 1; }
-# host_service KIND: "sessions_ok last_iterations last_verified" of the host's service KIND
-host_service() {
-    python3 - "$d/hosts.json" "$1" <<'PY' 2>/dev/null
-import json, sys
-hosts = json.load(open(sys.argv[1]))
-for h in hosts:
-    for s in h["services"]:
-        if s["kind"] == sys.argv[2]:
-            print(s["sessions_ok"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
-            sys.exit(0)
-PY
-}
-
 rc="$(guest_rc ping)"
 if [[ $rc == 0 ]]; then
     record PASS ping "guest pinged $HOST_IP"
@@ -336,8 +312,7 @@ check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
     [[ -n $tput ]] || why+=("no throughput line")
     sed -n "/^== pingpong: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
         grep -Eq "^$iters iters in " || why+=("no '$iters iters' line")
-    hs="$(host_service "$kind")"
-    read -r ok it ver err <<<"$hs"
+    read -r ok _ it ver err <<<"$(host_stats vh "$kind" -)"
     [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
     [[ ${it:-0} == "$iters" ]] || why+=("host $kind: $it iterations, want $iters")
     if [[ $kind == pingpong-client ]]; then
@@ -372,7 +347,7 @@ check_bw() {  # check_bw CASE HOST_KIND TOOL ROLE ("guest client" or "guest serv
     row="$(sed -n "/^== $tool: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
         grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
         tail -n 1 | tr -s ' \t' ' ')"
-    read -r ok it ver err <<<"$(host_service "$kind")"
+    read -r ok _ it ver err <<<"$(host_stats vh "$kind" -)"
     [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
     [[ -n $row ]] || why+=("no result row")
     [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
@@ -394,19 +369,7 @@ for t in "${BW_SERVERS[@]}"; do
 done
 fi
 
-# rdma_cm over RoCE. case_out CASE: the guest's output of one case.
-case_out() { awk -v c="== CASE $1" '$0 == c { on = 1; next } /^== CASE / { on = 0 } on' "$out" 2>/dev/null; }
-# host_cm KIND: "sessions_ok sessions_failed last_iterations last_verified error" of service KIND
-host_cm() {
-    python3 - "$d/hosts.json" "$1" <<'PY' 2>/dev/null
-import json, sys
-for h in json.load(open(sys.argv[1])):
-    for s in h["services"]:
-        if s["kind"] == sys.argv[2]:
-            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
-            sys.exit(0)
-PY
-}
+# rdma_cm over RoCE.
 check_cm() {  # check_cm CASE LINE_RE (or "") HOST_KIND WHAT
     local c=$1 re=$2 kind=$3 what=$4 why=() rc n="" seen="test complete" ok bad it ver err
     rc="$(guest_rc "$c")"
@@ -421,7 +384,7 @@ check_cm() {  # check_cm CASE LINE_RE (or "") HOST_KIND WHAT
         case_out "$c" | grep -q 'test complete' || why+=("no 'test complete' line (rc=${rc:-none})")
         [[ $rc == 0 ]] || why+=("ucmatose rc=${rc:-none}")
     fi
-    read -r ok bad it ver err <<<"$(host_cm "$kind")"
+    read -r ok bad it ver err <<<"$(host_stats vh "$kind" -)"
     [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
     [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] ||
         why+=("host $kind: last session ${it:-0} iterations, ${ver:-0} verified, want $count")
@@ -443,42 +406,11 @@ else
     done
 fi
 
-# perftest -R over RoCE (host vh2). host_service_at HOST KIND PORT:
-# "sessions_ok sessions_failed last_iterations error" of that service.
-host_service_at() {
-    python3 - "$d/hosts.json" "$1" "$2" "$3" <<'PY' 2>/dev/null
-import json, sys
-for h in json.load(open(sys.argv[1])):
-    if h.get("name") != sys.argv[2]:
-        continue
-    for s in h["services"]:
-        if s["kind"] == sys.argv[3] and str(s["port"]) == sys.argv[4]:
-            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s.get("last_error") or "")
-            sys.exit(0)
-PY
-}
-check_bw_cm() {  # check_bw_cm CASE HOST_KIND PORT
-    local c=$1 kind=$2 port=$3 rc row ok bad it err why=() j
-    rc="$(guest_rc "$c")"
-    row="$(case_out "$c" |
-        grep -E "^[[:space:]]*$(r_size "${c%%-*}")[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
-        tail -n 1 | tr -s ' \t' ' ')"
-    read -r ok bad it err <<<"$(host_service_at vh2 "$kind" "$port")"
-    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
-    [[ -n $row ]] || why+=("no BW row with $bw_iters iterations")
-    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host vh2 $kind:$port: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
-    [[ ${it:-0} -ge $bw_iters ]] || why+=("host vh2 $kind:$port: ${it:-0} operations, want >= $bw_iters")
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "row '$row'; host vh2 $kind:$port counted $it"
-    else
-        printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
-}
+# perftest -R over RoCE (host vh2).
 for v in "${BW_R_VERBS[@]}"; do
     if ((do_perfcm)); then
-        check_bw_cm "$v-bw-R-guest-client" "$v-bw-server" "${RC_PORT[$v]}"
-        check_bw_cm "$v-bw-R-guest-server" "$v-bw-client" "${RS_PORT[$v]}"
+        check_bw_cm "$v-bw-R-guest-client" vh2 "$v-bw-server" "${RC_PORT[$v]}" "$(r_size "$v")"
+        check_bw_cm "$v-bw-R-guest-server" vh2 "$v-bw-client" "${RS_PORT[$v]}" "$(r_size "$v")"
     else
         record SKIP "$v-bw-R-guest-client" "--only $only"
         record SKIP "$v-bw-R-guest-server" "--only $only"

@@ -44,6 +44,17 @@ e2e_opt() {
     esac
 }
 
+# e2e_opts_only ARGS...: the whole option loop of a tier that has no
+# options of its own (E2E_NAME set; -h prints the caller's `usage`).
+e2e_opts_only() {
+    while (($#)); do
+        case "$1" in
+            -h | --help) usage; exit 0 ;;
+            *) e2e_opt "$@" || { echo "$E2E_NAME: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
+        esac
+    done
+}
+
 # e2e_opts_usage: the usage lines of e2e_opt's options.
 e2e_opts_usage() {
     printf '%s\n' \
@@ -239,6 +250,51 @@ e2e_run_guest() {
     stop_daemon
     if grep -Eq 'panicked' "$d/daemon.log"; then
         grep -E 'panicked' "$d/daemon.log" | tail -5
+    fi
+}
+
+# Judging the one guest of e2e_run_guest (its job output $out, the hosts'
+# status $d/hosts.json). guest_rc CASE: the rc of the job's
+# "VH-RESULT case=CASE rc=N" line ("skip" for a case the guest skipped).
+guest_rc() { sed -n "s/^VH-RESULT case=$1 rc=\([0-9a-z]*\).*/\1/p" "$out" 2>/dev/null | tail -n 1; }
+# case_out CASE: the guest's output of one case ("== CASE NAME" to the next)
+case_out() { awk -v c="== CASE $1" '$0 == c { on = 1; next } /^== CASE / { on = 0 } on' "$out" 2>/dev/null; }
+# host_stats HOST KIND PORT: "sessions_ok sessions_failed last_iterations
+# last_verified last_error" of the first virtual-host service KIND on HOST
+# and PORT ("-": any)
+host_stats() {
+    python3 - "$d/hosts.json" "$@" <<'PY' 2>/dev/null
+import json, sys
+path, host, kind, port = sys.argv[1:5]
+for h in json.load(open(path)):
+    if host not in ("-", h.get("name")):
+        continue
+    for s in h["services"]:
+        if s["kind"] == kind and port in ("-", str(s["port"])):
+            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
+            sys.exit(0)
+PY
+}
+# check_bw_cm CASE HOST KIND PORT SIZE: a perftest -R case passes when the
+# tool exits 0 and prints its BW row (SIZE, $bw_iters iterations, BW peak,
+# BW average, message rate) and the host's service has a finished session,
+# no failed one, and at least $bw_iters operations counted.
+check_bw_cm() {
+    local c=$1 host=$2 kind=$3 port=$4 size=$5 rc row ok bad it err why=() j
+    rc="$(guest_rc "$c")"
+    row="$(case_out "$c" |
+        grep -E "^[[:space:]]*$size[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
+        tail -n 1 | tr -s ' \t' ' ')"
+    read -r ok bad it _ err <<<"$(host_stats "$host" "$kind" "$port")"
+    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
+    [[ -n $row ]] || why+=("no BW row with $bw_iters iterations")
+    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $host $kind:$port: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
+    [[ ${it:-0} -ge $bw_iters ]] || why+=("host $host $kind:$port: ${it:-0} operations, want >= $bw_iters")
+    if ((${#why[@]} == 0)); then
+        record PASS "$c" "row '$row'; host $host $kind:$port counted $it"
+    else
+        printf -v j '%s; ' "${why[@]}"
+        record FAIL "$c" "${j%; } (logs: $d)"
     fi
 }
 

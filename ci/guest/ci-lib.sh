@@ -262,22 +262,18 @@ tool_test() {
     barrier "$_name done"
 }
 
-# verbs_test DEV: `smc-guest-tests verbs` (ibverbs crate; QP info over TCP,
-# iWARP connected through rdma_cm on port+1): every verbs test in one run, one
-# CI-TEST line per test (verbs-send, verbs-write, ...) from the tool's
-# VERBS-RESULT lines (both sides print the combined verdict of both sides). A
-# test without a result line (setup failure, crash, timeout) is a FAIL.
-# verbs_run NAME PORT [CLIENT ARGS]: one server/client run of the verbs tool
-# between barriers; output in $CI_LOGDIR/NAME.$ROLE.log, rc in $_rc, seconds in $_secs
+# verbs_run NAME PORT SERVER_ADDR [CLIENT ARGS]: one server/client run of the
+# verbs tool between barriers, the server on SERVER_ADDR; output in
+# $CI_LOGDIR/NAME.$ROLE.log, rc in $_rc, seconds in $_secs. Uses $_dev.
 verbs_run() {
-    _name=$1 _port=$2
-    shift 2
+    _name=$1 _port=$2 _saddr=$3
+    shift 3
     _log=$CI_LOGDIR/$_name.$ROLE.log
     barrier "$_name start"
     siw_trace_mark "$_name start"
     _t0=$(now)
     if [ "$ROLE" = server ]; then
-        _cmd="smc-guest-tests verbs server --dev $_dev --addr $SELF --port $_port --accept-timeout $CI_TOOL_TIMEOUT"
+        _cmd="smc-guest-tests verbs server --dev $_dev --addr $_saddr --port $_port --accept-timeout $CI_TOOL_TIMEOUT"
         say "$_name server: $_cmd"
         echo "+ $_cmd" >"$_log"
         # shellcheck disable=SC2086
@@ -290,7 +286,7 @@ verbs_run() {
         srv_pid=
     else
         barrier "$_name listening"
-        _cmd="smc-guest-tests verbs client --dev $_dev --peer $PEER --port $_port --tests all --size $CI_VERBS_SIZE --iters $CI_VERBS_ITERS --connect-timeout 60 $*"
+        _cmd="smc-guest-tests verbs client --dev $_dev --peer $_saddr --port $_port --size $CI_VERBS_SIZE --iters $CI_VERBS_ITERS --connect-timeout 60 $*"
         say "$_name client: $_cmd"
         echo "+ $_cmd" >"$_log"
         # shellcheck disable=SC2086
@@ -301,16 +297,19 @@ verbs_run() {
     _secs=$(($(now) - _t0))
 }
 
-verbs_test() {
-    _dev=$1
-    verbs_run verbs 18650
+# verbs_results PREFIX TESTS: after verbs_run, one CI-TEST line per test of
+# the space list TESTS (PREFIX-send, PREFIX-write, ...) from the tool's
+# VERBS-RESULT lines (both sides print the combined verdict of both sides).
+# A test without a result line (setup failure, crash, timeout) is a FAIL.
+# Sets _bad to 1 if any failed.
+verbs_results() {
     _err=$(grep -E '^error:' "$_log" | tail -n 1)
     [ "$_rc" = 124 ] && _err="timed out after ${CI_TOOL_TIMEOUT}s; $_err"
     _bad=0
-    for _t in $CI_VERBS_TESTS; do
+    for _t in $2; do
         _l=$(grep "^VERBS-RESULT .* test=$_t " "$_log" | tail -n 1)
         if [ -z "$_l" ]; then
-            result "verbs-$_t" FAIL "$_secs" "" "no VERBS-RESULT line (rc=$_rc): $_err"
+            result "$1-$_t" FAIL "$_secs" "" "no VERBS-RESULT line (rc=$_rc): $_err"
             _bad=1
             continue
         fi
@@ -324,9 +323,19 @@ verbs_test() {
             _why="$(echo "$_l" | sed -n 's/.* \(ops=[0-9]* bytes=[0-9]*\) .*/\1/p') verified on both sides"
         fi
         [ "$_st" = FAIL ] && _bad=1
-        [ "$_st" = SKIP ] && say "SKIPPED verbs-$_t: $_why"
-        result "verbs-$_t" "$_st" "${_ts:-0}" "$_mib" "$_why"
+        [ "$_st" = SKIP ] && say "SKIPPED $1-$_t: $_why"
+        result "$1-$_t" "$_st" "${_ts:-0}" "$_mib" "$_why"
     done
+}
+
+# verbs_test DEV: `smc-guest-tests verbs` (ibverbs crate; QP info over TCP,
+# iWARP connected through rdma_cm on port+1): every verbs test in one run
+# (verbs_results), then the same run with every test's last request spoiled.
+verbs_test() {
+    _dev=$1
+    if [ "$ROLE" = server ]; then _vsa=$SELF; else _vsa=$PEER; fi
+    verbs_run verbs 18650 "$_vsa" --tests all
+    verbs_results verbs "$CI_VERBS_TESTS"
     [ $_bad = 0 ] || show_log "$_log" 40
     barrier "verbs done"
 
@@ -334,7 +343,7 @@ verbs_test() {
     # data byte, wrong immediate, READ address + 1, wrong compare, wrong
     # addend); every test that runs must FAIL naming what was wrong, on both
     # sides, and the tool must exit 1
-    verbs_run verbs-corrupt 18652 --inject-corruption all
+    verbs_run verbs-corrupt 18652 "$_vsa" --tests all --inject-corruption all
     _nrun=$(grep -cE '^VERBS-RESULT .* status=(PASS|FAIL) ' "$_log")
     _nfail=$(grep -c '^VERBS-RESULT .* status=FAIL ' "$_log")
     _nskip=$(grep -c '^VERBS-RESULT .* status=SKIP ' "$_log")
@@ -1709,15 +1718,24 @@ erdma_srv_qp_stall() {
 erdma_peer_qp_stall() { barrier "$_case armed"; pp_client "$eport" 20 120; }
 erdma_srv_undo_qp_stall() { :; }
 
-# aeq-qp: an AEQ entry for the QP (type CI_ERDMA_AEQ_EVENT, a remote access error by default)
-erdma_srv_aeq_qp() {
+# events_start SECS ARGS: ci/guest/repro/async_events.py ARGS on erdma_0 in
+# the background for at most SECS (pid $_ap, output $_al), once it is
+# READY (its verbs context is open: no event can slip by before), or 30 s
+events_start() {
     _al=$CI_LOGDIR/fault-$_case-events.$ROLE.log
-    timeout -k 5 40 python3 /opt/vr/ci/repro/async_events.py --dev erdma_0 --qp >"$_al" 2>&1 &
+    _secs_max=$1
+    shift
+    timeout -k 5 "$_secs_max" python3 /opt/vr/ci/repro/async_events.py --dev erdma_0 "$@" >"$_al" 2>&1 &
     _ap=$!
     _wi=0
     until grep -q '^READY' "$_al"; do
         _wi=$((_wi + 1)); [ $_wi -ge 60 ] && break; sleep 0.5
     done
+}
+
+# aeq-qp: an AEQ entry for the QP (type CI_ERDMA_AEQ_EVENT, a remote access error by default)
+erdma_srv_aeq_qp() {
+    events_start 40 --qp
     _qpn=$(sed -n 's/^QPN=//p' "$_al")
     fault_add "$_fid" aeq "event=${CI_ERDMA_AEQ_EVENT:-ACC_ERR_EVENT}" "qpn=${_qpn:-0}"
     wait "$_ap"
@@ -1729,14 +1747,8 @@ erdma_srv_undo_aeq_qp() { :; }
 # aeq-cq: a CQ_ERR AEQ entry for the pyverbs process's CQ; its number (the
 # device's, not the verbs') comes from the device trace's ring: CREATE_CQ cqn=N
 erdma_srv_aeq_cq() {
-    _al=$CI_LOGDIR/fault-$_case-events.$ROLE.log
     ci_ctl trace start --port "$FPORT" >>"$_flog" 2>&1 || _fwhy="$_fwhy ctl trace start failed;"
-    timeout -k 5 40 python3 /opt/vr/ci/repro/async_events.py --dev erdma_0 --qp >"$_al" 2>&1 &
-    _ap=$!
-    _wi=0
-    until grep -q '^READY' "$_al"; do
-        _wi=$((_wi + 1)); [ $_wi -ge 60 ] && break; sleep 0.5
-    done
+    events_start 40 --qp
     _cqn=$(ci_ctl trace show --port "$FPORT" 2>/dev/null | sed -n 's/.*CREATE_CQ cqn=\([0-9]*\).*/\1/p' | tail -n 1)
     ci_ctl trace stop --port "$FPORT" >>"$_flog" 2>&1
     [ -n "$_cqn" ] || _fwhy="$_fwhy no CREATE_CQ in the trace ring;"
@@ -1748,15 +1760,7 @@ erdma_peer_aeq_cq() { :; }
 erdma_srv_undo_aeq_cq() { :; }
 
 # port-down / port-up: the port state the driver reports, and the port events every context gets
-erdma_port_watch() {
-    _al=$CI_LOGDIR/fault-$_case-events.$ROLE.log
-    timeout -k 5 "$1" python3 /opt/vr/ci/repro/async_events.py --dev erdma_0 --count 2 >"$_al" 2>&1 &
-    _ap=$!
-    _wi=0
-    until grep -q '^READY' "$_al"; do
-        _wi=$((_wi + 1)); [ $_wi -ge 60 ] && break; sleep 0.5
-    done
-}
+erdma_port_watch() { events_start "$1" --count 2; }
 # port-down / port-up: the server's QP sends first (it runs ibv_rc_pingpong's
 # client side against a pingpong server on the client guest; the out-of-band
 # exchange goes over eth0, the virtio-net port, which stays up)

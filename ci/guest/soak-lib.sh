@@ -34,53 +34,14 @@ soak_next() {
 }
 
 # soak_verbs NAME DEV PORT TESTS SERVER_ADDR: one `smc-guest-tests verbs` run
-# of the comma list TESTS; one CI-TEST line per test (NAME-TEST), a test
-# without a VERBS-RESULT line is a FAIL
+# of the comma list TESTS (ci-lib.sh verbs_run, verbs_results); one CI-TEST
+# line per test (NAME-TEST)
 soak_verbs() {
-    _name=$1 _dev=$2 _port=$3 _tests=$4 _saddr=$5
-    _log=$CI_LOGDIR/$_name.$ROLE.log
-    barrier "$_name start"
-    siw_trace_mark "$_name start"
-    _t0=$(now)
-    if [ "$ROLE" = server ]; then
-        _cmd="smc-guest-tests verbs server --dev $_dev --addr $_saddr --port $_port --accept-timeout $CI_TOOL_TIMEOUT"
-        echo "+ $_cmd" >"$_log"
-        # shellcheck disable=SC2086
-        timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1 &
-        srv_pid=$!
-        wait_listen tcp "$_port"
-        barrier "$_name listening"
-        wait "$srv_pid"
-        _rc=$?
-        srv_pid=
-    else
-        barrier "$_name listening"
-        _cmd="smc-guest-tests verbs client --dev $_dev --peer $_saddr --port $_port --tests $_tests --size $CI_VERBS_SIZE --iters $CI_VERBS_ITERS --connect-timeout 60 --seed $soak_round"
-        echo "+ $_cmd" >"$_log"
-        # shellcheck disable=SC2086
-        timeout -k 5 "$CI_TOOL_TIMEOUT" $_cmd >>"$_log" 2>&1
-        _rc=$?
-    fi
-    _secs=$(($(now) - _t0))
-    echo "rc=$_rc" >>"$_log"
-    _err=$(grep -E '^error:' "$_log" | tail -n 1)
-    [ "$_rc" = 124 ] && _err="timed out after ${CI_TOOL_TIMEOUT}s; $_err"
-    _bad=0
-    for _t in $(echo "$_tests" | tr ',' ' '); do
-        _l=$(grep "^VERBS-RESULT .* test=$_t " "$_log" | tail -n 1)
-        if [ -z "$_l" ]; then
-            result "$_name-$_t" FAIL "$_secs" "" "no VERBS-RESULT line (rc=$_rc): $_err"
-            _bad=1
-            continue
-        fi
-        _st=$(echo "$_l" | sed -n 's/.* status=\([A-Z]*\) .*/\1/p')
-        _why=$(echo "$_l" | sed -n 's/.* reason="\(.*\)"$/\1/p')
-        [ "$_st" = PASS ] && _why="$(echo "$_l" | sed -n 's/.* \(ops=[0-9]* bytes=[0-9]*\) .*/\1/p') verified on both sides"
-        [ "$_st" = PASS ] || _bad=1
-        result "$_name-$_t" "$_st" "$_secs" "" "$_why"
-    done
+    _dev=$2
+    verbs_run "$1" "$3" "$5" --tests "$4" --seed "$soak_round"
+    verbs_results "$1" "$(echo "$4" | tr ',' ' ')"
     [ $_bad = 0 ] || show_log "$_log" 30
-    barrier "$_name done"
+    barrier "$1 done"
 }
 
 # pair 1: SMC-R streams over rxe (UEID set), verified, both directions
