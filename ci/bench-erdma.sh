@@ -21,6 +21,8 @@ CASES=(erdma rxe)
 size=65536 iters=2000 smc_mib=256 build=1 profile=release image="" qemu="" accel=auto timeout=900 logdir="" keep_logs=1
 # shellcheck source=scripts/lib-e2e.sh
 . "$ROOT/scripts/lib-e2e.sh"
+# the release build shared with scripts/test.sh's guest tiers
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 while (($#)); do
     case "$1" in
         --size) size="$2"; shift 2 ;;

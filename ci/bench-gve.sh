@@ -17,6 +17,8 @@ CASES=(gve virtio devmem)
 bytes=128M build=1 profile=release image="" qemu="" accel=auto timeout=900 logdir="" keep_logs=1
 # shellcheck source=scripts/lib-e2e.sh
 . "$ROOT/scripts/lib-e2e.sh"
+# the release build shared with scripts/test.sh's guest tiers
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 while (($#)); do
     case "$1" in
         --bytes) bytes="$2"; shift 2 ;;
