@@ -211,16 +211,7 @@ impl ServiceSpec {
             }
             .with_kind(kind);
         }
-        if matches!(
-            kind,
-            ServiceKind::WriteBwServer
-                | ServiceKind::SendBwServer
-                | ServiceKind::ReadBwServer
-                | ServiceKind::AtomicBwServer
-                | ServiceKind::WriteBwClient
-                | ServiceKind::SendBwClient
-                | ServiceKind::ReadBwClient
-        ) {
+        if kind.is_perftest_bw() {
             // perftest's defaults: 64 KiB messages, 5000 iterations, 512
             // receives.
             return ServiceSpec {
