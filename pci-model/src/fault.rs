@@ -218,12 +218,20 @@ pub fn parse_number(s: &str) -> Result<u64, ValueError> {
     r.map_err(|_| ValueError::expected("a number (decimal or 0x hex)"))
 }
 
-/// The rule's own PRNG (splitmix64, as the fabric's frame faults).
+/// A fault rule's own PRNG: splitmix64 from the rule's seed, so that a rule
+/// fires the same way for the same seed. The device models' rules here and
+/// the fabric's frame fault rules (`vhost-rdma`) use it alike.
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub struct FaultRng(u64);
 
-impl Rng {
-    fn next(&mut self) -> u64 {
+impl FaultRng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        FaultRng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -231,8 +239,17 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [0, n); 0 when `n` is 0.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
     }
 }
 
@@ -271,7 +288,7 @@ pub struct FaultRule<K> {
     count: u64,
     prob: f64,
     seed: u64,
-    rng: Rng,
+    rng: FaultRng,
     matched: u64,
     hits: u64,
 }
@@ -359,7 +376,7 @@ impl<K> FaultRules<K> {
             count,
             prob,
             seed,
-            rng: Rng(seed),
+            rng: FaultRng::new(seed),
             matched: 0,
             hits: 0,
         });

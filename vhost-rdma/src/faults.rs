@@ -22,6 +22,7 @@
 pub use crate::frame::Dir;
 use crate::frame::{view, Frame, FrameView};
 use crate::match_spec::{MatchError, MatchSpec};
+use pci_model::fault::FaultRng;
 use roce_model::Opcode;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering as CmpOrdering;
@@ -587,33 +588,9 @@ pub fn icrc_offset_view(v: &FrameView, data: &[u8]) -> Option<usize> {
     (v.is_rocev2() && v.l3_end >= 4).then(|| v.l3_end - roce_model::ICRC_LEN)
 }
 
-/// splitmix64.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-}
-
 #[derive(Debug)]
 struct RuleState {
-    rng: Rng,
+    rng: FaultRng,
     matched: u64,
     held: Vec<(Dir, Frame)>,
     batch: u64,
@@ -834,7 +811,7 @@ impl Faults {
             port,
             matcher,
             state: Mutex::new(RuleState {
-                rng: Rng(seed),
+                rng: FaultRng::new(seed),
                 matched: 0,
                 held: Vec::new(),
                 batch: 0,
@@ -1421,7 +1398,7 @@ mod tests {
     fn shuffles_are_seeded_and_never_identity() {
         let run = |seed| {
             let mut st = RuleState {
-                rng: Rng(seed),
+                rng: FaultRng::new(seed),
                 matched: 0,
                 held: (0..2u8)
                     .map(|i| {

@@ -24,8 +24,8 @@
 //! neither do we; the session reports the WRITE messages the QP accepted.
 
 use crate::pingpong::gid_of;
-use crate::spec::{client_target, tcp_connect, ServiceSpec};
-use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
+use crate::spec::{client_target, session_started, tcp_connect, ServiceSpec, SessionTally};
+use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
@@ -38,10 +38,40 @@ pub const KEY_MSG_LEN: usize = 108;
 /// The version we claim.
 const VERSION: &[u8] = b"6.24";
 /// Our cycle buffer (page size) and cache line.
-const CYCLE_BUFFER: u32 = 4096;
+pub(crate) const CYCLE_BUFFER: u32 = 4096;
 const CACHE_LINE: u32 = 64;
-/// The `ib_write_bw` exchange items' sizes, in order.
-const WRITE_SCRIPT: [usize; 14] = [
+
+/// Our part of items 0 to 2, which every perftest exchange (TCP or rdma_cm,
+/// either side) opens with: the version, the cycle buffer and the cache line.
+pub(crate) fn opening_item(step: usize) -> Vec<u8> {
+    match step {
+        0 => {
+            let mut v = vec![0u8; 16];
+            v[..VERSION.len()].copy_from_slice(VERSION);
+            v
+        }
+        1 => CYCLE_BUFFER.to_be_bytes().to_vec(),
+        _ => CACHE_LINE.to_be_bytes().to_vec(),
+    }
+}
+
+/// Checks the peer's item 0, its version: one older than 5.70 is refused
+/// with its text.
+pub(crate) fn check_peer_version(msg: &[u8]) -> Result<(), String> {
+    let v: String = msg
+        .iter()
+        .take_while(|&&b| b != 0)
+        .map(|&b| char::from(b))
+        .collect();
+    let ver: f64 = v.trim().parse().unwrap_or(0.0);
+    if ver < 5.70 {
+        return Err(v);
+    }
+    Ok(())
+}
+/// The items every exchange starts with, by size: version, cycle buffer,
+/// cache line, MTU, then four key messages.
+const OPENING_SCRIPT: [usize; 8] = [
     16,
     4,
     4,
@@ -50,27 +80,29 @@ const WRITE_SCRIPT: [usize; 14] = [
     KEY_MSG_LEN,
     KEY_MSG_LEN,
     KEY_MSG_LEN,
-    8,
-    8,
-    8,
-    8,
-    8,
-    KEY_MSG_LEN,
 ];
+/// The `ib_write_bw` exchange items' sizes, in order.
+const WRITE_SCRIPT: [usize; 14] = script(&[8, 8, 8, 8, 8, KEY_MSG_LEN]);
 /// The `ib_send_bw` items: three key exchanges (exchange, after connect,
 /// print), one after the server posted its receives, then the client's
 /// SENDs, then one at close.
-const SEND_SCRIPT: [usize; 9] = [
-    16,
-    4,
-    4,
-    2,
-    KEY_MSG_LEN,
-    KEY_MSG_LEN,
-    KEY_MSG_LEN,
-    KEY_MSG_LEN,
-    KEY_MSG_LEN,
-];
+const SEND_SCRIPT: [usize; 9] = script(&[KEY_MSG_LEN]);
+
+/// A whole exchange's item sizes: [`OPENING_SCRIPT`], then `rest`.
+const fn script<const N: usize>(rest: &[usize]) -> [usize; N] {
+    assert!(N == OPENING_SCRIPT.len() + rest.len());
+    let mut items = [0; N];
+    let mut i = 0;
+    while i < N {
+        items[i] = if i < OPENING_SCRIPT.len() {
+            OPENING_SCRIPT[i]
+        } else {
+            rest[i - OPENING_SCRIPT.len()]
+        };
+        i += 1;
+    }
+    items
+}
 /// Item after which the client's keys are known.
 const FIRST_KEYS: usize = 4;
 /// A session with no exchange progress for this long fails.
@@ -98,6 +130,21 @@ pub struct Keys {
 }
 
 impl Keys {
+    /// The keys of the host at `ip` before its QP and buffer exist (filled
+    /// in as the exchange reaches them).
+    fn initial(ip: Ipv4Addr) -> Self {
+        Keys {
+            lid: 0,
+            out_reads: 16,
+            qpn: 0,
+            psn: 0,
+            rkey: 0,
+            vaddr: 0,
+            gid: gid_of(ip),
+            srqn: 0,
+        }
+    }
+
     /// The 108-byte wire form.
     pub fn encode(&self) -> [u8; KEY_MSG_LEN] {
         let mut s = format!(
@@ -237,10 +284,7 @@ pub struct PerftestServer {
     received: u64,
     sock: Option<SocketHandle>,
     session: Option<Session>,
-    sessions_ok: u64,
-    sessions_failed: u64,
-    last_iterations: u32,
-    last_error: Option<String>,
+    tally: SessionTally,
     /// Since when the last session's connection is closing; a peer that
     /// never finishes the close is cut after [`STALL_TIMEOUT`].
     closing_since: Option<Instant>,
@@ -274,10 +318,7 @@ impl PerftestServer {
             spec,
             sock: Some(sock),
             session: None,
-            sessions_ok: 0,
-            sessions_failed: 0,
-            last_iterations: 0,
-            last_error: None,
+            tally: SessionTally::default(),
         })
     }
 
@@ -299,24 +340,14 @@ impl PerftestServer {
     }
 
     pub(crate) fn status(&self, id: u32) -> ServiceStatus {
-        ServiceStatus {
-            id,
-            kind: self.spec.kind,
-            peer: self.session.as_ref().map(|s| s.peer),
-            port: self.spec.port,
-            state: if self.session.is_some() {
-                "running"
-            } else {
-                "listening"
-            }
-            .into(),
-            sessions_ok: self.sessions_ok,
-            sessions_failed: self.sessions_failed,
-            last_iterations: self.last_iterations,
-            last_verified: 0,
-            last_error: self.last_error.clone(),
-            progress: self.session.as_ref().map_or((0, 0), |s| (s.step as u32, 0)),
-        }
+        let state = if self.session.is_some() {
+            "running"
+        } else {
+            "listening"
+        };
+        let peer = self.session.as_ref().map(|s| s.peer);
+        let progress = self.session.as_ref().map_or((0, 0), |s| (s.step as u32, 0));
+        self.tally.status(id, &self.spec, peer, state, progress)
     }
 
     fn end(&mut self, ctx: &mut ServiceCtx<'_>, result: Result<u32, PerftestError>) {
@@ -325,30 +356,10 @@ impl PerftestServer {
         let failed = result.is_err();
         match result {
             Ok(n) => {
-                self.sessions_ok += 1;
-                self.last_iterations = n;
-                ctx.events.push(HostEvent {
-                    service: self.id,
-                    kind: EventKind::SessionFinished {
-                        peer: s.peer,
-                        iterations: n,
-                        verified: 0,
-                        elapsed: ctx.now.saturating_duration_since(s.started),
-                    },
-                });
+                let elapsed = ctx.now.saturating_duration_since(s.started);
+                self.tally.finished(ctx, self.id, s.peer, n, 0, elapsed);
             }
-            Err(e) => {
-                let reason = e.to_string();
-                self.sessions_failed += 1;
-                self.last_error = Some(reason.clone());
-                ctx.events.push(HostEvent {
-                    service: self.id,
-                    kind: EventKind::SessionFailed {
-                        peer: Some(s.peer),
-                        reason,
-                    },
-                });
-            }
+            Err(e) => self.tally.failed(ctx, self.id, Some(s.peer), e.to_string()),
         }
         if let Some(h) = self.sock {
             let sock = ctx.sockets.get_mut::<Socket>(h);
@@ -433,16 +444,7 @@ impl PerftestServer {
                         peer,
                         qpn: None,
                         lkey: None,
-                        keys: Keys {
-                            lid: 0,
-                            out_reads: 16,
-                            qpn: 0,
-                            psn: 0,
-                            rkey: 0,
-                            vaddr: 0,
-                            gid: gid_of(ctx.ip),
-                            srqn: 0,
-                        },
+                        keys: Keys::initial(ctx.ip),
                         mtu: Mtu::Mtu1024,
                         step: 0,
                         started: ctx.now,
@@ -508,13 +510,7 @@ impl PerftestServer {
             .as_mut()
             .ok_or_else(|| HostError::Invalid("no session".into()))?;
         Ok(match s.step {
-            0 => {
-                let mut v = vec![0u8; 16];
-                v[..VERSION.len()].copy_from_slice(VERSION);
-                v
-            }
-            1 => CYCLE_BUFFER.to_be_bytes().to_vec(),
-            2 => CACHE_LINE.to_be_bytes().to_vec(),
+            0..=2 => opening_item(s.step),
             3 => {
                 // The client takes the smaller MTU; we offer 1024.
                 s.mtu = negotiated_mtu(msg);
@@ -578,14 +574,7 @@ impl PerftestServer {
                 s.keys.psn = psn;
                 s.keys.rkey = lkey;
                 s.keys.vaddr = 0;
-                ctx.events.push(HostEvent {
-                    service: self.id,
-                    kind: EventKind::SessionStarted {
-                        peer: path,
-                        qpn,
-                        remote_qpn: remote.qpn,
-                    },
-                });
+                session_started(ctx, self.id, path, qpn, remote.qpn);
                 s.keys.encode().to_vec()
             }
             _ if msg.len() == KEY_MSG_LEN => s.keys.encode().to_vec(),
@@ -719,10 +708,7 @@ pub struct PerftestClient {
     last_progress: Instant,
     retry_at: Option<Instant>,
     connect_deadline: Instant,
-    sessions_ok: u64,
-    sessions_failed: u64,
-    last_iterations: u32,
-    last_error: Option<String>,
+    tally: SessionTally,
 }
 
 impl PerftestClient {
@@ -772,16 +758,7 @@ impl PerftestClient {
             sent: false,
             qpn: None,
             lkey: None,
-            keys: Keys {
-                lid: 0,
-                out_reads: 16,
-                qpn: 0,
-                psn: 0,
-                rkey: 0,
-                vaddr: 0,
-                gid: gid_of(ctx.ip),
-                srqn: 0,
-            },
+            keys: Keys::initial(ctx.ip),
             remote: None,
             mtu: Mtu::Mtu1024,
             posted: 0,
@@ -791,10 +768,7 @@ impl PerftestClient {
             run_elapsed: Duration::ZERO,
             last_progress: ctx.now,
             retry_at: Some(ctx.now),
-            sessions_ok: 0,
-            sessions_failed: 0,
-            last_iterations: 0,
-            last_error: None,
+            tally: SessionTally::default(),
         };
         if let Err(e) = c.connect(ctx) {
             ctx.sockets.remove(sock);
@@ -846,27 +820,11 @@ impl PerftestClient {
         let peer = self.spec.peer;
         match result {
             Ok(n) => {
-                self.sessions_ok += 1;
-                self.last_iterations = n;
-                ctx.events.push(HostEvent {
-                    service: self.id,
-                    kind: EventKind::SessionFinished {
-                        peer: peer.unwrap_or(Ipv4Addr::UNSPECIFIED),
-                        iterations: n,
-                        verified: 0,
-                        elapsed: ctx.now.saturating_duration_since(self.started),
-                    },
-                });
+                let peer = peer.unwrap_or(Ipv4Addr::UNSPECIFIED);
+                let elapsed = ctx.now.saturating_duration_since(self.started);
+                self.tally.finished(ctx, self.id, peer, n, 0, elapsed);
             }
-            Err(e) => {
-                let reason = e.to_string();
-                self.sessions_failed += 1;
-                self.last_error = Some(reason.clone());
-                ctx.events.push(HostEvent {
-                    service: self.id,
-                    kind: EventKind::SessionFailed { peer, reason },
-                });
-            }
+            Err(e) => self.tally.failed(ctx, self.id, peer, e.to_string()),
         }
     }
 
@@ -896,40 +854,24 @@ impl PerftestClient {
     }
 
     pub(crate) fn status(&self, id: u32) -> ServiceStatus {
-        ServiceStatus {
-            id,
-            kind: self.spec.kind,
-            peer: self.spec.peer,
-            port: self.spec.port,
-            state: match self.phase {
-                ClientPhase::Connecting => "connecting",
-                ClientPhase::RetryWait => "waiting-for-server",
-                ClientPhase::Exchange => "exchanging",
-                ClientPhase::Running => "running",
-                ClientPhase::Done if self.sessions_ok > 0 => "done",
-                ClientPhase::Done => "failed",
-            }
-            .into(),
-            sessions_ok: self.sessions_ok,
-            sessions_failed: self.sessions_failed,
-            last_iterations: self.last_iterations,
-            last_verified: 0,
-            last_error: self.last_error.clone(),
-            progress: (self.posted, self.completed),
-        }
+        let state = match self.phase {
+            ClientPhase::Connecting => "connecting",
+            ClientPhase::RetryWait => "waiting-for-server",
+            ClientPhase::Exchange => "exchanging",
+            ClientPhase::Running => "running",
+            ClientPhase::Done if self.tally.any_ok() => "done",
+            ClientPhase::Done => "failed",
+        };
+        let progress = (self.posted, self.completed);
+        self.tally
+            .status(id, &self.spec, self.spec.peer, state, progress)
     }
 
     /// Our part of item `step`.
     fn our_item(&mut self, ctx: &mut ServiceCtx<'_>) -> Result<Vec<u8>, HostError> {
         let len = self.script()[self.step];
         Ok(match self.step {
-            0 => {
-                let mut v = vec![0u8; 16];
-                v[..VERSION.len()].copy_from_slice(VERSION);
-                v
-            }
-            1 => CYCLE_BUFFER.to_be_bytes().to_vec(),
-            2 => CACHE_LINE.to_be_bytes().to_vec(),
+            0..=2 => opening_item(self.step),
             3 => vec![b'0' + Mtu::Mtu1024 as u8, 0],
             FIRST_KEYS => {
                 let peer = self
@@ -976,19 +918,9 @@ impl PerftestClient {
     /// The server's part of item `step`.
     fn their_item(&mut self, ctx: &mut ServiceCtx<'_>, msg: &[u8]) -> Result<(), HostError> {
         match self.step {
-            0 => {
-                let v: String = msg
-                    .iter()
-                    .take_while(|&&b| b != 0)
-                    .map(|&b| char::from(b))
-                    .collect();
-                let ver: f64 = v.trim().parse().unwrap_or(0.0);
-                if ver < 5.70 {
-                    return Err(HostError::Invalid(format!(
-                        "server perftest version {v:?} (need >= 5.70)"
-                    )));
-                }
-            }
+            0 => check_peer_version(msg).map_err(|v| {
+                HostError::Invalid(format!("server perftest version {v:?} (need >= 5.70)"))
+            })?,
             3 => {
                 self.mtu = negotiated_mtu(msg);
             }
@@ -1014,14 +946,13 @@ impl PerftestClient {
                     },
                 )?;
                 self.remote = Some(remote);
-                ctx.events.push(HostEvent {
-                    service: self.id,
-                    kind: EventKind::SessionStarted {
-                        peer: self.spec.peer.unwrap_or(Ipv4Addr::UNSPECIFIED),
-                        qpn,
-                        remote_qpn: remote.qpn,
-                    },
-                });
+                session_started(
+                    ctx,
+                    self.id,
+                    self.spec.peer.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                    qpn,
+                    remote.qpn,
+                );
             }
             _ => {}
         }

@@ -49,26 +49,24 @@
 
 use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
-use crate::perftest::Verb;
+use crate::perftest::{check_peer_version, opening_item, Verb, CYCLE_BUFFER};
 use crate::pingpong::gid_of;
-use crate::spec::{client_target, roce_connect, tcp_connect, ServiceSpec};
-use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
+use crate::spec::{
+    accepted_peer, client_target, drain_and_close, roce_connect, session_started, tcp_connect,
+    ServiceSpec, SessionTally,
+};
+use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
 use roce_model::QpCaps;
 use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
-use smoltcp::wire::IpAddress;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 /// Size of `struct pingpong_dest` on x86-64.
 pub const DEST_LEN: usize = 56;
-/// The version we claim.
-const VERSION: &[u8] = b"6.24";
-const CYCLE_BUFFER: u32 = 4096;
-const CACHE_LINE: u32 = 64;
 /// Items of `ib_write_bw -R` / `ib_read_bw -R` (see the module docs).
 const WRITE_SCRIPT: [usize; 16] = [
     16, 4, 4, 2, DEST_LEN, DEST_LEN, DEST_LEN, DEST_LEN, DEST_LEN, DEST_LEN, 8, 8, 8, 8, 8,
@@ -315,6 +313,20 @@ struct Conn {
 }
 
 impl Conn {
+    /// A connection on `ep`, not up yet, with its two buffers.
+    fn new(ep: Endpoint, stag_a: u32, stag_b: u32) -> Self {
+        Conn {
+            ep,
+            connected: false,
+            peer_msgs: 0,
+            refused: false,
+            closed: false,
+            ready_at: None,
+            stag_a,
+            stag_b,
+        }
+    }
+
     fn ready(&self, now: Instant) -> bool {
         self.connected && !self.closed && self.ready_at.is_none_or(|t| now >= t)
     }
@@ -371,10 +383,7 @@ pub struct PerftestCm {
     /// Sockets of ended sessions, closing (removed when closed or after
     /// [`LINGER`]).
     closing: Vec<(SocketHandle, Instant)>,
-    sessions_ok: u64,
-    sessions_failed: u64,
-    last_iterations: u32,
-    last_error: Option<String>,
+    tally: SessionTally,
     counters: IwarpCounters,
 }
 
@@ -445,10 +454,7 @@ impl PerftestCm {
             done: false,
             session: None,
             closing: Vec::new(),
-            sessions_ok: 0,
-            sessions_failed: 0,
-            last_iterations: 0,
-            last_error: None,
+            tally: SessionTally::default(),
             counters: IwarpCounters::default(),
         }
     }
@@ -599,25 +605,15 @@ impl PerftestCm {
             (None, Role::Server) => "listening",
             (None, Role::Client) if !self.done && self.retry_at.is_some() => "waiting-for-server",
             (None, Role::Client) if !self.done => "connecting",
-            (None, Role::Client) if self.sessions_ok > 0 => "done",
+            (None, Role::Client) if self.tally.any_ok() => "done",
             (None, Role::Client) => "failed",
         };
-        ServiceStatus {
-            id,
-            kind: self.spec.kind,
-            peer: self.session.as_ref().map(|s| s.peer).or(self.spec.peer),
-            port: self.spec.port,
-            state: state.into(),
-            sessions_ok: self.sessions_ok,
-            sessions_failed: self.sessions_failed,
-            last_iterations: self.last_iterations,
-            last_verified: 0,
-            last_error: self.last_error.clone(),
-            progress: self
-                .session
-                .as_ref()
-                .map_or((0, 0), |s| (s.step as u32, self.count(s))),
-        }
+        let peer = self.session.as_ref().map(|s| s.peer).or(self.spec.peer);
+        let progress = self
+            .session
+            .as_ref()
+            .map_or((0, 0), |s| (s.step as u32, self.count(s)));
+        self.tally.status(id, &self.spec, peer, state, progress)
     }
 
     /// What this side counted in session `s` (see the module docs).
@@ -629,13 +625,6 @@ impl PerftestCm {
                 _ => s.data.as_ref().map_or(0, |d| d.peer_msgs as u32),
             },
         }
-    }
-
-    fn event(&self, ctx: &mut ServiceCtx<'_>, kind: EventKind) {
-        ctx.events.push(HostEvent {
-            service: self.id,
-            kind,
-        });
     }
 
     /// Runs the state machine; returns whether anything changed.
@@ -716,7 +705,7 @@ impl PerftestCm {
                     ) {
                         Ok(ep) => Endpoint::Roce(ep),
                         Err(e) => {
-                            self.last_error = Some(e.to_string());
+                            self.tally.last_error = Some(e.to_string());
                             continue;
                         }
                     };
@@ -750,15 +739,7 @@ impl PerftestCm {
         let before = self.closing.len();
         self.closing.retain(|&(h, deadline)| {
             let sock = ctx.sockets.get_mut::<Socket>(h);
-            let mut buf = [0u8; 512];
-            while sock.can_recv() {
-                if !matches!(sock.recv_slice(&mut buf), Ok(n) if n > 0) {
-                    break;
-                }
-            }
-            if sock.state() == State::CloseWait {
-                sock.close();
-            }
+            drain_and_close(sock);
             let gone = matches!(sock.state(), State::Closed | State::TimeWait);
             if gone || ctx.now >= deadline {
                 sock.abort();
@@ -777,22 +758,7 @@ impl PerftestCm {
     fn step_listener(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
         let Some(h) = self.sock else { return false };
         let sock = ctx.sockets.get_mut::<Socket>(h);
-        match sock.state() {
-            State::Closed => {
-                if let Err(e) = sock.listen(self.spec.port) {
-                    self.last_error = Some(format!("listen: {e}"));
-                }
-                return false;
-            }
-            State::Listen | State::SynReceived => return false,
-            State::Established => {}
-            _ => {
-                sock.abort();
-                return false;
-            }
-        }
-        let Some(IpAddress::Ipv4(peer)) = sock.remote_endpoint().map(|e| e.addr) else {
-            sock.abort();
+        let Some(peer) = accepted_peer(sock, self.spec.port, &mut self.tally.last_error) else {
             return false;
         };
         let wanted = match &self.session {
@@ -801,21 +767,21 @@ impl PerftestCm {
         };
         if !wanted {
             // One session at a time: refuse others.
-            sock.abort();
+            ctx.sockets.get_mut::<Socket>(h).abort();
             return true;
         }
         let next = match ctx.new_bulk_tcp_socket(TCP_BUFFER) {
             Ok(n) => n,
             Err(e) => {
                 ctx.sockets.get_mut::<Socket>(h).abort();
-                self.last_error = Some(e.to_string());
+                self.tally.last_error = Some(e.to_string());
                 return true;
             }
         };
         if let Err(e) = ctx.sockets.get_mut::<Socket>(next).listen(self.spec.port) {
             ctx.sockets.remove(next);
             ctx.sockets.get_mut::<Socket>(h).abort();
-            self.last_error = Some(format!("listen: {e}"));
+            self.tally.last_error = Some(format!("listen: {e}"));
             return true;
         }
         self.sock = Some(next);
@@ -848,7 +814,7 @@ impl PerftestCm {
         } else {
             match control_conn(ep, ctx.rdma, ctx.now) {
                 Ok(ctl) => self.session = Some(self.new_session(ctx, peer, ctl)),
-                Err(e) => self.last_error = Some(e.to_string()),
+                Err(e) => self.tally.last_error = Some(e.to_string()),
             }
         }
     }
@@ -936,16 +902,7 @@ impl PerftestCm {
                 return Err(PerftestCmError::DataBuffer(e));
             }
         };
-        let mut c = Conn {
-            ep,
-            connected: false,
-            peer_msgs: 0,
-            refused: false,
-            closed: false,
-            ready_at: None,
-            stag_a: data,
-            stag_b: credit,
-        };
+        let mut c = Conn::new(ep, data, credit);
         if self.role == Role::Server && self.verb == Verb::Send {
             for _ in 0..self.spec.rx_depth {
                 if post_data_recv(&mut c, rdma, self.spec.size).is_err() {
@@ -1012,15 +969,7 @@ impl PerftestCm {
     fn fail_client(&mut self, ctx: &mut ServiceCtx<'_>, reason: String) {
         self.done = true;
         self.retry_at = None;
-        self.sessions_failed += 1;
-        self.last_error = Some(reason.clone());
-        self.event(
-            ctx,
-            EventKind::SessionFailed {
-                peer: self.spec.peer,
-                reason,
-            },
-        );
+        self.tally.failed(ctx, self.id, self.spec.peer, reason);
     }
 
     /// Client: the data connection's TCP connect, with retries.
@@ -1200,14 +1149,7 @@ impl PerftestCm {
                 if self.role == Role::Client {
                     s.ctl.ready_at = Some(ctx.now + CONTROL_SETTLE);
                 }
-                self.event(
-                    ctx,
-                    EventKind::SessionStarted {
-                        peer: s.peer,
-                        qpn: qpns.0,
-                        remote_qpn: qpns.1,
-                    },
-                );
+                session_started(ctx, self.id, s.peer, qpns.0, qpns.1);
             }
             EpEvent::Rejected(why) => {
                 if self.transport == TransportKind::Roce
@@ -1403,13 +1345,7 @@ impl PerftestCm {
         let len = self.script()[s.step];
         let is_report = self.verb != Verb::Send && (10..=14).contains(&s.step);
         match s.step {
-            0 => {
-                let mut v = vec![0u8; 16];
-                v[..VERSION.len()].copy_from_slice(VERSION);
-                v
-            }
-            1 => CYCLE_BUFFER.to_be_bytes().to_vec(),
-            2 => CACHE_LINE.to_be_bytes().to_vec(),
+            0..=2 => opening_item(s.step),
             // IBV_MTU_1024 as text: what siw reports on a 1500-byte netdev.
             3 => b"3\0".to_vec(),
             _ if is_report => {
@@ -1448,17 +1384,7 @@ impl PerftestCm {
             });
         }
         match s.step {
-            0 => {
-                let v: String = msg
-                    .iter()
-                    .take_while(|&&b| b != 0)
-                    .map(|&b| char::from(b))
-                    .collect();
-                let ver: f64 = v.trim().parse().unwrap_or(0.0);
-                if ver < 5.70 {
-                    return Err(PerftestCmError::Version(v));
-                }
-            }
+            0 => check_peer_version(msg).map_err(PerftestCmError::Version)?,
             11 if want == 8 => {
                 let mut b = [0u8; 8];
                 b.copy_from_slice(msg);
@@ -1739,29 +1665,12 @@ impl PerftestCm {
         }
         match s.error {
             None => {
-                self.sessions_ok += 1;
-                self.last_iterations = n;
-                self.event(
-                    ctx,
-                    EventKind::SessionFinished {
-                        peer: s.peer,
-                        iterations: n,
-                        verified: 0,
-                        elapsed: ctx.now.saturating_duration_since(s.started),
-                    },
-                );
+                let elapsed = ctx.now.saturating_duration_since(s.started);
+                self.tally.finished(ctx, self.id, s.peer, n, 0, elapsed);
             }
             Some(reason) => {
-                self.sessions_failed += 1;
-                self.last_iterations = n;
-                self.last_error = Some(reason.clone());
-                self.event(
-                    ctx,
-                    EventKind::SessionFailed {
-                        peer: Some(s.peer),
-                        reason,
-                    },
-                );
+                self.tally.last_iterations = n;
+                self.tally.failed(ctx, self.id, Some(s.peer), reason);
             }
         }
         if self.role == Role::Client {
@@ -1790,16 +1699,7 @@ fn control_conn(
             return Err(PerftestCmError::ControlBuffers(e));
         }
     };
-    Ok(Conn {
-        ep,
-        connected: false,
-        peer_msgs: 0,
-        refused: false,
-        closed: false,
-        ready_at: None,
-        stag_a: recv,
-        stag_b: send,
-    })
+    Ok(Conn::new(ep, recv, send))
 }
 
 /// The tool posts one receive of 56 bytes on the control QP at a time.

@@ -17,8 +17,10 @@
 //! checks that every message from the tool (after its first, which is the
 //! tool's initial fill) echoes our previous one.
 
-use crate::spec::{client_target, tcp_connect, ServiceSpec};
-use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
+use crate::spec::{
+    client_connected, client_target, session_started, tcp_connect, ServiceSpec, SessionTally,
+};
+use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
@@ -178,11 +180,7 @@ pub struct Pingpong {
     retry_at: Option<Instant>,
     exchange_deadline: Option<Instant>,
     connect_deadline: Instant,
-    sessions_ok: u64,
-    sessions_failed: u64,
-    last_iterations: u32,
-    last_verified: u32,
-    last_error: Option<String>,
+    tally: SessionTally,
 }
 
 impl Pingpong {
@@ -203,11 +201,7 @@ impl Pingpong {
             session: None,
             retry_at: None,
             exchange_deadline: None,
-            sessions_ok: 0,
-            sessions_failed: 0,
-            last_iterations: 0,
-            last_verified: 0,
-            last_error: None,
+            tally: SessionTally::default(),
         };
         match role {
             Role::Server => {
@@ -264,34 +258,17 @@ impl Pingpong {
     }
 
     pub(crate) fn status(&self, id: u32) -> ServiceStatus {
-        ServiceStatus {
-            id,
-            kind: self.spec.kind,
-            peer: self.session.as_ref().map(|s| s.peer).or(self.spec.peer),
-            port: self.spec.port,
-            state: match self.phase {
-                Phase::Listening => "listening",
-                Phase::Connecting => "connecting",
-                Phase::RetryWait => "waiting-for-server",
-                Phase::Running => "running",
-                Phase::Done if self.sessions_ok > 0 => "done",
-                Phase::Done => "failed",
-            }
-            .to_string(),
-            sessions_ok: self.sessions_ok,
-            sessions_failed: self.sessions_failed,
-            last_iterations: self.last_iterations,
-            last_verified: self.last_verified,
-            last_error: self.last_error.clone(),
-            progress: self.progress_mark(),
-        }
-    }
-
-    fn event(&self, ctx: &mut ServiceCtx<'_>, kind: EventKind) {
-        ctx.events.push(HostEvent {
-            service: self.id,
-            kind,
-        });
+        let state = match self.phase {
+            Phase::Listening => "listening",
+            Phase::Connecting => "connecting",
+            Phase::RetryWait => "waiting-for-server",
+            Phase::Running => "running",
+            Phase::Done if self.tally.any_ok() => "done",
+            Phase::Done => "failed",
+        };
+        let peer = self.session.as_ref().map(|s| s.peer).or(self.spec.peer);
+        self.tally
+            .status(id, &self.spec, peer, state, self.progress_mark())
     }
 
     /// Client: drops the attempt and tries again in a second, until the
@@ -318,9 +295,7 @@ impl Pingpong {
         if let Some(s) = self.session.take() {
             free_session(ctx.rdma, &s);
         }
-        self.sessions_failed += 1;
-        self.last_error = Some(reason.clone());
-        self.event(ctx, EventKind::SessionFailed { peer, reason });
+        self.tally.failed(ctx, self.id, peer, reason);
         self.exchange_deadline = None;
         self.end_session(ctx);
     }
@@ -383,15 +358,8 @@ impl Pingpong {
     fn step_listen(&mut self, ctx: &mut ServiceCtx<'_>) {
         let Some(h) = self.sock else { return };
         let sock = ctx.sockets.get_mut::<Socket>(h);
-        match sock.state() {
-            State::Closed => {
-                if let Err(e) = sock.listen(self.spec.port) {
-                    self.last_error = Some(format!("listen: {e}"));
-                }
-                return;
-            }
-            State::Listen | State::SynReceived => return,
-            _ => {}
+        if !client_connected(sock, self.spec.port, &mut self.tally.last_error) {
+            return;
         }
         if self.exchange_deadline.is_none() {
             self.exchange_deadline = Some(ctx.now + EXCHANGE_TIMEOUT);
@@ -422,15 +390,7 @@ impl Pingpong {
             Err(e) => {
                 self.session = None;
                 self.spec.peer = None;
-                self.sessions_failed += 1;
-                self.last_error = Some(e.to_string());
-                self.event(
-                    ctx,
-                    EventKind::SessionFailed {
-                        peer: Some(peer),
-                        reason: e.to_string(),
-                    },
-                );
+                self.tally.failed(ctx, self.id, Some(peer), e.to_string());
                 self.end_session(ctx);
                 return;
             }
@@ -464,14 +424,7 @@ impl Pingpong {
         }
         s.started = ctx.now;
         s.last_progress = ctx.now;
-        self.event(
-            ctx,
-            EventKind::SessionStarted {
-                peer: path,
-                qpn: s.qpn,
-                remote_qpn: remote.qpn,
-            },
-        );
+        session_started(ctx, self.id, path, s.qpn, remote.qpn);
         self.session = Some(s);
         self.phase = Phase::Running;
         self.exchange_deadline = None;
@@ -540,14 +493,7 @@ impl Pingpong {
             return;
         }
         s.pending = RECV_WRID | SEND_WRID;
-        self.event(
-            ctx,
-            EventKind::SessionStarted {
-                peer,
-                qpn,
-                remote_qpn: remote.qpn,
-            },
-        );
+        session_started(ctx, self.id, peer, qpn, remote.qpn);
         self.phase = Phase::Running;
         self.exchange_deadline = None;
     }
@@ -636,18 +582,8 @@ impl Pingpong {
                 ctx.rdma.retire_qp(s.qpn, ctx.now);
                 ctx.rdma.deregister_mr(s.lkey);
             }
-            self.sessions_ok += 1;
-            self.last_iterations = iterations;
-            self.last_verified = verified;
-            self.event(
-                ctx,
-                EventKind::SessionFinished {
-                    peer,
-                    iterations,
-                    verified,
-                    elapsed,
-                },
-            );
+            self.tally
+                .finished(ctx, self.id, peer, iterations, verified, elapsed);
             self.end_session(ctx);
             return;
         }

@@ -22,14 +22,16 @@
 
 use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
-use crate::spec::{client_target, roce_connect, tcp_connect, ServiceSpec};
-use crate::{EventKind, HostError, HostEvent, RdmaDevice, ServiceCtx, ServiceStatus};
+use crate::spec::{
+    accepted_peer, client_target, drain_and_close, roce_connect, session_started, tcp_connect,
+    ServiceSpec, SessionTally,
+};
+use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
 use roce_model::QpCaps;
 use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
-use smoltcp::wire::IpAddress;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
@@ -206,11 +208,7 @@ pub struct Rping {
     retry_at: Option<Instant>,
     linger_until: Option<Instant>,
     connect_deadline: Instant,
-    sessions_ok: u64,
-    sessions_failed: u64,
-    last_iterations: u32,
-    last_verified: u32,
-    last_error: Option<String>,
+    tally: SessionTally,
     counters: IwarpCounters,
 }
 
@@ -255,11 +253,7 @@ impl Rping {
             session: None,
             retry_at: None,
             linger_until: None,
-            sessions_ok: 0,
-            sessions_failed: 0,
-            last_iterations: 0,
-            last_verified: 0,
-            last_error: None,
+            tally: SessionTally::default(),
             counters: IwarpCounters::default(),
         };
         match (role, sock) {
@@ -341,38 +335,21 @@ impl Rping {
     }
 
     pub(crate) fn status(&self, id: u32) -> ServiceStatus {
-        ServiceStatus {
-            id,
-            kind: self.spec.kind,
-            peer: self.session.as_ref().map(|s| s.peer).or(self.spec.peer),
-            port: self.spec.port,
-            state: match self.phase {
-                Phase::Listening => "listening",
-                Phase::Connecting => "connecting",
-                Phase::RetryWait => "waiting-for-server",
-                Phase::Running => "running",
-                Phase::Lingering => "closing",
-                Phase::Done if self.sessions_ok > 0 => "done",
-                Phase::Done => "failed",
-            }
-            .to_string(),
-            sessions_ok: self.sessions_ok,
-            sessions_failed: self.sessions_failed,
-            last_iterations: self.last_iterations,
-            last_verified: self.last_verified,
-            last_error: self.last_error.clone(),
-            progress: self
-                .session
-                .as_ref()
-                .map_or((0, 0), |s| (s.pings, s.verified)),
-        }
-    }
-
-    fn event(&self, ctx: &mut ServiceCtx<'_>, kind: EventKind) {
-        ctx.events.push(HostEvent {
-            service: self.id,
-            kind,
-        });
+        let state = match self.phase {
+            Phase::Listening => "listening",
+            Phase::Connecting => "connecting",
+            Phase::RetryWait => "waiting-for-server",
+            Phase::Running => "running",
+            Phase::Lingering => "closing",
+            Phase::Done if self.tally.any_ok() => "done",
+            Phase::Done => "failed",
+        };
+        let peer = self.session.as_ref().map(|s| s.peer).or(self.spec.peer);
+        let progress = self
+            .session
+            .as_ref()
+            .map_or((0, 0), |s| (s.pings, s.verified));
+        self.tally.status(id, &self.spec, peer, state, progress)
     }
 
     /// Runs the state machine; returns whether anything changed.
@@ -483,22 +460,7 @@ impl Rping {
     fn step_listen(&mut self, ctx: &mut ServiceCtx<'_>) {
         let Some(h) = self.sock else { return };
         let sock = ctx.sockets.get_mut::<Socket>(h);
-        match sock.state() {
-            State::Closed => {
-                if let Err(e) = sock.listen(self.spec.port) {
-                    self.last_error = Some(format!("listen: {e}"));
-                }
-                return;
-            }
-            State::Listen | State::SynReceived => return,
-            State::Established => {}
-            _ => {
-                sock.abort();
-                return;
-            }
-        }
-        let Some(IpAddress::Ipv4(peer)) = sock.remote_endpoint().map(|e| e.addr) else {
-            sock.abort();
+        let Some(peer) = accepted_peer(sock, self.spec.port, &mut self.tally.last_error) else {
             return;
         };
         let ep = IwarpEndpoint::responder(h, self.engine_config(), ctx.now);
@@ -669,14 +631,7 @@ impl Rping {
                             }
                         }
                         s.started = ctx.now;
-                        self.event(
-                            ctx,
-                            EventKind::SessionStarted {
-                                peer: s.peer,
-                                qpn: qpns.0,
-                                remote_qpn: qpns.1,
-                            },
-                        );
+                        session_started(ctx, self.id, s.peer, qpns.0, qpns.1);
                         // Whoever sends first waits a little (see FIRST_SEND_DELAY;
                         // for a ucmatose server the guest's siw would otherwise
                         // see our FPDU right behind the MPA Reply: -EPROTO).
@@ -763,19 +718,9 @@ impl Rping {
             (Proto::Ucmatose, Role::Client) => s.error.is_none() && s.pings >= self.spec.iters,
         };
         if ok {
-            self.sessions_ok += 1;
-            self.last_iterations = s.pings;
-            self.last_verified = s.verified;
             let elapsed = ctx.now.saturating_duration_since(s.started);
-            self.event(
-                ctx,
-                EventKind::SessionFinished {
-                    peer: s.peer,
-                    iterations: s.pings,
-                    verified: s.verified,
-                    elapsed,
-                },
-            );
+            self.tally
+                .finished(ctx, self.id, s.peer, s.pings, s.verified, elapsed);
         } else {
             let reason = s.error.clone().unwrap_or_else(|| {
                 format!(
@@ -787,8 +732,8 @@ impl Rping {
                     }
                 )
             });
-            self.last_iterations = s.pings;
-            self.last_verified = s.verified;
+            self.tally.last_iterations = s.pings;
+            self.tally.last_verified = s.verified;
             self.record_failure(ctx, Some(s.peer), reason);
         }
         self.linger_until = Some(ctx.now + LINGER);
@@ -796,9 +741,7 @@ impl Rping {
     }
 
     fn record_failure(&mut self, ctx: &mut ServiceCtx<'_>, peer: Option<Ipv4Addr>, reason: String) {
-        self.sessions_failed += 1;
-        self.last_error = Some(reason.clone());
-        self.event(ctx, EventKind::SessionFailed { peer, reason });
+        self.tally.failed(ctx, self.id, peer, reason);
     }
 
     fn step_linger(&mut self, ctx: &mut ServiceCtx<'_>) {
@@ -812,16 +755,7 @@ impl Rping {
             return;
         };
         let sock = ctx.sockets.get_mut::<Socket>(h);
-        // Drain whatever the peer still sends.
-        let mut buf = [0u8; 512];
-        while sock.can_recv() {
-            if !matches!(sock.recv_slice(&mut buf), Ok(n) if n > 0) {
-                break;
-            }
-        }
-        if sock.state() == State::CloseWait {
-            sock.close();
-        }
+        drain_and_close(sock);
         let drained = matches!(
             sock.state(),
             State::Closed | State::TimeWait | State::FinWait2

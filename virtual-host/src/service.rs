@@ -5,38 +5,10 @@ use crate::perftest::{PerftestClient, PerftestServer, Verb};
 use crate::perftest_cm::PerftestCm;
 use crate::pingpong::{Pingpong, Role};
 use crate::rping::Rping;
-pub use crate::spec::{ServiceKind, ServiceSpec, MAX_MESSAGE, MAX_RX_DEPTH};
+pub use crate::spec::{ServiceKind, ServiceSpec, ServiceStatus, MAX_MESSAGE, MAX_RX_DEPTH};
 use crate::{HostError, RdmaDevice, ServiceCtx};
 use smoltcp::iface::SocketSet;
-use std::net::Ipv4Addr;
 use std::time::Instant;
-
-/// Status of one service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceStatus {
-    /// Id.
-    pub id: u32,
-    /// Kind.
-    pub kind: ServiceKind,
-    /// Peer (clients) or current peer (servers).
-    pub peer: Option<Ipv4Addr>,
-    /// TCP port.
-    pub port: u16,
-    /// State word (listening, connecting, running, done, failed).
-    pub state: String,
-    /// Sessions that completed every iteration.
-    pub sessions_ok: u64,
-    /// Sessions that failed.
-    pub sessions_failed: u64,
-    /// Iterations of the last finished session.
-    pub last_iterations: u32,
-    /// Verified messages of the last finished session.
-    pub last_verified: u32,
-    /// Last failure.
-    pub last_error: Option<String>,
-    /// The running session's sends and receives completed so far.
-    pub progress: (u32, u32),
-}
 
 // A handful of services per host: the size difference does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -61,16 +33,7 @@ impl Service {
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
         let inner = match spec.kind {
-            ServiceKind::WriteBwServer
-            | ServiceKind::SendBwServer
-            | ServiceKind::ReadBwServer
-            | ServiceKind::WriteBwClient
-            | ServiceKind::SendBwClient
-            | ServiceKind::ReadBwClient
-            | ServiceKind::AtomicBwServer
-            | ServiceKind::AtomicBwClient
-                if spec.rdma_cm =>
-            {
+            kind if spec.rdma_cm && kind.is_perftest_bw() => {
                 use crate::perftest_cm::Role as R;
                 let (verb, role) = match spec.kind {
                     ServiceKind::WriteBwServer => (Verb::Write, R::Server),

@@ -1,13 +1,13 @@
 //! What a service is: its kind (tool and role) and parameters, as the
 //! daemon's config file, control socket and CLI give them, and the helpers
-//! every tool's client side shares. The tool engines depend on this module;
+//! every tool's client and server sides share. The tool engines depend on this module;
 //! `service` (the dispatcher over the engines) does too.
 
 use crate::endpoint::RoceEndpoint;
-use crate::{HostError, ServiceCtx};
+use crate::{EventKind, HostError, HostEvent, ServiceCtx};
 use roce_model::QpCaps;
 use smoltcp::iface::SocketHandle;
-use smoltcp::socket::tcp::Socket;
+use smoltcp::socket::tcp::{Socket, State};
 use smoltcp::wire::IpAddress;
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -100,6 +100,22 @@ impl ServiceKind {
                 | ServiceKind::UcmatoseClient
                 | ServiceKind::RpingClientRoce
                 | ServiceKind::UcmatoseClientRoce
+        )
+    }
+
+    /// Whether the kind is one of perftest's bandwidth tests (the kinds
+    /// that also run over rdma_cm).
+    pub fn is_perftest_bw(self) -> bool {
+        matches!(
+            self,
+            ServiceKind::WriteBwServer
+                | ServiceKind::SendBwServer
+                | ServiceKind::ReadBwServer
+                | ServiceKind::AtomicBwServer
+                | ServiceKind::WriteBwClient
+                | ServiceKind::SendBwClient
+                | ServiceKind::ReadBwClient
+                | ServiceKind::AtomicBwClient
         )
     }
 }
@@ -195,16 +211,7 @@ impl ServiceSpec {
             }
             .with_kind(kind);
         }
-        if matches!(
-            kind,
-            ServiceKind::WriteBwServer
-                | ServiceKind::SendBwServer
-                | ServiceKind::ReadBwServer
-                | ServiceKind::AtomicBwServer
-                | ServiceKind::WriteBwClient
-                | ServiceKind::SendBwClient
-                | ServiceKind::ReadBwClient
-        ) {
+        if kind.is_perftest_bw() {
             // perftest's defaults: 64 KiB messages, 5000 iterations, 512
             // receives.
             return ServiceSpec {
@@ -272,18 +279,7 @@ impl ServiceSpec {
             self.kind,
             ServiceKind::AtomicBwServer | ServiceKind::AtomicBwClient
         );
-        if self.rdma_cm
-            && !atomic
-            && !matches!(
-                self.kind,
-                ServiceKind::WriteBwServer
-                    | ServiceKind::SendBwServer
-                    | ServiceKind::ReadBwServer
-                    | ServiceKind::WriteBwClient
-                    | ServiceKind::SendBwClient
-                    | ServiceKind::ReadBwClient
-            )
-        {
+        if self.rdma_cm && !self.kind.is_perftest_bw() {
             return bad(format!(
                 "{}: rdma-cm is for the write/send/read/atomic-bw services",
                 self.kind
@@ -299,6 +295,194 @@ impl ServiceSpec {
             return bad(format!("{}: roce needs rdma-cm", self.kind));
         }
         Ok(())
+    }
+}
+
+/// Status of one service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceStatus {
+    /// Id.
+    pub id: u32,
+    /// Kind.
+    pub kind: ServiceKind,
+    /// Peer (clients) or current peer (servers).
+    pub peer: Option<Ipv4Addr>,
+    /// TCP port.
+    pub port: u16,
+    /// State word (listening, connecting, running, done, failed).
+    pub state: String,
+    /// Sessions that completed every iteration.
+    pub sessions_ok: u64,
+    /// Sessions that failed.
+    pub sessions_failed: u64,
+    /// Iterations of the last finished session.
+    pub last_iterations: u32,
+    /// Verified messages of the last finished session.
+    pub last_verified: u32,
+    /// Last failure.
+    pub last_error: Option<String>,
+    /// The running session's sends and receives completed so far.
+    pub progress: (u32, u32),
+}
+
+/// What every service counts of its sessions, the same way: the common part
+/// of its [`ServiceStatus`], kept together with the host events that go with
+/// each count.
+#[derive(Debug, Default)]
+pub(crate) struct SessionTally {
+    ok: u64,
+    failed: u64,
+    /// Iterations of the last finished session.
+    pub(crate) last_iterations: u32,
+    /// Verified messages of the last finished session.
+    pub(crate) last_verified: u32,
+    /// The last failure (a session's, or the socket's when it cannot listen).
+    pub(crate) last_error: Option<String>,
+}
+
+impl SessionTally {
+    /// Whether any session completed every iteration.
+    pub(crate) fn any_ok(&self) -> bool {
+        self.ok > 0
+    }
+
+    /// Counts a session that completed every iteration and tells the host.
+    pub(crate) fn finished(
+        &mut self,
+        ctx: &mut ServiceCtx<'_>,
+        service: u32,
+        peer: Ipv4Addr,
+        iterations: u32,
+        verified: u32,
+        elapsed: Duration,
+    ) {
+        self.ok += 1;
+        self.last_iterations = iterations;
+        self.last_verified = verified;
+        ctx.events.push(HostEvent {
+            service,
+            kind: EventKind::SessionFinished {
+                peer,
+                iterations,
+                verified,
+                elapsed,
+            },
+        });
+    }
+
+    /// Counts a failed session and tells the host.
+    pub(crate) fn failed(
+        &mut self,
+        ctx: &mut ServiceCtx<'_>,
+        service: u32,
+        peer: Option<Ipv4Addr>,
+        reason: String,
+    ) {
+        self.failed += 1;
+        self.last_error = Some(reason.clone());
+        ctx.events.push(HostEvent {
+            service,
+            kind: EventKind::SessionFailed { peer, reason },
+        });
+    }
+
+    /// The status of service `id` running `spec`: its (current) `peer`,
+    /// its `state` word and the running session's `progress`, with this
+    /// tally.
+    pub(crate) fn status(
+        &self,
+        id: u32,
+        spec: &ServiceSpec,
+        peer: Option<Ipv4Addr>,
+        state: &str,
+        progress: (u32, u32),
+    ) -> ServiceStatus {
+        ServiceStatus {
+            id,
+            kind: spec.kind,
+            peer,
+            port: spec.port,
+            state: state.to_string(),
+            sessions_ok: self.ok,
+            sessions_failed: self.failed,
+            last_iterations: self.last_iterations,
+            last_verified: self.last_verified,
+            last_error: self.last_error.clone(),
+            progress,
+        }
+    }
+}
+
+/// Tells the host that `service` started a session with `peer` on its QP
+/// `qpn`, connected to the peer's `remote_qpn`.
+pub(crate) fn session_started(
+    ctx: &mut ServiceCtx<'_>,
+    service: u32,
+    peer: Ipv4Addr,
+    qpn: u32,
+    remote_qpn: u32,
+) {
+    ctx.events.push(HostEvent {
+        service,
+        kind: EventKind::SessionStarted {
+            peer,
+            qpn,
+            remote_qpn,
+        },
+    });
+}
+
+/// A server's turn at its TCP socket `sock`: keeps it listening on `port`
+/// (why it cannot goes to `last_error`); whether a client has connected
+/// (the socket is past the handshake, in whatever state).
+pub(crate) fn client_connected(
+    sock: &mut Socket,
+    port: u16,
+    last_error: &mut Option<String>,
+) -> bool {
+    match sock.state() {
+        State::Closed => {
+            if let Err(e) = sock.listen(port) {
+                *last_error = Some(format!("listen: {e}"));
+            }
+            false
+        }
+        State::Listen | State::SynReceived => false,
+        _ => true,
+    }
+}
+
+/// [`client_connected`] for a server that takes only established
+/// connections: the IPv4 peer of one; a connection in any other state is
+/// aborted.
+pub(crate) fn accepted_peer(
+    sock: &mut Socket,
+    port: u16,
+    last_error: &mut Option<String>,
+) -> Option<Ipv4Addr> {
+    if !client_connected(sock, port, last_error) {
+        return None;
+    }
+    if sock.state() == State::Established {
+        if let Some(IpAddress::Ipv4(peer)) = sock.remote_endpoint().map(|e| e.addr) {
+            return Some(peer);
+        }
+    }
+    sock.abort();
+    None
+}
+
+/// A closing connection's turn: reads and drops whatever the peer still
+/// sends, and closes our side once the peer has closed its own.
+pub(crate) fn drain_and_close(sock: &mut Socket) {
+    let mut buf = [0u8; 512];
+    while sock.can_recv() {
+        if !matches!(sock.recv_slice(&mut buf), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    if sock.state() == State::CloseWait {
+        sock.close();
     }
 }
 
