@@ -933,18 +933,13 @@ fn attacked_host_serves_a_legitimate_client_afterwards() {
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = 50;
     a.start_service(srv, now).unwrap();
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 50;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 50);
     cli.echo = true;
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run(
+    let (ea, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli,
         Duration::from_secs(60),
-        0,
         is_roce,
         both_finished_or_failed,
     );
@@ -1084,18 +1079,13 @@ fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
     assert!(max_qps <= 1);
     assert_eq!(st.services[0].state, "listening");
     // And a legitimate client is served.
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 20;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 20);
     cli.echo = true;
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run(
+    let (ea, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli,
         Duration::from_secs(60),
-        0,
         is_roce,
         |ea, eb| finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some(),
     );
@@ -1141,19 +1131,14 @@ fn mpa_request_flood_against_the_rping_server() {
     assert!(st.services[0].sessions_failed >= 40, "{st:?}");
     assert_eq!(st.services[0].state, "listening", "{st:?}");
     // A legitimate rping client is served afterwards.
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 3;
-    b.start_service(cli, now).unwrap();
-    let (_, eb) = run(
+    let cli = client_spec(ServiceKind::RpingClient, 3);
+    let (_, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli,
         Duration::from_secs(60),
-        0,
         is_tcp,
-        |_, eb| finished(eb).is_some() || failed(eb).is_some(),
+        client_ended,
     );
     assert_eq!(finished(&eb), Some((3, 3)), "{eb:?}");
 }
@@ -1174,9 +1159,7 @@ fn a_session_beyond_the_qp_limit_fails_clearly_and_the_service_recovers() {
     a.start_service(srv, now).unwrap();
     let client = |now: Instant| {
         let mut b = host("b", MAC_B, IP_B, now);
-        let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-        cli.peer = Some(IP_A);
-        cli.iters = 10;
+        let mut cli = client_spec(ServiceKind::PingpongClient, 10);
         cli.echo = true;
         cli.connect_timeout = Duration::from_secs(5);
         b.start_service(cli, now).unwrap();

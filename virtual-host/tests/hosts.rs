@@ -210,9 +210,7 @@ fn pingpong_pair(echo_server: bool, drop_every: usize, iters: u32) {
     srv.iters = iters;
     srv.echo = echo_server;
     a.start_service(srv, now).unwrap();
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = iters;
+    let mut cli = client_spec(ServiceKind::PingpongClient, iters);
     cli.echo = !echo_server;
     b.start_service(cli, now).unwrap();
     let (ea, eb) = run_to_finish(
@@ -262,9 +260,7 @@ fn client_waits_for_a_late_server() {
     let now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 10;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 10);
     cli.echo = true;
     b.start_service(cli, now).unwrap();
     // Nobody listens for 3 s: refused, retried.
@@ -317,9 +313,7 @@ fn client_reaches_a_peer_that_was_silent_for_a_while() {
     let now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 10;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 10);
     cli.echo = true;
     b.start_service(cli, now).unwrap();
     // 90 s with nobody on the wire: ARP requests and SYNs go nowhere.

@@ -15,9 +15,7 @@ fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_ev
     srv.mpa_crc = server_crc;
     srv.size = size;
     a.start_service(srv, now).unwrap();
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = iters;
+    let mut cli = client_spec(ServiceKind::RpingClient, iters);
     cli.size = size;
     cli.mpa_crc = client_crc;
     b.start_service(cli, now).unwrap();
@@ -80,9 +78,7 @@ fn rping_client_waits_for_a_late_server() {
     let mut now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 3;
+    let cli = client_spec(ServiceKind::RpingClient, 3);
     b.start_service(cli, now).unwrap();
     run_idle(&mut a, &mut b, &mut now, Duration::from_secs(3), is_tcp);
     let st = &b.status().services[0];
@@ -208,20 +204,8 @@ fn run_until_server_fails(
 
 /// After a hostile peer, a well-behaved rping client is still served.
 fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
-    let mut b = host("b", MAC_B, IP_B, *now);
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 2;
-    b.start_service(cli, *now).unwrap();
-    let (_, eb) = run(
-        a,
-        &mut b,
-        now,
-        Duration::from_secs(60),
-        0,
-        is_tcp,
-        |_, eb| finished(eb).is_some() || failed(eb).is_some(),
-    );
+    let cli = client_spec(ServiceKind::RpingClient, 2);
+    let (_, eb) = run_client(a, now, cli, Duration::from_secs(60), is_tcp, client_ended);
     assert_eq!(finished(&eb), Some((2, 2)), "{eb:?}");
 }
 
@@ -328,9 +312,7 @@ fn ucmatose_back_to_back() {
         srv.mpa_crc = crc;
         srv.iters = 20;
         a.start_service(srv, now).unwrap();
-        let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
-        cli.peer = Some(IP_A);
-        cli.iters = 20;
+        let cli = client_spec(ServiceKind::UcmatoseClient, 20);
         b.start_service(cli, now).unwrap();
         let (ea, eb) = run(
             &mut a,

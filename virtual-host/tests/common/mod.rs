@@ -377,3 +377,31 @@ impl<T: TcpScript> Node for T {
         Vec::new()
     }
 }
+
+/// A client spec for `kind` against host A, running `iters` iterations.
+pub fn client_spec(kind: virtual_host::ServiceKind, iters: u32) -> virtual_host::ServiceSpec {
+    let mut cli = virtual_host::ServiceSpec::new(kind);
+    cli.peer = Some(IP_A);
+    cli.iters = iters;
+    cli
+}
+
+/// Starts `cli` on a fresh host B and runs it against `a` without loss
+/// until `done` or `limit`; returns the events of both.
+pub fn run_client(
+    a: &mut VirtualHost,
+    now: &mut Instant,
+    cli: virtual_host::ServiceSpec,
+    limit: Duration,
+    droppable: fn(&[u8]) -> bool,
+    done: impl FnMut(&[HostEvent], &[HostEvent]) -> bool,
+) -> (Vec<HostEvent>, Vec<HostEvent>) {
+    let mut b = host("b", MAC_B, IP_B, *now);
+    b.start_service(cli, *now).unwrap();
+    run(a, &mut b, now, limit, 0, droppable, done)
+}
+
+/// A `done` for [`run`]: the client (`b`) finished or failed.
+pub fn client_ended(_: &[HostEvent], eb: &[HostEvent]) -> bool {
+    finished(eb).is_some() || failed(eb).is_some()
+}
