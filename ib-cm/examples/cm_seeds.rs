@@ -3,40 +3,22 @@
 //! framed as the target reads them (control byte, then `0` + 256-byte MAD
 //! each). Usage: `cargo run -p ib-cm --example cm_seeds -- DIR`.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use ib_cm::*;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::time::Instant;
 
-const HOST: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
-const PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+const HOST: IpAddr = common::B;
+const PEER: IpAddr = common::A;
 
 fn local(qpn: u32) -> LocalQp {
-    LocalQp {
-        qpn,
-        starting_psn: 0x4242,
-        responder_resources: 16,
-        initiator_depth: 16,
-        rnr_retry_count: 7,
-        private_data: vec![],
-    }
+    common::local(qpn, 0x4242)
 }
 
 fn params(port: u16) -> ConnectParams {
-    let cma = CmaHeader {
-        src: PEER,
-        src_port: 41000,
-        dst: HOST,
-    };
-    let mut l = local(0x11);
-    l.private_data = cma.to_private_data(b"").unwrap();
-    ConnectParams {
-        service_id: service_id(RDMA_PS_TCP, port),
-        local: l,
-        path_mtu: 3,
-        retry_count: 7,
-        local_gid: ipv4_mapped_gid([10, 0, 0, 1]),
-        remote_gid: ipv4_mapped_gid([10, 0, 0, 2]),
-    }
+    common::cma_params(local(0x11), 41000, b"", port)
 }
 
 fn seed(ctl: u8, mads: &[[u8; MAD_LEN]]) -> Vec<u8> {

@@ -1,41 +1,17 @@
 //! CM state machines back to back: passive and active sides, loss,
 //! duplicates, REJ, floods against the limits, disconnects, timeouts.
 
+mod common;
+
+use common::*;
 use ib_cm::*;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 const PORT: u16 = 7174;
 
-fn local(qpn: u32, psn: u32) -> LocalQp {
-    LocalQp {
-        qpn,
-        starting_psn: psn,
-        responder_resources: 16,
-        initiator_depth: 16,
-        rnr_retry_count: 7,
-        private_data: Vec::new(),
-    }
-}
-
 fn params(qpn: u32, psn: u32, port: u16) -> ConnectParams {
-    let cma = CmaHeader {
-        src: A,
-        src_port: 40000,
-        dst: B,
-    };
-    let mut l = local(qpn, psn);
-    l.private_data = cma.to_private_data(b"app").unwrap();
-    ConnectParams {
-        service_id: service_id(RDMA_PS_TCP, port),
-        local: l,
-        path_mtu: 3,
-        retry_count: 7,
-        local_gid: ipv4_mapped_gid([10, 0, 0, 1]),
-        remote_gid: ipv4_mapped_gid([10, 0, 0, 2]),
-    }
+    cma_params(local(qpn, psn), 40000, b"app", port)
 }
 
 /// Moves MADs from `from` to `to` (peer address `src`), dropping those

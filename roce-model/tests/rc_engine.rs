@@ -46,6 +46,20 @@ impl Buf {
     fn sge_at(&self, off: u32, len: u32) -> Sge {
         Sge::new(self.iova + u64::from(off), len, self.key)
     }
+    /// An RDMA WRITE to the whole region.
+    fn rdma_write(&self) -> SendOp {
+        SendOp::RdmaWrite {
+            remote_addr: self.iova,
+            rkey: self.key,
+        }
+    }
+    /// An RDMA READ from the region's start.
+    fn rdma_read(&self) -> SendOp {
+        SendOp::RdmaRead {
+            remote_addr: self.iova,
+            rkey: self.key,
+        }
+    }
 }
 
 impl Host {
@@ -84,6 +98,11 @@ impl Host {
 
     fn read(&self, b: &Buf) -> Vec<u8> {
         self.mem.read(b.key, b.iova, b.len as usize).unwrap()
+    }
+
+    /// Post a send WR; it must be accepted.
+    fn post(&mut self, wr_id: u64, op: SendOp, sges: Vec<Sge>) {
+        self.qp.post_send(SendWr::new(wr_id, op, sges)).unwrap();
     }
 
     fn comps(&mut self) -> Vec<Completion> {
@@ -180,6 +199,17 @@ impl Wire {
 
     fn filter(&mut self, f: impl FnMut(Dir, usize, &RocePacket<'_>) -> Action + 'static) {
         self.filter = Box::new(f);
+    }
+
+    /// Drop the packets `lose(dir, index)` picks; deliver the rest.
+    fn drop_where(&mut self, lose: impl Fn(Dir, usize) -> bool + 'static) {
+        self.filter(move |d, i, _| {
+            if lose(d, i) {
+                Action::Drop
+            } else {
+                Action::Deliver
+            }
+        });
     }
 
     fn deliver(&mut self, dir: Dir, bytes: &[u8]) {
@@ -283,6 +313,11 @@ impl Wire {
         panic!("wire did not settle");
     }
 
+    /// Take every packet A has to send now, delivering none; how many.
+    fn drain_a(&mut self) -> usize {
+        std::iter::from_fn(|| self.a.qp.poll_transmit(self.now, &self.a.mem)).count()
+    }
+
     fn run(&mut self) {
         self.run_until(|_| false);
     }
@@ -320,13 +355,7 @@ fn send_recv_with_immediate() {
     let r2 = w.b.zeroed(16);
     w.b.qp.post_recv(RecvWr::new(7, vec![r1.sge()])).unwrap();
     w.b.qp.post_recv(RecvWr::new(8, vec![r2.sge()])).unwrap();
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::SendWithImm { imm: 0xdead_beef },
-            vec![src.sge()],
-        ))
-        .unwrap();
+    w.a.post(1, SendOp::SendWithImm { imm: 0xdead_beef }, vec![src.sge()]);
     w.a.qp
         .post_send(SendWr::new(2, SendOp::Send, vec![small.sge()]).solicited(true))
         .unwrap();
@@ -387,27 +416,20 @@ fn write_and_write_with_imm_multi_packet() {
     let t =
         w.b.mr(vec![0; 20_000], Access::REMOTE_WRITE | Access::LOCAL_WRITE);
     w.b.qp.post_recv(RecvWr::new(9, vec![])).unwrap();
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s1.sge_at(0, 4000), s1.sge_at(4000, 6000)],
-        ))
-        .unwrap();
-    w.a.qp
-        .post_send(SendWr::new(
-            2,
-            SendOp::RdmaWriteWithImm {
-                remote_addr: t.iova + 12_000,
-                rkey: t.key,
-                imm: 0x1234,
-            },
-            vec![s2.sge()],
-        ))
-        .unwrap();
+    w.a.post(
+        1,
+        t.rdma_write(),
+        vec![s1.sge_at(0, 4000), s1.sge_at(4000, 6000)],
+    );
+    w.a.post(
+        2,
+        SendOp::RdmaWriteWithImm {
+            remote_addr: t.iova + 12_000,
+            rkey: t.key,
+            imm: 0x1234,
+        },
+        vec![s2.sge()],
+    );
     w.run();
     let ca = w.a.comps();
     ok(&ca[0], 1, WcOpcode::RdmaWrite);
@@ -433,23 +455,16 @@ fn read_multi_packet_consumes_psns() {
     let data = pattern(10_000, 5);
     let remote = w.b.mr(data.clone(), Access::REMOTE_READ);
     let local = w.a.zeroed(10_000);
-    w.a.qp
-        .post_send(SendWr::new(
-            5,
-            SendOp::RdmaRead {
-                remote_addr: remote.iova,
-                rkey: remote.key,
-            },
-            vec![local.sge_at(0, 3000), local.sge_at(3000, 7000)],
-        ))
-        .unwrap();
+    w.a.post(
+        5,
+        remote.rdma_read(),
+        vec![local.sge_at(0, 3000), local.sge_at(3000, 7000)],
+    );
     // A SEND right behind: it must get PSN 10 + ceil(10000/1024) = 20.
     let s = w.a.mr(b"x".to_vec(), Access::NONE);
     let r = w.b.zeroed(8);
     w.b.qp.post_recv(RecvWr::new(1, vec![r.sge()])).unwrap();
-    w.a.qp
-        .post_send(SendWr::new(6, SendOp::Send, vec![s.sge()]))
-        .unwrap();
+    w.a.post(6, SendOp::Send, vec![s.sge()]);
     w.run();
     let ca = w.a.comps();
     ok(&ca[0], 5, WcOpcode::RdmaRead);
@@ -512,9 +527,7 @@ fn atomics_cas_and_faa() {
         },
     ];
     for (i, op) in ops.into_iter().enumerate() {
-        w.a.qp
-            .post_send(SendWr::new(i as u64, op, vec![res.sge_at(8 * i as u32, 8)]))
-            .unwrap();
+        w.a.post(i as u64, op, vec![res.sge_at(8 * i as u32, 8)]);
     }
     w.run();
     let ca = w.a.comps();
@@ -545,16 +558,7 @@ fn loss_triggers_one_seq_nak_and_go_back_n() {
     let data = pattern(2048, 6); // 8 packets
     let s = w.a.mr(data.clone(), Access::NONE);
     let t = w.b.mr(vec![0; 2048], Access::REMOTE_WRITE);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
+    w.a.post(1, t.rdma_write(), vec![s.sge()]);
     // The whole burst leaves A; PSN 2 is lost.
     let burst: Vec<_> = std::iter::from_fn(|| w.a.qp.poll_transmit(w.now, &w.a.mem)).collect();
     assert_eq!(burst.len(), 8);
@@ -609,24 +613,9 @@ fn lost_tail_recovered_by_retransmit_timer() {
     let data = pattern(1024, 9);
     let s = w.a.mr(data.clone(), Access::NONE);
     let t = w.b.mr(vec![0; 1024], Access::REMOTE_WRITE);
-    w.filter(|d, i, _| {
-        if d == Dir::AtoB && i == 3 {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    w.drop_where(|d, i| d == Dir::AtoB && i == 3);
     let start = w.now;
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
+    w.a.post(1, t.rdma_write(), vec![s.sge()]);
     w.run();
     ok(&w.a.comps()[0], 1, WcOpcode::RdmaWrite);
     assert_eq!(w.b.read(&t), data);
@@ -652,20 +641,16 @@ fn duplicates_are_reacked_not_reexecuted() {
             Action::Deliver
         }
     });
-    w.a.qp
-        .post_send(SendWr::new(10, SendOp::Send, vec![s.sge()]))
-        .unwrap();
-    w.a.qp
-        .post_send(SendWr::new(
-            11,
-            SendOp::RdmaWriteWithImm {
-                remote_addr: t.iova,
-                rkey: t.key,
-                imm: 5,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
+    w.a.post(10, SendOp::Send, vec![s.sge()]);
+    w.a.post(
+        11,
+        SendOp::RdmaWriteWithImm {
+            remote_addr: t.iova,
+            rkey: t.key,
+            imm: 5,
+        },
+        vec![s.sge()],
+    );
     w.run();
     assert_eq!(w.a.comps().len(), 2);
     let cb = w.b.comps();
@@ -688,9 +673,7 @@ fn duplicates_are_reacked_not_reexecuted() {
     let s2 = w.a.mr(pattern(10, 2), Access::NONE);
     let r3 = w.b.zeroed(16);
     w.b.qp.post_recv(RecvWr::new(3, vec![r3.sge()])).unwrap();
-    w.a.qp
-        .post_send(SendWr::new(12, SendOp::Send, vec![s2.sge()]))
-        .unwrap();
+    w.a.post(12, SendOp::Send, vec![s2.sge()]);
     let p = w.a.qp.poll_transmit(w.now, &w.a.mem).unwrap();
     assert_eq!(RocePacket::parse(&p).unwrap().bth.psn, 2);
     w.deliver(Dir::AtoB, &p);
@@ -721,16 +704,7 @@ fn out_of_order_gets_one_nak() {
             Action::Deliver
         }
     });
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
+    w.a.post(1, t.rdma_write(), vec![s.sge()]);
     w.run();
     ok(&w.a.comps()[0], 1, WcOpcode::RdmaWrite);
     assert_eq!(w.b.read(&t), data);
@@ -742,9 +716,7 @@ fn out_of_order_gets_one_nak() {
 fn rnr_nak_then_retry_succeeds_once_posted() {
     let mut w = Wire::new(Mtu::Mtu1024, 0, 0);
     let s = w.a.mr(b"ping".to_vec(), Access::NONE);
-    w.a.qp
-        .post_send(SendWr::new(1, SendOp::Send, vec![s.sge()]))
-        .unwrap();
+    w.a.post(1, SendOp::Send, vec![s.sge()]);
     // Run until the requester has seen two RNR NAKs, then post the buffer.
     w.run_until(|w| w.a.qp.stats().rnr_naks_received >= 2);
     assert_eq!(w.b.qp.stats().rnr_naks_sent, 2);
@@ -772,24 +744,9 @@ fn retry_exhaustion_fails_and_flushes() {
     let mut w = Wire::with(Mtu::Mtu1024, 0, 0, |a| a.retry_cnt = 3, |_| {});
     let s = w.a.mr(pattern(64, 0), Access::NONE);
     let t = w.b.mr(vec![0; 64], Access::REMOTE_WRITE);
-    w.filter(|d, _, _| {
-        if d == Dir::AtoB {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    w.drop_where(|d, _| d == Dir::AtoB);
     for id in 0..3 {
-        w.a.qp
-            .post_send(SendWr::new(
-                id,
-                SendOp::RdmaWrite {
-                    remote_addr: t.iova,
-                    rkey: t.key,
-                },
-                vec![s.sge()],
-            ))
-            .unwrap();
+        w.a.post(id, t.rdma_write(), vec![s.sge()]);
     }
     w.run();
     let ca = w.a.comps();
@@ -809,9 +766,7 @@ fn retry_exhaustion_fails_and_flushes() {
     assert_eq!(w.sent(Dir::AtoB, Opcode::RcWriteOnly), 0);
     assert_eq!(w.log.len(), 12);
     // Posting in ERROR flushes at once.
-    w.a.qp
-        .post_send(SendWr::new(9, SendOp::Send, vec![]))
-        .unwrap();
+    w.a.post(9, SendOp::Send, vec![]);
     assert_eq!(w.a.comps()[0].status, WcStatus::WrFlushErr);
 }
 
@@ -819,12 +774,8 @@ fn retry_exhaustion_fails_and_flushes() {
 fn rnr_retry_exhaustion() {
     let mut w = Wire::with(Mtu::Mtu1024, 0, 0, |a| a.rnr_retry = 2, |_| {});
     let s = w.a.mr(b"x".to_vec(), Access::NONE);
-    w.a.qp
-        .post_send(SendWr::new(1, SendOp::Send, vec![s.sge()]))
-        .unwrap();
-    w.a.qp
-        .post_send(SendWr::new(2, SendOp::Send, vec![s.sge()]))
-        .unwrap();
+    w.a.post(1, SendOp::Send, vec![s.sge()]);
+    w.a.post(2, SendOp::Send, vec![s.sge()]);
     w.run();
     let st: Vec<_> = w.a.comps().iter().map(|c| (c.wr_id, c.status)).collect();
     assert_eq!(
@@ -846,23 +797,8 @@ fn lost_read_response_replayed_from_requested_psn() {
     let remote = w.b.mr(data.clone(), Access::REMOTE_READ);
     let local = w.a.zeroed(5000);
     // Drop the 3rd response (PSN 0xabc + 2).
-    w.filter(|d, i, _| {
-        if d == Dir::BtoA && i == 2 {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaRead {
-                remote_addr: remote.iova,
-                rkey: remote.key,
-            },
-            vec![local.sge()],
-        ))
-        .unwrap();
+    w.drop_where(|d, i| d == Dir::BtoA && i == 2);
+    w.a.post(1, remote.rdma_read(), vec![local.sge()]);
     w.run();
     ok(&w.a.comps()[0], 1, WcOpcode::RdmaRead);
     assert_eq!(w.a.read(&local), data);
@@ -901,24 +837,16 @@ fn lost_atomic_ack_replays_saved_value() {
     let mut w = Wire::new(Mtu::Mtu1024, 0, 0);
     let remote = w.b.mr(10u64.to_le_bytes().to_vec(), Access::REMOTE_ATOMIC);
     let res = w.a.zeroed(8);
-    w.filter(|d, i, _| {
-        if d == Dir::BtoA && i == 0 {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::AtomicFetchAndAdd {
-                remote_addr: remote.iova,
-                rkey: remote.key,
-                add: 5,
-            },
-            vec![res.sge()],
-        ))
-        .unwrap();
+    w.drop_where(|d, i| d == Dir::BtoA && i == 0);
+    w.a.post(
+        1,
+        SendOp::AtomicFetchAndAdd {
+            remote_addr: remote.iova,
+            rkey: remote.key,
+            add: 5,
+        },
+        vec![res.sge()],
+    );
     w.run();
     ok(&w.a.comps()[0], 1, WcOpcode::FetchAdd);
     assert_eq!(w.a.read(&res), 10u64.to_le_bytes());
@@ -934,24 +862,9 @@ fn ack_coalescing_and_lost_acks() {
     let s = w.a.mr(pattern(10, 0), Access::NONE);
     let t = w.b.mr(vec![0; 10], Access::REMOTE_WRITE);
     // Lose every ACK but the last: the last ACK completes all five.
-    w.filter(|d, i, _| {
-        if d == Dir::BtoA && i < 4 {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    w.drop_where(|d, i| d == Dir::BtoA && i < 4);
     for id in 0..5 {
-        w.a.qp
-            .post_send(SendWr::new(
-                id,
-                SendOp::RdmaWrite {
-                    remote_addr: t.iova,
-                    rkey: t.key,
-                },
-                vec![s.sge()],
-            ))
-            .unwrap();
+        w.a.post(id, t.rdma_write(), vec![s.sge()]);
     }
     w.run();
     let ca = w.a.comps();
@@ -969,19 +882,15 @@ fn remote_access_errors() {
     let mut w = Wire::new(Mtu::Mtu1024, 0, 0);
     let s = w.a.mr(pattern(64, 0), Access::NONE);
     let t = w.b.mr(vec![0; 64], Access::REMOTE_WRITE);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key ^ 0x55,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
-    w.a.qp
-        .post_send(SendWr::new(2, SendOp::Send, vec![s.sge()]))
-        .unwrap();
+    w.a.post(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: t.iova,
+            rkey: t.key ^ 0x55,
+        },
+        vec![s.sge()],
+    );
+    w.a.post(2, SendOp::Send, vec![s.sge()]);
     w.run();
     let st: Vec<_> = w.a.comps().iter().map(|c| c.status).collect();
     assert_eq!(st, [WcStatus::RemAccessErr, WcStatus::WrFlushErr]);
@@ -998,16 +907,14 @@ fn remote_access_errors() {
         let mut w = Wire::new(Mtu::Mtu1024, 0, 0);
         let remote = w.b.mr(pattern(64, 1), access);
         let local = w.a.zeroed(64);
-        w.a.qp
-            .post_send(SendWr::new(
-                1,
-                SendOp::RdmaRead {
-                    remote_addr: remote.iova + off,
-                    rkey: remote.key,
-                },
-                vec![local.sge_at(0, len)],
-            ))
-            .unwrap();
+        w.a.post(
+            1,
+            SendOp::RdmaRead {
+                remote_addr: remote.iova + off,
+                rkey: remote.key,
+            },
+            vec![local.sge_at(0, len)],
+        );
         w.run();
         assert_eq!(w.a.comps()[0].status, WcStatus::RemAccessErr);
         assert!(w.a.read(&local).iter().all(|&x| x == 0));
@@ -1019,17 +926,15 @@ fn misaligned_atomic_is_invalid_request() {
     let mut w = Wire::new(Mtu::Mtu1024, 0, 0);
     let remote = w.b.mr(vec![0; 16], Access::REMOTE_ATOMIC);
     let res = w.a.zeroed(8);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::AtomicFetchAndAdd {
-                remote_addr: remote.iova + 4,
-                rkey: remote.key,
-                add: 1,
-            },
-            vec![res.sge()],
-        ))
-        .unwrap();
+    w.a.post(
+        1,
+        SendOp::AtomicFetchAndAdd {
+            remote_addr: remote.iova + 4,
+            rkey: remote.key,
+            add: 1,
+        },
+        vec![res.sge()],
+    );
     w.run();
     assert_eq!(w.a.comps()[0].status, WcStatus::RemInvReqErr);
     assert_eq!(w.naks(Dir::BtoA, NakCode::InvalidRequest), 1);
@@ -1045,46 +950,13 @@ fn psn_wraparound() {
     let t = w.b.mr(vec![0; 256 * 16], Access::ALL);
     let back = w.a.zeroed(256 * 16);
     // Lose one packet right after the wrap to exercise go-back-N across it.
-    w.filter(|d, i, _| {
-        if d == Dir::AtoB && i == 9 {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
-    w.a.qp
-        .post_send(SendWr::new(
-            2,
-            SendOp::RdmaRead {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![back.sge()],
-        ))
-        .unwrap();
+    w.drop_where(|d, i| d == Dir::AtoB && i == 9);
+    w.a.post(1, t.rdma_write(), vec![s.sge()]);
+    w.a.post(2, t.rdma_read(), vec![back.sge()]);
     // And a write from B whose PSNs wrap too.
     let sb = w.b.mr(pattern(1024, 7), Access::NONE);
     let tb = w.a.mr(vec![0; 1024], Access::REMOTE_WRITE);
-    w.b.qp
-        .post_send(SendWr::new(
-            3,
-            SendOp::RdmaWrite {
-                remote_addr: tb.iova,
-                rkey: tb.key,
-            },
-            vec![sb.sge()],
-        ))
-        .unwrap();
+    w.b.post(3, tb.rdma_write(), vec![sb.sge()]);
     w.run();
     let ca = w.a.comps();
     ok(&ca[0], 1, WcOpcode::RdmaWrite);
@@ -1107,16 +979,7 @@ fn ack_req_every_65_packets_without_one() {
     let n = 150;
     let s = w.a.mr(pattern(256 * n, 1), Access::NONE);
     let t = w.b.mr(vec![0; 256 * n], Access::REMOTE_WRITE);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
+    w.a.post(1, t.rdma_write(), vec![s.sge()]);
     w.run();
     let acked: Vec<u32> = w
         .log
@@ -1133,61 +996,30 @@ fn send_window_is_128_psns() {
     let mut w = Wire::new(Mtu::Mtu256, 0, 0);
     let s = w.a.mr(pattern(256 * 300, 1), Access::NONE);
     let t = w.b.mr(vec![0; 256 * 300], Access::REMOTE_WRITE);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
-    let mut n = 0;
-    while w.a.qp.poll_transmit(w.now, &w.a.mem).is_some() {
-        n += 1;
-    }
-    assert_eq!(n, 128);
+    w.a.post(1, t.rdma_write(), vec![s.sge()]);
+    assert_eq!(w.drain_a(), 128);
 }
 
 #[test]
 fn rd_atomic_credits_limit_outstanding_reads() {
-    let mut w = Wire::with(Mtu::Mtu1024, 0, 0, |a| a.max_rd_atomic = 2, |_| {});
-    let remote = w.b.mr(pattern(64, 1), Access::REMOTE_READ);
-    let local = w.a.zeroed(256);
-    for i in 0..4u32 {
-        w.a.qp
-            .post_send(SendWr::new(
+    // Four 64-byte READs with two rd_atomic credits.
+    let four_reads = || {
+        let mut w = Wire::with(Mtu::Mtu1024, 0, 0, |a| a.max_rd_atomic = 2, |_| {});
+        let remote = w.b.mr(pattern(64, 1), Access::REMOTE_READ);
+        let local = w.a.zeroed(256);
+        for i in 0..4u32 {
+            w.a.post(
                 u64::from(i),
-                SendOp::RdmaRead {
-                    remote_addr: remote.iova,
-                    rkey: remote.key,
-                },
+                remote.rdma_read(),
                 vec![local.sge_at(64 * i, 64)],
-            ))
-            .unwrap();
-    }
-    let mut n = 0;
-    while w.a.qp.poll_transmit(w.now, &w.a.mem).is_some() {
-        n += 1;
-    }
-    assert_eq!(n, 2);
+            );
+        }
+        (w, local)
+    };
+    let (mut w, _) = four_reads();
+    assert_eq!(w.drain_a(), 2);
     // Rewind the QP and let everything flow.
-    let mut w2 = Wire::with(Mtu::Mtu1024, 0, 0, |a| a.max_rd_atomic = 2, |_| {});
-    let remote = w2.b.mr(pattern(64, 1), Access::REMOTE_READ);
-    let local = w2.a.zeroed(256);
-    for i in 0..4u32 {
-        w2.a.qp
-            .post_send(SendWr::new(
-                u64::from(i),
-                SendOp::RdmaRead {
-                    remote_addr: remote.iova,
-                    rkey: remote.key,
-                },
-                vec![local.sge_at(64 * i, 64)],
-            ))
-            .unwrap();
-    }
+    let (mut w2, local) = four_reads();
     w2.run();
     assert_eq!(w2.a.comps().len(), 4);
     assert_eq!(w2.a.read(&local), pattern(64, 1).repeat(4));
@@ -1204,9 +1036,7 @@ fn shared_receive_queue() {
         Err(QpError::HasSrq)
     );
     let s = w.a.mr(b"via srq".to_vec(), Access::NONE);
-    w.a.qp
-        .post_send(SendWr::new(1, SendOp::Send, vec![s.sge()]))
-        .unwrap();
+    w.a.post(1, SendOp::Send, vec![s.sge()]);
     w.run();
     ok(&w.b.comps()[0], 77, WcOpcode::Recv);
     assert_eq!(&w.b.read(&r)[..7], b"via srq");
@@ -1220,28 +1050,13 @@ fn send_with_invalidate_revokes_the_rkey() {
     let r = w.b.zeroed(64);
     w.b.qp.post_recv(RecvWr::new(1, vec![r.sge()])).unwrap();
     let s = w.a.mr(pattern(64, 2), Access::NONE);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::SendWithInv { rkey: exposed.key },
-            vec![s.sge()],
-        ))
-        .unwrap();
+    w.a.post(1, SendOp::SendWithInv { rkey: exposed.key }, vec![s.sge()]);
     w.run();
     let cb = w.b.comps();
     ok(&cb[0], 1, WcOpcode::Recv);
     assert_eq!(cb[0].invalidated_rkey, Some(exposed.key));
     assert!(!w.b.mem.region(exposed.key).unwrap().is_valid());
-    w.a.qp
-        .post_send(SendWr::new(
-            2,
-            SendOp::RdmaWrite {
-                remote_addr: exposed.iova,
-                rkey: exposed.key,
-            },
-            vec![s.sge()],
-        ))
-        .unwrap();
+    w.a.post(2, exposed.rdma_write(), vec![s.sge()]);
     w.run();
     let ca = w.a.comps();
     ok(&ca[0], 1, WcOpcode::Send);
@@ -1251,26 +1066,22 @@ fn send_with_invalidate_revokes_the_rkey() {
 #[test]
 fn zero_length_write_and_read_skip_rkey_check() {
     let mut w = Wire::new(Mtu::Mtu1024, 0, 0);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: 0,
-                rkey: 0,
-            },
-            vec![],
-        ))
-        .unwrap();
-    w.a.qp
-        .post_send(SendWr::new(
-            2,
-            SendOp::RdmaRead {
-                remote_addr: 0,
-                rkey: 0,
-            },
-            vec![],
-        ))
-        .unwrap();
+    w.a.post(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: 0,
+            rkey: 0,
+        },
+        vec![],
+    );
+    w.a.post(
+        2,
+        SendOp::RdmaRead {
+            remote_addr: 0,
+            rkey: 0,
+        },
+        vec![],
+    );
     w.run();
     let ca = w.a.comps();
     ok(&ca[0], 1, WcOpcode::RdmaWrite);
@@ -1286,9 +1097,7 @@ fn receive_buffer_too_small_is_local_length_error() {
     w.b.qp.post_recv(RecvWr::new(1, vec![r.sge()])).unwrap();
     w.b.qp.post_recv(RecvWr::new(2, vec![r.sge()])).unwrap();
     let s = w.a.mr(pattern(100, 2), Access::NONE);
-    w.a.qp
-        .post_send(SendWr::new(1, SendOp::Send, vec![s.sge()]))
-        .unwrap();
+    w.a.post(1, SendOp::Send, vec![s.sge()]);
     w.run();
     assert_eq!(w.a.comps()[0].status, WcStatus::RemInvReqErr);
     let cb: Vec<_> = w.b.comps().iter().map(|c| (c.wr_id, c.status)).collect();
@@ -1304,16 +1113,7 @@ fn local_protection_error() {
     let s = w.a.mr(pattern(16, 2), Access::NONE);
     let t = w.b.mr(vec![0; 64], Access::REMOTE_WRITE);
     // The gather SGE runs past the end of its region.
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: t.iova,
-                rkey: t.key,
-            },
-            vec![s.sge_at(0, 32)],
-        ))
-        .unwrap();
+    w.a.post(1, t.rdma_write(), vec![s.sge_at(0, 32)]);
     w.run();
     assert_eq!(w.a.comps()[0].status, WcStatus::LocProtErr);
     assert_eq!(w.a.qp.state(), QpState::Error);
@@ -1321,16 +1121,7 @@ fn local_protection_error() {
     let mut w = Wire::new(Mtu::Mtu1024, 0, 0);
     let remote = w.b.mr(pattern(16, 2), Access::REMOTE_READ);
     let ro = w.a.mr(vec![0; 16], Access::NONE);
-    w.a.qp
-        .post_send(SendWr::new(
-            1,
-            SendOp::RdmaRead {
-                remote_addr: remote.iova,
-                rkey: remote.key,
-            },
-            vec![ro.sge()],
-        ))
-        .unwrap();
+    w.a.post(1, remote.rdma_read(), vec![ro.sge()]);
     w.run();
     assert_eq!(w.a.comps()[0].status, WcStatus::LocProtErr);
 }
@@ -1591,37 +1382,31 @@ fn lossy_link_soak_mixed_operations() {
                     // reads target a region nobody writes.
                     let dst = w.a.zeroed(len as usize);
                     reads.push((dst, off));
-                    w.a.qp
-                        .post_send(SendWr::new(
-                            id,
-                            SendOp::RdmaRead {
-                                remote_addr: ro.iova + u64::from(off),
-                                rkey: ro.key,
-                            },
-                            vec![dst.sge()],
-                        ))
-                        .unwrap();
+                    w.a.post(
+                        id,
+                        SendOp::RdmaRead {
+                            remote_addr: ro.iova + u64::from(off),
+                            rkey: ro.key,
+                        },
+                        vec![dst.sge()],
+                    );
                     continue;
                 }
                 _ => {
                     adds += id;
-                    w.a.qp
-                        .post_send(SendWr::new(
-                            id,
-                            SendOp::AtomicFetchAndAdd {
-                                remote_addr: counter.iova,
-                                rkey: counter.key,
-                                add: id,
-                            },
-                            vec![fetched.sge_at(8 * id as u32, 8)],
-                        ))
-                        .unwrap();
+                    w.a.post(
+                        id,
+                        SendOp::AtomicFetchAndAdd {
+                            remote_addr: counter.iova,
+                            rkey: counter.key,
+                            add: id,
+                        },
+                        vec![fetched.sge_at(8 * id as u32, 8)],
+                    );
                     continue;
                 }
             };
-            w.a.qp
-                .post_send(SendWr::new(id, op, vec![src.sge_at(off, len)]))
-                .unwrap();
+            w.a.post(id, op, vec![src.sge_at(off, len)]);
             // Let some traffic flow between posts so reads see earlier writes.
             if rnd() % 3 == 0 {
                 w.run();
@@ -1683,24 +1468,9 @@ fn responses_behind_a_lost_read_response_start_one_retry() {
     let data = pattern(4096, 9);
     let remote = w.b.mr(data.clone(), Access::REMOTE_READ);
     let locals: Vec<_> = (0..8).map(|_| w.a.zeroed(4096)).collect();
-    w.filter(|d, i, _| {
-        if d == Dir::BtoA && i == 1 {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    w.drop_where(|d, i| d == Dir::BtoA && i == 1);
     for (i, l) in locals.iter().enumerate() {
-        w.a.qp
-            .post_send(SendWr::new(
-                i as u64,
-                SendOp::RdmaRead {
-                    remote_addr: remote.iova,
-                    rkey: remote.key,
-                },
-                vec![l.sge()],
-            ))
-            .unwrap();
+        w.a.post(i as u64, remote.rdma_read(), vec![l.sge()]);
     }
     w.run();
     let comps = w.a.comps();

@@ -89,6 +89,35 @@ impl Pair {
     }
 }
 
+fn sge(stag: u32, addr: u64, len: u32) -> Sge {
+    Sge { stag, addr, len }
+}
+
+fn write(local: Sge, remote_stag: u32, remote_addr: u64) -> WorkRequest {
+    WorkRequest::Write {
+        local,
+        remote_stag,
+        remote_addr,
+    }
+}
+
+fn read(local: Sge, remote_stag: u32, remote_addr: u64) -> WorkRequest {
+    WorkRequest::Read {
+        local,
+        remote_stag,
+        remote_addr,
+    }
+}
+
+/// A plain Send: not solicited, invalidating nothing.
+fn send(local: Sge) -> WorkRequest {
+    WorkRequest::Send {
+        local,
+        solicited: false,
+        invalidate: None,
+    }
+}
+
 fn completions(ev: &[Event]) -> Vec<Completion> {
     ev.iter()
         .filter_map(|e| match e {
@@ -132,50 +161,15 @@ fn data_transfer(crc: bool, fpdu: usize, seg: usize) {
     let a_src = p.a.register_mr(pattern(N, 3), Access::NONE);
     let a_sink = p.a.register_mr(vec![0; N], Access::LOCAL_WRITE);
 
-    p.b.post_recv(
-        100,
-        Sge {
-            stag: b_recv,
-            addr: 0,
-            len: N as u32,
-        },
-    )
-    .unwrap();
-    let local = Sge {
-        stag: a_src,
-        addr: 0,
-        len: N as u32,
-    };
-    p.a.post_send(
-        1,
-        WorkRequest::Write {
-            local,
-            remote_stag: b_sink,
-            remote_addr: 0,
-        },
-    )
-    .unwrap();
-    p.a.post_send(
-        2,
-        WorkRequest::Read {
-            local: Sge {
-                stag: a_sink,
-                addr: 0,
-                len: N as u32,
-            },
-            remote_stag: b_src,
-            remote_addr: 0,
-        },
-    )
-    .unwrap();
+    p.b.post_recv(100, sge(b_recv, 0, N as u32)).unwrap();
+    let local = sge(a_src, 0, N as u32);
+    p.a.post_send(1, write(local, b_sink, 0)).unwrap();
+    p.a.post_send(2, read(sge(a_sink, 0, N as u32), b_src, 0))
+        .unwrap();
     p.a.post_send(
         3,
         WorkRequest::Send {
-            local: Sge {
-                stag: a_src,
-                addr: 10,
-                len: 5000,
-            },
+            local: sge(a_src, 10, 5000),
             solicited: true,
             invalidate: None,
         },
@@ -247,19 +241,8 @@ fn corrupted_crc_terminates_with_llp_crc_error() {
     let mut p = Pair::connect(cfg(true, 1460), cfg(true, 1460));
     let b_sink = p.b.register_mr(vec![0; 4096], Access::REMOTE_WRITE);
     let a_src = p.a.register_mr(pattern(4096, 1), Access::NONE);
-    p.a.post_send(
-        9,
-        WorkRequest::Write {
-            local: Sge {
-                stag: a_src,
-                addr: 0,
-                len: 4096,
-            },
-            remote_stag: b_sink,
-            remote_addr: 0,
-        },
-    )
-    .unwrap();
+    p.a.post_send(9, write(sge(a_src, 0, 4096), b_sink, 0))
+        .unwrap();
     let mut done = false;
     p.pump_with(|bytes| {
         if !done && bytes.len() > 100 {
@@ -321,15 +304,7 @@ fn write_without_remote_write_right() {
         let sink =
             p.b.register_mr(vec![0; 64], Access::LOCAL_WRITE | Access::REMOTE_READ);
         let src = p.a.register_mr(vec![1; 64], Access::NONE);
-        WorkRequest::Write {
-            local: Sge {
-                stag: src,
-                addr: 0,
-                len: 64,
-            },
-            remote_stag: sink,
-            remote_addr: 0,
-        }
+        write(sge(src, 0, 64), sink, 0)
     });
     // siw: DDP has no access-rights code; "invalid STag" is used.
     assert_eq!(t, TermError::ddp_tagged(ddp_ecode::T_INVALID_STAG));
@@ -341,15 +316,7 @@ fn write_out_of_bounds() {
     let t = expect_terminate(|p| {
         let sink = p.b.register_mr(vec![0; 64], Access::REMOTE_WRITE);
         let src = p.a.register_mr(vec![1; 64], Access::NONE);
-        WorkRequest::Write {
-            local: Sge {
-                stag: src,
-                addr: 0,
-                len: 64,
-            },
-            remote_stag: sink,
-            remote_addr: 32,
-        }
+        write(sge(src, 0, 64), sink, 32)
     });
     assert_eq!(t, TermError::ddp_tagged(ddp_ecode::T_BASE_BOUNDS));
 }
@@ -359,15 +326,7 @@ fn read_without_remote_read_right() {
     let t = expect_terminate(|p| {
         let src = p.b.register_mr(vec![0; 64], Access::REMOTE_WRITE);
         let sink = p.a.register_mr(vec![1; 64], Access::LOCAL_WRITE);
-        WorkRequest::Read {
-            local: Sge {
-                stag: sink,
-                addr: 0,
-                len: 64,
-            },
-            remote_stag: src,
-            remote_addr: 0,
-        }
+        read(sge(sink, 0, 64), src, 0)
     });
     assert_eq!(
         t,
@@ -379,15 +338,7 @@ fn read_without_remote_read_right() {
 fn read_from_unknown_stag() {
     let t = expect_terminate(|p| {
         let sink = p.a.register_mr(vec![1; 64], Access::LOCAL_WRITE);
-        WorkRequest::Read {
-            local: Sge {
-                stag: sink,
-                addr: 0,
-                len: 64,
-            },
-            remote_stag: 0xdead_be01,
-            remote_addr: 0,
-        }
+        read(sge(sink, 0, 64), 0xdead_be01, 0)
     });
     assert_eq!(
         t,
@@ -399,15 +350,7 @@ fn read_from_unknown_stag() {
 fn send_without_receive_buffer() {
     let t = expect_terminate(|p| {
         let src = p.a.register_mr(vec![1; 64], Access::NONE);
-        WorkRequest::Send {
-            local: Sge {
-                stag: src,
-                addr: 0,
-                len: 64,
-            },
-            solicited: false,
-            invalidate: None,
-        }
+        send(sge(src, 0, 64))
     });
     assert_eq!(t, TermError::ddp_untagged(ddp_ecode::UT_INVALID_MSN_NOBUF));
 }
@@ -416,25 +359,9 @@ fn send_without_receive_buffer() {
 fn send_longer_than_receive_buffer() {
     let t = expect_terminate(|p| {
         let r = p.b.register_mr(vec![0; 16], Access::LOCAL_WRITE);
-        p.b.post_recv(
-            5,
-            Sge {
-                stag: r,
-                addr: 0,
-                len: 16,
-            },
-        )
-        .unwrap();
+        p.b.post_recv(5, sge(r, 0, 16)).unwrap();
         let src = p.a.register_mr(vec![1; 64], Access::NONE);
-        WorkRequest::Send {
-            local: Sge {
-                stag: src,
-                addr: 0,
-                len: 64,
-            },
-            solicited: false,
-            invalidate: None,
-        }
+        send(sge(src, 0, 64))
     });
     assert_eq!(t, TermError::ddp_untagged(ddp_ecode::UT_MSG_TOOLONG));
 }
@@ -447,24 +374,12 @@ fn send_with_invalidate_then_write_is_refused() {
         Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE,
     );
     let r = p.b.register_mr(vec![0; 16], Access::LOCAL_WRITE);
-    p.b.post_recv(
-        5,
-        Sge {
-            stag: r,
-            addr: 0,
-            len: 16,
-        },
-    )
-    .unwrap();
+    p.b.post_recv(5, sge(r, 0, 16)).unwrap();
     let src = p.a.register_mr(vec![1; 64], Access::NONE);
     p.a.post_send(
         1,
         WorkRequest::Send {
-            local: Sge {
-                stag: src,
-                addr: 0,
-                len: 0,
-            },
+            local: sge(src, 0, 0),
             solicited: false,
             invalidate: Some(target),
         },
@@ -475,19 +390,7 @@ fn send_with_invalidate_then_write_is_refused() {
     assert_eq!(cb[0].invalidated, Some(target));
     assert_eq!(cb[0].byte_len, 0);
     assert!(!p.b.mem().is_valid(target));
-    p.a.post_send(
-        2,
-        WorkRequest::Write {
-            local: Sge {
-                stag: src,
-                addr: 0,
-                len: 8,
-            },
-            remote_stag: target,
-            remote_addr: 0,
-        },
-    )
-    .unwrap();
+    p.a.post_send(2, write(sge(src, 0, 8), target, 0)).unwrap();
     p.pump();
     assert!(p.eb.contains(&Event::Error(ConnError::LocalTerminate(
         TermError::ddp_tagged(ddp_ecode::T_INVALID_STAG)
@@ -503,19 +406,8 @@ fn outstanding_reads_respect_ord() {
     let src = p.b.register_mr(pattern(1000, 9), Access::REMOTE_READ);
     let sink = p.a.register_mr(vec![0; 10_000], Access::LOCAL_WRITE);
     for i in 0..10u64 {
-        p.a.post_send(
-            i,
-            WorkRequest::Read {
-                local: Sge {
-                    stag: sink,
-                    addr: i * 1000,
-                    len: 1000,
-                },
-                remote_stag: src,
-                remote_addr: 0,
-            },
-        )
-        .unwrap();
+        p.a.post_send(i, read(sge(sink, i * 1000, 1000), src, 0))
+            .unwrap();
     }
     // Without answers only ORD read requests leave.
     let bytes = p.a.poll_transmit().unwrap();
@@ -618,31 +510,11 @@ fn peer_to_peer_rtr_gates_responder() {
         b.accept(b"").unwrap();
         // b has a Send queued but must stay silent until the RTR arrives.
         let r = b.register_mr(vec![5; 8], Access::NONE);
-        b.post_send(
-            1,
-            WorkRequest::Send {
-                local: Sge {
-                    stag: r,
-                    addr: 0,
-                    len: 8,
-                },
-                solicited: false,
-                invalidate: None,
-            },
-        )
-        .unwrap();
+        b.post_send(1, send(sge(r, 0, 8))).unwrap();
         let reply = b.poll_transmit().unwrap();
         assert_eq!(reply.len(), mpa::RR_HEADER_LEN + 4);
         let ar = a.register_mr(vec![0; 8], Access::LOCAL_WRITE);
-        a.post_recv(
-            1,
-            Sge {
-                stag: ar,
-                addr: 0,
-                len: 8,
-            },
-        )
-        .unwrap();
+        a.post_recv(1, sge(ar, 0, 8)).unwrap();
         a.handle_bytes(&reply);
         let rtr = a.poll_transmit().unwrap();
         // A zero-length RDMA Write with CRC.
@@ -685,19 +557,8 @@ fn eof_mid_transfer_is_stream_lost_and_flushes() {
     let mut p = Pair::connect(cfg(false, 1460), cfg(false, 1460));
     let sink = p.a.register_mr(vec![0; 1 << 20], Access::LOCAL_WRITE);
     let src = p.b.register_mr(vec![0; 1 << 20], Access::REMOTE_READ);
-    p.a.post_send(
-        1,
-        WorkRequest::Read {
-            local: Sge {
-                stag: sink,
-                addr: 0,
-                len: 1 << 20,
-            },
-            remote_stag: src,
-            remote_addr: 0,
-        },
-    )
-    .unwrap();
+    p.a.post_send(1, read(sge(sink, 0, 1 << 20), src, 0))
+        .unwrap();
     let req = p.a.poll_transmit().unwrap();
     p.b.handle_bytes(&req);
     let part = p.b.poll_transmit().unwrap();
@@ -760,15 +621,7 @@ fn read_requests_beyond_ird_terminate() {
 fn msn_out_of_range_terminates() {
     let mut p = Pair::connect(cfg(false, 1460), cfg(false, 1460));
     let r = p.b.register_mr(vec![0; 16], Access::LOCAL_WRITE);
-    p.b.post_recv(
-        1,
-        Sge {
-            stag: r,
-            addr: 0,
-            len: 16,
-        },
-    )
-    .unwrap();
+    p.b.post_recv(1, sge(r, 0, 16)).unwrap();
     let mut u = Vec::new();
     Header::untagged(Opcode::Send, true, 0, 0, 7, 0).encode(&mut u);
     let mut bytes = Vec::new();

@@ -16,7 +16,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use crate::sock::{connect_retryable, to_sockaddr};
+use crate::sock::{bind_fd, connect_fd, connect_retryable};
 
 /// The byte ncdevmem `-v modulus` expects at stream offset `off`.
 #[inline]
@@ -115,32 +115,10 @@ fn connect_once(to: SocketAddr, bind: Option<SocketAddr>) -> io::Result<TcpStrea
             ));
         }
         setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-        let (ss, len) = to_sockaddr(&b);
-        // SAFETY: ss/len describe a valid sockaddr.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &ss as *const _ as *const libc::sockaddr,
-                len,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("bind {b}: {e}")));
-        }
+        bind_fd(fd.as_raw_fd(), &b)
+            .map_err(|e| io::Error::new(e.kind(), format!("bind {b}: {e}")))?;
     }
-    let (ss, len) = to_sockaddr(&to);
-    // SAFETY: ss/len describe a valid sockaddr.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            &ss as *const _ as *const libc::sockaddr,
-            len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    connect_fd(fd.as_raw_fd(), &to)?;
     // SAFETY: connected descriptor, ownership moves into the stream.
     Ok(unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) })
 }

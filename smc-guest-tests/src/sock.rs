@@ -44,6 +44,20 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// bind(2) `fd` to `addr`.
+pub fn bind_fd(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
+    let (ss, len) = to_sockaddr(addr);
+    // SAFETY: ss/len describe a valid sockaddr.
+    cvt(unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) }).map(drop)
+}
+
+/// connect(2) `fd` to `addr` (blocking, or as the socket's options say).
+pub fn connect_fd(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
+    let (ss, len) = to_sockaddr(addr);
+    // SAFETY: ss/len describe a valid sockaddr.
+    cvt(unsafe { libc::connect(fd, &ss as *const _ as *const libc::sockaddr, len) }).map(drop)
+}
+
 /// Creates an unconnected stream socket for `proto` and the family of `addr`.
 pub fn new_socket(proto: Proto, addr: &SocketAddr) -> io::Result<OwnedFd> {
     let (family, protocol) = match (proto, addr) {
@@ -167,16 +181,8 @@ impl Listener {
     pub fn bind(proto: Proto, addr: SocketAddr, backlog: i32) -> io::Result<Listener> {
         let fd = new_socket(proto, &addr)?;
         set_int_opt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-        let (ss, len) = to_sockaddr(&addr);
-        // SAFETY: ss/len describe a valid sockaddr.
-        cvt(unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &ss as *const _ as *const libc::sockaddr,
-                len,
-            )
-        })
-        .map_err(|e| io::Error::new(e.kind(), format!("bind {addr}: {e}")))?;
+        bind_fd(fd.as_raw_fd(), &addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("bind {addr}: {e}")))?;
         // SAFETY: plain syscall.
         cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
         let local = local_addr(fd.as_raw_fd()).unwrap_or(addr);
@@ -267,17 +273,7 @@ pub fn connect_once(proto: Proto, addr: SocketAddr, timeout: Duration) -> io::Re
     if !timeout.is_zero() {
         set_timeval_opt(fd.as_raw_fd(), libc::SO_SNDTIMEO, timeout)?;
     }
-    let (ss, len) = to_sockaddr(&addr);
-    // SAFETY: ss/len describe a valid sockaddr.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            &ss as *const _ as *const libc::sockaddr,
-            len,
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
+    if let Err(e) = connect_fd(fd.as_raw_fd(), &addr) {
         // A timed-out blocking connect with SO_SNDTIMEO reports EINPROGRESS.
         if e.raw_os_error() == Some(libc::EINPROGRESS) {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));

@@ -749,29 +749,38 @@ impl RunReport {
             .collect()
     }
 
-    /// Human summary line.
-    pub fn summary_line(&self) -> String {
-        format!(
-            "summary: role={} proto={} conns={} direction={} moved {} in {:.3} s = {:.1} MiB/s ({:.3} Gbit/s), cpu {:.3} s ({:.3} s/GiB), smc_mode={} -> {}",
-            self.role.name(),
-            self.cfg.proto.name(),
-            self.conns.len(),
-            self.cfg.direction.name(),
-            format_size(self.total_bytes()),
+    /// The figures both report lines end with: wall seconds, MiB/s,
+    /// Gbit/s, CPU seconds, CPU seconds per GiB, SMC mode.
+    fn figures(&self) -> (f64, f64, f64, f64, f64, String) {
+        (
             self.wall_secs,
             self.mibps(),
             self.gbps(),
             self.cpu_secs,
             self.cpu_s_per_gib(),
             self.smc_mode(),
+        )
+    }
+
+    /// Human summary line.
+    pub fn summary_line(&self) -> String {
+        let (secs, mibps, gbps, cpu, cpu_per_gib, mode) = self.figures();
+        format!(
+            "summary: role={} proto={} conns={} direction={} moved {} in {secs:.3} s = {mibps:.1} MiB/s ({gbps:.3} Gbit/s), cpu {cpu:.3} s ({cpu_per_gib:.3} s/GiB), smc_mode={mode} -> {}",
+            self.role.name(),
+            self.cfg.proto.name(),
+            self.conns.len(),
+            self.cfg.direction.name(),
+            format_size(self.total_bytes()),
             if self.ok() { "PASS" } else { "FAIL" }
         )
     }
 
     /// The final machine-readable `STREAM-RESULT ...` line.
     pub fn result_line(&self) -> String {
+        let (secs, mibps, gbps, cpu, cpu_per_gib, mode) = self.figures();
         let mut l = format!(
-            "STREAM-RESULT role={} proto={} conns={} bytes={} direction={} close_order={} verified={} status={} total_bytes={} secs={:.6} mibps={:.2} gbps={:.4} cpu_s={:.4} cpu_s_per_gib={:.4} smc_mode={}",
+            "STREAM-RESULT role={} proto={} conns={} bytes={} direction={} close_order={} verified={} status={} total_bytes={} secs={secs:.6} mibps={mibps:.2} gbps={gbps:.4} cpu_s={cpu:.4} cpu_s_per_gib={cpu_per_gib:.4} smc_mode={mode}",
             self.role.name(),
             self.cfg.proto.name(),
             self.cfg.conns,
@@ -781,12 +790,6 @@ impl RunReport {
             u8::from(self.verified()),
             if self.ok() { "pass" } else { "fail" },
             self.total_bytes(),
-            self.wall_secs,
-            self.mibps(),
-            self.gbps(),
-            self.cpu_secs,
-            self.cpu_s_per_gib(),
-            self.smc_mode(),
         );
         if let Some(r) = self.first_fallback_reason() {
             let _ = write!(l, " fallback_reason=0x{r:08x}");

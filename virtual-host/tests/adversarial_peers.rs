@@ -13,13 +13,9 @@ use roce_model::headers::{Aeth, AethSyndrome, AtomicEth, NakCode, Reth};
 use roce_model::{
     Access, FrameBuilder, Mtu, NetParams, Opcode, PacketBuilder, QpAttr, QpCaps, RoceFrame,
 };
-use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::socket::tcp;
-use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 use std::time::{Duration, Instant};
 use virtual_host::pingpong::{gid_of, Dest};
-use virtual_host::HostEvent;
-use virtual_host::{HostConfig, HostError, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
+use virtual_host::{HostError, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
 
 /// The attacker's QP number (any value: the host only checks PSNs).
 const PEER_QPN: u32 = 0x11;
@@ -743,18 +739,7 @@ fn queue_pair_and_memory_limits_give_clear_errors() {
         max_mr_bytes: 1 << 20,
         ..HostLimits::default()
     };
-    let mut h = VirtualHost::new(
-        HostConfig {
-            name: "lim".into(),
-            mac: MAC_A,
-            ipv4: IP_A,
-            prefix_len: 24,
-            limits,
-            seed: 5,
-        },
-        now,
-    )
-    .unwrap();
+    let mut h = limited_host("lim", MAC_A, IP_A, limits, 5, now);
     let dev = h.rdma_mut();
     let qps: Vec<u32> = (0..8)
         .map(|_| dev.create_qp(IP_B, QpCaps::default()).unwrap())
@@ -948,18 +933,13 @@ fn attacked_host_serves_a_legitimate_client_afterwards() {
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = 50;
     a.start_service(srv, now).unwrap();
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 50;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 50);
     cli.echo = true;
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run(
+    let (ea, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli,
         Duration::from_secs(60),
-        0,
         is_roce,
         both_finished_or_failed,
     );
@@ -973,17 +953,10 @@ fn attacked_host_serves_a_legitimate_client_afterwards() {
 // Abandoned exchanges: QP creation floods (pingpong) and MPA request floods
 // (rping), one session after another, each from a new TCP port.
 
-const MAC_P: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
-const IP_P: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 77, 0, 12);
-
 /// A TCP client that sends `out` once connected and resets the connection
 /// once it has `abort_after` bytes back (0: never).
 struct Abandoner {
-    base: Instant,
-    iface: Interface,
-    dev: Frames,
-    sockets: SocketSet<'static>,
-    sock: SocketHandle,
+    tcp: TcpClient,
     out: Vec<u8>,
     got: Vec<u8>,
     abort_after: usize,
@@ -999,44 +972,35 @@ impl Abandoner {
         out: Vec<u8>,
         abort_after: usize,
     ) -> Self {
-        let mut dev = Frames::default();
-        let cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress(MAC_P)));
-        let mut iface = Interface::new(cfg, &mut dev, smoltcp::time::Instant::ZERO);
-        iface.update_ip_addrs(|a| {
-            let _ = a.push(IpCidr::new(IpAddress::Ipv4(IP_P), 24));
-        });
-        let mut sockets = SocketSet::new(Vec::new());
-        let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; 8192]),
-            tcp::SocketBuffer::new(vec![0; 8192]),
-        );
-        s.connect(iface.context(), (IpAddress::Ipv4(IP_A), port), local_port)
-            .unwrap();
-        let sock = sockets.add(s);
+        let mut tcp = TcpClient::new(base, IP_P);
+        tcp.connect(port, local_port);
         let mut a = Abandoner {
-            base,
-            iface,
-            dev,
-            sockets,
-            sock,
+            tcp,
             out,
             got: Vec::new(),
             abort_after,
             aborted: false,
         };
-        a.poll(now);
+        a.step(now);
         a
     }
 
-    fn st(&self, now: Instant) -> smoltcp::time::Instant {
-        smoltcp::time::Instant::from_micros(now.duration_since(self.base).as_micros() as i64)
+    /// Resets the connection now.
+    fn abort(&mut self, now: Instant) {
+        self.tcp.sock().abort();
+        self.step(now);
+    }
+}
+
+impl TcpScript for Abandoner {
+    fn client(&mut self) -> &mut TcpClient {
+        &mut self.tcp
     }
 
-    fn poll(&mut self, now: Instant) {
-        let st = self.st(now);
+    fn step(&mut self, now: Instant) {
         for _ in 0..4 {
-            self.iface.poll(st, &mut self.dev, &mut self.sockets);
-            let s = self.sockets.get_mut::<tcp::Socket>(self.sock);
+            self.tcp.poll(now);
+            let s = self.tcp.sock();
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = s.recv_slice(&mut buf) {
                 self.got.extend_from_slice(&buf[..n]);
@@ -1050,28 +1014,6 @@ impl Abandoner {
                 self.aborted = true;
             }
         }
-    }
-}
-
-impl Node for Abandoner {
-    fn tx(&mut self) -> Vec<Vec<u8>> {
-        self.dev.tx.drain(..).collect()
-    }
-    fn rx(&mut self, f: &[u8], now: Instant) {
-        self.dev.rx.push_back(f.to_vec());
-        self.poll(now);
-    }
-    fn timeout(&mut self, now: Instant) -> Option<Instant> {
-        let st = self.st(now);
-        self.iface
-            .poll_at(st, &self.sockets)
-            .map(|t| self.base + Duration::from_micros(t.total_micros().max(0) as u64))
-    }
-    fn tick(&mut self, now: Instant) {
-        self.poll(now);
-    }
-    fn events(&mut self) -> Vec<HostEvent> {
-        Vec::new()
     }
 }
 
@@ -1114,18 +1056,8 @@ fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
             .filter(|e| matches!(e.kind, virtual_host::EventKind::SessionStarted { .. }))
             .count();
         if after == 0 {
-            let s = p.sockets.get_mut::<tcp::Socket>(p.sock);
-            s.abort();
-            p.poll(now);
-            run(
-                &mut a,
-                &mut p,
-                &mut now,
-                Duration::from_millis(50),
-                0,
-                is_tcp,
-                |_, _| false,
-            );
+            p.abort(now);
+            run_idle(&mut a, &mut p, &mut now, Duration::from_millis(50), is_tcp);
         } else {
             assert!(
                 p.got.len() >= 52,
@@ -1138,15 +1070,7 @@ fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
     // Sessions that got a QP and then lost their peer fail on their own
     // timeouts; nothing is left behind.
     let mut idle = host("idle", MAC_B, IP_B, now);
-    run(
-        &mut a,
-        &mut idle,
-        &mut now,
-        Duration::from_secs(40),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    run_idle(&mut a, &mut idle, &mut now, Duration::from_secs(40), is_tcp);
     let st = a.status();
     assert_eq!(st.qps, 0, "{st:?}");
     assert_eq!(st.mrs, 0, "{st:?}");
@@ -1155,18 +1079,13 @@ fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
     assert!(max_qps <= 1);
     assert_eq!(st.services[0].state, "listening");
     // And a legitimate client is served.
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 20;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 20);
     cli.echo = true;
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run(
+    let (ea, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli,
         Duration::from_secs(60),
-        0,
         is_roce,
         |ea, eb| finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some(),
     );
@@ -1200,57 +1119,26 @@ fn mpa_request_flood_against_the_rping_server() {
             out,
             if i % 3 == 0 { 0 } else { 20 },
         );
-        run(
-            &mut a,
-            &mut p,
-            &mut now,
-            Duration::from_secs(2),
-            0,
-            is_tcp,
-            |_, _| false,
-        );
-        let s = p.sockets.get_mut::<tcp::Socket>(p.sock);
-        s.abort();
-        p.poll(now);
-        run(
-            &mut a,
-            &mut p,
-            &mut now,
-            Duration::from_millis(50),
-            0,
-            is_tcp,
-            |_, _| false,
-        );
+        run_idle(&mut a, &mut p, &mut now, Duration::from_secs(2), is_tcp);
+        p.abort(now);
+        run_idle(&mut a, &mut p, &mut now, Duration::from_millis(50), is_tcp);
         assert!(a.status().tcp_sockets <= 2, "round {i}: {:?}", a.status());
     }
     let mut idle = host("idle", MAC_B, IP_B, now);
-    run(
-        &mut a,
-        &mut idle,
-        &mut now,
-        Duration::from_secs(40),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    run_idle(&mut a, &mut idle, &mut now, Duration::from_secs(40), is_tcp);
     let st = a.status();
     assert_eq!(st.mrs, 0, "{st:?}");
     assert!(st.services[0].sessions_failed >= 40, "{st:?}");
     assert_eq!(st.services[0].state, "listening", "{st:?}");
     // A legitimate rping client is served afterwards.
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 3;
-    b.start_service(cli, now).unwrap();
-    let (_, eb) = run(
+    let cli = client_spec(ServiceKind::RpingClient, 3);
+    let (_, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli,
         Duration::from_secs(60),
-        0,
         is_tcp,
-        |_, eb| finished(eb).is_some() || failed(eb).is_some(),
+        client_ended,
     );
     assert_eq!(finished(&eb), Some((3, 3)), "{eb:?}");
 }
@@ -1260,30 +1148,18 @@ fn mpa_request_flood_against_the_rping_server() {
 #[test]
 fn a_session_beyond_the_qp_limit_fails_clearly_and_the_service_recovers() {
     let mut now = Instant::now();
-    let mut a = VirtualHost::new(
-        HostConfig {
-            name: "a".into(),
-            mac: MAC_A,
-            ipv4: IP_A,
-            prefix_len: 24,
-            limits: HostLimits {
-                max_qps: 1,
-                ..HostLimits::default()
-            },
-            seed: 3,
-        },
-        now,
-    )
-    .unwrap();
+    let limits = HostLimits {
+        max_qps: 1,
+        ..HostLimits::default()
+    };
+    let mut a = limited_host("a", MAC_A, IP_A, limits, 3, now);
     let hog = a.rdma_mut().create_qp(IP_B, QpCaps::default()).unwrap();
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = 10;
     a.start_service(srv, now).unwrap();
     let client = |now: Instant| {
         let mut b = host("b", MAC_B, IP_B, now);
-        let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-        cli.peer = Some(IP_A);
-        cli.iters = 10;
+        let mut cli = client_spec(ServiceKind::PingpongClient, 10);
         cli.echo = true;
         cli.connect_timeout = Duration::from_secs(5);
         b.start_service(cli, now).unwrap();
@@ -1305,15 +1181,7 @@ fn a_session_beyond_the_qp_limit_fails_clearly_and_the_service_recovers() {
     a.rdma_mut().destroy_qp(hog);
     // Let the first client give up, then a new one is served.
     let mut idle = host("idle", MAC_B, IP_B, now);
-    run(
-        &mut a,
-        &mut idle,
-        &mut now,
-        Duration::from_secs(40),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    run_idle(&mut a, &mut idle, &mut now, Duration::from_secs(40), is_tcp);
     let mut b = client(now);
     let (ea, eb) = run(
         &mut a,

@@ -5,9 +5,7 @@ mod common;
 use common::*;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
-use virtual_host::{
-    EventKind, HostConfig, HostEvent, HostLimits, ServiceKind, ServiceSpec, VirtualHost,
-};
+use virtual_host::{EventKind, HostEvent, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
 
 const MAC_G: [u8; 6] = [0x02, 0, 0, 0, 0, 0x99];
 const IP_G: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -205,28 +203,24 @@ fn run_pair(
 }
 
 fn pingpong_pair(echo_server: bool, drop_every: usize, iters: u32) {
-    let now = Instant::now();
+    let mut now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = iters;
     srv.echo = echo_server;
     a.start_service(srv, now).unwrap();
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = iters;
+    let mut cli = client_spec(ServiceKind::PingpongClient, iters);
     cli.echo = !echo_server;
     b.start_service(cli, now).unwrap();
-    let (ea, eb) = run_pair(
+    let (ea, eb) = run_to_finish(
         &mut a,
         &mut b,
-        now,
+        &mut now,
         Duration::from_secs(120),
         drop_every,
-        both_finished_or_failed,
+        is_roce,
     );
-    assert_eq!(failed(&ea), None, "server events {ea:?}");
-    assert_eq!(failed(&eb), None, "client events {eb:?}");
     let (si, sv) = finished(&ea).expect("server finished");
     let (ci, cv) = finished(&eb).expect("client finished");
     assert_eq!((si, ci), (iters, iters));
@@ -266,9 +260,7 @@ fn client_waits_for_a_late_server() {
     let now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 10;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 10);
     cli.echo = true;
     b.start_service(cli, now).unwrap();
     // Nobody listens for 3 s: refused, retried.
@@ -295,21 +287,11 @@ fn client_waits_for_a_late_server() {
 #[test]
 fn limits_give_clear_errors() {
     let now = Instant::now();
-    let mut a = VirtualHost::new(
-        HostConfig {
-            name: "a".into(),
-            mac: MAC_A,
-            ipv4: IP_A,
-            prefix_len: 24,
-            limits: HostLimits {
-                max_tcp_sockets: 1,
-                ..HostLimits::default()
-            },
-            seed: 1,
-        },
-        now,
-    )
-    .unwrap();
+    let limits = HostLimits {
+        max_tcp_sockets: 1,
+        ..HostLimits::default()
+    };
+    let mut a = limited_host("a", MAC_A, IP_A, limits, 1, now);
     a.start_service(ServiceSpec::new(ServiceKind::PingpongServer), now)
         .unwrap();
     let mut s2 = ServiceSpec::new(ServiceKind::PingpongServer);
@@ -322,18 +304,8 @@ fn limits_give_clear_errors() {
     let mut big = ServiceSpec::new(ServiceKind::PingpongServer);
     big.size = 0;
     assert!(a.start_service(big, now).is_err());
-    assert!(VirtualHost::new(
-        HostConfig {
-            name: "m".into(),
-            mac: [1, 0, 0, 0, 0, 1],
-            ipv4: IP_A,
-            prefix_len: 24,
-            limits: HostLimits::default(),
-            seed: 1
-        },
-        now
-    )
-    .is_err());
+    let multicast_mac = host_config("m", [1, 0, 0, 0, 0, 1], IP_A, HostLimits::default(), 1);
+    assert!(VirtualHost::new(multicast_mac, now).is_err());
 }
 
 #[test]
@@ -341,9 +313,7 @@ fn client_reaches_a_peer_that_was_silent_for_a_while() {
     let now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::PingpongClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 10;
+    let mut cli = client_spec(ServiceKind::PingpongClient, 10);
     cli.echo = true;
     b.start_service(cli, now).unwrap();
     // 90 s with nobody on the wire: ARP requests and SYNs go nowhere.
@@ -375,7 +345,7 @@ fn client_reaches_a_peer_that_was_silent_for_a_while() {
 }
 
 fn perftest_pair(server: ServiceKind, client: ServiceKind, port: u16, drop_every: usize) {
-    let now = Instant::now();
+    let mut now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
     let mut srv = ServiceSpec::new(server);
@@ -391,16 +361,14 @@ fn perftest_pair(server: ServiceKind, client: ServiceKind, port: u16, drop_every
     cli.size = cli.size.min(4096);
     cli.peer = Some(IP_A);
     b.start_service(cli, now).unwrap();
-    let (ea, eb) = run_pair(
+    let (ea, eb) = run_to_finish(
         &mut a,
         &mut b,
-        now,
+        &mut now,
         Duration::from_secs(300),
         drop_every,
-        both_finished_or_failed,
+        is_roce,
     );
-    assert_eq!(failed(&ea), None, "{server}: {ea:?}");
-    assert_eq!(failed(&eb), None, "{client}: {eb:?}");
     let (si, _) = finished(&ea).expect("server finished");
     let (ci, _) = finished(&eb).expect("client finished");
     assert_eq!(ci, 40, "{client} completed every operation");

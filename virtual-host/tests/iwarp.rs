@@ -4,15 +4,8 @@
 mod common;
 
 use common::*;
-use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::socket::tcp;
-use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use virtual_host::{HostEvent, ServiceKind, ServiceSpec, VirtualHost};
-
-const MAC_P: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
-const IP_P: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 12);
 
 fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_every: usize) {
     let mut now = Instant::now();
@@ -22,23 +15,18 @@ fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_ev
     srv.mpa_crc = server_crc;
     srv.size = size;
     a.start_service(srv, now).unwrap();
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = iters;
+    let mut cli = client_spec(ServiceKind::RpingClient, iters);
     cli.size = size;
     cli.mpa_crc = client_crc;
     b.start_service(cli, now).unwrap();
-    let (ea, eb) = run(
+    let (ea, eb) = run_to_finish(
         &mut a,
         &mut b,
         &mut now,
         Duration::from_secs(120),
         drop_every,
         is_tcp,
-        both_finished_or_failed,
     );
-    assert_eq!(failed(&ea), None, "server events {ea:?}");
-    assert_eq!(failed(&eb), None, "client events {eb:?}");
     // The server checks each buffer it READs against rping's pattern; the
     // client checks that its sink got its source back by RDMA WRITE.
     assert_eq!(finished(&ea), Some((iters, iters)), "server {ea:?}");
@@ -57,15 +45,7 @@ fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_ev
         (0, 0, 0)
     );
     // The server listens again once the connection is gone.
-    run(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(10),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    run_idle(&mut a, &mut b, &mut now, Duration::from_secs(10), is_tcp);
     assert_eq!(a.status().services[0].state, "listening");
     assert_eq!(b.status().services[0].state, "done");
     assert_eq!(a.status().tcp_sockets, 1, "only the listening socket");
@@ -98,19 +78,9 @@ fn rping_client_waits_for_a_late_server() {
     let mut now = Instant::now();
     let mut a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 3;
+    let cli = client_spec(ServiceKind::RpingClient, 3);
     b.start_service(cli, now).unwrap();
-    run(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(3),
-        0,
-        is_tcp,
-        |_, _| false,
-    );
+    run_idle(&mut a, &mut b, &mut now, Duration::from_secs(3), is_tcp);
     let st = &b.status().services[0];
     assert!(
         ["waiting-for-server", "connecting"].contains(&st.state.as_str()),
@@ -150,11 +120,7 @@ fn rping_sizes_out_of_range_are_refused() {
 
 /// A TCP client that sends what the test scripts.
 struct RawPeer {
-    base: Instant,
-    iface: Interface,
-    dev: Frames,
-    sockets: SocketSet<'static>,
-    sock: SocketHandle,
+    tcp: TcpClient,
     /// Bytes to send once connected.
     out: Vec<u8>,
     /// Bytes received.
@@ -167,46 +133,27 @@ struct RawPeer {
 
 impl RawPeer {
     fn new(now: Instant, port: u16) -> Self {
-        let mut dev = Frames::default();
-        let iface_cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress(MAC_P)));
-        let mut iface = Interface::new(iface_cfg, &mut dev, smoltcp::time::Instant::ZERO);
-        let o = IP_P.octets();
-        iface.update_ip_addrs(|a| {
-            let _ = a.push(IpCidr::new(
-                Ipv4Address::new(o[0], o[1], o[2], o[3]).into(),
-                24,
-            ));
-        });
-        let mut sockets = SocketSet::new(Vec::new());
-        let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; 8192]),
-            tcp::SocketBuffer::new(vec![0; 8192]),
-        );
-        s.connect(iface.context(), (IpAddress::Ipv4(IP_A), port), 50000)
-            .unwrap();
-        let sock = sockets.add(s);
+        let mut tcp = TcpClient::new(now, IP_P);
+        tcp.connect(port, 50000);
         RawPeer {
-            base: now,
-            iface,
-            dev,
-            sockets,
-            sock,
+            tcp,
             out: Vec::new(),
             got: Vec::new(),
             engine: None,
             corrupt: false,
         }
     }
+}
 
-    fn st(&self, now: Instant) -> smoltcp::time::Instant {
-        smoltcp::time::Instant::from_micros(now.duration_since(self.base).as_micros() as i64)
+impl TcpScript for RawPeer {
+    fn client(&mut self) -> &mut TcpClient {
+        &mut self.tcp
     }
 
-    fn poll(&mut self, now: Instant) {
-        let st = self.st(now);
+    fn step(&mut self, now: Instant) {
         for _ in 0..8 {
-            self.iface.poll(st, &mut self.dev, &mut self.sockets);
-            let s = self.sockets.get_mut::<tcp::Socket>(self.sock);
+            self.tcp.poll(now);
+            let s = self.tcp.sock();
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = s.recv_slice(&mut buf) {
                 self.got.extend_from_slice(&buf[..n]);
@@ -232,28 +179,6 @@ impl RawPeer {
     }
 }
 
-impl Node for RawPeer {
-    fn tx(&mut self) -> Vec<Vec<u8>> {
-        self.dev.tx.drain(..).collect()
-    }
-    fn rx(&mut self, f: &[u8], now: Instant) {
-        self.dev.rx.push_back(f.to_vec());
-        self.poll(now);
-    }
-    fn timeout(&mut self, now: Instant) -> Option<Instant> {
-        let st = self.st(now);
-        self.iface
-            .poll_at(st, &self.sockets)
-            .map(|t| self.base + Duration::from_micros(t.total_micros().max(0) as u64))
-    }
-    fn tick(&mut self, now: Instant) {
-        self.poll(now);
-    }
-    fn events(&mut self) -> Vec<HostEvent> {
-        Vec::new()
-    }
-}
-
 fn server_host(now: Instant, crc: bool) -> VirtualHost {
     let mut a = host("a", MAC_A, IP_A, now);
     let mut srv = ServiceSpec::new(ServiceKind::RpingServer);
@@ -273,26 +198,14 @@ fn run_until_server_fails(
     let (ea, _) = run(a, p, now, Duration::from_secs(30), 0, is_tcp, |ea, _| {
         failed(ea).is_some()
     });
-    run(a, p, now, Duration::from_secs(5), 0, is_tcp, |_, _| false);
+    run_idle(a, p, now, Duration::from_secs(5), is_tcp);
     ea
 }
 
 /// After a hostile peer, a well-behaved rping client is still served.
 fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
-    let mut b = host("b", MAC_B, IP_B, *now);
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClient);
-    cli.peer = Some(IP_A);
-    cli.iters = 2;
-    b.start_service(cli, *now).unwrap();
-    let (_, eb) = run(
-        a,
-        &mut b,
-        now,
-        Duration::from_secs(60),
-        0,
-        is_tcp,
-        |_, eb| finished(eb).is_some() || failed(eb).is_some(),
-    );
+    let cli = client_spec(ServiceKind::RpingClient, 2);
+    let (_, eb) = run_client(a, now, cli, Duration::from_secs(60), is_tcp, client_ended);
     assert_eq!(finished(&eb), Some((2, 2)), "{eb:?}");
 }
 
@@ -399,9 +312,7 @@ fn ucmatose_back_to_back() {
         srv.mpa_crc = crc;
         srv.iters = 20;
         a.start_service(srv, now).unwrap();
-        let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
-        cli.peer = Some(IP_A);
-        cli.iters = 20;
+        let cli = client_spec(ServiceKind::UcmatoseClient, 20);
         b.start_service(cli, now).unwrap();
         let (ea, eb) = run(
             &mut a,

@@ -4,71 +4,31 @@
 
 mod common;
 
-use common::{Frames, IP_A, MAC_A};
-use smoltcp::iface::{Config, Interface, SocketSet};
-use smoltcp::socket::tcp;
-use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
+use common::{limited_host, Node, TcpClient, IP_A, MAC_A};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use virtual_host::perftest::{Keys, KEY_MSG_LEN};
 use virtual_host::pingpong::gid_of;
-use virtual_host::{EventKind, HostConfig, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
+use virtual_host::{EventKind, HostLimits, ServiceKind, ServiceSpec, VirtualHost};
 
 const IP_C: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 
-struct Client {
-    iface: Interface,
-    wire: Frames,
-    sockets: SocketSet<'static>,
-    h: smoltcp::iface::SocketHandle,
-    base: Instant,
-}
-
-impl Client {
-    fn new(now: Instant) -> Client {
-        let mut wire = Frames::default();
-        let cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress([
-            2, 0, 0, 0, 0, 0x0c,
-        ])));
-        let mut iface = Interface::new(cfg, &mut wire, smoltcp::time::Instant::ZERO);
-        iface.update_ip_addrs(|a| {
-            let _ = a.push(IpCidr::new(IpAddress::Ipv4(IP_C), 24));
-        });
-        let mut sockets = SocketSet::new(Vec::new());
-        let h = sockets.add(tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; 8192]),
-            tcp::SocketBuffer::new(vec![0; 8192]),
-        ));
-        Client {
-            iface,
-            wire,
-            sockets,
-            h,
-            base: now,
-        }
-    }
-    fn t(&self, now: Instant) -> smoltcp::time::Instant {
-        smoltcp::time::Instant::from_micros((now - self.base).as_micros() as i64)
-    }
-    fn sock(&mut self) -> &mut tcp::Socket<'static> {
-        self.sockets.get_mut::<tcp::Socket>(self.h)
-    }
-}
+/// The perftest client: a smoltcp TCP socket at `IP_C`.
+type Client = TcpClient;
 
 /// Moves frames until both sides are quiet.
 fn pump(a: &mut VirtualHost, c: &mut Client, now: &mut Instant) {
     for _ in 0..200 {
         *now += Duration::from_millis(1);
-        let t = c.t(*now);
-        c.iface.poll(t, &mut c.wire, &mut c.sockets);
-        a.handle_timeout(*now);
+        c.poll(*now);
+        a.tick(*now);
         let mut moved = false;
-        while let Some(f) = c.wire.tx.pop_front() {
-            a.handle_frame(&f, *now);
+        while let Some(f) = c.dev.tx.pop_front() {
+            a.rx(&f, *now);
             moved = true;
         }
-        while let Some(f) = a.poll_transmit() {
-            c.wire.rx.push_back(f);
+        for f in a.tx() {
+            c.dev.rx.push_back(f);
             moved = true;
         }
         if !moved {
@@ -103,27 +63,12 @@ fn serve_and_connect(
     client_port: u16,
     now: &mut Instant,
 ) -> (VirtualHost, Client) {
-    let mut a = VirtualHost::new(
-        HostConfig {
-            name: "a".into(),
-            mac: MAC_A,
-            ipv4: IP_A,
-            prefix_len: 24,
-            limits: HostLimits::default(),
-            seed,
-        },
-        *now,
-    )
-    .unwrap();
+    let mut a = limited_host("a", MAC_A, IP_A, HostLimits::default(), seed, *now);
     let mut spec = ServiceSpec::new(kind);
     spec.port = port;
     a.start_service(spec, *now).unwrap();
-    let mut c = Client::new(*now);
-    let cx = c.iface.context();
-    c.sockets
-        .get_mut::<tcp::Socket>(c.h)
-        .connect(cx, (IpAddress::Ipv4(IP_A), port), client_port)
-        .unwrap();
+    let mut c = Client::new(*now, IP_C);
+    c.connect(port, client_port);
     pump(&mut a, &mut c, now);
     (a, c)
 }

@@ -25,9 +25,7 @@ fn pair(
     let mut srv = ServiceSpec::new(server);
     srv.iters = iters;
     srv.size = size;
-    let mut cli = ServiceSpec::new(client);
-    cli.peer = Some(IP_A);
-    cli.iters = iters;
+    let mut cli = client_spec(client, iters);
     cli.size = size;
     start_server_and_client(
         &mut a,
@@ -45,29 +43,18 @@ fn pair(
             );
         },
     );
-    let (ea, eb) = run(
+    let (ea, eb) = run_to_finish(
         &mut a,
         &mut b,
         &mut now,
         Duration::from_secs(120),
         drop_every,
         is_roce,
-        both_finished_or_failed,
     );
-    assert_eq!(failed(&ea), None, "server events {ea:?}");
-    assert_eq!(failed(&eb), None, "client events {eb:?}");
     assert_eq!(finished(&ea), Some((iters, iters)), "server {ea:?}");
     assert_eq!(finished(&eb), Some((iters, iters)), "client {eb:?}");
     // The CM saw one connection on each side, and it ended with DREQ/DREP.
-    run(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(10),
-        0,
-        is_roce,
-        |_, _| false,
-    );
+    run_idle(&mut a, &mut b, &mut now, Duration::from_secs(10), is_roce);
     let (ga, ca) = a.cm_counters();
     let (gb, cb) = b.cm_counters();
     assert_eq!((ca.established, cb.established), (1, 1), "{ca:?} {cb:?}");
@@ -187,20 +174,8 @@ fn req(comm_id: u32, port: u16) -> [u8; MAD_LEN] {
 
 /// rping client on `b` against `a`'s server: proves `a` still serves.
 fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
-    let mut b = host("b", MAC_B, IP_B, *now);
-    let mut cli = ServiceSpec::new(ServiceKind::RpingClientRoce);
-    cli.peer = Some(IP_A);
-    cli.iters = 3;
-    b.start_service(cli, *now).unwrap();
-    let (_, eb) = run(
-        a,
-        &mut b,
-        now,
-        Duration::from_secs(120),
-        0,
-        is_roce,
-        |_, eb| finished(eb).is_some() || failed(eb).is_some(),
-    );
+    let cli = client_spec(ServiceKind::RpingClientRoce, 3);
+    let (_, eb) = run_client(a, now, cli, Duration::from_secs(120), is_roce, client_ended);
     assert_eq!(finished(&eb), Some((3, 3)), "{eb:?}");
 }
 

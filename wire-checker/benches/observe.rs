@@ -5,28 +5,18 @@
 //!
 //! `cargo bench -p wire-checker --bench observe`
 
-use roce_model::{FrameBuilder, NetParams, Opcode, PacketBuilder, RoceFrame};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use roce_model::{Opcode, PacketBuilder, RoceFrame};
 use std::hint::black_box;
 use std::time::Instant;
 use wire_checker::Checker;
 
+/// A RoCE SEND ONLY from A to B (QP QB) with `len` bytes of payload.
 fn frame(psn: u32, len: usize) -> Vec<u8> {
     let payload = vec![0x5a; len];
-    FrameBuilder {
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src_mac: [2, 0, 0, 0, 0, 1],
-        vlan_tci: None,
-        net: NetParams::Ipv4 {
-            src: [10, 0, 0, 1],
-            dst: [10, 0, 0, 2],
-            tos: 0,
-            ttl: 64,
-            ident: 0,
-            udp_src_port: 0xc001,
-        },
-    }
-    .build(&PacketBuilder::new(Opcode::RcSendOnly, 0x12, psn).payload(&payload))
-    .unwrap()
+    common::a2b(PacketBuilder::new(Opcode::RcSendOnly, common::QB, psn).payload(&payload))
 }
 
 /// ns per call of `f(0..n)`, the best of 3 passes (the machine is shared).

@@ -3,7 +3,10 @@
 //! lookups, and a smoltcp frame-queue device for raw TCP peers.
 #![allow(dead_code)]
 
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -14,20 +17,40 @@ pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 pub const IP_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
 pub const IP_B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
 
+/// The configuration of a host on a /24.
+pub fn host_config(
+    name: &str,
+    mac: [u8; 6],
+    ip: Ipv4Addr,
+    limits: HostLimits,
+    seed: u64,
+) -> HostConfig {
+    HostConfig {
+        name: name.into(),
+        mac,
+        ipv4: ip,
+        prefix_len: 24,
+        limits,
+        seed,
+    }
+}
+
+/// A host on a /24 with `limits`, seeded with `seed`.
+pub fn limited_host(
+    name: &str,
+    mac: [u8; 6],
+    ip: Ipv4Addr,
+    limits: HostLimits,
+    seed: u64,
+    now: Instant,
+) -> VirtualHost {
+    VirtualHost::new(host_config(name, mac, ip, limits, seed), now).unwrap()
+}
+
 /// A host with default limits on a /24, seeded from its MAC.
 pub fn host(name: &str, mac: [u8; 6], ip: Ipv4Addr, now: Instant) -> VirtualHost {
-    VirtualHost::new(
-        HostConfig {
-            name: name.into(),
-            mac,
-            ipv4: ip,
-            prefix_len: 24,
-            limits: HostLimits::default(),
-            seed: u64::from(mac[5]) * 0x1234_5678_9abc,
-        },
-        now,
-    )
-    .unwrap()
+    let seed = u64::from(mac[5]) * 0x1234_5678_9abc;
+    limited_host(name, mac, ip, HostLimits::default(), seed, now)
 }
 
 /// Every frame the host has queued.
@@ -121,6 +144,42 @@ pub fn run(
             b.tick(*now);
         }
     }
+    (ea, eb)
+}
+
+/// [`run`] without loss and without a stop condition: `limit` of traffic
+/// and timers (connections closing, sessions timing out).
+pub fn run_idle(
+    a: &mut dyn Node,
+    b: &mut dyn Node,
+    now: &mut Instant,
+    limit: Duration,
+    droppable: fn(&[u8]) -> bool,
+) {
+    run(a, b, now, limit, 0, droppable, |_, _| false);
+}
+
+/// [`run`] until both sessions finish or either fails; asserts that
+/// neither failed and returns the server's (`a`) and client's (`b`) events.
+pub fn run_to_finish(
+    a: &mut dyn Node,
+    b: &mut dyn Node,
+    now: &mut Instant,
+    limit: Duration,
+    drop_every: usize,
+    droppable: fn(&[u8]) -> bool,
+) -> (Vec<HostEvent>, Vec<HostEvent>) {
+    let (ea, eb) = run(
+        a,
+        b,
+        now,
+        limit,
+        drop_every,
+        droppable,
+        both_finished_or_failed,
+    );
+    assert_eq!(failed(&ea), None, "server events {ea:?}");
+    assert_eq!(failed(&eb), None, "client events {eb:?}");
     (ea, eb)
 }
 
@@ -223,4 +282,126 @@ pub fn start_server_and_client(
         a.start_service(srv, *now).unwrap();
         b.start_service(cli, *now).unwrap();
     }
+}
+
+/// The address of a scripted TCP peer ([`TcpClient`]).
+pub const MAC_P: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+pub const IP_P: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 12);
+
+/// A smoltcp interface at `MAC_P` with one TCP socket (8 KiB buffers),
+/// its clock starting at `base`.
+pub struct TcpClient {
+    pub base: Instant,
+    pub iface: Interface,
+    pub dev: Frames,
+    pub sockets: SocketSet<'static>,
+    pub sock: SocketHandle,
+}
+
+impl TcpClient {
+    pub fn new(base: Instant, ip: Ipv4Addr) -> Self {
+        let mut dev = Frames::default();
+        let cfg = Config::new(HardwareAddress::Ethernet(EthernetAddress(MAC_P)));
+        let mut iface = Interface::new(cfg, &mut dev, smoltcp::time::Instant::ZERO);
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(IpAddress::Ipv4(ip), 24));
+        });
+        let mut sockets = SocketSet::new(Vec::new());
+        let sock = sockets.add(tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; 8192]),
+            tcp::SocketBuffer::new(vec![0; 8192]),
+        ));
+        TcpClient {
+            base,
+            iface,
+            dev,
+            sockets,
+            sock,
+        }
+    }
+
+    /// Connects the socket to host A's `port` from `local_port`.
+    pub fn connect(&mut self, port: u16, local_port: u16) {
+        let cx = self.iface.context();
+        self.sockets
+            .get_mut::<tcp::Socket>(self.sock)
+            .connect(cx, (IpAddress::Ipv4(IP_A), port), local_port)
+            .unwrap();
+    }
+
+    pub fn sock(&mut self) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(self.sock)
+    }
+
+    fn st(&self, now: Instant) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros(now.duration_since(self.base).as_micros() as i64)
+    }
+
+    /// One smoltcp poll at `now`.
+    pub fn poll(&mut self, now: Instant) {
+        let st = self.st(now);
+        self.iface.poll(st, &mut self.dev, &mut self.sockets);
+    }
+
+    /// When smoltcp wants to be polled next.
+    pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        let st = self.st(now);
+        self.iface
+            .poll_at(st, &self.sockets)
+            .map(|t| self.base + Duration::from_micros(t.total_micros().max(0) as u64))
+    }
+}
+
+/// A test peer scripted over a [`TcpClient`]: frames go through the
+/// client's device, and `step` runs the script at each frame and timer.
+pub trait TcpScript {
+    fn client(&mut self) -> &mut TcpClient;
+    fn step(&mut self, now: Instant);
+}
+
+impl<T: TcpScript> Node for T {
+    fn tx(&mut self) -> Vec<Vec<u8>> {
+        self.client().dev.tx.drain(..).collect()
+    }
+    fn rx(&mut self, f: &[u8], now: Instant) {
+        self.client().dev.rx.push_back(f.to_vec());
+        self.step(now);
+    }
+    fn timeout(&mut self, now: Instant) -> Option<Instant> {
+        self.client().poll_at(now)
+    }
+    fn tick(&mut self, now: Instant) {
+        self.step(now);
+    }
+    fn events(&mut self) -> Vec<HostEvent> {
+        Vec::new()
+    }
+}
+
+/// A client spec for `kind` against host A, running `iters` iterations.
+pub fn client_spec(kind: virtual_host::ServiceKind, iters: u32) -> virtual_host::ServiceSpec {
+    let mut cli = virtual_host::ServiceSpec::new(kind);
+    cli.peer = Some(IP_A);
+    cli.iters = iters;
+    cli
+}
+
+/// Starts `cli` on a fresh host B and runs it against `a` without loss
+/// until `done` or `limit`; returns the events of both.
+pub fn run_client(
+    a: &mut VirtualHost,
+    now: &mut Instant,
+    cli: virtual_host::ServiceSpec,
+    limit: Duration,
+    droppable: fn(&[u8]) -> bool,
+    done: impl FnMut(&[HostEvent], &[HostEvent]) -> bool,
+) -> (Vec<HostEvent>, Vec<HostEvent>) {
+    let mut b = host("b", MAC_B, IP_B, *now);
+    b.start_service(cli, *now).unwrap();
+    run(a, &mut b, now, limit, 0, droppable, done)
+}
+
+/// A `done` for [`run`]: the client (`b`) finished or failed.
+pub fn client_ended(_: &[HostEvent], eb: &[HostEvent]) -> bool {
+    finished(eb).is_some() || failed(eb).is_some()
 }

@@ -99,33 +99,15 @@ pub fn rules(f: &[Finding]) -> Vec<Rule> {
     f.iter().map(|f| f.rule).collect()
 }
 
-/// Ethernet + IPv4 + TCP (checksums left 0: the checker does not verify them).
+/// Ethernet + IPv4 + TCP from `wire`'s builder with sequence number `seq`
+/// (the TCP checksum is left 0: the checker does not verify it).
 pub fn tcp(src: ([u8; 4], u16), dst: ([u8; 4], u16), seq: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&[2, 0, 0, 0, 0, dst.0[3], 2, 0, 0, 0, 0, src.0[3], 0x08, 0x00]);
-    let total = (20 + 20 + payload.len()) as u16;
-    f.extend_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        0,
-        0x40,
-        0,
-        64,
-        6,
-        0,
-        0,
-    ]);
-    f.extend_from_slice(&src.0);
-    f.extend_from_slice(&dst.0);
-    f.extend_from_slice(&src.1.to_be_bytes());
-    f.extend_from_slice(&dst.1.to_be_bytes());
-    f.extend_from_slice(&seq.to_be_bytes());
-    f.extend_from_slice(&0u32.to_be_bytes());
-    f.extend_from_slice(&[0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    f.extend_from_slice(payload);
+    let mut b = wire::builder::FrameBuilder::tcp(src.0.into(), src.1, dst.0.into(), dst.1);
+    b.dst_mac = [2, 0, 0, 0, 0, dst.0[3]];
+    b.src_mac = [2, 0, 0, 0, 0, src.0[3]];
+    let mut f = b.build(payload);
+    // Ethernet (14) + IPv4 without options (20), then ports (4): the sequence number.
+    f[38..42].copy_from_slice(&seq.to_be_bytes());
     f
 }
 
