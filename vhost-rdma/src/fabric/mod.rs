@@ -421,6 +421,12 @@ impl Fabric {
             }
             Route::Unicast(p, s) => self.deliver(p, frame, v, Some(s), wakes),
             Route::Flood => {
+                // Every copy carries the view on (`deliver_now`): parsed
+                // here, once, for a frame with several receivers, so that
+                // they do not each parse their copy.
+                if self.ports.len() > 2 {
+                    let _ = v.get(&frame.data);
+                }
                 // A copy for every other port but the last, which gets the frame.
                 let mut n = 0;
                 let mut last = None;
