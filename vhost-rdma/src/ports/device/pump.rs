@@ -552,6 +552,21 @@ mod tests {
         Frame::new(Default::default(), vec![q, tag])
     }
 
+    /// A frame the device refused for lack of buffers is held with the
+    /// view it was offered with: its retries parse it no more.
+    #[test]
+    fn a_held_frame_keeps_its_view() {
+        let mut dev = Fake {
+            buffers: vec![0],
+            got: Vec::new(),
+        };
+        let mut h = RxHold::new(4);
+        let mut out = Outcome::default();
+        h.offer(&mut dev, f(0, 1), &mut out);
+        assert_eq!(h.len(), 1);
+        assert!(h.queues[0][0].view.is_some());
+    }
+
     /// Queue 1 has no buffers: its frames are held, in order, at most the
     /// limit (the rest dropped, counted); queue 0's frames all go through.
     /// Buffers come back: the held ones go first, then the new ones.
