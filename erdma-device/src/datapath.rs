@@ -818,7 +818,7 @@ impl ErdmaDevice {
             let Some(f) = self.loopback.pop_front() else {
                 return;
             };
-            let _ = self.rx_frame(&f, io);
+            let _ = self.rx_frame(&f, None, io);
         }
     }
 
@@ -1096,16 +1096,24 @@ impl ErdmaDevice {
         }
     }
 
-    /// A frame from the fabric.
+    /// A frame from the fabric, with the view the edge handed with it
+    /// (its RoCE layers are read from the view's offsets: the L2-L4 walk is
+    /// not done again), or a frame this function looped back to itself
+    /// (`view` None: it never passed the fabric, so it is parsed here,
+    /// once).
     pub(crate) fn rx_frame(
         &mut self,
         frame: &[u8],
+        view: Option<&pci_model::ParsedFrame>,
         io: &mut DeviceIo<'_>,
     ) -> Result<(), RxRefusal> {
         let parsed = if frame.len() > self.cfg.max_frame {
             None
         } else {
-            RoceFrame::parse(frame).ok()
+            match view {
+                Some(v) => RoceFrame::from_parsed(frame, v).ok(),
+                None => RoceFrame::parse(frame).ok(),
+            }
         };
         let Some(f) = parsed else {
             self.counters.rx_dropped += 1;

@@ -870,7 +870,12 @@ impl PciDevice for ErdmaDevice {
         self.run_loopback(io);
     }
 
-    fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+    fn receive(
+        &mut self,
+        frame: &[u8],
+        view: &pci_model::ParsedFrame,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
         self.tx_paused = io.tx_paused;
         if self.regs.st & regs::ST_INIT_DONE == 0 {
             return Err(RxRefusal::NotReady);
@@ -882,7 +887,7 @@ impl PciDevice for ErdmaDevice {
             self.counters.port_down_drops += 1;
             return Err(RxRefusal::Dropped);
         }
-        self.rx_frame(frame, io)
+        self.rx_frame(frame, Some(view), io)
     }
 
     fn next_timeout(&self, now: Instant) -> Option<Instant> {

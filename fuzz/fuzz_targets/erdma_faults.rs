@@ -111,7 +111,7 @@ fn drive(dev: &mut ErdmaDevice, u: &mut Unstructured<'_>) -> Result<()> {
             5 => {
                 let n = u.int_in_range(0usize..=1500)?.min(u.len());
                 let f = u.bytes(n)?;
-                let _ = dev.receive(f, &mut io);
+                let _ = dev.receive(f, &wire::parse(f), &mut io);
             }
             6 => {
                 now += Duration::from_millis(u.int_in_range(0u64..=5000)?);

@@ -213,7 +213,7 @@ fn drive(u: &mut Unstructured<'_>) -> Result<()> {
                 for _ in 0..frames {
                     let n = u.int_in_range(0usize..=2000)?.min(u.len());
                     let f = u.bytes(n)?;
-                    let _ = dev.receive(f, &mut io);
+                    let _ = dev.receive(f, &wire::parse(f), &mut io);
                 }
                 if burst {
                     dev.end_rx_burst(&mut io);

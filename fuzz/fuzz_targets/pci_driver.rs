@@ -64,8 +64,10 @@ pub fn drive<D: PciDevice>(dev: &mut D, u: &mut Unstructured<'_>) -> Result<()> 
                 for _ in 0..frames {
                     let n = u.int_in_range(0usize..=2000)?.min(u.len());
                     let f = u.bytes(n)?;
-                    let _ = dev.rx_queue(f);
-                    let _ = dev.receive(f, &mut io);
+                    // The edge parses once and hands the same view to both.
+                    let view = wire::parse(f);
+                    let _ = dev.rx_queue(f, &view);
+                    let _ = dev.receive(f, &view, &mut io);
                 }
                 if burst {
                     dev.end_rx_burst(&mut io);

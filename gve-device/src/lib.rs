@@ -43,7 +43,7 @@ pub mod tx_dqo;
 
 use pci_model::fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus};
 use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal, TraceKind};
-use wire::parse::{parse, L3};
+use wire::parse::{ParsedFrame, L3};
 
 pub use counters::{Counters, Status};
 
@@ -820,7 +820,12 @@ impl PciDevice for GveDevice {
         self.write_nic_stats(io);
     }
 
-    fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+    fn receive(
+        &mut self,
+        frame: &[u8],
+        p: &ParsedFrame,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
         if self.resources.is_none()
             || self.rx.iter().all(Option::is_none)
             || self.device_status & regs::device_status::LINK == 0
@@ -834,15 +839,14 @@ impl PciDevice for GveDevice {
             if frame.len() >= 14 {
                 // Counted on the queue it would have gone to (the NIC
                 // stats report's RX_DROPS_PACKET_OVER_MRU).
-                let qi = self.steer(frame, &parse(frame)).0 as usize;
+                let qi = self.steer(frame, p).0 as usize;
                 if let Some(q) = self.counters.rx_queues.get_mut(qi) {
                     inc(&mut q.oversize);
                 }
             }
             return Err(RxRefusal::Dropped);
         }
-        let p = parse(frame);
-        let (qid, rule, hash) = self.steer(frame, &p);
+        let (qid, rule, hash) = self.steer(frame, p);
         match rule {
             Some(loc) => {
                 if let Some(r) = self.rules.rules.get_mut(&loc) {
@@ -853,7 +857,7 @@ impl PciDevice for GveDevice {
             None if hash.is_some() => inc(&mut self.counters.rss_steered),
             None => {}
         }
-        let mut meta = self.rx_meta(frame, &p, hash);
+        let mut meta = self.rx_meta(frame, p, hash);
         if self.cfg.nic_timestamp {
             // The low 32 bits: the driver extends them from its last read
             // of the clock (`gve_rx_get_hwtstamp`).
@@ -868,13 +872,13 @@ impl PciDevice for GveDevice {
             inc(&mut self.counters.rx_no_queue);
             return Err(RxRefusal::Dropped);
         };
-        let split = Self::split_for(q, frame, &p);
+        let split = Self::split_for(q, frame, p);
         // HW-GRO: inside a burst, or anywhere when a chain may outlive the
         // edge's call (its deadline asks for the poll that ends it).
-        let max = self.rsc_max_len(&p);
+        let max = self.rsc_max_len(p);
         let may_hold = self.in_burst || !self.cfg.rsc_hold.is_zero();
         let seg = if may_hold && q.rsc && max > 0 {
-            rsc::segment(frame, &p, &meta)
+            rsc::segment(frame, p, &meta)
         } else {
             None
         };
@@ -962,8 +966,8 @@ impl PciDevice for GveDevice {
         tx.into_iter().chain(chain).chain(stats).min()
     }
 
-    fn rx_queue(&self, frame: &[u8]) -> usize {
-        self.steer(frame, &parse(frame)).0 as usize
+    fn rx_queue(&self, frame: &[u8], view: &ParsedFrame) -> usize {
+        self.steer(frame, view).0 as usize
     }
 
     fn begin_rx_burst(&mut self) {

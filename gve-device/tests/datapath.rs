@@ -281,7 +281,7 @@ fn a_queue_out_of_buffers_refuses_only_its_frames() {
     assert_eq!(flow_rule_cmd(&mut g, 0, 0, 5201, 1), status::PASSED);
     let devmem = tcp4(A, B, 2000, 5201, 1, 0x18, b"devmem");
     let other = |sport| tcp4(A, B, sport, 80, 1, 0x18, b"other");
-    assert_eq!(g.dev.rx_queue(&devmem), 1);
+    assert_eq!(g.rx_queue(&devmem), 1);
     // Queue 1 uses up its 63 buffers.
     for _ in 0..63 {
         g.receive(&devmem).unwrap();
@@ -291,7 +291,7 @@ fn a_queue_out_of_buffers_refuses_only_its_frames() {
     let mut sent = 0;
     for sport in 3000..3100u16 {
         let f = other(sport);
-        if g.dev.rx_queue(&f) == 0 {
+        if g.rx_queue(&f) == 0 {
             g.receive(&f).unwrap();
             sent += 1;
         }
@@ -322,7 +322,7 @@ fn rss_follows_toeplitz_and_table() {
         input.extend_from_slice(&80u16.to_be_bytes());
         let h = toeplitz(&key, &input);
         let want = lut[h as usize % 128] as usize;
-        assert_eq!(g.dev.rx_queue(&f), want, "rx_queue says where it goes");
+        assert_eq!(g.rx_queue(&f), want, "rx_queue says where it goes");
         g.receive(&f).unwrap();
         for q in 0..4 {
             let c = g.rx_completions(q);
@@ -365,7 +365,7 @@ fn rss_default_table_follows_the_queue_count() {
     let flows = 40u16;
     for port in 40000..40000 + flows {
         let syn = tcp4(A, B, port, 5201, 1, 0x02, b"");
-        assert_eq!(g.dev.rx_queue(&syn), 0);
+        assert_eq!(g.rx_queue(&syn), 0);
         assert_eq!(g.receive(&syn), Ok(()), "SYN from port {port}");
     }
     assert_eq!(g.rx_completions(0).len(), usize::from(flows));
@@ -398,7 +398,7 @@ fn rss_table_set_by_the_user_stays() {
     assert_eq!(s.counters.rss_default_tables, 0);
     for port in 40000..40040u16 {
         let f = tcp4(A, B, port, 5201, 1, 0x02, b"");
-        assert!(g.dev.rx_queue(&f) < 2, "port {port} left queues 0 and 1");
+        assert!(g.rx_queue(&f) < 2, "port {port} left queues 0 and 1");
     }
 }
 
@@ -432,7 +432,7 @@ fn flow_rule_steers_a_flow() {
     assert_eq!(flow_rule_cmd(&mut g, 0, 3, 5201, 3), status::PASSED);
     assert_eq!(flow_rule_cmd(&mut g, 0, 3, 5201, 2), status::ALREADY_EXISTS);
     let f = tcp4(A, B, 2000, 5201, 1, 0x18, b"devmem");
-    assert_eq!(g.dev.rx_queue(&f), 3, "the rule's queue");
+    assert_eq!(g.rx_queue(&f), 3, "the rule's queue");
     assert_eq!(g.dev.status().flow_rules[0].hits, 0, "asking is not a hit");
     for sport in 2000..2020u16 {
         g.receive(&tcp4(A, B, sport, 5201, 1, 0x18, b"devmem"))

@@ -41,7 +41,7 @@ fn frame(sport: u16) -> Vec<u8> {
 fn frame_for(g: &Guest, q: usize) -> Vec<u8> {
     (1000..3000)
         .map(frame)
-        .find(|f| g.dev.rx_queue(f) == q)
+        .find(|f| g.rx_queue(f) == q)
         .expect("some flow hashes to the queue")
 }
 

@@ -600,7 +600,10 @@ fn model_alone_without_driver() {
         ..Default::default()
     });
     let mut io = DeviceIo::new(&mem, std::time::Instant::now());
-    assert_eq!(d.receive(&[0; 64], &mut io), Err(RxRefusal::NotReady));
+    assert_eq!(
+        d.receive(&[0; 64], &wire::parse(&[0; 64]), &mut io),
+        Err(RxRefusal::NotReady)
+    );
     d.poll(&mut io);
     d.reset();
     assert!(d.msix().unwrap().vectors <= 2 * layout::MAX_QUEUES as u16 + 1);

@@ -9,6 +9,12 @@
 //! the MSI-X capability) is built by the edge from [`PciIdentity`],
 //! [`BarInfo`] and [`MsixInfo`] with [`config::ConfigSpace`].
 //!
+//! A frame from the fabric comes with its parsed view ([`ParsedFrame`],
+//! `wire::parse`'s result), which the edge has already (the fabric parsed
+//! the frame to route it) or makes once: a model reads the L2-L4 headers
+//! from the view and never parses the bytes again, so that each frame is
+//! parsed once on its way from sender to receiver.
+//!
 //! Hostile drivers are the norm: every guest address goes through [`Dma`],
 //! whose implementations bound-check against the memory the guest gave;
 //! a model turns a [`DmaError`] into its own error counter, never a panic.
@@ -22,6 +28,9 @@ pub mod trace;
 
 pub use fault::{FaultError, FaultKindInfo, FaultSpec, FaultStatus, ValueError};
 pub use trace::{TraceKind, TraceRecord};
+/// The parsed view of a frame the edge hands with it (see the crate
+/// documentation).
+pub use wire::ParsedFrame;
 
 use std::time::{Duration, Instant};
 
@@ -259,8 +268,15 @@ pub trait PciDevice {
     /// Does the work doorbells asked for (the edge calls it after a batch of
     /// BAR accesses, after frames arrive, and at [`PciDevice::next_timeout`]).
     fn poll(&mut self, io: &mut DeviceIo<'_>);
-    /// A frame from the fabric for this device.
-    fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal>;
+    /// A frame from the fabric for this device, with its parsed view
+    /// (`wire::parse(frame)`, which the edge had or made once: the model
+    /// reads the headers from it rather than parsing `frame` again).
+    fn receive(
+        &mut self,
+        frame: &[u8],
+        view: &ParsedFrame,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal>;
     /// When `poll` wants to run again without a doorbell (timers), if
     /// ever; `now` (the edge's time) for work that is due at once.
     fn next_timeout(&self, now: Instant) -> Option<Instant> {
@@ -271,10 +287,11 @@ pub trait PciDevice {
     /// flow rules, RSS), without taking it or changing any state. An edge
     /// that keeps frames a queue refused with [`RxRefusal::NoBuffers`] uses
     /// it to keep the frames for that queue in order behind them while
-    /// frames for other queues go on. A device with one receive queue (the
-    /// default) answers 0.
-    fn rx_queue(&self, frame: &[u8]) -> usize {
-        let _ = frame;
+    /// frames for other queues go on. `view` is the frame's parsed view,
+    /// the same the edge passes to [`PciDevice::receive`]. A device with
+    /// one receive queue (the default) answers 0.
+    fn rx_queue(&self, frame: &[u8], view: &ParsedFrame) -> usize {
+        let _ = (frame, view);
         0
     }
     /// The frames [`PciDevice::receive`] gets until

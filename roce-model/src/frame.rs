@@ -9,7 +9,7 @@ use crate::wire::{
     EthernetHeader, Grh, Ipv4Header, Ipv6Header, Lrh, UdpHeader, GRH_NEXT_HEADER_BTH,
 };
 use ::wire::checksum::{finish_udp, ones_sum, pseudo_v6};
-use ::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1};
+use ::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, ETHERTYPE_VLAN};
 use ::wire::ip::IPPROTO_UDP;
 use ::wire::roce::ROCEV2_PORT;
 
@@ -138,21 +138,107 @@ impl<'a> RoceFrame<'a> {
                     bth_on,
                 )
             }
-            ETHERTYPE_ROCE_V1 => {
-                let grh = Grh::parse(rest)?;
-                if grh.next_header != GRH_NEXT_HEADER_BTH {
-                    return Err(CodecError::NotRoce("GRH next header is not BTH"));
-                }
-                let (grh_raw, after) = rest.split_at(Ipv6Header::LEN);
-                let pl = usize::from(grh.payload_len);
-                let bth_on = after.get(..pl).ok_or(CodecError::LengthMismatch {
-                    what: "GRH payload",
-                    declared: pl,
-                    actual: after.len(),
-                })?;
-                (NetLayer::Grh { grh, grh_raw }, bth_on)
-            }
+            ETHERTYPE_ROCE_V1 => grh_layer(rest)?,
             _ => return Err(CodecError::NotRoce("ethertype")),
+        };
+        let packet = RocePacket::parse(bth_on)?;
+        Ok(RoceFrame { eth, net, packet })
+    }
+
+    /// [`RoceFrame::parse`] of a frame whose Ethernet, IP and UDP headers
+    /// `wire::parse` has walked already (`view` is `wire::parse(frame)`, as
+    /// the fabric hands it on): the Ethernet header, where the IP and UDP
+    /// headers lie and what they carry come from the view, so the L2-L4
+    /// walk is not done twice. Decoded here are only what the RoCE layer
+    /// reads: the IP header's fields (the ICRC and the engines use them),
+    /// the UDP header, and the BTH with its extension headers (a RoCEv1
+    /// frame's GRH too). Takes and refuses the frames `parse` does (the
+    /// error may name another layer for a frame both refuse), but for an
+    /// IPv6 header whose version nibble is not 6: no IPv6 to the view, so
+    /// refused here.
+    pub fn from_parsed(frame: &'a [u8], view: &::wire::ParsedFrame) -> Result<RoceFrame<'a>> {
+        let l2 = view.l2.ok_or(CodecError::Truncated {
+            what: "Ethernet",
+            need: 14,
+            have: frame.len(),
+        })?;
+        // roce-model's Ethernet header knows the 802.1Q tag only.
+        let vlan_tci = match l2.vlan {
+            None => None,
+            Some(t) if t.tpid == ETHERTYPE_VLAN => Some(t.tci),
+            Some(_) => return Err(CodecError::NotRoce("ethertype")),
+        };
+        let eth = EthernetHeader {
+            dst: l2.dst,
+            src: l2.src,
+            vlan_tci,
+            ethertype: l2.ethertype,
+        };
+        if l2.ethertype == ETHERTYPE_ROCE_V1 {
+            let rest = frame.get(l2.header_len..).unwrap_or(&[]);
+            let (net, bth_on) = grh_layer(rest)?;
+            let packet = RocePacket::parse(bth_on)?;
+            return Ok(RoceFrame { eth, net, packet });
+        }
+        let (Some(l3), Some(_)) = (view.l3, view.l4) else {
+            return Err(CodecError::NotRoce(match l2.ethertype {
+                ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => "no UDP header after IP",
+                _ => "ethertype",
+            }));
+        };
+        if l3.protocol() != IPPROTO_UDP {
+            return Err(CodecError::NotRoce("IP protocol is not UDP"));
+        }
+        let ip_raw = frame
+            .get(view.l3_offset..view.l4_offset)
+            .ok_or(CodecError::NotRoce("IP header"))?;
+        let l4_bytes = frame
+            .get(view.l4_offset..view.l3_end)
+            .ok_or(CodecError::NotRoce("UDP header"))?;
+        // The view clamps the datagram to the frame; RoCE wants the IP
+        // length fields to fit in it.
+        let in_frame = frame.len().saturating_sub(view.l3_offset);
+        let (udp, udp_raw, bth_on) = parse_udp(l4_bytes)?;
+        let net = match l3 {
+            ::wire::parse::L3::V4(_) => {
+                let (ip, _) = Ipv4Header::parse(ip_raw)?;
+                let total = usize::from(ip.total_len);
+                if total > in_frame {
+                    return Err(CodecError::LengthMismatch {
+                        what: "IPv4 total",
+                        declared: total,
+                        actual: in_frame,
+                    });
+                }
+                NetLayer::Ipv4 {
+                    ip,
+                    udp,
+                    ip_raw,
+                    udp_raw,
+                }
+            }
+            ::wire::parse::L3::V6(info) => {
+                // RoCEv2 puts UDP right after the fixed header.
+                if info.has_ext_headers {
+                    return Err(CodecError::NotRoce("IPv6 next header is not UDP"));
+                }
+                let ip = Ipv6Header::parse(ip_raw)?;
+                let pl = usize::from(ip.payload_len);
+                let after = in_frame.saturating_sub(Ipv6Header::LEN);
+                if pl > after {
+                    return Err(CodecError::LengthMismatch {
+                        what: "IPv6 payload",
+                        declared: pl,
+                        actual: after,
+                    });
+                }
+                NetLayer::Ipv6 {
+                    ip,
+                    udp,
+                    ip_raw,
+                    udp_raw,
+                }
+            }
         };
         let packet = RocePacket::parse(bth_on)?;
         Ok(RoceFrame { eth, net, packet })
@@ -167,6 +253,23 @@ impl<'a> RoceFrame<'a> {
     pub fn verify_icrc(&self) -> Result<()> {
         self.packet.verify_icrc(&self.icrc_scope())
     }
+}
+
+/// A RoCEv1 frame's GRH (right after the Ethernet header) and the bytes
+/// from the BTH on.
+fn grh_layer(rest: &[u8]) -> Result<(NetLayer<'_>, &[u8])> {
+    let grh = Grh::parse(rest)?;
+    if grh.next_header != GRH_NEXT_HEADER_BTH {
+        return Err(CodecError::NotRoce("GRH next header is not BTH"));
+    }
+    let (grh_raw, after) = rest.split_at(Ipv6Header::LEN);
+    let pl = usize::from(grh.payload_len);
+    let bth_on = after.get(..pl).ok_or(CodecError::LengthMismatch {
+        what: "GRH payload",
+        declared: pl,
+        actual: after.len(),
+    })?;
+    Ok((NetLayer::Grh { grh, grh_raw }, bth_on))
 }
 
 fn parse_udp(l4: &[u8]) -> Result<(UdpHeader, &[u8], &[u8])> {

@@ -252,7 +252,12 @@ impl PciDevice for ProbeDevice {
         }
     }
 
-    fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+    fn receive(
+        &mut self,
+        frame: &[u8],
+        _view: &pci_model::ParsedFrame,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
         if !self.rx_armed {
             return Err(RxRefusal::NoBuffers);
         }

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pci_model::{
-    DeviceIo, FaultError, FaultKindInfo, FaultSpec, FaultStatus, Frame, PciDevice, RxRefusal,
-    TraceKind,
+    DeviceIo, FaultError, FaultKindInfo, FaultSpec, FaultStatus, Frame, ParsedFrame, PciDevice,
+    RxRefusal, TraceKind,
 };
 
 use crate::backend::{lock, Backend, Layout, Shared};
@@ -187,11 +187,19 @@ pub fn serve<D: PciDevice + Send + 'static>(
 }
 
 impl<D: PciDevice> DeviceHandle<D> {
-    /// A frame from the fabric: [`PciDevice::receive`] then
-    /// [`PciDevice::poll`]; interrupts and frames it produces go out.
+    /// A frame from the fabric, parsed here once (`wire::parse`): for a
+    /// caller that has no view of it (tests, tools);
+    /// [`DeviceHandle::receive_parsed`] takes the one it has.
     pub fn receive(&self, frame: &[u8]) -> Result<(), RxRefusal> {
+        self.receive_parsed(frame, &wire::parse(frame))
+    }
+
+    /// A frame from the fabric with its parsed view:
+    /// [`PciDevice::receive`] then [`PciDevice::poll`]; interrupts and
+    /// frames it produces go out.
+    pub fn receive_parsed(&self, frame: &[u8], view: &ParsedFrame) -> Result<(), RxRefusal> {
         self.shared.with_io(|dev, io| {
-            let r = dev.receive(frame, io);
+            let r = dev.receive(frame, view, io);
             dev.poll(io);
             r
         })
@@ -360,10 +368,12 @@ impl<D> DeviceHandle<D> {
 /// The frames of one burst into a device, under one hold of its lock (see
 /// [`DeviceHandle::receive_burst`]).
 pub trait RxBurst {
-    /// [`PciDevice::receive`] (without the poll: that runs once at the end).
-    fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal>;
-    /// [`PciDevice::rx_queue`]: where `frame` would go.
-    fn rx_queue(&self, frame: &[u8]) -> usize;
+    /// [`PciDevice::receive`] (without the poll: that runs once at the
+    /// end), with the frame's parsed view.
+    fn receive(&mut self, frame: &[u8], view: &ParsedFrame) -> Result<(), RxRefusal>;
+    /// [`PciDevice::rx_queue`]: where `frame` would go (`view`: the one
+    /// [`RxBurst::receive`] gets).
+    fn rx_queue(&self, frame: &[u8], view: &ParsedFrame) -> usize;
 }
 
 struct Burst<'a, 'io, D> {
@@ -372,10 +382,10 @@ struct Burst<'a, 'io, D> {
 }
 
 impl<D: PciDevice> RxBurst for Burst<'_, '_, D> {
-    fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal> {
-        self.dev.receive(frame, self.io)
+    fn receive(&mut self, frame: &[u8], view: &ParsedFrame) -> Result<(), RxRefusal> {
+        self.dev.receive(frame, view, self.io)
     }
-    fn rx_queue(&self, frame: &[u8]) -> usize {
-        self.dev.rx_queue(frame)
+    fn rx_queue(&self, frame: &[u8], view: &ParsedFrame) -> usize {
+        self.dev.rx_queue(frame, view)
     }
 }

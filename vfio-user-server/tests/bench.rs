@@ -53,8 +53,13 @@ impl PciDevice for Faulty {
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
         self.probe.poll(io)
     }
-    fn receive(&mut self, frame: &[u8], io: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
-        self.probe.receive(frame, io)
+    fn receive(
+        &mut self,
+        frame: &[u8],
+        view: &pci_model::ParsedFrame,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
+        self.probe.receive(frame, view, io)
     }
     fn reset(&mut self) {
         self.probe.reset()

@@ -59,14 +59,19 @@ impl PciDevice for Recorder {
             io.tx.push(b"tx".to_vec());
         }
     }
-    fn receive(&mut self, frame: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+    fn receive(
+        &mut self,
+        frame: &[u8],
+        _view: &pci_model::ParsedFrame,
+        _: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
         self.note(format!("rx {}", frame[0]));
         if frame[0] == 9 {
             return Err(RxRefusal::NoBuffers);
         }
         Ok(())
     }
-    fn rx_queue(&self, frame: &[u8]) -> usize {
+    fn rx_queue(&self, frame: &[u8], _view: &pci_model::ParsedFrame) -> usize {
         usize::from(frame[0])
     }
     fn begin_rx_burst(&mut self) {
@@ -115,9 +120,11 @@ fn burst_under_one_call_sink_pause_and_daemon_reset() {
     // One burst: begin, the frames, end, one poll; the frames of the whole
     // call reach the sink in one send, in order.
     let refused = h.receive_burst(Instant::now(), |b| {
-        assert_eq!(b.rx_queue(&[3]), 3, "the model's steering answers");
-        assert_eq!(b.receive(&[1]), Ok(()));
-        b.receive(&[9])
+        // (One-byte frames: their view is empty.)
+        let v = pci_model::ParsedFrame::default();
+        assert_eq!(b.rx_queue(&[3], &v), 3, "the model's steering answers");
+        assert_eq!(b.receive(&[1], &v), Ok(()));
+        b.receive(&[9], &v)
     });
     assert_eq!(refused, Err(RxRefusal::NoBuffers));
     assert_eq!(taken(&log), ["begin", "rx 1", "rx 9", "end", "poll"]);
@@ -175,7 +182,12 @@ fn an_earlier_deadline_wakes_the_timer_thread() {
             self.0 = (d[0] > 0).then(|| self.1 + std::time::Duration::from_secs(u64::from(d[0])));
         }
         fn poll(&mut self, _: &mut DeviceIo<'_>) {}
-        fn receive(&mut self, _: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+        fn receive(
+            &mut self,
+            _: &[u8],
+            _view: &pci_model::ParsedFrame,
+            _: &mut DeviceIo<'_>,
+        ) -> Result<(), RxRefusal> {
             Ok(())
         }
         fn next_timeout(&self, _now: Instant) -> Option<Instant> {

@@ -60,7 +60,12 @@ impl PciDevice for Hammer {
         // interrupts requested with no MSI-X are counted, not fatal
         io.irqs.push(0);
     }
-    fn receive(&mut self, _: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+    fn receive(
+        &mut self,
+        _: &[u8],
+        _view: &pci_model::ParsedFrame,
+        _: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
         Err(RxRefusal::NotReady)
     }
     fn reset(&mut self) {}

@@ -38,11 +38,36 @@ fn since_start(t: Instant) -> std::time::Duration {
 /// [`ParsedFrame`]: wire::ParsedFrame
 pub type FrameView = wire::ParsedFrame;
 
-/// A frame in flight: the Ethernet frame and its offload description.
+/// A frame in flight: the Ethernet frame, its offload description and,
+/// once the fabric has parsed it, its view.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Frame {
     pub hdr: NetHdr,
     pub data: Vec<u8>,
+    /// `data`'s view ([`view`]), when the fabric parsed the frame on its
+    /// way: a receiver that reads headers (a device port's edge, a virtual
+    /// host) takes it instead of parsing again, so that a frame is parsed
+    /// once from sender to receiver. None when nothing parsed it yet (a
+    /// frame switched on its MAC addresses alone) or its bytes changed
+    /// since (TSO segments). Whoever changes `data` after the view was
+    /// set clears it; the fabric ignores it at ingress.
+    pub view: Option<FrameView>,
+}
+
+impl Frame {
+    /// A frame not parsed yet.
+    pub fn new(hdr: NetHdr, data: Vec<u8>) -> Self {
+        Frame {
+            hdr,
+            data,
+            view: None,
+        }
+    }
+
+    /// The frame's view: the one it carries, else parsed now (and kept).
+    pub fn view(&mut self) -> FrameView {
+        *self.view.get_or_insert_with(|| view(&self.data))
+    }
 }
 
 /// Which frames of a port a rule sees.
@@ -107,6 +132,11 @@ impl LazyView {
     /// The view of `data`, which must be the frame this view belongs to.
     pub fn get(&self, data: &[u8]) -> &FrameView {
         self.0.get_or_init(|| view(data))
+    }
+
+    /// The view, if a stage asked for it.
+    pub fn parsed(&self) -> Option<FrameView> {
+        self.0.get().copied()
     }
 }
 

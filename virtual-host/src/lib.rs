@@ -512,8 +512,18 @@ impl VirtualHost {
         Ok(())
     }
 
-    /// Feeds one Ethernet frame (no FCS) from the fabric.
+    /// Feeds one Ethernet frame (no FCS) from the fabric, parsing it
+    /// (`wire::parse`): for a caller without its view;
+    /// [`VirtualHost::handle_parsed`] takes the view the fabric made.
     pub fn handle_frame(&mut self, frame: &[u8], now: Instant) {
+        self.handle_parsed(frame, None, now)
+    }
+
+    /// Feeds one Ethernet frame (no FCS) from the fabric with its view
+    /// (`wire::parse(frame)`), when the fabric parsed it on its way: then
+    /// the host reads the headers from it and parses nothing again. None:
+    /// parsed here, once, if the frame is for this host.
+    pub fn handle_parsed(&mut self, frame: &[u8], view: Option<&wire::ParsedFrame>, now: Instant) {
         self.counters.rx_frames += 1;
         if frame.len() < 14 || frame.len() > MAX_FRAME + 4 {
             self.counters.rx_bad_length += 1;
@@ -524,7 +534,10 @@ impl VirtualHost {
             self.counters.rx_not_for_us += 1;
             return;
         }
-        let view = wire::parse(frame);
+        let view = match view {
+            Some(v) => *v,
+            None => wire::parse(frame),
+        };
         // Tagged frames are smoltcp's (the engines take untagged RoCEv2).
         let untagged = view.l2.is_some_and(|l2| l2.vlan.is_none());
         match view.l3 {
@@ -543,7 +556,8 @@ impl VirtualHost {
                 }
                 if view.is_rocev2() {
                     // RoCEv2: the RDMA engines.
-                    self.rdma.handle_frame(frame, now, &mut self.counters);
+                    self.rdma
+                        .handle_frame(frame, &view, now, &mut self.counters);
                     self.process(now);
                     return;
                 }

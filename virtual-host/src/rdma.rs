@@ -516,9 +516,16 @@ impl RdmaDevice {
         self.qps.get_mut(&qpn)?.qp.poll_completion()
     }
 
-    /// Handles a RoCEv2 frame addressed to this host.
-    pub(crate) fn handle_frame(&mut self, frame: &[u8], now: Instant, c: &mut HostCounters) {
-        let f = match RoceFrame::parse(frame) {
+    /// Handles a RoCEv2 frame addressed to this host; `view` is its
+    /// `wire::parse` view, which locates the RoCE layers (no second walk).
+    pub(crate) fn handle_frame(
+        &mut self,
+        frame: &[u8],
+        view: &wire::ParsedFrame,
+        now: Instant,
+        c: &mut HostCounters,
+    ) {
+        let f = match RoceFrame::from_parsed(frame, view) {
             Ok(f) => f,
             Err(_) => {
                 c.roce_malformed += 1;

@@ -35,6 +35,8 @@ pub mod roce;
 pub mod tso;
 pub mod vxlan;
 
+#[cfg(feature = "parse-count")]
+pub use parse::parse_calls;
 pub use parse::{parse, ParsedFrame};
 
 /// Compiles the README example as a doctest.

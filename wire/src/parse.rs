@@ -272,8 +272,22 @@ fn addr16(b: &[u8], off: usize) -> Option<Ipv6Addr> {
     Some(Ipv6Addr::from(s))
 }
 
+/// Calls of [`parse`] in this process (feature `parse-count`).
+#[cfg(feature = "parse-count")]
+static PARSE_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times [`parse`] ran in this process, on any thread. Only with
+/// the `parse-count` feature, which tests turn on to show that a path
+/// parses each frame once; production builds leave it off and pay nothing.
+#[cfg(feature = "parse-count")]
+pub fn parse_calls() -> u64 {
+    PARSE_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Parses `frame` as far as it is valid. Never panics.
 pub fn parse(frame: &[u8]) -> ParsedFrame {
+    #[cfg(feature = "parse-count")]
+    PARSE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut out = ParsedFrame::default();
     let Some(l2) = parse_l2(frame) else {
         return out;

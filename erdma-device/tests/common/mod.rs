@@ -168,8 +168,10 @@ impl Driver {
     pub fn poll(&mut self) {
         self.with_io(|d, io| d.poll(io));
     }
+    /// A frame from the fabric, parsed once here as the edge does.
     pub fn receive(&mut self, frame: &[u8]) -> Result<(), pci_model::RxRefusal> {
-        self.with_io(|d, io| d.receive(frame, io))
+        let view = wire::parse(frame);
+        self.with_io(|d, io| d.receive(frame, &view, io))
     }
 
     pub fn mem_write(&self, a: u64, b: &[u8]) {

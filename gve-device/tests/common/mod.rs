@@ -247,15 +247,25 @@ impl Guest {
         }
     }
 
+    /// A frame from the fabric, parsed once here as the edge does.
     pub fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal> {
-        self.with_io(|d, io| d.receive(frame, io))
+        let view = wire::parse(frame);
+        self.with_io(|d, io| d.receive(frame, &view, io))
+    }
+
+    /// The queue the device steers `frame` to now.
+    pub fn rx_queue(&self, frame: &[u8]) -> usize {
+        self.dev.rx_queue(frame, &wire::parse(frame))
     }
 
     /// Frames handed over as one burst, as the daemon's pump does.
     pub fn receive_burst(&mut self, frames: &[Vec<u8>]) -> Vec<Result<(), RxRefusal>> {
         self.with_io(|d, io| {
             d.begin_rx_burst();
-            let r = frames.iter().map(|f| d.receive(f, io)).collect();
+            let r = frames
+                .iter()
+                .map(|f| d.receive(f, &wire::parse(f), io))
+                .collect();
             d.end_rx_burst(io);
             d.poll(io);
             r

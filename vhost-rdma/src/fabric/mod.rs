@@ -289,6 +289,9 @@ impl Fabric {
         let Some(sp) = self.ports.get(src) else {
             return Ingress::Forwarded(0);
         };
+        // What the fabric switches it parses itself (below, once): a view a
+        // sender left on the frame is not taken on trust.
+        frame.view = None;
         // delivered by IP when the QP's address vector has no MAC
         if sp.profile().zero_mac_by_ip && !self.neighbors.fill_zero_dmac(&mut frame.data) {
             self.rdma_unresolved.fetch_add(1, Relaxed);
@@ -418,6 +421,12 @@ impl Fabric {
             }
             Route::Unicast(p, s) => self.deliver(p, frame, v, Some(s), wakes),
             Route::Flood => {
+                // Every copy carries the view on (`deliver_now`): parsed
+                // here, once, for a frame with several receivers, so that
+                // they do not each parse their copy.
+                if self.ports.len() > 2 {
+                    let _ = v.get(&frame.data);
+                }
                 // A copy for every other port but the last, which gets the frame.
                 let mut n = 0;
                 let mut last = None;
@@ -477,6 +486,13 @@ impl Fabric {
             return 0;
         };
         let mut frames = match offloads::adapt(frame, rx) {
+            // The view, if routing or a stage made it, goes with the frame
+            // to its receiver (finishing a checksum moves no header); TSO
+            // segments are new frames, parsed by whoever reads them.
+            Ok(Adapted::One(mut f)) => {
+                f.view = v.parsed();
+                Adapted::One(f)
+            }
             Ok(f) => f,
             Err(e) => {
                 // Validated at TX already; this would be our own bug. Count it.
@@ -518,10 +534,11 @@ impl Fabric {
             Adapted::Many(v) => v,
         };
         let mut out = Vec::with_capacity(list.len());
-        for f in list {
-            // The offloads may have changed the frame: parsed afresh if a
-            // stage asks.
-            let v = LazyView::default();
+        for mut f in list {
+            // The view delivery carries, if any (a TSO segment has none:
+            // parsed if a stage asks). Taken off the frame while stages
+            // may change or hold it, put back on what passes.
+            let v = f.view.take().map_or_else(LazyView::default, LazyView::of);
             match crate::stages::run(
                 stages,
                 dst.index(),
@@ -531,8 +548,14 @@ impl Fabric {
                 f,
                 &v,
             ) {
-                Passed::Same(f) => out.push(f),
-                Passed::Changed(fs) => out.extend(fs.into_iter().map(|(f, _)| f)),
+                Passed::Same(mut f) => {
+                    f.view = v.parsed();
+                    out.push(f);
+                }
+                Passed::Changed(fs) => out.extend(fs.into_iter().map(|(mut f, fv)| {
+                    f.view = Some(fv);
+                    f
+                })),
             }
         }
         match out.len() {

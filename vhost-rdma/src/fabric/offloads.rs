@@ -80,10 +80,7 @@ pub(super) fn adapt(mut f: Frame, rx: RxOffloads) -> Result<Adapted, offload::Of
         crate::buffers::give(f.data);
         return Ok(Adapted::Many(
             segs.into_iter()
-                .map(|data| Frame {
-                    hdr: NetHdr::default(),
-                    data,
-                })
+                .map(|data| Frame::new(NetHdr::default(), data))
                 .collect(),
         ));
     }

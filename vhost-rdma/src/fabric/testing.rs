@@ -6,10 +6,7 @@ use crate::virtio_net::NetHdr;
 use std::sync::atomic::Ordering::*;
 
 pub(super) fn frame(tag: u8) -> Frame {
-    Frame {
-        hdr: NetHdr::default(),
-        data: vec![tag; 64],
-    }
+    Frame::new(NetHdr::default(), vec![tag; 64])
 }
 
 pub(super) const MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
@@ -61,10 +58,7 @@ pub(super) fn arp(mac: [u8; 6], ip: [u8; 4]) -> Frame {
     f.extend_from_slice(&ip);
     f.extend_from_slice(&[0; 6]);
     f.extend_from_slice(&[10, 0, 0, 9]);
-    Frame {
-        hdr: NetHdr::default(),
-        data: f,
-    }
+    Frame::new(NetHdr::default(), f)
 }
 
 /// An IPv4 UDP frame to `dport` (4791: RoCEv2).
@@ -78,8 +72,5 @@ pub(super) fn udp(dst: [u8; 6], src: [u8; 6], dst_ip: [u8; 4], dport: u16) -> Fr
     f.extend_from_slice(&dport.to_be_bytes());
     f.extend_from_slice(&[0, 16, 0, 0]);
     f.extend_from_slice(&[0; 8]);
-    Frame {
-        hdr: NetHdr::default(),
-        data: f,
-    }
+    Frame::new(NetHdr::default(), f)
 }

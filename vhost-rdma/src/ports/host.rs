@@ -276,7 +276,9 @@ impl HostHandle {
             while let Some(f) = rxq.pop() {
                 QueueCounters::add(&rxq.counters.rx_frames, 1);
                 QueueCounters::add(&rxq.counters.rx_bytes, f.data.len() as u64);
-                host.handle_frame(&f.data, now);
+                // The fabric's view when it parsed the frame; else the
+                // host parses it (once) if the frame is for it.
+                host.handle_parsed(&f.data, f.view.as_ref(), now);
                 // Keep the switch moving while a burst is consumed.
                 self.flush(&mut host, fabric, &mut outbox);
             }
@@ -349,10 +351,7 @@ impl HostHandle {
             QueueCounters::add(&c.tx_bytes, data.len() as u64);
             fabric.forward_in(
                 self.port.index(),
-                Frame {
-                    hdr: Default::default(),
-                    data,
-                },
+                Frame::new(Default::default(), data),
                 &mut batch,
             );
         }

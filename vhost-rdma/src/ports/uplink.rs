@@ -603,10 +603,7 @@ fn run(
                     QueueCounters::add(&c.tx_bytes, data.len() as u64);
                     fabric.forward_in(
                         port.index(),
-                        Frame {
-                            hdr: NetHdr::default(),
-                            data,
-                        },
+                        Frame::new(NetHdr::default(), data),
                         &mut batch,
                     );
                 }

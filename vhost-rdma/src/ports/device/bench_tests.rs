@@ -96,7 +96,12 @@ mod tests {
         }
         fn bar_write(&mut self, _: u8, _: u64, _: &[u8], _: &mut DeviceIo<'_>) {}
         fn poll(&mut self, _: &mut DeviceIo<'_>) {}
-        fn receive(&mut self, _: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+        fn receive(
+            &mut self,
+            _: &[u8],
+            _view: &pci_model::ParsedFrame,
+            _: &mut DeviceIo<'_>,
+        ) -> Result<(), RxRefusal> {
             Err(RxRefusal::NotReady)
         }
         fn reset(&mut self) {}

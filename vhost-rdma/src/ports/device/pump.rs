@@ -191,11 +191,13 @@ impl RxHold {
     }
 
     /// Offers the held frames again, oldest first per queue; a queue stops
-    /// at its first frame still refused for lack of buffers.
+    /// at its first frame still refused for lack of buffers. A held frame
+    /// keeps the view it was first offered with: no retry parses it.
     pub fn retry(&mut self, dev: &mut dyn RxBurst, out: &mut Outcome) {
         for q in &mut self.queues {
-            while let Some(f) = q.front() {
-                match dev.receive(&f.data) {
+            while let Some(f) = q.front_mut() {
+                let view = f.view();
+                match dev.receive(&f.data, &view) {
                     Err(RxRefusal::NoBuffers) => break,
                     r => {
                         if let Some(f) = q.pop_front() {
@@ -210,17 +212,21 @@ impl RxHold {
 
     /// Offers a new frame: behind its queue's held frames if it has any,
     /// else to the device; a frame refused for lack of buffers is held.
-    pub fn offer(&mut self, dev: &mut dyn RxBurst, f: Frame, out: &mut Outcome) {
+    /// The device gets the frame's view: the fabric's, when it parsed the
+    /// frame on its way, else parsed here, once (and kept with the frame
+    /// while it is held).
+    pub fn offer(&mut self, dev: &mut dyn RxBurst, mut f: Frame, out: &mut Outcome) {
+        let view = f.view();
         if self.held > 0 {
-            let q = dev.rx_queue(&f.data).min(MAX_HELD_QUEUES - 1);
+            let q = dev.rx_queue(&f.data, &view).min(MAX_HELD_QUEUES - 1);
             if self.queues.get(q).is_some_and(|h| !h.is_empty()) {
                 self.hold(q, f, out);
                 return;
             }
         }
-        match dev.receive(&f.data) {
+        match dev.receive(&f.data, &view) {
             Err(RxRefusal::NoBuffers) => {
-                let q = dev.rx_queue(&f.data).min(MAX_HELD_QUEUES - 1);
+                let q = dev.rx_queue(&f.data, &view).min(MAX_HELD_QUEUES - 1);
                 self.hold(q, f, out);
             }
             r => Self::done(r, f, out),
@@ -525,7 +531,7 @@ mod tests {
     }
 
     impl RxBurst for Fake {
-        fn receive(&mut self, frame: &[u8]) -> Result<(), RxRefusal> {
+        fn receive(&mut self, frame: &[u8], _: &pci_model::ParsedFrame) -> Result<(), RxRefusal> {
             let q = usize::from(frame[0]);
             match self.buffers.get_mut(q) {
                 None => Err(RxRefusal::Dropped),
@@ -537,16 +543,28 @@ mod tests {
                 }
             }
         }
-        fn rx_queue(&self, frame: &[u8]) -> usize {
+        fn rx_queue(&self, frame: &[u8], _view: &pci_model::ParsedFrame) -> usize {
             usize::from(frame[0])
         }
     }
 
     fn f(q: u8, tag: u8) -> Frame {
-        Frame {
-            hdr: Default::default(),
-            data: vec![q, tag],
-        }
+        Frame::new(Default::default(), vec![q, tag])
+    }
+
+    /// A frame the device refused for lack of buffers is held with the
+    /// view it was offered with: its retries parse it no more.
+    #[test]
+    fn a_held_frame_keeps_its_view() {
+        let mut dev = Fake {
+            buffers: vec![0],
+            got: Vec::new(),
+        };
+        let mut h = RxHold::new(4);
+        let mut out = Outcome::default();
+        h.offer(&mut dev, f(0, 1), &mut out);
+        assert_eq!(h.len(), 1);
+        assert!(h.queues[0][0].view.is_some());
     }
 
     /// Queue 1 has no buffers: its frames are held, in order, at most the
@@ -718,7 +736,12 @@ mod tests {
                     s.tx_pending -= 1;
                 }
             }
-            fn receive(&mut self, f: &[u8], _: &mut DeviceIo<'_>) -> Result<(), RxRefusal> {
+            fn receive(
+                &mut self,
+                f: &[u8],
+                _view: &pci_model::ParsedFrame,
+                _: &mut DeviceIo<'_>,
+            ) -> Result<(), RxRefusal> {
                 let (q, tag) = (usize::from(f[14]), f[15]);
                 if f[16] == BOOM {
                     panic!("receive on purpose");
@@ -730,7 +753,7 @@ mod tests {
                 s.got.push((q, tag));
                 Ok(())
             }
-            fn rx_queue(&self, f: &[u8]) -> usize {
+            fn rx_queue(&self, f: &[u8], _: &pci_model::ParsedFrame) -> usize {
                 usize::from(f[14])
             }
             /// Now, for its timer, or for TX left over by its budget of 8
@@ -826,10 +849,7 @@ mod tests {
                 f.extend_from_slice(&PEER);
                 f.extend_from_slice(&[0x88, 0xb5, q, tag, third]);
                 f.resize(60, 0);
-                let frame = Frame {
-                    hdr: Default::default(),
-                    data: f,
-                };
+                let frame = Frame::new(Default::default(), f);
                 assert_eq!(self.fabric.forward(0, frame, Instant::now()), 1);
             }
 

@@ -46,10 +46,7 @@ impl FrameSink for DeviceSink {
         let mut batch = Batch::new(Instant::now());
         let mut full = false;
         for data in frames {
-            let f = Frame {
-                hdr: NetHdr::default(),
-                data,
-            };
+            let f = Frame::new(NetHdr::default(), data);
             let f = if full {
                 Some(f)
             } else {

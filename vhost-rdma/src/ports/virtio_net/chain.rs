@@ -154,7 +154,7 @@ where
         return Err(ChainError::TooLong(buf.len()));
     }
     offload::validate(&buf, &hdr)?;
-    Ok(Frame { hdr, data: buf })
+    Ok(Frame::new(hdr, buf))
 }
 
 /// What the caller of [`drain_tx`] did with one chain.
