@@ -14,7 +14,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::guest::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
+use common::frontend::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE};
 use common::packet::tagged_frame;
 use common::{feat, GuestOpts, TestFabric, TestGuest, TxOpts, ARRIVE};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -123,12 +123,8 @@ fn main() {
         (4, Duration::from_secs(2))
     };
     let fab = TestFabric::start(4, 1);
-    let features = feat::ALL & !feat::MQ;
-    let mut a = fab.connect(2, features);
-    let mut b = fab.connect(3, features);
+    let (mut a, mut b) = fab.sender_receiver(2, 3);
     let (ma, mb) = (fab.mac(2), fab.mac(3));
-    b.post_rx(0, 256, 2048);
-    a.post_rx(0, 8, 2048);
     // Teach the switch both MACs (no flooding of victim frames to A).
     let mut tag = 0u64;
     victim(&mut a, &mut b, ma, mb, Duration::from_millis(1), &mut tag);

@@ -6,8 +6,8 @@
 //! 2. Switch against switch, each a separate process: the real
 //!    `vhost-rdma serve` daemon, and `dpdk-testpmd` (Debian's DPDK) with two
 //!    `net_vhost` ports in io forwarding mode. Both are driven by the same
-//!    lean in-process vhost-user frontend (`fabric/frontend.rs`) with the
-//!    same bursts of the same frames, at 64 B then 1500 B. Each switch is
+//!    in-process vhost-user frontend as part 1, with its lean driver
+//!    (`tests/common/fast_guest.rs`), with the same bursts of the same frames, at 64 B then 1500 B. Each switch is
 //!    given the machine's last CPU (testpmd's forwarding lcore with `-l`,
 //!    the daemon with `--cpu-affinity`); the frontend, which plays the
 //!    guests, runs on CPU 0. The daemon also runs a second time unpinned
@@ -49,14 +49,12 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-#[path = "fabric/frontend.rs"]
-mod frontend;
 #[path = "fabric/switches.rs"]
 mod switches;
 
+use common::fast_guest::{self, drive, prime, FastGuest};
 use common::packet::tagged_frame;
-use common::{feat as tfeat, TempDir, TestFabric, TxOpts, ARRIVE};
-use frontend::{drive, feat, prime, Guest};
+use common::{feat, TempDir, TestFabric, TxOpts, ARRIVE};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use switches::Switch;
@@ -79,12 +77,8 @@ fn goal_fps(len: usize) -> f64 {
 /// Part 1: the in-process measurement (TestGuest harness, one burst in flight).
 fn in_process(len: usize, min_time: Duration) -> (u64, f64) {
     let fab = TestFabric::start(2, 1);
-    let features = tfeat::ALL & !tfeat::MQ;
-    let mut a = fab.connect(0, features);
-    let mut b = fab.connect(1, features);
+    let (mut a, mut b) = fab.sender_receiver(0, 1);
     let (ma, mb) = (fab.mac(0), fab.mac(1));
-    b.post_rx(0, 256, 2048);
-    a.post_rx(0, 8, 2048);
     let frames: Vec<Vec<u8>> = (0..BURST)
         .map(|i| tagged_frame(mb, ma, i as u64, len))
         .collect();
@@ -121,8 +115,8 @@ struct Side {
     tag: &'static str,
     /// Paused (SIGSTOP) while the other side is measured: testpmd polls.
     pauses: bool,
-    a: Guest,
-    b: Guest,
+    a: FastGuest,
+    b: FastGuest,
     negotiated: String,
     threads: usize,
     rows: Vec<Row>,
@@ -178,7 +172,7 @@ impl Side {
         let dir = TempDir::new(tag);
         let sw = start(dir.path())?;
         let connect = |i: usize| {
-            Guest::connect(&sw.sockets[i], feat::WANT, cfg.qsize).map_err(|e| {
+            FastGuest::connect(&sw.sockets[i], fast_guest::WANT, cfg.qsize).map_err(|e| {
                 anyhow::anyhow!(
                     "{e:#}\n--- {} output (tail) ---\n{}",
                     sw.name,
@@ -519,10 +513,10 @@ fn main() {
         );
     }
     println!(
-        "frontend: benches/fabric/frontend.rs, bursts of {BURST} frames, at most {} in flight, rings of {}, asked {}",
+        "frontend: tests/common/fast_guest.rs, bursts of {BURST} frames, at most {} in flight, rings of {}, asked {}",
         cfg.window,
         cfg.qsize,
-        feat::names(feat::WANT),
+        feat::names(fast_guest::WANT),
     );
     println!(
         "method: per frame size, {} alternating round(s) of {:.2} s per switch (the other switch frozen with SIGSTOP), after priming and a {:.2} s warm-up",

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::guest::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, GPA_BASE, GUARD};
+use common::frontend::{DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, GPA_BASE, GUARD};
 use common::packet::{frame_tag, tagged_frame, BROADCAST};
 use common::{feat, GuestOpts, RawDesc, TestFabric, TestGuest, TxOpts, ARRIVE, QUIET};
 use vhost::vhost_user::VhostUserFrontend;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{feat, TestFabric, TestGuest, TxOpts, ARRIVE, QUIET};
+use common::{TestFabric, TestGuest, TxOpts, ARRIVE, QUIET};
 use roce_model::{Aeth, AethSyndrome, FrameBuilder, NakCode, NetParams, Opcode, PacketBuilder};
 use std::path::Path;
 use vhost_rdma::checker::FindingsReply;
@@ -16,15 +16,6 @@ use wire_checker::{FlowsView, Rule};
 /// QPN of the guest on port 0 (B's packets go to it) and of the guest on port 1.
 const QA: u32 = 0x11;
 const QB: u32 = 0x12;
-
-fn setup() -> (TestFabric, TestGuest, TestGuest) {
-    let fab = TestFabric::start_full(2, |i, d| TestFabric::port_config(d, i, 1), true);
-    let mut a = fab.connect(0, feat::ALL);
-    let mut b = fab.connect(1, feat::ALL);
-    a.post_rx(0, 128, 2048);
-    b.post_rx(0, 128, 2048);
-    (fab, a, b)
-}
 
 fn builder(fab: &TestFabric, from: usize) -> FrameBuilder {
     let ip = |i: usize| [10, 0, 0, 1 + i as u8];
@@ -107,7 +98,7 @@ fn run(
 
 #[test]
 fn clean_run_has_no_findings_and_shows_the_connection() {
-    let (fab, mut a, mut b) = setup();
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let ctl = fab.control_socket();
     let got = run(&fab, &mut a, &mut b, &(0..8).collect::<Vec<_>>(), None);
     assert_eq!(got, 8);
@@ -137,7 +128,7 @@ fn clean_run_has_no_findings_and_shows_the_connection() {
 
 #[test]
 fn bad_icrc_and_psn_gap_are_exactly_the_findings() {
-    let (fab, mut a, mut b) = setup();
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let ctl = fab.control_socket();
     // PSN 3 with a bad ICRC; PSN 5 never sent.
     run(&fab, &mut a, &mut b, &[0, 1, 2, 3, 4, 6, 7], Some(3));
@@ -193,7 +184,7 @@ fn bad_icrc_and_psn_gap_are_exactly_the_findings() {
 
 #[test]
 fn injected_faults_show_as_counters_not_findings() {
-    let (fab, mut a, mut b) = setup();
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let ctl = fab.control_socket();
     let fabric = fab.server.as_ref().unwrap().fabric().clone();
     // The fabric corrupts PSN 2's ICRC on its way to B: B's rxe would drop it,
@@ -244,7 +235,7 @@ fn injected_faults_show_as_counters_not_findings() {
 
 #[test]
 fn checker_can_be_switched_off() {
-    let (fab, mut a, mut b) = setup();
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let ctl = fab.control_socket();
     let r = request(
         &ctl,

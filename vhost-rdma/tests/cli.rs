@@ -4,15 +4,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use common::{ctl, daemon_cmd};
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_vhost-rdma"));
-    c.env_remove("VHOST_RDMA_CONTROL").env_remove("NO_COLOR");
-    c
-}
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Starts `serve` with one port and a control socket in `dir`; waits until
 /// the control socket answers.
@@ -22,7 +18,7 @@ fn serve(dir: &Path, port_sock: &str) -> Child {
 
 /// [`serve`] with `extra` arguments.
 fn serve_with(dir: &Path, port_sock: &str, extra: &[&str]) -> Child {
-    let mut child = bin()
+    let mut child = daemon_cmd()
         .arg("serve")
         .args(extra)
         .arg("--port")
@@ -48,15 +44,6 @@ fn serve_with(dir: &Path, port_sock: &str, extra: &[&str]) -> Child {
     let _ = child.kill();
     let _ = child.wait();
     panic!("daemon did not answer on its control socket");
-}
-
-fn ctl(dir: &Path, args: &[&str]) -> Output {
-    bin()
-        .arg("ctl")
-        .args(args)
-        .env("VHOST_RDMA_CONTROL", dir.join("ctl.sock"))
-        .output()
-        .unwrap()
 }
 
 fn stop(mut child: Child) -> Duration {
@@ -96,7 +83,7 @@ fn json_and_control_anywhere_and_from_the_environment() {
         assert!(v.is_object(), "ctl {args:?}: {v}");
     }
     // --control after the subcommand wins over the environment.
-    let o = bin()
+    let o = daemon_cmd()
         .args(["ctl", "status", "--control"])
         .arg(dir.path().join("ctl.sock"))
         .env("VHOST_RDMA_CONTROL", "/nonexistent/ctl.sock")
@@ -108,7 +95,7 @@ fn json_and_control_anywhere_and_from_the_environment() {
 
 #[test]
 fn user_errors_are_one_line_and_exit_1_even_with_backtraces_on() {
-    let o = bin()
+    let o = daemon_cmd()
         .args(["ctl", "--control", "/nonexistent/ctl.sock", "status"])
         .env("RUST_BACKTRACE", "1")
         .output()
@@ -128,7 +115,7 @@ fn a_live_daemons_socket_is_not_taken_over_and_shutdown_is_prompt() {
     let dir = common::TempDir::new("cli-takeover");
     let first = serve(dir.path(), "a.sock");
     // A second daemon on the same port socket refuses to start.
-    let o = bin()
+    let o = daemon_cmd()
         .args(["serve", "--port"])
         .arg(format!("a={}", dir.path().join("a.sock").display()))
         .output()
@@ -175,7 +162,7 @@ fn logs_to_a_pipe_are_plain_text() {
 fn wait_status(child: &mut Child, ctl_sock: &Path) -> serde_json::Value {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(20) {
-        let o = bin()
+        let o = daemon_cmd()
             .args(["ctl", "status", "--json", "--control"])
             .arg(ctl_sock)
             .output()
@@ -194,7 +181,7 @@ fn wait_status(child: &mut Child, ctl_sock: &Path) -> serde_json::Value {
 
 /// Whether `ctl status` shows port `name` with a guest connected.
 fn connected(ctl_sock: &Path, name: &str) -> bool {
-    let o = bin()
+    let o = daemon_cmd()
         .args(["ctl", "status", "--json", "--control"])
         .arg(ctl_sock)
         .output()
@@ -233,7 +220,7 @@ fn with_fd3(cmd: &mut Command, listener: &std::os::unix::net::UnixListener) {
 
 #[test]
 fn print_capabilities_is_qemus_json() {
-    let o = bin().arg("--print-capabilities").output().unwrap();
+    let o = daemon_cmd().arg("--print-capabilities").output().unwrap();
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["type"], "net");
@@ -247,7 +234,7 @@ fn socket_path_serves_one_port_and_ctl_finds_the_default_control_socket() {
     // socket and where `ctl` looks for it.
     let run = dir.path().join("run");
     let sock = dir.path().join("vm.sock");
-    let mut d = bin()
+    let mut d = daemon_cmd()
         .arg("--socket-path")
         .arg(&sock)
         .args(["--socket-mode", "0660"])
@@ -257,7 +244,7 @@ fn socket_path_serves_one_port_and_ctl_finds_the_default_control_socket() {
         .unwrap();
     let ctl_sock = run.join(format!("vhost-rdma/ctl/{}.sock", d.id()));
     wait_status(&mut d, &ctl_sock);
-    let o = bin()
+    let o = daemon_cmd()
         .args(["ctl", "status", "--json"])
         .env("XDG_RUNTIME_DIR", &run)
         .output()
@@ -280,7 +267,7 @@ fn an_inherited_fd_is_served_and_left_to_its_owner() {
     let sock = dir.path().join("qemu-made.sock");
     let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let ctl_sock = dir.path().join("ctl.sock");
-    let mut cmd = bin();
+    let mut cmd = daemon_cmd();
     cmd.args(["--fd", "3", "--control"])
         .arg(&ctl_sock)
         .stderr(Stdio::null());
@@ -343,9 +330,12 @@ fn systemd_socket_activation_gives_named_ports_their_sockets() {
 
 #[test]
 fn usage_errors_keep_status_2_and_user_errors_say_error() {
-    let o = bin().args(["ctl", "stauts"]).output().unwrap();
+    let o = daemon_cmd().args(["ctl", "stauts"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
-    let o = bin().args(["serve", "--fd", "999"]).output().unwrap();
+    let o = daemon_cmd()
+        .args(["serve", "--fd", "999"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     let last = err.lines().last().unwrap_or_default();
@@ -360,7 +350,7 @@ fn qemu_description_file_matches_the_binary() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/50-vhost-rdma.json");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let caps = bin().arg("--print-capabilities").output().unwrap();
+    let caps = daemon_cmd().arg("--print-capabilities").output().unwrap();
     let caps: serde_json::Value = serde_json::from_slice(&caps.stdout).unwrap();
     assert_eq!(v["type"], caps["type"], "{v}");
     assert!(v["description"].as_str().is_some_and(|d| !d.is_empty()));
@@ -402,7 +392,7 @@ fn cpu_affinity_pins_every_thread_and_refuses_unusable_lists() {
     }
     stop(child);
     // A list of no CPU this process may use: a one-line error, nothing served.
-    let o = bin()
+    let o = daemon_cmd()
         .args(["serve", "--cpu-affinity", "1023", "--port"])
         .arg(format!("a={}", dir.path().join("b.sock").display()))
         .output()
@@ -412,7 +402,7 @@ fn cpu_affinity_pins_every_thread_and_refuses_unusable_lists() {
     assert!(err.contains("none of CPUs 1023 may be used"), "{err}");
     assert!(!dir.path().join("b.sock").exists());
     // Bad syntax is a usage error.
-    let o = bin()
+    let o = daemon_cmd()
         .args(["serve", "--cpu-affinity", "2-1"])
         .output()
         .unwrap();

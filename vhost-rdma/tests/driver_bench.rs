@@ -7,9 +7,11 @@
 
 mod common;
 
+use common::{ctl, daemon_cmd};
+
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::{DaemonConfig, PortConfig, Server};
@@ -215,21 +217,6 @@ fn memfd(size: u64) -> std::fs::File {
     f
 }
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_vhost-rdma"));
-    c.env_remove("VHOST_RDMA_CONTROL").env_remove("NO_COLOR");
-    c
-}
-
-fn ctl(dir: &Path, args: &[&str]) -> Output {
-    bin()
-        .arg("ctl")
-        .args(args)
-        .env("VHOST_RDMA_CONTROL", dir.join("ctl.sock"))
-        .output()
-        .unwrap()
-}
-
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -241,7 +228,7 @@ fn text(o: &Output) -> (String, String) {
 fn ctl_device_fault_and_trace_command_lines() {
     let dir = common::TempDir::new("bench-cli");
     let d = dir.path();
-    let mut child = bin()
+    let mut child = daemon_cmd()
         .arg("serve")
         .arg("--port")
         .arg(format!("g={},kind=gve", d.join("g.sock").display()))

@@ -22,16 +22,6 @@ fn fabric_of(f: &TestFabric) -> Arc<Fabric> {
     f.server.as_ref().unwrap().fabric().clone()
 }
 
-/// Two ports with guests; `b` has RX buffers posted.
-fn setup(control: bool) -> (TestFabric, TestGuest, TestGuest) {
-    let fab = TestFabric::start_full(2, |i, d| TestFabric::port_config(d, i, 1), control);
-    let mut a = fab.connect(0, feat::ALL);
-    let mut b = fab.connect(1, feat::ALL);
-    a.post_rx(0, 128, 2048);
-    b.post_rx(0, 128, 2048);
-    (fab, a, b)
-}
-
 fn spec(port: &str, dir: Dir, action: FaultAction) -> FaultSpec {
     FaultSpec {
         port: port.into(),
@@ -66,7 +56,7 @@ fn rule_counters(fab: &Fabric, id: u32) -> (u64, u64) {
 
 #[test]
 fn drop_every_second_frame() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     let id = f
         .faults
@@ -84,7 +74,7 @@ fn drop_every_second_frame() {
 }
 
 fn prob_run(seed: u64) -> Vec<u64> {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     let id = f
         .faults
@@ -118,7 +108,7 @@ fn probabilistic_drop_is_reproducible() {
 
 #[test]
 fn duplicate_delivers_twice() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     let id = f
         .faults
@@ -132,7 +122,7 @@ fn duplicate_delivers_twice() {
 
 #[test]
 fn reorder_window_shuffles_without_loss() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     f.faults
         .add(FaultSpec {
@@ -172,7 +162,7 @@ fn reorder_window_shuffles_without_loss() {
 
 #[test]
 fn delay_holds_frames() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     f.faults
         .add(FaultSpec {
@@ -203,7 +193,7 @@ fn delay_holds_frames() {
 #[test]
 fn mpa_settle_holds_data_behind_an_mpa_reply_in_order() {
     use common::packet::{tcp_frame, Flow, L4Csum};
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     let id = f
         .faults
@@ -364,7 +354,7 @@ fn roce_frame_op(fab: &TestFabric, op: Opcode, qpn: u32, psn: u32, payload: &[u8
 
 #[test]
 fn corrupt_icrc_of_matching_roce_frames() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     let id = f
         .faults
@@ -402,7 +392,7 @@ fn corrupt_icrc_of_matching_roce_frames() {
 
 #[test]
 fn corrupt_offset_flips_one_byte() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     f.faults
         .add(FaultSpec {
@@ -423,7 +413,7 @@ fn corrupt_offset_flips_one_byte() {
 
 #[test]
 fn rate_limit_drops_the_excess() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     let id = f
         .faults
@@ -449,7 +439,7 @@ fn rate_limit_drops_the_excess() {
 
 #[test]
 fn link_down_and_up_through_the_control_socket() {
-    let (fab, mut a, mut b) = setup(true);
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let sock = fab.control_socket();
     let r = request(
         &sock,
@@ -500,7 +490,7 @@ fn link_down_and_up_through_the_control_socket() {
 
 #[test]
 fn control_socket_adds_lists_and_deletes_rules() {
-    let (fab, mut a, mut b) = setup(true);
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let sock = fab.control_socket();
     let r = request(
         &sock,
@@ -553,7 +543,7 @@ fn control_socket_adds_lists_and_deletes_rules() {
 
 #[test]
 fn rules_are_bounded() {
-    let (fab, _a, _b) = setup(false);
+    let (fab, _a, _b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     for _ in 0..vhost_rdma::faults::MAX_FAULT_RULES {
         f.faults
@@ -707,7 +697,7 @@ fn capture_stop(sock: &Path) -> vhost_rdma::capture::CaptureStatus {
 
 #[test]
 fn capture_of_the_whole_fabric_parses() {
-    let (fab, mut a, mut b) = setup(true);
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let sock = fab.control_socket();
     let file = fab.dir().join("all.pcapng");
     capture_start(&sock, &file, None, None);
@@ -753,7 +743,7 @@ fn capture_of_the_whole_fabric_parses() {
 
 #[test]
 fn capture_of_one_port_with_snaplen() {
-    let (fab, mut a, mut b) = setup(true);
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let sock = fab.control_socket();
     let file = fab.dir().join("p1.pcapng");
     capture_start(&sock, &file, Some("p1"), Some(32));
@@ -787,7 +777,7 @@ fn tshark_decodes_captured_roce() {
         );
         return;
     };
-    let (fab, mut a, mut b) = setup(true);
+    let (fab, mut a, mut b) = TestFabric::pair(true);
     let sock = fab.control_socket();
     let file = fab.dir().join("roce.pcapng");
     capture_start(&sock, &file, None, None);
@@ -870,7 +860,7 @@ fn link_down_shows_in_test_device_config_space() {
 
 #[test]
 fn released_frames_continue_through_later_rules() {
-    let (fab, mut a, mut b) = setup(false);
+    let (fab, mut a, mut b) = TestFabric::pair(false);
     let f = fabric_of(&fab);
     f.faults
         .add(FaultSpec {
@@ -930,7 +920,7 @@ fn capture_refused(sock: &Path, file: &Path, why: &str, victim: &Path, content: 
 
 #[test]
 fn captures_never_replace_files_nor_leave_the_capture_dir() {
-    let (fab, _a, _b) = setup(true);
+    let (fab, _a, _b) = TestFabric::pair(true);
     let sock = fab.control_socket();
     let capdir = fab.dir(); // the test fabric's --capture-dir
     let outside = common::TempDir::new("capture-outside");
@@ -1030,7 +1020,7 @@ fn captures_never_replace_files_nor_leave_the_capture_dir() {
 #[test]
 fn control_socket_is_owner_only() {
     use std::os::unix::fs::PermissionsExt;
-    let (fab, _a, _b) = setup(true);
+    let (fab, _a, _b) = TestFabric::pair(true);
     let mode = std::fs::metadata(fab.control_socket())
         .unwrap()
         .permissions()

@@ -5,9 +5,9 @@
 mod common;
 
 use common::packet::inet_csum;
-use common::{feat, port_mac, virtual_hosts, TempDir, TestFabric, TestGuest, ARRIVE};
+use common::{feat, port_mac, serve_hosts, virtual_hosts, TempDir, TestGuest, ARRIVE};
 use std::net::Ipv4Addr;
-use vhost_rdma::config::{DaemonConfig, HostSpec};
+use vhost_rdma::config::HostSpec;
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::ports::host::ServiceRequest;
 use vhost_rdma::Server;
@@ -60,18 +60,10 @@ impl Drop for Setup {
 
 fn setup() -> Setup {
     let dir = TempDir::new("hosts");
-    let port = TestFabric::port_config(dir.path(), 0, 1);
     let host: HostSpec = format!("vh={HOST_IP}/24,service=pingpong-server")
         .parse()
         .unwrap();
-    let ctl = dir.path().join("ctl.sock");
-    let server = Server::start(DaemonConfig {
-        ports: vec![port.clone()],
-        hosts: vec![host],
-        control: Some(ctl.clone()),
-        ..DaemonConfig::default()
-    })
-    .expect("Server::start");
+    let (server, port, ctl) = serve_hosts(dir.path(), vec![host]);
     let mut guest = TestGuest::connect(&port.socket, 1, feat::MINIMAL).unwrap();
     guest.post_rx(0, 64, 2048);
     Setup {
@@ -224,17 +216,9 @@ fn control_socket_starts_and_stops_services_with_clear_errors() {
 #[test]
 fn two_virtual_hosts_run_sessions_through_the_daemon() {
     let dir = TempDir::new("hosts2");
-    let port = TestFabric::port_config(dir.path(), 0, 1);
     let a: HostSpec = "vha=10.77.0.20/24,service=pingpong-server".parse().unwrap();
     let b: HostSpec = "vhb=10.77.0.21/24".parse().unwrap();
-    let ctl = dir.path().join("ctl.sock");
-    let server = Server::start(DaemonConfig {
-        ports: vec![port],
-        hosts: vec![a, b],
-        control: Some(ctl.clone()),
-        ..DaemonConfig::default()
-    })
-    .expect("Server::start");
+    let (server, _, ctl) = serve_hosts(dir.path(), vec![a, b]);
     let start = |host: &str, kind: &str, peer: Option<Ipv4Addr>, port: Option<u16>, echo: bool| {
         let r = request(
             &ctl,

@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::{virtual_hosts, TempDir, TestFabric};
+use common::{serve_hosts, virtual_hosts, TempDir};
 use std::time::{Duration, Instant};
-use vhost_rdma::config::{DaemonConfig, HostSpec};
+use vhost_rdma::config::HostSpec;
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::ports::host::ServiceRequest;
-use vhost_rdma::Server;
 
 /// Polls the control socket until `kind` on host `name` has finished a
 /// session or failed one.
@@ -33,19 +32,11 @@ fn wait_session(
 #[test]
 fn two_virtual_hosts_run_rping_and_ucmatose_over_iwarp() {
     let dir = TempDir::new("hosts-iwarp");
-    let port = TestFabric::port_config(dir.path(), 0, 1);
     let server: HostSpec = "srv=10.77.0.10/24,service=rping-server,service=ucmatose-server"
         .parse()
         .unwrap();
     let client: HostSpec = "cli=10.77.0.11/24".parse().unwrap();
-    let ctl = dir.path().join("ctl.sock");
-    let _daemon = Server::start(DaemonConfig {
-        ports: vec![port],
-        hosts: vec![server, client],
-        control: Some(ctl.clone()),
-        ..DaemonConfig::default()
-    })
-    .expect("Server::start");
+    let (_daemon, _, ctl) = serve_hosts(dir.path(), vec![server, client]);
     // rping's count is the client's alone; ucmatose's must match on both
     // sides (the server's is the default, 10).
     for (kind, n) in [("rping-client", 5), ("ucmatose-client", 10)] {
@@ -90,7 +81,6 @@ fn two_virtual_hosts_run_rping_and_ucmatose_over_iwarp() {
 #[test]
 fn perftest_rdma_cm_between_two_virtual_hosts() {
     let dir = TempDir::new("hosts-iwarp-perftest");
-    let port = TestFabric::port_config(dir.path(), 0, 1);
     let mut server: HostSpec = "srv=10.77.0.10/24".parse().unwrap();
     let mut spec = virtual_host::ServiceSpec::new(virtual_host::ServiceKind::ReadBwServer);
     spec.rdma_cm = true;
@@ -98,14 +88,7 @@ fn perftest_rdma_cm_between_two_virtual_hosts() {
     spec.iters = 40;
     server.services.push(spec);
     let client: HostSpec = "cli=10.77.0.11/24".parse().unwrap();
-    let ctl = dir.path().join("ctl.sock");
-    let _daemon = Server::start(DaemonConfig {
-        ports: vec![port],
-        hosts: vec![server, client],
-        control: Some(ctl.clone()),
-        ..DaemonConfig::default()
-    })
-    .expect("Server::start");
+    let (_daemon, _, ctl) = serve_hosts(dir.path(), vec![server, client]);
     // The client through the control socket, as `ctl host cli start
     // read-bw-client --rdma-cm --mpa-crc ...` sends it.
     let r = request(

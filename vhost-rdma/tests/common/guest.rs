@@ -1,9 +1,10 @@
-//! `TestGuest`: an in-process vhost-user frontend plus a hand-written split
-//! virtqueue driver for virtio-net, playing the part of QEMU and the guest kernel.
+//! `TestGuest`: a strict virtio-net guest driver on the shared in-process
+//! vhost-user frontend ([`super::frontend`]), playing the part of QEMU and
+//! the guest kernel in the integration tests.
 //!
-//! Guest memory is a memfd mapped in this process between PROT_NONE guard
-//! pages ([`GuardedMap`]) and passed to the backend with `SET_MEM_TABLE`. Guest physical addresses start at [`GPA_BASE`]; ring
-//! addresses are given to the backend as our own virtual addresses (like QEMU).
+//! Every chain gets buffers from a per-guest allocator, so that tests can
+//! send any layout (split headers, chains, indirect tables, raw and hostile
+//! descriptors) and receive into any chain shape.
 //!
 //! The driver is strict on purpose: it follows the notification rules
 //! (`VRING_USED_F_NO_NOTIFY`, `avail_event`/`used_event` with EVENT_IDX), waits
@@ -12,69 +13,20 @@
 //! buffer, or publishes used entries without signalling.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context};
-use vhost::vhost_user::message::{
-    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserProtocolFeatures,
-};
+use anyhow::{bail, Context};
+use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures};
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use vhost::VhostBackend;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-/// Virtio-net and transport feature bits.
-pub mod feat {
-    pub const CSUM: u64 = 1 << 0;
-    pub const GUEST_CSUM: u64 = 1 << 1;
-    pub const MAC: u64 = 1 << 5;
-    pub const GUEST_TSO4: u64 = 1 << 7;
-    pub const GUEST_TSO6: u64 = 1 << 8;
-    pub const GUEST_ECN: u64 = 1 << 9;
-    pub const GUEST_UFO: u64 = 1 << 10;
-    pub const HOST_TSO4: u64 = 1 << 11;
-    pub const HOST_TSO6: u64 = 1 << 12;
-    pub const HOST_UFO: u64 = 1 << 14;
-    pub const MRG_RXBUF: u64 = 1 << 15;
-    pub const STATUS: u64 = 1 << 16;
-    pub const CTRL_VQ: u64 = 1 << 17;
-    pub const MQ: u64 = 1 << 22;
-    pub const INDIRECT_DESC: u64 = 1 << 28;
-    pub const EVENT_IDX: u64 = 1 << 29;
-    pub const PROTOCOL_FEATURES: u64 = 1 << 30;
-    pub const VERSION_1: u64 = 1 << 32;
-    pub const HASH_REPORT: u64 = 1 << 57;
-    pub const RSS: u64 = 1 << 60;
-
-    /// What the daemon is specified to offer on every port.
-    pub const DAEMON_OFFERS: u64 = VERSION_1
-        | MAC
-        | STATUS
-        | MRG_RXBUF
-        | MQ
-        | EVENT_IDX
-        | INDIRECT_DESC
-        | CSUM
-        | GUEST_CSUM
-        | HOST_TSO4
-        | HOST_TSO6
-        | GUEST_TSO4
-        | GUEST_TSO6
-        | PROTOCOL_FEATURES;
-
-    /// Everything a Linux guest would take.
-    pub const ALL: u64 = DAEMON_OFFERS;
-    /// A minimal guest: no offloads, no mergeable buffers, no event index.
-    pub const MINIMAL: u64 = VERSION_1 | MAC | STATUS | MQ;
-    /// Receive offloads (the receiver may get partial checksums and GSO frames).
-    pub const GUEST_OFFLOADS: u64 = GUEST_CSUM | GUEST_TSO4 | GUEST_TSO6;
-    /// Transmit offloads (the sender may hand NEEDS_CSUM and GSO frames).
-    pub const HOST_OFFLOADS: u64 = CSUM | HOST_TSO4 | HOST_TSO6;
-}
+use super::frontend::{
+    feat, memfd, region_info, Connection, GuardedMap, SplitRing, Want, DESC_F_INDIRECT,
+    DESC_F_NEXT, DESC_F_WRITE, GPA_BASE,
+};
 
 pub const HDR_F_NEEDS_CSUM: u8 = 1;
 pub const HDR_F_DATA_VALID: u8 = 2;
@@ -83,14 +35,6 @@ pub const GSO_TCPV4: u8 = 1;
 pub const GSO_UDP: u8 = 3;
 pub const GSO_TCPV6: u8 = 4;
 pub const GSO_ECN: u8 = 0x80;
-
-pub const DESC_F_NEXT: u16 = 1;
-pub const DESC_F_WRITE: u16 = 2;
-pub const DESC_F_INDIRECT: u16 = 4;
-
-/// Guest physical address of the start of guest memory.
-pub const GPA_BASE: u64 = 0x10_0000;
-const USED_F_NO_NOTIFY: u16 = 1;
 
 /// `struct virtio_net_hdr_mrg_rxbuf` (12 bytes, little endian, VERSION_1 layout).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -246,34 +190,6 @@ impl GuestOpts {
     }
 }
 
-struct Allocator {
-    next: u64,
-    end: u64,
-    free: HashMap<u64, Vec<u64>>,
-}
-
-impl Allocator {
-    fn alloc(&mut self, size: u64, align: u64) -> u64 {
-        let size = size.max(1).next_multiple_of(64);
-        if align <= 64 {
-            if let Some(a) = self.free.get_mut(&size).and_then(|v| v.pop()) {
-                return a;
-            }
-        }
-        let a = self.next.next_multiple_of(align);
-        assert!(
-            a + size <= self.end,
-            "test guest memory exhausted (allocating {size} bytes); raise GuestOpts::mem_size"
-        );
-        self.next = a + size;
-        a
-    }
-    fn free(&mut self, addr: u64, size: u64) {
-        let size = size.max(1).next_multiple_of(64);
-        self.free.entry(size).or_default().push(addr);
-    }
-}
-
 #[derive(Default)]
 struct Inflight {
     descs: Vec<u16>,
@@ -293,153 +209,35 @@ struct Partial {
     used_lens: Vec<u32>,
 }
 
+/// A queue: the ring and what the driver keeps about it.
 struct Vq {
-    index: usize,
-    size: u16,
-    desc: u64,
-    avail: u64,
-    used: u64,
+    ring: SplitRing,
+    /// Descriptor slots not in any chain.
     free: Vec<u16>,
-    avail_idx: u16,
-    last_used: u16,
+    /// The chains the device holds, by head.
     inflight: HashMap<u16, Inflight>,
+    /// A frame whose merged buffers are not all used yet (RX).
     partial: Option<Partial>,
-    kick: EventFd,
-    call: EventFd,
-    kicks: u64,
+    /// Calls the driver has read from the call eventfd.
     calls: u64,
-    suppressed_kicks: u64,
 }
 
 /// A guest driving one vhost-user virtio-net port.
 pub struct TestGuest {
-    fe: Frontend,
+    /// `conn.ram` through vm-memory, for the buffers (rings are written
+    /// through [`SplitRing`]).
     mem: GuestMemoryMmap,
-    /// The memfd behind guest memory (to map it again for SET_MEM_TABLE).
-    mem_file: File,
-    /// Our mappings of guest memory (the first is `mem`'s), each between
-    /// PROT_NONE guard pages; unmapped on drop.
-    maps: Vec<GuardedMap>,
-    mem_size: u64,
-    host_base: u64,
-    alloc: Allocator,
     queues: Vec<Vq>,
+    /// Further mappings of guest memory made by
+    /// [`replace_mem_table`](Self::replace_mem_table), unmapped on drop.
+    maps: Vec<GuardedMap>,
     pub offered: u64,
     pub features: u64,
     pub protocol: VhostUserProtocolFeatures,
     pub queue_num: Option<u64>,
     pub queue_pairs: u16,
-}
-
-fn memfd(size: usize) -> anyhow::Result<File> {
-    // SAFETY: the name is a valid NUL-terminated string; we check the result.
-    let fd = unsafe { libc::memfd_create(c"vhost-rdma-test-guest".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()).context("memfd_create");
-    }
-    // SAFETY: fd is a freshly created descriptor that nothing else owns.
-    let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(size as u64)?;
-    Ok(file)
-}
-
-/// A shared mapping of a memfd with a PROT_NONE guard page on each side, so
-/// that a frontend access just outside guest memory faults instead of
-/// touching a neighbouring mapping.
-pub struct GuardedMap {
-    /// Start of the usable (read-write) part.
-    pub base: usize,
-    pub size: usize,
-    reservation: usize,
-    reservation_len: usize,
-}
-
-/// Size of each guard area.
-pub const GUARD: usize = 4096;
-
-impl GuardedMap {
-    pub fn new(file: &File, size: usize) -> anyhow::Result<GuardedMap> {
-        let reservation_len = size + 2 * GUARD;
-        // SAFETY: a fresh anonymous PROT_NONE reservation; nothing aliases it.
-        let r = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                reservation_len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if r == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("reserving guarded mapping");
-        }
-        let base = r as usize + GUARD;
-        // SAFETY: maps the memfd over the middle of our own reservation.
-        let m = unsafe {
-            libc::mmap(
-                base as *mut libc::c_void,
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if m == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: unmapping the reservation made above.
-            unsafe { libc::munmap(r, reservation_len) };
-            return Err(e).context("mapping guest memory between guard pages");
-        }
-        Ok(GuardedMap {
-            base,
-            size,
-            reservation: r as usize,
-            reservation_len,
-        })
-    }
-
-    /// A `GuestMemoryMmap` over this mapping at `gpa` (it does not own the
-    /// mapping: `self` must outlive it).
-    pub fn guest_memory(&self, gpa: GuestAddress) -> anyhow::Result<GuestMemoryMmap> {
-        // SAFETY: base..base+size is a live read-write shared mapping that we
-        // unmap only when the TestGuest (which owns both) is dropped.
-        let region = unsafe {
-            MmapRegion::build_raw(
-                self.base as *mut u8,
-                self.size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-            )
-        }
-        .context("wrapping the guarded mapping")?;
-        let r = GuestRegionMmap::new(region, gpa).context("guest region overflows")?;
-        GuestMemoryMmap::from_regions(vec![r]).context("guest memory")
-    }
-}
-
-impl Drop for GuardedMap {
-    fn drop(&mut self) {
-        // SAFETY: the reservation (and the memfd mapped inside it) is ours.
-        unsafe { libc::munmap(self.reservation as *mut libc::c_void, self.reservation_len) };
-    }
-}
-
-/// The SET_MEM_TABLE entry of `size` bytes of `file` mapped at `hva`, seen by
-/// the guest at `gpa`.
-pub fn region_info(gpa: u64, size: usize, hva: u64, file: &File) -> VhostUserMemoryRegionInfo {
-    VhostUserMemoryRegionInfo {
-        guest_phys_addr: gpa,
-        memory_size: size as u64,
-        userspace_addr: hva,
-        mmap_offset: 0,
-        mmap_handle: file.as_raw_fd(),
-    }
-}
-
-fn need_event(event: u16, new: u16, old: u16) -> bool {
-    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+    // Declared last: the mapping of guest memory outlives the views above.
+    conn: Connection,
 }
 
 impl TestGuest {
@@ -451,127 +249,43 @@ impl TestGuest {
     /// Connects, negotiates, maps memory and starts every queue, in QEMU's order.
     pub fn connect_with(path: &Path, opts: GuestOpts) -> anyhow::Result<TestGuest> {
         let nq = 2 * opts.queue_pairs as usize + usize::from(opts.ctrl_queue);
-        let mut fe = Frontend::connect(path, nq as u64 + 1)
-            .with_context(|| format!("connecting to {}", path.display()))?;
-        fe.set_owner().context("SET_OWNER")?;
-        let offered = fe.get_features().context("GET_FEATURES")?;
-        let mut protocol = VhostUserProtocolFeatures::empty();
-        let mut queue_num = None;
-        if offered & feat::PROTOCOL_FEATURES != 0 {
-            let avail = fe
-                .get_protocol_features()
-                .context("GET_PROTOCOL_FEATURES")?;
-            let mut want = VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::CONFIG;
-            if opts.reply_ack {
-                want |= VhostUserProtocolFeatures::REPLY_ACK;
-            }
-            protocol = avail & want;
-            fe.set_protocol_features(protocol)
-                .context("SET_PROTOCOL_FEATURES")?;
-            if protocol.contains(VhostUserProtocolFeatures::REPLY_ACK) {
-                fe.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
-            }
-            if protocol.contains(VhostUserProtocolFeatures::MQ) {
-                let n = fe.get_queue_num().context("GET_QUEUE_NUM")?;
-                ensure!(
-                    n as usize >= nq,
-                    "backend has {n} queues, the guest wants {nq}"
-                );
-                queue_num = Some(n);
-            }
+        let mut protocol = VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::CONFIG;
+        if opts.reply_ack {
+            protocol |= VhostUserProtocolFeatures::REPLY_ACK;
         }
-        let features = offered & (opts.features | feat::PROTOCOL_FEATURES);
-        fe.set_features(features).context("SET_FEATURES")?;
-
-        let size = opts.mem_size;
-        let file = memfd(size)?;
-        let guarded = GuardedMap::new(&file, size)?;
-        let mem = guarded.guest_memory(GuestAddress(GPA_BASE))?;
-        let host_base = guarded.base as u64;
-        let region = region_info(GPA_BASE, size, host_base, &file);
-        fe.set_mem_table(&[region]).context("SET_MEM_TABLE")?;
-
-        let mut g = TestGuest {
-            fe,
-            mem,
-            mem_file: file,
-            maps: vec![guarded],
-            mem_size: size as u64,
-            host_base,
-            alloc: Allocator {
-                next: GPA_BASE,
-                end: GPA_BASE + size as u64,
-                free: HashMap::new(),
+        let mut conn = Connection::open(
+            path,
+            &Want {
+                queues: nq,
+                features: opts.features,
+                protocol,
+                mem_size: opts.mem_size,
             },
-            queues: Vec::new(),
-            offered,
-            features,
-            protocol,
-            queue_num,
-            queue_pairs: opts.queue_pairs,
-        };
+        )?;
+        let mem = conn.ram.map.guest_memory(GuestAddress(GPA_BASE))?;
+        let mut queues = Vec::with_capacity(nq);
         for i in 0..nq {
-            g.setup_queue(i, opts.queue_size, opts.initial_idx)
-                .with_context(|| format!("starting vring {i}"))?;
+            let ring = conn.start_ring(i, opts.queue_size, opts.initial_idx)?;
+            queues.push(Vq {
+                free: (0..ring.size).rev().collect(),
+                ring,
+                inflight: HashMap::new(),
+                partial: None,
+                calls: 0,
+            });
         }
-        if features & feat::PROTOCOL_FEATURES != 0 {
-            for i in 0..nq {
-                g.fe.set_vring_enable(i, true)
-                    .with_context(|| format!("SET_VRING_ENABLE {i}"))?;
-            }
-        }
-        Ok(g)
-    }
-
-    fn hva(&self, gpa: u64) -> u64 {
-        gpa - GPA_BASE + self.host_base
-    }
-
-    fn setup_queue(&mut self, index: usize, size: u16, base: u16) -> anyhow::Result<()> {
-        let n = size as u64;
-        let desc = self.alloc.alloc(16 * n, 4096);
-        let avail = self.alloc.alloc(6 + 2 * n, 4096);
-        let used = self.alloc.alloc(6 + 8 * n, 4096);
-        self.mem
-            .write_obj(base.to_le(), GuestAddress(avail + 2))
-            .unwrap();
-        self.mem
-            .write_obj(base.to_le(), GuestAddress(used + 2))
-            .unwrap();
-        self.fe.set_vring_num(index, size)?;
-        self.fe.set_vring_base(index, base)?;
-        let cfg = VringConfigData {
-            queue_max_size: size,
-            queue_size: size,
-            flags: 0,
-            desc_table_addr: self.hva(desc),
-            used_ring_addr: self.hva(used),
-            avail_ring_addr: self.hva(avail),
-            log_addr: None,
-        };
-        self.fe.set_vring_addr(index, &cfg)?;
-        let kick = EventFd::new(EFD_NONBLOCK)?;
-        let call = EventFd::new(EFD_NONBLOCK)?;
-        self.fe.set_vring_kick(index, &kick)?;
-        self.fe.set_vring_call(index, &call)?;
-        self.queues.push(Vq {
-            index,
-            size,
-            desc,
-            avail,
-            used,
-            free: (0..size).rev().collect(),
-            avail_idx: base,
-            last_used: base,
-            inflight: HashMap::new(),
-            partial: None,
-            kick,
-            call,
-            kicks: 0,
-            calls: 0,
-            suppressed_kicks: 0,
-        });
-        Ok(())
+        conn.enable(nq)?;
+        Ok(TestGuest {
+            mem,
+            queues,
+            maps: Vec::new(),
+            offered: conn.offered,
+            features: conn.features,
+            protocol: conn.protocol,
+            queue_num: conn.queue_num,
+            queue_pairs: opts.queue_pairs,
+            conn,
+        })
     }
 
     // ---- accessors ---------------------------------------------------------
@@ -589,15 +303,15 @@ impl TestGuest {
         self.features & f == f
     }
     pub fn frontend(&mut self) -> &mut Frontend {
-        &mut self.fe
+        &mut self.conn.fe
     }
     /// Our host address range of guest memory (between guard pages).
     pub fn host_range(&self) -> (u64, u64) {
-        let m = &self.maps[0];
+        let m = &self.conn.ram.map;
         (m.base as u64, (m.base + m.size) as u64)
     }
     pub fn mem_end(&self) -> u64 {
-        GPA_BASE + self.mem_size
+        self.conn.ram.end()
     }
     pub fn rx_index(qp: u16) -> usize {
         2 * qp as usize
@@ -611,14 +325,14 @@ impl TestGuest {
     /// call eventfd); returns the updated count of calls.
     pub fn collect_calls(&mut self, queue: usize) -> u64 {
         let q = &mut self.queues[queue];
-        if q.call.read().is_ok() {
+        if q.ring.call.read().is_ok() {
             q.calls += 1;
         }
         q.calls
     }
     pub fn notify_counts(&self, queue: usize) -> (u64, u64, u64) {
         let q = &self.queues[queue];
-        (q.kicks, q.suppressed_kicks, q.calls)
+        (q.ring.kicks, q.ring.suppressed_kicks, q.calls)
     }
     /// RX buffers posted on `qp` and not yet returned.
     pub fn rx_posted(&self, qp: u16) -> usize {
@@ -638,9 +352,10 @@ impl TestGuest {
     /// Reads `len` bytes of device config space (CONFIG protocol feature).
     pub fn read_config(&mut self, offset: u32, len: u32) -> anyhow::Result<Vec<u8>> {
         let buf = vec![0u8; len as usize];
-        let (_, data) = self
-            .fe
-            .get_config(offset, len, VhostUserConfigFlags::empty(), &buf)?;
+        let (_, data) =
+            self.conn
+                .fe
+                .get_config(offset, len, VhostUserConfigFlags::empty(), &buf)?;
         Ok(data)
     }
 
@@ -650,7 +365,8 @@ impl TestGuest {
         let mut v = Vec::new();
         for i in 0..self.queues.len() {
             v.push(
-                self.fe
+                self.conn
+                    .fe
                     .get_vring_base(i)
                     .with_context(|| format!("GET_VRING_BASE {i}"))?,
             );
@@ -661,24 +377,18 @@ impl TestGuest {
     /// Our avail index of a queue (what GET_VRING_BASE should report once the
     /// device consumed everything).
     pub fn avail_idx(&self, queue: usize) -> u16 {
-        self.queues[queue].avail_idx
+        self.queues[queue].ring.avail_idx
     }
 
     /// How many used entries of a queue the driver consumed so far (mod 2^16).
     pub fn used_seen(&self, queue: usize) -> u16 {
-        self.queues[queue].last_used
+        self.queues[queue].ring.last_used
     }
 
     // ---- ring mechanics ----------------------------------------------------
 
     fn write_desc(&self, q: usize, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
-        let mut d = [0u8; 16];
-        d[0..8].copy_from_slice(&addr.to_le_bytes());
-        d[8..12].copy_from_slice(&len.to_le_bytes());
-        d[12..14].copy_from_slice(&flags.to_le_bytes());
-        d[14..16].copy_from_slice(&next.to_le_bytes());
-        let at = self.queues[q].desc + 16 * i as u64;
-        self.mem.write_slice(&d, GuestAddress(at)).unwrap();
+        self.queues[q].ring.write_desc(i, addr, len, flags, next);
     }
 
     fn write_table_desc(&self, table: u64, i: usize, addr: u64, len: u32, flags: u16, next: u16) {
@@ -714,117 +424,57 @@ impl TestGuest {
 
     /// Publishes heads in the avail ring and kicks if the device wants it.
     fn publish(&mut self, q: usize, heads: &[u16]) {
-        let vq = &mut self.queues[q];
-        let old = vq.avail_idx;
+        let ring = &mut self.queues[q].ring;
+        let old = ring.avail_idx;
         for &h in heads {
-            let slot = (vq.avail_idx % vq.size) as u64;
-            self.mem
-                .write_obj(h.to_le(), GuestAddress(vq.avail + 4 + 2 * slot))
-                .unwrap();
-            vq.avail_idx = vq.avail_idx.wrapping_add(1);
+            ring.push(h);
         }
-        fence(Ordering::Release);
-        self.mem
-            .store(
-                vq.avail_idx.to_le(),
-                GuestAddress(vq.avail + 2),
-                Ordering::Release,
-            )
-            .unwrap();
-        fence(Ordering::SeqCst);
-        let kick = if self.features & feat::EVENT_IDX != 0 {
-            let ev: u16 = self
-                .mem
-                .load(
-                    GuestAddress(vq.used + 4 + 8 * vq.size as u64),
-                    Ordering::Acquire,
-                )
-                .unwrap();
-            need_event(u16::from_le(ev), vq.avail_idx, old)
-        } else {
-            let flags: u16 = self
-                .mem
-                .load(GuestAddress(vq.used), Ordering::Acquire)
-                .unwrap();
-            u16::from_le(flags) & USED_F_NO_NOTIFY == 0
-        };
-        if kick {
-            vq.kick.write(1).unwrap();
-            vq.kicks += 1;
-        } else {
-            vq.suppressed_kicks += 1;
-        }
-    }
-
-    fn used_idx(&self, q: usize) -> u16 {
-        let v: u16 = self
-            .mem
-            .load(GuestAddress(self.queues[q].used + 2), Ordering::Acquire)
-            .unwrap();
-        u16::from_le(v)
+        ring.publish(old);
     }
 
     fn has_used(&self, q: usize) -> bool {
-        self.used_idx(q) != self.queues[q].last_used
+        self.queues[q].ring.pending() != 0
     }
 
     /// Pops one used element and returns the chain's bookkeeping.
     fn pop_used(&mut self, q: usize) -> Option<(u32, Inflight)> {
-        let used_idx = self.used_idx(q);
         let vq = &mut self.queues[q];
-        if used_idx == vq.last_used {
+        let ring = &mut vq.ring;
+        let outstanding = ring.pending();
+        if outstanding == 0 {
             return None;
         }
-        let outstanding = used_idx.wrapping_sub(vq.last_used);
         assert!(
-            outstanding <= vq.size,
+            outstanding <= ring.size,
             "queue {}: device moved used idx from {} to {} (more than the ring size {})",
-            vq.index,
-            vq.last_used,
-            used_idx,
-            vq.size
+            ring.index,
+            ring.last_used,
+            ring.used_idx(),
+            ring.size
         );
-        fence(Ordering::Acquire);
-        let slot = (vq.last_used % vq.size) as u64;
-        let mut e = [0u8; 8];
-        self.mem
-            .read_slice(&mut e, GuestAddress(vq.used + 4 + 8 * slot))
-            .unwrap();
-        let id = u32::from_le_bytes(e[0..4].try_into().unwrap());
-        let len = u32::from_le_bytes(e[4..8].try_into().unwrap());
-        vq.last_used = vq.last_used.wrapping_add(1);
+        let (id, len) = ring.pop();
         assert!(
-            id < vq.size as u32,
+            id < ring.size as u32,
             "queue {}: device returned head {id} >= ring size {}",
-            vq.index,
-            vq.size
+            ring.index,
+            ring.size
         );
         let Some(infl) = vq.inflight.remove(&(id as u16)) else {
             panic!(
                 "queue {}: device returned head {id}, which is not in flight (double completion?)",
-                vq.index
+                ring.index
             );
         };
         vq.free.extend(infl.descs.iter().copied());
         for &(a, s) in &infl.allocs {
-            self.alloc.free(a, s);
+            self.conn.ram.free(a, s);
         }
         Some((len, infl))
     }
 
     /// Before sleeping: ask for an interrupt on the next used entry.
     fn arm(&self, q: usize) {
-        if self.features & feat::EVENT_IDX != 0 {
-            let vq = &self.queues[q];
-            self.mem
-                .store(
-                    vq.last_used.to_le(),
-                    GuestAddress(vq.avail + 4 + 2 * vq.size as u64),
-                    Ordering::Release,
-                )
-                .unwrap();
-            fence(Ordering::SeqCst);
-        }
+        self.queues[q].ring.arm(1);
     }
 
     /// Waits until one of `qs` has used entries; only the call eventfds wake us.
@@ -843,19 +493,8 @@ impl TestGuest {
                 return false;
             }
             let ms = (deadline - now).as_millis().clamp(1, i32::MAX as u128) as i32;
-            let mut fds: Vec<libc::pollfd> = qs
-                .iter()
-                .map(|&q| libc::pollfd {
-                    fd: self.queues[q].call.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
-                .collect();
-            // SAFETY: fds is a valid array of pollfd for the duration of the call.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            let r = self.poll_calls(qs, ms);
             if r < 0 {
-                let e = std::io::Error::last_os_error();
-                assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "poll: {e}");
                 continue;
             }
             if r == 0 {
@@ -864,29 +503,8 @@ impl TestGuest {
                 // first), so give a late call a grace period before calling
                 // it a notification bug.
                 let late: Vec<usize> = qs.iter().copied().filter(|&q| self.has_used(q)).collect();
-                if !late.is_empty() {
-                    let mut grace: Vec<libc::pollfd> = late
-                        .iter()
-                        .map(|&q| libc::pollfd {
-                            fd: self.queues[q].call.as_raw_fd(),
-                            events: libc::POLLIN,
-                            revents: 0,
-                        })
-                        .collect();
-                    // SAFETY: grace is a valid array of pollfd for the duration of the call.
-                    let g = unsafe {
-                        libc::poll(grace.as_mut_ptr(), grace.len() as libc::nfds_t, 2000)
-                    };
-                    if g > 0 {
-                        for (i, &q) in late.iter().enumerate() {
-                            if grace[i].revents & libc::POLLIN != 0
-                                && self.queues[q].call.read().is_ok()
-                            {
-                                self.queues[q].calls += 1;
-                            }
-                        }
-                        return true;
-                    }
+                if !late.is_empty() && self.poll_calls(&late, 2000) > 0 {
+                    return true;
                 }
                 assert!(
                     late.is_empty(),
@@ -895,12 +513,32 @@ impl TestGuest {
                 );
                 return false;
             }
-            for (i, &q) in qs.iter().enumerate() {
-                if fds[i].revents & libc::POLLIN != 0 && self.queues[q].call.read().is_ok() {
-                    self.queues[q].calls += 1;
-                }
+        }
+    }
+
+    /// Polls the call eventfds of `qs` for up to `ms` and counts the calls
+    /// that came; returns poll(2)'s result (< 0: interrupted).
+    fn poll_calls(&mut self, qs: &[usize], ms: i32) -> i32 {
+        let mut fds: Vec<libc::pollfd> = qs
+            .iter()
+            .map(|&q| libc::pollfd {
+                fd: self.queues[q].ring.call.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: fds is a valid array of pollfd for the duration of the call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "poll: {e}");
+        }
+        for (f, &q) in fds.iter().zip(qs) {
+            if f.revents & libc::POLLIN != 0 && self.queues[q].ring.call.read().is_ok() {
+                self.queues[q].calls += 1;
             }
         }
+        r
     }
 
     /// Returns completed chains of any queue to the free lists (TX).
@@ -976,7 +614,7 @@ impl TestGuest {
         let mut bufs = Vec::new();
         let mut off = 0;
         for &p in &pieces {
-            let a = self.alloc.alloc(p as u64, 64);
+            let a = self.conn.ram.alloc(p as u64, 64);
             self.mem
                 .write_slice(&bytes[off..off + p], GuestAddress(a))
                 .unwrap();
@@ -988,7 +626,7 @@ impl TestGuest {
         let timeout = Duration::from_secs(5);
         if let Layout::Indirect(_) = opts.layout {
             let n = bufs.len();
-            let table = self.alloc.alloc(16 * n as u64, 64);
+            let table = self.conn.ram.alloc(16 * n as u64, 64);
             infl.allocs.push((table, 16 * n as u64));
             for (i, &(a, l)) in bufs.iter().enumerate() {
                 let (flags, next) = if i + 1 < n {
@@ -1037,7 +675,7 @@ impl TestGuest {
 
     /// Allocates guest memory holding `bytes`, for raw descriptors. Leaked.
     pub fn raw_buffer(&mut self, bytes: &[u8]) -> u64 {
-        let a = self.alloc.alloc(bytes.len() as u64, 64);
+        let a = self.conn.ram.alloc(bytes.len() as u64, 64);
         self.mem.write_slice(bytes, GuestAddress(a)).unwrap();
         a
     }
@@ -1046,7 +684,7 @@ impl TestGuest {
     /// byte length. `next` fields are used as given.
     pub fn raw_table(&mut self, descs: &[RawDesc]) -> (u64, u32) {
         let len = 16 * descs.len() as u64;
-        let table = self.alloc.alloc(len, 64);
+        let table = self.conn.ram.alloc(len, 64);
         for (i, d) in descs.iter().enumerate() {
             self.write_table_desc(table, i, d.addr, d.len, d.flags, d.next.unwrap_or(0) as u16);
         }
@@ -1257,9 +895,9 @@ impl TestGuest {
         descs: &[(u16, u64, u32, u16, u16)],
         heads: &[u16],
     ) {
-        let size = self.queues[queue].size;
         for &(slot, addr, len, flags, next) in descs {
-            self.write_desc(queue, slot % size, addr, len, flags, next);
+            // (write_desc takes the slot modulo the ring size.)
+            self.write_desc(queue, slot, addr, len, flags, next);
         }
         self.queues[queue].inflight.clear();
         self.publish(queue, heads);
@@ -1268,22 +906,9 @@ impl TestGuest {
     /// Used entries `(id, len)` the device published since the last call,
     /// without checking them against chains in flight.
     pub fn chaos_used(&mut self, queue: usize) -> Vec<(u32, u32)> {
-        let used_idx = self.used_idx(queue);
-        let vq = &mut self.queues[queue];
-        let mut out = Vec::new();
-        while vq.last_used != used_idx {
-            let slot = (vq.last_used % vq.size) as u64;
-            let mut e = [0u8; 8];
-            self.mem
-                .read_slice(&mut e, GuestAddress(vq.used + 4 + 8 * slot))
-                .unwrap();
-            out.push((
-                u32::from_le_bytes(e[0..4].try_into().unwrap()),
-                u32::from_le_bytes(e[4..8].try_into().unwrap()),
-            ));
-            vq.last_used = vq.last_used.wrapping_add(1);
-        }
-        let _ = vq.call.read();
+        let ring = &mut self.queues[queue].ring;
+        let out = (0..ring.pending()).map(|_| ring.pop()).collect();
+        let _ = ring.call.read();
         out
     }
 
@@ -1291,7 +916,7 @@ impl TestGuest {
     /// eventfd); returns whether it did.
     pub fn chaos_wait(&mut self, queue: usize, timeout: Duration) -> bool {
         let mut fd = libc::pollfd {
-            fd: self.queues[queue].call.as_raw_fd(),
+            fd: self.queues[queue].ring.call.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -1303,7 +928,7 @@ impl TestGuest {
 
     /// The ring size of `queue`.
     pub fn queue_size(&self, queue: usize) -> u16 {
-        self.queues[queue].size
+        self.queues[queue].ring.size
     }
 
     /// Sends SET_MEM_TABLE again with guest memory mapped at a new host
@@ -1313,12 +938,13 @@ impl TestGuest {
     pub fn replace_mem_table(&mut self, main: bool, extra: bool) -> anyhow::Result<()> {
         let mut regions = Vec::new();
         if main {
-            let m = GuardedMap::new(&self.mem_file, self.mem_size as usize)?;
+            let ram = &self.conn.ram;
+            let m = GuardedMap::new(&ram.file, ram.map.size)?;
             regions.push(region_info(
                 GPA_BASE,
-                self.mem_size as usize,
+                ram.map.size,
                 m.base as u64,
-                &self.mem_file,
+                &ram.file,
             ));
             self.maps.push(m);
         }
@@ -1335,7 +961,10 @@ impl TestGuest {
             ));
             self.maps.push(m);
         }
-        self.fe.set_mem_table(&regions).context("SET_MEM_TABLE")?;
+        self.conn
+            .fe
+            .set_mem_table(&regions)
+            .context("SET_MEM_TABLE")?;
         Ok(())
     }
 
@@ -1400,7 +1029,7 @@ impl TestGuest {
         for _ in 0..count {
             let mut infl = Inflight::default();
             for &s in sizes {
-                let a = self.alloc.alloc(s as u64, 64);
+                let a = self.conn.ram.alloc(s as u64, 64);
                 // Poison, so that bytes the device did not write are visible.
                 self.mem
                     .write_slice(&vec![0xa5u8; s as usize], GuestAddress(a))
@@ -1411,7 +1040,7 @@ impl TestGuest {
             }
             let n = sizes.len();
             if indirect {
-                let table = self.alloc.alloc(16 * n as u64, 64);
+                let table = self.conn.ram.alloc(16 * n as u64, 64);
                 infl.allocs.push((table, 16 * n as u64));
                 for (i, &(a, l)) in infl.bufs.iter().enumerate() {
                     let (flags, next) = if i + 1 < n {

@@ -1,19 +1,27 @@
-//! Shared test harness: an in-process vhost-user frontend with a hand-written
-//! virtio-net guest driver ([`guest::TestGuest`]), packet builders/checkers
-//! ([`packet`]) and a helper that runs a daemon with N ports in a temp dir
-//! ([`TestFabric`]).
+//! Shared test harness: the in-process vhost-user frontend ([`frontend`])
+//! with its two virtio-net drivers, the strict [`guest::TestGuest`] and the
+//! lean [`fast_guest::FastGuest`] of the fabric bench, packet
+//! builders/checkers ([`packet`]) and a helper that runs a daemon with N
+//! ports in a temp dir ([`TestFabric`]). The benches include it with
+//! `#[path]`.
 #![allow(dead_code)]
 
+pub mod fast_guest;
+pub mod frontend;
 pub mod guest;
 pub mod packet;
 
 #[allow(unused_imports)]
-pub use guest::{feat, GuestOpts, Layout, NetHdr, RawDesc, RxFrame, TestGuest, TxOpts};
+pub use frontend::feat;
+#[allow(unused_imports)]
+pub use guest::{GuestOpts, Layout, NetHdr, RawDesc, RxFrame, TestGuest, TxOpts};
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use vhost_rdma::config::HostSpec;
 use vhost_rdma::{DaemonConfig, MacAddr, PortConfig, PortStats, Server};
 
 /// The virtual hosts the daemon behind control socket `ctl` lists.
@@ -140,6 +148,29 @@ impl TestFabric {
         self.ports[i].mac.0
     }
 
+    /// Two ports of one queue pair (with a control socket if `control`), a
+    /// guest taking every feature on each, 128 RX buffers posted on both.
+    pub fn pair(control: bool) -> (TestFabric, TestGuest, TestGuest) {
+        let fab = Self::start_full(2, |i, d| Self::port_config(d, i, 1), control);
+        let mut a = fab.connect(0, feat::ALL);
+        let mut b = fab.connect(1, feat::ALL);
+        a.post_rx(0, 128, 2048);
+        b.post_rx(0, 128, 2048);
+        (fab, a, b)
+    }
+
+    /// A single-queue guest with every feature on ports `from` and `to`,
+    /// for throughput runs: `to` gets a full ring of 2 KiB RX buffers,
+    /// `from` a few (it only hears the odd frame back).
+    pub fn sender_receiver(&self, from: usize, to: usize) -> (TestGuest, TestGuest) {
+        let features = feat::ALL & !feat::MQ;
+        let mut a = self.connect(from, features);
+        let mut b = self.connect(to, features);
+        b.post_rx(0, 256, 2048);
+        a.post_rx(0, 8, 2048);
+        (a, b)
+    }
+
     /// Connects a guest to port `i`, with as many queue pairs as the port has.
     pub fn connect(&self, i: usize, features: u64) -> TestGuest {
         TestGuest::connect(self.socket(i), self.ports[i].queue_pairs, features)
@@ -198,6 +229,40 @@ impl Drop for TestFabric {
             let _ = s.shutdown();
         }
     }
+}
+
+/// A daemon with one guest port (`p0` in `dir`, one queue pair), the
+/// virtual `hosts` and a control socket; returns it, the port and the
+/// control socket.
+pub fn serve_hosts(dir: &Path, hosts: Vec<HostSpec>) -> (Server, PortConfig, PathBuf) {
+    let port = TestFabric::port_config(dir, 0, 1);
+    let ctl = dir.join("ctl.sock");
+    let server = Server::start(DaemonConfig {
+        ports: vec![port.clone()],
+        hosts,
+        control: Some(ctl.clone()),
+        ..DaemonConfig::default()
+    })
+    .expect("Server::start");
+    (server, port, ctl)
+}
+
+/// The daemon's binary, without the caller's control socket or colour
+/// settings.
+pub fn daemon_cmd() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vhost-rdma"));
+    c.env_remove("VHOST_RDMA_CONTROL").env_remove("NO_COLOR");
+    c
+}
+
+/// Runs `vhost-rdma ctl ARGS` against the control socket `dir/ctl.sock`.
+pub fn ctl(dir: &Path, args: &[&str]) -> Output {
+    daemon_cmd()
+        .arg("ctl")
+        .args(args)
+        .env("VHOST_RDMA_CONTROL", dir.join("ctl.sock"))
+        .output()
+        .unwrap()
 }
 
 /// `RUST_LOG=debug cargo test` shows the daemon's logs.
