@@ -253,12 +253,7 @@ check_rping() {
     [[ ${ok:-0} -ge $want_ok ]] || why+=("host $kind:$port: ${ok:-0} finished sessions, want $want_ok (${err:-no status})")
     [[ ${bad:-1} == 0 ]] || why+=("host $kind:$port: ${bad:-?} failed sessions (${err:-no status})")
     [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] || why+=("host $kind:$port: last session ${it:-0} pings, ${ver:-0} verified, want $count")
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "$what: guest $n verified ping lines; host $kind: $it pings, $ver verified"
-    else
-        local j; printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
+    verdict "$c" "$what: guest $n verified ping lines; host $kind: $it pings, $ver verified"
 }
 # The guest client prints "ping data: rdma-ping-K: ..." after each compared
 # echo; the guest server prints "server ping data: rdma-ping-K: ..." per ping.
@@ -276,12 +271,7 @@ check_ucmatose() {
     read -r ok bad it ver err <<<"$(host_stats - "$kind" 7471)"
     [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $kind: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
     [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] || why+=("host $kind: ${it:-0} messages, ${ver:-0} of the right length, want $count")
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "$what: test complete; host $kind: $it messages received each of the right length"
-    else
-        local j; printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
+    verdict "$c" "$what: test complete; host $kind: $it messages received each of the right length"
 }
 check_ucmatose ucmatose-guest-client ucmatose-server "guest client, host server"
 check_ucmatose ucmatose-guest-server ucmatose-client "guest server, host client"

@@ -320,12 +320,7 @@ check_pingpong() {  # check_pingpong CASE HOST_KIND ROLE_TEXT
     else
         [[ ${ver:-0} == $((iters - 1)) ]] || why+=("host server verified ${ver:-0} of $((iters - 1)) echoes")
     fi
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "$what: $tput; host $kind: $it iterations, $ver echoed messages verified"
-    else
-        local j; printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
+    verdict "$c" "$what: $tput; host $kind: $it iterations, $ver echoed messages verified"
 }
 if ((cm_only)); then
     for c in pingpong-guest-server pingpong-guest-client write-bw-guest-client send-bw-guest-client \
@@ -342,7 +337,7 @@ check_pingpong pingpong-guest-client pingpong-server "guest client, host server"
 # and the host's finished session with at least as many messages as
 # iterations (ib_write_bw's warm-up may add some).
 check_bw() {  # check_bw CASE HOST_KIND TOOL ROLE ("guest client" or "guest server")
-    local c=$1 kind=$2 tool=$3 role=$4 rc row ok it ver err why=() j
+    local c=$1 kind=$2 tool=$3 role=$4 rc row ok it ver err why=()
     rc="$(guest_rc "$c")"
     row="$(sed -n "/^== $tool: $role/,/^VH-RESULT case=$c /p" "$out" 2>/dev/null |
         grep -E "^[[:space:]]*[0-9]+[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
@@ -352,12 +347,7 @@ check_bw() {  # check_bw CASE HOST_KIND TOOL ROLE ("guest client" or "guest serv
     [[ -n $row ]] || why+=("no result row")
     [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
     [[ ${it:-0} -ge $bw_iters ]] || why+=("host $kind: ${it:-0} messages, want >= $bw_iters")
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "guest $tool -n $bw_iters: row '$row'; host $kind accepted $it messages"
-    else
-        printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
+    verdict "$c" "guest $tool -n $bw_iters: row '$row'; host $kind accepted $it messages"
 }
 check_bw write-bw-guest-client write-bw-server ib_write_bw "guest client"
 check_bw send-bw-guest-client send-bw-server ib_send_bw "guest client"
@@ -388,12 +378,7 @@ check_cm() {  # check_cm CASE LINE_RE (or "") HOST_KIND WHAT
     [[ ${ok:-0} -ge 1 ]] || why+=("host $kind: no finished session (${err:-no status})")
     [[ ${it:-0} == "$count" && ${ver:-0} == "$count" ]] ||
         why+=("host $kind: last session ${it:-0} iterations, ${ver:-0} verified, want $count")
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "$what: guest $seen; host $kind: $it iterations, $ver verified, ${bad:-0} failed sessions"
-    else
-        local j; printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
+    verdict "$c" "$what: guest $seen; host $kind: $it iterations, $ver verified, ${bad:-0} failed sessions"
 }
 if ((do_cm)); then
 check_cm rping-guest-client '^ping data: rdma-ping-' rping-server-roce "guest rping -c, host server over RoCE"

@@ -253,6 +253,18 @@ e2e_run_guest() {
     fi
 }
 
+# verdict CASE PASS_TEXT: PASS with PASS_TEXT when the caller's array
+# `why` (its reasons to fail) is empty, else FAIL with the reasons.
+verdict() {
+    if ((${#why[@]} == 0)); then
+        record PASS "$1" "$2"
+    else
+        local j
+        printf -v j '%s; ' "${why[@]}"
+        record FAIL "$1" "${j%; } (logs: $d)"
+    fi
+}
+
 # Judging the one guest of e2e_run_guest (its job output $out, the hosts'
 # status $d/hosts.json). guest_rc CASE: the rc of the job's
 # "VH-RESULT case=CASE rc=N" line ("skip" for a case the guest skipped).
@@ -280,7 +292,7 @@ PY
 # BW average, message rate) and the host's service has a finished session,
 # no failed one, and at least $bw_iters operations counted.
 check_bw_cm() {
-    local c=$1 host=$2 kind=$3 port=$4 size=$5 rc row ok bad it err why=() j
+    local c=$1 host=$2 kind=$3 port=$4 size=$5 rc row ok bad it err why=()
     rc="$(guest_rc "$c")"
     row="$(case_out "$c" |
         grep -E "^[[:space:]]*$size[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
@@ -290,12 +302,7 @@ check_bw_cm() {
     [[ -n $row ]] || why+=("no BW row with $bw_iters iterations")
     [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $host $kind:$port: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
     [[ ${it:-0} -ge $bw_iters ]] || why+=("host $host $kind:$port: ${it:-0} operations, want >= $bw_iters")
-    if ((${#why[@]} == 0)); then
-        record PASS "$c" "row '$row'; host $host $kind:$port counted $it"
-    else
-        printf -v j '%s; ' "${why[@]}"
-        record FAIL "$c" "${j%; } (logs: $d)"
-    fi
+    verdict "$c" "row '$row'; host $host $kind:$port counted $it"
 }
 
 # e2e_run_pair: boots guest A (run-guests arguments in the array RG_A, logs
