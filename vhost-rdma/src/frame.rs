@@ -50,8 +50,11 @@ pub struct Frame {
     /// once from sender to receiver. None when nothing parsed it yet (a
     /// frame switched on its MAC addresses alone) or its bytes changed
     /// since (TSO segments). Whoever changes `data` after the view was
-    /// set clears it; the fabric ignores it at ingress.
-    pub view: Option<FrameView>,
+    /// set clears it; the fabric ignores it at ingress. Boxed: a view is
+    /// ~200 bytes and a frame moves through several queues, and only the
+    /// frames for receivers that read headers carry one
+    /// ([`PortProfile::reads_headers`](crate::fabric::PortProfile)).
+    pub view: Option<Box<FrameView>>,
 }
 
 impl Frame {
@@ -66,7 +69,7 @@ impl Frame {
 
     /// The frame's view: the one it carries, else parsed now (and kept).
     pub fn view(&mut self) -> FrameView {
-        *self.view.get_or_insert_with(|| view(&self.data))
+        **self.view.get_or_insert_with(|| Box::new(view(&self.data)))
     }
 }
 

@@ -115,9 +115,6 @@ impl SettleState {
     /// (the caller's bound on held frames); when it says no, the frame is
     /// dropped (`Held(None)` without queuing is never returned then: the
     /// caller counts the drop).
-    // The frame comes back as it came (with room for its view), not
-    // boxed: that would cost an allocation per frame passed on.
-    #[allow(clippy::result_large_err)]
     pub fn offer(
         &mut self,
         dir: Dir,
@@ -131,7 +128,6 @@ impl SettleState {
     }
 
     /// [`offer`](Self::offer) with `v`, the parsed view of `frame.data`.
-    #[allow(clippy::result_large_err)]
     pub fn offer_view(
         &mut self,
         dir: Dir,

@@ -274,9 +274,6 @@ impl Drop for Batch<'_> {
 }
 
 /// What [`Fabric::ingress`] did with a frame.
-// The frame (with room for its view) is moved back, not boxed: a box
-// would cost an allocation per congested frame.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Ingress<'a> {
     /// Switched: this many copies were queued or staged in the batch.

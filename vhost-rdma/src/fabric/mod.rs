@@ -485,12 +485,19 @@ impl Fabric {
             crate::buffers::give(frame.data);
             return 0;
         };
+        let all = self.egress_stages();
+        // A frame the faults held and released skips them.
+        let stages = &all[usize::from(!with_faults)..];
+        let staged = stages.iter().any(|s| s.active());
         let mut frames = match offloads::adapt(frame, rx) {
             // The view, if routing or a stage made it, goes with the frame
-            // to its receiver (finishing a checksum moves no header); TSO
-            // segments are new frames, parsed by whoever reads them.
+            // to the egress stages and a receiver that reads headers
+            // (finishing a checksum moves no header); TSO segments are new
+            // frames, parsed by whoever reads them.
             Ok(Adapted::One(mut f)) => {
-                f.view = v.parsed();
+                if staged || dst.profile().reads_headers {
+                    f.view = v.parsed().map(Box::new);
+                }
                 Adapted::One(f)
             }
             Ok(f) => f,
@@ -508,10 +515,7 @@ impl Fabric {
                 f.hdr.hash_report = s.hash_report;
             }
         }
-        let all = self.egress_stages();
-        // A frame the faults held and released skips them.
-        let stages = &all[usize::from(!with_faults)..];
-        if stages.iter().any(|s| s.active()) {
+        if staged {
             frames = match self.egress(stages, dst, frames, wakes.now()) {
                 Some(f) => f,
                 None => return 0,
@@ -533,12 +537,16 @@ impl Fabric {
             Adapted::One(f) => vec![f],
             Adapted::Many(v) => v,
         };
+        let reads_headers = dst.profile().reads_headers;
         let mut out = Vec::with_capacity(list.len());
         for mut f in list {
             // The view delivery carries, if any (a TSO segment has none:
             // parsed if a stage asks). Taken off the frame while stages
             // may change or hold it, put back on what passes.
-            let v = f.view.take().map_or_else(LazyView::default, LazyView::of);
+            let v = f
+                .view
+                .take()
+                .map_or_else(LazyView::default, |b| LazyView::of(*b));
             match crate::stages::run(
                 stages,
                 dst.index(),
@@ -549,11 +557,15 @@ impl Fabric {
                 &v,
             ) {
                 Passed::Same(mut f) => {
-                    f.view = v.parsed();
+                    if reads_headers {
+                        f.view = v.parsed().map(Box::new);
+                    }
                     out.push(f);
                 }
                 Passed::Changed(fs) => out.extend(fs.into_iter().map(|(mut f, fv)| {
-                    f.view = Some(fv);
+                    if reads_headers {
+                        f.view = Some(Box::new(fv));
+                    }
                     f
                 })),
             }
@@ -590,6 +602,7 @@ mod tests {
             zero_mac_by_ip: true,
             always_attached: true,
             rdma_function_of: Some("vm".into()),
+            reads_headers: true,
         };
         let f = Fabric::new(vec![
             port(0, "vm", PortProfile::default()),

@@ -37,6 +37,11 @@ pub struct PortProfile {
     /// The port is the RDMA function of the port of this name (its guest's
     /// netdev, same MAC): RoCEv2 frames to that port come here.
     pub rdma_function_of: Option<String>,
+    /// What receives the port's frames reads their headers (a device model,
+    /// a virtual host): the fabric hands it the view it parsed with each
+    /// frame, so the frame is not parsed again. A guest's virtio-net port
+    /// or an uplink only moves bytes: its frames go without.
+    pub reads_headers: bool,
 }
 
 impl Default for PortProfile {
@@ -49,6 +54,7 @@ impl Default for PortProfile {
             zero_mac_by_ip: false,
             always_attached: false,
             rdma_function_of: None,
+            reads_headers: false,
         }
     }
 }

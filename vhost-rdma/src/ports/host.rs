@@ -148,6 +148,7 @@ impl HostHandle {
         let profile = crate::fabric::PortProfile {
             form: "host",
             always_attached: true,
+            reads_headers: true,
             ..Default::default()
         };
         PortShared::new(index, cfg, profile)
@@ -278,7 +279,7 @@ impl HostHandle {
                 QueueCounters::add(&rxq.counters.rx_bytes, f.data.len() as u64);
                 // The fabric's view when it parsed the frame; else the
                 // host parses it (once) if the frame is for it.
-                host.handle_parsed(&f.data, f.view.as_ref(), now);
+                host.handle_parsed(&f.data, f.view.as_deref(), now);
                 // Keep the switch moving while a burst is consumed.
                 self.flush(&mut host, fabric, &mut outbox);
             }

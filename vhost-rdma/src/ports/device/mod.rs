@@ -338,6 +338,7 @@ impl crate::ports::PortDriver for DeviceDriver {
             learns: !erdma,
             zero_mac_by_ip: erdma,
             always_attached: true,
+            reads_headers: true,
             rdma_function_of: if erdma {
                 cfg.netdev().map(str::to_string)
             } else {
