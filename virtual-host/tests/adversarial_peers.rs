@@ -915,12 +915,10 @@ fn attacked_host_serves_a_legitimate_client_afterwards() {
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = 50;
     a.start_service(srv, now).unwrap();
-    let mut cli = client_spec(ServiceKind::PingpongClient, 50);
-    cli.echo = true;
     let (ea, eb) = run_client(
         &mut a,
         &mut now,
-        cli,
+        echo_client_spec(50),
         Duration::from_secs(60),
         is_roce,
         both_finished_or_failed,
@@ -1061,12 +1059,10 @@ fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
     assert!(max_qps <= 1);
     assert_eq!(st.services[0].state, "listening");
     // And a legitimate client is served.
-    let mut cli = client_spec(ServiceKind::PingpongClient, 20);
-    cli.echo = true;
     let (ea, eb) = run_client(
         &mut a,
         &mut now,
-        cli,
+        echo_client_spec(20),
         Duration::from_secs(60),
         is_roce,
         both_finished_or_client_failed,
@@ -1140,8 +1136,7 @@ fn a_session_beyond_the_qp_limit_fails_clearly_and_the_service_recovers() {
     srv.iters = 10;
     a.start_service(srv, now).unwrap();
     let cli = || {
-        let mut cli = client_spec(ServiceKind::PingpongClient, 10);
-        cli.echo = true;
+        let mut cli = echo_client_spec(10);
         cli.connect_timeout = Duration::from_secs(5);
         cli
     };

@@ -251,8 +251,7 @@ fn pingpong_survives_loss() {
 fn pingpong_client_alone(now: Instant) -> (VirtualHost, VirtualHost) {
     let a = host("a", MAC_A, IP_A, now);
     let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = client_spec(ServiceKind::PingpongClient, 10);
-    cli.echo = true;
+    let cli = echo_client_spec(10);
     b.start_service(cli, now).unwrap();
     (a, b)
 }

@@ -480,6 +480,14 @@ pub fn perftest_client_spec(
     cli
 }
 
+/// A tool-like pingpong client against host A (it echoes what the server
+/// sends, so the server verifies), running `iters` iterations.
+pub fn echo_client_spec(iters: u32) -> virtual_host::ServiceSpec {
+    let mut cli = client_spec(virtual_host::ServiceKind::PingpongClient, iters);
+    cli.echo = true;
+    cli
+}
+
 /// Starts `cli` on a fresh host B and runs it against `a` without loss
 /// until `done` or `limit`; returns the events of both.
 pub fn run_client(
