@@ -301,26 +301,13 @@ fn a_peer_that_never_speaks_times_out() {
 #[test]
 fn ucmatose_back_to_back() {
     for crc in [false, true] {
-        let mut now = Instant::now();
-        let mut a = host("a", MAC_A, IP_A, now);
-        let mut b = host("b", MAC_B, IP_B, now);
         let mut srv = ServiceSpec::new(ServiceKind::UcmatoseServer);
         srv.mpa_crc = crc;
         srv.iters = 20;
-        a.start_service(srv, now).unwrap();
         let cli = client_spec(ServiceKind::UcmatoseClient, 20);
-        b.start_service(cli, now).unwrap();
-        let (ea, eb) = run(
-            &mut a,
-            &mut b,
-            &mut now,
-            Duration::from_secs(60),
-            0,
-            is_tcp,
-            both_finished_or_failed,
-        );
-        assert_eq!(failed(&ea), None, "server {ea:?}");
-        assert_eq!(failed(&eb), None, "client {eb:?}");
+        let mut p = Pair::new();
+        p.start((srv, cli), false, is_tcp, nothing_to_check);
+        let (ea, eb) = p.run_to_finish(Duration::from_secs(60), 0, is_tcp);
         // Each side received every message with the right length.
         assert_eq!(finished(&ea), Some((20, 20)));
         assert_eq!(finished(&eb), Some((20, 20)));
@@ -329,19 +316,16 @@ fn ucmatose_back_to_back() {
 
 #[test]
 fn ucmatose_message_size_mismatch_fails() {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
-    a.start_service(ServiceSpec::new(ServiceKind::UcmatoseServer), now)
-        .unwrap();
+    let srv = ServiceSpec::new(ServiceKind::UcmatoseServer);
     let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
     cli.peer = Some(IP_A);
     cli.size = 50;
-    b.start_service(cli, now).unwrap();
+    let mut p = Pair::new();
+    p.start((srv, cli), false, is_tcp, nothing_to_check);
     let (_, eb) = run(
-        &mut a,
-        &mut b,
-        &mut now,
+        &mut p.a,
+        &mut p.b,
+        &mut p.now,
         Duration::from_secs(60),
         0,
         is_tcp,
