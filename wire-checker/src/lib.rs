@@ -275,8 +275,8 @@ impl Ctx<'_> {
     pub(crate) fn finding(
         &self,
         protocol: Protocol,
-        connection: String,
-        direction: String,
+        connection: &str,
+        direction: &str,
         rule: Rule,
         detail: String,
     ) -> Finding {
@@ -284,8 +284,8 @@ impl Ctx<'_> {
             ts_ns: self.ts_ns,
             port: self.port.to_string(),
             protocol,
-            connection,
-            direction,
+            connection: connection.to_string(),
+            direction: direction.to_string(),
             psn: None,
             seq: None,
             rule,

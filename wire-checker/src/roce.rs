@@ -327,13 +327,7 @@ impl RoceTable {
                 Rule::LlcMessage | Rule::CdcCursor | Rule::CdcSeqno => protocol,
                 _ => Protocol::Roce,
             };
-            let mut f = ctx.finding(
-                protocol,
-                connection.clone(),
-                direction.clone(),
-                rule,
-                detail,
-            );
+            let mut f = ctx.finding(protocol, &connection, &direction, rule, detail);
             // SMC-R's CDC rules name a CDC sequence number, not a PSN.
             if matches!(rule, Rule::CdcCursor | Rule::CdcSeqno) {
                 f.seq = psn.map(u64::from);
@@ -482,8 +476,8 @@ impl RoceTable {
                 let direction = Self::direction(&key);
                 let mut f = ctx.finding(
                     Protocol::Roce,
-                    connection,
-                    direction,
+                    &connection,
+                    &direction,
                     Rule::Malformed,
                     detail,
                 );

@@ -281,13 +281,7 @@ impl TcpTable {
             if rule == Rule::StreamUnparsed {
                 stats.streams_unparsed += 1;
             }
-            let mut f = ctx.finding(
-                protocol,
-                connection.clone(),
-                direction.clone(),
-                rule,
-                detail,
-            );
+            let mut f = ctx.finding(protocol, &connection, &direction, rule, detail);
             f.seq = Some(seq);
             findings.push(stats, f);
         }
