@@ -265,54 +265,78 @@ enum CtlCmd {
 enum HostOp {
     /// Start a service, e.g. `pingpong-client --peer 10.77.0.1` to run
     /// ibv_rc_pingpong's client role against a guest's server.
-    Start {
-        /// The service kind (tool and role).
-        #[arg(value_parser = service_kind_parser())]
-        kind: String,
-        /// The guest to connect to (client services).
-        #[arg(long)]
-        peer: Option<std::net::Ipv4Addr>,
-        /// TCP port of the tool's exchange (default: the tool's).
-        #[arg(long)]
-        port: Option<u16>,
-        /// Message size (the tool's -s).
-        #[arg(long)]
-        size: Option<u32>,
-        /// Iterations (the tool's -n).
-        #[arg(long)]
-        iters: Option<u32>,
-        /// Receives posted at a time (the tool's -r).
-        #[arg(long)]
-        rx_depth: Option<u32>,
-        /// Path MTU (the tool's -m).
-        #[arg(long)]
-        mtu: Option<u32>,
-        /// Seconds a client keeps retrying while the guest's server is not up.
-        #[arg(long)]
-        connect_timeout: Option<u64>,
-        /// iWARP services (rping-*, ucmatose-*, *-bw-* with --rdma-cm): ask
-        /// for MPA CRC.
-        #[arg(long)]
-        mpa_crc: bool,
-        /// perftest services ({write,send,read}-bw-*): the tool runs with -R
-        /// (rdma_cm over iWARP, a siw guest; with --roce over RoCE, an rxe
-        /// guest) instead of its TCP exchange.
-        #[arg(long)]
-        rdma_cm: bool,
-        /// With --rdma-cm: rdma_cm over RoCE (an rxe guest: IB CM, RC QPs)
-        /// instead of iWARP.
-        #[arg(long, requires = "rdma_cm")]
-        roce: bool,
-        /// Behave like the tool itself (echo what arrives, check nothing);
-        /// for one virtual host against another.
-        #[arg(long)]
-        echo: bool,
-    },
+    Start(StartArgs),
     /// Stop a service by id.
     Stop {
         /// The service's id (`ctl hosts`).
         id: u32,
     },
+}
+
+/// What `ctl host NAME start` asks the host for.
+#[derive(Args)]
+struct StartArgs {
+    /// The service kind (tool and role).
+    #[arg(value_parser = service_kind_parser())]
+    kind: String,
+    /// The guest to connect to (client services).
+    #[arg(long)]
+    peer: Option<std::net::Ipv4Addr>,
+    /// TCP port of the tool's exchange (default: the tool's).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Message size (the tool's -s).
+    #[arg(long)]
+    size: Option<u32>,
+    /// Iterations (the tool's -n).
+    #[arg(long)]
+    iters: Option<u32>,
+    /// Receives posted at a time (the tool's -r).
+    #[arg(long)]
+    rx_depth: Option<u32>,
+    /// Path MTU (the tool's -m).
+    #[arg(long)]
+    mtu: Option<u32>,
+    /// Seconds a client keeps retrying while the guest's server is not up.
+    #[arg(long)]
+    connect_timeout: Option<u64>,
+    /// iWARP services (rping-*, ucmatose-*, *-bw-* with --rdma-cm): ask
+    /// for MPA CRC.
+    #[arg(long)]
+    mpa_crc: bool,
+    /// perftest services ({write,send,read}-bw-*): the tool runs with -R
+    /// (rdma_cm over iWARP, a siw guest; with --roce over RoCE, an rxe
+    /// guest) instead of its TCP exchange.
+    #[arg(long)]
+    rdma_cm: bool,
+    /// With --rdma-cm: rdma_cm over RoCE (an rxe guest: IB CM, RC QPs)
+    /// instead of iWARP.
+    #[arg(long, requires = "rdma_cm")]
+    roce: bool,
+    /// Behave like the tool itself (echo what arrives, check nothing);
+    /// for one virtual host against another.
+    #[arg(long)]
+    echo: bool,
+}
+
+impl StartArgs {
+    /// The control socket's request for this service.
+    fn into_request(self) -> vhost_rdma::ports::host::ServiceRequest {
+        vhost_rdma::ports::host::ServiceRequest {
+            kind: self.kind,
+            peer: self.peer,
+            port: self.port,
+            size: self.size,
+            iters: self.iters,
+            rx_depth: self.rx_depth,
+            mtu: self.mtu,
+            connect_timeout_secs: self.connect_timeout,
+            mpa_crc: self.mpa_crc.then_some(true),
+            rdma_cm: self.rdma_cm.then_some(true),
+            roce: self.roce.then_some(true),
+            echo: self.echo,
+        }
+    }
 }
 
 fn main() {
@@ -536,35 +560,9 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
         }
         CtlCmd::Host { name, op } => {
             let req = match op {
-                HostOp::Start {
-                    kind,
-                    peer,
-                    port,
-                    size,
-                    iters,
-                    rx_depth,
-                    mtu,
-                    connect_timeout,
-                    mpa_crc,
-                    rdma_cm,
-                    roce,
-                    echo,
-                } => Request::HostStart {
+                HostOp::Start(args) => Request::HostStart {
                     host: name.clone(),
-                    service: vhost_rdma::ports::host::ServiceRequest {
-                        kind,
-                        peer,
-                        port,
-                        size,
-                        iters,
-                        rx_depth,
-                        mtu,
-                        connect_timeout_secs: connect_timeout,
-                        mpa_crc: mpa_crc.then_some(true),
-                        rdma_cm: rdma_cm.then_some(true),
-                        roce: roce.then_some(true),
-                        echo,
-                    },
+                    service: args.into_request(),
                 },
                 HostOp::Stop { id } => Request::HostStop {
                     host: name.clone(),

@@ -480,19 +480,7 @@ impl VirtualHost {
         let id = self.next_service;
         self.next_service += 1;
         let mut events = Vec::new();
-        let svc = {
-            let mut ctx = ServiceCtx {
-                iface: &mut self.iface,
-                sockets: &mut self.sockets,
-                rdma: &mut self.rdma,
-                ip: self.cfg.ipv4,
-                now,
-                events: &mut events,
-                limits: self.cfg.limits,
-                rng: &mut self.rng,
-            };
-            service::Service::start(id, spec, &mut ctx)?
-        };
+        let svc = service::Service::start(id, spec, &mut self.service_ctx(now, &mut events))?;
         self.services.push(svc);
         self.push_events(events);
         self.process(now);
@@ -647,6 +635,24 @@ impl VirtualHost {
         self.half_open = still;
     }
 
+    /// What a service sees of the host at `now`; its events go to `events`.
+    fn service_ctx<'a>(
+        &'a mut self,
+        now: Instant,
+        events: &'a mut Vec<HostEvent>,
+    ) -> ServiceCtx<'a> {
+        ServiceCtx {
+            iface: &mut self.iface,
+            sockets: &mut self.sockets,
+            rdma: &mut self.rdma,
+            ip: self.cfg.ipv4,
+            now,
+            events,
+            limits: self.cfg.limits,
+            rng: &mut self.rng,
+        }
+    }
+
     /// Runs smoltcp, the services and the QPs until nothing moves.
     fn process(&mut self, now: Instant) {
         let st = self.stime(now);
@@ -657,21 +663,14 @@ impl VirtualHost {
             self.iface.poll(st, &mut self.dev, &mut self.sockets);
             let mut events = Vec::new();
             let mut moved = false;
-            {
-                let mut ctx = ServiceCtx {
-                    iface: &mut self.iface,
-                    sockets: &mut self.sockets,
-                    rdma: &mut self.rdma,
-                    ip: self.cfg.ipv4,
-                    now,
-                    events: &mut events,
-                    limits: self.cfg.limits,
-                    rng: &mut self.rng,
-                };
-                for s in &mut self.services {
-                    moved |= s.step(&mut ctx);
-                }
+            // The services step outside `self` so that they can share its
+            // sockets and RDMA device through one context.
+            let mut services = std::mem::take(&mut self.services);
+            let mut ctx = self.service_ctx(now, &mut events);
+            for s in &mut services {
+                moved |= s.step(&mut ctx);
             }
+            self.services = services;
             self.push_events(events);
             moved |= self
                 .rdma

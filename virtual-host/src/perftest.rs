@@ -24,7 +24,9 @@
 //! neither do we; the session reports the WRITE messages the QP accepted.
 
 use crate::pingpong::gid_of;
-use crate::spec::{client_target, session_started, tcp_connect, ServiceSpec, SessionTally};
+use crate::spec::{
+    abort_sockets, client_target, session_started, tcp_connect, ServiceSpec, SessionTally,
+};
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
 use smoltcp::iface::{SocketHandle, SocketSet};
@@ -333,10 +335,7 @@ impl PerftestServer {
         if let Some(s) = self.session.take() {
             free(rdma, &s);
         }
-        if let Some(h) = self.sock.take() {
-            sockets.get_mut::<Socket>(h).abort();
-            sockets.remove(h);
-        }
+        abort_sockets(sockets, self.sock.take());
     }
 
     pub(crate) fn status(&self, id: u32) -> ServiceStatus {
@@ -846,10 +845,7 @@ impl PerftestClient {
         if let Some(k) = self.lkey.take() {
             rdma.deregister_mr(k);
         }
-        if let Some(h) = self.sock.take() {
-            sockets.get_mut::<Socket>(h).abort();
-            sockets.remove(h);
-        }
+        abort_sockets(sockets, self.sock.take());
         self.phase = ClientPhase::Done;
     }
 
@@ -859,8 +855,7 @@ impl PerftestClient {
             ClientPhase::RetryWait => "waiting-for-server",
             ClientPhase::Exchange => "exchanging",
             ClientPhase::Running => "running",
-            ClientPhase::Done if self.tally.any_ok() => "done",
-            ClientPhase::Done => "failed",
+            ClientPhase::Done => self.tally.stopped_state(),
         };
         let progress = (self.posted, self.completed);
         self.tally

@@ -52,8 +52,8 @@ use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::perftest::{check_peer_version, opening_item, Verb, CYCLE_BUFFER};
 use crate::pingpong::gid_of;
 use crate::spec::{
-    accepted_peer, client_target, drain_and_close, roce_connect, session_started, tcp_connect,
-    ServiceSpec, SessionTally,
+    abort_sockets, accepted_peer, client_target, drain_and_close, roce_connect, session_started,
+    tcp_connect, ServiceSpec, SessionTally,
 };
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
@@ -590,10 +590,7 @@ impl PerftestCm {
         if self.transport == TransportKind::Roce {
             rdma.cm_release_owner(self.id, now);
         }
-        for h in socks {
-            sockets.get_mut::<Socket>(h).abort();
-            sockets.remove(h);
-        }
+        abort_sockets(sockets, socks);
         self.done = true;
     }
 
@@ -605,8 +602,7 @@ impl PerftestCm {
             (None, Role::Server) => "listening",
             (None, Role::Client) if !self.done && self.retry_at.is_some() => "waiting-for-server",
             (None, Role::Client) if !self.done => "connecting",
-            (None, Role::Client) if self.tally.any_ok() => "done",
-            (None, Role::Client) => "failed",
+            (None, Role::Client) => self.tally.stopped_state(),
         };
         let peer = self.session.as_ref().map(|s| s.peer).or(self.spec.peer);
         let progress = self
@@ -1257,14 +1253,9 @@ impl PerftestCm {
         rdma: &mut RdmaDevice,
         c: Completion,
     ) -> Result<(), PerftestCmError> {
-        if c.status == WcStatus::Flushed {
+        let failed = |opcode, status| PerftestCmError::DataCompletion { opcode, status };
+        if !has_work(&c, failed)? {
             return Ok(());
-        }
-        if c.status != WcStatus::Success {
-            return Err(PerftestCmError::DataCompletion {
-                opcode: c.opcode,
-                status: c.status,
-            });
         }
         match (self.role, c.opcode) {
             (Role::Server, WcOpcode::Recv) => {
@@ -1731,20 +1722,28 @@ fn post_data_recv(c: &mut Conn, rdma: &mut RdmaDevice, size: u32) -> Result<(), 
     .map_err(PerftestCmError::PostReceive)
 }
 
+/// Whether completion `c` has work for its session: a flushed one has none
+/// (its connection is ending), a failed one is the error `failed` makes.
+fn has_work(
+    c: &Completion,
+    failed: impl FnOnce(WcOpcode, WcStatus) -> PerftestCmError,
+) -> Result<bool, PerftestCmError> {
+    match c.status {
+        WcStatus::Flushed => Ok(false),
+        WcStatus::Success => Ok(true),
+        status => Err(failed(c.opcode, status)),
+    }
+}
+
 /// A control receive or send completed.
 fn on_ctl_completion(
     s: &mut Session,
     rdma: &mut RdmaDevice,
     c: Completion,
 ) -> Result<(), PerftestCmError> {
-    if c.status == WcStatus::Flushed {
+    let failed = |opcode, status| PerftestCmError::ControlCompletion { opcode, status };
+    if !has_work(&c, failed)? {
         return Ok(());
-    }
-    if c.status != WcStatus::Success {
-        return Err(PerftestCmError::ControlCompletion {
-            opcode: c.opcode,
-            status: c.status,
-        });
     }
     match c.opcode {
         WcOpcode::Recv => {

@@ -18,7 +18,8 @@
 //! tool's initial fill) echoes our previous one.
 
 use crate::spec::{
-    client_connected, client_target, session_started, tcp_connect, ServiceSpec, SessionTally,
+    abort_sockets, client_connected, client_target, session_started, tcp_connect, ServiceSpec,
+    SessionTally,
 };
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
@@ -250,10 +251,7 @@ impl Pingpong {
         if let Some(s) = self.session.take() {
             free_session(rdma, &s);
         }
-        if let Some(h) = self.sock.take() {
-            sockets.get_mut::<Socket>(h).abort();
-            sockets.remove(h);
-        }
+        abort_sockets(sockets, self.sock.take());
         self.phase = Phase::Done;
     }
 
@@ -263,8 +261,7 @@ impl Pingpong {
             Phase::Connecting => "connecting",
             Phase::RetryWait => "waiting-for-server",
             Phase::Running => "running",
-            Phase::Done if self.tally.any_ok() => "done",
-            Phase::Done => "failed",
+            Phase::Done => self.tally.stopped_state(),
         };
         let peer = self.session.as_ref().map(|s| s.peer).or(self.spec.peer);
         self.tally

@@ -23,8 +23,8 @@
 use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::spec::{
-    accepted_peer, client_target, drain_and_close, roce_connect, session_started, tcp_connect,
-    ServiceSpec, SessionTally,
+    abort_sockets, accepted_peer, client_target, drain_and_close, roce_connect, session_started,
+    tcp_connect, ServiceSpec, SessionTally,
 };
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use ib_cm::CmEvent;
@@ -327,10 +327,7 @@ impl Rping {
             s.ep.release(rdma, now);
         }
         rdma.cm_release_owner(self.id, now);
-        if let Some(h) = self.sock.take() {
-            sockets.get_mut::<Socket>(h).abort();
-            sockets.remove(h);
-        }
+        abort_sockets(sockets, self.sock.take());
         self.phase = Phase::Done;
     }
 
@@ -341,8 +338,7 @@ impl Rping {
             Phase::RetryWait => "waiting-for-server",
             Phase::Running => "running",
             Phase::Lingering => "closing",
-            Phase::Done if self.tally.any_ok() => "done",
-            Phase::Done => "failed",
+            Phase::Done => self.tally.stopped_state(),
         };
         let peer = self.session.as_ref().map(|s| s.peer).or(self.spec.peer);
         let progress = self

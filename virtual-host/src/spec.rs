@@ -6,7 +6,7 @@
 use crate::endpoint::RoceEndpoint;
 use crate::{EventKind, HostError, HostEvent, ServiceCtx};
 use roce_model::QpCaps;
-use smoltcp::iface::SocketHandle;
+use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
 use smoltcp::wire::IpAddress;
 use std::fmt;
@@ -346,6 +346,16 @@ impl SessionTally {
         self.ok > 0
     }
 
+    /// The state word of a service that has stopped: `done` once a session
+    /// completed, `failed` otherwise.
+    pub(crate) fn stopped_state(&self) -> &'static str {
+        if self.any_ok() {
+            "done"
+        } else {
+            "failed"
+        }
+    }
+
     /// Counts a session that completed every iteration and tells the host.
     pub(crate) fn finished(
         &mut self,
@@ -499,6 +509,17 @@ pub(crate) fn client_target(
 }
 
 /// Starts connecting `sock` to `peer:port` from a random ephemeral port.
+/// Aborts the TCP sockets of a service and gives them back to the set.
+pub(crate) fn abort_sockets(
+    sockets: &mut SocketSet<'static>,
+    handles: impl IntoIterator<Item = SocketHandle>,
+) {
+    for h in handles {
+        sockets.get_mut::<Socket>(h).abort();
+        sockets.remove(h);
+    }
+}
+
 pub(crate) fn tcp_connect(
     ctx: &mut ServiceCtx<'_>,
     sock: SocketHandle,

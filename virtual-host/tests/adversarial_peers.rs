@@ -355,33 +355,22 @@ fn guessed_rkeys_get_remote_access_errors() {
     }
     let data = [0xeeu8; 256];
     for (what, key) in keys {
-        rig.fresh_qp();
-        let psn = rig.psn;
-        let r = rig.send(1, write_only(BASE + 512, key, 256, &data));
-        nak(
-            &r,
-            NakCode::RemoteAccessError,
-            psn,
-            &format!("WRITE with {what} {key:#x}"),
-        );
-        rig.fresh_qp();
-        let psn = rig.psn;
-        let r = rig.send(1, read_req(BASE + 512, key, 256));
-        nak(
-            &r,
-            NakCode::RemoteAccessError,
-            psn,
-            &format!("READ with {what} {key:#x}"),
-        );
-        rig.fresh_qp();
-        let psn = rig.psn;
-        let r = rig.send(1, fetch_add(BASE + 512, key, 1));
-        nak(
-            &r,
-            NakCode::RemoteAccessError,
-            psn,
-            &format!("atomic with {what} {key:#x}"),
-        );
+        let requests = [
+            ("WRITE", write_only(BASE + 512, key, 256, &data)),
+            ("READ", read_req(BASE + 512, key, 256)),
+            ("atomic", fetch_add(BASE + 512, key, 1)),
+        ];
+        for (op, req) in requests {
+            rig.fresh_qp();
+            let psn = rig.psn;
+            let r = rig.send(1, req);
+            nak(
+                &r,
+                NakCode::RemoteAccessError,
+                psn,
+                &format!("{op} with {what} {key:#x}"),
+            );
+        }
         rig.assert_memory(what);
     }
 }
@@ -855,23 +844,16 @@ fn syn_flood_then_client(server: ServiceKind, client: ServiceKind, port: u16) {
         st.tcp_sockets <= HostLimits::default().max_tcp_sockets,
         "{st:?}"
     );
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = ServiceSpec::new(client);
-    cli.port = port;
-    cli.iters = 5;
-    cli.size = cli.size.min(4096);
-    cli.peer = Some(IP_A);
+    let mut cli = perftest_client_spec(client, port, 5);
     // The pingpong server checks the tool's echo; play the tool.
     cli.echo = client == ServiceKind::PingpongClient;
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run(
+    let (ea, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli,
         Duration::from_secs(120),
-        0,
         is_roce,
-        |ea, eb| finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some(),
+        both_finished_or_client_failed,
     );
     assert_eq!(failed(&eb), None, "{client} after a SYN flood: {eb:?}");
     assert!(
@@ -933,12 +915,10 @@ fn attacked_host_serves_a_legitimate_client_afterwards() {
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = 50;
     a.start_service(srv, now).unwrap();
-    let mut cli = client_spec(ServiceKind::PingpongClient, 50);
-    cli.echo = true;
     let (ea, eb) = run_client(
         &mut a,
         &mut now,
-        cli,
+        echo_client_spec(50),
         Duration::from_secs(60),
         is_roce,
         both_finished_or_failed,
@@ -1079,15 +1059,13 @@ fn abandoned_pingpong_exchanges_do_not_leak_queue_pairs() {
     assert!(max_qps <= 1);
     assert_eq!(st.services[0].state, "listening");
     // And a legitimate client is served.
-    let mut cli = client_spec(ServiceKind::PingpongClient, 20);
-    cli.echo = true;
     let (ea, eb) = run_client(
         &mut a,
         &mut now,
-        cli,
+        echo_client_spec(20),
         Duration::from_secs(60),
         is_roce,
-        |ea, eb| finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some(),
+        both_finished_or_client_failed,
     );
     assert_eq!(failed(&eb), None, "{eb:?}");
     assert_eq!(finished(&ea).map(|f| f.0), Some(20), "{ea:?}");
@@ -1157,21 +1135,16 @@ fn a_session_beyond_the_qp_limit_fails_clearly_and_the_service_recovers() {
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = 10;
     a.start_service(srv, now).unwrap();
-    let client = |now: Instant| {
-        let mut b = host("b", MAC_B, IP_B, now);
-        let mut cli = client_spec(ServiceKind::PingpongClient, 10);
-        cli.echo = true;
+    let cli = || {
+        let mut cli = echo_client_spec(10);
         cli.connect_timeout = Duration::from_secs(5);
-        b.start_service(cli, now).unwrap();
-        b
+        cli
     };
-    let mut b = client(now);
-    let (ea, _) = run(
+    let (ea, _) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli(),
         Duration::from_secs(60),
-        0,
         is_tcp,
         |ea, eb| failed(ea).is_some() || failed(eb).is_some() || finished(eb).is_some(),
     );
@@ -1182,15 +1155,13 @@ fn a_session_beyond_the_qp_limit_fails_clearly_and_the_service_recovers() {
     // Let the first client give up, then a new one is served.
     let mut idle = host("idle", MAC_B, IP_B, now);
     run_idle(&mut a, &mut idle, &mut now, Duration::from_secs(40), is_tcp);
-    let mut b = client(now);
-    let (ea, eb) = run(
+    let (ea, eb) = run_client(
         &mut a,
-        &mut b,
         &mut now,
+        cli(),
         Duration::from_secs(60),
-        0,
         is_roce,
-        |ea, eb| finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some(),
+        both_finished_or_client_failed,
     );
     assert_eq!(failed(&eb), None, "{eb:?}");
     assert_eq!(finished(&ea), Some((10, 9)), "{ea:?}");

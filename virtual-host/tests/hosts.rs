@@ -21,6 +21,17 @@ fn csum(b: &[u8]) -> u16 {
     !(s as u16)
 }
 
+/// Fills in the checksum of a TCP segment from `IP_G` to `IP_A`.
+fn set_tcp_checksum(tcp: &mut [u8]) {
+    tcp[16..18].copy_from_slice(&[0, 0]);
+    let mut pseudo = IP_G.octets().to_vec();
+    pseudo.extend_from_slice(&IP_A.octets());
+    pseudo.extend_from_slice(&[0, 6, 0, tcp.len() as u8]);
+    pseudo.extend_from_slice(tcp);
+    let c = csum(&pseudo);
+    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+}
+
 fn arp_request(target: Ipv4Addr) -> Vec<u8> {
     let mut f = vec![0xff; 6];
     f.extend_from_slice(&MAC_G);
@@ -158,12 +169,7 @@ fn tcp_handshake_to_the_pingpong_port() {
     tcp[12] = 5 << 4;
     tcp[13] = 0x02;
     tcp[14..16].copy_from_slice(&8192u16.to_be_bytes());
-    let mut pseudo = IP_G.octets().to_vec();
-    pseudo.extend_from_slice(&IP_A.octets());
-    pseudo.extend_from_slice(&[0, 6, 0, 20]);
-    pseudo.extend_from_slice(&tcp);
-    let c = csum(&pseudo);
-    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    set_tcp_checksum(&mut tcp);
     a.handle_frame(&ipv4_frame(MAC_A, IP_A, 6, &tcp), now);
     let out = drain(&mut a);
     let synack = out
@@ -175,13 +181,7 @@ fn tcp_handshake_to_the_pingpong_port() {
     assert_eq!(&synack[42..46], &1001u32.to_be_bytes(), "acks our SYN");
     // A SYN to a closed port gets a reset.
     tcp[2..4].copy_from_slice(&18516u16.to_be_bytes());
-    tcp[16..18].copy_from_slice(&[0, 0]);
-    let mut pseudo = IP_G.octets().to_vec();
-    pseudo.extend_from_slice(&IP_A.octets());
-    pseudo.extend_from_slice(&[0, 6, 0, 20]);
-    pseudo.extend_from_slice(&tcp);
-    let c = csum(&pseudo);
-    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    set_tcp_checksum(&mut tcp);
     a.handle_frame(&ipv4_frame(MAC_A, IP_A, 6, &tcp), now);
     let out = drain(&mut a);
     assert!(out
@@ -203,24 +203,15 @@ fn run_pair(
 }
 
 fn pingpong_pair(echo_server: bool, drop_every: usize, iters: u32) {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = iters;
     srv.echo = echo_server;
-    a.start_service(srv, now).unwrap();
     let mut cli = client_spec(ServiceKind::PingpongClient, iters);
     cli.echo = !echo_server;
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run_to_finish(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(120),
-        drop_every,
-        is_roce,
-    );
+    let mut p = Pair::new();
+    p.start((srv, cli), false, is_roce, nothing_to_check);
+    let (ea, eb) = p.run_to_finish(Duration::from_secs(120), drop_every, is_roce);
+    let Pair { a, b, .. } = p;
     let (si, sv) = finished(&ea).expect("server finished");
     let (ci, cv) = finished(&eb).expect("client finished");
     assert_eq!((si, ci), (iters, iters));
@@ -255,19 +246,24 @@ fn pingpong_survives_loss() {
     pingpong_pair(true, 17, 100);
 }
 
+/// Hosts A, with nothing started, and B, with a tool-like pingpong
+/// client of 10 iterations against A.
+fn pingpong_client_alone(now: Instant) -> (VirtualHost, VirtualHost) {
+    let a = host("a", MAC_A, IP_A, now);
+    let mut b = host("b", MAC_B, IP_B, now);
+    let cli = echo_client_spec(10);
+    b.start_service(cli, now).unwrap();
+    (a, b)
+}
+
 #[test]
 fn client_waits_for_a_late_server() {
     let now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = client_spec(ServiceKind::PingpongClient, 10);
-    cli.echo = true;
-    b.start_service(cli, now).unwrap();
+    let (mut a, mut b) = pingpong_client_alone(now);
     // Nobody listens for 3 s: refused, retried.
     let (_, eb) = run_pair(&mut a, &mut b, now, Duration::from_secs(3), 0, |_, _| false);
     assert_eq!(failed(&eb), None);
-    let st = b.status().services[0].state.clone();
-    assert!(st == "waiting-for-server" || st == "connecting", "{st}");
+    assert_waiting_for_server(&b);
     let later = now + Duration::from_secs(3);
     let mut srv = ServiceSpec::new(ServiceKind::PingpongServer);
     srv.iters = 10;
@@ -311,11 +307,7 @@ fn limits_give_clear_errors() {
 #[test]
 fn client_reaches_a_peer_that_was_silent_for_a_while() {
     let now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
-    let mut cli = client_spec(ServiceKind::PingpongClient, 10);
-    cli.echo = true;
-    b.start_service(cli, now).unwrap();
+    let (mut a, mut b) = pingpong_client_alone(now);
     // 90 s with nobody on the wire: ARP requests and SYNs go nowhere.
     let mut t = now;
     let end = now + Duration::from_secs(90);
@@ -345,30 +337,17 @@ fn client_reaches_a_peer_that_was_silent_for_a_while() {
 }
 
 fn perftest_pair(server: ServiceKind, client: ServiceKind, port: u16, drop_every: usize) {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
     let mut srv = ServiceSpec::new(server);
     srv.port = port;
     srv.iters = 40;
     // 4 KiB messages keep the debug-build test short; the tools' 64 KiB
     // default runs in the guest test.
     srv.size = 4096;
-    a.start_service(srv, now).unwrap();
-    let mut cli = ServiceSpec::new(client);
-    cli.port = port;
-    cli.iters = 40;
-    cli.size = cli.size.min(4096);
-    cli.peer = Some(IP_A);
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run_to_finish(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(300),
-        drop_every,
-        is_roce,
-    );
+    let cli = perftest_client_spec(client, port, 40);
+    let mut p = Pair::new();
+    p.start((srv, cli), false, is_roce, nothing_to_check);
+    let (ea, eb) = p.run_to_finish(Duration::from_secs(300), drop_every, is_roce);
+    let Pair { a, b, .. } = p;
     let (si, _) = finished(&ea).expect("server finished");
     let (ci, _) = finished(&eb).expect("client finished");
     assert_eq!(ci, 40, "{client} completed every operation");

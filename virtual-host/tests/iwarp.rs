@@ -8,47 +8,43 @@ use std::time::{Duration, Instant};
 use virtual_host::{HostEvent, ServiceKind, ServiceSpec, VirtualHost};
 
 fn rping_pair(server_crc: bool, client_crc: bool, size: u32, iters: u32, drop_every: usize) {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
     let mut srv = ServiceSpec::new(ServiceKind::RpingServer);
     srv.mpa_crc = server_crc;
     srv.size = size;
-    a.start_service(srv, now).unwrap();
     let mut cli = client_spec(ServiceKind::RpingClient, iters);
     cli.size = size;
     cli.mpa_crc = client_crc;
-    b.start_service(cli, now).unwrap();
-    let (ea, eb) = run_to_finish(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(120),
-        drop_every,
-        is_tcp,
-    );
+    let mut p = Pair::new();
+    p.start((srv, cli), false, is_tcp, nothing_to_check);
+    let (ea, eb) = p.run_to_finish(Duration::from_secs(120), drop_every, is_tcp);
     // The server checks each buffer it READs against rping's pattern; the
     // client checks that its sink got its source back by RDMA WRITE.
     assert_eq!(finished(&ea), Some((iters, iters)), "server {ea:?}");
     assert_eq!(finished(&eb), Some((iters, iters)), "client {eb:?}");
-    let sa = a.status();
+    let sa = p.a.status();
     assert_eq!(sa.services[0].sessions_ok, 1);
-    assert_eq!(a.iwarp_counters().connected, 1);
-    assert_eq!(b.iwarp_counters().connected, 1);
+    assert_eq!(p.a.iwarp_counters().connected, 1);
+    assert_eq!(p.b.iwarp_counters().connected, 1);
     // CRC is on when either side asks for it, on both ends.
     let crc = u64::from(server_crc || client_crc);
-    assert_eq!(a.iwarp_counters().connected_crc, crc);
-    assert_eq!(b.iwarp_counters().connected_crc, crc);
-    let errs = a.iwarp_counters();
+    assert_eq!(p.a.iwarp_counters().connected_crc, crc);
+    assert_eq!(p.b.iwarp_counters().connected_crc, crc);
+    let errs = p.a.iwarp_counters();
     assert_eq!(
         (errs.mpa_errors, errs.crc_errors, errs.terminates_sent),
         (0, 0, 0)
     );
     // The server listens again once the connection is gone.
-    run_idle(&mut a, &mut b, &mut now, Duration::from_secs(10), is_tcp);
-    assert_eq!(a.status().services[0].state, "listening");
-    assert_eq!(b.status().services[0].state, "done");
-    assert_eq!(a.status().tcp_sockets, 1, "only the listening socket");
+    run_idle(
+        &mut p.a,
+        &mut p.b,
+        &mut p.now,
+        Duration::from_secs(10),
+        is_tcp,
+    );
+    assert_eq!(p.a.status().services[0].state, "listening");
+    assert_eq!(p.b.status().services[0].state, "done");
+    assert_eq!(p.a.status().tcp_sockets, 1, "only the listening socket");
 }
 
 #[test]
@@ -305,26 +301,13 @@ fn a_peer_that_never_speaks_times_out() {
 #[test]
 fn ucmatose_back_to_back() {
     for crc in [false, true] {
-        let mut now = Instant::now();
-        let mut a = host("a", MAC_A, IP_A, now);
-        let mut b = host("b", MAC_B, IP_B, now);
         let mut srv = ServiceSpec::new(ServiceKind::UcmatoseServer);
         srv.mpa_crc = crc;
         srv.iters = 20;
-        a.start_service(srv, now).unwrap();
         let cli = client_spec(ServiceKind::UcmatoseClient, 20);
-        b.start_service(cli, now).unwrap();
-        let (ea, eb) = run(
-            &mut a,
-            &mut b,
-            &mut now,
-            Duration::from_secs(60),
-            0,
-            is_tcp,
-            both_finished_or_failed,
-        );
-        assert_eq!(failed(&ea), None, "server {ea:?}");
-        assert_eq!(failed(&eb), None, "client {eb:?}");
+        let mut p = Pair::new();
+        p.start((srv, cli), false, is_tcp, nothing_to_check);
+        let (ea, eb) = p.run_to_finish(Duration::from_secs(60), 0, is_tcp);
         // Each side received every message with the right length.
         assert_eq!(finished(&ea), Some((20, 20)));
         assert_eq!(finished(&eb), Some((20, 20)));
@@ -333,19 +316,16 @@ fn ucmatose_back_to_back() {
 
 #[test]
 fn ucmatose_message_size_mismatch_fails() {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
-    a.start_service(ServiceSpec::new(ServiceKind::UcmatoseServer), now)
-        .unwrap();
+    let srv = ServiceSpec::new(ServiceKind::UcmatoseServer);
     let mut cli = ServiceSpec::new(ServiceKind::UcmatoseClient);
     cli.peer = Some(IP_A);
     cli.size = 50;
-    b.start_service(cli, now).unwrap();
+    let mut p = Pair::new();
+    p.start((srv, cli), false, is_tcp, nothing_to_check);
     let (_, eb) = run(
-        &mut a,
-        &mut b,
-        &mut now,
+        &mut p.a,
+        &mut p.b,
+        &mut p.now,
         Duration::from_secs(60),
         0,
         is_tcp,

@@ -19,43 +19,20 @@ fn pair(
     drop_every: usize,
     client_first: bool,
 ) {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
     let mut srv = ServiceSpec::new(server);
     srv.rdma_cm = true;
     srv.mpa_crc = crc.0;
     srv.size = size;
     srv.iters = iters;
-    let mut cli = ServiceSpec::new(client);
+    let mut cli = client_spec(client, iters);
     cli.rdma_cm = true;
     cli.mpa_crc = crc.1;
-    cli.peer = Some(IP_A);
     cli.size = size;
-    cli.iters = iters;
-    start_server_and_client(
-        &mut a,
-        &mut b,
-        &mut now,
-        (srv, cli),
-        client_first,
-        is_tcp,
-        |_, b| {
-            let st = b.status().services[0].state.clone();
-            assert!(
-                st == "waiting-for-server" || st == "connecting",
-                "client state {st}"
-            );
-        },
-    );
-    let (ea, eb) = run_to_finish(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(300),
-        drop_every,
-        is_tcp,
-    );
+    let mut p = Pair::new();
+    p.start((srv, cli), client_first, is_tcp, |_, b| {
+        assert_waiting_for_server(b)
+    });
+    let (ea, eb) = p.run_to_finish(Duration::from_secs(300), drop_every, is_tcp);
     // The client counts its completed operations, the server what arrived:
     // WRITE messages placed, READ requests answered, receives completed.
     assert_eq!(finished(&eb), Some((iters, 0)), "client {eb:?}");
@@ -63,7 +40,7 @@ fn pair(
     // Two iWARP connections a side (control and data), CRC on both if
     // either side asked for it.
     let crc_n = if crc.0 || crc.1 { 2 } else { 0 };
-    for h in [&a, &b] {
+    for h in [&p.a, &p.b] {
         let c = h.iwarp_counters();
         assert_eq!(c.connected, 2, "{c:?}");
         assert_eq!(c.connected_crc, crc_n, "{c:?}");
@@ -79,12 +56,18 @@ fn pair(
         );
     }
     // Both close; the server listens again with only its listening socket.
-    run_idle(&mut a, &mut b, &mut now, Duration::from_secs(40), is_tcp);
-    let sa = a.status();
+    run_idle(
+        &mut p.a,
+        &mut p.b,
+        &mut p.now,
+        Duration::from_secs(40),
+        is_tcp,
+    );
+    let sa = p.a.status();
     assert_eq!(sa.services[0].state, "listening");
     assert_eq!(sa.services[0].sessions_ok, 1);
     assert_eq!(sa.tcp_sockets, 1, "only the listening socket");
-    let sb = b.status();
+    let sb = p.b.status();
     assert_eq!(sb.services[0].state, "done");
     assert_eq!(sb.tcp_sockets, 0, "the client's sockets are gone");
 }

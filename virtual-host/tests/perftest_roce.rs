@@ -29,46 +29,21 @@ fn pair(
     drop_every: usize,
     client_first: bool,
 ) {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
     let srv = spec(server, iters, size);
     let mut cli = spec(client, iters, size);
     cli.peer = Some(IP_A);
-    start_server_and_client(
-        &mut a,
-        &mut b,
-        &mut now,
-        (srv, cli),
-        client_first,
-        is_roce,
-        |a, b| {
-            // Nobody listens: the REQs are rejected for a while.
-            assert!(
-                a.cm_counters().1.unknown_service >= 1,
-                "{:?}",
-                a.cm_counters()
-            );
-            let st = b.status().services[0].state.clone();
-            assert!(
-                st == "waiting-for-server" || st == "connecting",
-                "client state {st}"
-            );
-        },
-    );
-    let (ea, eb) = run_to_finish(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(300),
-        drop_every,
-        is_roce,
-    );
+    let mut p = Pair::new();
+    p.start((srv, cli), client_first, is_roce, |a, b| {
+        // Nobody listens: the REQs are rejected for a while.
+        assert_rejected_unknown_service(a);
+        assert_waiting_for_server(b);
+    });
+    let (ea, eb) = p.run_to_finish(Duration::from_secs(300), drop_every, is_roce);
     // The client counts its completed operations, the server what arrived:
     // WRITE messages placed, READ requests answered, receives completed.
     assert_eq!(finished(&eb), Some((iters, 0)), "client {eb:?}");
     assert_eq!(finished(&ea), Some((iters, 0)), "server {ea:?}");
-    settle(&mut a, &mut b, &mut now);
+    settle(&mut p.a, &mut p.b, &mut p.now);
 }
 
 /// Both sides close; two CM connections a side (control, data), no bad

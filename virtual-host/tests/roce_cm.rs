@@ -19,51 +19,36 @@ fn pair(
     drop_every: usize,
     client_first: bool,
 ) {
-    let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    let mut b = host("b", MAC_B, IP_B, now);
     let mut srv = ServiceSpec::new(server);
     srv.iters = iters;
     srv.size = size;
     let mut cli = client_spec(client, iters);
     cli.size = size;
-    start_server_and_client(
-        &mut a,
-        &mut b,
-        &mut now,
-        (srv, cli),
-        client_first,
-        is_roce,
-        |a, _| {
-            // Nobody listens: the REQs are rejected for a while.
-            assert!(
-                a.cm_counters().1.unknown_service >= 1,
-                "{:?}",
-                a.cm_counters()
-            );
-        },
-    );
-    let (ea, eb) = run_to_finish(
-        &mut a,
-        &mut b,
-        &mut now,
-        Duration::from_secs(120),
-        drop_every,
-        is_roce,
-    );
+    let mut p = Pair::new();
+    // Nobody listens: the REQs are rejected for a while.
+    p.start((srv, cli), client_first, is_roce, |a, _| {
+        assert_rejected_unknown_service(a)
+    });
+    let (ea, eb) = p.run_to_finish(Duration::from_secs(120), drop_every, is_roce);
     assert_eq!(finished(&ea), Some((iters, iters)), "server {ea:?}");
     assert_eq!(finished(&eb), Some((iters, iters)), "client {eb:?}");
     // The CM saw one connection on each side, and it ended with DREQ/DREP.
-    run_idle(&mut a, &mut b, &mut now, Duration::from_secs(10), is_roce);
-    let (ga, ca) = a.cm_counters();
-    let (gb, cb) = b.cm_counters();
+    run_idle(
+        &mut p.a,
+        &mut p.b,
+        &mut p.now,
+        Duration::from_secs(10),
+        is_roce,
+    );
+    let (ga, ca) = p.a.cm_counters();
+    let (gb, cb) = p.b.cm_counters();
     assert_eq!((ca.established, cb.established), (1, 1), "{ca:?} {cb:?}");
     assert!(ga.mads_rx >= 2 && gb.mads_rx >= 2, "{ga:?} {gb:?}");
     assert_eq!((ga.bad_mads, gb.bad_mads, ga.bad_qkey), (0, 0, 0));
-    assert_eq!(a.status().services[0].state, "listening");
-    assert_eq!(b.status().services[0].state, "done");
-    assert_eq!(a.status().qps, 0, "the server's QP is gone");
-    assert_eq!(b.status().qps, 0, "the client's QP is gone");
+    assert_eq!(p.a.status().services[0].state, "listening");
+    assert_eq!(p.b.status().services[0].state, "done");
+    assert_eq!(p.a.status().qps, 0, "the server's QP is gone");
+    assert_eq!(p.b.status().qps, 0, "the client's QP is gone");
 }
 
 #[test]
@@ -172,6 +157,18 @@ fn req(comm_id: u32, port: u16) -> [u8; MAD_LEN] {
     .unwrap()
 }
 
+/// The address of a hostile CM peer.
+const PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 66);
+const PMAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x66];
+
+/// Host A with an rping server over RoCE, started at `now`.
+fn rping_roce_server(now: Instant) -> VirtualHost {
+    let mut a = host("a", MAC_A, IP_A, now);
+    a.start_service(ServiceSpec::new(ServiceKind::RpingServerRoce), now)
+        .unwrap();
+    a
+}
+
 /// rping client on `b` against `a`'s server: proves `a` still serves.
 fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
     let cli = client_spec(ServiceKind::RpingClientRoce, 3);
@@ -182,21 +179,17 @@ fn still_serves(a: &mut VirtualHost, now: &mut Instant) {
 #[test]
 fn hostile_cm_input_is_counted_and_the_host_keeps_serving() {
     let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    a.start_service(ServiceSpec::new(ServiceKind::RpingServerRoce), now)
-        .unwrap();
-    let peer = Ipv4Addr::new(10, 77, 0, 66);
-    let pmac = [0x02, 0, 0, 0, 0, 0x66];
+    let mut a = rping_roce_server(now);
     // Truncated MADs, unknown attributes, wrong class, wrong Q_Key, not a UD SEND.
     let good = req(1, 7174);
-    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &good[..100]), now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &good[..100]), now);
     let mut unknown_attr = good;
     unknown_attr[16..18].copy_from_slice(&0x0019u16.to_be_bytes()); // LAP
-    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &unknown_attr), now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &unknown_attr), now);
     let mut not_cm = good;
     not_cm[1] = 0x81;
-    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &not_cm), now);
-    a.handle_frame(&gsi_frame(peer, pmac, 0x1234, &good), now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &not_cm), now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, 0x1234, &good), now);
     let (g, c) = a.cm_counters();
     assert_eq!(g.bad_mads, 3, "{g:?}");
     assert_eq!(c.parse_errors, 3, "{c:?}");
@@ -206,7 +199,7 @@ fn hostile_cm_input_is_counted_and_the_host_keeps_serving() {
         "nothing answered"
     );
     // A REQ for a port nobody listens on gets a REJ.
-    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &req(2, 9999)), now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &req(2, 9999)), now);
     let out: Vec<_> = drain(&mut a).into_iter().filter(|f| is_roce(f)).collect();
     assert_eq!(out.len(), 1);
     let rej = CmMad::parse(&out[0][14 + 20 + 8 + 12 + 8..][..MAD_LEN]).unwrap();
@@ -218,7 +211,7 @@ fn hostile_cm_input_is_counted_and_the_host_keeps_serving() {
     // A flood of REQs: one is accepted (the service serves one client at a
     // time, the rest are refused by the service or the CM's pending limit).
     for id in 100..400 {
-        a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &req(id, 7174)), now);
+        a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &req(id, 7174)), now);
     }
     let rejects = drain(&mut a)
         .into_iter()
@@ -254,12 +247,8 @@ fn hostile_cm_input_is_counted_and_the_host_keeps_serving() {
 #[test]
 fn rej_mid_handshake_frees_the_session() {
     let mut now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    a.start_service(ServiceSpec::new(ServiceKind::RpingServerRoce), now)
-        .unwrap();
-    let peer = Ipv4Addr::new(10, 77, 0, 66);
-    let pmac = [0x02, 0, 0, 0, 0, 0x66];
-    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &req(5, 7174)), now);
+    let mut a = rping_roce_server(now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &req(5, 7174)), now);
     let rep = drain(&mut a)
         .into_iter()
         .filter(|f| is_roce(f))
@@ -282,7 +271,7 @@ fn rej_mid_handshake_frees_the_session() {
     }
     .encode()
     .unwrap();
-    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &rej), now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &rej), now);
     now += Duration::from_secs(3);
     a.handle_timeout(now);
     assert_eq!(a.status().services[0].sessions_failed, 1);
@@ -298,18 +287,14 @@ fn rej_mid_handshake_frees_the_session() {
 #[test]
 fn starting_psns_follow_linux() {
     let now = Instant::now();
-    let mut a = host("a", MAC_A, IP_A, now);
-    a.start_service(ServiceSpec::new(ServiceKind::RpingServerRoce), now)
-        .unwrap();
-    let peer = Ipv4Addr::new(10, 77, 0, 66);
-    let pmac = [0x02, 0, 0, 0, 0, 0x66];
+    let mut a = rping_roce_server(now);
     let mut r = CmMad::parse(&req(9, 7174)).unwrap();
     let CmMessage::Req(q) = &mut r.msg else {
         unreachable!()
     };
     q.starting_psn = 0x12_3456;
     let peer_qpn = q.local_qpn;
-    a.handle_frame(&gsi_frame(peer, pmac, GSI_QKEY, &r.encode().unwrap()), now);
+    a.handle_frame(&gsi_frame(PEER, PMAC, GSI_QKEY, &r.encode().unwrap()), now);
     let rep = drain(&mut a)
         .into_iter()
         .filter(|f| is_roce(f))
@@ -327,7 +312,7 @@ fn starting_psns_follow_linux() {
         }),
     };
     a.handle_frame(
-        &gsi_frame(peer, pmac, GSI_QKEY, &rtu.encode().unwrap()),
+        &gsi_frame(PEER, PMAC, GSI_QKEY, &rtu.encode().unwrap()),
         now,
     );
     // rping's first SEND: {addr, rkey, len} of the client's buffer.
@@ -340,10 +325,10 @@ fn starting_psns_follow_linux() {
         .payload(&info);
     let frame = FrameBuilder {
         dst_mac: MAC_A,
-        src_mac: pmac,
+        src_mac: PMAC,
         vlan_tci: None,
         net: NetParams::Ipv4 {
-            src: peer.octets(),
+            src: PEER.octets(),
             dst: IP_A.octets(),
             tos: 0,
             ttl: 64,

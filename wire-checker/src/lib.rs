@@ -270,6 +270,30 @@ pub(crate) struct Ctx<'a> {
     pub port: &'a str,
 }
 
+impl Ctx<'_> {
+    /// A finding of `rule` on this frame, with no PSN or stream offset.
+    pub(crate) fn finding(
+        &self,
+        protocol: Protocol,
+        connection: &str,
+        direction: &str,
+        rule: Rule,
+        detail: String,
+    ) -> Finding {
+        Finding {
+            ts_ns: self.ts_ns,
+            port: self.port.to_string(),
+            protocol,
+            connection: connection.to_string(),
+            direction: direction.to_string(),
+            psn: None,
+            seq: None,
+            rule,
+            detail,
+        }
+    }
+}
+
 /// The checker: flow tables for each protocol, findings and counters.
 #[derive(Debug)]
 pub struct Checker {

@@ -28,7 +28,7 @@
 
 use crate::net::{roce_parts, Addr};
 use crate::smc::{add_link_gid, SmcHalf, SmcHalfView, SmcLinks};
-use crate::{CheckerStats, Ctx, Finding, Findings, Protocol, Rule};
+use crate::{CheckerStats, Ctx, Findings, Protocol, Rule};
 use roce_model::{
     AethSyndrome, IbFrame, NakCode, NetLayer, OpKind, Opcode, Position, Psn, RoceFrame, RocePacket,
     Transport,
@@ -327,28 +327,14 @@ impl RoceTable {
                 Rule::LlcMessage | Rule::CdcCursor | Rule::CdcSeqno => protocol,
                 _ => Protocol::Roce,
             };
-            findings.push(
-                stats,
-                Finding {
-                    ts_ns: ctx.ts_ns,
-                    port: ctx.port.to_string(),
-                    protocol,
-                    connection: connection.clone(),
-                    direction: direction.clone(),
-                    psn: if matches!(rule, Rule::CdcCursor | Rule::CdcSeqno) {
-                        None
-                    } else {
-                        psn
-                    },
-                    seq: if matches!(rule, Rule::CdcCursor | Rule::CdcSeqno) {
-                        psn.map(u64::from)
-                    } else {
-                        None
-                    },
-                    rule,
-                    detail,
-                },
-            );
+            let mut f = ctx.finding(protocol, &connection, &direction, rule, detail);
+            // SMC-R's CDC rules name a CDC sequence number, not a PSN.
+            if matches!(rule, Rule::CdcCursor | Rule::CdcSeqno) {
+                f.seq = psn.map(u64::from);
+            } else {
+                f.psn = psn;
+            }
+            findings.push(stats, f);
         }
     }
 
@@ -485,20 +471,19 @@ impl RoceTable {
                 findings,
                 stats,
             ),
-            None => findings.push(
-                stats,
-                Finding {
-                    ts_ns: ctx.ts_ns,
-                    port: ctx.port.to_string(),
-                    protocol: Protocol::Roce,
-                    connection: format!("roce {src} -> {dst}"),
-                    direction: Self::direction(&key),
-                    psn,
-                    seq: None,
-                    rule: Rule::Malformed,
+            None => {
+                let connection = format!("roce {src} -> {dst}");
+                let direction = Self::direction(&key);
+                let mut f = ctx.finding(
+                    Protocol::Roce,
+                    &connection,
+                    &direction,
+                    Rule::Malformed,
                     detail,
-                },
-            ),
+                );
+                f.psn = psn;
+                findings.push(stats, f);
+            }
         }
     }
 

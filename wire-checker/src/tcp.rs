@@ -13,7 +13,7 @@
 use crate::iwarp::{IwarpConn, IwarpConnView};
 use crate::net::{Addr, TcpSegment, EYECATCHER_SMCD, EYECATCHER_SMCR};
 use crate::smc::{ClcSession, ClcState, ClcStep, SmcLinks, SmcView};
-use crate::{CheckerConfig, CheckerStats, Ctx, Finding, Findings, Protocol, Rule};
+use crate::{CheckerConfig, CheckerStats, Ctx, Findings, Protocol, Rule};
 use std::collections::HashMap;
 
 type Endpoint = (Addr, u16);
@@ -281,20 +281,9 @@ impl TcpTable {
             if rule == Rule::StreamUnparsed {
                 stats.streams_unparsed += 1;
             }
-            findings.push(
-                stats,
-                Finding {
-                    ts_ns: ctx.ts_ns,
-                    port: ctx.port.to_string(),
-                    protocol,
-                    connection: connection.clone(),
-                    direction: direction.clone(),
-                    psn: None,
-                    seq: Some(seq),
-                    rule,
-                    detail,
-                },
-            );
+            let mut f = ctx.finding(protocol, &connection, &direction, rule, detail);
+            f.seq = Some(seq);
+            findings.push(stats, f);
         }
     }
 

@@ -111,23 +111,9 @@ pub fn run(
     let (mut ea, mut eb) = (Vec::new(), Vec::new());
     let mut n = 0usize;
     while *now < end {
-        let mut moved = false;
-        for f in a.tx() {
-            moved = true;
-            n += 1;
-            if drop_every > 0 && n.is_multiple_of(drop_every) && droppable(&f) {
-                continue;
-            }
-            b.rx(&f, *now);
-        }
-        for f in b.tx() {
-            moved = true;
-            n += 1;
-            if drop_every > 0 && n.is_multiple_of(drop_every) && droppable(&f) {
-                continue;
-            }
-            a.rx(&f, *now);
-        }
+        let a_sent = forward(a, b, *now, &mut n, drop_every, droppable);
+        let b_sent = forward(b, a, *now, &mut n, drop_every, droppable);
+        let moved = a_sent || b_sent;
         ea.extend(a.events());
         eb.extend(b.events());
         if done(&ea, &eb) {
@@ -145,6 +131,27 @@ pub fn run(
         }
     }
     (ea, eb)
+}
+
+/// Moves every frame `from` has queued to `to`, but for every `drop_every`th
+/// frame (counting in `n`) that is `droppable`. Whether `from` sent any.
+fn forward(
+    from: &mut dyn Node,
+    to: &mut dyn Node,
+    now: Instant,
+    n: &mut usize,
+    drop_every: usize,
+    droppable: fn(&[u8]) -> bool,
+) -> bool {
+    let frames = from.tx();
+    for f in &frames {
+        *n += 1;
+        if drop_every > 0 && n.is_multiple_of(drop_every) && droppable(f) {
+            continue;
+        }
+        to.rx(f, now);
+    }
+    !frames.is_empty()
 }
 
 /// [`run`] without loss and without a stop condition: `limit` of traffic
@@ -208,6 +215,11 @@ pub fn both_finished_or_failed(ea: &[HostEvent], eb: &[HostEvent]) -> bool {
     (finished(ea).is_some() && finished(eb).is_some())
         || failed(ea).is_some()
         || failed(eb).is_some()
+}
+
+/// A `done` for [`run`]: both sessions finished, or the client (`b`) failed.
+pub fn both_finished_or_client_failed(ea: &[HostEvent], eb: &[HostEvent]) -> bool {
+    finished(ea).is_some() && finished(eb).is_some() || failed(eb).is_some()
 }
 
 /// A smoltcp Ethernet device over two frame queues the test moves by hand.
@@ -282,6 +294,74 @@ pub fn start_server_and_client(
         a.start_service(srv, *now).unwrap();
         b.start_service(cli, *now).unwrap();
     }
+}
+
+/// Hosts A and B and their clock, for a server on A and a client on B.
+pub struct Pair {
+    pub now: Instant,
+    pub a: VirtualHost,
+    pub b: VirtualHost,
+}
+
+impl Pair {
+    /// Fresh hosts A and B.
+    pub fn new() -> Self {
+        let now = Instant::now();
+        let a = host("a", MAC_A, IP_A, now);
+        let b = host("b", MAC_B, IP_B, now);
+        Pair { now, a, b }
+    }
+
+    /// Starts the server spec on A and the client spec on B as
+    /// [`start_server_and_client`] does.
+    pub fn start(
+        &mut self,
+        specs: (virtual_host::ServiceSpec, virtual_host::ServiceSpec),
+        client_first: bool,
+        droppable: fn(&[u8]) -> bool,
+        while_alone: impl FnOnce(&VirtualHost, &VirtualHost),
+    ) {
+        let (a, b, now) = (&mut self.a, &mut self.b, &mut self.now);
+        start_server_and_client(a, b, now, specs, client_first, droppable, while_alone);
+    }
+
+    /// [`run_to_finish`] between A (server) and B (client).
+    pub fn run_to_finish(
+        &mut self,
+        limit: Duration,
+        drop_every: usize,
+        droppable: fn(&[u8]) -> bool,
+    ) -> (Vec<HostEvent>, Vec<HostEvent>) {
+        let (a, b, now) = (&mut self.a, &mut self.b, &mut self.now);
+        run_to_finish(a, b, now, limit, drop_every, droppable)
+    }
+}
+
+impl Default for Pair {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A `while_alone` for [`start_server_and_client`] that checks nothing.
+pub fn nothing_to_check(_: &VirtualHost, _: &VirtualHost) {}
+
+/// Asserts that the first service of `h`, a client, waits for its server.
+pub fn assert_waiting_for_server(h: &VirtualHost) {
+    let st = h.status().services[0].state.clone();
+    assert!(
+        st == "waiting-for-server" || st == "connecting",
+        "client state {st}"
+    );
+}
+
+/// Asserts that the IB CM of `h` rejected REQs for a service nobody listens on.
+pub fn assert_rejected_unknown_service(h: &VirtualHost) {
+    assert!(
+        h.cm_counters().1.unknown_service >= 1,
+        "{:?}",
+        h.cm_counters()
+    );
 }
 
 /// The address of a scripted TCP peer ([`TcpClient`]).
@@ -383,6 +463,28 @@ pub fn client_spec(kind: virtual_host::ServiceKind, iters: u32) -> virtual_host:
     let mut cli = virtual_host::ServiceSpec::new(kind);
     cli.peer = Some(IP_A);
     cli.iters = iters;
+    cli
+}
+
+/// A client spec for perftest `kind` against host A's `port`, running
+/// `iters` iterations of at most 4 KiB (the tools' 64 KiB default runs in
+/// the guest tests; small messages keep the debug-build tests short).
+pub fn perftest_client_spec(
+    kind: virtual_host::ServiceKind,
+    port: u16,
+    iters: u32,
+) -> virtual_host::ServiceSpec {
+    let mut cli = client_spec(kind, iters);
+    cli.port = port;
+    cli.size = cli.size.min(4096);
+    cli
+}
+
+/// A tool-like pingpong client against host A (it echoes what the server
+/// sends, so the server verifies), running `iters` iterations.
+pub fn echo_client_spec(iters: u32) -> virtual_host::ServiceSpec {
+    let mut cli = client_spec(virtual_host::ServiceKind::PingpongClient, iters);
+    cli.echo = true;
     cli
 }
 
