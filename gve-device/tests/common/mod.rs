@@ -286,6 +286,22 @@ impl Guest {
         f
     }
 
+    /// The completions of queue `q` as the driver groups them: one list per
+    /// packet (up to `end_of_packet`).
+    pub fn packets(&mut self, q: usize) -> Vec<Vec<RxCompl>> {
+        let mut out = vec![];
+        let mut cur = vec![];
+        for c in self.rx_completions(q) {
+            let eop = c.eop;
+            cur.push(c);
+            if eop {
+                out.push(std::mem::take(&mut cur));
+            }
+        }
+        assert!(cur.is_empty(), "a packet without end_of_packet");
+        out
+    }
+
     /// `gve_adminq_alloc` for revision 1.
     pub fn adminq_setup(&mut self) {
         self.adminq = self.alloc(4096, 4096);
@@ -746,6 +762,42 @@ pub fn cmd(op: u32, payload: &[u8]) -> [u8; 64] {
     c[0..4].copy_from_slice(&op.to_be_bytes());
     c[8..8 + payload.len()].copy_from_slice(payload);
     c
+}
+
+/// An `EXTENDED_COMMAND` flow-rule command (`op` 0 add, 1 delete, 2
+/// reset) at `loc`: TCPv4 to `dst`/32 (and, with `dport`, exactly that port)
+/// steered to `queue`.
+pub fn flow_rule_cmd(
+    g: &mut Guest,
+    op: u16,
+    loc: u32,
+    dst: [u8; 4],
+    dport: Option<u16>,
+    queue: u16,
+) -> u32 {
+    let mut b = vec![0u8; 92];
+    b[0..2].copy_from_slice(&op.to_be_bytes());
+    b[4..6].copy_from_slice(&0u16.to_be_bytes()); // GVE_FLOW_TYPE_TCPV4
+    b[6..8].copy_from_slice(&queue.to_be_bytes());
+    // key: dst ip, dst port; mask: dst ip /32, dst port exact.
+    b[8 + 16..8 + 20].copy_from_slice(&dst);
+    b[48 + 16..48 + 20].copy_from_slice(&[0xff; 4]);
+    if let Some(dport) = dport {
+        b[8 + 34..8 + 36].copy_from_slice(&dport.to_be_bytes());
+        b[48 + 34..48 + 36].copy_from_slice(&[0xff; 2]);
+    }
+    b[88..92].copy_from_slice(&loc.to_be_bytes());
+    let a = g.alloc(92, 64);
+    g.write(a, &b);
+    g.adminq_cmd(cmd(
+        opcode::EXTENDED_COMMAND,
+        &[
+            &0x101u32.to_be_bytes()[..],
+            &92u32.to_be_bytes(),
+            &a.to_be_bytes(),
+        ]
+        .concat(),
+    ))
 }
 
 pub fn create_tx_cmd(q: u32, r: &TxRing, ntfy: u32) -> [u8; 64] {
