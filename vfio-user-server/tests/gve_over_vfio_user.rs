@@ -19,7 +19,7 @@ use std::os::fd::AsRawFd;
 
 use common::{enable_bus_master, memfd, take_events, MappedMem, TestServer};
 use gve_common::{be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, tcp4};
-use gve_common::{RxRing, TxRing};
+use gve_common::{GveDriver, RxRing, TxRing};
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, Counters, GveConfig, GveDevice};
 use pci_model::RxRefusal;
@@ -84,6 +84,37 @@ struct Driver {
     vectors: Vec<File>,
 }
 
+impl GveDriver for Driver {
+    /// `dma_alloc_coherent`: zeroed, aligned, inside the mapped memfd.
+    fn alloc(&mut self, size: u64, align: u64) -> u64 {
+        self.mem
+            .alloc_zeroed(&mut self.next, IOVA + RAM, size, align)
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.mem.read(addr, len)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) {
+        self.mem.write(addr, data);
+    }
+
+    fn reg_write(&mut self, off: u64, data: &[u8]) {
+        self.c.region_write(BAR0, off, data).unwrap();
+    }
+
+    /// `ioread32be` of a BAR0 register.
+    fn reg_r32(&mut self, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.c.region_read(BAR0, off, &mut b).unwrap();
+        u32::from_be_bytes(b)
+    }
+
+    fn adminq_state(&mut self) -> (&mut u64, &mut u32) {
+        (&mut self.adminq, &mut self.prod)
+    }
+}
+
 impl Driver {
     /// Connects, maps guest RAM (`DMA_MAP` of a memfd) and turns bus
     /// mastering on, as QEMU + the PCI core do before the driver probes.
@@ -108,77 +139,11 @@ impl Driver {
         }
     }
 
-    /// `dma_alloc_coherent`: zeroed, aligned, inside the mapped memfd.
-    fn alloc(&mut self, size: u64, align: u64) -> u64 {
-        self.mem
-            .alloc_zeroed(&mut self.next, IOVA + RAM, size, align)
-    }
-
-    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
-        self.mem.read(addr, len)
-    }
-
-    fn write(&self, addr: u64, data: &[u8]) {
-        self.mem.write(addr, data);
-    }
-
-    /// `iowrite32be` to a BAR0 register.
-    fn reg_w32(&mut self, off: u64, v: u32) {
-        self.c.region_write(BAR0, off, &v.to_be_bytes()).unwrap();
-    }
-
-    /// `ioread32be` of a BAR0 register.
-    fn reg_r32(&mut self, off: u64) -> u32 {
-        let mut b = [0u8; 4];
-        self.c.region_read(BAR0, off, &mut b).unwrap();
-        u32::from_be_bytes(b)
-    }
-
     /// `iowrite32(val, &db_bar2[index])`.
     fn doorbell(&mut self, index: u32, val: u32) {
         self.c
             .region_write(BAR2, u64::from(index) * 4, &val.to_le_bytes())
             .unwrap();
-    }
-
-    /// `gve_adminq_alloc` (revision 1) with the ring at `base`.
-    fn adminq_setup_at(&mut self, base: u64) {
-        self.adminq = base;
-        self.prod = 0;
-        self.c
-            .region_write(BAR0, regs::ADMINQ_LENGTH, &4096u16.to_be_bytes())
-            .unwrap();
-        self.reg_w32(regs::ADMINQ_BASE_HI, (base >> 32) as u32);
-        self.reg_w32(regs::ADMINQ_BASE_LO, base as u32);
-        self.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RUN);
-    }
-
-    fn adminq_setup(&mut self) {
-        let base = self.alloc(4096, 4096);
-        self.adminq_setup_at(base);
-    }
-
-    /// Writes commands into the ring, kicks once, checks the event counter
-    /// caught up and returns each command's status.
-    fn adminq_batch(&mut self, cmds: &[[u8; 64]]) -> Vec<u32> {
-        let first = self.prod;
-        for c in cmds {
-            self.write(self.adminq + u64::from(self.prod % 64) * 64, c);
-            self.prod = self.prod.wrapping_add(1);
-        }
-        self.reg_w32(regs::ADMINQ_DOORBELL, self.prod);
-        assert_eq!(
-            self.reg_r32(regs::ADMINQ_EVENT_COUNTER),
-            self.prod,
-            "event counter must reach the producer count"
-        );
-        (first..self.prod)
-            .map(|i| be32(&self.read(self.adminq + u64::from(i % 64) * 64, 8), 4))
-            .collect()
-    }
-
-    fn adminq_cmd(&mut self, c: [u8; 64]) -> u32 {
-        self.adminq_batch(&[c])[0]
     }
 
     fn describe_cmd(addr: u64, len: u32) -> [u8; 64] {
@@ -247,21 +212,10 @@ impl Driver {
         assert_eq!(self.reg_r32(regs::MAX_TX_QUEUES), 4);
         assert_eq!(self.reg_r32(regs::MAX_RX_QUEUES), 4);
         self.adminq_setup();
-        let info = self.alloc(304, 64);
-        self.write(info, &[1, 1, 0, 0]);
-        let st = self.adminq_cmd(cmd(
-            opcode::VERIFY_DRIVER_COMPATIBILITY,
-            &[&304u64.to_be_bytes()[..], &info.to_be_bytes()].concat(),
-        ));
-        assert_eq!(st, status::PASSED);
+        assert_eq!(self.verify_driver_compatibility(), status::PASSED);
         let d = self.describe();
         self.configure_resources();
-        let map = self.alloc(2048, 64);
-        let st = self.adminq_cmd(cmd(
-            opcode::GET_PTYPE_MAP,
-            &[&2048u64.to_be_bytes()[..], &map.to_be_bytes()].concat(),
-        ));
-        assert_eq!(st, status::PASSED);
+        self.ptype_map_cmd();
         d
     }
 

@@ -136,28 +136,6 @@ impl Guest {
         }
     }
 
-    /// `dma_alloc_coherent`: zeroed, aligned.
-    pub fn alloc(&mut self, size: u64, align: u64) -> u64 {
-        let a = self.next.div_ceil(align) * align;
-        self.next = a + size;
-        assert!(
-            self.next <= MEM_BASE + MEM_SIZE as u64,
-            "guest memory exhausted"
-        );
-        self.mem.write(a, &vec![0; size as usize]).unwrap();
-        a
-    }
-
-    pub fn read(&self, addr: u64, len: usize) -> Vec<u8> {
-        let mut b = vec![0; len];
-        self.mem.read(addr, &mut b).unwrap();
-        b
-    }
-
-    pub fn write(&self, addr: u64, data: &[u8]) {
-        self.mem.write(addr, data).unwrap();
-    }
-
     fn with_io<T>(&mut self, f: impl FnOnce(&mut GveDevice, &mut DeviceIo<'_>) -> T) -> T {
         let mem = self.mem.clone();
         let mut io = DeviceIo::new(&mem, self.now);
@@ -197,14 +175,6 @@ impl Guest {
         let mut b = vec![0; len];
         self.with_io(|d, io| d.bar_read(bar, off, &mut b, io));
         b
-    }
-
-    pub fn reg_w32(&mut self, off: u64, v: u32) {
-        self.bar_write(layout::BAR_REGS, off, &v.to_be_bytes());
-    }
-
-    pub fn reg_r32(&mut self, off: u64) -> u32 {
-        be32(&self.bar_read(layout::BAR_REGS, off, 4), 0)
     }
 
     /// `iowrite32(val, &db_bar2[index])`.
@@ -302,44 +272,6 @@ impl Guest {
         out
     }
 
-    /// `gve_adminq_alloc` for revision 1.
-    pub fn adminq_setup(&mut self) {
-        self.adminq = self.alloc(4096, 4096);
-        self.prod = 0;
-        self.bar_write(
-            layout::BAR_REGS,
-            regs::ADMINQ_LENGTH,
-            &4096u16.to_be_bytes(),
-        );
-        self.reg_w32(regs::ADMINQ_BASE_HI, (self.adminq >> 32) as u32);
-        self.reg_w32(regs::ADMINQ_BASE_LO, self.adminq as u32);
-        self.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RUN);
-    }
-
-    /// Issues commands (`gve_adminq_issue_cmd` each), then kick and wait;
-    /// returns every status.
-    pub fn adminq_batch(&mut self, cmds: &[[u8; 64]]) -> Vec<u32> {
-        let first = self.prod;
-        for c in cmds {
-            let slot = u64::from(self.prod % 64);
-            self.write(self.adminq + slot * 64, c);
-            self.prod = self.prod.wrapping_add(1);
-        }
-        self.reg_w32(regs::ADMINQ_DOORBELL, self.prod);
-        assert_eq!(
-            self.reg_r32(regs::ADMINQ_EVENT_COUNTER),
-            self.prod,
-            "event counter must reach the producer count"
-        );
-        (first..self.prod)
-            .map(|i| be32(&self.read(self.adminq + u64::from(i % 64) * 64, 8), 4))
-            .collect()
-    }
-
-    pub fn adminq_cmd(&mut self, c: [u8; 64]) -> u32 {
-        self.adminq_batch(&[c])[0]
-    }
-
     pub fn probe(&mut self) {
         for b in b"GVE-1.0.0\n" {
             self.bar_write(layout::BAR_REGS, regs::DRIVER_VERSION, &[*b]);
@@ -354,12 +286,7 @@ impl Guest {
         );
         self.adminq_setup();
         // gve_verify_driver_compatibility
-        let info = self.alloc(304, 64);
-        self.write(info, &[1, 1, 0, 0]);
-        let st = self.adminq_cmd(cmd(
-            opcode::VERIFY_DRIVER_COMPATIBILITY,
-            &[&304u64.to_be_bytes()[..], &info.to_be_bytes()].concat(),
-        ));
+        let st = self.verify_driver_compatibility();
         assert!(st == status::PASSED || st == status::UNIMPLEMENTED);
         self.describe();
         let vectors = u32::from(self.dev.msix().unwrap().vectors);
@@ -482,13 +409,7 @@ impl Guest {
     }
 
     pub fn get_ptype_map(&mut self) {
-        let map = self.alloc(2048, 64);
-        let st = self.adminq_cmd(cmd(
-            opcode::GET_PTYPE_MAP,
-            &[&2048u64.to_be_bytes()[..], &map.to_be_bytes()].concat(),
-        ));
-        assert_eq!(st, status::PASSED);
-        self.ptype_map = self.read(map, 2048);
+        self.ptype_map = self.ptype_map_cmd();
     }
 
     pub fn configure_rss(&mut self, key: Option<&[u8]>, lut: Option<&[u32]>, types: u16) -> u32 {
@@ -753,6 +674,128 @@ impl Guest {
             }
         }
         out
+    }
+}
+
+/// The driver steps that need only guest memory and BAR0, shared by this
+/// in-process driver ([`Guest`]) and the one over the vfio-user edge
+/// (vfio-user-server/tests/gve_over_vfio_user.rs, which includes this file).
+pub trait GveDriver {
+    /// `dma_alloc_coherent`: zeroed, aligned.
+    fn alloc(&mut self, size: u64, align: u64) -> u64;
+    fn read(&self, addr: u64, len: usize) -> Vec<u8>;
+    fn write(&self, addr: u64, data: &[u8]);
+    /// A write of `data` to BAR0 at `off`.
+    fn reg_write(&mut self, off: u64, data: &[u8]);
+    /// `ioread32be` of a BAR0 register.
+    fn reg_r32(&mut self, off: u64) -> u32;
+    /// The admin queue's base and producer count.
+    fn adminq_state(&mut self) -> (&mut u64, &mut u32);
+
+    /// `iowrite32be` to a BAR0 register.
+    fn reg_w32(&mut self, off: u64, v: u32) {
+        self.reg_write(off, &v.to_be_bytes());
+    }
+
+    /// `gve_adminq_alloc` (revision 1) with the ring at `base`.
+    fn adminq_setup_at(&mut self, base: u64) {
+        let (adminq, prod) = self.adminq_state();
+        (*adminq, *prod) = (base, 0);
+        self.reg_write(regs::ADMINQ_LENGTH, &4096u16.to_be_bytes());
+        self.reg_w32(regs::ADMINQ_BASE_HI, (base >> 32) as u32);
+        self.reg_w32(regs::ADMINQ_BASE_LO, base as u32);
+        self.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RUN);
+    }
+
+    /// `gve_adminq_alloc` for revision 1.
+    fn adminq_setup(&mut self) {
+        let base = self.alloc(4096, 4096);
+        self.adminq_setup_at(base);
+    }
+
+    /// Issues commands (`gve_adminq_issue_cmd` each), then kick and wait;
+    /// checks the event counter caught up and returns every status.
+    fn adminq_batch(&mut self, cmds: &[[u8; 64]]) -> Vec<u32> {
+        let (adminq, first) = {
+            let (a, p) = self.adminq_state();
+            (*a, *p)
+        };
+        let mut prod = first;
+        for c in cmds {
+            self.write(adminq + u64::from(prod % 64) * 64, c);
+            prod = prod.wrapping_add(1);
+        }
+        *self.adminq_state().1 = prod;
+        self.reg_w32(regs::ADMINQ_DOORBELL, prod);
+        assert_eq!(
+            self.reg_r32(regs::ADMINQ_EVENT_COUNTER),
+            prod,
+            "event counter must reach the producer count"
+        );
+        (first..prod)
+            .map(|i| be32(&self.read(adminq + u64::from(i % 64) * 64, 8), 4))
+            .collect()
+    }
+
+    fn adminq_cmd(&mut self, c: [u8; 64]) -> u32 {
+        self.adminq_batch(&[c])[0]
+    }
+
+    /// `gve_verify_driver_compatibility`; returns its status.
+    fn verify_driver_compatibility(&mut self) -> u32 {
+        let info = self.alloc(304, 64);
+        self.write(info, &[1, 1, 0, 0]);
+        self.adminq_cmd(cmd(
+            opcode::VERIFY_DRIVER_COMPATIBILITY,
+            &[&304u64.to_be_bytes()[..], &info.to_be_bytes()].concat(),
+        ))
+    }
+
+    /// GET_PTYPE_MAP, which must pass; returns the map.
+    fn ptype_map_cmd(&mut self) -> Vec<u8> {
+        let map = self.alloc(2048, 64);
+        let st = self.adminq_cmd(cmd(
+            opcode::GET_PTYPE_MAP,
+            &[&2048u64.to_be_bytes()[..], &map.to_be_bytes()].concat(),
+        ));
+        assert_eq!(st, status::PASSED);
+        self.read(map, 2048)
+    }
+}
+
+impl GveDriver for Guest {
+    /// `dma_alloc_coherent`: zeroed, aligned.
+    fn alloc(&mut self, size: u64, align: u64) -> u64 {
+        let a = self.next.div_ceil(align) * align;
+        self.next = a + size;
+        assert!(
+            self.next <= MEM_BASE + MEM_SIZE as u64,
+            "guest memory exhausted"
+        );
+        self.mem.write(a, &vec![0; size as usize]).unwrap();
+        a
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0; len];
+        self.mem.read(addr, &mut b).unwrap();
+        b
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) {
+        self.mem.write(addr, data).unwrap();
+    }
+
+    fn reg_write(&mut self, off: u64, data: &[u8]) {
+        self.bar_write(layout::BAR_REGS, off, data);
+    }
+
+    fn reg_r32(&mut self, off: u64) -> u32 {
+        be32(&self.bar_read(layout::BAR_REGS, off, 4), 0)
+    }
+
+    fn adminq_state(&mut self) -> (&mut u64, &mut u32) {
+        (&mut self.adminq, &mut self.prod)
     }
 }
 
