@@ -18,7 +18,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use common::{enable_bus_master, memfd, take_events, MappedMem, TestServer};
-use gve_common::{be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, tcp4};
+use gve_common::{be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, tcp4, tx_pkt_desc};
 use gve_common::{GveDriver, RxRing, TxRing};
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, Counters, GveConfig, GveDevice};
@@ -220,34 +220,11 @@ impl Driver {
     }
 
     fn new_tx_ring(&mut self) -> TxRing {
-        TxRing {
-            ring: self.alloc(u64::from(RING) * 16, 4096),
-            compl: self.alloc(u64::from(RING) * 8, 4096),
-            res: self.alloc(64, 64),
-            size: RING,
-            tail: 0,
-            compl_head: 0,
-            cur_gen: false,
-            db: 0,
-        }
+        self.alloc_tx_ring(RING)
     }
 
     fn new_rx_ring(&mut self, hdr_len: u32) -> RxRing {
-        RxRing {
-            compl: self.alloc(u64::from(RING) * 32, 4096),
-            bufq: self.alloc(u64::from(RING) * 32, 4096),
-            res: self.alloc(64, 64),
-            hdr_bufs: self.alloc(u64::from(RING) * u64::from(hdr_len), 64),
-            data: self.alloc(u64::from(RING) * u64::from(BUF_LEN), 4096),
-            size: RING,
-            buf_len: BUF_LEN,
-            hdr_len,
-            tail: 0,
-            compl_head: 0,
-            cur_gen: false,
-            db: 0,
-            next_buf_id: 0,
-        }
+        self.alloc_rx_ring(RING, BUF_LEN, hdr_len)
     }
 
     /// `gve_open` for one queue pair: CREATE_TX_QUEUE, CREATE_RX_QUEUE
@@ -369,14 +346,7 @@ impl Driver {
         idx = (idx + 1) & mask;
         for (i, &(addr, len)) in bufs.iter().enumerate() {
             let eop = i + 1 == bufs.len();
-            let mut d = [0u8; 16];
-            d[0..8].copy_from_slice(&addr.to_le_bytes());
-            d[8] = 0xc
-                | if eop { 0x20 } else { 0 }
-                | if csum { 0x40 } else { 0 }
-                | if eop && report_event { 0x80 } else { 0 };
-            d[12..14].copy_from_slice(&tag.to_le_bytes());
-            d[14..16].copy_from_slice(&len.to_le_bytes());
+            let d = tx_pkt_desc(addr, len, tag, eop, csum, eop && report_event);
             self.write(ring + u64::from(idx) * 16, &d);
             idx = (idx + 1) & mask;
         }
@@ -673,11 +643,7 @@ fn tx_frame_reaches_sink_with_completion() {
     d.doorbell(layout::TX_DB_BASE, tail + 1);
     assert_eq!(s.frames.lock().unwrap().len(), 1, "incomplete packet waits");
     d.tx.as_mut().unwrap().tail = tail + 1;
-    let mut pd = [0u8; 16];
-    pd[0..8].copy_from_slice(&buf.to_le_bytes());
-    pd[8] = 0xc | 0x20;
-    pd[12..14].copy_from_slice(&9u16.to_le_bytes());
-    pd[14..16].copy_from_slice(&(g.len() as u16).to_le_bytes());
+    let pd = tx_pkt_desc(buf, g.len() as u16, 9, true, false, false);
     d.write(ring + u64::from(tail + 1) * 16, &pd);
     d.doorbell(layout::TX_DB_BASE, tail + 2);
     assert_eq!(s.frames.lock().unwrap().as_slice()[1], g);

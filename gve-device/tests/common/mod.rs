@@ -447,16 +447,7 @@ impl Guest {
     pub fn open(&mut self, nq: u32, ring: u32, buf_len: u32, hsplit: bool) {
         let mut cmds = Vec::new();
         for q in 0..nq {
-            let r = TxRing {
-                ring: self.alloc(u64::from(ring) * 16, 4096),
-                compl: self.alloc(u64::from(ring) * 8, 4096),
-                res: self.alloc(64, 64),
-                size: ring,
-                tail: 0,
-                compl_head: 0,
-                cur_gen: false,
-                db: 0,
-            };
+            let r = self.alloc_tx_ring(ring);
             cmds.push(create_tx_cmd(q, &r, self.tx_ntfy(q)));
             self.tx.push(r);
         }
@@ -479,25 +470,7 @@ impl Guest {
         };
         let mut cmds = Vec::new();
         for q in 0..nq {
-            let r = RxRing {
-                compl: self.alloc(u64::from(ring) * 32, 4096),
-                bufq: self.alloc(u64::from(ring) * 32, 4096),
-                res: self.alloc(64, 64),
-                hdr_bufs: if hsplit {
-                    self.alloc(u64::from(ring) * u64::from(hdr_len), 64)
-                } else {
-                    0
-                },
-                data: self.alloc(u64::from(ring) * u64::from(buf_len), 4096),
-                size: ring,
-                buf_len,
-                hdr_len,
-                tail: 0,
-                compl_head: 0,
-                cur_gen: false,
-                db: 0,
-                next_buf_id: 0,
-            };
+            let r = self.alloc_rx_ring(ring, buf_len, hdr_len);
             cmds.push(create_rx_cmd(q, &r, self.rx_ntfy(q)));
             self.rx.push(r);
         }
@@ -640,14 +613,7 @@ impl Guest {
             let buf = self.alloc(f.len().max(1) as u64, 64);
             self.write(buf, f);
             let eop = i + 1 == frags.len();
-            let mut d = [0u8; 16];
-            d[0..8].copy_from_slice(&buf.to_le_bytes());
-            d[8] = 0xc
-                | if eop { 0x20 } else { 0 }
-                | if csum { 0x40 } else { 0 }
-                | if eop && report_event { 0x80 } else { 0 };
-            d[12..14].copy_from_slice(&tag.to_le_bytes());
-            d[14..16].copy_from_slice(&(f.len() as u16).to_le_bytes());
+            let d = tx_pkt_desc(buf, f.len() as u16, tag, eop, csum, eop && report_event);
             self.write(ring + u64::from(idx) * 16, &d);
             idx = (idx + 1) & mask;
         }
@@ -751,6 +717,46 @@ pub trait GveDriver {
         ))
     }
 
+    /// A TX ring of `size` descriptors with its completion ring and
+    /// resources, in fresh memory.
+    fn alloc_tx_ring(&mut self, size: u32) -> TxRing {
+        TxRing {
+            ring: self.alloc(u64::from(size) * 16, 4096),
+            compl: self.alloc(u64::from(size) * 8, 4096),
+            res: self.alloc(64, 64),
+            size,
+            tail: 0,
+            compl_head: 0,
+            cur_gen: false,
+            db: 0,
+        }
+    }
+
+    /// An RX ring of `size` buffers of `buf_len` bytes, with `hdr_len`-byte
+    /// header buffers (none without header split, `hdr_len` 0), in fresh
+    /// memory.
+    fn alloc_rx_ring(&mut self, size: u32, buf_len: u32, hdr_len: u32) -> RxRing {
+        RxRing {
+            compl: self.alloc(u64::from(size) * 32, 4096),
+            bufq: self.alloc(u64::from(size) * 32, 4096),
+            res: self.alloc(64, 64),
+            hdr_bufs: if hdr_len > 0 {
+                self.alloc(u64::from(size) * u64::from(hdr_len), 64)
+            } else {
+                0
+            },
+            data: self.alloc(u64::from(size) * u64::from(buf_len), 4096),
+            size,
+            buf_len,
+            hdr_len,
+            tail: 0,
+            compl_head: 0,
+            cur_gen: false,
+            db: 0,
+            next_buf_id: 0,
+        }
+    }
+
     /// GET_PTYPE_MAP, which must pass; returns the map.
     fn ptype_map_cmd(&mut self) -> Vec<u8> {
         let map = self.alloc(2048, 64);
@@ -841,6 +847,19 @@ pub fn flow_rule_cmd(
         ]
         .concat(),
     ))
+}
+
+/// A DQO TX packet descriptor (dtype 0xc) for `len` bytes at `addr`.
+pub fn tx_pkt_desc(addr: u64, len: u16, tag: u16, eop: bool, csum: bool, report: bool) -> [u8; 16] {
+    let mut d = [0u8; 16];
+    d[0..8].copy_from_slice(&addr.to_le_bytes());
+    d[8] = 0xc
+        | if eop { 0x20 } else { 0 }
+        | if csum { 0x40 } else { 0 }
+        | if report { 0x80 } else { 0 };
+    d[12..14].copy_from_slice(&tag.to_le_bytes());
+    d[14..16].copy_from_slice(&len.to_le_bytes());
+    d
 }
 
 pub fn create_tx_cmd(q: u32, r: &TxRing, ntfy: u32) -> [u8; 64] {
