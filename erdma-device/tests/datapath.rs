@@ -345,9 +345,7 @@ fn send_with_invalidate_invalidates_the_guest_mr() {
 #[test]
 fn lost_frame_is_retransmitted_on_timeout() {
     let (mut a, mut b) = pair();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     a.d.poll();
     assert_eq!(a.d.tx.len(), 1);
     a.d.tx.clear(); // lost
@@ -419,9 +417,7 @@ fn fast_register_and_local_invalidate_wqes() {
 #[test]
 fn local_invalidate_waits_for_earlier_rc_work() {
     let (mut a, mut b) = pair();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     let mut s = vec![0u8; 32];
     s[..8].copy_from_slice(&sqe_hdr(op::LOCAL_INV, 0, true, false).to_le_bytes());
     s[20..24].copy_from_slice(&STAG.to_le_bytes());

@@ -239,9 +239,7 @@ fn cqe_status_on_the_chosen_qp_and_opcode() {
 fn qp_stall_holds_the_sq_until_cleared() {
     let (mut a, mut b) = pair();
     add(&mut a.d, 9, &FaultSpec::new("qp-stall").param("qpn", 2)).unwrap();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     for _ in 0..3 {
         a.d.poll();
     }
@@ -265,9 +263,7 @@ fn qp_stall_holds_the_sq_until_cleared() {
 fn port_down_and_up() {
     let (mut a, mut b) = pair();
     add(&mut a.d, 1, &FaultSpec::new("port-down")).unwrap();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     a.d.poll();
     assert!(a.d.tx.is_empty(), "nothing sent while down");
     assert!(a.d.dev.counters().port_down_drops >= 1);
@@ -299,9 +295,7 @@ fn port_down_and_up() {
 #[test]
 fn query_qp_reports_sq_draining() {
     let (mut a, mut b) = pair();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     a.d.poll();
     assert_eq!(a.d.tx.len(), 1);
     assert_eq!(a.d.modify_qp(2, qps::SQD, 1, None, 0, 0, 0, 0).status, 0);
@@ -321,9 +315,7 @@ fn trace_decodes_commands_doorbells_completions_and_faults() {
     let mut b = side(MAC_B, IP_B, 3);
     a.d.tracing = true;
     connect(&mut a, &mut b);
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     shuttle(&mut a, &mut b);
     add(
         &mut a.d,

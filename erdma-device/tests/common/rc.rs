@@ -150,6 +150,14 @@ pub fn pair() -> (Side, Side) {
     (a, b)
 }
 
+/// B posts a 64-byte receive at [`VA`] (and polls), then A posts an 8-byte
+/// SEND from [`VA`] (not yet polled).
+pub fn recv_then_send(a: &mut Side, b: &mut Side) {
+    b.d.post_recv(&mut b.qp, VA, 64, STAG);
+    b.d.poll();
+    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, VA, STAG, 0));
+}
+
 /// Moves frames between the two sides until both are quiet; returns the
 /// frames moved.
 pub fn shuttle(a: &mut Side, b: &mut Side) -> usize {
