@@ -18,7 +18,9 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use common::{enable_bus_master, memfd, take_events, MappedMem, TestServer};
-use gve_common::{be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, tcp4, tx_pkt_desc};
+use gve_common::{
+    be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, describe_cmd, tcp4, tx_pkt_desc,
+};
 use gve_common::{GveDriver, RxRing, TxRing};
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, Counters, GveConfig, GveDevice};
@@ -146,24 +148,9 @@ impl Driver {
             .unwrap();
     }
 
-    fn describe_cmd(addr: u64, len: u32) -> [u8; 64] {
-        cmd(
-            opcode::DESCRIBE_DEVICE,
-            &[
-                &addr.to_be_bytes()[..],
-                &1u32.to_be_bytes(),
-                &len.to_be_bytes(),
-            ]
-            .concat(),
-        )
-    }
-
     fn describe(&mut self) -> Described {
         let desc = self.alloc(4096, 64);
-        assert_eq!(
-            self.adminq_cmd(Self::describe_cmd(desc, 4096)),
-            status::PASSED
-        );
+        assert_eq!(self.adminq_cmd(describe_cmd(desc, 1, 4096)), status::PASSED);
         let raw = self.read(desc, 4096);
         let mut options = Vec::new();
         let mut at = 40;
@@ -678,15 +665,15 @@ fn hostile_addresses_outside_the_dma_map() {
     // A proper admin queue; then DESCRIBE_DEVICE into places it may not go.
     d.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RESET);
     d.adminq_setup();
-    let outside = Driver::describe_cmd(IOVA + RAM, 4096);
+    let outside = describe_cmd(IOVA + RAM, 1, 4096);
     assert_eq!(d.adminq_cmd(outside), status::INVALID_ARGUMENT);
     // Straddling the end of the mapping: refused whole, nothing written.
     let tail = IOVA + RAM - 16;
     d.write(tail, &[0xee; 16]);
-    let straddle = Driver::describe_cmd(tail, 4096);
+    let straddle = describe_cmd(tail, 1, 4096);
     assert_eq!(d.adminq_cmd(straddle), status::INVALID_ARGUMENT);
     assert_eq!(d.read(tail, 16), vec![0xee; 16]);
-    let wraps = Driver::describe_cmd(u64::MAX - 8, 4096);
+    let wraps = describe_cmd(u64::MAX - 8, 1, 4096);
     assert_eq!(d.adminq_cmd(wraps), status::INVALID_ARGUMENT);
     // Notify-block doorbell array outside.
     let counters_addr = d.alloc(256, 64);

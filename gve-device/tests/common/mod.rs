@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod xorshift;
+
 use std::time::{Duration, Instant};
 
 use gve_device::adminq::{opcode, status};
@@ -321,15 +323,7 @@ impl Guest {
 
     pub fn describe(&mut self) {
         let desc = self.alloc(4096, 64);
-        let st = self.adminq_cmd(cmd(
-            opcode::DESCRIBE_DEVICE,
-            &[
-                &desc.to_be_bytes()[..],
-                &1u32.to_be_bytes(),
-                &4096u32.to_be_bytes(),
-            ]
-            .concat(),
-        ));
+        let st = self.adminq_cmd(describe_cmd(desc, 1, 4096));
         assert_eq!(st, status::PASSED);
         let d = self.read(desc, 4096);
         let mut out = Described {
@@ -838,15 +832,7 @@ pub fn flow_rule_cmd(
     b[88..92].copy_from_slice(&loc.to_be_bytes());
     let a = g.alloc(92, 64);
     g.write(a, &b);
-    g.adminq_cmd(cmd(
-        opcode::EXTENDED_COMMAND,
-        &[
-            &0x101u32.to_be_bytes()[..],
-            &92u32.to_be_bytes(),
-            &a.to_be_bytes(),
-        ]
-        .concat(),
-    ))
+    g.adminq_cmd(extended_cmd(0x101, 92, a))
 }
 
 /// A DQO TX packet descriptor (dtype 0xc) for `len` bytes at `addr`.
@@ -860,6 +846,32 @@ pub fn tx_pkt_desc(addr: u64, len: u16, tag: u16, eop: bool, csum: bool, report:
     d[12..14].copy_from_slice(&tag.to_le_bytes());
     d[14..16].copy_from_slice(&len.to_le_bytes());
     d
+}
+
+/// DESCRIBE_DEVICE into `len` bytes at `addr`, descriptor version `ver`.
+pub fn describe_cmd(addr: u64, ver: u32, len: u32) -> [u8; 64] {
+    cmd(
+        opcode::DESCRIBE_DEVICE,
+        &[
+            &addr.to_be_bytes()[..],
+            &ver.to_be_bytes(),
+            &len.to_be_bytes(),
+        ]
+        .concat(),
+    )
+}
+
+/// EXTENDED_COMMAND: inner command `inner`, `len` bytes at `addr`.
+pub fn extended_cmd(inner: u32, len: u32, addr: u64) -> [u8; 64] {
+    cmd(
+        opcode::EXTENDED_COMMAND,
+        &[
+            &inner.to_be_bytes()[..],
+            &len.to_be_bytes(),
+            &addr.to_be_bytes(),
+        ]
+        .concat(),
+    )
 }
 
 pub fn create_tx_cmd(q: u32, r: &TxRing, ntfy: u32) -> [u8; 64] {
