@@ -177,16 +177,7 @@ fn bad_queue_commands() {
     let mut g = Guest::new(GveConfig::default());
     g.adminq_setup();
     g.describe();
-    let r = TxRing {
-        ring: g.alloc(64 * 16, 4096),
-        compl: g.alloc(64 * 8, 4096),
-        res: g.alloc(64, 64),
-        size: 64,
-        tail: 0,
-        compl_head: 0,
-        cur_gen: false,
-        db: 0,
-    };
+    let r = g.alloc_tx_ring(64);
     // Before CONFIGURE_DEVICE_RESOURCES.
     assert_eq!(
         g.adminq_cmd(create_tx_cmd(0, &r, 0)),
