@@ -170,12 +170,7 @@ impl Driver {
     fn eq_init(&mut self, depth: u32) -> Ring {
         let addr = self.alloc(u64::from(depth) * 16, 4096);
         let dbrec = self.alloc(8, 8);
-        Ring {
-            addr,
-            depth,
-            ci: 0,
-            dbrec,
-        }
+        Ring::new(addr, depth, dbrec)
     }
 
     /// erdma_probe_dev up to erdma_finish_cmdq_init, then erdma_ib_device_add's

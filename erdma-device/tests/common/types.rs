@@ -11,6 +11,18 @@ pub struct Ring {
     pub dbrec: u64,
 }
 
+impl Ring {
+    /// A fresh ring (consumer index 0).
+    pub fn new(addr: u64, depth: u32, dbrec: u64) -> Self {
+        Ring {
+            addr,
+            depth,
+            ci: 0,
+            dbrec,
+        }
+    }
+}
+
 /// A decoded work CQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wc {

@@ -219,12 +219,7 @@ impl Driver {
     pub fn ring(&mut self, depth: u32, entry: u64) -> Ring {
         let addr = self.alloc(u64::from(depth) * entry, 4096);
         let dbrec = self.alloc(8, 8);
-        Ring {
-            addr,
-            depth,
-            ci: 0,
-            dbrec,
-        }
+        Ring::new(addr, depth, dbrec)
     }
 
     /// The canary after guest RAM is intact.
