@@ -21,16 +21,6 @@ mod pci_driver;
 
 use pci_driver::MEM;
 
-const KINDS: &[&str] = &[
-    "cmdq-timeout",
-    "cmd-status",
-    "aeq",
-    "cqe-status",
-    "qp-stall",
-    "port-down",
-    "port-up",
-    "bogus",
-];
 const KEYS: &[&str] = &["opcode", "status", "event", "qpn", "cqn", "error", "queue"];
 const VALUES: &[&str] = &[
     "CREATE_QP",
@@ -51,8 +41,11 @@ const VALUES: &[&str] = &[
     "",
 ];
 
-fn spec(u: &mut Unstructured<'_>) -> Result<FaultSpec> {
-    let mut s = FaultSpec::new(u.choose(KINDS)?);
+/// A rule of one of the device's kinds or of an unknown one.
+fn spec(dev: &ErdmaDevice, u: &mut Unstructured<'_>) -> Result<FaultSpec> {
+    let kinds: Vec<&str> = dev.fault_kinds().iter().map(|k| k.name).collect();
+    let kind = u.choose_index(kinds.len() + 1)?;
+    let mut s = FaultSpec::new(kinds.get(kind).copied().unwrap_or("bogus"));
     for _ in 0..u.int_in_range(0u8..=3)? {
         let key = *u.choose(KEYS)?;
         let value = if u.arbitrary()? {
@@ -117,7 +110,7 @@ fn drive(dev: &mut ErdmaDevice, u: &mut Unstructured<'_>) -> Result<()> {
             7 => dev.reset(),
             8 | 9 => {
                 let id = u.int_in_range(0u32..=15)?;
-                let s = spec(u)?;
+                let s = spec(dev, u)?;
                 let _ = dev.add_fault(id, &s, &mut io);
             }
             10 => pci_driver::clear_faults(dev, u, &mut io, 15)?,
