@@ -44,120 +44,43 @@ pub fn toeplitz_hash(key: &[u8], input: &[u8]) -> u32 {
     result
 }
 
+// The vectors live with the integration tests, which check them through whole frames.
+#[cfg(test)]
+#[path = "../tests/common/rss_vectors.rs"]
+mod rss_vectors;
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    // Test vectors: Microsoft "Verifying the RSS Hash Calculation"
-    // (https://learn.microsoft.com/windows-hardware/drivers/network/verifying-the-rss-hash-calculation),
-    // as transcribed in FD.io VPP src/vppinfra/test/toeplitz.c ("secret key and
-    // test cases taken from" that page) and, identically, in DPDK
-    // app/test/test_thash.c ("From 82599 Datasheet 7.1.2.8.3 RSS Verification
-    // Suite"). Both copies were read and agree value for value.
-    // Columns: source addr, source port, destination addr, destination port,
-    // expected IPv4/IPv6-only hash, expected hash with TCP ports.
-    /// (source, source port, destination, destination port, IP hash, TCP hash)
-    type Vector<A> = (A, u16, A, u16, u32, u32);
-
-    const V4: [Vector<[u8; 4]>; 5] = [
-        (
-            [66, 9, 149, 187],
-            2794,
-            [161, 142, 100, 80],
-            1766,
-            0x323e8fc2,
-            0x51ccc178,
-        ),
-        (
-            [199, 92, 111, 2],
-            14230,
-            [65, 69, 140, 83],
-            4739,
-            0xd718262a,
-            0xc626b0ea,
-        ),
-        (
-            [24, 19, 198, 95],
-            12898,
-            [12, 22, 207, 184],
-            38024,
-            0xd2d0a5de,
-            0x5c2b394a,
-        ),
-        (
-            [38, 27, 205, 30],
-            48228,
-            [209, 142, 163, 6],
-            2217,
-            0x82989176,
-            0xafc7327f,
-        ),
-        (
-            [153, 39, 163, 191],
-            44251,
-            [202, 188, 127, 2],
-            1303,
-            0x5d1809c5,
-            0x10e828a2,
-        ),
-    ];
+    use rss_vectors::{V4, V6};
 
     fn v6(s: &str) -> [u8; 16] {
         s.parse::<std::net::Ipv6Addr>().unwrap().octets()
     }
 
-    fn v6_vectors() -> [Vector<[u8; 16]>; 3] {
-        [
-            (
-                v6("3ffe:2501:200:1fff::7"),
-                2794,
-                v6("3ffe:2501:200:3::1"),
-                1766,
-                0x2cc18cd5,
-                0x40207d3d,
-            ),
-            (
-                v6("3ffe:501:8::260:97ff:fe40:efab"),
-                14230,
-                v6("ff02::1"),
-                4739,
-                0x0f0c461c,
-                0xdde51bbf,
-            ),
-            (
-                v6("3ffe:1900:4545:3:200:f8ff:fe21:67cf"),
-                44251,
-                v6("fe80::200:f8ff:fe21:67cf"),
-                38024,
-                0x4b61e985,
-                0x02d1feef,
-            ),
-        ]
+    /// The IP-only hash over the addresses, then the TCP hash with the ports.
+    fn check(src: &[u8], sport: u16, dst: &[u8], dport: u16, h_ip: u32, h_tcp: u32) {
+        let mut input = Vec::new();
+        input.extend_from_slice(src);
+        input.extend_from_slice(dst);
+        assert_eq!(toeplitz_hash(&DEFAULT_RSS_KEY, &input), h_ip, "{src:?}");
+        input.extend_from_slice(&sport.to_be_bytes());
+        input.extend_from_slice(&dport.to_be_bytes());
+        assert_eq!(toeplitz_hash(&DEFAULT_RSS_KEY, &input), h_tcp, "{src:?}");
     }
 
     #[test]
     fn microsoft_ipv4_vectors() {
         for (src, sport, dst, dport, h_ip, h_tcp) in V4 {
-            let mut input = Vec::new();
-            input.extend_from_slice(&src);
-            input.extend_from_slice(&dst);
-            assert_eq!(toeplitz_hash(&DEFAULT_RSS_KEY, &input), h_ip, "{src:?}");
-            input.extend_from_slice(&sport.to_be_bytes());
-            input.extend_from_slice(&dport.to_be_bytes());
-            assert_eq!(toeplitz_hash(&DEFAULT_RSS_KEY, &input), h_tcp, "{src:?}");
+            check(&src, sport, &dst, dport, h_ip, h_tcp);
         }
     }
 
     #[test]
     fn microsoft_ipv6_vectors() {
-        for (src, sport, dst, dport, h_ip, h_tcp) in v6_vectors() {
-            let mut input = Vec::new();
-            input.extend_from_slice(&src);
-            input.extend_from_slice(&dst);
-            assert_eq!(toeplitz_hash(&DEFAULT_RSS_KEY, &input), h_ip);
-            input.extend_from_slice(&sport.to_be_bytes());
-            input.extend_from_slice(&dport.to_be_bytes());
-            assert_eq!(toeplitz_hash(&DEFAULT_RSS_KEY, &input), h_tcp);
+        for (src, sport, dst, dport, h_ip, h_tcp) in V6 {
+            check(&v6(src), sport, &v6(dst), dport, h_ip, h_tcp);
         }
     }
 

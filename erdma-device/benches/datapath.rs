@@ -111,11 +111,7 @@ fn main() {
             // One warm-up batch, then the measurement.
             run(op, size, BATCH);
             let (secs, cpu) = run(op, size, count);
-            let total = count as f64 * f64::from(size);
-            let gbs = total / secs / 1e9;
-            let ns_per_byte = cpu as f64 / total;
-            let (msecs_per_byte, _) = shared::memcpy(size as usize);
-            let mgbs = 1.0 / msecs_per_byte / 1e9;
+            let (gbs, ns_per_byte, mgbs) = shared::rates(count, size, secs, cpu);
             println!(
                 "{:<6} {:>7} {:>9} {:>11.3} {:>12.3} {:>14.2} {:>8.1}%",
                 name,

@@ -15,9 +15,7 @@ fn side(mac: [u8; 6], ip: [u8; 4], ud: bool, qpn: u32) -> Side {
 
 #[test]
 fn rc_send_between_two_devices() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = pair();
     // B posts a receive at va 0x7000_1000 (second page of its MR).
     let (bqp, bq) = (&mut b.qp, &mut b.d);
     bq.post_recv(bqp, 0x7000_1000, 4096, STAG);
@@ -80,9 +78,7 @@ fn rc_send_between_two_devices() {
 
 #[test]
 fn rc_send_inline_and_local_dma_key_multi_sge() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = pair();
     b.d.post_recv(&mut b.qp, 0x7000_0000, 8192, STAG);
     b.d.poll();
     // Inline SEND of 20 bytes.
@@ -124,9 +120,7 @@ fn rc_send_inline_and_local_dma_key_multi_sge() {
 
 #[test]
 fn rc_write_and_read_requests_go_out() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = pair();
     // WRITE 64 bytes to rkey 0x4242 at 0x9000.
     let mut s = vec![0u8; 48];
     s[..8].copy_from_slice(&sqe_hdr(op::WRITE, 1, true, false).to_le_bytes());
@@ -174,9 +168,7 @@ fn rc_write_and_read_requests_go_out() {
 
 #[test]
 fn flush_in_error_state() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, _b) = pair();
     assert_eq!(a.d.modify_qp(2, 6, 1, None, 0, 0, 0, 0).status, 0);
     a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
     // Unsignaled too: flushed WQEs always complete.
@@ -207,34 +199,15 @@ fn ud_gsi_datagram_with_ah() {
     let mut a = side(MAC_A, IP_A, true, 1);
     let mut b = side(MAC_B, IP_B, true, 1);
     for s in [&mut a, &mut b] {
-        assert_eq!(
-            s.d.modify_qp(1, 1, 1 | 2, None, 0, 0x8001_0000, 0, 0)
-                .status,
-            0
-        );
-        assert_eq!(s.d.modify_qp(1, 2, 1, None, 0, 0, 0, 0).status, 0);
-        assert_eq!(s.d.modify_qp(1, 3, 1 | 8, None, 0, 0, 0, 0).status, 0);
+        gsi_to_rts(&mut s.d);
     }
     // AH 5 on A towards B.
-    let mut ah = [0u8; 52];
-    ah[8..12].copy_from_slice(&1u32.to_le_bytes());
-    ah[12..16].copy_from_slice(&5u32.to_le_bytes());
-    av_to(MAC_B, IP_B).write(&mut ah[16..52]);
-    assert_eq!(a.d.cmd(0, 15, &ah).status, 0);
+    ah_5_to_b(&mut a.d);
     b.d.post_recv(&mut b.qp, 0x7000_0000, 512, STAG);
     b.d.poll();
     let mad: Vec<u8> = (0..=255u8).collect();
     a.d.mem_write(a.buf, &mad);
-    let mut s = vec![0u8; 48];
-    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
-    s[12..16].copy_from_slice(&256u32.to_le_bytes());
-    s[16..20].copy_from_slice(&0x8001_0000u32.to_le_bytes());
-    s[20..24].copy_from_slice(&1u32.to_le_bytes());
-    s[24..28].copy_from_slice(&5u32.to_le_bytes());
-    s[32..40].copy_from_slice(&0x7000_0000u64.to_le_bytes());
-    s[40..44].copy_from_slice(&256u32.to_le_bytes());
-    s[44..48].copy_from_slice(&STAG.to_le_bytes());
-    a.d.post_sqe(&mut a.qp, s);
+    a.d.post_sqe(&mut a.qp, ud_send_sqe(256));
     a.d.poll();
     let wc = a.d.poll_cq(1).expect("UD send CQE");
     assert_eq!((wc.syndrome, wc.opcode), (0, op::SEND));
@@ -268,40 +241,10 @@ impl Idle for Driver {
     }
 }
 
-/// Moves frames between the two sides until both are quiet.
-fn shuttle(a: &mut Side, b: &mut Side) -> usize {
-    let mut n = 0;
-    for _ in 0..100 {
-        a.d.poll();
-        b.d.poll();
-        let fa: Vec<_> = a.d.tx.drain(..).collect();
-        let fb: Vec<_> = b.d.tx.drain(..).collect();
-        if fa.is_empty() && fb.is_empty() {
-            break;
-        }
-        for f in fa {
-            n += 1;
-            let _ = b.d.receive(&f);
-        }
-        for f in fb {
-            n += 1;
-            let _ = a.d.receive(&f);
-        }
-    }
-    n
-}
-
 #[test]
 fn rc_write_read_atomics_into_guest_mrs() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
     // 1500-byte netdev MTU on both: path MTU 1024, so 3000 bytes is 3 packets.
-    for s in [&mut a, &mut b] {
-        let mut req = [0u8; 12];
-        req[8..12].copy_from_slice(&1500u32.to_le_bytes());
-        assert_eq!(s.d.cmd(1, 3, &req).status, 0);
-    }
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = connected_pair_on_1500_mtu();
     // WRITE 3000 bytes across a page boundary of B's MR (va 0x7000_0f00..).
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     a.d.mem_write(a.buf, &data);
@@ -371,9 +314,7 @@ fn rc_write_read_atomics_into_guest_mrs() {
 
 #[test]
 fn send_with_invalidate_invalidates_the_guest_mr() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = pair();
     // A second MR at B (stag 0x200) to be invalidated.
     let p = b.d.alloc(4096, 4096);
     assert_eq!(
@@ -403,12 +344,8 @@ fn send_with_invalidate_invalidates_the_guest_mr() {
 
 #[test]
 fn lost_frame_is_retransmitted_on_timeout() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    let (mut a, mut b) = pair();
+    recv_then_send(&mut a, &mut b);
     a.d.poll();
     assert_eq!(a.d.tx.len(), 1);
     a.d.tx.clear(); // lost
@@ -424,9 +361,7 @@ fn lost_frame_is_retransmitted_on_timeout() {
 
 #[test]
 fn fast_register_and_local_invalidate_wqes() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = pair();
     // FRMR at B: erdma_ib_alloc_mr registers it invalid with an MTT buffer.
     let mtt = b.d.alloc(8 * 8, 64);
     let mut req = [0u8; 64];
@@ -481,12 +416,8 @@ fn fast_register_and_local_invalidate_wqes() {
 
 #[test]
 fn local_invalidate_waits_for_earlier_rc_work() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    let (mut a, mut b) = pair();
+    recv_then_send(&mut a, &mut b);
     let mut s = vec![0u8; 32];
     s[..8].copy_from_slice(&sqe_hdr(op::LOCAL_INV, 0, true, false).to_le_bytes());
     s[20..24].copy_from_slice(&STAG.to_le_bytes());
@@ -550,9 +481,7 @@ fn rc_send_over_ipv6_gids() {
 
 #[test]
 fn sq_cqes_stay_in_order_when_a_later_wqe_fails() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = pair();
     // SEND (inside the engine, unacknowledged), then a SEND with a bad key.
     a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
     a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, 0xbad00, 0));
@@ -566,9 +495,7 @@ fn sq_cqes_stay_in_order_when_a_later_wqe_fails() {
 
 #[test]
 fn write_through_a_level2_mtt_lands_in_the_right_pages() {
-    let mut a = side(MAC_A, IP_A, false, 2);
-    let mut b = side(MAC_B, IP_B, false, 3);
-    connect(&mut a, &mut b);
+    let (mut a, mut b) = pair();
     // B: a 600-page MR (level-1 table of two pages under a level-2 page),
     // data pages allocated in reverse order so that translation matters.
     let data: Vec<u64> = (0..600).map(|_| b.d.alloc(4096, 4096)).rev().collect();

@@ -13,13 +13,6 @@ fn side(mac: [u8; 6], ip: [u8; 4], qpn: u32) -> Side {
     rc::side(Driver::new(mac), ip, false, qpn, (256, 256, 64), 4)
 }
 
-fn pair() -> (Side, Side) {
-    let mut a = side(MAC_A, IP_A, 2);
-    let mut b = side(MAC_B, IP_B, 3);
-    connect(&mut a, &mut b);
-    (a, b)
-}
-
 fn add(d: &mut Driver, id: u32, spec: &FaultSpec) -> Result<(), FaultError> {
     d.with_io(|dev, io| dev.add_fault(id, spec, io))
 }
@@ -34,25 +27,6 @@ fn hits(d: &Driver, id: u32) -> u64 {
         .iter()
         .find(|f| f.id == id)
         .map_or(u64::MAX, |f| f.hits)
-}
-
-/// Moves frames between the two sides until both are quiet.
-fn shuttle(a: &mut Side, b: &mut Side) {
-    for _ in 0..100 {
-        a.d.poll();
-        b.d.poll();
-        let fa: Vec<_> = a.d.tx.drain(..).collect();
-        let fb: Vec<_> = b.d.tx.drain(..).collect();
-        if fa.is_empty() && fb.is_empty() {
-            break;
-        }
-        for f in fa {
-            let _ = b.d.receive(&f);
-        }
-        for f in fb {
-            let _ = a.d.receive(&f);
-        }
-    }
 }
 
 fn query_qp(d: &mut Driver, qpn: u32) -> u64 {
@@ -265,9 +239,7 @@ fn cqe_status_on_the_chosen_qp_and_opcode() {
 fn qp_stall_holds_the_sq_until_cleared() {
     let (mut a, mut b) = pair();
     add(&mut a.d, 9, &FaultSpec::new("qp-stall").param("qpn", 2)).unwrap();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     for _ in 0..3 {
         a.d.poll();
     }
@@ -291,9 +263,7 @@ fn qp_stall_holds_the_sq_until_cleared() {
 fn port_down_and_up() {
     let (mut a, mut b) = pair();
     add(&mut a.d, 1, &FaultSpec::new("port-down")).unwrap();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     a.d.poll();
     assert!(a.d.tx.is_empty(), "nothing sent while down");
     assert!(a.d.dev.counters().port_down_drops >= 1);
@@ -325,9 +295,7 @@ fn port_down_and_up() {
 #[test]
 fn query_qp_reports_sq_draining() {
     let (mut a, mut b) = pair();
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     a.d.poll();
     assert_eq!(a.d.tx.len(), 1);
     assert_eq!(a.d.modify_qp(2, qps::SQD, 1, None, 0, 0, 0, 0).status, 0);
@@ -347,9 +315,7 @@ fn trace_decodes_commands_doorbells_completions_and_faults() {
     let mut b = side(MAC_B, IP_B, 3);
     a.d.tracing = true;
     connect(&mut a, &mut b);
-    b.d.post_recv(&mut b.qp, 0x7000_0000, 64, STAG);
-    b.d.poll();
-    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, 0x7000_0000, STAG, 0));
+    recv_then_send(&mut a, &mut b);
     shuttle(&mut a, &mut b);
     add(
         &mut a.d,
@@ -405,18 +371,8 @@ fn trace_decodes_commands_doorbells_completions_and_faults() {
 #[test]
 fn cqe_status_on_a_ud_qp_leaves_it_running() {
     let mut a = rc::side(Driver::new(MAC_A), IP_A, true, 1, (256, 256, 64), 4);
-    assert_eq!(
-        a.d.modify_qp(1, 1, 1 | 2, None, 0, 0x8001_0000, 0, 0)
-            .status,
-        0
-    );
-    assert_eq!(a.d.modify_qp(1, 2, 1, None, 0, 0, 0, 0).status, 0);
-    assert_eq!(a.d.modify_qp(1, 3, 1 | 8, None, 0, 0, 0, 0).status, 0);
-    let mut ah = [0u8; 52];
-    ah[8..12].copy_from_slice(&1u32.to_le_bytes());
-    ah[12..16].copy_from_slice(&5u32.to_le_bytes());
-    av_to(MAC_B, IP_B).write(&mut ah[16..52]);
-    assert_eq!(a.d.cmd(0, 15, &ah).status, 0);
+    gsi_to_rts(&mut a.d);
+    ah_5_to_b(&mut a.d);
     add(
         &mut a.d,
         1,
@@ -425,15 +381,7 @@ fn cqe_status_on_a_ud_qp_leaves_it_running() {
             .param("qpn", 1),
     )
     .unwrap();
-    let mut s = vec![0u8; 48];
-    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
-    s[12..16].copy_from_slice(&64u32.to_le_bytes());
-    s[16..20].copy_from_slice(&0x8001_0000u32.to_le_bytes());
-    s[20..24].copy_from_slice(&1u32.to_le_bytes());
-    s[24..28].copy_from_slice(&5u32.to_le_bytes());
-    s[32..40].copy_from_slice(&0x7000_0000u64.to_le_bytes());
-    s[40..44].copy_from_slice(&64u32.to_le_bytes());
-    s[44..48].copy_from_slice(&STAG.to_le_bytes());
+    let s = ud_send_sqe(64);
     for want in [8, 0] {
         a.d.post_sqe(&mut a.qp, s.clone());
         a.d.poll();

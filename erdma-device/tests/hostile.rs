@@ -492,14 +492,12 @@ fn create_qp_with_unreachable_or_short_ring_fails() {
     assert!(d.drain_aeq().is_empty());
 }
 
-struct Rng(u64);
+// The gve tests' xorshift generator, shared rather than copied.
+#[path = "../../gve-device/tests/common/xorshift.rs"]
+mod xorshift;
+use xorshift::Rng;
+
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }

@@ -13,20 +13,14 @@ use erdma_device::{ErdmaConfig, ErdmaDevice};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use pci_model::fault::MAX_DEVICE_FAULT_RULES;
-use pci_model::{DeviceIo, FaultSpec, PciDevice, VecMemory};
+use pci_model::{DeviceIo, FaultSpec, PciDevice};
 
-const MEM: usize = 64 * 1024;
+// The device targets' hostile driver: its steps, shared.
+#[path = "pci_driver.rs"]
+mod pci_driver;
 
-const KINDS: &[&str] = &[
-    "cmdq-timeout",
-    "cmd-status",
-    "aeq",
-    "cqe-status",
-    "qp-stall",
-    "port-down",
-    "port-up",
-    "bogus",
-];
+use pci_driver::MEM;
+
 const KEYS: &[&str] = &["opcode", "status", "event", "qpn", "cqn", "error", "queue"];
 const VALUES: &[&str] = &[
     "CREATE_QP",
@@ -47,8 +41,11 @@ const VALUES: &[&str] = &[
     "",
 ];
 
-fn spec(u: &mut Unstructured<'_>) -> Result<FaultSpec> {
-    let mut s = FaultSpec::new(u.choose(KINDS)?);
+/// A rule of one of the device's kinds or of an unknown one.
+fn spec(dev: &ErdmaDevice, u: &mut Unstructured<'_>) -> Result<FaultSpec> {
+    let kinds: Vec<&str> = dev.fault_kinds().iter().map(|k| k.name).collect();
+    let kind = u.choose_index(kinds.len() + 1)?;
+    let mut s = FaultSpec::new(kinds.get(kind).copied().unwrap_or("bogus"));
     for _ in 0..u.int_in_range(0u8..=3)? {
         let key = *u.choose(KEYS)?;
         let value = if u.arbitrary()? {
@@ -71,13 +68,8 @@ fn spec(u: &mut Unstructured<'_>) -> Result<FaultSpec> {
 }
 
 fn drive(dev: &mut ErdmaDevice, u: &mut Unstructured<'_>) -> Result<()> {
-    let mem = VecMemory::new(0, MEM);
-    {
-        let n = u.int_in_range(0usize..=MEM.min(u.len()))?;
-        let init = u.bytes(n)?;
-        mem.bytes.lock().unwrap()[..init.len()].copy_from_slice(init);
-    }
-    let bars: Vec<(u8, u64)> = dev.bars().iter().map(|b| (b.index, b.size)).collect();
+    let mem = pci_driver::guest_memory(u, 0, MEM)?;
+    let bars = pci_driver::bar_list(dev);
     // The harness is the edge: it reads the clock once per input.
     let mut now = std::time::Instant::now();
     let mut steps = 0;
@@ -103,10 +95,7 @@ fn drive(dev: &mut ErdmaDevice, u: &mut Unstructured<'_>) -> Result<()> {
                 dev.poll(&mut io);
             }
             4 => {
-                let at = u.int_in_range(0..=MEM - 1)?;
-                let n = u.int_in_range(0usize..=128)?.min(MEM - at).min(u.len());
-                let b = u.bytes(n)?;
-                mem.bytes.lock().unwrap()[at..at + b.len()].copy_from_slice(b);
+                pci_driver::write_memory(&mem, u, 128)?;
             }
             5 => {
                 let n = u.int_in_range(0usize..=1500)?.min(u.len());
@@ -121,21 +110,11 @@ fn drive(dev: &mut ErdmaDevice, u: &mut Unstructured<'_>) -> Result<()> {
             7 => dev.reset(),
             8 | 9 => {
                 let id = u.int_in_range(0u32..=15)?;
-                let s = spec(u)?;
+                let s = spec(dev, u)?;
                 let _ = dev.add_fault(id, &s, &mut io);
             }
-            10 => {
-                let id = if u.arbitrary()? {
-                    Some(u.int_in_range(0u32..=15)?)
-                } else {
-                    None
-                };
-                let _ = dev.clear_faults(id, &mut io);
-            }
-            11 => {
-                let up: bool = u.arbitrary()?;
-                let _ = dev.set_link(up, &mut io);
-            }
+            10 => pci_driver::clear_faults(dev, u, &mut io, 15)?,
+            11 => pci_driver::set_link(dev, u, &mut io)?,
             _ => {
                 let mut b = [0u8; 8];
                 let (bar, size) = *u.choose(&bars)?;

@@ -17,7 +17,10 @@ use libfuzzer_sys::fuzz_target;
 use pci_model::fault::{FaultSpec, MAX_DEVICE_FAULT_RULES};
 use pci_model::{DeviceIo, Dma, PciDevice, VecMemory};
 
-const MEM: usize = 64 * 1024;
+// The device targets' hostile driver: its steps, shared.
+#[path = "pci_driver.rs"]
+mod pci_driver;
+
 /// The admin queue: the last 4 KiB page (base 0 means "not set up").
 const ADMINQ: u64 = 0xf000;
 const IRQ_DBS: u64 = 0x1000;
@@ -171,13 +174,8 @@ fn fault_spec(dev: &GveDevice, u: &mut Unstructured<'_>) -> Result<FaultSpec> {
 
 fn drive(u: &mut Unstructured<'_>) -> Result<()> {
     let mut dev = GveDevice::new(GveConfig::default());
-    let mem = VecMemory::new(0, MEM);
-    {
-        let n = u.int_in_range(0usize..=4096.min(u.len()))?;
-        let init = u.bytes(n)?;
-        mem.bytes.lock().unwrap()[0x4000..0x4000 + init.len()].copy_from_slice(init);
-    }
-    let bars: Vec<(u8, u64)> = dev.bars().iter().map(|b| (b.index, b.size)).collect();
+    let mem = pci_driver::guest_memory(u, 0x4000, 4096)?;
+    let bars = pci_driver::bar_list(&dev);
     // The harness is the edge: it reads the clock once per input.
     let mut now = std::time::Instant::now();
     let mut steps = 0;
@@ -195,30 +193,9 @@ fn drive(u: &mut Unstructured<'_>) -> Result<()> {
                 dev.poll(&mut io);
             }
             2 => {
-                let at = u.int_in_range(0..=MEM - 1)?;
-                let n = u.int_in_range(0usize..=64)?.min(MEM - at).min(u.len());
-                let b = u.bytes(n)?;
-                mem.bytes.lock().unwrap()[at..at + b.len()].copy_from_slice(b);
+                pci_driver::write_memory(&mem, u, 64)?;
             }
-            3 => {
-                let burst: bool = u.arbitrary()?;
-                let frames = if burst {
-                    u.int_in_range(1usize..=4)?
-                } else {
-                    1
-                };
-                if burst {
-                    dev.begin_rx_burst();
-                }
-                for _ in 0..frames {
-                    let n = u.int_in_range(0usize..=2000)?.min(u.len());
-                    let f = u.bytes(n)?;
-                    let _ = dev.receive(f, &wire::parse(f), &mut io);
-                }
-                if burst {
-                    dev.end_rx_burst(&mut io);
-                }
-            }
+            3 => pci_driver::frames(&mut dev, u, &mut io, 4, false)?,
             4 => {
                 now += Duration::from_millis(u.int_in_range(0u64..=3000)?);
                 let mut io = DeviceIo::new(&mem, now);
@@ -230,18 +207,8 @@ fn drive(u: &mut Unstructured<'_>) -> Result<()> {
                 let spec = fault_spec(&dev, u)?;
                 let _ = dev.add_fault(id, &spec, &mut io);
             }
-            8 => {
-                let id = if u.arbitrary()? {
-                    Some(u.int_in_range(0u32..=80)?)
-                } else {
-                    None
-                };
-                let _ = dev.clear_faults(id, &mut io);
-            }
-            9 => {
-                let up: bool = u.arbitrary()?;
-                let _ = dev.set_link(up, &mut io);
-            }
+            8 => pci_driver::clear_faults(&mut dev, u, &mut io, 80)?,
+            9 => pci_driver::set_link(&mut dev, u, &mut io)?,
             10 => {
                 let hbs = *u.choose(&[0u16, 128, 2000])?;
                 bring_up(&mut dev, &mem, &mut io, hbs);

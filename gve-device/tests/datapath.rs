@@ -278,7 +278,10 @@ fn rx_no_buffers_is_backpressure() {
 #[test]
 fn a_queue_out_of_buffers_refuses_only_its_frames() {
     let mut g = up(GveConfig::default(), 2, 2048, true);
-    assert_eq!(flow_rule_cmd(&mut g, 0, 0, 5201, 1), status::PASSED);
+    assert_eq!(
+        flow_rule_cmd(&mut g, 0, 0, B, Some(5201), 1),
+        status::PASSED
+    );
     let devmem = tcp4(A, B, 2000, 5201, 1, 0x18, b"devmem");
     let other = |sport| tcp4(A, B, sport, 80, 1, 0x18, b"other");
     assert_eq!(g.rx_queue(&devmem), 1);
@@ -402,35 +405,17 @@ fn rss_table_set_by_the_user_stays() {
     }
 }
 
-fn flow_rule_cmd(g: &mut Guest, op: u16, loc: u32, dport: u16, queue: u16) -> u32 {
-    let mut b = vec![0u8; 92];
-    b[0..2].copy_from_slice(&op.to_be_bytes());
-    b[4..6].copy_from_slice(&0u16.to_be_bytes()); // GVE_FLOW_TYPE_TCPV4
-    b[6..8].copy_from_slice(&queue.to_be_bytes());
-    // key: dst ip B, dst port; mask: dst ip /32, dst port exact.
-    b[8 + 16..8 + 20].copy_from_slice(&B);
-    b[8 + 34..8 + 36].copy_from_slice(&dport.to_be_bytes());
-    b[48 + 16..48 + 20].copy_from_slice(&[0xff; 4]);
-    b[48 + 34..48 + 36].copy_from_slice(&[0xff; 2]);
-    b[88..92].copy_from_slice(&loc.to_be_bytes());
-    let a = g.alloc(92, 64);
-    g.write(a, &b);
-    g.adminq_cmd(cmd(
-        opcode::EXTENDED_COMMAND,
-        &[
-            &0x101u32.to_be_bytes()[..],
-            &92u32.to_be_bytes(),
-            &a.to_be_bytes(),
-        ]
-        .concat(),
-    ))
-}
-
 #[test]
 fn flow_rule_steers_a_flow() {
     let mut g = up(GveConfig::default(), 4, 2048, true);
-    assert_eq!(flow_rule_cmd(&mut g, 0, 3, 5201, 3), status::PASSED);
-    assert_eq!(flow_rule_cmd(&mut g, 0, 3, 5201, 2), status::ALREADY_EXISTS);
+    assert_eq!(
+        flow_rule_cmd(&mut g, 0, 3, B, Some(5201), 3),
+        status::PASSED
+    );
+    assert_eq!(
+        flow_rule_cmd(&mut g, 0, 3, B, Some(5201), 2),
+        status::ALREADY_EXISTS
+    );
     let f = tcp4(A, B, 2000, 5201, 1, 0x18, b"devmem");
     assert_eq!(g.rx_queue(&f), 3, "the rule's queue");
     assert_eq!(g.dev.status().flow_rules[0].hits, 0, "asking is not a hit");
@@ -470,22 +455,34 @@ fn flow_rule_steers_a_flow() {
     assert_eq!((be32(&b, 8), be32(&b, 12), be32(&b, 16)), (1, 20, 3));
     assert_eq!(g.adminq_cmd(q(2)), status::PASSED);
     // Delete: back to RSS.
-    assert_eq!(flow_rule_cmd(&mut g, 1, 3, 0, 0), status::PASSED);
-    assert_eq!(flow_rule_cmd(&mut g, 1, 3, 0, 0), status::NOT_FOUND);
-    assert_eq!(flow_rule_cmd(&mut g, 0, 64, 5201, 3), status::OUT_OF_RANGE);
+    assert_eq!(flow_rule_cmd(&mut g, 1, 3, B, Some(0), 0), status::PASSED);
     assert_eq!(
-        flow_rule_cmd(&mut g, 0, 1, 5201, 4),
+        flow_rule_cmd(&mut g, 1, 3, B, Some(0), 0),
+        status::NOT_FOUND
+    );
+    assert_eq!(
+        flow_rule_cmd(&mut g, 0, 64, B, Some(5201), 3),
+        status::OUT_OF_RANGE
+    );
+    assert_eq!(
+        flow_rule_cmd(&mut g, 0, 1, B, Some(5201), 4),
         status::INVALID_ARGUMENT
     );
-    assert_eq!(flow_rule_cmd(&mut g, 0, 1, 5201, 1), status::PASSED);
-    assert_eq!(flow_rule_cmd(&mut g, 2, 0, 0, 0), status::PASSED);
+    assert_eq!(
+        flow_rule_cmd(&mut g, 0, 1, B, Some(5201), 1),
+        status::PASSED
+    );
+    assert_eq!(flow_rule_cmd(&mut g, 2, 0, B, Some(0), 0), status::PASSED);
     assert!(g.dev.status().flow_rules.is_empty());
 }
 
 #[test]
 fn single_rx_queue_restart_for_devmem() {
     let mut g = up(GveConfig::default(), 2, 2048, true);
-    assert_eq!(flow_rule_cmd(&mut g, 0, 0, 5201, 1), status::PASSED);
+    assert_eq!(
+        flow_rule_cmd(&mut g, 0, 0, B, Some(5201), 1),
+        status::PASSED
+    );
     // gve_rx_queue_stop: destroy queue 1 alone.
     let destroy = cmd(opcode::DESTROY_RX_QUEUE, &1u32.to_be_bytes());
     assert_eq!(g.adminq_cmd(destroy), status::PASSED);

@@ -45,25 +45,6 @@ fn frame_for(g: &Guest, q: usize) -> Vec<u8> {
         .expect("some flow hashes to the queue")
 }
 
-fn flow_rule_cmd(g: &mut Guest, op: u16, loc: u32) -> u32 {
-    let mut b = vec![0u8; 92];
-    b[0..2].copy_from_slice(&op.to_be_bytes());
-    b[8 + 16..8 + 20].copy_from_slice(&B);
-    b[48 + 16..48 + 20].copy_from_slice(&[0xff; 4]);
-    b[88..92].copy_from_slice(&loc.to_be_bytes());
-    let a = g.alloc(92, 64);
-    g.write(a, &b);
-    g.adminq_cmd(cmd(
-        opcode::EXTENDED_COMMAND,
-        &[
-            &0x101u32.to_be_bytes()[..],
-            &92u32.to_be_bytes(),
-            &a.to_be_bytes(),
-        ]
-        .concat(),
-    ))
-}
-
 fn mtu_cmd(mtu: u64) -> [u8; 64] {
     cmd(
         opcode::SET_DRIVER_PARAMETER,
@@ -194,11 +175,11 @@ fn adminq_status_fails_the_matching_command_unexecuted() {
     )
     .unwrap();
     // Another command, and the flow-rule DEL, do not match rule 1.
-    assert_eq!(flow_rule_cmd(&mut g, 1, 3), status::NOT_FOUND);
-    assert_eq!(flow_rule_cmd(&mut g, 0, 3), DEADLINE_EXCEEDED);
+    assert_eq!(flow_rule_cmd(&mut g, 1, 3, B, None, 0), status::NOT_FOUND);
+    assert_eq!(flow_rule_cmd(&mut g, 0, 3, B, None, 0), DEADLINE_EXCEEDED);
     assert!(g.dev.status().flow_rules.is_empty(), "not executed");
     assert_eq!(
-        flow_rule_cmd(&mut g, 0, 3),
+        flow_rule_cmd(&mut g, 0, 3, B, None, 0),
         status::PASSED,
         "count 1: spent"
     );

@@ -322,24 +322,18 @@ fn run(cfg: GveConfig, proto: Proto, steps: &[Step], pace: Pace) -> Vec<usize> {
     flush(&mut g, &mut burst);
     g.run_timers();
     let mut out = Vec::new();
-    let mut cur = Vec::new();
-    for c in g.rx_completions(0) {
-        let eop = c.eop;
-        cur.push(c);
-        if eop {
-            let c = std::mem::take(&mut cur);
-            let f = g.assemble(0, &c);
-            assert!(f.len() >= proto.tcp_offset() + 20, "{c:?}");
-            let t = proto.tcp_offset();
-            let fin = f[t + 13] & FIN != 0;
-            if c.last().is_some_and(|d| d.rsc) {
-                assert!(valid(proto, &f), "a coalesced packet is valid");
-            }
-            if fin {
-                break;
-            }
-            out.push(tcp_payload_len(proto, &f));
+    for c in g.packets(0) {
+        let f = g.assemble(0, &c);
+        assert!(f.len() >= proto.tcp_offset() + 20, "{c:?}");
+        let t = proto.tcp_offset();
+        let fin = f[t + 13] & FIN != 0;
+        if c.last().is_some_and(|d| d.rsc) {
+            assert!(valid(proto, &f), "a coalesced packet is valid");
         }
+        if fin {
+            break;
+        }
+        out.push(tcp_payload_len(proto, &f));
     }
     out
 }
@@ -751,20 +745,14 @@ fn capacity(flows: u16, pace: Pace) -> Vec<(u16, usize)> {
     }
     g.run_timers();
     let mut out = Vec::new();
-    let mut cur = Vec::new();
-    for c in g.rx_completions(0) {
-        let eop = c.eop;
-        cur.push(c);
-        if eop {
-            let c = std::mem::take(&mut cur);
-            let f = g.assemble(0, &c);
-            let t = Proto::V4.tcp_offset();
-            if f[t + 13] & FIN != 0 {
-                break;
-            }
-            assert!(valid(Proto::V4, &f), "every packet is valid");
-            out.push((be16(&f, t) - SPORT, tcp_payload_len(Proto::V4, &f)));
+    for c in g.packets(0) {
+        let f = g.assemble(0, &c);
+        let t = Proto::V4.tcp_offset();
+        if f[t + 13] & FIN != 0 {
+            break;
         }
+        assert!(valid(Proto::V4, &f), "every packet is valid");
+        out.push((be16(&f, t) - SPORT, tcp_payload_len(Proto::V4, &f)));
     }
     out
 }

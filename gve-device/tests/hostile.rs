@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::xorshift::Rng;
 use common::*;
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, GveConfig, GveDevice};
@@ -79,54 +80,50 @@ fn bad_commands() {
     assert_eq!(g.adminq_cmd(cmd(0x77, &[])), status::UNIMPLEMENTED);
     assert_eq!(g.dev.status().counters.admin_unknown_opcode, 1);
     // DESCRIBE_DEVICE: bad version, short buffer, buffer outside memory.
-    let desc = |addr: u64, ver: u32, len: u32| {
-        cmd(
-            opcode::DESCRIBE_DEVICE,
-            &[
-                &addr.to_be_bytes()[..],
-                &ver.to_be_bytes(),
-                &len.to_be_bytes(),
-            ]
-            .concat(),
-        )
-    };
     let ok = g.alloc(4096, 64);
-    assert_eq!(g.adminq_cmd(desc(ok, 2, 4096)), status::INVALID_ARGUMENT);
-    assert_eq!(g.adminq_cmd(desc(ok, 1, 16)), status::INVALID_ARGUMENT);
     assert_eq!(
-        g.adminq_cmd(desc(OUTSIDE, 1, 4096)),
+        g.adminq_cmd(describe_cmd(ok, 2, 4096)),
         status::INVALID_ARGUMENT
     );
     assert_eq!(
-        g.adminq_cmd(desc(u64::MAX - 8, 1, 4096)),
+        g.adminq_cmd(describe_cmd(ok, 1, 16)),
+        status::INVALID_ARGUMENT
+    );
+    assert_eq!(
+        g.adminq_cmd(describe_cmd(OUTSIDE, 1, 4096)),
+        status::INVALID_ARGUMENT
+    );
+    assert_eq!(
+        g.adminq_cmd(describe_cmd(u64::MAX - 8, 1, 4096)),
         status::INVALID_ARGUMENT
     );
     // Extended command: wrong inner length, unknown inner opcode, outside.
-    let ext = |inner: u32, len: u32, addr: u64| {
-        cmd(
-            opcode::EXTENDED_COMMAND,
-            &[
-                &inner.to_be_bytes()[..],
-                &len.to_be_bytes(),
-                &addr.to_be_bytes(),
-            ]
-            .concat(),
-        )
-    };
-    assert_eq!(g.adminq_cmd(ext(0x101, 4096, ok)), status::INVALID_ARGUMENT);
-    assert_eq!(g.adminq_cmd(ext(0x999, 92, ok)), status::UNIMPLEMENTED);
     assert_eq!(
-        g.adminq_cmd(ext(0x101, 92, OUTSIDE)),
+        g.adminq_cmd(extended_cmd(0x101, 4096, ok)),
+        status::INVALID_ARGUMENT
+    );
+    assert_eq!(
+        g.adminq_cmd(extended_cmd(0x999, 92, ok)),
+        status::UNIMPLEMENTED
+    );
+    assert_eq!(
+        g.adminq_cmd(extended_cmd(0x101, 92, OUTSIDE)),
         status::INVALID_ARGUMENT
     );
     // Flow rule with an unknown flow type / opcode.
     let mut rule = vec![0u8; 92];
     rule[4..6].copy_from_slice(&77u16.to_be_bytes());
     g.write(ok, &rule);
-    assert_eq!(g.adminq_cmd(ext(0x101, 92, ok)), status::INVALID_ARGUMENT);
+    assert_eq!(
+        g.adminq_cmd(extended_cmd(0x101, 92, ok)),
+        status::INVALID_ARGUMENT
+    );
     rule[0..2].copy_from_slice(&9u16.to_be_bytes());
     g.write(ok, &rule);
-    assert_eq!(g.adminq_cmd(ext(0x101, 92, ok)), status::INVALID_ARGUMENT);
+    assert_eq!(
+        g.adminq_cmd(extended_cmd(0x101, 92, ok)),
+        status::INVALID_ARGUMENT
+    );
     // GET_PTYPE_MAP too short / outside.
     let pm = |len: u64, addr: u64| {
         cmd(
@@ -180,16 +177,7 @@ fn bad_queue_commands() {
     let mut g = Guest::new(GveConfig::default());
     g.adminq_setup();
     g.describe();
-    let r = TxRing {
-        ring: g.alloc(64 * 16, 4096),
-        compl: g.alloc(64 * 8, 4096),
-        res: g.alloc(64, 64),
-        size: 64,
-        tail: 0,
-        compl_head: 0,
-        cur_gen: false,
-        db: 0,
-    };
+    let r = g.alloc_tx_ring(64);
     // Before CONFIGURE_DEVICE_RESOURCES.
     assert_eq!(
         g.adminq_cmd(create_tx_cmd(0, &r, 0)),
@@ -485,17 +473,6 @@ fn reset_mid_traffic() {
     assert_eq!(g.receive(&f), Err(RxRefusal::NotReady));
     assert_eq!(g.reg_r32(regs::DEVICE_STATUS), regs::device_status::LINK);
     assert!(g.dev.status().counters.rx_packets >= 1, "counters stay");
-}
-
-/// A small xorshift generator: deterministic, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 #[test]

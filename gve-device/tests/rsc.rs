@@ -102,17 +102,7 @@ fn segments(sport: u16, seq: u32, data: &[u8], mss: usize, last_flags: u8) -> Ve
 /// (a chain's hold time ends).
 fn packets(g: &mut Guest) -> Vec<Vec<RxCompl>> {
     g.run_timers();
-    let mut out = vec![];
-    let mut cur = vec![];
-    for c in g.rx_completions(0) {
-        let eop = c.eop;
-        cur.push(c);
-        if eop {
-            out.push(std::mem::take(&mut cur));
-        }
-    }
-    assert!(cur.is_empty(), "a packet without end_of_packet");
-    out
+    g.packets(0)
 }
 
 /// The TCP payload of a frame built by the driver (IPv4, no options).

@@ -13,9 +13,6 @@ use pci_model::{
     BarInfo, DeviceIo, FaultError, FaultSpec, FaultStatus, MsixInfo, PciDevice, PciIdentity,
     RxRefusal, TraceKind, TraceRecord,
 };
-use vfio_bindings::bindings::vfio::{
-    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_MSIX_IRQ_INDEX,
-};
 use vfio_user_server::probe::{self, reg, ProbeDevice};
 use vfio_user_server::{Limits, TraceSink};
 
@@ -132,17 +129,6 @@ fn faulty() -> TestServer<Faulty> {
         },
         Limits::default(),
     )
-}
-
-fn set_vector(c: &mut vfio_user::Client, v: u32, fd: &std::fs::File) {
-    c.set_irqs(
-        VFIO_PCI_MSIX_IRQ_INDEX,
-        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-        v,
-        1,
-        &[fd.as_raw_fd()],
-    )
-    .unwrap();
 }
 
 #[derive(Default)]

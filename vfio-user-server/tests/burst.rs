@@ -3,11 +3,14 @@
 //! call's frames at once and pauses the model's TX when full, and the
 //! daemon's own reset of the model.
 
+mod common;
+
 use std::os::unix::net::UnixListener;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use pci_model::{BarInfo, DeviceIo, Frame, MsixInfo, PciDevice, PciIdentity, RxRefusal};
+use common::stub_pci_basics;
+use pci_model::{DeviceIo, Frame, PciDevice, RxRefusal};
 use vfio_user_server::{FrameSink, Limits, SinkState, VfioUserServer};
 
 type Log = Arc<Mutex<Vec<String>>>;
@@ -26,30 +29,7 @@ impl Recorder {
 }
 
 impl PciDevice for Recorder {
-    fn identity(&self) -> PciIdentity {
-        PciIdentity {
-            vendor_id: 0x1b36,
-            device_id: 0x00f2,
-            subsystem_vendor_id: 0,
-            subsystem_id: 0,
-            class_code: 0xff0000,
-            revision: 0,
-        }
-    }
-    fn bars(&self) -> Vec<BarInfo> {
-        vec![BarInfo {
-            index: 0,
-            size: 0x1000,
-            is_64bit: false,
-            prefetchable: false,
-        }]
-    }
-    fn msix(&self) -> Option<MsixInfo> {
-        None
-    }
-    fn bar_read(&mut self, _: u8, _: u64, data: &mut [u8], _: &mut DeviceIo<'_>) {
-        data.fill(0);
-    }
+    stub_pci_basics!(0x00f2, 0xff0000);
     fn bar_write(&mut self, _: u8, _: u64, _: &[u8], _: &mut DeviceIo<'_>) {}
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
         if io.tx_paused {
@@ -159,24 +139,7 @@ fn an_earlier_deadline_wakes_the_timer_thread() {
     /// The deadline, and the base a doorbell's seconds count from.
     struct Timer(Option<Instant>, Instant);
     impl PciDevice for Timer {
-        fn identity(&self) -> PciIdentity {
-            Recorder {
-                log: Log::default(),
-            }
-            .identity()
-        }
-        fn bars(&self) -> Vec<BarInfo> {
-            Recorder {
-                log: Log::default(),
-            }
-            .bars()
-        }
-        fn msix(&self) -> Option<MsixInfo> {
-            None
-        }
-        fn bar_read(&mut self, _: u8, _: u64, d: &mut [u8], _: &mut DeviceIo<'_>) {
-            d.fill(0);
-        }
+        stub_pci_basics!(0x00f2, 0xff0000);
         /// The value written is the deadline in seconds (0: none).
         fn bar_write(&mut self, _: u8, _: u64, d: &[u8], _: &mut DeviceIo<'_>) {
             self.0 = (d[0] > 0).then(|| self.1 + std::time::Duration::from_secs(u64::from(d[0])));

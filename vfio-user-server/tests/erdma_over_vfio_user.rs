@@ -346,7 +346,9 @@ fn rc_send_between_two_served_devices() {
             syndrome: 0,
             qe_idx: 0,
             qpn: 3,
+            imm: 0,
             size: 100,
+            ud_info: 0,
         }
     );
     assert!(b.poll_cq(1).is_none());

@@ -18,8 +18,10 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use common::{enable_bus_master, memfd, take_events, MappedMem, TestServer};
-use gve_common::{be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, tcp4};
-use gve_common::{RxRing, TxRing};
+use gve_common::{
+    be16, be32, checksums_ok, cmd, create_rx_cmd, create_tx_cmd, describe_cmd, tcp4, tx_pkt_desc,
+};
+use gve_common::{GveDriver, RxRing, TxRing};
 use gve_device::adminq::{opcode, status};
 use gve_device::{layout, regs, Counters, GveConfig, GveDevice};
 use pci_model::RxRefusal;
@@ -84,6 +86,37 @@ struct Driver {
     vectors: Vec<File>,
 }
 
+impl GveDriver for Driver {
+    /// `dma_alloc_coherent`: zeroed, aligned, inside the mapped memfd.
+    fn alloc(&mut self, size: u64, align: u64) -> u64 {
+        self.mem
+            .alloc_zeroed(&mut self.next, IOVA + RAM, size, align)
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.mem.read(addr, len)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) {
+        self.mem.write(addr, data);
+    }
+
+    fn reg_write(&mut self, off: u64, data: &[u8]) {
+        self.c.region_write(BAR0, off, data).unwrap();
+    }
+
+    /// `ioread32be` of a BAR0 register.
+    fn reg_r32(&mut self, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.c.region_read(BAR0, off, &mut b).unwrap();
+        u32::from_be_bytes(b)
+    }
+
+    fn adminq_state(&mut self) -> (&mut u64, &mut u32) {
+        (&mut self.adminq, &mut self.prod)
+    }
+}
+
 impl Driver {
     /// Connects, maps guest RAM (`DMA_MAP` of a memfd) and turns bus
     /// mastering on, as QEMU + the PCI core do before the driver probes.
@@ -108,32 +141,6 @@ impl Driver {
         }
     }
 
-    /// `dma_alloc_coherent`: zeroed, aligned, inside the mapped memfd.
-    fn alloc(&mut self, size: u64, align: u64) -> u64 {
-        self.mem
-            .alloc_zeroed(&mut self.next, IOVA + RAM, size, align)
-    }
-
-    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
-        self.mem.read(addr, len)
-    }
-
-    fn write(&self, addr: u64, data: &[u8]) {
-        self.mem.write(addr, data);
-    }
-
-    /// `iowrite32be` to a BAR0 register.
-    fn reg_w32(&mut self, off: u64, v: u32) {
-        self.c.region_write(BAR0, off, &v.to_be_bytes()).unwrap();
-    }
-
-    /// `ioread32be` of a BAR0 register.
-    fn reg_r32(&mut self, off: u64) -> u32 {
-        let mut b = [0u8; 4];
-        self.c.region_read(BAR0, off, &mut b).unwrap();
-        u32::from_be_bytes(b)
-    }
-
     /// `iowrite32(val, &db_bar2[index])`.
     fn doorbell(&mut self, index: u32, val: u32) {
         self.c
@@ -141,64 +148,9 @@ impl Driver {
             .unwrap();
     }
 
-    /// `gve_adminq_alloc` (revision 1) with the ring at `base`.
-    fn adminq_setup_at(&mut self, base: u64) {
-        self.adminq = base;
-        self.prod = 0;
-        self.c
-            .region_write(BAR0, regs::ADMINQ_LENGTH, &4096u16.to_be_bytes())
-            .unwrap();
-        self.reg_w32(regs::ADMINQ_BASE_HI, (base >> 32) as u32);
-        self.reg_w32(regs::ADMINQ_BASE_LO, base as u32);
-        self.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RUN);
-    }
-
-    fn adminq_setup(&mut self) {
-        let base = self.alloc(4096, 4096);
-        self.adminq_setup_at(base);
-    }
-
-    /// Writes commands into the ring, kicks once, checks the event counter
-    /// caught up and returns each command's status.
-    fn adminq_batch(&mut self, cmds: &[[u8; 64]]) -> Vec<u32> {
-        let first = self.prod;
-        for c in cmds {
-            self.write(self.adminq + u64::from(self.prod % 64) * 64, c);
-            self.prod = self.prod.wrapping_add(1);
-        }
-        self.reg_w32(regs::ADMINQ_DOORBELL, self.prod);
-        assert_eq!(
-            self.reg_r32(regs::ADMINQ_EVENT_COUNTER),
-            self.prod,
-            "event counter must reach the producer count"
-        );
-        (first..self.prod)
-            .map(|i| be32(&self.read(self.adminq + u64::from(i % 64) * 64, 8), 4))
-            .collect()
-    }
-
-    fn adminq_cmd(&mut self, c: [u8; 64]) -> u32 {
-        self.adminq_batch(&[c])[0]
-    }
-
-    fn describe_cmd(addr: u64, len: u32) -> [u8; 64] {
-        cmd(
-            opcode::DESCRIBE_DEVICE,
-            &[
-                &addr.to_be_bytes()[..],
-                &1u32.to_be_bytes(),
-                &len.to_be_bytes(),
-            ]
-            .concat(),
-        )
-    }
-
     fn describe(&mut self) -> Described {
         let desc = self.alloc(4096, 64);
-        assert_eq!(
-            self.adminq_cmd(Self::describe_cmd(desc, 4096)),
-            status::PASSED
-        );
+        assert_eq!(self.adminq_cmd(describe_cmd(desc, 1, 4096)), status::PASSED);
         let raw = self.read(desc, 4096);
         let mut options = Vec::new();
         let mut at = 40;
@@ -247,53 +199,19 @@ impl Driver {
         assert_eq!(self.reg_r32(regs::MAX_TX_QUEUES), 4);
         assert_eq!(self.reg_r32(regs::MAX_RX_QUEUES), 4);
         self.adminq_setup();
-        let info = self.alloc(304, 64);
-        self.write(info, &[1, 1, 0, 0]);
-        let st = self.adminq_cmd(cmd(
-            opcode::VERIFY_DRIVER_COMPATIBILITY,
-            &[&304u64.to_be_bytes()[..], &info.to_be_bytes()].concat(),
-        ));
-        assert_eq!(st, status::PASSED);
+        assert_eq!(self.verify_driver_compatibility(), status::PASSED);
         let d = self.describe();
         self.configure_resources();
-        let map = self.alloc(2048, 64);
-        let st = self.adminq_cmd(cmd(
-            opcode::GET_PTYPE_MAP,
-            &[&2048u64.to_be_bytes()[..], &map.to_be_bytes()].concat(),
-        ));
-        assert_eq!(st, status::PASSED);
+        self.ptype_map_cmd();
         d
     }
 
     fn new_tx_ring(&mut self) -> TxRing {
-        TxRing {
-            ring: self.alloc(u64::from(RING) * 16, 4096),
-            compl: self.alloc(u64::from(RING) * 8, 4096),
-            res: self.alloc(64, 64),
-            size: RING,
-            tail: 0,
-            compl_head: 0,
-            cur_gen: false,
-            db: 0,
-        }
+        self.alloc_tx_ring(RING)
     }
 
     fn new_rx_ring(&mut self, hdr_len: u32) -> RxRing {
-        RxRing {
-            compl: self.alloc(u64::from(RING) * 32, 4096),
-            bufq: self.alloc(u64::from(RING) * 32, 4096),
-            res: self.alloc(64, 64),
-            hdr_bufs: self.alloc(u64::from(RING) * u64::from(hdr_len), 64),
-            data: self.alloc(u64::from(RING) * u64::from(BUF_LEN), 4096),
-            size: RING,
-            buf_len: BUF_LEN,
-            hdr_len,
-            tail: 0,
-            compl_head: 0,
-            cur_gen: false,
-            db: 0,
-            next_buf_id: 0,
-        }
+        self.alloc_rx_ring(RING, BUF_LEN, hdr_len)
     }
 
     /// `gve_open` for one queue pair: CREATE_TX_QUEUE, CREATE_RX_QUEUE
@@ -415,14 +333,7 @@ impl Driver {
         idx = (idx + 1) & mask;
         for (i, &(addr, len)) in bufs.iter().enumerate() {
             let eop = i + 1 == bufs.len();
-            let mut d = [0u8; 16];
-            d[0..8].copy_from_slice(&addr.to_le_bytes());
-            d[8] = 0xc
-                | if eop { 0x20 } else { 0 }
-                | if csum { 0x40 } else { 0 }
-                | if eop && report_event { 0x80 } else { 0 };
-            d[12..14].copy_from_slice(&tag.to_le_bytes());
-            d[14..16].copy_from_slice(&len.to_le_bytes());
+            let d = tx_pkt_desc(addr, len, tag, eop, csum, eop && report_event);
             self.write(ring + u64::from(idx) * 16, &d);
             idx = (idx + 1) & mask;
         }
@@ -719,11 +630,7 @@ fn tx_frame_reaches_sink_with_completion() {
     d.doorbell(layout::TX_DB_BASE, tail + 1);
     assert_eq!(s.frames.lock().unwrap().len(), 1, "incomplete packet waits");
     d.tx.as_mut().unwrap().tail = tail + 1;
-    let mut pd = [0u8; 16];
-    pd[0..8].copy_from_slice(&buf.to_le_bytes());
-    pd[8] = 0xc | 0x20;
-    pd[12..14].copy_from_slice(&9u16.to_le_bytes());
-    pd[14..16].copy_from_slice(&(g.len() as u16).to_le_bytes());
+    let pd = tx_pkt_desc(buf, g.len() as u16, 9, true, false, false);
     d.write(ring + u64::from(tail + 1) * 16, &pd);
     d.doorbell(layout::TX_DB_BASE, tail + 2);
     assert_eq!(s.frames.lock().unwrap().as_slice()[1], g);
@@ -758,15 +665,15 @@ fn hostile_addresses_outside_the_dma_map() {
     // A proper admin queue; then DESCRIBE_DEVICE into places it may not go.
     d.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RESET);
     d.adminq_setup();
-    let outside = Driver::describe_cmd(IOVA + RAM, 4096);
+    let outside = describe_cmd(IOVA + RAM, 1, 4096);
     assert_eq!(d.adminq_cmd(outside), status::INVALID_ARGUMENT);
     // Straddling the end of the mapping: refused whole, nothing written.
     let tail = IOVA + RAM - 16;
     d.write(tail, &[0xee; 16]);
-    let straddle = Driver::describe_cmd(tail, 4096);
+    let straddle = describe_cmd(tail, 1, 4096);
     assert_eq!(d.adminq_cmd(straddle), status::INVALID_ARGUMENT);
     assert_eq!(d.read(tail, 16), vec![0xee; 16]);
-    let wraps = Driver::describe_cmd(u64::MAX - 8, 4096);
+    let wraps = describe_cmd(u64::MAX - 8, 1, 4096);
     assert_eq!(d.adminq_cmd(wraps), status::INVALID_ARGUMENT);
     // Notify-block doorbell array outside.
     let counters_addr = d.alloc(256, 64);

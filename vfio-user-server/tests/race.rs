@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use pci_model::{BarInfo, DeviceIo, MsixInfo, PciDevice, PciIdentity, RxRefusal};
+use pci_model::{DeviceIo, PciDevice, RxRefusal};
 use vfio_user_server::Limits;
 
 const IOVA: u64 = 0x4000_0000;
@@ -24,30 +24,7 @@ struct Hammer {
 }
 
 impl PciDevice for Hammer {
-    fn identity(&self) -> PciIdentity {
-        PciIdentity {
-            vendor_id: 0x1b36,
-            device_id: 0x00f1,
-            subsystem_vendor_id: 0,
-            subsystem_id: 0,
-            class_code: 0xff0000,
-            revision: 0,
-        }
-    }
-    fn bars(&self) -> Vec<BarInfo> {
-        vec![BarInfo {
-            index: 0,
-            size: 0x1000,
-            is_64bit: false,
-            prefetchable: false,
-        }]
-    }
-    fn msix(&self) -> Option<MsixInfo> {
-        None
-    }
-    fn bar_read(&mut self, _: u8, _: u64, data: &mut [u8], _: &mut DeviceIo<'_>) {
-        data.fill(0);
-    }
+    stub_pci_basics!(0x00f1, 0xff0000);
     fn bar_write(&mut self, _: u8, _: u64, _: &[u8], _: &mut DeviceIo<'_>) {}
     fn poll(&mut self, io: &mut DeviceIo<'_>) {
         let buf = vec![0xee; 64 * 1024];

@@ -25,17 +25,6 @@ fn start() -> TestServer<ProbeDevice> {
     TestServer::start(ProbeDevice::new(), Limits::default())
 }
 
-fn set_vector(c: &mut vfio_user::Client, v: u32, fd: &std::fs::File) {
-    c.set_irqs(
-        VFIO_PCI_MSIX_IRQ_INDEX,
-        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-        v,
-        1,
-        &[fd.as_raw_fd()],
-    )
-    .unwrap();
-}
-
 fn fill(c: &mut vfio_user::Client, addr: u64, len: u32, pattern: u8, vector: u32) -> u32 {
     write32(c, BAR0, reg::ADDR_LO, addr as u32);
     write32(c, BAR0, reg::ADDR_HI, (addr >> 32) as u32);

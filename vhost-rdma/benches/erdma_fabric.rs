@@ -221,10 +221,7 @@ fn main() {
                 let (secs, cpu) = run(&mut a, &mut b, op, size, count);
                 let landed = b.d.read(b.buf + 65536, size as usize);
                 assert_eq!(landed, pattern[..size as usize], "payload at the receiver");
-                let total = count as f64 * f64::from(size);
-                let gbs = total / secs / 1e9;
-                let ns_per_byte = cpu as f64 / total;
-                let mgbs = 1.0 / shared::memcpy(size as usize).0 / 1e9;
+                let (gbs, ns_per_byte, mgbs) = shared::rates(count, size, secs, cpu);
                 println!(
                     "{:<6} {:>7} {:>5} {:>9} {:>9.3} {:>15.3} {:>12.2} {:>9.1}%",
                     name,

@@ -48,3 +48,14 @@ pub fn messages(size: u32, batch: usize) -> usize {
     };
     (bytes / size as usize).max(batch)
 }
+
+/// A case's figures from `count` messages of `size` bytes in `secs` seconds
+/// and `cpu` CPU ns: (GB/s, CPU ns per byte, `memcpy` GB/s of that size,
+/// measured now).
+pub fn rates(count: usize, size: u32, secs: f64, cpu: u64) -> (f64, f64, f64) {
+    let total = count as f64 * f64::from(size);
+    let gbs = total / secs / 1e9;
+    let ns_per_byte = cpu as f64 / total;
+    let mgbs = 1.0 / memcpy(size as usize).0 / 1e9;
+    (gbs, ns_per_byte, mgbs)
+}

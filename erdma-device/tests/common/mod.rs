@@ -4,6 +4,9 @@
 #![allow(dead_code, clippy::too_many_arguments)]
 
 pub mod rc;
+mod types;
+
+pub use types::{v4_gid, Ring, Wc};
 
 use std::time::Instant;
 
@@ -19,32 +22,10 @@ pub const CMDQ_EQ_DEPTH: u32 = 128;
 pub const AEQ_DEPTH: u32 = 4096;
 pub const CEQ_DEPTH: u32 = 256;
 
-/// One resource in guest memory.
-#[derive(Debug, Clone, Copy)]
-pub struct Ring {
-    pub addr: u64,
-    pub depth: u32,
-    pub ci: u32,
-    pub dbrec: u64,
-}
-
 pub struct Completion {
     pub status: u8,
     pub r0: u64,
     pub r1: u64,
-}
-
-/// A decoded work CQE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wc {
-    pub opcode: u8,
-    pub qtype: u8,
-    pub syndrome: u8,
-    pub qe_idx: u32,
-    pub qpn: u32,
-    pub imm: u32,
-    pub size: u32,
-    pub ud_info: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -189,12 +170,7 @@ impl Driver {
     fn eq_init(&mut self, depth: u32) -> Ring {
         let addr = self.alloc(u64::from(depth) * 16, 4096);
         let dbrec = self.alloc(8, 8);
-        Ring {
-            addr,
-            depth,
-            ci: 0,
-            dbrec,
-        }
+        Ring::new(addr, depth, dbrec)
     }
 
     /// erdma_probe_dev up to erdma_finish_cmdq_init, then erdma_ib_device_add's
@@ -638,14 +614,6 @@ impl AvSpec {
         b[12..18].copy_from_slice(&self.dmac);
         b[20..36].copy_from_slice(&self.dgid);
     }
-}
-
-pub fn v4_gid(ip: [u8; 4]) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&ip);
-    g
 }
 
 /// SQE header bits.

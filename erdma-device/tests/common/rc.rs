@@ -140,3 +140,78 @@ pub fn exchange(a: &mut Side, b: &mut Side) -> usize {
     }
     fa.len() + fb.len()
 }
+
+/// Two [`side`]s with 4 MR pages, CQ 256, SQ 256, RQ 64 (A's QP 2, B's QP 3),
+/// connected.
+pub fn pair() -> (Side, Side) {
+    let mut a = side(Driver::new(MAC_A), IP_A, false, 2, (256, 256, 64), 4);
+    let mut b = side(Driver::new(MAC_B), IP_B, false, 3, (256, 256, 64), 4);
+    connect(&mut a, &mut b);
+    (a, b)
+}
+
+/// B posts a 64-byte receive at [`VA`] (and polls), then A posts an 8-byte
+/// SEND from [`VA`] (not yet polled).
+pub fn recv_then_send(a: &mut Side, b: &mut Side) {
+    b.d.post_recv(&mut b.qp, VA, 64, STAG);
+    b.d.poll();
+    a.d.post_sqe(&mut a.qp, send_sqe(op::SEND, 8, VA, STAG, 0));
+}
+
+/// Moves frames between the two sides until both are quiet; returns the
+/// frames moved.
+pub fn shuttle(a: &mut Side, b: &mut Side) -> usize {
+    let mut n = 0;
+    for _ in 0..100 {
+        a.d.poll();
+        b.d.poll();
+        let fa: Vec<_> = a.d.tx.drain(..).collect();
+        let fb: Vec<_> = b.d.tx.drain(..).collect();
+        if fa.is_empty() && fb.is_empty() {
+            break;
+        }
+        for f in fa {
+            n += 1;
+            let _ = b.d.receive(&f);
+        }
+        for f in fb {
+            n += 1;
+            let _ = a.d.receive(&f);
+        }
+    }
+    n
+}
+
+/// Takes UD QP 1 (GSI) of `d` to RTS with Q_Key 0x8001_0000.
+pub fn gsi_to_rts(d: &mut Driver) {
+    assert_eq!(
+        d.modify_qp(1, 1, 1 | 2, None, 0, 0x8001_0000, 0, 0).status,
+        0
+    );
+    assert_eq!(d.modify_qp(1, 2, 1, None, 0, 0, 0, 0).status, 0);
+    assert_eq!(d.modify_qp(1, 3, 1 | 8, None, 0, 0, 0, 0).status, 0);
+}
+
+/// Creates AH 5 on `d` towards `MAC_B`/`IP_B`.
+pub fn ah_5_to_b(d: &mut Driver) {
+    let mut ah = [0u8; 52];
+    ah[8..12].copy_from_slice(&1u32.to_le_bytes());
+    ah[12..16].copy_from_slice(&5u32.to_le_bytes());
+    av_to(MAC_B, IP_B).write(&mut ah[16..52]);
+    assert_eq!(d.cmd(0, 15, &ah).status, 0);
+}
+
+/// A UD SEND SQE of `len` bytes at [`VA`] through AH 5 to QP 1, Q_Key
+/// 0x8001_0000.
+pub fn ud_send_sqe(len: u32) -> Vec<u8> {
+    let mut s = vec![0u8; 48];
+    s[..8].copy_from_slice(&sqe_hdr(op::SEND, 1, true, false).to_le_bytes());
+    s[12..16].copy_from_slice(&len.to_le_bytes());
+    s[16..20].copy_from_slice(&0x8001_0000u32.to_le_bytes());
+    s[20..24].copy_from_slice(&1u32.to_le_bytes());
+    s[24..28].copy_from_slice(&5u32.to_le_bytes());
+    s[32..40].copy_from_slice(&VA.to_le_bytes());
+    s[40..44].copy_from_slice(&len.to_le_bytes());
+    s[44..48].copy_from_slice(&STAG.to_le_bytes());
+    s
+}

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod xorshift;
+
 use std::time::{Duration, Instant};
 
 use gve_device::adminq::{opcode, status};
@@ -136,28 +138,6 @@ impl Guest {
         }
     }
 
-    /// `dma_alloc_coherent`: zeroed, aligned.
-    pub fn alloc(&mut self, size: u64, align: u64) -> u64 {
-        let a = self.next.div_ceil(align) * align;
-        self.next = a + size;
-        assert!(
-            self.next <= MEM_BASE + MEM_SIZE as u64,
-            "guest memory exhausted"
-        );
-        self.mem.write(a, &vec![0; size as usize]).unwrap();
-        a
-    }
-
-    pub fn read(&self, addr: u64, len: usize) -> Vec<u8> {
-        let mut b = vec![0; len];
-        self.mem.read(addr, &mut b).unwrap();
-        b
-    }
-
-    pub fn write(&self, addr: u64, data: &[u8]) {
-        self.mem.write(addr, data).unwrap();
-    }
-
     fn with_io<T>(&mut self, f: impl FnOnce(&mut GveDevice, &mut DeviceIo<'_>) -> T) -> T {
         let mem = self.mem.clone();
         let mut io = DeviceIo::new(&mem, self.now);
@@ -197,14 +177,6 @@ impl Guest {
         let mut b = vec![0; len];
         self.with_io(|d, io| d.bar_read(bar, off, &mut b, io));
         b
-    }
-
-    pub fn reg_w32(&mut self, off: u64, v: u32) {
-        self.bar_write(layout::BAR_REGS, off, &v.to_be_bytes());
-    }
-
-    pub fn reg_r32(&mut self, off: u64) -> u32 {
-        be32(&self.bar_read(layout::BAR_REGS, off, 4), 0)
     }
 
     /// `iowrite32(val, &db_bar2[index])`.
@@ -286,42 +258,20 @@ impl Guest {
         f
     }
 
-    /// `gve_adminq_alloc` for revision 1.
-    pub fn adminq_setup(&mut self) {
-        self.adminq = self.alloc(4096, 4096);
-        self.prod = 0;
-        self.bar_write(
-            layout::BAR_REGS,
-            regs::ADMINQ_LENGTH,
-            &4096u16.to_be_bytes(),
-        );
-        self.reg_w32(regs::ADMINQ_BASE_HI, (self.adminq >> 32) as u32);
-        self.reg_w32(regs::ADMINQ_BASE_LO, self.adminq as u32);
-        self.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RUN);
-    }
-
-    /// Issues commands (`gve_adminq_issue_cmd` each), then kick and wait;
-    /// returns every status.
-    pub fn adminq_batch(&mut self, cmds: &[[u8; 64]]) -> Vec<u32> {
-        let first = self.prod;
-        for c in cmds {
-            let slot = u64::from(self.prod % 64);
-            self.write(self.adminq + slot * 64, c);
-            self.prod = self.prod.wrapping_add(1);
+    /// The completions of queue `q` as the driver groups them: one list per
+    /// packet (up to `end_of_packet`).
+    pub fn packets(&mut self, q: usize) -> Vec<Vec<RxCompl>> {
+        let mut out = vec![];
+        let mut cur = vec![];
+        for c in self.rx_completions(q) {
+            let eop = c.eop;
+            cur.push(c);
+            if eop {
+                out.push(std::mem::take(&mut cur));
+            }
         }
-        self.reg_w32(regs::ADMINQ_DOORBELL, self.prod);
-        assert_eq!(
-            self.reg_r32(regs::ADMINQ_EVENT_COUNTER),
-            self.prod,
-            "event counter must reach the producer count"
-        );
-        (first..self.prod)
-            .map(|i| be32(&self.read(self.adminq + u64::from(i % 64) * 64, 8), 4))
-            .collect()
-    }
-
-    pub fn adminq_cmd(&mut self, c: [u8; 64]) -> u32 {
-        self.adminq_batch(&[c])[0]
+        assert!(cur.is_empty(), "a packet without end_of_packet");
+        out
     }
 
     pub fn probe(&mut self) {
@@ -338,12 +288,7 @@ impl Guest {
         );
         self.adminq_setup();
         // gve_verify_driver_compatibility
-        let info = self.alloc(304, 64);
-        self.write(info, &[1, 1, 0, 0]);
-        let st = self.adminq_cmd(cmd(
-            opcode::VERIFY_DRIVER_COMPATIBILITY,
-            &[&304u64.to_be_bytes()[..], &info.to_be_bytes()].concat(),
-        ));
+        let st = self.verify_driver_compatibility();
         assert!(st == status::PASSED || st == status::UNIMPLEMENTED);
         self.describe();
         let vectors = u32::from(self.dev.msix().unwrap().vectors);
@@ -378,15 +323,7 @@ impl Guest {
 
     pub fn describe(&mut self) {
         let desc = self.alloc(4096, 64);
-        let st = self.adminq_cmd(cmd(
-            opcode::DESCRIBE_DEVICE,
-            &[
-                &desc.to_be_bytes()[..],
-                &1u32.to_be_bytes(),
-                &4096u32.to_be_bytes(),
-            ]
-            .concat(),
-        ));
+        let st = self.adminq_cmd(describe_cmd(desc, 1, 4096));
         assert_eq!(st, status::PASSED);
         let d = self.read(desc, 4096);
         let mut out = Described {
@@ -466,13 +403,7 @@ impl Guest {
     }
 
     pub fn get_ptype_map(&mut self) {
-        let map = self.alloc(2048, 64);
-        let st = self.adminq_cmd(cmd(
-            opcode::GET_PTYPE_MAP,
-            &[&2048u64.to_be_bytes()[..], &map.to_be_bytes()].concat(),
-        ));
-        assert_eq!(st, status::PASSED);
-        self.ptype_map = self.read(map, 2048);
+        self.ptype_map = self.ptype_map_cmd();
     }
 
     pub fn configure_rss(&mut self, key: Option<&[u8]>, lut: Option<&[u32]>, types: u16) -> u32 {
@@ -510,16 +441,7 @@ impl Guest {
     pub fn open(&mut self, nq: u32, ring: u32, buf_len: u32, hsplit: bool) {
         let mut cmds = Vec::new();
         for q in 0..nq {
-            let r = TxRing {
-                ring: self.alloc(u64::from(ring) * 16, 4096),
-                compl: self.alloc(u64::from(ring) * 8, 4096),
-                res: self.alloc(64, 64),
-                size: ring,
-                tail: 0,
-                compl_head: 0,
-                cur_gen: false,
-                db: 0,
-            };
+            let r = self.alloc_tx_ring(ring);
             cmds.push(create_tx_cmd(q, &r, self.tx_ntfy(q)));
             self.tx.push(r);
         }
@@ -542,25 +464,7 @@ impl Guest {
         };
         let mut cmds = Vec::new();
         for q in 0..nq {
-            let r = RxRing {
-                compl: self.alloc(u64::from(ring) * 32, 4096),
-                bufq: self.alloc(u64::from(ring) * 32, 4096),
-                res: self.alloc(64, 64),
-                hdr_bufs: if hsplit {
-                    self.alloc(u64::from(ring) * u64::from(hdr_len), 64)
-                } else {
-                    0
-                },
-                data: self.alloc(u64::from(ring) * u64::from(buf_len), 4096),
-                size: ring,
-                buf_len,
-                hdr_len,
-                tail: 0,
-                compl_head: 0,
-                cur_gen: false,
-                db: 0,
-                next_buf_id: 0,
-            };
+            let r = self.alloc_rx_ring(ring, buf_len, hdr_len);
             cmds.push(create_rx_cmd(q, &r, self.rx_ntfy(q)));
             self.rx.push(r);
         }
@@ -703,14 +607,7 @@ impl Guest {
             let buf = self.alloc(f.len().max(1) as u64, 64);
             self.write(buf, f);
             let eop = i + 1 == frags.len();
-            let mut d = [0u8; 16];
-            d[0..8].copy_from_slice(&buf.to_le_bytes());
-            d[8] = 0xc
-                | if eop { 0x20 } else { 0 }
-                | if csum { 0x40 } else { 0 }
-                | if eop && report_event { 0x80 } else { 0 };
-            d[12..14].copy_from_slice(&tag.to_le_bytes());
-            d[14..16].copy_from_slice(&(f.len() as u16).to_le_bytes());
+            let d = tx_pkt_desc(buf, f.len() as u16, tag, eop, csum, eop && report_event);
             self.write(ring + u64::from(idx) * 16, &d);
             idx = (idx + 1) & mask;
         }
@@ -740,12 +637,241 @@ impl Guest {
     }
 }
 
+/// The driver steps that need only guest memory and BAR0, shared by this
+/// in-process driver ([`Guest`]) and the one over the vfio-user edge
+/// (vfio-user-server/tests/gve_over_vfio_user.rs, which includes this file).
+pub trait GveDriver {
+    /// `dma_alloc_coherent`: zeroed, aligned.
+    fn alloc(&mut self, size: u64, align: u64) -> u64;
+    fn read(&self, addr: u64, len: usize) -> Vec<u8>;
+    fn write(&self, addr: u64, data: &[u8]);
+    /// A write of `data` to BAR0 at `off`.
+    fn reg_write(&mut self, off: u64, data: &[u8]);
+    /// `ioread32be` of a BAR0 register.
+    fn reg_r32(&mut self, off: u64) -> u32;
+    /// The admin queue's base and producer count.
+    fn adminq_state(&mut self) -> (&mut u64, &mut u32);
+
+    /// `iowrite32be` to a BAR0 register.
+    fn reg_w32(&mut self, off: u64, v: u32) {
+        self.reg_write(off, &v.to_be_bytes());
+    }
+
+    /// `gve_adminq_alloc` (revision 1) with the ring at `base`.
+    fn adminq_setup_at(&mut self, base: u64) {
+        let (adminq, prod) = self.adminq_state();
+        (*adminq, *prod) = (base, 0);
+        self.reg_write(regs::ADMINQ_LENGTH, &4096u16.to_be_bytes());
+        self.reg_w32(regs::ADMINQ_BASE_HI, (base >> 32) as u32);
+        self.reg_w32(regs::ADMINQ_BASE_LO, base as u32);
+        self.reg_w32(regs::DRIVER_STATUS, regs::driver_status::RUN);
+    }
+
+    /// `gve_adminq_alloc` for revision 1.
+    fn adminq_setup(&mut self) {
+        let base = self.alloc(4096, 4096);
+        self.adminq_setup_at(base);
+    }
+
+    /// Issues commands (`gve_adminq_issue_cmd` each), then kick and wait;
+    /// checks the event counter caught up and returns every status.
+    fn adminq_batch(&mut self, cmds: &[[u8; 64]]) -> Vec<u32> {
+        let (adminq, first) = {
+            let (a, p) = self.adminq_state();
+            (*a, *p)
+        };
+        let mut prod = first;
+        for c in cmds {
+            self.write(adminq + u64::from(prod % 64) * 64, c);
+            prod = prod.wrapping_add(1);
+        }
+        *self.adminq_state().1 = prod;
+        self.reg_w32(regs::ADMINQ_DOORBELL, prod);
+        assert_eq!(
+            self.reg_r32(regs::ADMINQ_EVENT_COUNTER),
+            prod,
+            "event counter must reach the producer count"
+        );
+        (first..prod)
+            .map(|i| be32(&self.read(adminq + u64::from(i % 64) * 64, 8), 4))
+            .collect()
+    }
+
+    fn adminq_cmd(&mut self, c: [u8; 64]) -> u32 {
+        self.adminq_batch(&[c])[0]
+    }
+
+    /// `gve_verify_driver_compatibility`; returns its status.
+    fn verify_driver_compatibility(&mut self) -> u32 {
+        let info = self.alloc(304, 64);
+        self.write(info, &[1, 1, 0, 0]);
+        self.adminq_cmd(cmd(
+            opcode::VERIFY_DRIVER_COMPATIBILITY,
+            &[&304u64.to_be_bytes()[..], &info.to_be_bytes()].concat(),
+        ))
+    }
+
+    /// A TX ring of `size` descriptors with its completion ring and
+    /// resources, in fresh memory.
+    fn alloc_tx_ring(&mut self, size: u32) -> TxRing {
+        TxRing {
+            ring: self.alloc(u64::from(size) * 16, 4096),
+            compl: self.alloc(u64::from(size) * 8, 4096),
+            res: self.alloc(64, 64),
+            size,
+            tail: 0,
+            compl_head: 0,
+            cur_gen: false,
+            db: 0,
+        }
+    }
+
+    /// An RX ring of `size` buffers of `buf_len` bytes, with `hdr_len`-byte
+    /// header buffers (none without header split, `hdr_len` 0), in fresh
+    /// memory.
+    fn alloc_rx_ring(&mut self, size: u32, buf_len: u32, hdr_len: u32) -> RxRing {
+        RxRing {
+            compl: self.alloc(u64::from(size) * 32, 4096),
+            bufq: self.alloc(u64::from(size) * 32, 4096),
+            res: self.alloc(64, 64),
+            hdr_bufs: if hdr_len > 0 {
+                self.alloc(u64::from(size) * u64::from(hdr_len), 64)
+            } else {
+                0
+            },
+            data: self.alloc(u64::from(size) * u64::from(buf_len), 4096),
+            size,
+            buf_len,
+            hdr_len,
+            tail: 0,
+            compl_head: 0,
+            cur_gen: false,
+            db: 0,
+            next_buf_id: 0,
+        }
+    }
+
+    /// GET_PTYPE_MAP, which must pass; returns the map.
+    fn ptype_map_cmd(&mut self) -> Vec<u8> {
+        let map = self.alloc(2048, 64);
+        let st = self.adminq_cmd(cmd(
+            opcode::GET_PTYPE_MAP,
+            &[&2048u64.to_be_bytes()[..], &map.to_be_bytes()].concat(),
+        ));
+        assert_eq!(st, status::PASSED);
+        self.read(map, 2048)
+    }
+}
+
+impl GveDriver for Guest {
+    /// `dma_alloc_coherent`: zeroed, aligned.
+    fn alloc(&mut self, size: u64, align: u64) -> u64 {
+        let a = self.next.div_ceil(align) * align;
+        self.next = a + size;
+        assert!(
+            self.next <= MEM_BASE + MEM_SIZE as u64,
+            "guest memory exhausted"
+        );
+        self.mem.write(a, &vec![0; size as usize]).unwrap();
+        a
+    }
+
+    fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0; len];
+        self.mem.read(addr, &mut b).unwrap();
+        b
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) {
+        self.mem.write(addr, data).unwrap();
+    }
+
+    fn reg_write(&mut self, off: u64, data: &[u8]) {
+        self.bar_write(layout::BAR_REGS, off, data);
+    }
+
+    fn reg_r32(&mut self, off: u64) -> u32 {
+        be32(&self.bar_read(layout::BAR_REGS, off, 4), 0)
+    }
+
+    fn adminq_state(&mut self) -> (&mut u64, &mut u32) {
+        (&mut self.adminq, &mut self.prod)
+    }
+}
+
 /// A 64-byte admin command.
 pub fn cmd(op: u32, payload: &[u8]) -> [u8; 64] {
     let mut c = [0u8; 64];
     c[0..4].copy_from_slice(&op.to_be_bytes());
     c[8..8 + payload.len()].copy_from_slice(payload);
     c
+}
+
+/// An `EXTENDED_COMMAND` flow-rule command (`op` 0 add, 1 delete, 2
+/// reset) at `loc`: TCPv4 to `dst`/32 (and, with `dport`, exactly that port)
+/// steered to `queue`.
+pub fn flow_rule_cmd(
+    g: &mut Guest,
+    op: u16,
+    loc: u32,
+    dst: [u8; 4],
+    dport: Option<u16>,
+    queue: u16,
+) -> u32 {
+    let mut b = vec![0u8; 92];
+    b[0..2].copy_from_slice(&op.to_be_bytes());
+    b[4..6].copy_from_slice(&0u16.to_be_bytes()); // GVE_FLOW_TYPE_TCPV4
+    b[6..8].copy_from_slice(&queue.to_be_bytes());
+    // key: dst ip, dst port; mask: dst ip /32, dst port exact.
+    b[8 + 16..8 + 20].copy_from_slice(&dst);
+    b[48 + 16..48 + 20].copy_from_slice(&[0xff; 4]);
+    if let Some(dport) = dport {
+        b[8 + 34..8 + 36].copy_from_slice(&dport.to_be_bytes());
+        b[48 + 34..48 + 36].copy_from_slice(&[0xff; 2]);
+    }
+    b[88..92].copy_from_slice(&loc.to_be_bytes());
+    let a = g.alloc(92, 64);
+    g.write(a, &b);
+    g.adminq_cmd(extended_cmd(0x101, 92, a))
+}
+
+/// A DQO TX packet descriptor (dtype 0xc) for `len` bytes at `addr`.
+pub fn tx_pkt_desc(addr: u64, len: u16, tag: u16, eop: bool, csum: bool, report: bool) -> [u8; 16] {
+    let mut d = [0u8; 16];
+    d[0..8].copy_from_slice(&addr.to_le_bytes());
+    d[8] = 0xc
+        | if eop { 0x20 } else { 0 }
+        | if csum { 0x40 } else { 0 }
+        | if report { 0x80 } else { 0 };
+    d[12..14].copy_from_slice(&tag.to_le_bytes());
+    d[14..16].copy_from_slice(&len.to_le_bytes());
+    d
+}
+
+/// DESCRIBE_DEVICE into `len` bytes at `addr`, descriptor version `ver`.
+pub fn describe_cmd(addr: u64, ver: u32, len: u32) -> [u8; 64] {
+    cmd(
+        opcode::DESCRIBE_DEVICE,
+        &[
+            &addr.to_be_bytes()[..],
+            &ver.to_be_bytes(),
+            &len.to_be_bytes(),
+        ]
+        .concat(),
+    )
+}
+
+/// EXTENDED_COMMAND: inner command `inner`, `len` bytes at `addr`.
+pub fn extended_cmd(inner: u32, len: u32, addr: u64) -> [u8; 64] {
+    cmd(
+        opcode::EXTENDED_COMMAND,
+        &[
+            &inner.to_be_bytes()[..],
+            &len.to_be_bytes(),
+            &addr.to_be_bytes(),
+        ]
+        .concat(),
+    )
 }
 
 pub fn create_tx_cmd(q: u32, r: &TxRing, ntfy: u32) -> [u8; 64] {

@@ -11,10 +11,15 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use super::{enable_bus_master, memfd, take_events, MappedMem};
+
+// The plain types the in-process erdma test driver uses too.
+#[path = "../../../erdma-device/tests/common/types.rs"]
+mod types;
 use erdma_device::cmdq::{common_op, rdma_op, status, submod};
 use erdma_device::qp::{qpa, qps};
 use erdma_device::regs::{self, off};
 use erdma_device::wqe::op;
+pub use types::{v4_gid, Ring, Wc};
 
 pub const CONFIG: u32 = 7;
 pub const BAR0: u32 = regs::FUNC_BAR as u32;
@@ -70,28 +75,10 @@ pub fn put64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-/// IPv4-mapped GID (erdma has RoCEv2 GIDs only).
-pub fn v4_gid(ip: [u8; 4]) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&ip);
-    g
-}
-
 /// Valid-entry test of `get_next_valid_cqe` / `get_next_valid_eqe`: the
 /// owner bit is 1 on the first pass and flips on every wrap.
 pub fn owner_ok(owner: u32, ci: u32, depth: u32) -> bool {
     owner ^ u32::from(ci & depth != 0) == 1
-}
-
-/// A ring in guest memory and the driver's consumer index on it.
-#[derive(Debug, Clone, Copy)]
-pub struct Ring {
-    pub addr: u64,
-    pub depth: u32,
-    pub ci: u32,
-    pub dbrec: u64,
 }
 
 /// A command completion (CMDQ CQE).
@@ -102,17 +89,6 @@ pub struct Cmd {
     pub r1: u64,
     /// Vector-0 interrupts seen while waiting for it.
     pub irqs: u64,
-}
-
-/// A decoded work CQE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wc {
-    pub opcode: u8,
-    pub qtype: u8,
-    pub syndrome: u8,
-    pub qe_idx: u32,
-    pub qpn: u32,
-    pub size: u32,
 }
 
 /// A kernel QP: rings and producer indices.
@@ -243,12 +219,7 @@ impl Driver {
     pub fn ring(&mut self, depth: u32, entry: u64) -> Ring {
         let addr = self.alloc(u64::from(depth) * entry, 4096);
         let dbrec = self.alloc(8, 8);
-        Ring {
-            addr,
-            depth,
-            ci: 0,
-            dbrec,
-        }
+        Ring::new(addr, depth, dbrec)
     }
 
     /// The canary after guest RAM is intact.
@@ -698,7 +669,9 @@ impl Driver {
             syndrome: w0 as u8,
             qe_idx: be32(&b, 4),
             qpn: be32(&b, 8),
+            imm: u32::from_le_bytes(b[12..16].try_into().unwrap()),
             size: be32(&b, 16),
+            ud_info: be32(&b, 28),
         })
     }
 

@@ -15,6 +15,41 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pci_model::{Frame, PciDevice};
+
+/// The PCI basics of a test double, inside its `impl PciDevice`: identity
+/// (vendor 0x1b36, `device_id`, class `class_code`), one 4 KiB 32-bit BAR 0,
+/// no MSI-X, BAR reads of zero.
+#[allow(unused_macros)]
+macro_rules! stub_pci_basics {
+    ($device_id:expr, $class_code:expr) => {
+        fn identity(&self) -> pci_model::PciIdentity {
+            pci_model::PciIdentity {
+                vendor_id: 0x1b36,
+                device_id: $device_id,
+                subsystem_vendor_id: 0,
+                subsystem_id: 0,
+                class_code: $class_code,
+                revision: 0,
+            }
+        }
+        fn bars(&self) -> Vec<pci_model::BarInfo> {
+            vec![pci_model::BarInfo {
+                index: 0,
+                size: 0x1000,
+                is_64bit: false,
+                prefetchable: false,
+            }]
+        }
+        fn msix(&self) -> Option<pci_model::MsixInfo> {
+            None
+        }
+        fn bar_read(&mut self, _: u8, _: u64, data: &mut [u8], _: &mut pci_model::DeviceIo<'_>) {
+            data.fill(0);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use stub_pci_basics;
 use vfio_user_server::{DeviceHandle, Error, Limits, VfioUserServer};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
@@ -165,9 +200,6 @@ pub fn enable_bus_master(c: &mut vfio_user::Client) {
 /// capability list), then one eventfd and one `SET_IRQS` per vector. The
 /// eventfds, in vector order.
 pub fn msix_eventfds(c: &mut vfio_user::Client, vectors: u32) -> Vec<File> {
-    use vfio_bindings::bindings::vfio::{
-        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_MSIX_IRQ_INDEX,
-    };
     let mut cfg = [0u8; 256];
     c.region_read(7, 0, &mut cfg).unwrap();
     let mut at = usize::from(cfg[0x34]);
@@ -181,17 +213,25 @@ pub fn msix_eventfds(c: &mut vfio_user::Client, vectors: u32) -> Vec<File> {
     (0..vectors)
         .map(|v| {
             let ev = eventfd();
-            c.set_irqs(
-                VFIO_PCI_MSIX_IRQ_INDEX,
-                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
-                v,
-                1,
-                &[ev.as_raw_fd()],
-            )
-            .unwrap();
+            set_vector(c, v, &ev);
             ev
         })
         .collect()
+}
+
+/// `SET_IRQS`: MSI-X vector `v` signals eventfd `fd`.
+pub fn set_vector(c: &mut vfio_user::Client, v: u32, fd: &File) {
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_MSIX_IRQ_INDEX,
+    };
+    c.set_irqs(
+        VFIO_PCI_MSIX_IRQ_INDEX,
+        VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+        v,
+        1,
+        &[fd.as_raw_fd()],
+    )
+    .unwrap();
 }
 
 /// A vfio-user client speaking raw messages, for what `vfio_user::Client`

@@ -21,6 +21,18 @@ pub mod trace;
 
 pub use pump::{PumpStatus, BURST, MAX_HELD_QUEUES, STARVED_RETRY};
 
+/// The BARs of the tests' device doubles (pump and bench tests): one 4 KiB
+/// 32-bit BAR 0.
+#[cfg(test)]
+fn test_bars() -> Vec<pci_model::BarInfo> {
+    vec![pci_model::BarInfo {
+        index: 0,
+        size: 0x1000,
+        is_64bit: false,
+        prefetchable: false,
+    }]
+}
+
 use crate::config::{GveSpec, PortConfig, PortKind, PortSpec, RcSettings};
 use crate::fabric::{Fabric, PortShared};
 use bench::{BenchError, DeviceFaultKind, DeviceFaultRule, DeviceFaultSpec, DevicePortFaults};

@@ -699,12 +699,7 @@ mod tests {
                 }
             }
             fn bars(&self) -> Vec<BarInfo> {
-                vec![BarInfo {
-                    index: 0,
-                    size: 0x1000,
-                    is_64bit: false,
-                    prefetchable: false,
-                }]
+                crate::ports::device::test_bars()
             }
             fn msix(&self) -> Option<MsixInfo> {
                 None
