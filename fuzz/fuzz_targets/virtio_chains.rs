@@ -171,10 +171,7 @@ fuzz_target!(|data: &[u8]| {
             } else {
                 usize::from(b) * 64
             };
-            Frame {
-                hdr: NetHdr::default(),
-                data: vec![0x40 + i as u8; len],
-            }
+            Frame::new(NetHdr::default(), vec![0x40 + i as u8; len])
         })
         .collect();
     let nframes = frames.len() as u64;
