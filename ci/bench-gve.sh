@@ -10,6 +10,10 @@
 # kind: smc-guest-tests `stream server` (ordinary TCP) and `devmem-recv`
 # (devmem TCP: frags validated straight from the udmabuf, tokens returned
 # in batches). All rates are the receiver's own, accept to last byte.
+# A control row runs devmem's receiver and sender on a flow that RSS puts
+# on an ordinary queue: devmem against ordinary with nothing else changed
+# (stream client/server compute and checksum a keyed pattern, which costs
+# the 1-vCPU sender guest more than devmem-send's periodic pattern).
 # Prints a table and ends with
 #   bench-gve bytes=N gve_mibps=X virtio_mibps=Y devmem_mibps=Z gve_ordinary_mibps=W
 # Guests run under TCG here: the guests' CPU is the limit, not the daemon.
@@ -58,12 +62,19 @@ if [ $kind = gve ]; then
     sleep 1
     smc-guest-tests devmem-recv --dev eth0 --queue 1 --listen $A:5302 --bytes $bytes --pattern-mod 7 --accept-timeout 300
     echo "DEVMEM rc=\$?"
+    # control: the same receiver, sender and bytes, but no rule for port
+    # 5303: RSS puts the flow on queue 0, so it arrives as ordinary TCP
+    smc-guest-tests devmem-recv --dev eth0 --queue 1 --listen $A:5303 --bytes $bytes --pattern-mod 7 --accept-timeout 300 --allow-ordinary
+    echo "DEVMEM-CONTROL rc=\$?"
 fi
 EOF
     cat >"$d/b.sh" <<EOF
 i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
 smc-guest-tests stream client --proto tcp --addr $A --port 5301 --bytes $bytes --seed 81 --connect-timeout 300
-[ $kind = gve ] && smc-guest-tests devmem-send --to $A:5302 --bind $B:5302 --bytes $bytes --pattern-mod 7 --connect-timeout 300
+if [ $kind = gve ]; then
+    smc-guest-tests devmem-send --to $A:5302 --bind $B:5302 --bytes $bytes --pattern-mod 7 --connect-timeout 300
+    smc-guest-tests devmem-send --to $A:5303 --bind $B:5303 --bytes $bytes --pattern-mod 7 --connect-timeout 300
+fi
 exit 0
 EOF
     if [[ $kind == gve ]]; then porta="g=$d/a.sock,kind=gve,queues=2,mac=$MACA"; else porta="a=$d/a.sock,queues=2,mac=$MACA"; fi
@@ -88,11 +99,15 @@ run virtio
 
 sg="$(grep -h '^STREAM-RESULT' "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
 sv="$(grep -h '^STREAM-RESULT' "$logdir/virtio/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
-dm="$(grep -h '^DEVMEM-RESULT' "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+dm="$(grep -h "^DEVMEM-RESULT listen=$A:5302 " "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+dc="$(grep -h "^DEVMEM-RESULT listen=$A:5303 " "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+control_mibps="$(field mibps "$dc")" control_cpu="$(field cpu_s_per_gib "$dc")"
 gve_mibps="$(field mibps "$sg")" virtio_mibps="$(field mibps "$sv")" devmem_mibps="$(field mibps "$dm")"
 gve_cpu="$(field cpu_s_per_gib "$sg")" virtio_cpu="$(field cpu_s_per_gib "$sv")" devmem_cpu="$(field cpu_s_per_gib "$dm")"
 ok=1
-[[ $sg == *verified=1* && $sv == *verified=1* && $dm == *verified=1* ]] || ok=0
+# the devmem row all in the dmabuf, the control row none of it
+[[ $sg == *verified=1* && $sv == *verified=1* && $dm == *verified=1* && $dm == *" ordinary_bytes=0 "* ]] || ok=0
+[[ $dc == *verified=1* && $dc == *" frags=0 "* ]] || ok=0
 echo
 {
     echo "| receive path (guest A, 2 vCPUs, TCG) | MiB/s | receiver CPU s/GiB | validated |"
@@ -100,6 +115,7 @@ echo
     echo "| virtio-net (vhost-user), ordinary TCP | ${virtio_mibps:-?} | ${virtio_cpu:-?} | $([[ $sv == *verified=1* ]] && echo yes || echo NO) |"
     echo "| gve (vfio-user), ordinary TCP | ${gve_mibps:-?} | ${gve_cpu:-?} | $([[ $sg == *verified=1* ]] && echo yes || echo NO) |"
     echo "| gve, devmem TCP (devmem-recv, udmabuf) | ${devmem_mibps:-?} | ${devmem_cpu:-?} | $([[ $dm == *verified=1* ]] && echo yes || echo NO) |"
+    echo "| gve, ordinary TCP, devmem's receiver and sender (control) | ${control_mibps:-?} | ${control_cpu:-?} | $([[ $dc == *verified=1* ]] && echo yes || echo NO) |"
 } | tee "$logdir/bench.md"
 # a PNG next to the table; a missing matplotlib only costs the plot
 python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "TCP receive: gve vs virtio-net" >&2 || true

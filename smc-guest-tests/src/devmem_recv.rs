@@ -177,28 +177,27 @@ impl std::fmt::Display for Place {
     }
 }
 
-/// What went wrong.
+/// What went wrong. Each message is complete (the underlying error is
+/// part of it, not a separate `source()`, so a chain printer says it once).
 #[derive(Debug, thiserror::Error)]
 pub enum DevmemError {
     /// A system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Os {
         /// The step that failed.
         what: String,
         /// The error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The netlink bind failed.
-    #[error("netdev bind-rx of the dmabuf to {ifname} rx queue(s) {queues:?}: {source}")]
+    #[error("netdev bind-rx of the dmabuf to {ifname} rx queue(s) {queues:?}: {error}")]
     Bind {
         /// Interface.
         ifname: String,
         /// RX queues asked for.
         queues: Vec<u32>,
         /// The kernel's answer.
-        #[source]
-        source: netlink::NlError,
+        error: netlink::NlError,
     },
     /// Bad arguments.
     #[error("{0}")]
@@ -295,7 +294,7 @@ pub enum DevmemError {
 
 fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> DevmemError {
     let what = what.into();
-    move |source| DevmemError::Os { what, source }
+    move |error| DevmemError::Os { what, error }
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -595,7 +594,8 @@ pub struct Udmabuf {
 
 impl Udmabuf {
     /// A udmabuf of `size` bytes (a multiple of the page size; the udmabuf
-    /// module refuses more than its `size_limit_mb`, 64 MiB by default).
+    /// module refuses more than its `size_limit_mb`: 64 by default on 6.12,
+    /// unlimited on 7.3).
     pub fn create(size: usize) -> Result<Udmabuf, DevmemError> {
         let page = page_size();
         if size == 0 || !size.is_multiple_of(page) {
@@ -781,10 +781,10 @@ pub fn bind_rx(
     let req = bind_rx_request(family, seq, ifindex, fd as u32, queues);
     let replies = sock
         .request_ext(&req, seq, false)
-        .map_err(|source| DevmemError::Bind {
+        .map_err(|error| DevmemError::Bind {
             ifname: ifname.into(),
             queues: queues.to_vec(),
-            source,
+            error,
         })?;
     let id = replies
         .iter()
@@ -1079,6 +1079,8 @@ pub struct RecvReport {
     pub dmabuf_size: usize,
     /// The sender.
     pub peer: Option<SocketAddr>,
+    /// The address listened on.
+    pub listen: SocketAddr,
     /// Accept to EOF.
     pub secs: f64,
     /// CPU seconds of this process over the same span.
@@ -1109,7 +1111,8 @@ impl RecvReport {
     pub fn result_line(&self) -> String {
         let c = &self.counters;
         format!(
-            "DEVMEM-RESULT bytes={} frags={} dmabuf_bytes={} linear_bytes={} ordinary_bytes={} recvmsgs={} dontneed_calls={} syncs={} queue={} dmabuf_id={} dmabuf_size={} verified=1 status=pass secs={:.6} mibps={:.2} cpu_s={:.4} cpu_s_per_gib={:.4}",
+            "DEVMEM-RESULT listen={} bytes={} frags={} dmabuf_bytes={} linear_bytes={} ordinary_bytes={} recvmsgs={} dontneed_calls={} syncs={} queue={} dmabuf_id={} dmabuf_size={} verified=1 status=pass secs={:.6} mibps={:.2} cpu_s={:.4} cpu_s_per_gib={:.4}",
+            self.listen,
             c.bytes,
             c.frags,
             c.dmabuf_bytes,
@@ -1209,6 +1212,7 @@ pub fn run(cfg: &RecvConfig, mut log: impl FnMut(String)) -> Result<RecvReport, 
         dmabuf_id: rx.dmabuf_id,
         dmabuf_size: size,
         peer,
+        listen: cfg.listen,
         secs,
         cpu_secs,
     })
@@ -1804,12 +1808,13 @@ mod tests {
             dmabuf_id: 3,
             dmabuf_size: 65_536_000,
             peer: None,
+            listen: "10.77.0.1:5302".parse().unwrap(),
             secs: 8.0,
             cpu_secs: 4.0,
         };
         let l = r.result_line();
         assert!(
-            l.starts_with("DEVMEM-RESULT bytes=1073741824 frags=10 "),
+            l.starts_with("DEVMEM-RESULT listen=10.77.0.1:5302 bytes=1073741824 frags=10 "),
             "{l}"
         );
         assert!(

@@ -71,7 +71,7 @@ struct DevmemRecvArgs {
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(2..))]
     pattern_mod: u8,
     /// udmabuf size, a multiple of the page size (default: 16000 pages, as
-    /// ncdevmem; the udmabuf module allows 64 MiB unless size_limit_mb says more).
+    /// ncdevmem; the udmabuf module's size_limit_mb is 64 on 6.12, unlimited on 7.3).
     #[arg(long, value_parser = parse_size)]
     dmabuf_size: Option<u64>,
     /// recvmsg iov size: the most bytes one call returns.

@@ -322,12 +322,11 @@ impl NlSocket {
 }
 
 /// A failed request: the errno (or I/O error) and, when the kernel gave
-/// one, its extended-ack message.
+/// one, its extended-ack message (both in the message; no `source()`).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}{}", message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
 pub struct NlError {
     /// The errno of the NLMSG_ERROR, or the socket's error.
-    #[source]
     pub error: io::Error,
     /// `NLMSGERR_ATTR_MSG` of the NLMSG_ERROR.
     pub message: Option<String>,
