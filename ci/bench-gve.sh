@@ -30,7 +30,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vh
 while (($#)); do
     case "$1" in
         --bytes) bytes="$2"; shift 2 ;;
-        -h|--help) sed -n '2,14p' "$0"; e2e_opts_usage; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; e2e_opts_usage; exit 0 ;;
         *) e2e_opt "$@" || { echo "bench-gve: unknown argument $1" >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
