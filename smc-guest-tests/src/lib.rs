@@ -4,6 +4,7 @@
 //! libibverbs + librdmacm). Runs inside unmodified Linux guests.
 
 pub mod codes;
+pub mod devmem_recv;
 pub mod devmem_send;
 pub mod diag;
 pub mod netlink;

@@ -43,6 +43,50 @@ enum Cmd {
     /// Sender for the kernel's devmem TCP RX test (`ncdevmem -l ... -v M`):
     /// sends the byte pattern ncdevmem validates (`yes` of 0x01..0x06 for M = 7).
     DevmemSend(DevmemSendArgs),
+    /// Receiver of devmem TCP RX (the kernel's uAPI, as `ncdevmem -l`):
+    /// binds a udmabuf to an RX queue, accepts one connection, validates
+    /// every byte against devmem-send's pattern, returns frags in batches;
+    /// ends with a `DEVMEM-RESULT` line. The NIC setup (header split, RSS,
+    /// flow rule) is the caller's: see smc-guest-tests/README.md.
+    DevmemRecv(DevmemRecvArgs),
+}
+
+#[derive(Args, Debug)]
+struct DevmemRecvArgs {
+    /// Listen on IP:PORT (IPv6 as [ADDR]:PORT); the flow rule steers this
+    /// flow to --queue.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Interface whose RX queue gets the dmabuf.
+    #[arg(long, default_value = "eth0")]
+    dev: String,
+    /// RX queue to bind (default: the last one, as ncdevmem).
+    #[arg(long)]
+    queue: Option<u32>,
+    /// Bytes the stream must have (suffixes K M G); EOF before is a short
+    /// read. Default: whatever arrives before EOF.
+    #[arg(long, value_parser = parse_size)]
+    bytes: Option<u64>,
+    /// The sender's --pattern-mod (ncdevmem's -v): byte k is (k+1) % M, 0 meaning '\n'.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(2..))]
+    pattern_mod: u8,
+    /// udmabuf size, a multiple of the page size (default: 16000 pages, as
+    /// ncdevmem; the udmabuf module's size_limit_mb is 64 on 6.12, unlimited on 7.3).
+    #[arg(long, value_parser = parse_size)]
+    dmabuf_size: Option<u64>,
+    /// recvmsg iov size: the most bytes one call returns.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    recv_size: u64,
+    /// Give up if nobody connects within this many seconds (0: wait forever).
+    #[arg(long, default_value = "0", value_parser = parse_secs)]
+    accept_timeout: f64,
+    /// SO_RCVTIMEO on the connection (0: none).
+    #[arg(long, default_value = "120", value_parser = parse_secs)]
+    io_timeout: f64,
+    /// Accept (and validate) data that arrives as ordinary TCP, not in the
+    /// dmabuf (by default that is a flow steering error, as for ncdevmem).
+    #[arg(long)]
+    allow_ordinary: bool,
 }
 
 #[derive(Args, Debug)]
@@ -626,6 +670,46 @@ fn run_devmem_send(a: DevmemSendArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn run_devmem_recv(a: DevmemRecvArgs) -> Result<ExitCode> {
+    use smc_guest_tests::devmem_recv::{run, RecvConfig};
+    if a.recv_size == 0 || a.recv_size > 64 << 20 {
+        bail!("--recv-size must be 1 byte .. 64 MiB");
+    }
+    let dmabuf_size = a
+        .dmabuf_size
+        .map(usize::try_from)
+        .transpose()
+        .context("--dmabuf-size")?;
+    let cfg = RecvConfig {
+        ifname: a.dev.clone(),
+        queue: a.queue,
+        listen: a.listen,
+        bytes: a.bytes,
+        modulus: a.pattern_mod,
+        dmabuf_size,
+        recv_size: a.recv_size as usize,
+        accept_timeout: secs_opt(a.accept_timeout),
+        io_timeout: secs_opt(a.io_timeout),
+        allow_ordinary: a.allow_ordinary,
+    };
+    let r =
+        run(&cfg, |l| println!("{l}")).with_context(|| format!("devmem-recv on {}", a.listen))?;
+    println!(
+        "devmem-recv: {} bytes from {} in {:.3} s = {:.1} MiB/s, cpu {:.3} s ({:.3} s/GiB): {} dmabuf frags, {} linear bytes, {} SO_DEVMEM_DONTNEED calls -> PASS",
+        r.counters.bytes,
+        r.peer.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+        r.secs,
+        r.mibps(),
+        r.cpu_secs,
+        r.cpu_s_per_gib(),
+        r.counters.frags,
+        r.counters.linear_bytes,
+        r.counters.dontneed_calls
+    );
+    println!("{}", r.result_line());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
@@ -634,6 +718,7 @@ fn main() -> ExitCode {
         Cmd::Qstats { dev } => run_qstats(&dev),
         Cmd::Verbs(v) => run_verbs(v),
         Cmd::DevmemSend(a) => run_devmem_send(a),
+        Cmd::DevmemRecv(a) => run_devmem_recv(a),
     };
     match r {
         Ok(c) => c,
@@ -748,6 +833,52 @@ mod tests {
         assert!(p(&["--to", "10.77.0.1"]).is_err(), "needs a port");
         assert!(p(&["--to", "10.77.0.1:1", "--pattern-mod", "1"]).is_err());
         assert!(p(&["--to", "10.77.0.1:1", "--pattern-mod", "256"]).is_err());
+    }
+
+    #[test]
+    fn devmem_recv_cli() {
+        let p = |args: &[&str]| {
+            let mut v = vec!["smc-guest-tests", "devmem-recv"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v).map(|c| match c.cmd {
+                Cmd::DevmemRecv(a) => a,
+                _ => unreachable!(),
+            })
+        };
+        let a = p(&["--listen", "10.77.0.1:5302"]).unwrap();
+        assert_eq!(a.listen.to_string(), "10.77.0.1:5302");
+        assert_eq!((a.dev.as_str(), a.queue, a.bytes), ("eth0", None, None));
+        assert_eq!(
+            (a.pattern_mod, a.recv_size, a.dmabuf_size),
+            (7, 1 << 20, None)
+        );
+        assert!(!a.allow_ordinary);
+        let a = p(&[
+            "--listen",
+            "[fd77::1]:5302",
+            "--dev",
+            "eth1",
+            "--queue",
+            "3",
+            "--bytes",
+            "128M",
+            "--dmabuf-size",
+            "8M",
+            "--pattern-mod",
+            "8",
+            "--allow-ordinary",
+        ])
+        .unwrap();
+        assert!(a.listen.is_ipv6());
+        assert_eq!(
+            (a.queue, a.bytes, a.dmabuf_size),
+            (Some(3), Some(128 << 20), Some(8 << 20))
+        );
+        assert_eq!(a.pattern_mod, 8);
+        assert!(a.allow_ordinary);
+        assert!(p(&[]).is_err(), "--listen is required");
+        assert!(p(&["--listen", "10.77.0.1"]).is_err(), "needs a port");
+        assert!(p(&["--listen", "10.77.0.1:1", "--pattern-mod", "1"]).is_err());
     }
 
     #[test]

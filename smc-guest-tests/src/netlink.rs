@@ -24,6 +24,17 @@ pub const NLM_F_ACK: u16 = 0x4;
 pub const NLM_F_DUMP: u16 = 0x300;
 /// Attribute type bits (without NLA_F_NESTED / NLA_F_NET_BYTEORDER).
 pub const NLA_TYPE_MASK: u16 = 0x3fff;
+/// Attribute flag: the payload is itself a list of attributes.
+pub const NLA_F_NESTED: u16 = 0x8000;
+/// NLMSG_ERROR flag: only the request's header is echoed back.
+const NLM_F_CAPPED: u16 = 0x100;
+/// NLMSG_ERROR flag: extended-ack attributes follow.
+const NLM_F_ACK_TLVS: u16 = 0x200;
+/// `SOL_NETLINK` socket option level and `NETLINK_EXT_ACK`.
+const SOL_NETLINK: libc::c_int = 270;
+const NETLINK_EXT_ACK: libc::c_int = 11;
+/// Extended-ack attribute: the kernel's error message (a string).
+const NLMSGERR_ATTR_MSG: u16 = 1;
 
 /// Size of `struct nlmsghdr`.
 pub const NLMSG_HDRLEN: usize = 16;
@@ -182,6 +193,19 @@ impl NlSocket {
                 size_of::<libc::timeval>() as libc::socklen_t,
             )
         };
+        // The kernel's error message with an error (see `request_ext`); a
+        // kernel without extended acks just refuses the option.
+        let one: libc::c_int = 1;
+        // SAFETY: valid int pointer and length.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                SOL_NETLINK,
+                NETLINK_EXT_ACK,
+                &one as *const _ as *const libc::c_void,
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
         Ok(NlSocket { fd, seq: 1 })
     }
 
@@ -216,7 +240,17 @@ impl NlSocket {
     /// until NLMSG_DONE, otherwise until the ACK (NLMSG_ERROR with error 0).
     /// A non-zero NLMSG_ERROR becomes an `io::Error` with that errno.
     pub fn request(&self, msg: &[u8], seq: u32, dump: bool) -> io::Result<Vec<Msg>> {
-        self.send(msg)?;
+        self.request_ext(msg, seq, dump).map_err(|e| e.error)
+    }
+
+    /// [`request`](Self::request), keeping the kernel's extended-ack
+    /// message (e.g. "tcp-data-split is disabled") beside the errno.
+    pub fn request_ext(&self, msg: &[u8], seq: u32, dump: bool) -> Result<Vec<Msg>, NlError> {
+        let plain = |error| NlError {
+            error,
+            message: None,
+        };
+        self.send(msg).map_err(plain)?;
         let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -234,7 +268,7 @@ impl NlSocket {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(e);
+                return Err(plain(e));
             }
             let mut rest = &buf[..n as usize];
             while rest.len() >= NLMSG_HDRLEN {
@@ -243,10 +277,10 @@ impl NlSocket {
                 let flags = u16::from_ne_bytes(rest[6..8].try_into().unwrap());
                 let mseq = u32::from_ne_bytes(rest[8..12].try_into().unwrap());
                 if len < NLMSG_HDRLEN || len > rest.len() {
-                    return Err(io::Error::new(
+                    return Err(plain(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "truncated netlink message",
-                    ));
+                    )));
                 }
                 let payload = &rest[NLMSG_HDRLEN..len];
                 rest = &rest[align4(len).min(rest.len())..];
@@ -266,7 +300,10 @@ impl NlSocket {
                             }
                             continue;
                         }
-                        return Err(io::Error::from_raw_os_error(-err));
+                        return Err(NlError {
+                            error: io::Error::from_raw_os_error(-err),
+                            message: extack_message(flags, payload),
+                        });
                     }
                     _ => {
                         out.push(Msg {
@@ -282,6 +319,35 @@ impl NlSocket {
             }
         }
     }
+}
+
+/// A failed request: the errno (or I/O error) and, when the kernel gave
+/// one, its extended-ack message (both in the message; no `source()`).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}{}", message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
+pub struct NlError {
+    /// The errno of the NLMSG_ERROR, or the socket's error.
+    pub error: io::Error,
+    /// `NLMSGERR_ATTR_MSG` of the NLMSG_ERROR.
+    pub message: Option<String>,
+}
+
+/// The `NLMSGERR_ATTR_MSG` string of an NLMSG_ERROR payload (`struct
+/// nlmsgerr`: the errno, the echoed request, then the ack attributes).
+pub fn extack_message(flags: u16, payload: &[u8]) -> Option<String> {
+    if flags & NLM_F_ACK_TLVS == 0 {
+        return None;
+    }
+    let echoed = if flags & NLM_F_CAPPED != 0 {
+        NLMSG_HDRLEN
+    } else {
+        let len = payload.get(4..8)?;
+        u32::from_ne_bytes(len.try_into().ok()?) as usize
+    };
+    let start = 4usize.checked_add(echoed)?.checked_add(3)? & !3;
+    let tlvs = payload.get(start..)?;
+    let m = attr_str(find_attr(tlvs, NLMSGERR_ATTR_MSG)?);
+    (!m.is_empty()).then_some(m)
 }
 
 fn wants_ack(msg: &[u8]) -> bool {
@@ -340,6 +406,47 @@ mod tests {
         assert_eq!(&b[..5], &[5, 0, 1, 0, 0xaa]);
         let v: Vec<_> = attrs(&b).collect();
         assert_eq!(v, vec![(1u16, &[0xaa][..]), (2u16, &[1, 2, 3, 4][..])]);
+    }
+
+    #[test]
+    fn extack_message_after_capped_or_full_echo() {
+        let mut tlv = Vec::new();
+        put_attr(&mut tlv, NLMSGERR_ATTR_MSG, b"tcp-data-split is disabled\0");
+        // capped: errno + the request's 16-byte header
+        let mut capped = (-22i32).to_ne_bytes().to_vec();
+        capped.extend_from_slice(&build_msg(0x20, NLM_F_REQUEST, 5, &[]));
+        capped.extend_from_slice(&tlv);
+        assert_eq!(
+            extack_message(NLM_F_CAPPED | NLM_F_ACK_TLVS, &capped).as_deref(),
+            Some("tcp-data-split is disabled")
+        );
+        // the whole request echoed (24 bytes here)
+        let mut full = (-22i32).to_ne_bytes().to_vec();
+        full.extend_from_slice(&build_msg(
+            0x20,
+            NLM_F_REQUEST,
+            5,
+            &[1, 2, 3, 4, 5, 6, 7, 8],
+        ));
+        full.extend_from_slice(&tlv);
+        assert_eq!(
+            extack_message(NLM_F_ACK_TLVS, &full).as_deref(),
+            Some("tcp-data-split is disabled")
+        );
+        // no TLV flag, or a hostile echo length: nothing, no panic
+        assert_eq!(extack_message(0, &full), None);
+        let mut bad = full.clone();
+        bad[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(extack_message(NLM_F_ACK_TLVS, &bad), None);
+        assert_eq!(extack_message(NLM_F_ACK_TLVS, &[0; 3]), None);
+        let e = NlError {
+            error: io::Error::from_raw_os_error(libc::EINVAL),
+            message: Some("tcp-data-split is disabled".into()),
+        };
+        assert!(
+            e.to_string().ends_with("(tcp-data-split is disabled)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -366,7 +366,8 @@ impl ConnResult {
     }
 }
 
-fn cpu_seconds() -> f64 {
+/// User + system CPU seconds of this process so far.
+pub(crate) fn cpu_seconds() -> f64 {
     // SAFETY: zeroed rusage is valid output storage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
