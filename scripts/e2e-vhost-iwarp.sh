@@ -32,6 +32,11 @@
 #                           ib_*_bw -R -d siw0 as server in the guest (ports
 #                           18541-18543, -crc: 18551-18553); the host's
 #                           *-bw-client --rdma-cm [--mpa-crc] (ctl) connects
+#   capture-check           with --capture: `vhost-rdma check-capture` on the
+#                           fabric's capture finds nothing (MPA framing and
+#                           CRC, DDP/RDMAP rules on every connection; every
+#                           retransmission and the receiving port's copy of
+#                           each frame equal to the first sighting)
 #
 # A perftest case passes if the tool exits 0 and prints its result row with
 # I iterations AND the host's service reports a finished session, no failed
@@ -50,7 +55,7 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CASES=(ping rping-guest-client rping-guest-client-crc rping-guest-server rping-guest-server-crc
-    mpa-crc-negotiated ucmatose-guest-client ucmatose-guest-server)
+    mpa-crc-negotiated ucmatose-guest-client ucmatose-guest-server capture-check)
 BW_VERBS=(write send read)
 for v in "${BW_VERBS[@]}"; do
     for r in guest-client guest-client-crc guest-server guest-server-crc; do CASES+=("$v-bw-R-$r"); done
@@ -66,8 +71,9 @@ $(e2e_opts_usage)
   --bw-size N        perftest -s (default 65536, the tool's default)
   --only LIST        run only these groups: rping (rping + ucmatose), perftest
                      (default: rping,perftest); the others are SKIPPED
-  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture; snaplen
-                     \$capture_snaplen, default 128; 2000 keeps whole frames for MPA CRC checks)
+  --capture          record the fabric to LOGDIR/fabric.pcapng (ctl capture, whole frames;
+                     \$capture_snaplen cuts them) and check it (case capture-check:
+                     vhost-rdma check-capture)
   -h, --help
 EOF
 }
@@ -198,7 +204,9 @@ start_daemon "$d/g.sock" "$d/ctl.sock" -- \
     --control "$d/ctl.sock" --capture-dir "$d"
 if ((capture)); then
     rm -f "$d/fabric.pcapng"  # captures never replace a file (a reused --logdir)
-    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" --snaplen "${capture_snaplen:-128}" ||
+    snap=()
+    [[ -n ${capture_snaplen:-} ]] && snap=(--snaplen "$capture_snaplen")
+    "$DAEMON" ctl --control "$d/ctl.sock" capture start --file "$d/fabric.pcapng" "${snap[@]}" ||
         say "capture did not start"
 fi
 # The host's clients towards the guest's servers: started now through the
@@ -303,6 +311,22 @@ if [[ ${crc_conns:-0} != "$want_crc" ]]; then
     record FAIL mpa-crc-negotiated "host reports ${crc_conns:-no} iWARP connections with CRC, want $want_crc (logs: $d)"
 else
     record PASS mpa-crc-negotiated "$want_crc of the host's iWARP connections ran with MPA CRC (the -crc cases)"
+fi
+# The wire itself: the product's checker over the capture (the daemon
+# stopped, so the file is complete).
+if ((capture)); then
+    "$DAEMON" check-capture "$d/fabric.pcapng" >"$d/check-capture.txt" 2>&1
+    rc=$?
+    conns=$(grep -c '^iwarp#' "$d/check-capture.txt")
+    if grep -q 'cut-by-snaplen' "$d/check-capture.txt"; then
+        record SKIP capture-check "capture_snaplen=${capture_snaplen:-} cuts frames; streams not checkable (see $d/check-capture.txt)"
+    elif [[ $rc == 0 && $conns -gt 0 ]]; then
+        record PASS capture-check "check-capture: $conns iWARP connections, $(tail -n 1 "$d/check-capture.txt")"
+    else
+        record FAIL capture-check "check-capture exit $rc, $conns iWARP connections: $(grep -m 3 -E '^ +[0-9.]+s \[|^PROBLEM|error' "$d/check-capture.txt" | tr '\n' ' ') (see $d/check-capture.txt)"
+    fi
+else
+    record SKIP capture-check "no --capture"
 fi
 if ((failed)); then
     echo "--- guest console tail:"; tail -n 30 "$d/g.console.log" 2>/dev/null | sed 's/^/    /'

@@ -18,6 +18,10 @@
 //! only into the capture directory fixed at start (`--capture-dir`), as a new
 //! file named directly in it: never an existing file, never through a
 //! symlink, never elsewhere ([`open_new_capture_file`]).
+//!
+//! [`read`] reads captures back (`vhost-rdma check-capture`).
+
+pub mod read;
 
 use crate::frame::Dir;
 use serde::{Deserialize, Serialize};

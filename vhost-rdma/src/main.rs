@@ -73,6 +73,17 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CtlCmd,
     },
+    /// Check a capture after the fact: every whole Ethernet frame of a pcapng
+    /// (the daemon's `ctl capture`) or pcap goes through the protocol checker
+    /// (docs/checker.md), with its interface's name as the port.
+    ///
+    /// Prints the interfaces, the RoCE, iWARP and SMC flows, the TCP
+    /// connections it could not follow and the findings. A frame recorded on
+    /// two ports (the sender's and the receiver's) is compared with its first
+    /// sighting byte by byte, as a TCP retransmission is
+    /// (`retransmit-differs`). Exit status 0 when clean, 1 on any finding or
+    /// problem, 2 when the file cannot be read.
+    CheckCapture(cli::check_capture::CheckCaptureArgs),
     /// Write the man pages or shell completions generated from this command
     /// line's definitions.
     Generate {
@@ -396,6 +407,10 @@ fn run(cli: Cli, inherited: Vec<ListenFd>) -> anyhow::Result<()> {
         }) => {
             default_sigpipe();
             ctl(&ctl_control(control, pid)?, json, cmd)
+        }
+        Some(Cmd::CheckCapture(a)) => {
+            default_sigpipe();
+            std::process::exit(cli::check_capture::run(&a))
         }
         Some(Cmd::Generate { what }) => {
             default_sigpipe();

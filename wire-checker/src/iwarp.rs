@@ -100,6 +100,18 @@ pub struct IwarpDirView {
     /// A Terminate this direction sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminate: Option<String>,
+    /// TCP bytes seen again: retransmitted, or the same segment recorded
+    /// on another port.
+    #[serde(default)]
+    pub retransmitted: u64,
+    /// Of those, bytes older than the checker's `retransmit_window`, not
+    /// compared with their first sighting.
+    #[serde(default)]
+    pub retransmit_unchecked: u64,
+    /// Sightings whose bytes differed from the first (the first of them is
+    /// a `retransmit-differs` finding).
+    #[serde(default)]
+    pub retransmit_differs: u64,
 }
 
 /// An iWARP connection in `flows`.
@@ -306,6 +318,7 @@ impl IwarpConn {
                     outstanding_reads: d.st.reads.len(),
                     parsed: !matches!(d.stage, Stage::Dead),
                     terminate: d.st.terminate.clone(),
+                    ..IwarpDirView::default()
                 })
                 .collect(),
         }

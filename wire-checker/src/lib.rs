@@ -48,6 +48,12 @@ pub struct CheckerConfig {
     /// Bytes buffered per TCP direction while reassembling MPA or CLC; a
     /// stream that needs more is marked unparsed.
     pub max_stream_buffer: usize,
+    /// Bytes of each followed TCP direction kept (the most recent ones) to
+    /// compare bytes seen again against: a retransmission, or the same
+    /// segment recorded on a second port. Older bytes seen again are
+    /// counted unchecked. Grows with the stream up to this size; 0 turns
+    /// the `retransmit-differs` rule off.
+    pub retransmit_window: usize,
 }
 
 impl Default for CheckerConfig {
@@ -56,6 +62,7 @@ impl Default for CheckerConfig {
             max_flows: 1024,
             max_findings: 1024,
             max_stream_buffer: 256 * 1024,
+            retransmit_window: 16 * 1024,
         }
     }
 }
@@ -115,6 +122,9 @@ pub enum Rule {
     /// TCP: the tap lost the byte stream (gap) or it outgrew the buffer;
     /// the rest of this direction is not parsed.
     StreamUnparsed,
+    /// TCP: bytes seen again (a retransmission, or the same segment on
+    /// another port) differ from their first sighting.
+    RetransmitDiffers,
 }
 
 impl Rule {
@@ -145,6 +155,7 @@ impl Rule {
             Rule::CdcCursor => "cdc-cursor",
             Rule::CdcSeqno => "cdc-seqno",
             Rule::StreamUnparsed => "stream-unparsed",
+            Rule::RetransmitDiffers => "retransmit-differs",
         }
     }
 }

@@ -9,12 +9,20 @@
 //! segment beyond the next expected byte means the tap lost the stream: the
 //! direction is marked unparsed with a `stream-unparsed` finding, as it is
 //! when more than `max_stream_buffer` bytes would have to be held.
+//!
+//! Bytes seen again are compared with their first sighting as long as it
+//! is among the direction's last `retransmit_window` bytes (kept in a ring
+//! that grows with the stream up to that size): a sender that changes data
+//! it already handed to TCP, or a copy of a segment recorded on a second
+//! port (a capture records a frame at its sender's port and at its
+//! receiver's) that differs from the first, is a `retransmit-differs`
+//! finding. Older bytes seen again are counted as unchecked.
 
 use crate::iwarp::{IwarpConn, IwarpConnView};
 use crate::net::{Addr, TcpSegment, EYECATCHER_SMCD, EYECATCHER_SMCR};
 use crate::smc::{ClcSession, ClcState, ClcStep, SmcLinks, SmcView};
 use crate::{CheckerConfig, CheckerStats, Ctx, Findings, Protocol, Rule};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 type Endpoint = (Addr, u16);
 
@@ -27,13 +35,97 @@ enum Kind {
     },
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default)]
 struct Dir {
     next: Option<u32>,
     unparsed: bool,
     /// Bytes taken in order (the stream offset of the next byte).
     taken: u64,
+    /// Bytes seen again (retransmitted, or recorded on another port).
     retransmitted: u64,
+    /// Of those, bytes older than the window, not compared.
+    unchecked: u64,
+    /// Sightings whose bytes differed from the first; only the first is
+    /// a finding (a changed segment is often seen again many times).
+    differs: u64,
+    recent: Recent,
+}
+
+/// Port names in a direction's ring: runs of (first stream offset, port),
+/// at most this many kept.
+const PORT_RUNS: usize = 16;
+
+/// The last bytes taken in a TCP direction, with the ports that carried
+/// them first (bounded by `retransmit_window` and [`PORT_RUNS`]).
+#[derive(Debug, Default)]
+struct Recent {
+    bytes: VecDeque<u8>,
+    ports: VecDeque<(u64, String)>,
+}
+
+/// The first difference between bytes seen again and their first sighting.
+struct Difference {
+    at: u64,
+    now: u8,
+    first: u8,
+    first_port: Option<String>,
+}
+
+impl Recent {
+    /// Appends the bytes at stream offsets `end - data.len() .. end`, taken
+    /// from `port`; keeps the last `window`.
+    fn take(&mut self, end: u64, data: &[u8], port: &str, window: usize) {
+        if window == 0 || data.is_empty() {
+            return;
+        }
+        let keep = &data[data.len().saturating_sub(window)..];
+        let start = end - keep.len() as u64;
+        let over = (self.bytes.len() + keep.len()).saturating_sub(window);
+        self.bytes.drain(..over);
+        self.bytes.extend(keep);
+        if self.ports.back().is_none_or(|(_, p)| p != port) {
+            if self.ports.len() >= PORT_RUNS {
+                self.ports.pop_front();
+            }
+            self.ports.push_back((start, port.to_string()));
+        }
+        // Runs wholly before the window go (the one the window starts in stays).
+        let base = end - self.bytes.len() as u64;
+        while self.ports.len() > 1 && self.ports[1].0 <= base {
+            self.ports.pop_front();
+        }
+    }
+
+    /// Compares `data`, seen again at stream offset `at` (all before `end`,
+    /// the next offset to take), with the bytes kept: the number of bytes
+    /// compared and the first difference.
+    fn compare(&self, end: u64, at: u64, data: &[u8]) -> (usize, Option<Difference>) {
+        let base = end - self.bytes.len() as u64;
+        let from = at.max(base);
+        let upto = (at + data.len() as u64).min(end);
+        if from >= upto {
+            return (0, None);
+        }
+        let n = (upto - from) as usize;
+        let (k0, d0) = ((from - base) as usize, (from - at) as usize);
+        let diff = (0..n)
+            .find(|&i| self.bytes[k0 + i] != data[d0 + i])
+            .map(|i| {
+                let x = from + i as u64;
+                Difference {
+                    at: x,
+                    now: data[d0 + i],
+                    first: self.bytes[k0 + i],
+                    first_port: self
+                        .ports
+                        .iter()
+                        .rev()
+                        .find(|(s, _)| *s <= x)
+                        .map(|(_, p)| p.clone()),
+                }
+            });
+        (n, diff)
+    }
 }
 
 #[derive(Debug)]
@@ -154,7 +246,7 @@ impl TcpTable {
                     client: src,
                     server: dst,
                     last_ts: ctx.ts_ns,
-                    dirs: [Dir::default(); 2],
+                    dirs: [Dir::default(), Dir::default()],
                     kind,
                 },
             );
@@ -166,6 +258,7 @@ impl TcpTable {
         c.last_ts = ctx.ts_ns;
         let d = usize::from(src != c.client);
         let max_buf = self.cfg.max_stream_buffer;
+        let window = self.cfg.retransmit_window;
         let mut pending: Vec<(Rule, u64, String)> = Vec::new();
         let dir = &mut c.dirs[d];
         if dir.unparsed || seg.payload.is_empty() {
@@ -183,16 +276,41 @@ impl TcpTable {
             &[][..]
         } else {
             let skip = off.unsigned_abs() as usize;
-            if skip >= seg.payload.len() {
-                dir.retransmitted += seg.payload.len() as u64;
-                return;
+            let again = skip.min(seg.payload.len());
+            dir.retransmitted += again as u64;
+            // Seen again: stream offsets taken - skip .. (before taken).
+            let at = dir.taken.saturating_sub(skip as u64);
+            let lost = (skip as u64).saturating_sub(dir.taken) as usize;
+            let old = seg.payload.get(lost.min(again)..again).unwrap_or(&[]);
+            let (n, diff) = dir.recent.compare(dir.taken, at, old);
+            dir.unchecked += (again - n) as u64;
+            if diff.is_some() {
+                dir.differs += 1;
             }
-            dir.retransmitted += skip as u64;
-            &seg.payload[skip..]
+            if let Some(x) = diff.filter(|_| dir.differs == 1) {
+                let first = x
+                    .first_port
+                    .map(|p| format!(" (first on port {p})"))
+                    .unwrap_or_default();
+                pending.push((
+                    Rule::RetransmitDiffers,
+                    x.at,
+                    format!(
+                        "TCP seq {:#010x}: {again} bytes seen again differ from their first sighting{first} at stream byte {}: {:#04x}, first {:#04x} (later differences in this direction not reported)",
+                        seg.seq, x.at, x.now, x.first
+                    ),
+                ));
+            }
+            if skip >= seg.payload.len() {
+                &[][..]
+            } else {
+                &seg.payload[skip..]
+            }
         };
         if !data.is_empty() {
             dir.next = Some(next.wrapping_add(data.len() as u32));
             dir.taken += data.len() as u64;
+            dir.recent.take(dir.taken, data, ctx.port, window);
         }
         let taken_before = dir.taken - data.len() as u64;
         let mut confirmed = false;
@@ -292,7 +410,15 @@ impl TcpTable {
             .conns
             .values()
             .filter_map(|c| match &c.kind {
-                Kind::Iwarp(iw) => Some((c.id, iw.view(c.name(), [c.dir_name(0), c.dir_name(1)]))),
+                Kind::Iwarp(iw) => {
+                    let mut v = iw.view(c.name(), [c.dir_name(0), c.dir_name(1)]);
+                    for (dv, d) in v.dirs.iter_mut().zip(&c.dirs) {
+                        dv.retransmitted = d.retransmitted;
+                        dv.retransmit_unchecked = d.unchecked;
+                        dv.retransmit_differs = d.differs;
+                    }
+                    Some((c.id, v))
+                }
                 _ => None,
             })
             .collect();
@@ -311,5 +437,48 @@ impl TcpTable {
             .collect();
         v.sort_by_key(|(id, _)| *id);
         v.into_iter().map(|(_, x)| x).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Recent;
+
+    #[test]
+    fn recent_keeps_the_window_and_the_ports_that_carried_it() {
+        let mut r = Recent::default();
+        r.take(4, b"abcd", "p0", 6);
+        r.take(8, b"efgh", "p1", 6);
+        assert_eq!(r.bytes.iter().copied().collect::<Vec<_>>(), b"cdefgh");
+        // The p0 run still covers stream bytes 2-3.
+        assert_eq!(r.ports.len(), 2);
+        let (n, d) = r.compare(8, 0, b"abcdXfgh");
+        assert_eq!(n, 6, "bytes 0-1 left the window");
+        let d = d.unwrap();
+        assert_eq!((d.at, d.now, d.first), (4, b'X', b'e'));
+        assert_eq!(d.first_port.as_deref(), Some("p1"));
+        let (_, d) = r.compare(8, 2, b"C");
+        assert_eq!(d.unwrap().first_port.as_deref(), Some("p0"));
+        // A take larger than the window keeps its tail only; old runs go.
+        r.take(18, b"0123456789", "p2", 6);
+        assert_eq!(r.bytes.iter().copied().collect::<Vec<_>>(), b"456789");
+        assert_eq!(r.ports.len(), 1);
+        let (n, d) = r.compare(18, 12, b"456789");
+        assert_eq!(n, 6);
+        assert!(d.is_none());
+    }
+
+    #[test]
+    fn recent_port_runs_are_bounded() {
+        let mut r = Recent::default();
+        for i in 0..100u64 {
+            r.take(i + 1, b"x", if i % 2 == 0 { "a" } else { "b" }, 1000);
+        }
+        assert_eq!(r.bytes.len(), 100);
+        assert_eq!(r.ports.len(), super::PORT_RUNS);
+        // Bytes older than the oldest run: compared, their port unknown.
+        let (n, d) = r.compare(100, 0, b"y");
+        assert_eq!(n, 1);
+        assert_eq!(d.unwrap().first_port, None);
     }
 }

@@ -241,3 +241,120 @@ fn buffer_is_bounded() {
     let f = c.findings();
     assert_eq!(rules(&f), vec![Rule::StreamUnparsed], "{f:#?}");
 }
+
+#[test]
+fn changed_retransmission_is_found_once() {
+    let mut k = Conn::new(false);
+    let f = send(1, 0, true, b"abcd", false);
+    let seq = k.i.seq;
+    let seg = k.i.seg(&f);
+    k.c.observe(5, "p0", &seg);
+    k.c.observe(6, "p0", &seg); // the same bytes again: fine
+                                // Retransmitted with one payload byte changed (MPA length, DDP/RDMAP
+                                // header of 18 bytes, "ab": stream byte 20 + 22).
+    let mut g = f.clone();
+    g[2 + 18 + 2] = b'X';
+    k.c.observe(7, "p0", &tcp(I, R, seq, &g));
+    // Changed once more: counted, not reported again.
+    g[2 + 18 + 3] = b'Y';
+    k.c.observe(8, "p0", &tcp(I, R, seq, &g));
+    k.initiator_sends(&send(2, 0, true, b"efgh", false));
+    let fs = k.c.findings();
+    assert_eq!(rules(&fs), vec![Rule::RetransmitDiffers], "{fs:#?}");
+    assert_eq!(fs[0].seq, Some(20 + 22));
+    assert_eq!(fs[0].port, "p0");
+    assert_eq!(fs[0].direction, "10.0.0.1:40000 -> 10.0.0.2:4792");
+    assert!(
+        fs[0].detail.contains("0x58, first 0x63") && fs[0].detail.contains("first on port p0"),
+        "{}",
+        fs[0].detail
+    );
+    let d = &k.c.flows().iwarp[0].dirs[0];
+    assert_eq!(
+        (
+            d.retransmitted,
+            d.retransmit_unchecked,
+            d.retransmit_differs
+        ),
+        (3 * f.len() as u64, 0, 2)
+    );
+    // The stream itself is still parsed from the first sighting.
+    assert_eq!(d.next_msn[0], 3);
+}
+
+#[test]
+fn copy_on_a_second_port_is_compared() {
+    let mut k = Conn::new(false);
+    let a = k.i.seg(&send(1, 0, true, b"abcd", false));
+    let b = k.i.seg(&send(2, 0, true, b"efgh", false));
+    // Each frame recorded at the sender's port and at the receiver's.
+    k.c.observe(5, "p0", &a);
+    k.c.observe(5, "p1", &a);
+    k.c.observe(6, "p0", &b);
+    let mut b1 = b.clone();
+    let n = b1.len();
+    b1[n - 5] ^= 0x20; // the fabric delivered "efgH" (the 4 CRC bytes follow)
+    k.c.observe(6, "p1", &b1);
+    let fs = k.c.findings();
+    assert_eq!(rules(&fs), vec![Rule::RetransmitDiffers], "{fs:#?}");
+    assert_eq!(fs[0].port, "p1");
+    assert!(
+        fs[0].detail.contains("first on port p0"),
+        "{}",
+        fs[0].detail
+    );
+    // Stream offset of 'h': MPA frame, one 28-byte FPDU, then 2 + 18 + 3.
+    assert_eq!(fs[0].seq, Some(20 + 28 + 23));
+}
+
+#[test]
+fn overlapping_retransmission_compares_the_old_part_and_takes_the_new() {
+    let mut k = Conn::new(false);
+    let f1 = send(1, 0, true, b"abcd", false);
+    let f2 = send(2, 0, true, b"efgh", false);
+    let seq = k.i.seq;
+    k.initiator_sends(&f1);
+    // A retransmission coalescing the first FPDU (one byte changed) with
+    // the next, new one.
+    let mut both = f1.clone();
+    both[17] ^= 1;
+    both.extend_from_slice(&f2);
+    k.c.observe(9, "p0", &tcp(I, R, seq, &both));
+    let fs = k.c.findings();
+    assert_eq!(rules(&fs), vec![Rule::RetransmitDiffers], "{fs:#?}");
+    assert_eq!(fs[0].seq, Some(20 + 17));
+    let d = &k.c.flows().iwarp[0].dirs[0];
+    assert_eq!(d.next_msn[0], 3, "the new FPDU was parsed");
+    assert_eq!(d.retransmitted, f1.len() as u64);
+}
+
+#[test]
+fn retransmit_window_bounds_the_comparison() {
+    for window in [0, 8] {
+        let mut c = Checker::new(wire_checker::CheckerConfig {
+            retransmit_window: window,
+            ..Default::default()
+        });
+        let mut i = Stream::new(I, R, 1);
+        let mut r = Stream::new(R, I, 1);
+        c.observe(0, "p0", &i.seg(&mpa(FrameKind::Request, false)));
+        c.observe(1, "p1", &r.seg(&mpa(FrameKind::Reply, false)));
+        let f = send(1, 0, true, b"abcdefgh", false);
+        let seq = i.seq;
+        c.observe(2, "p0", &i.seg(&f));
+        // Everything changed: only the last `window` bytes can be compared.
+        let g: Vec<u8> = f.iter().map(|b| !b).collect();
+        c.observe(3, "p0", &tcp(I, R, seq, &g));
+        let fs = c.findings();
+        let d = &c.flows().iwarp[0].dirs[0];
+        assert_eq!(d.retransmitted, f.len() as u64);
+        assert_eq!(d.retransmit_unchecked, (f.len() - window) as u64);
+        if window == 0 {
+            assert_eq!(fs, vec![]);
+        } else {
+            assert_eq!(rules(&fs), vec![Rule::RetransmitDiffers], "{fs:#?}");
+            // The first byte still kept: the window's start.
+            assert_eq!(fs[0].seq, Some(20 + (f.len() - window) as u64));
+        }
+    }
+}

@@ -39,6 +39,12 @@ pub fn flows(control: &Path, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&f)?);
         return Ok(());
     }
+    print_flows(&f);
+    Ok(())
+}
+
+/// The flow table as text (`ctl flows`, `check-capture`).
+pub fn print_flows(f: &wire_checker::FlowsView) {
     if f.roce.is_empty() && f.iwarp.is_empty() && f.smc.is_empty() {
         println!("no RoCE, iWARP or SMC flows seen");
     }
@@ -129,6 +135,12 @@ pub fn flows(control: &Path, json: bool) -> anyhow::Result<()> {
                     .map(|t| format!(" terminate: {t}"))
                     .unwrap_or_default()
             );
+            if d.retransmitted > 0 {
+                println!(
+                    "  {:<44} bytes seen again {} (unchecked {}, differing sightings {})",
+                    "", d.retransmitted, d.retransmit_unchecked, d.retransmit_differs
+                );
+            }
         }
     }
     for s in &f.smc {
@@ -151,7 +163,6 @@ pub fn flows(control: &Path, json: bool) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
     }
-    Ok(())
 }
 
 /// `ctl findings [--clear]`.

@@ -2,6 +2,7 @@
 //! Only the binary prints; the library answers with data.
 
 pub mod bench;
+pub mod check_capture;
 pub mod checker;
 pub mod faults;
 pub mod steering;
