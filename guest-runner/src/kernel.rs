@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::paths::{abspath, normpath, os_reason};
+use crate::paths::{abspath, os_reason};
 
 const BOOT_FLAG: usize = 0x1FE;
 const HEADER: usize = 0x202;
@@ -118,10 +118,11 @@ pub fn check_bzimage(path: &str) -> Result<String, KernelImageError> {
 /// (`TREE/arch/x86/boot/bzImage`).
 pub fn find_config(path: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(abspath(path)).parent()?.to_path_buf();
-    [dir.join("config"), dir.join("../../../.config")]
+    let tree = dir.ancestors().nth(3).map(|t| t.join(".config"));
+    [Some(dir.join("config")), tree]
         .into_iter()
+        .flatten()
         .find(|c| c.is_file())
-        .map(|c| PathBuf::from(normpath(&c.to_string_lossy())))
 }
 
 /// Warnings for a kernel configuration: one for each [`REQUIRED`] option

@@ -16,16 +16,19 @@
 //!   ([`console`]), then `poweroff -f`.
 //!
 //! Modules: [`spec`] (`--guest` options), [`qemu`] (QEMU command lines),
-//! [`console`] (the markers), [`kernel`] (image checks), [`boot`] (the run).
+//! [`console`] (the markers), [`kernel`] (image checks), [`options`] (the
+//! command line), [`boot`] (the run).
 
 pub mod boot;
 pub mod console;
 pub mod kernel;
+pub mod options;
 pub mod paths;
 pub mod qemu;
 pub mod spec;
 
-pub use boot::{run, BootOptions};
+pub use boot::run;
+pub use options::BootOptions;
 
 /// Why a run stops before its guests' verdicts; every kind exits 2 except
 /// [`Error::Interrupted`] (130).

@@ -1,7 +1,7 @@
 //! `guest-runner`: `boot` (scripts/run-guests) and `kernel-check PATH`.
 
 use clap::{Parser, Subcommand};
-use guest_runner::{boot, kernel};
+use guest_runner::{boot, kernel, options};
 
 /// The host side of vhost-rdma's guest tests.
 #[derive(Parser)]
@@ -17,7 +17,7 @@ enum Cmd {
     /// (the vhost-rdma daemon), vfio-user sockets or QEMU's own `-netdev stream` link, and return
     /// the combined result.
     #[command(infer_long_args = true, after_help = BOOT_HELP)]
-    Boot(Box<boot::BootOptions>),
+    Boot(Box<options::BootOptions>),
     /// Check a guest kernel image: print its version, or exit 2 with the reason it is unusable.
     /// Warns (stderr) for each required option not built in when its configuration is beside it
     /// (`config`, or the `.config` of the tree of TREE/arch/x86/boot/bzImage).

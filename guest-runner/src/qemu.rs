@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::boot::BootOptions;
+use crate::options::BootOptions;
 use crate::spec::{GuestSpec, Role};
 use crate::Error;
 
