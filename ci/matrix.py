@@ -27,8 +27,6 @@ import threading
 import time
 
 import upstream
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-import guest_kernel  # noqa: E402  (scripts/guest_kernel.py: --kernel PATH)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -1899,9 +1897,24 @@ def shard_cells(sel, i, n):
     return [kc for idx, kc in enumerate(sorted(sel, key=cell_key)) if idx % n == i - 1]
 
 
+def kernel_check(path):
+    """The version string of bzImage `path` (`scripts/guest-runner kernel-check`,
+    built on first use); ValueError with the reason for an unusable image."""
+    try:
+        r = subprocess.run([os.path.join(ROOT, "scripts", "guest-runner"), "kernel-check", path],
+                           capture_output=True, text=True)
+    except OSError as e:
+        raise ValueError(f"--kernel: cannot run scripts/guest-runner: {e}") from None
+    if r.returncode != 0:
+        err = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+        why = err[-1][len("error: "):] if err else (r.stderr.strip() or f"exit {r.returncode}")
+        raise ValueError(f"--kernel: {why}")
+    return r.stdout.strip()
+
+
 def resolve_kernel(a):
     """--kernel is a series (7.3, 6.12, all) or a bring-your-own bzImage PATH.
-    For a path: checks the image (scripts/guest_kernel.py) and sets
+    For a path: checks the image (`guest-runner kernel-check`) and sets
     a.kernel_image to it, a.kernel_version to its version string and a.kernel
     to its series (from the version: the cells' root disk and expectations);
     the series must be one the matrix knows. ValueError says what is wrong."""
@@ -1912,11 +1925,9 @@ def resolve_kernel(a):
     if not looks_like_path:
         raise ValueError(f"--kernel {a.kernel!r}: a kernel series ({', '.join(KERNELS)}, all) or the path "
                          "of a bzImage (bring your own kernel)")
-    try:
-        version = guest_kernel.check_bzimage(a.kernel)
-    except guest_kernel.KernelImageError as e:
-        raise ValueError(f"--kernel: {e}") from None
-    series = guest_kernel.series_of(version)
+    version = kernel_check(a.kernel)
+    m = re.match(r"(\d+)\.(\d+)", version)
+    series = f"{m.group(1)}.{m.group(2)}" if m else None
     if series not in KERNELS:
         raise ValueError(f"--kernel {a.kernel}: Linux {version} is of series {series}; the matrix's cells know "
                          f"{', '.join(KERNELS)} (the series picks the root disk and the expectations)")

@@ -209,13 +209,15 @@ e2e_kernel_args() {
 }
 
 # e2e_check_kernel: a --kernel PATH that is missing or not a bzImage fails
-# the run at once, with the reason (scripts/guest_kernel.py).
+# the run at once, with the reason (scripts/guest-runner kernel-check).
 e2e_check_kernel() {
     [[ -n ${kernel_image:-} ]] || return 0
-    local v
-    v="$(python3 "$HERE/guest_kernel.py" "$kernel_image" 2>&1)" || fail_all "--kernel: ${v#error: }"
+    local out
+    out="$("$HERE/guest-runner" kernel-check "$kernel_image" 2>&1)" ||
+        fail_all "--kernel: $(sed -n 's/^error: //p' <<<"$out" | grep . || echo "$out")"
     kernel_image="$(readlink -f "$kernel_image")"
-    say "guest kernel (--kernel): $kernel_image, Linux $v"
+    say "guest kernel (--kernel): $kernel_image, Linux $(grep -v '^warning: \|^run-guests: ' <<<"$out" | tail -n 1)"
+    grep '^warning: ' <<<"$out" >&2 || true
 }
 
 # e2e_prepare [CRATE...]: e2e_build (vhost-rdma and CRATEs), e2e_image and

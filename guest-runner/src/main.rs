@@ -1,0 +1,66 @@
+//! `guest-runner`: `boot` (scripts/run-guests) and `kernel-check PATH`.
+
+use clap::{Parser, Subcommand};
+use guest_runner::{boot, kernel, options};
+
+/// The host side of vhost-rdma's guest tests.
+#[derive(Parser)]
+#[command(name = "guest-runner", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Boot N QEMU guests (vr-init protocol), each running one command, wired to vhost-user sockets
+    /// (the vhost-rdma daemon), vfio-user sockets or QEMU's own `-netdev stream` link, and return
+    /// the combined result.
+    #[command(infer_long_args = true, after_help = BOOT_HELP)]
+    Boot(Box<options::BootOptions>),
+    /// Check a guest kernel image: print its version, or exit 2 with the reason it is unusable.
+    /// Warns (stderr) for each required option not built in when its configuration is beside it
+    /// (`config`, or the `.config` of the tree of TREE/arch/x86/boot/bzImage).
+    KernelCheck {
+        /// the bzImage
+        path: String,
+    },
+}
+
+const BOOT_HELP: &str = "\
+Guest protocol (scripts/guest/vr-init in the image):
+  kernel cmdline  root=/dev/vda ro init=/sbin/vr-init console=ttyS0
+                  vr.name=NAME vr.ip=ADDR/PREFIX [vr.ip1=...]
+  9p tag `job`    (rw)  -> /job, the guest runs `sh /job/run.sh`, output also in /job/out.log
+  9p tag `vrbin`  (ro)  -> /opt/vr (PATH has /opt/vr/bin)
+  console lines   VR-BOOTED name=NAME ... VR-RESULT name=NAME rc=N, then poweroff -f
+
+Examples:
+  run-guests --image DIR --net stream \\
+      --guest a,ip=10.77.0.1/24,cmd=a.sh --guest b,ip=10.77.0.2/24,cmd=b.sh
+  run-guests --image DIR --net vhost-user --queues 2 \\
+      --guest a,ip=10.77.0.1/24,sock=/tmp/a.sock,cmd=a.sh \\
+      --guest b,ip=10.77.0.2/24,sock=/tmp/b.sock,cmd=b.sh
+
+Exit status: 0 only if every guest reported rc=0; 1 if some guest failed;
+2 on a usage or setup error; 130 when stopped by SIGINT, SIGTERM or SIGHUP.";
+
+fn main() -> anyhow::Result<()> {
+    let code = match Cli::parse().cmd {
+        Cmd::Boot(o) => boot::run(*o),
+        Cmd::KernelCheck { path } => match kernel::check_bzimage(&path) {
+            Ok(v) => {
+                println!("{v}");
+                for w in kernel::warnings_for(&path) {
+                    eprintln!("warning: {w}");
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                2
+            }
+        },
+    };
+    std::process::exit(code);
+}
