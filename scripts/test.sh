@@ -9,10 +9,10 @@
 #      scripts/test_junit.py (the JUnit writer), ci/test_plot.py (the bench
 #      plots), scripts/check-contrib.sh (systemd units: systemd-analyze
 #      verify; libvirt domains: virt-xml-validate)
-#   2. cargo test --workspace (unit, codec and no-VM vhost-user tests), then
-#      scripts/check-doc-examples.py (every `vhost-rdma` command line in
-#      README.md and docs/*.md against a live daemon: no usage errors),
-#      scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against a Linux vxlan
+#   2. cargo test --workspace (unit, codec and no-VM vhost-user tests; among
+#      them vhost-rdma/tests/doc_examples.rs: every `vhost-rdma` command
+#      line in README.md and docs/*.md against a live daemon, no usage
+#      errors), then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against a Linux vxlan
 #      netdev and bridge in network namespaces, and a guest through each)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
 #      through the daemon: ping + 256 MiB verified TCP, 1 and 2 queue pairs,
@@ -178,14 +178,6 @@ if [[ $rc -ne 0 && $tf -eq 0 ]]; then
     note FAIL "cargo test" "exited $rc (build failure?)"
 fi
 [[ $ti -gt 0 ]] && echo "SKIPPED: $ti ignored cargo tests (see above)"
-
-# --- README and docs/ examples against a live daemon (the debug build) -------------
-if cargo build -q -p vhost-rdma; then
-    counted "README and docs/ examples (scripts/check-doc-examples.py)" doc-examples \
-        python3 "$ROOT/scripts/check-doc-examples.py" --bin "$CARGO_TARGET_DIR/debug/vhost-rdma"
-else
-    failed=$((failed + 1)); echo "--- FAIL cargo build -p vhost-rdma"; note FAIL "doc-examples" "cargo build -p vhost-rdma failed"
-fi
 
 # --- guest end-to-end tier -----------------------------------------------------------
 # guest_script NAME CMD...: run a guest script and add its closing

@@ -47,18 +47,8 @@ fn serve_with(dir: &Path, port_sock: &str, extra: &[&str]) -> Child {
 }
 
 fn stop(mut child: Child) -> Duration {
-    let t0 = Instant::now();
-    // SAFETY: sending SIGTERM to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    while t0.elapsed() < Duration::from_secs(10) {
-        if child.try_wait().unwrap().is_some() {
-            return t0.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("daemon still alive 10 s after SIGTERM");
+    common::terminate(&mut child, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("daemon still alive 10 s after SIGTERM"))
 }
 
 #[test]

@@ -17,7 +17,7 @@ pub use frontend::feat;
 pub use guest::{GuestOpts, Layout, NetHdr, RawDesc, RxFrame, TestGuest, TxOpts};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -115,11 +115,32 @@ impl TestFabric {
         control: bool,
         limits: vhost_rdma::config::Limits,
     ) -> TestFabric {
+        Self::start_config(n, f, Vec::new(), control, limits)
+    }
+
+    /// Like [`start_full`](Self::start_full), with the virtual `hosts`.
+    pub fn start_hosts(
+        n: usize,
+        f: impl Fn(usize, &Path) -> PortConfig,
+        hosts: Vec<HostSpec>,
+        control: bool,
+    ) -> TestFabric {
+        Self::start_config(n, f, hosts, control, vhost_rdma::config::Limits::default())
+    }
+
+    fn start_config(
+        n: usize,
+        f: impl Fn(usize, &Path) -> PortConfig,
+        hosts: Vec<HostSpec>,
+        control: bool,
+        limits: vhost_rdma::config::Limits,
+    ) -> TestFabric {
         init_logging();
         let dir = TempDir::new("fabric");
         let ports: Vec<PortConfig> = (0..n).map(|i| f(i, dir.path())).collect();
         let server = Server::start(DaemonConfig {
             ports: ports.clone(),
+            hosts,
             control: control.then(|| dir.path().join("ctl.sock")),
             capture_dir: Some(dir.path().to_path_buf()),
             limits,
@@ -271,6 +292,27 @@ pub fn init_logging() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
+}
+
+/// Sends SIGTERM to `child` and waits up to `within` for it to exit.
+/// Returns how long it took, or None if it was still running (it is then
+/// killed and reaped).
+pub fn terminate(child: &mut Child, within: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    if child.try_wait().unwrap().is_some() {
+        return Some(Duration::ZERO);
+    }
+    // SAFETY: sending SIGTERM to our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    while t0.elapsed() < within {
+        if child.try_wait().unwrap().is_some() {
+            return Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 /// Polls `f` until it returns true or `timeout` passes.
