@@ -17,6 +17,8 @@
 //!     `ctl` the `--control` value becomes the live daemon's control socket,
 //!     which is also in `VHOST_RDMA_CONTROL` (as the README's `export` sets
 //!     it);
+//!   - `check-capture FILE.pcapng`: FILE becomes an empty capture of that
+//!     name in the example's directory;
 //!   - `[...]` optional parts: run without them, and once with each group
 //!     (each `|` alternative separately); a group holding a placeholder is
 //!     only left out;
@@ -271,9 +273,10 @@ fn run(files: &[(String, String)]) -> Report {
                             Job::Other(text) => {
                                 let cwd = tmp.join(format!("other.{i}"));
                                 std::fs::create_dir_all(&cwd).unwrap();
-                                let args = extract::argv(text, cwd.to_str().unwrap(), None)
+                                let mut args = extract::argv(text, cwd.to_str().unwrap(), None)
                                     .unwrap()
                                     .unwrap();
+                                capture_fixture(&mut args, &cwd);
                                 let env = Env {
                                     cwd,
                                     control: control.clone(),
@@ -350,6 +353,25 @@ fn plan(name: &str, text: &str, ex: &extract::Example, live: &Path, control: &Pa
         }
         _ => Job::Other(text.to_string()),
     }
+}
+
+/// `check-capture FILE`: FILE becomes a capture (an empty section with
+/// one Ethernet interface, as a capture with no traffic yet) of that name in
+/// the example's directory, so the example checks a real file.
+fn capture_fixture(args: &mut [String], cwd: &Path) {
+    use vhost_rdma::capture::pcapng;
+    if args.first().map(String::as_str) != Some("check-capture") {
+        return;
+    }
+    let Some(file) = args.get_mut(1).filter(|f| f.ends_with(".pcapng")) else {
+        return;
+    };
+    let name = Path::new(file.as_str()).file_name().unwrap().to_owned();
+    let path = cwd.join(name);
+    let mut bytes = pcapng::shb("doc_examples");
+    bytes.extend(pcapng::idb("a", 65535));
+    std::fs::write(&path, bytes).unwrap();
+    *file = path.to_str().unwrap().to_string();
 }
 
 /// The environment of a `ctl` or other short-lived command.
