@@ -559,8 +559,7 @@ impl Runner<'_> {
         let cmd = self.cmd_of(&g, "kvm", None)?;
         g.start(cmd)?;
         let t0 = Instant::now();
-        self.probe = Some(g);
-        let g = self.probe.as_mut().unwrap();
+        let g = self.probe.insert(g);
         while !g.finished() {
             check_signal()?;
             g.poll(Instant::now(), PROBE_TIMEOUT);
