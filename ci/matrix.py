@@ -26,7 +26,6 @@ import tempfile
 import threading
 import time
 
-import upstream
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -230,7 +229,7 @@ CELLS["erdma-lossy"] = dict(
                               "a QP the other side destroyed (ci/README.md, erdma cells)"))
 # Upstream suites on our devices (issue 28): rdma-core's own tests/ on the
 # server's erdma_0 and, as baseline, on the client's rxe0, each QP pair on one
-# device; one row per upstream case, judged by ci/upstream.py against
+# device; one row per upstream case, judged by guest-results (scripts/guest-results upstream) against
 # ci/upstream/rdma-core-{erdma,rxe}.expect.
 CELLS["upstream-rdma"] = {
     "what": "rdma-core's tests/ (pyverbs, unmodified, the guest's rdma-core) on erdma_0 (server guest) and on "
@@ -1355,59 +1354,36 @@ def fault_table_md(kernel, cell, rows, cases, cmd):
 
 
 def upstream_rows(a, kernel, cell, d, logsdir):
-    """One row per upstream case of an `upstream` cell, judged against ci/upstream/SUITE-DEVICE.expect;
-    the table (case, device per role, reason) goes to the results dir as upstream-KERNEL-CELL.md."""
+    """One row per upstream case of an `upstream` cell, judged against ci/upstream/SUITE-DEVICE.expect
+    by `scripts/guest-results upstream` (guest-results/); the table (case, device per role, reason)
+    goes to the results dir as upstream-KERNEL-CELL.md."""
     suite = CELLS[cell]["upstream"]
     device_of = CELLS[cell].get("rdma") if suite == "rdma-core" else CELLS[cell].get("nic")
-    judged, devices, bad, notes = {}, [], [], []
-    for role in BOTH:
-        dev, name = device_of[role], GUESTS[role][0]
-        devices.append(dev)
-        try:
-            with open(f"{d}/{name}.job/{suite}.{role}.log", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            text = ""
-        listed = []
-        if suite == "rdma-core":
-            results, _ = upstream.parse_log(text)
-            for cid, why in upstream.deaths(text):
-                verdict = results.get(cid, ("missing", ""))[0]
-                notes.append(f"{dev}: python3 died during {upstream.case_name(cid)}: {why}; "
-                             + ("killed for good (it died again on its own)" if verdict == "killed"
-                                else f"rerun alone in a fresh process: {verdict}"))
-            try:
-                with open(f"{d}/{name}.job/{suite}-cases.{role}") as f:
-                    listed = [ln.strip() for ln in f if ln.strip().startswith("tests.")]
-            except OSError:
-                pass
-        else:
-            results = upstream.parse_ktap_log(text)
-        path = os.path.join(upstream.EXPECT_DIR, f"{suite}-{dev}.expect")
-        try:
-            rules = upstream.load_expect(path)
-        except (OSError, upstream.ExpectError) as e:
-            bad.append({"test": f"{suite}-expect-{dev}", "status": "FAIL", "secs": 0, "bw": "", "detail": str(e)})
-            rules = []
-        judged[dev] = (results, rules, listed)
-        if not results:
-            bad.append({"test": f"{suite}-results-{dev}", "status": "FAIL", "secs": 0, "bw": "",
-                        "detail": f"no {suite} results from {name} ({d}/{name}.job/{suite}.{role}.log)"})
-    # every device is judged on every case any of them reported: a case one
-    # device lacks is "missing" there, and its expectations must say why
-    union = set().union(*(set(r) | set(ls) for r, _, ls in judged.values()))
-    judged = {dev: upstream.judge(r, rules, union) for dev, (r, rules, _) in judged.items()}
-    out = bad + upstream.rows(judged, devices, prefix=suite)
     cmd = f"ci/matrix.sh --cells {kernel}/{cell}"
-    md = upstream.table_md(judged, devices, f"{suite} tests on {kernel}/{cell}", cmd, notes)
-    for n in notes:
-        print(f"   {n}", flush=True)
     dest = os.path.join(os.path.dirname(logsdir), f"upstream-{kernel}-{cell}.md")
-    with open(dest, "w") as f:
-        f.write(md)
-    n = {dev: sum(1 for j in judged[dev].values() if j["got"] == "pass") for dev in devices}
-    print(f"   upstream {suite}: " + ", ".join(f"{dev} {n[dev]} pass" for dev in devices) + f"; table {dest}", flush=True)
-    return out
+    args = [os.path.join(ROOT, "scripts", "guest-results"), "upstream", "--suite", suite,
+            "--expect-dir", os.path.join(ROOT, "ci", "upstream"), "--title", f"{suite} tests on {kernel}/{cell}",
+            "--command", cmd, "--md", dest]
+    for role in BOTH:
+        name = GUESTS[role][0]
+        spec = f"{name}={device_of[role]}={d}/{name}.job/{suite}.{role}.log"
+        if suite == "rdma-core":
+            spec += f"={d}/{name}.job/{suite}-cases.{role}"
+        args += ["--device", spec]
+    try:
+        r = subprocess.run(args, capture_output=True, text=True)
+        v = json.loads(r.stdout) if r.returncode == 0 else None
+        why = f"rc={r.returncode}: {r.stderr.strip()[-300:]}"
+    except (OSError, ValueError) as e:
+        v, why = None, str(e)
+    if v is None:
+        return [{"test": f"{suite}-verdict", "status": "FAIL", "secs": 0, "bw": "",
+                 "detail": f"scripts/guest-results upstream failed: {why}"}]
+    for n in v["notes"]:
+        print(f"   {n}", flush=True)
+    print(f"   upstream {suite}: " + ", ".join(f"{dev} {n} pass" for dev, n in v["passed"]) + f"; table {dest}",
+          flush=True)
+    return v["rows"]
 
 
 def checker_report(daemon_bin, d):

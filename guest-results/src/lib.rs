@@ -1,0 +1,14 @@
+//! The results side of vhost-rdma's guest harness (issue 26): parses what the
+//! guests logged and judges it. `guest-runner` boots the guests; this crate
+//! only reads their logs, so it needs no QEMU, no daemon and no root.
+//!
+//! - [`upstream`]: the upstream suites (rdma-core's pyverbs `tests/`, the
+//!   kernel's NIC selftests) against `ci/upstream/*.expect`.
+//! - [`cell`]: one matrix cell's upstream verdict in one call (what
+//!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
+
+pub mod cell;
+mod pytext;
+pub mod upstream;
+
+pub use pytext::fnmatch;
