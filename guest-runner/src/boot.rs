@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -105,6 +105,12 @@ struct Console {
     result_at: Option<Instant>,
 }
 
+/// The console state, also after a panic on the reader thread: what it
+/// recorded until then is still the best account of the guest.
+fn lock(con: &Mutex<Console>) -> MutexGuard<'_, Console> {
+    con.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 struct Guest {
     spec: GuestSpec,
     child: Option<Child>,
@@ -148,7 +154,7 @@ impl Guest {
     }
 
     fn rc(&self) -> Option<i64> {
-        self.con.lock().unwrap().rc
+        lock(&self.con).rc
     }
 
     fn ok(&self) -> bool {
@@ -281,7 +287,7 @@ impl Guest {
             self.kill(3.0);
             self.join_reader();
             self.status = Status::Timeout;
-            let booted = self.con.lock().unwrap().booted.is_some();
+            let booted = lock(&self.con).booted.is_some();
             self.detail = format!(
                 "no VR-RESULT after {timeout:.0} s{}",
                 if booted {
@@ -297,7 +303,7 @@ impl Guest {
 
     /// Whether QEMU exited after a kernel panic before the guest booted.
     fn early_panic(&self) -> bool {
-        let con = self.con.lock().unwrap();
+        let con = lock(&self.con);
         self.status == Status::Crash
             && con.booted.is_none()
             && con.tail.iter().any(|l| l.contains("Kernel panic"))
@@ -333,7 +339,7 @@ fn read_console(out: std::process::ChildStdout, path: &str, con: &Mutex<Console>
         }
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
         let text = text.strip_suffix(b"\r").unwrap_or(text);
-        let mut c = con.lock().unwrap();
+        let mut c = lock(con);
         c.tail.push(String::from_utf8_lossy(text).into_owned());
         if c.tail.len() > 200 {
             c.tail.drain(..100);
@@ -581,7 +587,7 @@ impl Runner<'_> {
             Some(at) => err[at..].split('|').next().unwrap_or("").trim().to_string(),
             None if g.status == Status::Timeout => format!(
                 "probe guest did not finish within {PROBE_TIMEOUT:.0} s{}",
-                if g.con.lock().unwrap().booted.is_some() {
+                if lock(&g.con).booted.is_some() {
                     ""
                 } else {
                     ", never reached VR-BOOTED"
@@ -867,7 +873,7 @@ impl Runner<'_> {
         let mut rows: Vec<[String; 6]> =
             vec![["guest", "accel", "boot_s", "run_s", "rc", "status"].map(String::from)];
         for g in &self.guests {
-            let c = g.con.lock().unwrap();
+            let c = lock(&g.con);
             let status = match g.status {
                 Status::Done if c.rc == Some(0) => "ok",
                 Status::Done => "FAIL",
@@ -914,7 +920,7 @@ impl Runner<'_> {
                 "--- {}: {st}{detail}\n--- last console lines ({}):\n",
                 g.spec.name, g.console_path
             );
-            let c = g.con.lock().unwrap();
+            let c = lock(&g.con);
             let n = if self.o.tail == 0 {
                 c.tail.len()
             } else {
@@ -937,7 +943,7 @@ impl Runner<'_> {
             .guests
             .iter()
             .map(|g| {
-                let c = g.con.lock().unwrap();
+                let c = lock(&g.con);
                 GuestSummary {
                     name: &g.spec.name,
                     status: g.status.name(),
