@@ -8,6 +8,7 @@
 //!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
 
 pub mod cell;
+pub mod demo_view;
 mod pytext;
 pub mod upstream;
 
