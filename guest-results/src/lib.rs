@@ -6,8 +6,10 @@
 //!   kernel's NIC selftests) against `ci/upstream/*.expect`.
 //! - [`cell`]: one matrix cell's upstream verdict in one call (what
 //!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
+//! - [`plot`]: SVG charts of the bench and soak tables (`guest-results plot`).
 
 pub mod cell;
+pub mod plot;
 mod pytext;
 pub mod upstream;
 

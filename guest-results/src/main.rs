@@ -45,6 +45,30 @@ enum Cmd {
         #[arg(long)]
         md: Option<PathBuf>,
     },
+    /// SVG charts next to the bench and soak tables: one horizontal bar chart per numeric column
+    /// of a Markdown table (guest_results::plot documents the table rules), or with --csv a line
+    /// chart of --y over --x (the soak's rss.csv).
+    Plot {
+        /// the Markdown file (CSV with --csv)
+        input: PathBuf,
+        /// the SVG to write (its name must end in .svg)
+        out: PathBuf,
+        /// the chart's heading (default: the input's file name)
+        #[arg(long)]
+        title: Option<String>,
+        /// which table of the file (1 = first)
+        #[arg(long, default_value_t = 1)]
+        table: usize,
+        /// the input is CSV: a line chart of --y over --x
+        #[arg(long, requires_all = ["x", "y"])]
+        csv: bool,
+        /// the CSV column on the x axis
+        #[arg(long)]
+        x: Option<String>,
+        /// comma list of CSV columns, one line each
+        #[arg(long, value_delimiter = ',')]
+        y: Vec<String>,
+    },
 }
 
 fn device(spec: &str) -> anyhow::Result<Device> {
@@ -84,6 +108,57 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("writing {}", md.display()))?;
             }
             println!("{}", serde_json::to_string(&v)?);
+        }
+        Cmd::Plot {
+            input,
+            out,
+            title,
+            table,
+            csv,
+            x,
+            y,
+        } => plot(&input, &out, title, table, csv.then_some((x, y)))?,
+    }
+    Ok(())
+}
+
+/// `guest-results plot`: prints what it drew ("plot: OUT (...)"), like ci/plot.py did.
+fn plot(
+    input: &std::path::Path,
+    out: &std::path::Path,
+    title: Option<String>,
+    table: usize,
+    csv: Option<(Option<String>, Vec<String>)>,
+) -> anyhow::Result<()> {
+    use guest_results::plot;
+    // The bench scripts used to write PNGs: an old name must not get SVG inside.
+    if out.extension().and_then(|e| e.to_str()) != Some("svg") {
+        bail!("plot: {}: the chart is SVG, name it .svg", out.display());
+    }
+    let title = title.unwrap_or_else(|| {
+        input
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    });
+    match csv {
+        Some((x, ys)) => {
+            let (Some(x), false) = (x, ys.is_empty()) else {
+                bail!("plot: --csv needs --x and --y");
+            };
+            let n = plot::line_chart_file(input, out, &x, &ys, &title)
+                .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            println!("plot: {} ({n} points)", out.display());
+        }
+        None => {
+            let s = plot::bar_chart_file(input, out, table, &title)
+                .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            println!(
+                "plot: {} ({} rows x {} columns: {})",
+                out.display(),
+                s.rows,
+                s.columns.len(),
+                s.columns.join(", ")
+            );
         }
     }
     Ok(())
