@@ -6,11 +6,15 @@
 //!   kernel's NIC selftests) against `ci/upstream/*.expect`.
 //! - [`cell`]: one matrix cell's upstream verdict in one call (what
 //!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
+//! - [`daemon_cpu`]: the daemon's CPU per GiB in the guest benches
+//!   (`guest-results daemon-cpu sample|bursts`).
 //! - [`plot`]: SVG charts of the bench and soak tables (`guest-results plot`).
 
 pub mod cell;
+pub mod daemon_cpu;
 pub mod plot;
 mod pytext;
+mod run_cmd;
 pub mod upstream;
 
 pub use pytext::fnmatch;

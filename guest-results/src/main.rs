@@ -69,6 +69,41 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         y: Vec<String>,
     },
+    /// The daemon's CPU time per GiB moved (ci/bench-erdma.sh; guest_results::daemon_cpu).
+    DaemonCpu {
+        #[command(subcommand)]
+        cmd: DaemonCpuCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum DaemonCpuCmd {
+    /// Every 0.5 s until PID exits, append "<seconds> <cpu ticks> <bytes>" to --out: the
+    /// process's user + system time and the bytes its ports sent (`ctl status --json`).
+    Sample {
+        /// the daemon's process id
+        #[arg(long)]
+        pid: u32,
+        /// the vhost-rdma binary (for `ctl`)
+        #[arg(long)]
+        daemon: PathBuf,
+        /// the daemon's control socket
+        #[arg(long)]
+        control: PathBuf,
+        /// the samples file to write
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// One line per PAYLOAD, "<cpu s per GiB> <bytes>": the largest bursts of traffic in FILE,
+    /// in time order, the daemon's CPU over each divided by its PAYLOAD bytes ("0 0" when fewer
+    /// bursts than payloads).
+    Bursts {
+        /// a samples file (daemon-cpu sample --out)
+        file: PathBuf,
+        /// the bytes each burst moved, in time order
+        #[arg(required = true)]
+        payloads: Vec<u64>,
+    },
 }
 
 fn device(spec: &str) -> anyhow::Result<Device> {
@@ -118,6 +153,7 @@ fn main() -> anyhow::Result<()> {
             x,
             y,
         } => plot(&input, &out, title, table, csv.then_some((x, y)))?,
+        Cmd::DaemonCpu { cmd } => daemon_cpu(cmd)?,
     }
     Ok(())
 }
@@ -159,6 +195,25 @@ fn plot(
                 s.columns.len(),
                 s.columns.join(", ")
             );
+        }
+    }
+    Ok(())
+}
+
+/// `guest-results daemon-cpu sample|bursts`.
+fn daemon_cpu(cmd: DaemonCpuCmd) -> anyhow::Result<()> {
+    use guest_results::daemon_cpu;
+    match cmd {
+        DaemonCpuCmd::Sample {
+            pid,
+            daemon,
+            control,
+            out,
+        } => daemon_cpu::sample(pid, &daemon, &control, &out)?,
+        DaemonCpuCmd::Bursts { file, payloads } => {
+            for line in daemon_cpu::bursts_file(&file, &payloads, daemon_cpu::clock_ticks())? {
+                println!("{line}");
+            }
         }
     }
     Ok(())
