@@ -259,7 +259,8 @@ fn text_w(s: &str, px: f64) -> f64 {
 /// power of ten, about 5 ticks).
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
     let span = hi - lo;
-    if !(span > 0.0) || !span.is_finite() {
+    // an empty, NaN or infinite span has no steps: one tick at its start
+    if span.is_nan() || span <= 0.0 || !span.is_finite() {
         return vec![lo];
     }
     let raw = span / 5.0;
