@@ -5,14 +5,14 @@
 #      (nothing refers to a path outside the checkout),
 #      scripts/check-module-cycles.py, ci/test_matrix.py
 #      (the guest matrix's stuck-guest diagnosis, host only),
-#      scripts/test_junit.py (the JUnit writer), ci/test_plot.py (the bench
-#      plots), scripts/check-contrib.sh (systemd units: systemd-analyze
-#      verify; libvirt domains: virt-xml-validate)
+#      scripts/test_junit.py (the JUnit writer), scripts/check-contrib.sh
+#      (systemd units: systemd-analyze verify; libvirt domains:
+#      virt-xml-validate)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests; among
 #      them vhost-rdma/tests/doc_examples.rs: every `vhost-rdma` command
 #      line in README.md and docs/*.md against a live daemon, no usage
 #      errors; guest-results/tests/: the upstream suites' log parsers and
-#      judge), then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
+#      judge, the bench plots, the daemon-CPU bursts), then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
 #      a Linux vxlan netdev and bridge in network namespaces, and a guest
 #      through each)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
@@ -158,8 +158,6 @@ step "no import cycles between modules" python3 "$ROOT/scripts/check-module-cycl
 step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine, --kernel PATH)" python3 "$ROOT/ci/test_matrix.py"
 # the JUnit writer (--junit here and in ci/matrix.sh) on sample logs
 step "scripts/test_junit.py (JUnit XML)" python3 "$ROOT/scripts/test_junit.py"
-# the bench/soak plots from a sample table (skips loudly without matplotlib)
-counted "ci/test_plot.py (bench plots)" ci/test_plot.py python3 "$ROOT/ci/test_plot.py"
 # contrib/: systemd units and libvirt domains through their validators
 counted "scripts/check-contrib.sh (contrib/ validators)" contrib "$ROOT/scripts/check-contrib.sh"
 
