@@ -41,7 +41,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::SeqCst);
 }
 
-fn install_signal_handlers() {
+pub(crate) fn install_signal_handlers() {
     for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic (async-signal-safe).
         unsafe {
@@ -51,7 +51,7 @@ fn install_signal_handlers() {
 }
 
 /// `Err(Interrupted)` once SIGINT, SIGTERM or SIGHUP arrived.
-fn check_signal() -> Result<(), Error> {
+pub(crate) fn check_signal() -> Result<(), Error> {
     match SIGNAL.load(Ordering::SeqCst) {
         0 => Ok(()),
         libc::SIGINT => Err(Error::Interrupted("SIGINT")),
@@ -358,7 +358,7 @@ fn read_console(out: std::process::ChildStdout, path: &str, con: &Mutex<Console>
 }
 
 /// Stops a QEMU and its session: SIGTERM, after `grace` seconds SIGKILL.
-fn kill_proc(c: &mut Child, grace: f64) {
+pub(crate) fn kill_proc(c: &mut Child, grace: f64) {
     if !matches!(c.try_wait(), Ok(None)) {
         return;
     }

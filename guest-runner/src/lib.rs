@@ -4,7 +4,8 @@
 //! running one job script, wired to the daemon's vhost-user or vfio-user
 //! sockets or to QEMU's own `-netdev stream` links, and returns the combined
 //! result; `guest-runner kernel-check PATH` checks a bring-your-own guest
-//! kernel image.
+//! kernel image; `guest-runner soak` (scripts/soak.sh) runs the soak: one
+//! daemon, four guests, N minutes, the daemon's memory judged.
 //!
 //! The guest protocol (scripts/guest/vr-init in the image):
 //!
@@ -17,14 +18,17 @@
 //!
 //! Modules: [`spec`] (`--guest` options), [`qemu`] (QEMU command lines),
 //! [`console`] (the markers), [`kernel`] (image checks), [`options`] (the
-//! command line), [`boot`] (the run).
+//! command line), [`boot`] (the run), [`daemon`] (the vhost-rdma daemon as
+//! the tests run it), [`soak`] (the soak).
 
 pub mod boot;
 pub mod console;
+pub mod daemon;
 pub mod kernel;
 pub mod options;
 pub mod paths;
 pub mod qemu;
+pub mod soak;
 pub mod spec;
 
 pub use boot::run;

@@ -30,9 +30,28 @@ pub fn parse_version(first_line: &str) -> Option<Version> {
     Some((nums[0]?, nums[1]?, nums[2].unwrap_or(0)))
 }
 
+/// What a command printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Its exit code (the negated signal number when a signal ended it).
+    pub code: i32,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
 /// Runs `cmd`, returning its stdout and stderr, or `None` when it cannot be
 /// started or outlives `timeout` (then it is killed).
 pub fn capture(cmd: &mut Command, timeout: Duration) -> Option<(String, String)> {
+    run_with_timeout(cmd, timeout).map(|o| (o.stdout, o.stderr))
+}
+
+/// Runs `cmd` (stdin closed), returning what it printed and its exit code,
+/// or `None` when it cannot be started or outlives `timeout` (then it is
+/// killed).
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Option<Output> {
+    use std::os::unix::process::ExitStatusExt;
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -51,15 +70,24 @@ pub fn capture(cmd: &mut Command, timeout: Duration) -> Option<(String, String)>
     let out = read(child.stdout.take().map(|r| Box::new(r) as _));
     let err = read(child.stderr.take().map(|r| Box::new(r) as _));
     let t0 = Instant::now();
-    while child.try_wait().ok()?.is_none() {
+    let status = loop {
+        if let Some(st) = child.try_wait().ok()? {
+            break st;
+        }
         if t0.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((out.join().ok()?, err.join().ok()?))
+    };
+    Some(Output {
+        code: status
+            .code()
+            .unwrap_or_else(|| -status.signal().unwrap_or(0)),
+        stdout: out.join().ok()?,
+        stderr: err.join().ok()?,
+    })
 }
 
 /// The version of `qemu` and the first line of its `--version`.
