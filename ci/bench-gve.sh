@@ -19,7 +19,10 @@
 # the devmem setup: devmem against ordinary with nothing else changed.
 #   --virtio-first   boot the virtio-net pair before the gve pair (default:
 #                    gve first; alternate over runs)
-# Prints a table and ends with
+# Prints a table, a second one on the cheap rows' guests (bench-guests.md:
+# each guest's busy vCPU seconds per GiB from /proc/stat around the
+# transfer, its share of the guest's vCPUs at the row's rate, the
+# receiver's interrupts per MiB: which side bounds the row), and ends with
 #   bench-gve bytes=N gve_mibps=X virtio_mibps=Y devmem_mibps=Z gve_ordinary_mibps=W
 #     (one line) gve_cheap_mibps=C virtio_cheap_mibps=D
 # Guests run under TCG here: the guests' CPU is the limit, not the daemon.
@@ -37,7 +40,7 @@ while (($#)); do
     case "$1" in
         --bytes) bytes="$2"; shift 2 ;;
         --virtio-first) virtio_first=1; shift ;;
-        -h|--help) sed -n '2,27p' "$0"; e2e_opts_usage; exit 0 ;;
+        -h|--help) sed -n '2,30p' "$0"; e2e_opts_usage; exit 0 ;;
         *) e2e_opt "$@" || { echo "bench-gve: unknown argument $1" >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
@@ -49,16 +52,24 @@ vrbin="$logdir/vrbin"
 mkdir -p "$vrbin/bin"
 cp -f "$SGT" "$vrbin/bin/"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
+# gcpu, in the guests: busy jiffies (USER_HZ, 100 on x86: user nice system
+# irq softirq steal, all vCPUs) and interrupts so far, one line; the cheap
+# rows take the difference around their transfer
+GCPU_FN='gcpu() { awk '"'"'/^cpu /{b=$2+$3+$4+$7+$8+$9} /^intr /{i=$2} END{print "GUEST-CPU busy=" b " intr=" i}'"'"' /proc/stat; }'
 
 # run KIND: guest A on KIND (gve or virtio), B on virtio-net; B sends to A.
 run() {
     local kind=$1 d="$logdir/$1" porta
     mkdir -p "$d"
     cat >"$d/a.sh" <<EOF
+$GCPU_FN
 i=0; until ping -c 1 -W 2 $B >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
-# the NIC comparison: the cheap sender into the same receiver on either NIC
+# the NIC comparison: the cheap sender into the same receiver on either NIC;
+# the guest's busy CPU (all vCPUs, softirq included) and interrupts around it
+gcpu
 smc-guest-tests devmem-recv --ordinary --listen $A:5304 --bytes $bytes --pattern-mod 7 --accept-timeout 300
 echo "CHEAP rc=\$?"
+gcpu
 smc-guest-tests stream server --proto tcp --addr $A --port 5301 --bytes $bytes --seed 81 --once --accept-timeout 300
 if [ $kind = gve ]; then
     # devmem NIC setup, what ncdevmem -l does before it binds (devmem.rst,
@@ -79,8 +90,11 @@ if [ $kind = gve ]; then
 fi
 EOF
     cat >"$d/b.sh" <<EOF
+$GCPU_FN
 i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+gcpu
 smc-guest-tests devmem-send --to $A:5304 --bytes $bytes --pattern-mod 7 --connect-timeout 300
+gcpu
 smc-guest-tests stream client --proto tcp --addr $A --port 5301 --bytes $bytes --seed 81 --connect-timeout 300
 if [ $kind = gve ]; then
     smc-guest-tests devmem-send --to $A:5302 --bind $B:5302 --bytes $bytes --pattern-mod 7 --connect-timeout 300
@@ -139,6 +153,31 @@ echo
 } | tee "$logdir/bench.md"
 # a PNG next to the table; a missing matplotlib only costs the plot
 python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "TCP receive: gve vs virtio-net" >&2 || true
+# The cheap rows' guests: busy vCPU seconds per GiB of each guest (all its
+# vCPUs, interrupts and softirq included) from its two GUEST-CPU lines
+# around the transfer, that as a share of the guest's vCPUs at the row's
+# rate (100 %: the guest is the limit), and A's interrupts per MiB.
+# gdelta LOG FIELD: the second GUEST-CPU line's FIELD minus the first's.
+gdelta() { grep -h '^GUEST-CPU ' "$1" 2>/dev/null | head -n 2 | sed -n "s/.* $2=\([0-9]*\).*/\1/p" | awk 'NR==1{a=$1} NR==2{print $1-a}'; }
+# nic KIND RATE: one row of the second table
+nic() {
+    local ra rb ia
+    ra="$(gdelta "$logdir/$1/ga/a.job/out.log" busy)" rb="$(gdelta "$logdir/$1/gb/b.job/out.log" busy)"
+    ia="$(gdelta "$logdir/$1/ga/a.job/out.log" intr)"
+    awk -v k="$1" -v m="${2:-0}" -v ra="${ra:-x}" -v rb="${rb:-x}" -v ia="${ia:-x}" -v mib="$(($(numfmt --from=iec "$bytes") >> 20))" 'BEGIN {
+        gib = mib / 1024
+        if (ra == "x" || rb == "x" || gib == 0) { printf "| %s | %s | ? | ? | ? | ? | ? |\n", k, m; exit }
+        sa = ra / 100 / gib; sb = rb / 100 / gib
+        printf "| %s | %s | %.2f | %.0f %% | %.0f | %.2f | %.0f %% |\n", k, m, sa, sa * m / 1024 / 2 * 100, ia / mib, sb, sb * m / 1024 * 100
+    }'
+}
+echo
+{
+    echo "| cheap sender: NIC of guest A | MiB/s | A busy vCPU s/GiB | A busy (of 2 vCPUs) | A interrupts / MiB | B (sender) busy vCPU s/GiB | B busy (of 1 vCPU) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
+    nic virtio "$virtio_cheap_mibps"
+    nic gve "$gve_cheap_mibps"
+} | tee "$logdir/bench-guests.md"
 echo
 echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0} gve_cheap_mibps=${gve_cheap_mibps:-0} virtio_cheap_mibps=${virtio_cheap_mibps:-0}"
 ((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }
