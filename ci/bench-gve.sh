@@ -22,7 +22,8 @@
 # Prints a table, a second one on the cheap rows' guests (bench-guests.md:
 # each guest's busy vCPU seconds per GiB from /proc/stat around the
 # transfer, its share of the guest's vCPUs at the row's rate, the
-# receiver's interrupts per MiB: which side bounds the row), and ends with
+# receiver's interrupts per MiB, the sender's TCP retransmits: which side
+# bounds the row), and ends with
 #   bench-gve bytes=N gve_mibps=X virtio_mibps=Y devmem_mibps=Z gve_ordinary_mibps=W
 #     (one line) gve_cheap_mibps=C virtio_cheap_mibps=D
 # Guests run under TCG here: the guests' CPU is the limit, not the daemon.
@@ -40,7 +41,7 @@ while (($#)); do
     case "$1" in
         --bytes) bytes="$2"; shift 2 ;;
         --virtio-first) virtio_first=1; shift ;;
-        -h|--help) sed -n '2,30p' "$0"; e2e_opts_usage; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; e2e_opts_usage; exit 0 ;;
         *) e2e_opt "$@" || { echo "bench-gve: unknown argument $1" >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
@@ -53,9 +54,9 @@ mkdir -p "$vrbin/bin"
 cp -f "$SGT" "$vrbin/bin/"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
 # gcpu, in the guests: busy jiffies (USER_HZ, 100 on x86: user nice system
-# irq softirq steal, all vCPUs) and interrupts so far, one line; the cheap
-# rows take the difference around their transfer
-GCPU_FN='gcpu() { awk '"'"'/^cpu /{b=$2+$3+$4+$7+$8+$9} /^intr /{i=$2} END{print "GUEST-CPU busy=" b " intr=" i}'"'"' /proc/stat; }'
+# irq softirq steal, all vCPUs), interrupts and TCP segments retransmitted
+# so far, one line; the cheap rows take the difference around their transfer
+GCPU_FN='gcpu() { awk '"'"'/^cpu /{b=$2+$3+$4+$7+$8+$9} /^intr /{i=$2} /^Tcp:/{if(!c){for(k=1;k<=NF;k++)if($k=="RetransSegs")c=k}else r=$c} END{print "GUEST-CPU busy=" b " intr=" i " retrans=" r}'"'"' /proc/stat /proc/net/snmp; }'
 
 # run KIND: guest A on KIND (gve or virtio), B on virtio-net; B sends to A.
 run() {
@@ -161,20 +162,20 @@ python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "TCP r
 gdelta() { grep -h '^GUEST-CPU ' "$1" 2>/dev/null | head -n 2 | sed -n "s/.* $2=\([0-9]*\).*/\1/p" | awk 'NR==1{a=$1} NR==2{print $1-a}'; }
 # nic KIND RATE: one row of the second table
 nic() {
-    local ra rb ia
+    local ra rb ia tb
     ra="$(gdelta "$logdir/$1/ga/a.job/out.log" busy)" rb="$(gdelta "$logdir/$1/gb/b.job/out.log" busy)"
-    ia="$(gdelta "$logdir/$1/ga/a.job/out.log" intr)"
-    awk -v k="$1" -v m="${2:-0}" -v ra="${ra:-x}" -v rb="${rb:-x}" -v ia="${ia:-x}" -v mib="$(($(numfmt --from=iec "$bytes") >> 20))" 'BEGIN {
+    ia="$(gdelta "$logdir/$1/ga/a.job/out.log" intr)" tb="$(gdelta "$logdir/$1/gb/b.job/out.log" retrans)"
+    awk -v k="$1" -v m="${2:-0}" -v ra="${ra:-x}" -v rb="${rb:-x}" -v ia="${ia:-x}" -v tb="${tb:-?}" -v mib="$(($(numfmt --from=iec "$bytes") >> 20))" 'BEGIN {
         gib = mib / 1024
-        if (ra == "x" || rb == "x" || gib == 0) { printf "| %s | %s | ? | ? | ? | ? | ? |\n", k, m; exit }
+        if (ra == "x" || rb == "x" || gib == 0) { printf "| %s | %s | ? | ? | ? | ? | ? | ? |\n", k, m; exit }
         sa = ra / 100 / gib; sb = rb / 100 / gib
-        printf "| %s | %s | %.2f | %.0f %% | %.0f | %.2f | %.0f %% |\n", k, m, sa, sa * m / 1024 / 2 * 100, ia / mib, sb, sb * m / 1024 * 100
+        printf "| %s | %s | %.2f | %.0f %% | %.0f | %.2f | %.0f %% | %s |\n", k, m, sa, sa * m / 1024 / 2 * 100, ia / mib, sb, sb * m / 1024 * 100, tb
     }'
 }
 echo
 {
-    echo "| cheap sender: NIC of guest A | MiB/s | A busy vCPU s/GiB | A busy (of 2 vCPUs) | A interrupts / MiB | B (sender) busy vCPU s/GiB | B busy (of 1 vCPU) |"
-    echo "|---|---:|---:|---:|---:|---:|---:|"
+    echo "| cheap sender: NIC of guest A | MiB/s | A busy vCPU s/GiB | A busy (of 2 vCPUs) | A interrupts / MiB | B (sender) busy vCPU s/GiB | B busy (of 1 vCPU) | B retransmitted segments |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
     nic virtio "$virtio_cheap_mibps"
     nic gve "$gve_cheap_mibps"
 } | tee "$logdir/bench-guests.md"
