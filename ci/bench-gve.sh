@@ -9,20 +9,30 @@
 # Every receive is validated byte by byte, each by a receiver of the same
 # kind: smc-guest-tests `stream server` (ordinary TCP) and `devmem-recv`
 # (devmem TCP: frags validated straight from the udmabuf, tokens returned
-# in batches). All rates are the receiver's own, accept to last byte.
-# A control row runs devmem's receiver and sender on a flow that RSS puts
-# on an ordinary queue: devmem against ordinary with nothing else changed
-# (stream client/server compute and checksum a keyed pattern, which costs
-# the 1-vCPU sender guest more than devmem-send's periodic pattern).
-# Prints a table and ends with
+# in batches; `--ordinary`: the same receiver on plain TCP, no dmabuf).
+# All rates are the receiver's own, accept to last byte.
+# The first two rows are the NIC comparison: `devmem-send` into
+# `devmem-recv --ordinary` on each NIC, before any devmem setup (the
+# stream rows' `stream client` computes a keyed pattern and is bound by the
+# 1-vCPU sender guest, not by the receive path). A control row runs devmem's
+# receiver and sender on a flow that RSS puts on an ordinary queue after
+# the devmem setup: devmem against ordinary with nothing else changed.
+#   --virtio-first   boot the virtio-net pair before the gve pair (default:
+#                    gve first; alternate over runs)
+# Prints a table, a second one on the cheap rows' guests (bench-guests.md:
+# each guest's busy vCPU seconds per GiB from /proc/stat around the
+# transfer, its share of the guest's vCPUs at the row's rate, the
+# receiver's interrupts per MiB, the sender's TCP retransmits: which side
+# bounds the row), and ends with
 #   bench-gve bytes=N gve_mibps=X virtio_mibps=Y devmem_mibps=Z gve_ordinary_mibps=W
+#     (one line) gve_cheap_mibps=C virtio_cheap_mibps=D
 # Guests run under TCG here: the guests' CPU is the limit, not the daemon.
 # (ncdevmem, which logs every frag, is not measured here: scripts/e2e-gve.sh
 # runs it as the upstream tool's check.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
 CASES=(gve virtio devmem)
-bytes=128M build=1 profile=release image="" qemu="" accel=auto timeout=900 logdir="" keep_logs=1
+bytes=128M virtio_first=0 build=1 profile=release image="" qemu="" accel=auto timeout=900 logdir="" keep_logs=1
 # shellcheck source=scripts/lib-e2e.sh
 . "$ROOT/scripts/lib-e2e.sh"
 # the release build shared with scripts/test.sh's guest tiers
@@ -30,7 +40,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vh
 while (($#)); do
     case "$1" in
         --bytes) bytes="$2"; shift 2 ;;
-        -h|--help) sed -n '2,21p' "$0"; e2e_opts_usage; exit 0 ;;
+        --virtio-first) virtio_first=1; shift ;;
+        -h|--help) sed -n '2,31p' "$0"; e2e_opts_usage; exit 0 ;;
         *) e2e_opt "$@" || { echo "bench-gve: unknown argument $1" >&2; exit 2; }; shift "$E2E_SHIFT" ;;
     esac
 done
@@ -42,13 +53,24 @@ vrbin="$logdir/vrbin"
 mkdir -p "$vrbin/bin"
 cp -f "$SGT" "$vrbin/bin/"
 A=10.77.0.1 B=10.77.0.2 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02
+# gcpu, in the guests: busy jiffies (USER_HZ, 100 on x86: user nice system
+# irq softirq steal, all vCPUs), interrupts and TCP segments retransmitted
+# so far, one line; the cheap rows take the difference around their transfer
+GCPU_FN='gcpu() { awk '"'"'/^cpu /{b=$2+$3+$4+$7+$8+$9} /^intr /{i=$2} /^Tcp:/{if(!c){for(k=1;k<=NF;k++)if($k=="RetransSegs")c=k}else r=$c} END{print "GUEST-CPU busy=" b " intr=" i " retrans=" r}'"'"' /proc/stat /proc/net/snmp; }'
 
 # run KIND: guest A on KIND (gve or virtio), B on virtio-net; B sends to A.
 run() {
     local kind=$1 d="$logdir/$1" porta
     mkdir -p "$d"
     cat >"$d/a.sh" <<EOF
+$GCPU_FN
 i=0; until ping -c 1 -W 2 $B >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+# the NIC comparison: the cheap sender into the same receiver on either NIC;
+# the guest's busy CPU (all vCPUs, softirq included) and interrupts around it
+gcpu
+smc-guest-tests devmem-recv --ordinary --listen $A:5304 --bytes $bytes --pattern-mod 7 --accept-timeout 300
+echo "CHEAP rc=\$?"
+gcpu
 smc-guest-tests stream server --proto tcp --addr $A --port 5301 --bytes $bytes --seed 81 --once --accept-timeout 300
 if [ $kind = gve ]; then
     # devmem NIC setup, what ncdevmem -l does before it binds (devmem.rst,
@@ -69,7 +91,11 @@ if [ $kind = gve ]; then
 fi
 EOF
     cat >"$d/b.sh" <<EOF
+$GCPU_FN
 i=0; until ping -c 1 -W 2 $A >/dev/null 2>&1; do i=\$((i+1)); [ \$i -ge 120 ] && break; sleep 1; done
+gcpu
+smc-guest-tests devmem-send --to $A:5304 --bytes $bytes --pattern-mod 7 --connect-timeout 300
+gcpu
 smc-guest-tests stream client --proto tcp --addr $A --port 5301 --bytes $bytes --seed 81 --connect-timeout 300
 if [ $kind = gve ]; then
     smc-guest-tests devmem-send --to $A:5302 --bind $B:5302 --bytes $bytes --pattern-mod 7 --connect-timeout 300
@@ -92,15 +118,19 @@ EOF
 }
 
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$2"; }
-say "gve run (logs $logdir/gve)"
-run gve
-say "virtio-net run (logs $logdir/virtio)"
-run virtio
+for k in $( ((virtio_first)) && echo virtio gve || echo gve virtio); do
+    say "$k run (logs $logdir/$k)"
+    run "$k"
+done
 
 sg="$(grep -h '^STREAM-RESULT' "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
 sv="$(grep -h '^STREAM-RESULT' "$logdir/virtio/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
 dm="$(grep -h "^DEVMEM-RESULT listen=$A:5302 " "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
 dc="$(grep -h "^DEVMEM-RESULT listen=$A:5303 " "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+cg="$(grep -h "^DEVMEM-RESULT listen=$A:5304 " "$logdir/gve/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+cv="$(grep -h "^DEVMEM-RESULT listen=$A:5304 " "$logdir/virtio/ga/a.job/out.log" 2>/dev/null | tail -n 1)"
+gve_cheap_mibps="$(field mibps "$cg")" gve_cheap_cpu="$(field cpu_s_per_gib "$cg")"
+virtio_cheap_mibps="$(field mibps "$cv")" virtio_cheap_cpu="$(field cpu_s_per_gib "$cv")"
 control_mibps="$(field mibps "$dc")" control_cpu="$(field cpu_s_per_gib "$dc")"
 gve_mibps="$(field mibps "$sg")" virtio_mibps="$(field mibps "$sv")" devmem_mibps="$(field mibps "$dm")"
 gve_cpu="$(field cpu_s_per_gib "$sg")" virtio_cpu="$(field cpu_s_per_gib "$sv")" devmem_cpu="$(field cpu_s_per_gib "$dm")"
@@ -108,17 +138,47 @@ ok=1
 # the devmem row all in the dmabuf, the control row none of it
 [[ $sg == *verified=1* && $sv == *verified=1* && $dm == *verified=1* && $dm == *" ordinary_bytes=0 "* ]] || ok=0
 [[ $dc == *verified=1* && $dc == *" frags=0 "* ]] || ok=0
+# the cheap-sender rows: plain TCP, all of it ordinary
+[[ $cg == *verified=1* && $cg == *" mode=ordinary "* && $cv == *verified=1* && $cv == *" mode=ordinary "* ]] || ok=0
+v() { [[ $1 == *verified=1* ]] && echo yes || echo NO; }
 echo
 {
     echo "| receive path (guest A, 2 vCPUs, TCG) | MiB/s | receiver CPU s/GiB | validated |"
     echo "|---|---:|---:|---|"
-    echo "| virtio-net (vhost-user), ordinary TCP | ${virtio_mibps:-?} | ${virtio_cpu:-?} | $([[ $sv == *verified=1* ]] && echo yes || echo NO) |"
-    echo "| gve (vfio-user), ordinary TCP | ${gve_mibps:-?} | ${gve_cpu:-?} | $([[ $sg == *verified=1* ]] && echo yes || echo NO) |"
-    echo "| gve, devmem TCP (devmem-recv, udmabuf) | ${devmem_mibps:-?} | ${devmem_cpu:-?} | $([[ $dm == *verified=1* ]] && echo yes || echo NO) |"
-    echo "| gve, ordinary TCP, devmem's receiver and sender (control) | ${control_mibps:-?} | ${control_cpu:-?} | $([[ $dc == *verified=1* ]] && echo yes || echo NO) |"
+    echo "| virtio-net (vhost-user), ordinary TCP (cheap sender) | ${virtio_cheap_mibps:-?} | ${virtio_cheap_cpu:-?} | $(v "$cv") |"
+    echo "| gve (vfio-user), ordinary TCP (cheap sender) | ${gve_cheap_mibps:-?} | ${gve_cheap_cpu:-?} | $(v "$cg") |"
+    echo "| virtio-net, ordinary TCP (stream client: sender-bound) | ${virtio_mibps:-?} | ${virtio_cpu:-?} | $(v "$sv") |"
+    echo "| gve, ordinary TCP (stream client: sender-bound) | ${gve_mibps:-?} | ${gve_cpu:-?} | $(v "$sg") |"
+    echo "| gve, devmem TCP (devmem-recv, udmabuf) | ${devmem_mibps:-?} | ${devmem_cpu:-?} | $(v "$dm") |"
+    echo "| gve, ordinary TCP, devmem's receiver and sender (control) | ${control_mibps:-?} | ${control_cpu:-?} | $(v "$dc") |"
 } | tee "$logdir/bench.md"
 # an SVG chart next to the table; a failed plot never fails the benchmark
 "$ROOT/scripts/guest-results" plot "$logdir/bench.md" "$logdir/bench.svg" --title "TCP receive: gve vs virtio-net" >&2 || true
+# The cheap rows' guests: busy vCPU seconds per GiB of each guest (all its
+# vCPUs, interrupts and softirq included) from its two GUEST-CPU lines
+# around the transfer, that as a share of the guest's vCPUs at the row's
+# rate (100 %: the guest is the limit), and A's interrupts per MiB.
+# gdelta LOG FIELD: the second GUEST-CPU line's FIELD minus the first's.
+gdelta() { grep -h '^GUEST-CPU ' "$1" 2>/dev/null | head -n 2 | sed -n "s/.* $2=\([0-9]*\).*/\1/p" | awk 'NR==1{a=$1} NR==2{print $1-a}'; }
+# nic KIND RATE: one row of the second table
+nic() {
+    local ra rb ia tb
+    ra="$(gdelta "$logdir/$1/ga/a.job/out.log" busy)" rb="$(gdelta "$logdir/$1/gb/b.job/out.log" busy)"
+    ia="$(gdelta "$logdir/$1/ga/a.job/out.log" intr)" tb="$(gdelta "$logdir/$1/gb/b.job/out.log" retrans)"
+    awk -v k="$1" -v m="${2:-0}" -v ra="${ra:-x}" -v rb="${rb:-x}" -v ia="${ia:-x}" -v tb="${tb:-?}" -v mib="$(($(numfmt --from=iec "$bytes") >> 20))" 'BEGIN {
+        gib = mib / 1024
+        if (ra == "x" || rb == "x" || gib == 0) { printf "| %s | %s | ? | ? | ? | ? | ? | ? |\n", k, m; exit }
+        sa = ra / 100 / gib; sb = rb / 100 / gib
+        printf "| %s | %s | %.2f | %.0f %% | %.0f | %.2f | %.0f %% | %s |\n", k, m, sa, sa * m / 1024 / 2 * 100, ia / mib, sb, sb * m / 1024 * 100, tb
+    }'
+}
 echo
-echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0}"
+{
+    echo "| cheap sender: NIC of guest A | MiB/s | A busy vCPU s/GiB | A busy (of 2 vCPUs) | A interrupts / MiB | B (sender) busy vCPU s/GiB | B busy (of 1 vCPU) | B retransmitted segments |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    nic virtio "$virtio_cheap_mibps"
+    nic gve "$gve_cheap_mibps"
+} | tee "$logdir/bench-guests.md"
+echo
+echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0} gve_cheap_mibps=${gve_cheap_mibps:-0} virtio_cheap_mibps=${virtio_cheap_mibps:-0}"
 ((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }

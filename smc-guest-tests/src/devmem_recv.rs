@@ -824,6 +824,8 @@ pub struct Rx {
     tokens: TokenBatch,
     dmabuf_id: u32,
     allow_ordinary: bool,
+    /// Reads with `MSG_SOCK_DEVMEM` (false: `--ordinary`, plain recvmsg).
+    devmem: bool,
     /// What was received so far.
     pub counters: RxCounters,
 }
@@ -836,8 +838,24 @@ impl Rx {
             tokens: TokenBatch::default(),
             dmabuf_id,
             allow_ordinary,
+            devmem: true,
             counters: RxCounters::default(),
         }
+    }
+
+    /// State for `--ordinary`: no dmabuf, plain `recvmsg` (no
+    /// `MSG_SOCK_DEVMEM`), every byte must arrive as ordinary data and is
+    /// validated as in devmem mode; a devmem control message is an error.
+    pub fn ordinary(modulus: u8) -> Rx {
+        Rx {
+            devmem: false,
+            ..Rx::new(0, modulus, true)
+        }
+    }
+
+    /// Whether this receive reads with `MSG_SOCK_DEVMEM`.
+    pub fn devmem(&self) -> bool {
+        self.devmem
     }
 
     /// Tokens pending return.
@@ -859,6 +877,12 @@ impl Rx {
                 ret,
                 accounted: iov.len() as u64,
             });
+        }
+        if !self.devmem && !cmsgs.is_empty() {
+            return Err(DevmemError::BadCmsg(format!(
+                "{} devmem control message(s) on a recvmsg without MSG_SOCK_DEVMEM (--ordinary)",
+                cmsgs.len()
+            )));
         }
         if cmsgs.is_empty() {
             if !self.allow_ordinary {
@@ -968,7 +992,8 @@ pub fn ctrl_size(recv_size: usize) -> usize {
 
 /// Reads `fd` until EOF with `recvmsg(MSG_SOCK_DEVMEM)` into `rx`, frags
 /// from `mem`; returns each call's tokens before the next. `expect`: the
-/// byte count the stream must have.
+/// byte count the stream must have. For [`Rx::ordinary`] the same loop
+/// without `MSG_SOCK_DEVMEM` (ordinary TCP into the iov, no frags).
 pub fn receive(
     fd: RawFd,
     rx: &mut Rx,
@@ -981,6 +1006,7 @@ pub fn receive(
     let mut ctrl = vec![0u64; ctrl_size(recv_size).div_ceil(8)];
     let ctrl_bytes = ctrl.len() * 8;
     let mut cmsgs = Vec::new();
+    let flags = if rx.devmem { MSG_SOCK_DEVMEM } else { 0 };
     loop {
         let mut io = libc::iovec {
             iov_base: iov.as_mut_ptr().cast(),
@@ -993,7 +1019,7 @@ pub fn receive(
         msg.msg_control = ctrl.as_mut_ptr().cast();
         msg.msg_controllen = ctrl_bytes as _;
         // SAFETY: msg points at live buffers of the lengths it states.
-        let n = unsafe { libc::recvmsg(fd, &mut msg, MSG_SOCK_DEVMEM) };
+        let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
         rx.counters.recvmsgs += 1;
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -1064,6 +1090,10 @@ pub struct RecvConfig {
     pub io_timeout: Option<Duration>,
     /// Accept (and validate) data that did not come as devmem.
     pub allow_ordinary: bool,
+    /// No dmabuf and no bind at all: plain `recvmsg` of ordinary TCP on
+    /// any interface, validated the same (`ifname`, `queue`,
+    /// `dmabuf_size` and `allow_ordinary` are not used).
+    pub ordinary: bool,
 }
 
 /// The outcome of a receive that passed.
@@ -1071,11 +1101,11 @@ pub struct RecvConfig {
 pub struct RecvReport {
     /// Counters.
     pub counters: RxCounters,
-    /// The interface's RX queue bound.
-    pub queue: u32,
-    /// The binding's id.
-    pub dmabuf_id: u32,
-    /// udmabuf bytes.
+    /// The interface's RX queue bound (`None`: `--ordinary`).
+    pub queue: Option<u32>,
+    /// The binding's id (`None`: `--ordinary`).
+    pub dmabuf_id: Option<u32>,
+    /// udmabuf bytes (0: `--ordinary`).
     pub dmabuf_size: usize,
     /// The sender.
     pub peer: Option<SocketAddr>,
@@ -1107,11 +1137,13 @@ impl RecvReport {
         }
     }
 
-    /// The machine-readable line, in the style of `STREAM-RESULT`.
+    /// The machine-readable line, in the style of `STREAM-RESULT`
+    /// (`queue=-  dmabuf_id=-` and `mode=ordinary` for `--ordinary`).
     pub fn result_line(&self) -> String {
         let c = &self.counters;
+        let opt = |v: Option<u32>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
         format!(
-            "DEVMEM-RESULT listen={} bytes={} frags={} dmabuf_bytes={} linear_bytes={} ordinary_bytes={} recvmsgs={} dontneed_calls={} syncs={} queue={} dmabuf_id={} dmabuf_size={} verified=1 status=pass secs={:.6} mibps={:.2} cpu_s={:.4} cpu_s_per_gib={:.4}",
+            "DEVMEM-RESULT listen={} bytes={} frags={} dmabuf_bytes={} linear_bytes={} ordinary_bytes={} recvmsgs={} dontneed_calls={} syncs={} queue={} dmabuf_id={} dmabuf_size={} mode={} verified=1 status=pass secs={:.6} mibps={:.2} cpu_s={:.4} cpu_s_per_gib={:.4}",
             self.listen,
             c.bytes,
             c.frags,
@@ -1121,9 +1153,14 @@ impl RecvReport {
             c.recvmsgs,
             c.dontneed_calls,
             c.syncs,
-            self.queue,
-            self.dmabuf_id,
+            opt(self.queue),
+            opt(self.dmabuf_id),
             self.dmabuf_size,
+            if self.dmabuf_id.is_some() {
+                "devmem"
+            } else {
+                "ordinary"
+            },
             self.secs,
             self.mibps(),
             self.cpu_secs,
@@ -1145,10 +1182,27 @@ pub fn rx_queue_count(ifname: &str) -> io::Result<u32> {
 }
 
 /// Creates the udmabuf, binds it, accepts one connection on `cfg.listen`
-/// and receives until EOF; `log` gets the human progress lines.
+/// and receives until EOF; `log` gets the human progress lines. With
+/// `cfg.ordinary`: no udmabuf and no bind, plain `recvmsg` (any interface).
 pub fn run(cfg: &RecvConfig, mut log: impl FnMut(String)) -> Result<RecvReport, DevmemError> {
     if cfg.modulus < 2 {
         return Err(DevmemError::Config("--pattern-mod must be 2..=255".into()));
+    }
+    if cfg.ordinary {
+        log("devmem-recv: --ordinary: no dmabuf, plain recvmsg".into());
+        let mut rx = Rx::ordinary(cfg.modulus);
+        return accept_and_receive(cfg, &mut rx, &[0u8; 0][..], &mut log).map(
+            |(peer, secs, cpu_secs)| RecvReport {
+                counters: rx.counters,
+                queue: None,
+                dmabuf_id: None,
+                dmabuf_size: 0,
+                peer,
+                listen: cfg.listen,
+                secs,
+                cpu_secs,
+            },
+        );
     }
     let name = std::ffi::CString::new(cfg.ifname.as_str())
         .map_err(|_| DevmemError::Config(format!("bad interface name {:?}", cfg.ifname)))?;
@@ -1180,6 +1234,29 @@ pub fn run(cfg: &RecvConfig, mut log: impl FnMut(String)) -> Result<RecvReport, 
         "devmem-recv: udmabuf of {size} bytes bound to {} rx queue {queue} as dmabuf id {}",
         cfg.ifname, binding.id
     ));
+    let mut rx = Rx::new(binding.id, cfg.modulus, cfg.allow_ordinary);
+    let (peer, secs, cpu_secs) = accept_and_receive(cfg, &mut rx, &mem, &mut log)?;
+    drop(binding);
+    Ok(RecvReport {
+        counters: rx.counters,
+        queue: Some(queue),
+        dmabuf_id: Some(rx.dmabuf_id),
+        dmabuf_size: size,
+        peer,
+        listen: cfg.listen,
+        secs,
+        cpu_secs,
+    })
+}
+
+/// Listens on `cfg.listen`, accepts one connection and [`receive`]s it
+/// into `rx`; the peer, and seconds and CPU seconds from accept to EOF.
+fn accept_and_receive(
+    cfg: &RecvConfig,
+    rx: &mut Rx,
+    mem: &(impl FragMemory + ?Sized),
+    log: &mut impl FnMut(String),
+) -> Result<(Option<SocketAddr>, f64, f64), DevmemError> {
     let listener = Listener::bind(Proto::Tcp, cfg.listen, 1)
         .map_err(os(format!("listen on {}", cfg.listen)))?;
     log(format!(
@@ -1199,23 +1276,12 @@ pub fn run(cfg: &RecvConfig, mut log: impl FnMut(String)) -> Result<RecvReport, 
     stream
         .set_read_timeout(cfg.io_timeout)
         .map_err(os("SO_RCVTIMEO"))?;
-    let mut rx = Rx::new(binding.id, cfg.modulus, cfg.allow_ordinary);
-    receive(stream.as_raw_fd(), &mut rx, &mem, cfg.recv_size, cfg.bytes)?;
+    receive(stream.as_raw_fd(), rx, mem, cfg.recv_size, cfg.bytes)?;
     let secs = t0.elapsed().as_secs_f64();
     let cpu_secs = crate::stream::cpu_seconds() - cpu0;
     // the sender waits for this close
     drop(stream);
-    drop(binding);
-    Ok(RecvReport {
-        counters: rx.counters,
-        queue,
-        dmabuf_id: rx.dmabuf_id,
-        dmabuf_size: size,
-        peer,
-        listen: cfg.listen,
-        secs,
-        cpu_secs,
-    })
+    Ok((peer, secs, cpu_secs))
 }
 
 #[cfg(test)]
@@ -1804,8 +1870,8 @@ mod tests {
                 frags: 10,
                 ..Default::default()
             },
-            queue: 1,
-            dmabuf_id: 3,
+            queue: Some(1),
+            dmabuf_id: Some(3),
             dmabuf_size: 65_536_000,
             peer: None,
             listen: "10.77.0.1:5302".parse().unwrap(),
@@ -1822,5 +1888,124 @@ mod tests {
             "{l}"
         );
         assert!(l.ends_with(" cpu_s_per_gib=4.0000"), "{l}");
+        assert!(
+            l.contains(" queue=1 dmabuf_id=3 dmabuf_size=65536000 mode=devmem "),
+            "{l}"
+        );
+        let o = RecvReport {
+            queue: None,
+            dmabuf_id: None,
+            dmabuf_size: 0,
+            ..r
+        }
+        .result_line();
+        assert!(
+            o.contains(" queue=- dmabuf_id=- dmabuf_size=0 mode=ordinary verified=1 "),
+            "{o}"
+        );
+    }
+
+    /// `--ordinary` validates like devmem mode and refuses devmem control
+    /// messages (it never asked for them).
+    #[test]
+    fn ordinary_mode_validates_and_refuses_devmem_cmsgs() {
+        let mem = [0u8; 0];
+        let mut rx = Rx::ordinary(7);
+        assert!(!rx.devmem());
+        let good = pat(0, 100, 7);
+        rx.on_recv(100, &good, &[], &mem[..]).unwrap();
+        assert_eq!((rx.counters.bytes, rx.counters.ordinary_bytes), (100, 100));
+        let mut bad = pat(100, 50, 7);
+        bad[17] ^= 0x40;
+        let r = rx.on_recv(50, &bad, &[], &mem[..]);
+        assert!(
+            matches!(r, Err(DevmemError::Mismatch { offset: 117, .. })),
+            "{r:?}"
+        );
+        let mut rx = Rx::ordinary(7);
+        let r = rx.on_recv(
+            10,
+            &pat(0, 10, 7),
+            &[DevmemCmsg::Linear { size: 10 }],
+            &mem[..],
+        );
+        assert!(matches!(r, Err(DevmemError::BadCmsg(_))), "{r:?}");
+        assert_eq!(rx.counters.bytes, 0);
+        // devmem mode still takes the same bytes as linear data
+        let mut rx = Rx::new(1, 7, false);
+        assert!(rx.devmem());
+        rx.on_recv(
+            10,
+            &pat(0, 10, 7),
+            &[DevmemCmsg::Linear { size: 10 }],
+            &mem[..],
+        )
+        .unwrap();
+        assert_eq!(rx.counters.linear_bytes, 10);
+    }
+
+    /// `run` with `ordinary` end to end over loopback (no NIC, no dmabuf):
+    /// devmem-send's stream passes, all of it ordinary; a shorter stream
+    /// than --bytes fails.
+    #[test]
+    fn ordinary_run_over_loopback() {
+        use crate::devmem_send::{run as send, SendConfig};
+        for (sent, want) in [(300_007u64, 300_007u64), (1000, 2000)] {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let h = std::thread::spawn(move || {
+                send(&SendConfig {
+                    to: listen,
+                    bind: None,
+                    bytes: sent,
+                    modulus: 7,
+                    msg_size: 4000,
+                    connect_timeout: Duration::from_secs(10),
+                    io_timeout: Duration::from_secs(5),
+                    wait_close: true,
+                })
+            });
+            let cfg = RecvConfig {
+                ifname: "no-such-if".into(),
+                queue: None,
+                listen,
+                bytes: Some(want),
+                modulus: 7,
+                dmabuf_size: None,
+                recv_size: 64 << 10,
+                accept_timeout: Some(Duration::from_secs(10)),
+                io_timeout: Some(Duration::from_secs(5)),
+                allow_ordinary: false,
+                ordinary: true,
+            };
+            let mut lines = Vec::new();
+            let r = run(&cfg, |l| lines.push(l));
+            let s = h.join().unwrap();
+            if sent == want {
+                let r = r.unwrap();
+                s.unwrap();
+                assert_eq!(r.counters.bytes, sent);
+                assert_eq!(r.counters.ordinary_bytes, sent);
+                assert_eq!((r.counters.frags, r.counters.syncs), (0, 0));
+                assert_eq!((r.queue, r.dmabuf_id, r.dmabuf_size), (None, None, 0));
+                assert!(r.result_line().contains(" mode=ordinary "));
+                assert!(lines.iter().any(|l| l.contains("--ordinary")), "{lines:?}");
+            } else {
+                assert!(
+                    matches!(
+                        r,
+                        Err(DevmemError::Short {
+                            got: 1000,
+                            want: 2000
+                        })
+                    ),
+                    "{r:?}"
+                );
+            }
+        }
     }
 }

@@ -48,6 +48,7 @@ enum Cmd {
     /// every byte against devmem-send's pattern, returns frags in batches;
     /// ends with a `DEVMEM-RESULT` line. The NIC setup (header split, RSS,
     /// flow rule) is the caller's: see smc-guest-tests/README.md.
+    /// `--ordinary`: the same receiver on plain TCP, no dmabuf (any NIC).
     DevmemRecv(DevmemRecvArgs),
 }
 
@@ -87,6 +88,11 @@ struct DevmemRecvArgs {
     /// dmabuf (by default that is a flow steering error, as for ncdevmem).
     #[arg(long)]
     allow_ordinary: bool,
+    /// No devmem at all: no udmabuf, no bind-rx, plain recvmsg (no
+    /// MSG_SOCK_DEVMEM), any NIC; the same validation, report and rate, so
+    /// ordinary TCP is measured by the same receiver (--dev is not used).
+    #[arg(long, conflicts_with_all = ["queue", "dmabuf_size", "allow_ordinary"])]
+    ordinary: bool,
 }
 
 #[derive(Args, Debug)]
@@ -691,6 +697,7 @@ fn run_devmem_recv(a: DevmemRecvArgs) -> Result<ExitCode> {
         accept_timeout: secs_opt(a.accept_timeout),
         io_timeout: secs_opt(a.io_timeout),
         allow_ordinary: a.allow_ordinary,
+        ordinary: a.ordinary,
     };
     let r =
         run(&cfg, |l| println!("{l}")).with_context(|| format!("devmem-recv on {}", a.listen))?;
@@ -875,7 +882,18 @@ mod tests {
             (Some(3), Some(128 << 20), Some(8 << 20))
         );
         assert_eq!(a.pattern_mod, 8);
-        assert!(a.allow_ordinary);
+        assert!(a.allow_ordinary && !a.ordinary);
+        let a = p(&["--listen", "10.77.0.1:5304", "--ordinary"]).unwrap();
+        assert!(a.ordinary && !a.allow_ordinary);
+        for extra in [
+            &["--queue", "1"][..],
+            &["--dmabuf-size", "8M"],
+            &["--allow-ordinary"],
+        ] {
+            let mut v = vec!["--listen", "10.77.0.1:5304", "--ordinary"];
+            v.extend_from_slice(extra);
+            assert!(p(&v).is_err(), "--ordinary with {extra:?}");
+        }
         assert!(p(&[]).is_err(), "--listen is required");
         assert!(p(&["--listen", "10.77.0.1"]).is_err(), "needs a port");
         assert!(p(&["--listen", "10.77.0.1:1", "--pattern-mod", "1"]).is_err());

@@ -14,14 +14,22 @@
 //! in order, and offered again first at every pass (at least every
 //! [`STARVED_RETRY`] while any are held: the `vfio_user` crate tells of no
 //! doorbell); frames for the other queues go on. At most
-//! `rx-held-frames` frames are held per queue; more are dropped, counted.
+//! `rx-held-frames` frames are held per queue. A frame past that bound for
+//! a queue whose driver is still refilling it (it took a held frame, or
+//! began holding, less than [`STALL_MS`] ago) is not taken: the pass stops
+//! there and leaves it and the frames behind it in the port's fabric queue,
+//! whose bound pauses the senders (`rx-queue-frames`), as for a virtio-net
+//! guest slow to post buffers; a lossless switch does not drop TCP segments
+//! a guest would take a millisecond later. A queue stalled longer (a devmem
+//! application that keeps its buffers) gets its frames past the bound
+//! dropped, counted, and the others go on.
 //!
 //! Every call into the model runs under a panic guard: a panicking model
 //! is reset (`PciDevice::reset`), the panic logged (the first one as an
 //! error, the rest counted and rate-limited) and counted in `ctl status`,
 //! the frames it held dropped, and the pump goes on.
 
-use crate::fabric::{Frame, PortShared};
+use crate::fabric::{Frame, PortShared, STALL_MS};
 use crate::stats::QueueCounters;
 use pci_model::RxRefusal;
 use std::collections::VecDeque;
@@ -161,6 +169,9 @@ pub struct Outcome {
 #[derive(Debug)]
 pub struct RxHold {
     queues: Vec<VecDeque<Frame>>,
+    /// Per queue: when its held frames last moved (the first was held, or
+    /// the device took one); `None` while it holds none.
+    moved: Vec<Option<Instant>>,
     limit: usize,
     held: usize,
 }
@@ -170,6 +181,7 @@ impl RxHold {
     pub fn new(limit: usize) -> Self {
         RxHold {
             queues: Vec::new(),
+            moved: Vec::new(),
             limit,
             held: 0,
         }
@@ -190,11 +202,12 @@ impl RxHold {
         self.queues.iter().filter(|q| !q.is_empty()).count()
     }
 
-    /// Offers the held frames again, oldest first per queue; a queue stops
-    /// at its first frame still refused for lack of buffers. A held frame
-    /// keeps the view it was first offered with: no retry parses it.
-    pub fn retry(&mut self, dev: &mut dyn RxBurst, out: &mut Outcome) {
-        for q in &mut self.queues {
+    /// Offers the held frames again at `now`, oldest first per queue; a
+    /// queue stops at its first frame still refused for lack of buffers.
+    /// A held frame keeps the view it was first offered with: no retry
+    /// parses it.
+    pub fn retry(&mut self, dev: &mut dyn RxBurst, now: Instant, out: &mut Outcome) {
+        for (q, moved) in self.queues.iter_mut().zip(&mut self.moved) {
             while let Some(f) = q.front_mut() {
                 let view = f.view();
                 match dev.receive(&f.data, &view) {
@@ -202,48 +215,83 @@ impl RxHold {
                     r => {
                         if let Some(f) = q.pop_front() {
                             self.held -= 1;
+                            *moved = Some(now);
                             Self::done(r, f, out);
                         }
                     }
                 }
             }
+            if q.is_empty() {
+                *moved = None;
+            }
         }
     }
 
-    /// Offers a new frame: behind its queue's held frames if it has any,
-    /// else to the device; a frame refused for lack of buffers is held.
-    /// The device gets the frame's view: the fabric's, when it parsed the
-    /// frame on its way, else parsed here, once (and kept with the frame
-    /// while it is held).
-    pub fn offer(&mut self, dev: &mut dyn RxBurst, mut f: Frame, out: &mut Outcome) {
+    /// Offers a new frame at `now`: behind its queue's held frames if it
+    /// has any, else to the device; a frame refused for lack of buffers is
+    /// held. The device gets the frame's view: the fabric's, when it parsed
+    /// the frame on its way, else parsed here, once (and kept with the
+    /// frame while it is held).
+    ///
+    /// Back-pressure: a frame its queue has no room to hold, while that
+    /// queue's held frames moved less than [`STALL_MS`] ago, is handed back
+    /// (`Some`), not dropped: the caller keeps it, and the frames after it,
+    /// for later. Past that (or with a limit of 0) it is dropped, counted.
+    pub fn offer(
+        &mut self,
+        dev: &mut dyn RxBurst,
+        mut f: Frame,
+        now: Instant,
+        out: &mut Outcome,
+    ) -> Option<Frame> {
         let view = f.view();
         if self.held > 0 {
             let q = dev.rx_queue(&f.data, &view).min(MAX_HELD_QUEUES - 1);
             if self.queues.get(q).is_some_and(|h| !h.is_empty()) {
-                self.hold(q, f, out);
-                return;
+                return self.hold(q, f, now, out);
             }
         }
         match dev.receive(&f.data, &view) {
             Err(RxRefusal::NoBuffers) => {
                 let q = dev.rx_queue(&f.data, &view).min(MAX_HELD_QUEUES - 1);
-                self.hold(q, f, out);
+                self.hold(q, f, now, out)
             }
-            r => Self::done(r, f, out),
+            r => {
+                Self::done(r, f, out);
+                None
+            }
         }
     }
 
-    fn hold(&mut self, q: usize, f: Frame, out: &mut Outcome) {
+    /// Whether queue `q`'s held frames moved less than [`STALL_MS`] before
+    /// `now` (its driver is refilling it).
+    fn refilling(&self, q: usize, now: Instant) -> bool {
+        self.moved
+            .get(q)
+            .copied()
+            .flatten()
+            .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(STALL_MS))
+    }
+
+    fn hold(&mut self, q: usize, f: Frame, now: Instant, out: &mut Outcome) -> Option<Frame> {
         if self.queues.len() <= q {
             self.queues.resize_with(q + 1, VecDeque::new);
+            self.moved.resize(q + 1, None);
         }
         if self.queues[q].len() >= self.limit {
+            if self.refilling(q, now) {
+                return Some(f);
+            }
             out.held_drops += 1;
             crate::buffers::give(f.data);
-            return;
+            return None;
+        }
+        if self.queues[q].is_empty() {
+            self.moved[q] = Some(now);
         }
         self.queues[q].push_back(f);
         self.held += 1;
+        None
     }
 
     fn done(r: Result<(), RxRefusal>, f: Frame, out: &mut Outcome) {
@@ -263,6 +311,7 @@ impl RxHold {
         for q in &mut self.queues {
             q.drain(..).for_each(|f| crate::buffers::give(f.data));
         }
+        self.moved.iter_mut().for_each(|m| *m = None);
         self.held = 0;
         n
     }
@@ -280,6 +329,10 @@ pub(crate) struct Pump<'a> {
     stats: &'a PumpStats,
     hold: RxHold,
     hand: VecDeque<Frame>,
+    /// The last pass left frames in the fabric queue for a refilling
+    /// device queue that held all it may (back-pressure): the next pass
+    /// waits for the retry, not at once.
+    backed_up: bool,
 }
 
 impl<'a> Pump<'a> {
@@ -287,6 +340,7 @@ impl<'a> Pump<'a> {
         Pump {
             hold: RxHold::new(port.cfg().rx_held_frames()),
             hand: VecDeque::with_capacity(BURST),
+            backed_up: false,
             port,
             dev,
             stats,
@@ -348,7 +402,7 @@ impl<'a> Pump<'a> {
             {
                 wait = wait.min(at.saturating_duration_since(now));
             }
-            let ms = if !rxq.is_empty() {
+            let ms = if !rxq.is_empty() && !self.backed_up {
                 0 // more than one burst was waiting
             } else {
                 // Rounded up: a timer due in 0.4 ms must not make a busy
@@ -408,6 +462,7 @@ impl<'a> Pump<'a> {
             return;
         };
         rxq.disarm();
+        self.backed_up = false;
         rxq.take_batch(&mut self.hand, BURST);
         if self.hand.is_empty() && self.hold.is_empty() {
             rxq.put_back(&mut self.hand);
@@ -427,14 +482,21 @@ impl<'a> Pump<'a> {
         let mut out = Outcome::default();
         let offered = (self.hand.len() + self.hold.len()) as u64;
         let (hold, hand, dev) = (&mut self.hold, &mut self.hand, self.dev);
+        let mut backed_up = false;
         let r = catch_unwind(AssertUnwindSafe(|| {
             dev.receive_burst(now, &mut |b| {
-                hold.retry(b, &mut out);
+                hold.retry(b, now, &mut out);
                 while let Some(f) = hand.pop_front() {
-                    hold.offer(b, f, &mut out);
+                    if let Some(f) = hold.offer(b, f, now, &mut out) {
+                        // back-pressure: it and the rest go back, in order
+                        hand.push_front(f);
+                        backed_up = true;
+                        break;
+                    }
                 }
             })
         }));
+        self.backed_up = backed_up;
         if let Err(p) = r {
             // The frame the model panicked on, and those of the burst not
             // offered yet, go with the reset (the held ones too, counted
@@ -552,6 +614,12 @@ mod tests {
         Frame::new(Default::default(), vec![q, tag])
     }
 
+    /// Past the refill window: a queue's held frames moved longer ago
+    /// than [`STALL_MS`].
+    fn stale(t: Instant) -> Instant {
+        t + Duration::from_millis(STALL_MS)
+    }
+
     /// A frame the device refused for lack of buffers is held with the
     /// view it was offered with: its retries parse it no more.
     #[test]
@@ -562,14 +630,16 @@ mod tests {
         };
         let mut h = RxHold::new(4);
         let mut out = Outcome::default();
-        h.offer(&mut dev, f(0, 1), &mut out);
+        let t0 = Instant::now();
+        assert!(h.offer(&mut dev, f(0, 1), t0, &mut out).is_none());
         assert_eq!(h.len(), 1);
         assert!(h.queues[0][0].view.is_some());
     }
 
     /// Queue 1 has no buffers: its frames are held, in order, at most the
-    /// limit (the rest dropped, counted); queue 0's frames all go through.
-    /// Buffers come back: the held ones go first, then the new ones.
+    /// limit (once it has not moved for STALL_MS, the rest dropped,
+    /// counted); queue 0's frames all go through. Buffers come back: the
+    /// held ones go first, then the new ones.
     #[test]
     fn a_queue_without_buffers_holds_only_its_frames() {
         let mut dev = Fake {
@@ -578,9 +648,11 @@ mod tests {
         };
         let mut hold = RxHold::new(4);
         let mut out = Outcome::default();
+        let t0 = Instant::now();
         for t in 0..10 {
-            hold.offer(&mut dev, f(0, t), &mut out);
-            hold.offer(&mut dev, f(1, t), &mut out);
+            let now = if t < 4 { t0 } else { stale(t0) };
+            assert!(hold.offer(&mut dev, f(0, t), now, &mut out).is_none());
+            assert!(hold.offer(&mut dev, f(1, t), now, &mut out).is_none());
             assert!(hold.len() <= 4, "held past the bound");
         }
         assert_eq!(dev.got, (0..10).map(|t| (0, t)).collect::<Vec<_>>());
@@ -596,21 +668,21 @@ mod tests {
         );
         // A retry with still no buffers changes nothing.
         dev.got.clear();
-        hold.retry(&mut dev, &mut out);
+        hold.retry(&mut dev, t0, &mut out);
         assert!(dev.got.is_empty());
         // Three buffers: the three oldest held frames go; a new frame for
         // queue 1 waits behind the fourth, one for queue 0 passes.
         dev.buffers[1] = 3;
-        hold.retry(&mut dev, &mut out);
-        hold.offer(&mut dev, f(1, 50), &mut out);
-        hold.offer(&mut dev, f(0, 51), &mut out);
+        hold.retry(&mut dev, t0, &mut out);
+        assert!(hold.offer(&mut dev, f(1, 50), t0, &mut out).is_none());
+        assert!(hold.offer(&mut dev, f(0, 51), t0, &mut out).is_none());
         assert_eq!(dev.got, [(1, 0), (1, 1), (1, 2), (0, 51)]);
         assert_eq!(hold.len(), 2);
         // Enough buffers: the rest in order.
         dev.buffers[1] = 10;
         dev.got.clear();
-        hold.retry(&mut dev, &mut out);
-        hold.offer(&mut dev, f(1, 52), &mut out);
+        hold.retry(&mut dev, t0, &mut out);
+        assert!(hold.offer(&mut dev, f(1, 52), t0, &mut out).is_none());
         assert_eq!(dev.got, [(1, 3), (1, 50), (1, 52)]);
         assert!(hold.is_empty());
         assert_eq!(hold.queues_holding(), 0);
@@ -627,16 +699,69 @@ mod tests {
         };
         let mut hold = RxHold::new(8);
         let mut out = Outcome::default();
-        hold.offer(&mut dev, f(0, 1), &mut out);
+        let t0 = Instant::now();
+        assert!(hold.offer(&mut dev, f(0, 1), t0, &mut out).is_none());
         dev.buffers[0] = 1; // room appears before the next frame
-        hold.offer(&mut dev, f(0, 2), &mut out);
+        assert!(hold.offer(&mut dev, f(0, 2), t0, &mut out).is_none());
         assert!(dev.got.is_empty(), "frame 2 overtook frame 1");
-        hold.offer(&mut dev, f(9, 3), &mut out);
+        assert!(hold.offer(&mut dev, f(9, 3), t0, &mut out).is_none());
         assert_eq!((out.refused, hold.len()), (1, 2));
-        hold.retry(&mut dev, &mut out);
+        hold.retry(&mut dev, t0, &mut out);
         assert_eq!(dev.got, [(0, 1)]);
         assert_eq!(hold.clear(), 1);
         assert!(hold.is_empty());
+    }
+
+    /// A queue that holds all it may while its driver refills it (its held
+    /// frames moved less than STALL_MS ago) hands a new frame back instead
+    /// of dropping it; once it has not moved for STALL_MS, the frame is
+    /// dropped. With a limit of 0 nothing is held and every such frame
+    /// dropped at once.
+    #[test]
+    fn a_full_queue_still_refilling_pushes_back() {
+        let mut dev = Fake {
+            buffers: vec![0],
+            got: vec![],
+        };
+        let mut hold = RxHold::new(2);
+        let mut out = Outcome::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        for t in 0..2 {
+            assert!(hold.offer(&mut dev, f(0, t), t0, &mut out).is_none());
+        }
+        let back = hold.offer(&mut dev, f(0, 2), t0 + ms(STALL_MS - 1), &mut out);
+        assert_eq!(back.map(|f| f.data[1]), Some(2), "not handed back");
+        assert_eq!((out.held_drops, hold.len()), (0, 2));
+        // The driver posts a buffer at t1: a held frame moves, and the
+        // window starts again from there.
+        dev.buffers[0] = 1;
+        let t1 = t0 + ms(400);
+        hold.retry(&mut dev, t1, &mut out);
+        assert_eq!(dev.got, [(0, 0)]);
+        assert!(hold.offer(&mut dev, f(0, 2), t1, &mut out).is_none());
+        assert_eq!(hold.len(), 2);
+        assert!(hold
+            .offer(&mut dev, f(0, 3), t1 + ms(STALL_MS - 1), &mut out)
+            .is_some());
+        assert_eq!(out.held_drops, 0);
+        // Stalled: dropped, counted.
+        assert!(hold.offer(&mut dev, f(0, 3), stale(t1), &mut out).is_none());
+        assert_eq!((out.held_drops, hold.len()), (1, 2));
+        // Emptied, then held again: a fresh window.
+        dev.buffers[0] = 2;
+        hold.retry(&mut dev, stale(t1), &mut out);
+        assert!(hold.is_empty());
+        let t2 = stale(stale(t1));
+        for t in 4..6 {
+            assert!(hold.offer(&mut dev, f(0, t), t2, &mut out).is_none());
+        }
+        assert!(hold.offer(&mut dev, f(0, 6), t2, &mut out).is_some());
+        // A limit of 0: dropped at once.
+        let mut none = RxHold::new(0);
+        assert!(none.offer(&mut dev, f(0, 9), t0, &mut out).is_none());
+        assert_eq!(out.held_drops, 2);
+        assert!(none.is_empty());
     }
 
     /// The pump itself, on a vfio-user device handle (no client) whose
@@ -908,6 +1033,30 @@ mod tests {
             assert_eq!(rig.stats.held_frames.load(SeqCst), 0);
         }
 
+        /// A device queue that runs out of buffers for a moment (a guest
+        /// slow to refill) loses nothing: past its held bound, the frames
+        /// stay in the port's fabric queue (whose bound pauses senders)
+        /// and all go, in order, once buffers come.
+        #[test]
+        fn a_queue_refilled_in_time_loses_nothing() {
+            let rig = Rig::new(1024, 4);
+            rig.s().starved[1] = true;
+            for t in 0..10 {
+                rig.send(1, t, 0);
+            }
+            let q = &rig.dev.rx_queues()[0];
+            rig.until("4 held, 6 left in the fabric queue", |r| {
+                r.stats.held_frames.load(SeqCst) == 4 && q.len() == 6
+            });
+            assert_eq!(rig.stats.held_drops.load(SeqCst), 0, "dropped");
+            rig.s().starved[1] = false;
+            rig.until("all delivered", |r| r.got().len() == 10);
+            assert_eq!(rig.got(), (0..10).map(|t| (1, t)).collect::<Vec<_>>());
+            assert_eq!(rig.stats.held_drops.load(SeqCst), 0);
+            assert_eq!(q.counters.snapshot().rx_drops, 0);
+            assert!(q.is_empty());
+        }
+
         /// Issue 25, item 4: a device whose driver posts no receive buffer
         /// while frames wait for it is reported stuck by the pump's own
         /// retries (no status request needed), once, with the frames
@@ -922,6 +1071,10 @@ mod tests {
             }
             rig.until("the stall reported by the pump", |r| {
                 r.dev.rx_queues()[0].stuck_reports() == 1
+            });
+            // Past STALL_MS without a buffer: the frames past the bound go.
+            rig.until("the frames past the bound dropped", |r| {
+                r.stats.held_drops.load(SeqCst) == 6
             });
             let s = rig.dev.stuck(Instant::now()).expect("stuck");
             assert!(s.for_ms >= 50, "{s:?}");
