@@ -1841,15 +1841,13 @@ def combine_runs(paths, out):
     return 1 if n["FAIL"] else 0
 
 
-def write_junit(results, path):
-    """--junit: one <testsuite> per cell (matrix.KERNEL/CELL), one <testcase> per test (scripts/junit.py)."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import junit
-    cases = [junit.Case(f"matrix.{r['kernel']}/{r['cell']}", t["test"], t["status"],
-                        t["detail"] + (f" ({t['bw']} MiB/s)" if t.get("bw") else ""), float(t["secs"] or 0))
-             for r in results for t in r["tests"]]
-    n = junit.write(cases, path, "ci/matrix.sh")
-    say(f"junit: {path}: {sum(n.values())} cases")
+def write_junit(results_json, path):
+    """--junit: one <testsuite> per cell (matrix.KERNEL/CELL), one <testcase> per test, from the run's
+    results.json (`scripts/guest-results junit --matrix`, guest-results/)."""
+    r = subprocess.run([os.path.join(ROOT, "scripts", "guest-results"), "junit", "--out", path,
+                        "--name", "ci/matrix.sh", "--matrix", results_json], capture_output=True, text=True)
+    say(r.stdout.strip() if r.returncode == 0 else
+        f"junit: writing {path} failed (rc={r.returncode}): {r.stderr.strip()[-300:]}")
 
 
 def cell_key(kc):
@@ -2258,7 +2256,7 @@ def main():
     with open(os.path.join(resdir, "results.md"), "w") as f:
         f.write(fmt_md(results, meta))
     if a.junit:
-        write_junit(results, a.junit)
+        write_junit(os.path.join(resdir, "results.json"), a.junit)
     shutil.rmtree(work, ignore_errors=True)
 
     print("\n== matrix summary")

@@ -5,14 +5,13 @@
 #      (nothing refers to a path outside the checkout),
 #      scripts/check-module-cycles.py, ci/test_matrix.py
 #      (the guest matrix's stuck-guest diagnosis, host only),
-#      scripts/test_junit.py (the JUnit writer), ci/test_plot.py (the bench
-#      plots), scripts/check-contrib.sh (systemd units: systemd-analyze
+#      ci/test_plot.py (the bench plots), scripts/check-contrib.sh (systemd units: systemd-analyze
 #      verify; libvirt domains: virt-xml-validate)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests; among
 #      them vhost-rdma/tests/doc_examples.rs: every `vhost-rdma` command
 #      line in README.md and docs/*.md against a live daemon, no usage
 #      errors; guest-results/tests/: the upstream suites' log parsers and
-#      judge), then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
+#      judge, the JUnit writer), then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
 #      a Linux vxlan netdev and bridge in network namespaces, and a guest
 #      through each)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
@@ -43,8 +42,8 @@
 #
 #   scripts/test.sh [--no-e2e] [--e2e-case NAME]... [--junit FILE]
 #
-# --junit FILE also writes the results as JUnit XML (scripts/junit.py): one
-# <testcase> per step, cargo test, script record and matrix test.
+# --junit FILE also writes the results as JUnit XML (scripts/guest-results
+# junit): one <testcase> per step, cargo test, script record and matrix test.
 #
 # Downloads and builds are cached under ${VHOST_RDMA_CACHE:-~/.cache/vhost-rdma}
 # (cargo's target dir too, unless CARGO_TARGET_DIR is set); a warm run
@@ -156,8 +155,6 @@ step "no paths outside the repository" python3 "$ROOT/scripts/check-repo-paths.p
 step "no import cycles between modules" python3 "$ROOT/scripts/check-module-cycles.py"
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
 step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine, --kernel PATH)" python3 "$ROOT/ci/test_matrix.py"
-# the JUnit writer (--junit here and in ci/matrix.sh) on sample logs
-step "scripts/test_junit.py (JUnit XML)" python3 "$ROOT/scripts/test_junit.py"
 # the bench/soak plots from a sample table (skips loudly without matplotlib)
 counted "ci/test_plot.py (bench plots)" ci/test_plot.py python3 "$ROOT/ci/test_plot.py"
 # contrib/: systemd units and libvirt domains through their validators
@@ -256,7 +253,7 @@ fi
 if [[ -n $junit ]]; then
     say "JUnit XML: $junit"
     touch "$jdir/test.sh.log"
-    python3 "$ROOT/scripts/junit.py" --out "$junit" --name scripts/test.sh --records "test.sh=$jdir/test.sh.log" "${junit_in[@]}" ||
+    "$ROOT/scripts/guest-results" junit --out "$junit" --name scripts/test.sh --records "test.sh=$jdir/test.sh.log" "${junit_in[@]}" ||
         { failed=$((failed + 1)); echo "--- FAIL writing $junit"; }
 fi
 

@@ -6,9 +6,14 @@
 //!   kernel's NIC selftests) against `ci/upstream/*.expect`.
 //! - [`cell`]: one matrix cell's upstream verdict in one call (what
 //!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
+//! - [`junit`]: JUnit XML from test logs and matrix results (`guest-results
+//!   junit`, scripts/test.sh --junit and ci/matrix.sh --junit), written
+//!   with [`xml`].
 
 pub mod cell;
+pub mod junit;
 mod pytext;
 pub mod upstream;
+pub mod xml;
 
 pub use pytext::fnmatch;

@@ -1,10 +1,12 @@
 //! `guest-results upstream`: one upstream matrix cell's verdict (ci/matrix.py's `upstream_rows()`).
+//! `guest-results junit`: JUnit XML from test logs (scripts/test.sh --junit, ci/matrix.sh --junit).
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
+use guest_results::junit::{self, Case, Status};
 
 /// The results side of vhost-rdma's guest tests: judges what the guests logged.
 #[derive(Parser)]
@@ -45,6 +47,116 @@ enum Cmd {
         #[arg(long)]
         md: Option<PathBuf>,
     },
+    /// Write JUnit XML: one <testsuite> per input suite, one <testcase> per test. Prints
+    /// "junit: FILE: N cases (P passed, F failed, S skipped)".
+    Junit {
+        /// the JUnit file to write
+        #[arg(long)]
+        out: PathBuf,
+        /// the <testsuites> name
+        #[arg(long, default_value = "vhost-rdma")]
+        name: String,
+        /// SUITE=LOG: result records "PASS|FAIL|SKIPPED NAME: detail" at the start of a line (a
+        /// later record of a NAME replaces an earlier one)
+        #[arg(long, value_name = "SUITE=LOG")]
+        records: Vec<String>,
+        /// SUITE=LOG: `cargo test` output, classed by test binary
+        #[arg(long, value_name = "SUITE=LOG")]
+        libtest: Vec<String>,
+        /// a matrix run's results.json: one <testsuite> matrix.KERNEL/CELL per cell
+        #[arg(long, value_name = "RESULTS_JSON")]
+        matrix: Vec<PathBuf>,
+        /// the <testsuite>s of another JUnit file (one that cannot be read is a failed case)
+        #[arg(long, value_name = "JUNIT")]
+        merge: Vec<PathBuf>,
+    },
+}
+
+fn suite_path(arg: &str) -> anyhow::Result<(&str, &str)> {
+    arg.split_once('=')
+        .with_context(|| format!("{arg:?}: want SUITE=PATH"))
+}
+
+fn read_text(path: &str) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+    Ok(junit::text_of(&bytes))
+}
+
+fn write_junit(
+    out: &std::path::Path,
+    name: &str,
+    records: &[String],
+    libtest: &[String],
+    matrix: &[PathBuf],
+    merge: &[PathBuf],
+) -> anyhow::Result<()> {
+    let mut cases = Vec::new();
+    // records, then cargo, then matrix results, then merged files: the order
+    // test.sh and matrix.sh produce them in
+    for arg in records {
+        let (suite, path) = suite_path(arg)?;
+        let text = read_text(path)?;
+        let got = junit::parse_records(&text, suite);
+        let mut have = junit::Counts::default();
+        for c in &got {
+            match c.status {
+                Status::Pass => have.passed += 1,
+                Status::Fail => have.failed += 1,
+                Status::Skip => have.skipped += 1,
+                Status::Other => {}
+            }
+        }
+        if let Some(want) = junit::summary_counts(&text) {
+            if want != have {
+                eprintln!(
+                    "junit: {suite}: the summary says {}/{}/{} passed/failed/skipped but its \
+                     records are {}/{}/{}",
+                    want.passed, want.failed, want.skipped, have.passed, have.failed, have.skipped
+                );
+            }
+        }
+        cases.extend(got);
+    }
+    for arg in libtest {
+        let (suite, path) = suite_path(arg)?;
+        cases.extend(junit::parse_libtest(&read_text(path)?, suite));
+    }
+    for path in matrix {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let cells = v.get("cells").and_then(|c| c.as_array());
+        cases.extend(junit::matrix_cases(cells.map_or(&[][..], |c| c)));
+    }
+    let mut merged = Vec::new();
+    for path in merge {
+        let got = std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| String::from_utf8(b).map_err(|e| e.to_string()))
+            .and_then(|t| junit::testsuites_of(&t).map_err(|e| e.to_string()));
+        match got {
+            Ok(ts) => merged.extend(ts),
+            Err(e) => cases.push(Case::new(
+                "junit",
+                &format!("merge {}", path.display()),
+                Status::Fail,
+                &format!("cannot read {}: {e}", path.display()),
+            )),
+        }
+    }
+    let (root, n) = junit::document(&cases, name, merged);
+    std::fs::write(out, root.to_document())
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "junit: {}: {} cases ({} passed, {} failed, {} skipped)",
+        out.display(),
+        n.total(),
+        n.passed,
+        n.failed,
+        n.skipped
+    );
+    Ok(())
 }
 
 fn device(spec: &str) -> anyhow::Result<Device> {
@@ -85,6 +197,14 @@ fn main() -> anyhow::Result<()> {
             }
             println!("{}", serde_json::to_string(&v)?);
         }
+        Cmd::Junit {
+            out,
+            name,
+            records,
+            libtest,
+            matrix,
+            merge,
+        } => write_junit(&out, &name, &records, &libtest, &matrix, &merge)?,
     }
     Ok(())
 }
