@@ -30,6 +30,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KERNELS = ["7.3", "6.12"]
+# the results side (verdicts, reports, JUnit): the guest-results crate, built on first use
+GUEST_RESULTS = os.path.join(ROOT, "scripts", "guest-results")
 
 # test name -> roles expected to report it
 VERBS_TESTS = ["ibv_rc_pingpong", "rping", "ib_send_bw", "ib_write_bw", "ib_read_bw", "ucmatose"] + [
@@ -1361,7 +1363,7 @@ def upstream_rows(a, kernel, cell, d, logsdir):
     device_of = CELLS[cell].get("rdma") if suite == "rdma-core" else CELLS[cell].get("nic")
     cmd = f"ci/matrix.sh --cells {kernel}/{cell}"
     dest = os.path.join(os.path.dirname(logsdir), f"upstream-{kernel}-{cell}.md")
-    args = [os.path.join(ROOT, "scripts", "guest-results"), "upstream", "--suite", suite,
+    args = [GUEST_RESULTS, "upstream", "--suite", suite,
             "--expect-dir", os.path.join(ROOT, "ci", "upstream"), "--title", f"{suite} tests on {kernel}/{cell}",
             "--command", cmd, "--md", dest]
     for role in BOTH:
@@ -1726,125 +1728,30 @@ def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workro
     return res
 
 
-def fmt_md(results, meta):
-    out = [f"# vhost-rdma guest RDMA / SMC-R matrix, {meta['date']}", ""]
-    out.append(f"Guest link: {', '.join(sorted({r.get('net', 'vhost-user') for r in results})) or '-'} "
-               "(vhost-user = through the vhost-rdma daemon; stream = QEMU -netdev stream, no daemon)")
-    out.append("")
-    out.append(f"Host: {meta['host']}; accel {meta['accel']}; QEMU {meta['qemu_version']}; "
-               f"commit {meta['commit']}; command `{meta['command']}`")
-    out.append("")
-    kv = sorted({gk for r in results for gk in r.get("guest_kernel", {}).values()})
-    out.append(f"Guest kernels (uname -r): {', '.join(kv) or '-'}")
-    out.append("")
-    out.append("## Cells")
-    out.append("")
-    out.append("| cell | status | wall s | boot s (a/b) | tests pass/fail/skip | throughput |")
-    out.append("|---|---|---|---|---|---|")
-    for r in results:
-        nt = {s: sum(1 for t in r["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
-        tp = ", ".join(f"{t['test']} {t['bw']} {'MiB/s'}"
-                       for t in r["tests"] if t["bw"])
-        boot = "/".join(str(r["boot_s"].get(g, "?")) for g in ("a", "b"))
-        st = r["status"] + (f" after {len(r['reruns'])} rerun(s), known flake" if r.get("reruns") else "")
-        out.append(f"| {r['kernel']}/{r['cell']} | **{st}** | {r['wall_s']} | {boot} | "
-                   f"{nt['PASS']}/{nt['FAIL']}/{nt['SKIP']} | {tp or '-'} |")
-    out.append("")
-    out.append("## Tests")
-    out.append("")
-    out.append("| cell | test | status | secs | BW | detail |")
-    out.append("|---|---|---|---|---|---|")
-    for r in results:
-        for t in r["tests"]:
-            unit = "MiB/s"
-            bw = f"{t['bw']} {unit}" if t["bw"] else ""
-            det = t["detail"].replace("|", "/")
-            out.append(f"| {r['kernel']}/{r['cell']} | {t['test']} | {t['status']} | {t['secs']} | {bw} | {det} |")
-    cnt = [r for r in results if r.get("counters")]
-    if cnt:
-        out += ["", "## Guest counters at the end of each cell", "",
-                "`rdma statistic show link` (non-zero; duplicate_request / out_of_seq_request / *retry* "
-                "point at retransmissions) and eth0 drops, A = server side, B = client side.", ""]
-        for r in cnt:
-            for g, c in sorted(r["counters"].items()):
-                kv = " ".join(f"{k}={v}" for k, v in c.items()
-                              if not k.startswith("eth0_") or k.endswith(("dropped", "errors", "missed")))
-                out.append(f"- {r['kernel']}/{r['cell']} {g}: {kv}")
-    dcs = [r for r in results if r.get("daemon_counters")]
-    if dcs:
-        out += ["", "## Daemon counters at the end of each cell", "",
-                "`vhost-rdma ctl status` per port (a = server guest, b = client guest).", ""]
-        for r in dcs:
-            for port, c in sorted(r["daemon_counters"].items()):
-                out.append(f"- {r['kernel']}/{r['cell']} port {port}: " + " ".join(f"{k}={v}" for k, v in c.items()))
-    ws = [r for r in results if r.get("siw_settle") or "mpa-settle" in r.get("what", "")]
-    if ws:
-        out += ["", "## Daemon workaround in the siw cells", "",
-                "The guest kernel's siw has two connection-setup races (ci/README.md); these cells ran with the "
-                "daemon's documented `mpa-settle` rule (docs/faults-and-captures.md, \"Linux siw workaround\"), which holds TCP data "
-                "behind an MPA Reply for a while. Without it (`--siw-settle-ms 0`) the races fail siw cells on "
-                "a loaded host.", ""]
-        for r in ws:
-            out.append(f"- {r['kernel']}/{r['cell']}: {r.get('siw_settle') or 'mpa-settle rule installed'}")
-    rr = [(r, x) for r in results for x in r.get("reruns", [])]
-    if rr:
-        out += ["", "## Reruns (known flakes)", "",
-                "A cell whose every failure is a recognised flake - one of the two diagnosed races in the guest "
-                "kernel's siw connection setup (siw cells, ci/README.md), or perftest failing to calibrate its "
-                "clock on a loaded host - is rerun, at most `--siw-reruns` times. Earlier attempts:", ""]
-        for r, x in rr:
-            out.append(f"- {r['kernel']}/{r['cell']} attempt {x['attempt']} ({x['wall_s']} s): {x['race']}"
-                       + (f"; logs `{x['logs']}/`" if x.get("logs") else ""))
-    probs = [(r, p) for r in results for p in r["problems"]]
-    if probs:
-        out += ["", "## Cell problems", ""]
-        out += [f"- {r['kernel']}/{r['cell']}: {p}" for r, p in probs]
-    logs = [r for r in results if r.get("logs")]
-    if logs:
-        out += ["", "## Logs kept", ""]
-        out += [f"- {r['kernel']}/{r['cell']} ({r['status']}): `{r['logs']}/`" for r in logs]
-    out += ["", meta["summary"], ""]
-    return "\n".join(out)
+def write_report(results_json, out):
+    """results.md of a run from its results.json (`scripts/guest-results report`, guest-results/)."""
+    r = subprocess.run([GUEST_RESULTS, "report", results_json, "--out", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        say(f"writing {out} failed (rc={r.returncode}): {r.stderr.strip()[-300:]}")
 
 
 def combine_runs(paths, out):
     """--combine: one table from several runs' results.json (a later run's cell
     replaces an earlier run's same kernel/cell), e.g. the shards (--shard I/N)
-    of one matrix run on several machines. The Cells and Tests tables are the
-    ones a single run of all those cells gives (same rows, same order); a
-    "Source runs" section names every run and the cells taken from it."""
-    cells, sources = {}, []
-    for i, p in enumerate(paths, 1):
-        with open(os.path.join(p, "results.json") if os.path.isdir(p) else p) as f:
-            d = json.load(f)
-        m = d["meta"]
-        sources.append((i, f"{m['date']}, commit {m['commit']}, `{m['command']}`: {m['summary']}"))
-        for r in d["cells"]:
-            r = dict(r, run=i)
-            cells[(r["kernel"], r["cell"])] = r
-    results = sorted(cells.values(), key=lambda r: cell_key((r["kernel"], r["cell"])))
-    sources = [f"{i}. {text}; cells: "
-               + (", ".join(f"{r['kernel']}/{r['cell']}" for r in results if r["run"] == i) or "none (all replaced)")
-               for i, text in sources]
-    n = {s_: sum(1 for r in results for t in r["tests"] if t["status"] == s_) for s_ in ("PASS", "FAIL", "SKIP")}
-    with open(os.path.join(paths[-1], "results.json") if os.path.isdir(paths[-1]) else paths[-1]) as f:
-        last = json.load(f)["meta"]
-    meta = dict(last, date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                command=" + ".join(f"run {i}" for i in range(1, len(paths) + 1)),
-                summary=f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped")
-    md = fmt_md(results, meta)
-    md = md.replace("\n## Cells\n", "\n## Source runs (each cell from the last run that ran it)\n\n"
-                    + "\n".join(sources) + "\n\n## Cells\n", 1)
-    with open(out, "w") as f:
-        f.write(md)
-    print(meta["summary"])
-    return 1 if n["FAIL"] else 0
+    of one matrix run on several machines; `scripts/guest-results report
+    --combine` (guest-results/) writes it and prints the summary line. The
+    Cells and Tests tables are the ones a single run of all those cells gives
+    (same rows, same order); a "Source runs" section names every run and the
+    cells taken from it. Returns 1 when a test failed."""
+    return subprocess.run([GUEST_RESULTS, "report", "--combine", "--out", out,
+                           "--kernel-order", ",".join(KERNELS), "--cell-order", ",".join(CELL_ORDER + EXTRA_CELLS),
+                           "--date", datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), *paths]).returncode
 
 
 def write_junit(results_json, path):
     """--junit: one <testsuite> per cell (matrix.KERNEL/CELL), one <testcase> per test, from the run's
     results.json (`scripts/guest-results junit --matrix`, guest-results/)."""
-    r = subprocess.run([os.path.join(ROOT, "scripts", "guest-results"), "junit", "--out", path,
+    r = subprocess.run([GUEST_RESULTS, "junit", "--out", path,
                         "--name", "ci/matrix.sh", "--matrix", results_json], capture_output=True, text=True)
     say(r.stdout.strip() if r.returncode == 0 else
         f"junit: writing {path} failed (rc={r.returncode}): {r.stderr.strip()[-300:]}")
@@ -2253,8 +2160,7 @@ def main():
             "cells_failed": cells_failed}
     with open(os.path.join(resdir, "results.json"), "w") as f:
         json.dump({"meta": meta, "cells": results}, f, indent=1)
-    with open(os.path.join(resdir, "results.md"), "w") as f:
-        f.write(fmt_md(results, meta))
+    write_report(os.path.join(resdir, "results.json"), os.path.join(resdir, "results.md"))
     if a.junit:
         write_junit(os.path.join(resdir, "results.json"), a.junit)
     shutil.rmtree(work, ignore_errors=True)

@@ -9,10 +9,14 @@
 //! - [`junit`]: JUnit XML from test logs and matrix results (`guest-results
 //!   junit`, scripts/test.sh --junit and ci/matrix.sh --junit), written
 //!   with [`xml`].
+//! - [`report`]: a matrix run's results.md and the report of several runs
+//!   (`guest-results report`), from results.json read by [`pyjson`].
 
 pub mod cell;
 pub mod junit;
+pub mod pyjson;
 mod pytext;
+pub mod report;
 pub mod upstream;
 pub mod xml;
 

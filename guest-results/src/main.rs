@@ -1,12 +1,15 @@
 //! `guest-results upstream`: one upstream matrix cell's verdict (ci/matrix.py's `upstream_rows()`).
 //! `guest-results junit`: JUnit XML from test logs (scripts/test.sh --junit, ci/matrix.sh --junit).
+//! `guest-results report`: a matrix run's results.md, or one report from several runs (--combine).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
 use guest_results::junit::{self, Case, Status};
+use guest_results::report::{self, CellOrder};
 
 /// The results side of vhost-rdma's guest tests: judges what the guests logged.
 #[derive(Parser)]
@@ -70,6 +73,54 @@ enum Cmd {
         #[arg(long, value_name = "JUNIT")]
         merge: Vec<PathBuf>,
     },
+    /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
+    /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
+    /// summary line and exits 1 when a test failed.
+    Report {
+        /// results.json files, or the run directories holding them
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// where to write the Markdown
+        #[arg(long)]
+        out: PathBuf,
+        /// combine the runs (ci/matrix.sh --combine)
+        #[arg(long)]
+        combine: bool,
+        /// --combine: the kernels in the order the report lists them, comma-separated
+        #[arg(long, value_delimiter = ',')]
+        kernel_order: Vec<String>,
+        /// --combine: the cells in the order the report lists them, comma-separated
+        #[arg(long, value_delimiter = ',')]
+        cell_order: Vec<String>,
+        /// --combine: the report's date
+        #[arg(long, default_value = "")]
+        date: String,
+    },
+}
+
+fn write_report(
+    runs: &[PathBuf],
+    out: &std::path::Path,
+    combine: bool,
+    order: CellOrder,
+    date: &str,
+) -> anyhow::Result<ExitCode> {
+    let loaded = runs
+        .iter()
+        .map(|p| report::load_run(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (md, code) = if combine {
+        let c = report::combine(&loaded, &order, date);
+        println!("{}", c.summary);
+        (c.markdown, if c.failed { 1 } else { 0 })
+    } else {
+        let [run] = &loaded[..] else {
+            bail!("{} runs given: one, or --combine", loaded.len());
+        };
+        (report::markdown(&run.cells, &run.meta), 0)
+    };
+    std::fs::write(out, md).with_context(|| format!("writing {}", out.display()))?;
+    Ok(ExitCode::from(code))
 }
 
 fn suite_path(arg: &str) -> anyhow::Result<(&str, &str)> {
@@ -172,7 +223,7 @@ fn device(spec: &str) -> anyhow::Result<Device> {
     })
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Upstream {
             suite,
@@ -205,6 +256,20 @@ fn main() -> anyhow::Result<()> {
             matrix,
             merge,
         } => write_junit(&out, &name, &records, &libtest, &matrix, &merge)?,
+        Cmd::Report {
+            runs,
+            out,
+            combine,
+            kernel_order,
+            cell_order,
+            date,
+        } => {
+            let order = CellOrder {
+                kernels: kernel_order,
+                cells: cell_order,
+            };
+            return write_report(&runs, &out, combine, order, &date);
+        }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
