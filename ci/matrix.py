@@ -462,7 +462,6 @@ GUESTS = {  # role -> (name, ip, mac)
     "server": ("a", "10.77.0.1", "52:54:00:77:01:0a"),
     "client": ("b", "10.77.0.2", "52:54:00:77:01:0b"),
 }
-TEST_RE = re.compile(r'^CI-TEST test=(\S+) role=(\S+) status=(\S+) secs=(\d+)(?: bw=(\S*))? reason="(.*)"\s*$')
 
 
 def say(msg):
@@ -867,90 +866,31 @@ def job_script(role, cell, kernel):
     )
 
 
-def parse_guest(out_log):
-    """CI-TEST lines, the CI-ABORT line, the kernel and the CI-DIAG counters of one guest."""
-    lines, aborted, kernel, diag = [], None, None, {}
-    section, hdr = None, None
+def guest_results(*args):
+    """Runs `scripts/guest-results ARGS` (guest-results/: the verdicts and reports) and returns its JSON
+    output, or (None, why) when it failed."""
     try:
-        with open(out_log, errors="replace") as f:
-            for raw in f:
-                line = raw.rstrip("\r\n")
-                if line.startswith("== CI-DIAG"):
-                    section = ("rdma" if "rdma statistic" in line else "tcp" if "tcp counters" in line
-                               else "link" if "ip -s link" in line else "other")
-                    continue
-                if section in ("rdma", "tcp") and re.match(r"^    \S+ \d+$", line):
-                    k, v = line.split()
-                    diag[k] = int(v)
-                    continue
-                if section == "link":
-                    m = re.match(r"^\s+(RX|TX):\s+(.*)$", line)
-                    if m:
-                        hdr = (m.group(1), m.group(2).split())
-                        continue
-                    if hdr and re.match(r"^\s+[\d\s]+$", line):
-                        for k, v in zip(hdr[1], line.split()):
-                            if k in ("packets", "errors", "dropped", "missed"):
-                                diag[f"eth0_{hdr[0].lower()}_{k}"] = int(v)
-                        hdr = None
-                        continue
-                if not line.startswith("    "):
-                    section = None if not line.startswith(" ") else section
-                m = TEST_RE.match(line)
-                if m:
-                    lines.append({
-                        "test": m.group(1), "role": m.group(2), "status": m.group(3),
-                        "secs": int(m.group(4)), "bw": m.group(5) or "", "reason": m.group(6),
-                    })
-                elif line.startswith("CI-ABORT"):
-                    aborted = line
-                elif line.startswith("CI-KERNEL "):
-                    kernel = line.split(" ", 1)[1].strip()
-    except OSError:
-        pass
-    return lines, aborted, kernel, diag
+        r = subprocess.run([GUEST_RESULTS, *args], capture_output=True, text=True)
+        if r.returncode == 0:
+            return json.loads(r.stdout), ""
+        return None, f"rc={r.returncode}: {r.stderr.strip()[-300:]}"
+    except (OSError, ValueError) as e:
+        return None, str(e)
 
 
-def combine(cell, per_role, aborted):
-    """per_role: role -> list of CI-TEST dicts. Returns the list of test rows."""
-    rows = []
-    names = [t for t, _ in CELLS[cell]["tests"]]
-    # extra tests the guests reported (e.g. evidence runs)
+def guest_rows(cell, d):
+    """The cell's test rows from both guests' out.log (`scripts/guest-results guests`): a test needs a
+    CI-TEST line from each role CELLS names for it, any FAIL fails it, all SKIP skips it; a host-side test
+    gets a FAIL row run_cell replaces. Returns {"tests", "counters", "guest_kernel"}."""
+    args = ["guests", "--tests", json.dumps(CELLS[cell]["tests"])]
     for role in BOTH:
-        for r in per_role[role]:
-            if r["test"] not in names:
-                names.append(r["test"])
-    roles_of = dict(CELLS[cell]["tests"])
-    for name in names:
-        want = roles_of.get(name, tuple(r for r in BOTH if any(x["test"] == name for x in per_role[r])))
-        if want == ("host",):
-            # judged on the host after the guests (tshark, loss-evidence); replaced by run_cell
-            rows.append({"test": name, "status": "FAIL", "secs": 0, "bw": "", "detail": "host-side test did not run"})
-            continue
-        got = {r: next((x for x in per_role[r] if x["test"] == name), None) for r in want}
-        missing = [r for r in want if got[r] is None]
-        present = [got[r] for r in want if got[r] is not None]
-        status, why = "PASS", []
-        if missing:
-            status = "FAIL"
-            ab = "; ".join(f"{r}: {aborted[r]}" for r in missing if aborted.get(r))
-            why.append(f"no result from {', '.join(missing)}" + (f" ({ab})" if ab else " (guest died or timed out)"))
-        if any(x["status"] == "FAIL" for x in present):
-            status = "FAIL"
-        elif not missing and present and all(x["status"] == "SKIP" for x in present):
-            status = "SKIP"
-        for x in present:
-            if x["status"] != "PASS" or status == "PASS":
-                why.append(f"{x['role']}: {x['status']} {x['reason']}")
-        bws = [x["bw"] for x in present if x["bw"]]
-        cl = got.get("client")
-        bw = (cl["bw"] if cl and cl["bw"] else (bws[0] if bws else ""))
-        rows.append({
-            "test": name, "status": status,
-            "secs": max([x["secs"] for x in present], default=0),
-            "bw": bw, "detail": " | ".join(why),
-        })
-    return rows
+        name = GUESTS[role][0]
+        args += ["--guest", f"{role}={name}={d}/{name}.job/out.log"]
+    v, why = guest_results(*args)
+    if v is None:
+        v = {"tests": [{"test": "guest-results", "status": "FAIL", "secs": 0, "bw": "",
+                        "detail": f"scripts/guest-results guests failed: {why}"}], "counters": {}, "guest_kernel": {}}
+    return v
 
 
 def daemon_counters(daemon_bin, d):
@@ -1363,7 +1303,7 @@ def upstream_rows(a, kernel, cell, d, logsdir):
     device_of = CELLS[cell].get("rdma") if suite == "rdma-core" else CELLS[cell].get("nic")
     cmd = f"ci/matrix.sh --cells {kernel}/{cell}"
     dest = os.path.join(os.path.dirname(logsdir), f"upstream-{kernel}-{cell}.md")
-    args = [GUEST_RESULTS, "upstream", "--suite", suite,
+    args = ["upstream", "--suite", suite,
             "--expect-dir", os.path.join(ROOT, "ci", "upstream"), "--title", f"{suite} tests on {kernel}/{cell}",
             "--command", cmd, "--md", dest]
     for role in BOTH:
@@ -1372,12 +1312,7 @@ def upstream_rows(a, kernel, cell, d, logsdir):
         if suite == "rdma-core":
             spec += f"={d}/{name}.job/{suite}-cases.{role}"
         args += ["--device", spec]
-    try:
-        r = subprocess.run(args, capture_output=True, text=True)
-        v = json.loads(r.stdout) if r.returncode == 0 else None
-        why = f"rc={r.returncode}: {r.stderr.strip()[-300:]}"
-    except (OSError, ValueError) as e:
-        v, why = None, str(e)
+    v, why = guest_results(*args)
     if v is None:
         return [{"test": f"{suite}-verdict", "status": "FAIL", "secs": 0, "bw": "",
                  "detail": f"scripts/guest-results upstream failed: {why}"}]
@@ -1570,18 +1505,11 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 res["daemon_errors"] = bad[-10:]
         except OSError:
             pass
-        per_role, aborted = {}, {}
-        for role in BOTH:
-            name = GUESTS[role][0]
-            lines, ab, gk, dg = parse_guest(f"{d}/{name}.job/out.log")
-            if dg:
-                res.setdefault("counters", {})[name] = dg
-            per_role[role] = [x for x in lines if x["role"] == role]
-            if ab:
-                aborted[role] = ab
-            if gk:
-                res["guest_kernel"][name] = gk
-        res["tests"] = combine(cell, per_role, aborted)
+        g = guest_rows(cell, d)
+        if g["counters"]:
+            res["counters"] = g["counters"]
+        res["guest_kernel"].update(g["guest_kernel"])
+        res["tests"] = g["tests"]
         host_rows = {}
         if spec.get("capture"):
             if not a.capture:

@@ -6,6 +6,8 @@
 //!   kernel's NIC selftests) against `ci/upstream/*.expect`.
 //! - [`cell`]: one matrix cell's upstream verdict in one call (what
 //!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
+//! - [`guestlog`]: a matrix cell's rows from its guests' out.log
+//!   (`guest-results guests`).
 //! - [`junit`]: JUnit XML from test logs and matrix results (`guest-results
 //!   junit`, scripts/test.sh --junit and ci/matrix.sh --junit), written
 //!   with [`xml`].
@@ -13,6 +15,7 @@
 //!   (`guest-results report`), from results.json read by [`pyjson`].
 
 pub mod cell;
+pub mod guestlog;
 pub mod junit;
 pub mod pyjson;
 mod pytext;

@@ -1,6 +1,7 @@
 //! `guest-results upstream`: one upstream matrix cell's verdict (ci/matrix.py's `upstream_rows()`).
 //! `guest-results junit`: JUnit XML from test logs (scripts/test.sh --junit, ci/matrix.sh --junit).
 //! `guest-results report`: a matrix run's results.md, or one report from several runs (--combine).
+//! `guest-results guests`: a matrix cell's test rows from its guests' out.log (ci/matrix.py's run_cell).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,7 +9,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
+use guest_results::guestlog::{self, TestLine};
 use guest_results::junit::{self, Case, Status};
+use guest_results::pyjson::Json;
 use guest_results::report::{self, CellOrder};
 
 /// The results side of vhost-rdma's guest tests: judges what the guests logged.
@@ -73,6 +76,19 @@ enum Cmd {
         #[arg(long, value_name = "JUNIT")]
         merge: Vec<PathBuf>,
     },
+    /// Judge a matrix cell's guests: their out.log's CI-TEST lines combined into the cell's test
+    /// rows. Prints JSON {"tests": [{test, status, secs, bw, detail}...], "counters": {GUEST:
+    /// {COUNTER: N}}, "guest_kernel": {GUEST: RELEASE}}.
+    Guests {
+        /// the cell's tests in order, JSON [[NAME, [ROLE...]]...] (a ROLE "host": a host-side row
+        /// the caller fills in)
+        #[arg(long)]
+        tests: String,
+        /// ROLE=NAME=LOG, once per guest (the rows take ROLE's CI-TEST lines from LOG; a missing
+        /// LOG counts as empty)
+        #[arg(long = "guest", required = true)]
+        guests: Vec<String>,
+    },
     /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
     /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
     /// summary line and exits 1 when a test failed.
@@ -96,6 +112,42 @@ enum Cmd {
         #[arg(long, default_value = "")]
         date: String,
     },
+}
+
+fn judge_guests(tests: &str, guests: &[String]) -> anyhow::Result<Json> {
+    let tests: Vec<(String, Vec<String>)> =
+        serde_json::from_str(tests).context("--tests: want JSON [[NAME, [ROLE...]]...]")?;
+    let mut per_role: Vec<(String, Vec<TestLine>)> = Vec::new();
+    let mut aborted = Vec::new();
+    let (mut counters, mut kernels) = (Vec::new(), Vec::new());
+    for spec in guests {
+        let p: Vec<&str> = spec.splitn(3, '=').collect();
+        let [role, name, log] = p[..] else {
+            bail!("--guest {spec:?}: want ROLE=NAME=LOG");
+        };
+        let text = std::fs::read(log)
+            .map(|b| junit::text_of(&b))
+            .unwrap_or_default();
+        let g = guestlog::parse_guest(&text);
+        if !g.diag.is_empty() {
+            counters.push((name.to_string(), guestlog::diag_json(&g.diag)));
+        }
+        let mine = g.lines.into_iter().filter(|x| x.role == role).collect();
+        per_role.push((role.to_string(), mine));
+        if let Some(a) = g.aborted {
+            aborted.push((role.to_string(), a));
+        }
+        if let Some(k) = g.kernel.filter(|k| !k.is_empty()) {
+            kernels.push((name.to_string(), Json::Str(k)));
+        }
+    }
+    let rows = guestlog::combine(&tests, &per_role, &aborted);
+    let rows = Json::Array(rows.iter().map(guestlog::row_json).collect());
+    Ok(Json::Object(vec![
+        ("tests".into(), rows),
+        ("counters".into(), Json::Object(counters)),
+        ("guest_kernel".into(), Json::Object(kernels)),
+    ]))
 }
 
 fn write_report(
@@ -256,6 +308,12 @@ fn main() -> anyhow::Result<ExitCode> {
             matrix,
             merge,
         } => write_junit(&out, &name, &records, &libtest, &matrix, &merge)?,
+        Cmd::Guests { tests, guests } => {
+            println!(
+                "{}",
+                serde_json::to_string(&judge_guests(&tests, &guests)?)?
+            );
+        }
         Cmd::Report {
             runs,
             out,

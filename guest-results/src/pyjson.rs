@@ -7,6 +7,7 @@
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 /// A JSON value with its object keys in file order.
 #[derive(Debug, Clone, PartialEq)]
@@ -206,6 +207,31 @@ impl<'de> Deserialize<'de> for Json {
     }
 }
 
+impl Serialize for Json {
+    /// Objects are written with their keys in order (what Python's
+    /// `json.load` then keeps).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Json::Null => s.serialize_unit(),
+            Json::Bool(b) => s.serialize_bool(*b),
+            Json::Int(i) => match i64::try_from(*i) {
+                Ok(i) => s.serialize_i64(i),
+                Err(_) => s.serialize_i128(*i),
+            },
+            Json::Float(x) => s.serialize_f64(*x),
+            Json::Str(v) => s.serialize_str(v),
+            Json::Array(v) => s.collect_seq(v),
+            Json::Object(kv) => {
+                let mut m = s.serialize_map(Some(kv.len()))?;
+                for (k, v) in kv {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +264,9 @@ mod tests {
         assert_eq!(j.at("a").items()[0].to_string(), "True");
         assert_eq!(j.at("a").items()[1].to_string(), "None");
         assert!(!j.at("missing").truthy());
+        assert_eq!(
+            serde_json::to_string(&j).expect("json"),
+            r#"{"z":3,"a":[true,null],"m":2.5}"#
+        );
     }
 }
