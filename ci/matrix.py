@@ -866,11 +866,11 @@ def job_script(role, cell, kernel):
     )
 
 
-def guest_results(*args):
-    """Runs `scripts/guest-results ARGS` (guest-results/: the verdicts and reports) and returns its JSON
-    output, or (None, why) when it failed."""
+def guest_results(*args, input=None):
+    """Runs `scripts/guest-results ARGS` (guest-results/: the verdicts and reports), INPUT on its stdin,
+    and returns (its JSON output, ""), or (None, why) when it failed."""
     try:
-        r = subprocess.run([GUEST_RESULTS, *args], capture_output=True, text=True)
+        r = subprocess.run([GUEST_RESULTS, *args], input=input, capture_output=True, text=True)
         if r.returncode == 0:
             return json.loads(r.stdout), ""
         return None, f"rc={r.returncode}: {r.stderr.strip()[-300:]}"
@@ -1214,85 +1214,26 @@ class CtlBroker(threading.Thread):
         self.poll()
 
 
-def judge_fault_case(row, case):
-    """A fault case's row (the server guest's line, combined) judged against FAULT_CASES: the rule fired
-    (hits=N > 0), every expected evidence regex matches, and traffic recovered after the clear exactly
-    when the 7.3 driver is expected to recover. A case the driver does not recover from passes only
-    when it does not recover, and says so as a finding."""
-    out = dict(row)
-    det = row.get("detail", "")
-    why = []
-    if row.get("status") == "FAIL" and "no result from" in det:
-        return out
-    m = re.search(r"\bhits=(\d+)", det)
-    if case.get("no_hits"):
-        pass  # the device keeps no hit count for this kind: the evidence regexes must show it acted
-    elif not m or int(m.group(1)) == 0:
-        why.append("the fault rule never fired (hits=" + (m.group(1) if m else "?") + ")")
-    missing = [x for x in case["expect"] if not re.search(x, det)]
-    if missing:
-        why.append("expected evidence not seen: " + ", ".join(f"/{x}/" for x in missing))
-    rec = re.search(r"\brecovered=(yes|no)\b", det)
-    if not rec:
-        why.append("no recovered=yes|no in the result")
-    elif (rec.group(1) == "yes") != case["recovers"]:
-        why.append("traffic recovered after the clear, but the 7.3 driver was expected not to"
-                   if rec.group(1) == "yes" else "traffic did not recover after the fault was cleared")
-    if row.get("status") == "FAIL":
-        why.append("the guest reported the case as FAIL")
-    lead = f"kind {case['kind']}: " + (f"(hits not judged: {case['no_hits']}) " if case.get("no_hits") else "")
-    if not case["recovers"] and rec and rec.group(1) == "no":
-        lead += "finding: the 7.3 driver does not recover; "
-    if why:
-        out["status"] = "FAIL"
-        out["detail"] = lead + "; ".join(why) + " | " + det
-    else:
-        out["status"] = "PASS"
-        out["detail"] = lead + det
-    return out
+def fault_rows(kernel, cell, rows, dest):
+    """A fault cell's rows with each fault-CASE row judged against FAULT_CASES (`scripts/guest-results
+    faults`): the rule fired (hits=N > 0, unless the case says the device keeps no hit count), every
+    expected evidence regex matches, and traffic recovered after the clear exactly when the 7.3 driver is
+    expected to recover (a case it does not recover from passes only when it does not, as a finding).
+    The driver developer's table (docs/driver-bench.md) goes to DEST."""
+    v, why = guest_results("faults", "--cases", json.dumps(FAULT_CASES[cell]), "--kernel", kernel, "--cell", cell,
+                           "--command", f"ci/matrix.sh --cells {kernel}/{cell}", "--md", dest, input=json.dumps(rows))
+    if v is None:
+        return rows + [{"test": "fault-verdict", "status": "FAIL", "secs": 0, "bw": "",
+                        "detail": f"scripts/guest-results faults failed: {why}"}]
+    return v
 
 
-def trace_test(d, traces):
-    """Host row "device-trace": every trace file of the cell exists in the capture dir, has records, and
-    names the driver interactions expected in it."""
-    row = {"test": "device-trace", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    bad, good = [], []
-    for fn, names in traces.items():
-        try:
-            with open(os.path.join(d, fn), errors="replace") as f:
-                text = f.read()
-        except OSError:
-            bad.append(f"{fn}: missing")
-            continue
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        lacking = [n for n in names if n not in text]
-        if not lines or lacking:
-            bad.append(f"{fn}: {len(lines)} records, lacks {', '.join(lacking) or '-'}")
-        else:
-            good.append(f"{fn}: {len(lines)} records, names {', '.join(names)}")
-    row["detail"] = "; ".join(bad + good)
-    if traces and not bad:
-        row["status"] = "PASS"
-    return row
-
-
-def fault_table_md(kernel, cell, rows, cases, cmd):
-    """The driver developer's table (docs/driver-bench.md) from one run: kind, case, driver path,
-    the evidence the guest showed, recovered or not, the row's verdict."""
-    by = {r["test"]: r for r in rows}
-    out = [f"## {kernel}/{cell}: what each fault does to the {kernel} driver", "",
-           f"Command: `{cmd}`", "",
-           "| kind | case | driver path (7.3) | guest evidence (this run) | recovered after clear | verdict |",
-           "|---|---|---|---|---|---|"]
-    for c in cases:
-        r = by.get(f"fault-{c['case']}", {"status": "FAIL", "detail": "no row"})
-        det = r.get("detail", "")
-        ev = re.search(r"evidence: (.*?)(?: \| |$)", det)
-        rec = re.search(r"\brecovered=(yes|no)\b", det)
-        recd = (rec.group(1) if rec else "?") + ("" if c["recovers"] else " (expected: no - a driver finding)")
-        cell_txt = (ev.group(1) if ev else det).replace("|", "/")
-        out.append(f"| `{c['kind']}` | {c['case']} | {c['driver']} | {cell_txt} | {recd} | {r['status']} |")
-    return "\n".join(out) + "\n"
+def trace_row(d, traces):
+    """Host row "device-trace" (`scripts/guest-results trace`): every trace file of the cell exists in the
+    capture dir, has records, and names the driver interactions expected in it."""
+    v, why = guest_results("trace", "--dir", d, "--traces", json.dumps(traces))
+    return v or {"test": "device-trace", "status": "FAIL", "secs": 0, "bw": "",
+                 "detail": f"scripts/guest-results trace failed: {why}"}
 
 
 def upstream_rows(a, kernel, cell, d, logsdir):
@@ -1536,18 +1477,13 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                     cnt[f"daemon:{port}"] = c
             host_rows["loss-evidence"] = loss_evidence_test(fault_list, cnt)
         if cell in FAULT_TRACES:
-            host_rows["device-trace"] = (trace_test(d, FAULT_TRACES[cell]) if net == "vhost-user" else
+            host_rows["device-trace"] = (trace_row(d, FAULT_TRACES[cell]) if net == "vhost-user" else
                                          {"test": "device-trace", "status": "SKIP", "secs": 0, "bw": "",
                                           "detail": "--net stream: no daemon"})
         res["tests"] = [host_rows.get(t["test"], t) for t in res["tests"]]
         if cell in FAULT_CASES:
-            cases = {f"fault-{c['case']}": c for c in FAULT_CASES[cell]}
-            res["tests"] = [judge_fault_case(t, cases[t["test"]]) if t["test"] in cases else t
-                            for t in res["tests"]]
-            md = fault_table_md(kernel, cell, res["tests"], FAULT_CASES[cell], f"ci/matrix.sh --cells {kernel}/{cell}")
             dest = os.path.join(os.path.dirname(logsdir), f"faults-{kernel}-{cell}.md")
-            with open(dest, "w") as f:
-                f.write(md)
+            res["tests"] = fault_rows(kernel, cell, res["tests"], dest)
             res["fault_table"] = os.path.relpath(dest, os.path.dirname(logsdir))
             print(f"   fault table: {dest}" + (f"; traces: {', '.join(res.get('traces', []))}"
                                                 if res.get("traces") else ""), flush=True)

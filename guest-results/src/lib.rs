@@ -6,6 +6,8 @@
 //!   kernel's NIC selftests) against `ci/upstream/*.expect`.
 //! - [`cell`]: one matrix cell's upstream verdict in one call (what
 //!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
+//! - [`faults`]: the device-fault cells' case verdicts, driver table and
+//!   trace row (`guest-results faults`, `guest-results trace`).
 //! - [`guestlog`]: a matrix cell's rows from its guests' out.log
 //!   (`guest-results guests`).
 //! - [`junit`]: JUnit XML from test logs and matrix results (`guest-results
@@ -15,6 +17,7 @@
 //!   (`guest-results report`), from results.json read by [`pyjson`].
 
 pub mod cell;
+pub mod faults;
 pub mod guestlog;
 pub mod junit;
 pub mod pyjson;

@@ -2,6 +2,7 @@
 //! `guest-results junit`: JUnit XML from test logs (scripts/test.sh --junit, ci/matrix.sh --junit).
 //! `guest-results report`: a matrix run's results.md, or one report from several runs (--combine).
 //! `guest-results guests`: a matrix cell's test rows from its guests' out.log (ci/matrix.py's run_cell).
+//! `guest-results faults`, `trace`: a device-fault cell's case verdicts, table and trace row.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
+use guest_results::faults::{self, FaultCase, Judge};
 use guest_results::guestlog::{self, TestLine};
 use guest_results::junit::{self, Case, Status};
 use guest_results::pyjson::Json;
@@ -89,6 +91,36 @@ enum Cmd {
         #[arg(long = "guest", required = true)]
         guests: Vec<String>,
     },
+    /// Judge a device-fault cell's rows (JSON array on stdin): each fault-CASE row against its case
+    /// (the rule fired, the evidence regexes match, recovered exactly when expected). Prints the
+    /// rows as JSON and writes the driver developer's table to --md.
+    Faults {
+        /// the cell's cases, JSON [{case, kind, driver, expect: [REGEX...], recovers[, no_hits]}...]
+        #[arg(long)]
+        cases: String,
+        /// the table's kernel
+        #[arg(long)]
+        kernel: String,
+        /// the table's cell
+        #[arg(long)]
+        cell: String,
+        /// the command the table says produced it
+        #[arg(long)]
+        command: String,
+        /// where to write the table
+        #[arg(long)]
+        md: Option<PathBuf>,
+    },
+    /// The host row "device-trace": every trace file exists in --dir, has records and names what it
+    /// must. Prints the row as JSON.
+    Trace {
+        /// the directory of the trace files
+        #[arg(long)]
+        dir: PathBuf,
+        /// JSON {FILE: [NAME...]...}
+        #[arg(long)]
+        traces: String,
+    },
     /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
     /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
     /// summary line and exits 1 when a test failed.
@@ -148,6 +180,42 @@ fn judge_guests(tests: &str, guests: &[String]) -> anyhow::Result<Json> {
         ("counters".into(), Json::Object(counters)),
         ("guest_kernel".into(), Json::Object(kernels)),
     ]))
+}
+
+fn judge_faults(
+    cases: &str,
+    kernel: &str,
+    cell: &str,
+    command: &str,
+    md: Option<&std::path::Path>,
+) -> anyhow::Result<Json> {
+    let cases: Vec<FaultCase> = serde_json::from_str(cases).context("--cases")?;
+    let judges = cases
+        .iter()
+        .cloned()
+        .map(Judge::new)
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows: Json = serde_json::from_reader(std::io::stdin().lock())
+        .context("reading the rows (a JSON array) from stdin")?;
+    let judged = faults::judge_rows(rows.items(), &judges);
+    if let Some(md) = md {
+        std::fs::write(md, faults::table_md(kernel, cell, &judged, &cases, command))
+            .with_context(|| format!("writing {}", md.display()))?;
+    }
+    Ok(Json::Array(judged))
+}
+
+fn trace_row(dir: &std::path::Path, traces: &str) -> anyhow::Result<Json> {
+    let j: Json = serde_json::from_str(traces).context("--traces: want JSON {FILE: [NAME...]}")?;
+    let traces: Vec<(String, Vec<String>)> = j
+        .entries()
+        .iter()
+        .map(|(f, names)| {
+            let names = names.items().iter().map(|n| n.str().to_string()).collect();
+            (f.clone(), names)
+        })
+        .collect();
+    Ok(faults::trace_row(dir, &traces))
 }
 
 fn write_report(
@@ -313,6 +381,19 @@ fn main() -> anyhow::Result<ExitCode> {
                 "{}",
                 serde_json::to_string(&judge_guests(&tests, &guests)?)?
             );
+        }
+        Cmd::Faults {
+            cases,
+            kernel,
+            cell,
+            command,
+            md,
+        } => {
+            let rows = judge_faults(&cases, &kernel, &cell, &command, md.as_deref())?;
+            println!("{}", serde_json::to_string(&rows)?);
+        }
+        Cmd::Trace { dir, traces } => {
+            println!("{}", serde_json::to_string(&trace_row(&dir, &traces)?)?);
         }
         Cmd::Report {
             runs,
