@@ -1100,48 +1100,15 @@ def tshark_test(pcap, protos):
     return row
 
 
-# rdma statistic counters that count retransmissions / their triggers (rxe),
-# and the TCP ones (siw)
-RETRANS_COUNTERS = ("duplicate_request", "out_of_seq_request", "rcvd_seq_err", "completer_retry_err",
-                    "retry_exceeded_err", "rnr_nak_retry_err", "TcpRetransSegs", "TcpExtTCPOFOQueue",
-                    # erdma functions (daemon status, erdma-device Counters)
-                    "rc_retries", "rc_timeouts", "rc_seq_naks_sent", "rc_duplicates")
+def host_row(test, *args):
+    """A host-side row judged by `scripts/guest-results TEST ARGS` (guest-results/src/hostrows.rs):
+    checker-clean (the protocol checker saw no rule broken), loss-evidence (every fault rule acted and the
+    guests counted retransmissions)."""
+    v, why = guest_results(test, *args)
+    return v or {"test": test, "status": "FAIL", "secs": 0, "bw": "",
+                 "detail": f"scripts/guest-results {test} failed: {why}"}
 
 
-def checker_clean_test(ck):
-    """Host-side row of a clean erdma cell: the protocol checker saw no rule broken."""
-    row = {"test": "checker-clean", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    if ck is None:
-        row["detail"] = "no checker report from the daemon"
-    elif ck["findings"]:
-        row["detail"] = f"{ck['findings']} finding(s): {ck['rules']} (checker-findings.json)"
-    else:
-        row["status"] = "PASS"
-        row["detail"] = "no finding"
-    return row
-
-
-def loss_evidence_test(faults, counters):
-    """Host-side test row of a lossy cell: every fault rule acted, and the
-    guests counted retransmissions."""
-    row = {"test": "loss-evidence", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    faults = (faults or {}).get("faults", faults)  # `ctl --json faults list` wraps the status
-    rules = (faults or {}).get("rules") if isinstance(faults, dict) else faults
-    # the siw workaround is not a loss rule
-    rules = [r for r in rules or [] if (r.get("rule") or {}).get("action") != "mpa-settle"]
-    if not rules:
-        row["detail"] = "no fault list from the daemon"
-        return row
-    acted = [f"rule {r.get('id')} ({r.get('description', '?')}): matched {r.get('matched')} acted {r.get('acted')}"
-             for r in rules]
-    idle = [r for r in rules if not r.get("acted")]
-    rt = {g: {k: v for k, v in (c or {}).items() if k in RETRANS_COUNTERS and v} for g, c in (counters or {}).items()}
-    total_rt = sum(sum(v.values()) for v in rt.values())
-    row["detail"] = "; ".join(acted) + "; guest retransmission counters: " + (
-        ", ".join(f"{g}: " + " ".join(f"{k}={v}" for k, v in c.items()) for g, c in sorted(rt.items())) or "none")
-    if not idle and total_rt > 0:
-        row["status"] = "PASS"
-    return row
 class CtlBroker(threading.Thread):
     """Device-fault cells: runs `vhost-rdma ctl ARGS` against the cell's daemon for the guests.
 
@@ -1468,14 +1435,15 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                                               {"test": "failover-evidence", "status": "SKIP", "secs": 0, "bw": "",
                                                "detail": "--net stream: no daemon to take a link down"})
         if spec.get("checker_clean"):
-            host_rows["checker-clean"] = checker_clean_test(ck)
+            host_rows["checker-clean"] = host_row("checker-clean", "--checker", json.dumps(ck))
         if spec.get("faults"):
             # the erdma functions' RC engines run in the daemon: their recovery counters are its own
             cnt = dict(res.get("counters") or {})
             for port, c in (res.get("daemon_counters") or {}).items():
                 if any(k.startswith("rc_") for k in c):
                     cnt[f"daemon:{port}"] = c
-            host_rows["loss-evidence"] = loss_evidence_test(fault_list, cnt)
+            host_rows["loss-evidence"] = host_row("loss-evidence", "--faults", json.dumps(fault_list),
+                                                  "--counters", json.dumps(cnt))
         if cell in FAULT_TRACES:
             host_rows["device-trace"] = (trace_row(d, FAULT_TRACES[cell]) if net == "vhost-user" else
                                          {"test": "device-trace", "status": "SKIP", "secs": 0, "bw": "",

@@ -10,6 +10,8 @@
 //!   trace row (`guest-results faults`, `guest-results trace`).
 //! - [`guestlog`]: a matrix cell's rows from its guests' out.log
 //!   (`guest-results guests`).
+//! - [`hostrows`]: host rows from what the daemon reported
+//!   (`guest-results checker-clean`, `guest-results loss-evidence`).
 //! - [`junit`]: JUnit XML from test logs and matrix results (`guest-results
 //!   junit`, scripts/test.sh --junit and ci/matrix.sh --junit), written
 //!   with [`xml`].
@@ -19,6 +21,7 @@
 pub mod cell;
 pub mod faults;
 pub mod guestlog;
+pub mod hostrows;
 pub mod junit;
 pub mod pyjson;
 mod pytext;

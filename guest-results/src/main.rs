@@ -3,6 +3,7 @@
 //! `guest-results report`: a matrix run's results.md, or one report from several runs (--combine).
 //! `guest-results guests`: a matrix cell's test rows from its guests' out.log (ci/matrix.py's run_cell).
 //! `guest-results faults`, `trace`: a device-fault cell's case verdicts, table and trace row.
+//! `guest-results checker-clean`, `loss-evidence`: host rows from what the daemon reported.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
 use guest_results::faults::{self, FaultCase, Judge};
 use guest_results::guestlog::{self, TestLine};
+use guest_results::hostrows;
 use guest_results::junit::{self, Case, Status};
 use guest_results::pyjson::Json;
 use guest_results::report::{self, CellOrder};
@@ -120,6 +122,23 @@ enum Cmd {
         /// JSON {FILE: [NAME...]...}
         #[arg(long)]
         traces: String,
+    },
+    /// The host row "checker-clean": the daemon's protocol checker saw no rule broken. Prints the
+    /// row as JSON.
+    CheckerClean {
+        /// JSON {"findings": N, "rules": {RULE: N}}, or null when the daemon gave no report
+        #[arg(long)]
+        checker: String,
+    },
+    /// The host row "loss-evidence" of a lossy cell: every fault rule acted and the guests counted
+    /// retransmissions. Prints the row as JSON.
+    LossEvidence {
+        /// `vhost-rdma ctl --json faults list` (JSON; null when the daemon gave none)
+        #[arg(long)]
+        faults: String,
+        /// JSON {GUEST: {COUNTER: N}}
+        #[arg(long)]
+        counters: String,
     },
     /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
     /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
@@ -394,6 +413,16 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         Cmd::Trace { dir, traces } => {
             println!("{}", serde_json::to_string(&trace_row(&dir, &traces)?)?);
+        }
+        Cmd::CheckerClean { checker } => {
+            let ck: Json = serde_json::from_str(&checker).context("--checker")?;
+            println!("{}", serde_json::to_string(&hostrows::checker_clean(&ck))?);
+        }
+        Cmd::LossEvidence { faults, counters } => {
+            let faults: Json = serde_json::from_str(&faults).context("--faults")?;
+            let counters: Json = serde_json::from_str(&counters).context("--counters")?;
+            let row = hostrows::loss_evidence(&faults, &counters);
+            println!("{}", serde_json::to_string(&row)?);
         }
         Cmd::Report {
             runs,

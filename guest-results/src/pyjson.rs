@@ -121,29 +121,60 @@ impl fmt::Display for Json {
             Json::Int(i) => write!(f, "{i}"),
             Json::Float(x) => f.write_str(&py_float(*x)),
             Json::Str(s) => f.write_str(s),
-            // lists and dicts print as their repr; no report field holds
-            // one, so JSON's own spelling is close enough
-            Json::Array(_) | Json::Object(_) => {
-                let v = serde_json::Value::from(self);
-                write!(f, "{v}")
-            }
+            Json::Array(_) | Json::Object(_) => f.write_str(&self.repr()),
         }
     }
 }
 
-impl From<&Json> for serde_json::Value {
-    fn from(j: &Json) -> Self {
-        use serde_json::Value as V;
-        match j {
-            Json::Null => V::Null,
-            Json::Bool(b) => V::Bool(*b),
-            Json::Int(i) => i64::try_from(*i).map_or_else(|_| V::String(i.to_string()), V::from),
-            Json::Float(x) => V::from(*x),
-            Json::Str(s) => V::String(s.clone()),
-            Json::Array(v) => V::Array(v.iter().map(V::from).collect()),
-            Json::Object(kv) => {
-                V::Object(kv.iter().map(|(k, v)| (k.clone(), V::from(v))).collect())
+/// Python's `repr()` of a string: single quotes unless it holds a single
+/// quote and no double one; backslash escapes for the quote, the backslash
+/// and control characters.
+pub fn py_repr_str(s: &str) -> String {
+    let q = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(q);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == q => {
+                out.push('\\');
+                out.push(c);
             }
+            c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(q);
+    out
+}
+
+impl Json {
+    /// Python's `repr()` of the value as `json.load` gives it (what `str()`
+    /// of a list or dict shows for its members).
+    pub fn repr(&self) -> String {
+        match self {
+            Json::Str(s) => py_repr_str(s),
+            Json::Array(v) => format!(
+                "[{}]",
+                v.iter().map(Json::repr).collect::<Vec<_>>().join(", ")
+            ),
+            Json::Object(kv) => format!(
+                "{{{}}}",
+                kv.iter()
+                    .map(|(k, v)| format!("{}: {}", py_repr_str(k), v.repr()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            other => other.to_string(),
         }
     }
 }
@@ -264,6 +295,13 @@ mod tests {
         assert_eq!(j.at("a").items()[0].to_string(), "True");
         assert_eq!(j.at("a").items()[1].to_string(), "None");
         assert!(!j.at("missing").truthy());
+        assert_eq!(j.at("a").to_string(), "[True, None]");
+        let d: Json =
+            serde_json::from_str(r#"{"r-x": 2, "it's": "a\"b", "l": ["q'", "\n"]}"#).expect("json");
+        assert_eq!(
+            d.to_string(),
+            r#"{'r-x': 2, "it's": 'a"b', 'l': ["q'", '\n']}"#
+        );
         assert_eq!(
             serde_json::to_string(&j).expect("json"),
             r#"{"z":3,"a":[true,null],"m":2.5}"#
