@@ -1051,59 +1051,11 @@ class FailoverDriver(threading.Thread):
         return row
 
 
-# Heuristic payload dissectors for ULPs that never run in these cells. The
-# RPC-over-RDMA heuristic claims small perftest/ucmatose SEND payloads (e.g.
-# the 4 bytes 00 00 10 00 of ib_send_bw -R's exchange) and then throws
-# "[Malformed Packet: RPCoRDMA]" on a well-formed iWARP/RoCE frame (seen in
-# the 7.3 siw cell, ci/README.md): a false report about a protocol that is
-# not there, so it is switched off; every dissector of the expected
-# protocols stays on.
-TSHARK_OFF = ["--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "rpcrdma_infiniband"]
-
-
-def tshark_test(pcap, protos):
-    """Host-side test row: the capture decodes as PROTOS, no malformed packets."""
-    row = {"test": "tshark", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    t0 = time.monotonic()
-    if not shutil.which("tshark"):
-        row.update(status="SKIP", detail="tshark is not installed (scripts/install-deps.sh installs it)")
-        return row
-    if not os.path.exists(pcap) or os.path.getsize(pcap) == 0:
-        row["detail"] = f"no capture file {pcap}"
-        return row
-    try:
-        phs = subprocess.run(["tshark", "-n", *TSHARK_OFF, "-r", pcap, "-q", "-z", "io,phs"], capture_output=True,
-                             text=True, timeout=900)
-        mal = subprocess.run(["tshark", "-n", *TSHARK_OFF, "-r", pcap, "-Y", "_ws.malformed", "-T", "fields",
-                              "-e", "frame.number", "-e", "_ws.col.Protocol", "-e", "_ws.col.Info"],
-                             capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        row["detail"] = "tshark took longer than 900 s"
-        return row
-    row["secs"] = round(time.monotonic() - t0)
-    if phs.returncode != 0 or mal.returncode != 0:
-        err = [ln for ln in (phs.stderr + mal.stderr).splitlines() if ln.strip() and "Running as user" not in ln]
-        row["detail"] = f"tshark failed (rc {phs.returncode}/{mal.returncode}): {' '.join(err)[:300]}"
-        return row
-    frames = {}
-    for m in re.finditer(r"^\s*(\S+)\s+frames:(\d+)", phs.stdout, re.M):
-        frames[m.group(1)] = frames.get(m.group(1), 0) + int(m.group(2))
-    bad = [ln for ln in mal.stdout.splitlines() if ln.strip()]
-    missing = [p for p in protos if not frames.get(p)]
-    seen = ", ".join(f"{p} {frames.get(p, 0)}" for p in protos)
-    total = frames.get("eth", 0)
-    if missing or bad:
-        row["detail"] = (f"{total} frames; decoded: {seen}; missing: {', '.join(missing) or '-'}; "
-                         f"{len(bad)} malformed" + (f", first: {bad[0][:200]}" if bad else ""))
-    else:
-        row.update(status="PASS", detail=f"{total} frames, decoded: {seen}; 0 malformed")
-    return row
-
-
 def host_row(test, *args):
-    """A host-side row judged by `scripts/guest-results TEST ARGS` (guest-results/src/hostrows.rs):
-    checker-clean (the protocol checker saw no rule broken), loss-evidence (every fault rule acted and the
-    guests counted retransmissions)."""
+    """A host-side row judged by `scripts/guest-results TEST ARGS` (guest-results/): tshark (the capture
+    decodes as the cell's protocols, no malformed frame; SKIP without tshark), checker-clean (the protocol
+    checker saw no rule broken), loss-evidence (every fault rule acted and the guests counted
+    retransmissions)."""
     v, why = guest_results(test, *args)
     return v or {"test": test, "status": "FAIL", "secs": 0, "bw": "",
                  "detail": f"scripts/guest-results {test} failed: {why}"}
@@ -1427,7 +1379,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 host_rows["tshark"] = {"test": "tshark", "status": "SKIP", "secs": 0, "bw": "",
                                        "detail": "--net stream: no daemon, no capture"}
             else:
-                host_rows["tshark"] = tshark_test(pcap, spec.get("capture_protos") or CAPTURE_PROTOS[cell.split("-")[0]])
+                protos = spec.get("capture_protos") or CAPTURE_PROTOS[cell.split("-")[0]]
+                host_rows["tshark"] = host_row("tshark", "--pcap", pcap, *[a for p in protos for a in ("--proto", p)])
                 if cap and cap.capped_at:
                     host_rows["tshark"]["detail"] += f" (capture stopped at {cap.capped_at} records)"
         if spec.get("failover"):

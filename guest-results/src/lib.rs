@@ -15,6 +15,7 @@
 //! - [`junit`]: JUnit XML from test logs and matrix results (`guest-results
 //!   junit`, scripts/test.sh --junit and ci/matrix.sh --junit), written
 //!   with [`xml`].
+//! - [`tshark`]: the host row "tshark" (`guest-results tshark`).
 //! - [`report`]: a matrix run's results.md and the report of several runs
 //!   (`guest-results report`), from results.json read by [`pyjson`].
 
@@ -26,6 +27,7 @@ pub mod junit;
 pub mod pyjson;
 mod pytext;
 pub mod report;
+pub mod tshark;
 pub mod upstream;
 pub mod xml;
 

@@ -4,6 +4,7 @@
 //! `guest-results guests`: a matrix cell's test rows from its guests' out.log (ci/matrix.py's run_cell).
 //! `guest-results faults`, `trace`: a device-fault cell's case verdicts, table and trace row.
 //! `guest-results checker-clean`, `loss-evidence`: host rows from what the daemon reported.
+//! `guest-results tshark`: the host row "tshark" (a capture decodes as it should).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +18,7 @@ use guest_results::hostrows;
 use guest_results::junit::{self, Case, Status};
 use guest_results::pyjson::Json;
 use guest_results::report::{self, CellOrder};
+use guest_results::tshark;
 
 /// The results side of vhost-rdma's guest tests: judges what the guests logged.
 #[derive(Parser)]
@@ -139,6 +141,19 @@ enum Cmd {
         /// JSON {GUEST: {COUNTER: N}}
         #[arg(long)]
         counters: String,
+    },
+    /// The host row "tshark": the capture decodes as every --proto and no frame is malformed (runs
+    /// tshark twice; SKIP without tshark). Prints the row as JSON.
+    Tshark {
+        /// the capture
+        #[arg(long)]
+        pcap: PathBuf,
+        /// a protocol the capture must carry (tshark's name: infiniband, iwarp_mpa, smc, ...)
+        #[arg(long = "proto")]
+        protos: Vec<String>,
+        /// seconds each tshark run may take
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
     },
     /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
     /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
@@ -422,6 +437,14 @@ fn main() -> anyhow::Result<ExitCode> {
             let faults: Json = serde_json::from_str(&faults).context("--faults")?;
             let counters: Json = serde_json::from_str(&counters).context("--counters")?;
             let row = hostrows::loss_evidence(&faults, &counters);
+            println!("{}", serde_json::to_string(&row)?);
+        }
+        Cmd::Tshark {
+            pcap,
+            protos,
+            timeout,
+        } => {
+            let row = tshark::tshark_row(&pcap, &protos, std::time::Duration::from_secs(timeout));
             println!("{}", serde_json::to_string(&row)?);
         }
         Cmd::Report {
