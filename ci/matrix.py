@@ -1465,26 +1465,12 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     return res
 
 
-# Failure reasons ci-lib.sh gives when its siw diagnosis recognises one of the
-# two connection-setup races in the guest kernel's siw (ci/README.md, "siw:
-# rdma_cm connection setup is flaky"). Only a cell whose every failure names
-# one of them is rerun; anything else fails at once.
-KNOWN_SIW_RACES = ("siw_accept lost-wakeup race", "siw rejected the MPA reply")
-
-
-# Not about the transport: perftest's clock calibration (TSC samples against
-# gettimeofday, r^2 >= 0.9) fails on a loaded TCG host; the tool then prints
-# no report and exits 1, and its peer fails with it.
-KNOWN_HOST_FLAKES = ("perftest could not calibrate its clock",)
-
-
-def known_flakes(cell):
-    return KNOWN_HOST_FLAKES + (KNOWN_SIW_RACES if cell.startswith("siw") else ())
-
-
-def failed_only_by_known_siw_race(res, cell="siw"):
-    fails = [t for t in res["tests"] if t["status"] == "FAIL"]
-    return bool(fails) and all(any(k in t["detail"] for k in known_flakes(cell)) for t in fails)
+def known_flake_failures(res, cell):
+    """"TEST: FLAKE; ..." when every failed test of the cell names a recognised flake (`scripts/guest-results
+    flakes`: the two diagnosed siw connection-setup races in the siw cells, ci/README.md; perftest's clock
+    calibration on a loaded host everywhere), else None: anything else fails at once."""
+    v, _ = guest_results("flakes", "--cell", cell, input=json.dumps(res["tests"]))
+    return v.get("why") if v else None
 
 
 def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir):
@@ -1494,8 +1480,10 @@ def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workro
     reruns = []
     while True:
         res = run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
-        if (res["status"] != "FAIL" or len(reruns) >= a.siw_reruns
-                or not failed_only_by_known_siw_race(res, cell)):
+        if res["status"] != "FAIL" or len(reruns) >= a.siw_reruns:
+            break
+        why = known_flake_failures(res, cell)
+        if why is None:
             break
         if res.get("logs"):
             src = os.path.join(os.path.dirname(logsdir), res["logs"])
@@ -1503,8 +1491,6 @@ def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workro
             shutil.rmtree(dst, ignore_errors=True)
             os.rename(src, dst)
             res["logs"] = os.path.relpath(dst, os.path.dirname(logsdir))
-        why = "; ".join(f"{t['test']}: {next(k for k in known_flakes(cell) if k in t['detail'])}"
-                        for t in res["tests"] if t["status"] == "FAIL")
         reruns.append({"attempt": len(reruns) + 1, "failed": [t for t in res["tests"] if t["status"] == "FAIL"],
                        "race": why, "logs": res.get("logs"), "wall_s": res["wall_s"]})
         print(f"\n*** RERUN {kernel}/{cell}: attempt {len(reruns)} failed only by a known flake "

@@ -8,6 +8,8 @@
 //!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
 //! - [`faults`]: the device-fault cells' case verdicts, driver table and
 //!   trace row (`guest-results faults`, `guest-results trace`).
+//! - [`flakes`]: a failed cell that failed only by known flakes is rerun
+//!   (`guest-results flakes`).
 //! - [`guestlog`]: a matrix cell's rows from its guests' out.log
 //!   (`guest-results guests`).
 //! - [`hostrows`]: host rows from what the daemon reported
@@ -21,6 +23,7 @@
 
 pub mod cell;
 pub mod faults;
+pub mod flakes;
 pub mod guestlog;
 pub mod hostrows;
 pub mod junit;

@@ -5,6 +5,7 @@
 //! `guest-results faults`, `trace`: a device-fault cell's case verdicts, table and trace row.
 //! `guest-results checker-clean`, `loss-evidence`: host rows from what the daemon reported.
 //! `guest-results tshark`: the host row "tshark" (a capture decodes as it should).
+//! `guest-results flakes`: whether a failed cell failed only by known flakes (a rerun).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
 use guest_results::faults::{self, FaultCase, Judge};
+use guest_results::flakes;
 use guest_results::guestlog::{self, TestLine};
 use guest_results::hostrows;
 use guest_results::junit::{self, Case, Status};
@@ -154,6 +156,14 @@ enum Cmd {
         /// seconds each tshark run may take
         #[arg(long, default_value_t = 900)]
         timeout: u64,
+    },
+    /// Whether a failed cell failed only by known flakes (its test rows, a JSON array, on stdin).
+    /// Prints JSON {"why": "TEST: FLAKE; ..."} when every failed row names one (the cell may be
+    /// rerun), else {"why": null}.
+    Flakes {
+        /// the cell (the siw races count in the siw cells only)
+        #[arg(long)]
+        cell: String,
     },
     /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
     /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
@@ -446,6 +456,13 @@ fn main() -> anyhow::Result<ExitCode> {
         } => {
             let row = tshark::tshark_row(&pcap, &protos, std::time::Duration::from_secs(timeout));
             println!("{}", serde_json::to_string(&row)?);
+        }
+        Cmd::Flakes { cell } => {
+            let tests: Json = serde_json::from_reader(std::io::stdin().lock())
+                .context("reading the rows (a JSON array) from stdin")?;
+            let why = flakes::failed_only_by_known_flakes(tests.items(), &cell);
+            let out = Json::Object(vec![("why".into(), why.map_or(Json::Null, Json::Str))]);
+            println!("{}", serde_json::to_string(&out)?);
         }
         Cmd::Report {
             runs,
