@@ -7,8 +7,8 @@
 # added). The SMC-R stream (smc-guest-tests, one connection, client to
 # server, every byte verified, smc_mode=smcr required) uses the same UEID in
 # both guests. And the daemon's CPU seconds per GiB over each transfer
-# (ci/daemon_cpu.py: its user + system time sampled every 0.5 s while the
-# bytes its ports send grow).
+# (scripts/guest-results daemon-cpu: its user + system time sampled every
+# 0.5 s while the bytes its ports send grow).
 #
 #   ci/bench-erdma.sh [--size 65536] [--iters 2000] [--smc-mib 256] [--no-build] [--logdir DIR]
 #
@@ -75,6 +75,9 @@ grep -E '^(summary|STREAM-RESULT)' /tmp/smc.log
 echo "SMC-CPU $((b1 - b0)) 100"
 echo "SMC-RC $rc"
 EOF
+# build guest-results now (its shim builds on first use): the sampler
+# must start with the daemon, not after a build
+"$ROOT/scripts/guest-results" --version >/dev/null || exit 2
 vrbin="$logdir/vrbin"
 mkdir -p "$vrbin/bin"
 cp "$logdir/job.sh" "$vrbin/job.sh"
@@ -93,7 +96,7 @@ run() {  # run erdma|rxe
     echo "sh /opt/vr/job.sh $dev client $B $A $size $iters ${smc_mib}M" >"$d/b.sh"
     daemon_up "$d/a.sock" "$d/b.sock" "$d/ctl.sock" -- "${ports[@]}" --control "$d/ctl.sock" ||
         fail_all "the daemon did not start ($d/daemon.log)"
-    python3 "$ROOT/ci/daemon_cpu.py" sample --pid "$DAEMON_PID" --daemon "$DAEMON" --control "$d/ctl.sock" \
+    "$ROOT/scripts/guest-results" daemon-cpu sample --pid "$DAEMON_PID" --daemon "$DAEMON" --control "$d/ctl.sock" \
         --out "$d/daemon-cpu.log" &
     local spid=$!
     RG_A=(--net vhost-user) RG_B=(--net vhost-user)
@@ -150,7 +153,7 @@ print(bw or '0', round(int(cpu) / 100 / (int(mib) / 1024), 2), ok)" "$bw" "$cpu"
 # daemon KIND -> "ib_write_bw_cpu_s_per_gib smc_cpu_s_per_gib": the two
 # largest bursts of traffic, in order
 daemon_cpu() {
-    python3 "$ROOT/ci/daemon_cpu.py" bursts "$logdir/$1/daemon-cpu.log" \
+    "$ROOT/scripts/guest-results" daemon-cpu bursts "$logdir/$1/daemon-cpu.log" \
         $((size * iters)) $((smc_mib << 20)) 2>/dev/null | awk '{ printf "%s ", $1 } END { print "" }'
 }
 read -r e_dcpu es_dcpu < <(daemon_cpu erdma)
@@ -171,8 +174,8 @@ echo
     echo "| erdma <-> erdma | $es_bw | $es_cpu | $es_dcpu |"
     echo "| rxe <-> rxe | $rs_bw | $rs_cpu | $rs_dcpu |"
 } | tee "$logdir/bench.md"
-# a PNG next to the table; a missing matplotlib only costs the plot
-python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "erdma vs rxe, ib_write_bw" >&2 || true
+# an SVG chart next to the table; a failed plot never fails the benchmark
+"$ROOT/scripts/guest-results" plot "$logdir/bench.md" "$logdir/bench.svg" --title "erdma vs rxe, ib_write_bw" >&2 || true
 echo
 echo "bench-erdma size=$size iters=$iters erdma_mbps=$e_bw rxe_mbps=$r_bw erdma_cpu_s_per_gib=$e_cpu rxe_cpu_s_per_gib=$r_cpu erdma_daemon_cpu_s_per_gib=$e_dcpu rxe_daemon_cpu_s_per_gib=$r_dcpu"
 echo "bench-erdma-smc mib=$smc_mib erdma_mibps=$es_bw rxe_mibps=$rs_bw erdma_cpu_s_per_gib=$es_cpu rxe_cpu_s_per_gib=$rs_cpu erdma_daemon_cpu_s_per_gib=$es_dcpu rxe_daemon_cpu_s_per_gib=$rs_dcpu"

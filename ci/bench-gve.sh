@@ -117,8 +117,8 @@ echo
     echo "| gve, devmem TCP (devmem-recv, udmabuf) | ${devmem_mibps:-?} | ${devmem_cpu:-?} | $([[ $dm == *verified=1* ]] && echo yes || echo NO) |"
     echo "| gve, ordinary TCP, devmem's receiver and sender (control) | ${control_mibps:-?} | ${control_cpu:-?} | $([[ $dc == *verified=1* ]] && echo yes || echo NO) |"
 } | tee "$logdir/bench.md"
-# a PNG next to the table; a missing matplotlib only costs the plot
-python3 "$ROOT/ci/plot.py" "$logdir/bench.md" "$logdir/bench.png" --title "TCP receive: gve vs virtio-net" >&2 || true
+# an SVG chart next to the table; a failed plot never fails the benchmark
+"$ROOT/scripts/guest-results" plot "$logdir/bench.md" "$logdir/bench.svg" --title "TCP receive: gve vs virtio-net" >&2 || true
 echo
 echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0}"
 ((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }

@@ -205,8 +205,8 @@ if ((engine)) && [[ -s $d/engine.txt ]]; then
     echo
 fi
 cat "$d/bench.md"
-# a PNG next to the table; a missing matplotlib only costs the plot
-python3 "$ROOT/ci/plot.py" "$d/bench.md" "$d/bench.png" --title "ib_write_bw from guest B" >&2 || true
+# an SVG chart next to the table; a failed plot never fails the benchmark
+"$ROOT/scripts/guest-results" plot "$d/bench.md" "$d/bench.svg" --title "ib_write_bw from guest B" >&2 || true
 out_b="$d/b.job/out.log"
 for t in guest vhost; do
     line="$(grep "^BENCH target=$t role=client" "$out_b" 2>/dev/null | tail -n 1)"

@@ -240,115 +240,12 @@ d="$logdir"
 A=10.77.0.1 B=10.77.0.2 VH=10.77.0.10 MACA=52:54:00:77:00:01 MACB=52:54:00:77:00:02 MACG=52:54:00:77:00:11
 C() { "$DAEMON" ctl --control "$d/ctl.sock" "$@"; }
 
-# ---- the JSON readers of the daemon's replies
-cat >"$d/view.py" <<'PY'
-import json, sys
-
-def load(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except Exception:
-        return None
-
-def mib(b):
-    return f"{b / 1048576:.1f} MiB"
-
-cmd, args = sys.argv[1], sys.argv[2:]
-if cmd == "svc":  # svc HOSTS KIND PORT -> ok failed iterations verified error
-    for h in load(args[0]) or []:
-        for s in h["services"]:
-            if s["kind"] == args[1] and str(s["port"]) == args[2]:
-                print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s["last_verified"],
-                      s.get("last_error") or "-")
-                sys.exit(0)
-    print("0 0 0 0 no-such-service")
-elif cmd == "iwarp":  # iwarp HOSTS -> iWARP connections of the hosts
-    print(sum(h.get("iwarp", {}).get("connected", 0) for h in load(args[0]) or []))
-elif cmd == "events":  # events HOSTS SEEN_FILE: host events not shown yet
-    seen = load(args[1]) or {}
-    for h in load(args[0]) or []:
-        ev = h.get("events", [])
-        n = seen.get(h["name"], 0)
-        if n > len(ev):
-            n = 0
-        for e in ev[n:]:
-            print(f"{h['name']}: {e}")
-        seen[h["name"]] = len(ev)
-    with open(args[1], "w") as f:
-        json.dump(seen, f)
-elif cmd == "rates":  # rates STATUS BASE: bytes each port moved since BASE
-    cur, base = load(args[0]), load(args[1]) or {}
-    if not cur:
-        sys.exit(0)
-    bp = {p["name"]: p for p in base.get("ports", [])}
-    parts = []
-    for p in cur["ports"]:
-        b = bp.get(p["name"], {})
-        tx, rx = p["tx_bytes"] - b.get("tx_bytes", 0), p["rx_bytes"] - b.get("rx_bytes", 0)
-        if tx + rx >= 104858:
-            parts.append(f"{p['name']} sent {mib(tx)}/got {mib(rx)}")
-    print("fabric: " + (", ".join(parts) if parts else "quiet"))
-elif cmd == "smc":  # smc FLOWS -> "N TEXT": SMC-R v2 sessions the checker saw confirmed
-    f = load(args[0]) or {}
-    ok = [s for s in f.get("smc", []) if s["kind"] == "SMC-R" and s["version"] == 2 and s["state"] == "confirmed"]
-    if ok:
-        s = ok[-1]
-        q = lambda v: "-" if v is None else f"{v:#x}"
-        print(len(ok), f"{s['connection']} [SMC-R v2 confirmed{', first contact' if s['first_contact'] else ''}]"
-              f" link QPs: server {q(s.get('server_qpn'))}, client {q(s.get('client_qpn'))}")
-    else:
-        print(0, "states seen: " + ", ".join(f"{s['kind']} v{s['version']} {s['state']}" for s in f.get("smc", [])))
-elif cmd == "flows":  # flows FLOWS -> "RC_CONNS SMC_LINK_CONNS IWARP SMC_V2_CONFIRMED"
-    f = load(args[0]) or {}
-    rc = [c for c in f.get("roce", []) if c["transport"] == "rc"]
-    smc_links = [c for c in rc if any(h.get("smc") for h in c["halves"])]
-    v2 = [s for s in f.get("smc", []) if s["kind"] == "SMC-R" and s["version"] == 2 and s["state"] == "confirmed"]
-    print(len(rc), len(smc_links), len(f.get("iwarp", [])), len(v2))
-elif cmd == "findings":  # findings FINDINGS -> total
-    f = load(args[0]) or {}
-    print(f.get("total", "?"))
-elif cmd == "erdma":  # erdma STATUS: the erdma function's counters, a few lines
-    for dev in (load(args[0]) or {}).get("devices", []):
-        if dev.get("kind") != "erdma":
-            continue
-        c = dev["erdma"]["counters"]
-        print(f"erdma function {dev['port']}: path MTU {dev['erdma'].get('path_mtu')}, live QPs {c['qps_live']} "
-              f"CQs {c['cqs_live']} MRs {c['mrs_live']}; commands ok {c['cmd_common_ok'] + c['cmd_rdma_ok']} "
-              f"failed {c['cmd_common_failed'] + c['cmd_rdma_failed']}")
-        print(f"  WQEs executed {c['wqes_executed']}, RQEs consumed {c['rqes_consumed']}, CQEs written "
-              f"{c['cqes_written']}, interrupts {c['irqs']}, doorbells {c['doorbells']}")
-        print(f"  RoCEv2 frames sent {c['tx_frames']} ({mib(c['tx_bytes'])}), received {c['rx_frames']} "
-              f"({mib(c['rx_bytes'])}), dropped {c['rx_dropped']} ({c.get('rx_drop_not_roce', '?')} not RoCE); RC retries {c.get('rc_retries', '?')}, "
-              f"timeouts {c.get('rc_timeouts', '?')}, duplicates {c.get('rc_duplicates', '?')}")
-elif cmd == "gve":  # gve STATUS -> "SPLIT_PACKETS HEADER_BYTES PAYLOAD_BYTES RX_PACKETS"
-    for dev in (load(args[0]) or {}).get("devices", []):
-        if dev.get("kind") == "gve":
-            q = dev["gve"]["counters"]["rx_queues"]
-            print(sum(x["hsplit_packets"] for x in q), sum(x["header_bytes"] for x in q),
-                  sum(x["payload_bytes"] for x in q), sum(x["packets"] for x in q))
-            sys.exit(0)
-    print("0 0 0 0")
-elif cmd == "phs":  # phs FILE: tshark's protocol hierarchy -> "ROCE SMC_R CLC IWARP MALFORMED"
-    stack, got = [], {}
-    for line in open(args[0]):
-        parts = line.split()
-        if len(parts) < 2 or not parts[1].startswith("frames:"):
-            continue
-        depth = (len(line) - len(line.lstrip(" "))) // 2
-        del stack[depth:]
-        stack.append(parts[0])
-        path = "/".join(stack)
-        n = int(parts[1].split(":")[1])
-        for key, tail in (("roce", "udp/infiniband"), ("smcr", "udp/infiniband/smc"), ("clc", "tcp/smc"),
-                          ("iwarp", "tcp/iwarp_mpa")):
-            if path.endswith(tail):
-                got[key] = got.get(key, 0) + n
-        if parts[0] == "_ws.malformed":
-            got["malformed"] = got.get("malformed", 0) + n
-    print(*(got.get(k, 0) for k in ("roce", "smcr", "clc", "iwarp", "malformed")))
-PY
-V() { python3 "$d/view.py" "$@"; }
+# ---- the facts the steps judge, read from the daemon's JSON replies and
+# tshark's output (guest-results demo-view)
+# (the shim rebuilds it once here if its sources changed, even with --no-build)
+"$HERE/guest-results" --version >/dev/null || fail_all "scripts/guest-results could not be built"
+GR="${CARGO_TARGET_DIR:-$ROOT/target}/release/guest-results"
+V() { "$GR" demo-view "$@"; }
 
 # ---- the daemon: ports a, b (virtio-net), r (erdma on a), g (gVNIC) and
 # the virtual host with its services (config file: two pingpong servers)

@@ -7,7 +7,7 @@
 #                        one under test
 #   guest B (10.77.0.2): 4 queue pairs, iperf3 server (traffic source)
 #
-# A walks through steps; at each one the host (scripts/e2e-rss-host.py)
+# A walks through steps; at each one the host (guest-results rss-host)
 # compares the guest's view with the daemon's (`vhost-rdma ctl rss`):
 #   default  `ethtool -x eth0`: 128-entry RETA and key == the daemon's table/key
 #   equal2   `ethtool -X eth0 equal 2` -> daemon table 0,1,0,1,...
@@ -57,6 +57,8 @@ trap 'cleanup; exit 130' INT TERM
 trap cleanup EXIT
 
 e2e_prepare smc-guest-tests
+# the host side (guest-results rss-host) is built now, not while guest A waits for it
+"$HERE/guest-results" --version >/dev/null || fail_all "no guest-results (scripts/guest-results)"
 # guest binaries over 9p (tag vrbin -> /opt/vr, PATH has /opt/vr/bin)
 mkdir -p "$logdir/vrbin/bin"
 cp -f "$SGT" "$logdir/vrbin/bin/smc-guest-tests"
@@ -74,12 +76,11 @@ TCP_PORTS="41001 41004 41016 41020 41002 41017"
 UDP_PORTS="42001 42004 42008 42012 42002 42009"
 MOVE_PORT=41100
 d="$logdir"
-python3 - "$d/flows.json" "$KEY" "$TCP_PORTS" "$UDP_PORTS" "$MOVE_PORT" <<'EOF'
-import json, sys
-out, key, tcp, udp, mv = sys.argv[1:]
-flows = [["tcp", int(p)] for p in tcp.split()] + [["udp", int(p)] for p in udp.split()]
-json.dump({"key": key, "flows": flows, "move_sport": int(mv)}, open(out, "w"))
-EOF
+# the host side's flows.json: {"key": K, "flows": [["tcp", P]...], "move_sport": P}
+flows=""
+for p in $TCP_PORTS; do flows+="[\"tcp\", $p], "; done
+for p in $UDP_PORTS; do flows+="[\"udp\", $p], "; done
+printf '{"key": "%s", "flows": [%s], "move_sport": %s}\n' "$KEY" "${flows%, }" "$MOVE_PORT" >"$d/flows.json"
 
 # ---- guest jobs (dash)
 cat >"$d/a.sh" <<EOF
@@ -155,7 +156,7 @@ start_daemon "$d/a.sock" "$d/b.sock" "$d/ctl.sock" -- \
     --control "$d/ctl.sock"
 
 # ---- host side (follows A's steps through $d/a.job)
-python3 "$HERE/e2e-rss-host.py" "$DAEMON" "$d/ctl.sock" "$d/a.job" "$d/b.job" "$d/flows.json" \
+"$HERE/guest-results" rss-host "$DAEMON" "$d/ctl.sock" "$d/a.job" "$d/b.job" "$d/flows.json" \
     >"$d/host.log" 2>&1 &
 HOST_PID=$!
 

@@ -12,9 +12,7 @@ pkgs=(python3 e2fsprogs iproute2 util-linux xz-utils zstd cpio ca-certificates c
       cmake pkg-config gcc libc6-dev libclang-dev libnl-3-dev libnl-route-3-dev libibverbs-dev librdmacm-dev
       # scripts/check-contrib.sh validates contrib/: systemd-analyze verify (systemd),
       # virt-xml-validate (libvirt-clients) which runs xmllint (libxml2-utils)
-      systemd libvirt-clients libxml2-utils
-      # ci/plot.py: PNG plots next to the bench and soak tables (ci/test_plot.py tests it)
-      python3-matplotlib)
+      systemd libvirt-clients libxml2-utils)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

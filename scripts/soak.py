@@ -474,12 +474,12 @@ def main():
     report = "\n".join(lines) + "\n"
     with open(f"{resdir}/summary.md", "w") as f:
         f.write(report)
-    # PNGs next to the table: the transfers, and the daemon's memory over the
-    # run (ci/plot.py; a missing matplotlib only costs the plots)
-    plot = os.path.join(ROOT, "ci", "plot.py")
-    subprocess.call([sys.executable, plot, f"{resdir}/summary.md", f"{resdir}/summary.png",
+    # SVG charts next to the table: the transfers, and the daemon's memory
+    # over the run (scripts/guest-results plot; a failed plot never fails the soak)
+    gr = os.path.join(ROOT, "scripts", "guest-results")
+    subprocess.call([gr, "plot", f"{resdir}/summary.md", f"{resdir}/summary.svg",
                      "--title", f"soak {date}: transfers"])
-    subprocess.call([sys.executable, plot, "--csv", f"{resdir}/rss.csv", f"{resdir}/rss.png", "--x", "wall_s",
+    subprocess.call([gr, "plot", "--csv", f"{resdir}/rss.csv", f"{resdir}/rss.svg", "--x", "wall_s",
                      "--y", "vmrss_kib,rss_anon_kib,rss_shmem_kib", "--title", f"soak {date}: daemon memory (KiB)"])
     with open(f"{resdir}/summary.json", "w") as f:
         json.dump({"pass": ok, "minutes": a.minutes, "warmup_s": warmup, "rss": rss, "rounds": rounds_done,

@@ -28,8 +28,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::collections::VecDeque;
-use vhost_rdma::ports::virtio_net::chain::{self, ChainError, ChainLog, RxSource, TxStep, MAX_CTRL_LEN};
 use vhost_rdma::fabric::Frame;
+use vhost_rdma::ports::virtio_net::chain::{
+    self, ChainError, ChainLog, RxSource, TxStep, MAX_CTRL_LEN,
+};
 use vhost_rdma::stats::{LogLimiter, QueueCounters};
 use vhost_rdma::virtio_net::{NetHdr, MAX_FRAME_LEN, MIN_FRAME_LEN};
 use virtio_queue::{Queue, QueueOwnedT, QueueT};

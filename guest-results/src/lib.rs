@@ -1,6 +1,7 @@
 //! The results side of vhost-rdma's guest harness (issue 26): parses what the
 //! guests logged and judges it. `guest-runner` boots the guests; this crate
-//! only reads their logs, so it needs no QEMU, no daemon and no root.
+//! reads their logs and asks a running daemon through `vhost-rdma ctl`, so it
+//! needs no QEMU and no root.
 //!
 //! - [`upstream`]: the upstream suites (rdma-core's pyverbs `tests/`, the
 //!   kernel's NIC selftests) against `ci/upstream/*.expect`.
@@ -20,16 +21,27 @@
 //! - [`tshark`]: the host row "tshark" (`guest-results tshark`).
 //! - [`report`]: a matrix run's results.md and the report of several runs
 //!   (`guest-results report`), from results.json read by [`pyjson`].
+//! - [`daemon_cpu`]: the daemon's CPU per GiB in the guest benches
+//!   (`guest-results daemon-cpu sample|bursts`).
+//! - [`plot`]: SVG charts of the bench and soak tables (`guest-results plot`).
+//! - [`rss_host`]: the host side of scripts/e2e-rss.sh (`guest-results rss-host`).
+//! - [`demo_view`]: the facts scripts/demo.sh reads from the daemon's replies
+//!   (`guest-results demo-view`).
 
 pub mod cell;
+pub mod daemon_cpu;
+pub mod demo_view;
 pub mod faults;
 pub mod flakes;
 pub mod guestlog;
 pub mod hostrows;
 pub mod junit;
+pub mod plot;
 pub mod pyjson;
 mod pytext;
 pub mod report;
+pub mod rss_host;
+mod run_cmd;
 pub mod tshark;
 pub mod upstream;
 pub mod xml;

@@ -188,6 +188,115 @@ enum Cmd {
         #[arg(long, default_value = "")]
         date: String,
     },
+    /// One fact the demo (scripts/demo.sh) reads from the daemon's `ctl --json` replies or from
+    /// tshark's protocol hierarchy, printed as one line of words (a missing reply reads as empty).
+    DemoView {
+        #[command(subcommand)]
+        view: DemoView,
+    },
+    /// SVG charts next to the bench and soak tables: one horizontal bar chart per numeric column
+    /// of a Markdown table (guest_results::plot documents the table rules), or with --csv a line
+    /// chart of --y over --x (the soak's rss.csv).
+    Plot {
+        /// the Markdown file (CSV with --csv)
+        input: PathBuf,
+        /// the SVG to write (its name must end in .svg)
+        out: PathBuf,
+        /// the chart's heading (default: the input's file name)
+        #[arg(long)]
+        title: Option<String>,
+        /// which table of the file (1 = first)
+        #[arg(long, default_value_t = 1)]
+        table: usize,
+        /// the input is CSV: a line chart of --y over --x
+        #[arg(long, requires_all = ["x", "y"])]
+        csv: bool,
+        /// the CSV column on the x axis
+        #[arg(long)]
+        x: Option<String>,
+        /// comma list of CSV columns, one line each
+        #[arg(long, value_delimiter = ',')]
+        y: Vec<String>,
+    },
+    /// The daemon's CPU time per GiB moved (ci/bench-erdma.sh; guest_results::daemon_cpu).
+    DaemonCpu {
+        #[command(subcommand)]
+        cmd: DaemonCpuCmd,
+    },
+    /// The host side of scripts/e2e-rss.sh: follows guest A's steps through files in its job
+    /// dir, compares its view with `DAEMON ctl rss|flow-rule --json` and prints CHECK-OK /
+    /// CHECK-FAIL lines. Exit status 0 only if every check passed and every step was seen.
+    RssHost {
+        /// the vhost-rdma binary
+        daemon: PathBuf,
+        /// the daemon's control socket
+        ctl_sock: PathBuf,
+        /// guest A's job dir
+        job_a: PathBuf,
+        /// guest B's job dir
+        job_b: PathBuf,
+        /// the test flows: {"key": K, "flows": [[PROTO, PORT]...], "move_sport": PORT}
+        flows_json: PathBuf,
+        /// seconds to wait for each step [default: $E2E_RSS_STEP_TIMEOUT, else 900]
+        #[arg(long)]
+        step_timeout: Option<f64>,
+    },
+}
+
+#[derive(Subcommand)]
+enum DemoView {
+    /// "OK FAILED ITERATIONS VERIFIED ERROR" of the virtual host's service KIND on PORT
+    Svc {
+        hosts: PathBuf,
+        kind: String,
+        port: String,
+    },
+    /// the virtual hosts' events not shown yet ("HOST: EVENT"); SEEN remembers what was shown
+    Events { hosts: PathBuf, seen: PathBuf },
+    /// the bytes each port moved since BASE (`ctl --json status` replies)
+    Rates { status: PathBuf, base: PathBuf },
+    /// "N TEXT": SMC-R v2 sessions the checker saw confirmed
+    Smc { flows: PathBuf },
+    /// "RC_CONNS SMC_LINK_CONNS IWARP SMC_V2_CONFIRMED"
+    Flows { flows: PathBuf },
+    /// the checker's findings total
+    Findings { findings: PathBuf },
+    /// the erdma functions' counters, a few lines
+    Erdma { status: PathBuf },
+    /// "SPLIT_PACKETS HEADER_BYTES PAYLOAD_BYTES RX_PACKETS" of the gVNIC
+    Gve { status: PathBuf },
+    /// "ROCE SMC_R CLC IWARP MALFORMED" frames in tshark's `-z io,phs` output
+    Phs { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum DaemonCpuCmd {
+    /// Every 0.5 s until PID exits, append "<seconds> <cpu ticks> <bytes>" to --out: the
+    /// process's user + system time and the bytes its ports sent (`ctl status --json`).
+    Sample {
+        /// the daemon's process id
+        #[arg(long)]
+        pid: u32,
+        /// the vhost-rdma binary (for `ctl`)
+        #[arg(long)]
+        daemon: PathBuf,
+        /// the daemon's control socket
+        #[arg(long)]
+        control: PathBuf,
+        /// the samples file to write
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// One line per PAYLOAD, "<cpu s per GiB> <bytes>": the largest bursts of traffic in FILE,
+    /// in time order, the daemon's CPU over each divided by its PAYLOAD bytes ("0 0" when fewer
+    /// bursts than payloads).
+    Bursts {
+        /// a samples file (daemon-cpu sample --out)
+        file: PathBuf,
+        /// the bytes each burst moved, in time order
+        #[arg(required = true)]
+        payloads: Vec<u64>,
+    },
 }
 
 fn judge_guests(tests: &str, guests: &[String]) -> anyhow::Result<Json> {
@@ -478,6 +587,127 @@ fn main() -> anyhow::Result<ExitCode> {
             };
             return write_report(&runs, &out, combine, order, &date);
         }
+        Cmd::DemoView { view } => demo_view(view)?,
+        Cmd::Plot {
+            input,
+            out,
+            title,
+            table,
+            csv,
+            x,
+            y,
+        } => plot(&input, &out, title, table, csv.then_some((x, y)))?,
+        Cmd::DaemonCpu { cmd } => daemon_cpu(cmd)?,
+        Cmd::RssHost {
+            daemon,
+            ctl_sock,
+            job_a,
+            job_b,
+            flows_json,
+            step_timeout,
+        } => {
+            let secs = match step_timeout {
+                Some(s) => s,
+                None => match std::env::var("E2E_RSS_STEP_TIMEOUT") {
+                    Ok(v) => v
+                        .parse()
+                        .with_context(|| format!("E2E_RSS_STEP_TIMEOUT={v:?}: not seconds"))?,
+                    Err(_) => 900.0,
+                },
+            };
+            let step_timeout = std::time::Duration::try_from_secs_f64(secs)
+                .with_context(|| format!("step timeout {secs}: not seconds"))?;
+            let ok = guest_results::rss_host::run(guest_results::rss_host::Setup {
+                daemon,
+                ctl: ctl_sock,
+                job_a,
+                job_b,
+                flows: flows_json,
+                step_timeout,
+            });
+            std::process::exit(if ok { 0 } else { 1 });
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `guest-results plot`: prints what it drew ("plot: OUT (...)"), like ci/plot.py did.
+fn plot(
+    input: &std::path::Path,
+    out: &std::path::Path,
+    title: Option<String>,
+    table: usize,
+    csv: Option<(Option<String>, Vec<String>)>,
+) -> anyhow::Result<()> {
+    use guest_results::plot;
+    // The bench scripts used to write PNGs: an old name must not get SVG inside.
+    if out.extension().and_then(|e| e.to_str()) != Some("svg") {
+        bail!("plot: {}: the chart is SVG, name it .svg", out.display());
+    }
+    let title = title.unwrap_or_else(|| {
+        input
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    });
+    match csv {
+        Some((x, ys)) => {
+            let (Some(x), false) = (x, ys.is_empty()) else {
+                bail!("plot: --csv needs --x and --y");
+            };
+            let n = plot::line_chart_file(input, out, &x, &ys, &title)
+                .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            println!("plot: {} ({n} points)", out.display());
+        }
+        None => {
+            let s = plot::bar_chart_file(input, out, table, &title)
+                .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+            println!(
+                "plot: {} ({} rows x {} columns: {})",
+                out.display(),
+                s.rows,
+                s.columns.len(),
+                s.columns.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `guest-results daemon-cpu sample|bursts`.
+fn daemon_cpu(cmd: DaemonCpuCmd) -> anyhow::Result<()> {
+    use guest_results::daemon_cpu;
+    match cmd {
+        DaemonCpuCmd::Sample {
+            pid,
+            daemon,
+            control,
+            out,
+        } => daemon_cpu::sample(pid, &daemon, &control, &out)?,
+        DaemonCpuCmd::Bursts { file, payloads } => {
+            for line in daemon_cpu::bursts_file(&file, &payloads, daemon_cpu::clock_ticks())? {
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `guest-results demo-view`: one line (nothing for an empty view).
+fn demo_view(view: DemoView) -> anyhow::Result<()> {
+    use guest_results::demo_view as dv;
+    let line = match view {
+        DemoView::Svc { hosts, kind, port } => dv::service(&hosts, &kind, &port),
+        DemoView::Events { hosts, seen } => dv::events(&hosts, &seen)?,
+        DemoView::Rates { status, base } => dv::rates(&status, &base),
+        DemoView::Smc { flows } => dv::smc(&flows),
+        DemoView::Flows { flows } => dv::flows(&flows),
+        DemoView::Findings { findings } => dv::findings(&findings),
+        DemoView::Erdma { status } => dv::erdma(&status),
+        DemoView::Gve { status } => dv::gve(&status),
+        DemoView::Phs { file } => dv::phs(&std::fs::read_to_string(&file).unwrap_or_default()),
+    };
+    if !line.is_empty() {
+        println!("{line}");
+    }
+    Ok(())
 }

@@ -2,9 +2,8 @@
 //! capture decodes as the protocols it should carry, with no malformed
 //! packet. It replaced ci/matrix.py's `tshark_test` and gives the same rows.
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
@@ -53,42 +52,15 @@ fn code_of(st: ExitStatus) -> i32 {
 
 /// Runs a command with a time limit (killed when it runs over: `None`).
 fn run(cmd: &mut Command, limit: Duration) -> std::io::Result<Option<Ran>> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    // both pipes drained while waiting, so a chatty tshark never blocks
-    let reader = |p: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = p {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = reader(child.stdout.take().map(|p| Box::new(p) as _));
-    let err = reader(child.stderr.take().map(|p| Box::new(p) as _));
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break Some(st);
-        }
-        if t0.elapsed() >= limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = text_of(&out.join().unwrap_or_default());
-    let stderr = text_of(&err.join().unwrap_or_default());
-    Ok(status.map(|st| Ran {
-        code: code_of(st),
-        stdout,
-        stderr,
-    }))
+    match crate::run_cmd::output_within(cmd, limit) {
+        Ok(o) => Ok(Some(Ran {
+            code: code_of(o.status),
+            stdout: text_of(&o.stdout),
+            stderr: text_of(&o.stderr),
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn on_path(name: &str) -> bool {

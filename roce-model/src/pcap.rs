@@ -1,5 +1,5 @@
-//! Test support (feature `testdata`): a tiny classic-pcap reader with ERF
-//! record decoding, for tests that replay the real-hardware frames in this
+//! Test support (feature `testdata`): the golden captures, read through
+//! [`wire::capture`], and ERF record decoding, for tests that replay the real-hardware frames in this
 //! crate's `testdata/` directory. It is shared by this crate's and `wire-checker`'s
 //! test suites.
 //!
@@ -7,6 +7,7 @@
 //! trusted golden captures and a panic is the test failure.
 
 use std::path::PathBuf;
+use wire::capture::CaptureReader;
 
 /// Link type of Ethernet.
 pub const LINKTYPE_ETHERNET: u32 = 1;
@@ -33,34 +34,22 @@ pub struct Pcap {
     pub records: Vec<Vec<u8>>,
 }
 
-/// Parse a classic pcap (either byte order, µs or ns timestamps).
+/// Read a capture (classic pcap or pcapng, through [`wire::capture`]) whose
+/// frames all share the first interface's link type.
 pub fn read_pcap(data: &[u8]) -> Pcap {
-    assert!(data.len() >= 24, "short pcap header");
-    let magic = u32::from_le_bytes(data[0..4].try_into().unwrap());
-    let le = match magic {
-        0xa1b2_c3d4 | 0xa1b2_3c4d => true,
-        0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
-        m => panic!("not a classic pcap: magic {m:#x}"),
-    };
-    let rd = |b: &[u8]| {
-        let a: [u8; 4] = b.try_into().unwrap();
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
-    let linktype = rd(&data[20..24]) & 0x0fff_ffff;
+    let mut r = CaptureReader::new(data).unwrap_or_else(|e| panic!("bad capture: {e}"));
+    let linktype = r
+        .interfaces()
+        .first()
+        .map(|i| u32::from(i.linktype))
+        .unwrap_or_else(|| panic!("capture without an interface"));
     let mut records = Vec::new();
-    let mut off = 24;
-    while off + 16 <= data.len() {
-        let incl = rd(&data[off + 8..off + 12]) as usize;
-        off += 16;
-        assert!(off + incl <= data.len(), "truncated pcap record");
-        records.push(data[off..off + incl].to_vec());
-        off += incl;
+    while let Some(p) = r
+        .next_packet()
+        .unwrap_or_else(|e| panic!("bad capture: {e}"))
+    {
+        records.push(p.data);
     }
-    assert_eq!(off, data.len(), "trailing bytes in pcap");
     Pcap { linktype, records }
 }
 

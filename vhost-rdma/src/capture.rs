@@ -19,9 +19,7 @@
 //! file named directly in it: never an existing file, never through a
 //! symlink, never elsewhere ([`open_new_capture_file`]).
 //!
-//! [`read`] reads captures back (`vhost-rdma check-capture`).
-
-pub mod read;
+//! `wire::capture` reads captures back (`vhost-rdma check-capture`).
 
 use crate::frame::Dir;
 use serde::{Deserialize, Serialize};
@@ -33,84 +31,12 @@ use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wire::capture::pcapng;
 
 /// Records queued towards the writer thread at most.
 pub const CHANNEL_RECORDS: usize = 4096;
 /// Largest frame length a capture keeps (also the default snap length).
 pub const MAX_SNAPLEN: u32 = 65535 + 14;
-
-/// pcapng blocks (little endian).
-pub mod pcapng {
-    /// Link type Ethernet.
-    pub const LINKTYPE_ETHERNET: u16 = 1;
-    /// `epb_flags` direction: inbound.
-    pub const FLAG_INBOUND: u32 = 1;
-    /// `epb_flags` direction: outbound.
-    pub const FLAG_OUTBOUND: u32 = 2;
-
-    fn pad4(v: &mut Vec<u8>) {
-        while !v.len().is_multiple_of(4) {
-            v.push(0);
-        }
-    }
-
-    fn option(v: &mut Vec<u8>, code: u16, val: &[u8]) {
-        v.extend_from_slice(&code.to_le_bytes());
-        v.extend_from_slice(&(val.len() as u16).to_le_bytes());
-        v.extend_from_slice(val);
-        pad4(v);
-    }
-
-    fn block(kind: u32, body: &[u8]) -> Vec<u8> {
-        let len = (12 + body.len()) as u32;
-        let mut v = Vec::with_capacity(len as usize);
-        v.extend_from_slice(&kind.to_le_bytes());
-        v.extend_from_slice(&len.to_le_bytes());
-        v.extend_from_slice(body);
-        v.extend_from_slice(&len.to_le_bytes());
-        v
-    }
-
-    /// Section Header Block (section length unknown).
-    pub fn shb(app: &str) -> Vec<u8> {
-        let mut b = Vec::new();
-        b.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
-        b.extend_from_slice(&1u16.to_le_bytes());
-        b.extend_from_slice(&0u16.to_le_bytes());
-        b.extend_from_slice(&(-1i64).to_le_bytes());
-        option(&mut b, 4, app.as_bytes()); // shb_userappl
-        option(&mut b, 0, &[]);
-        block(0x0a0d_0d0a, &b)
-    }
-
-    /// Interface Description Block: Ethernet, `if_name`, nanosecond
-    /// timestamps (`if_tsresol` 9).
-    pub fn idb(name: &str, snaplen: u32) -> Vec<u8> {
-        let mut b = Vec::new();
-        b.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
-        b.extend_from_slice(&0u16.to_le_bytes());
-        b.extend_from_slice(&snaplen.to_le_bytes());
-        option(&mut b, 2, name.as_bytes()); // if_name
-        option(&mut b, 9, &[9]); // if_tsresol: 10^-9
-        option(&mut b, 0, &[]);
-        block(1, &b)
-    }
-
-    /// Enhanced Packet Block with `epb_flags`.
-    pub fn epb(iface: u32, ts_ns: u64, data: &[u8], orig_len: u32, flags: u32) -> Vec<u8> {
-        let mut b = Vec::with_capacity(data.len() + 40);
-        b.extend_from_slice(&iface.to_le_bytes());
-        b.extend_from_slice(&((ts_ns >> 32) as u32).to_le_bytes());
-        b.extend_from_slice(&(ts_ns as u32).to_le_bytes());
-        b.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        b.extend_from_slice(&orig_len.to_le_bytes());
-        b.extend_from_slice(data);
-        pad4(&mut b);
-        option(&mut b, 2, &flags.to_le_bytes()); // epb_flags
-        option(&mut b, 0, &[]);
-        block(6, &b)
-    }
-}
 
 /// State and counters of the current (or last) capture.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

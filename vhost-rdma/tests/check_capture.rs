@@ -1,5 +1,5 @@
 //! `vhost-rdma check-capture` on captures written with the daemon's own
-//! pcapng writer (`capture::pcapng`), frames from `wire`'s builder and MPA /
+//! pcapng writer (`wire::capture::pcapng`), frames from `wire`'s builder and MPA /
 //! DDP bytes from `siw`'s codec: a clean capture passes; a bad MPA CRC and a
 //! retransmission that changed its bytes are findings (exit 1); an
 //! unreadable file is exit 2.
@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use siw::ddp::{Header, Opcode};
 use siw::mpa::{write_fpdu, FrameKind, MpaFrame};
-use vhost_rdma::capture::pcapng;
+use wire::capture::pcapng;
 
 type Ep = ([u8; 4], u16);
 

@@ -359,7 +359,7 @@ fn plan(name: &str, text: &str, ex: &extract::Example, live: &Path, control: &Pa
 /// one Ethernet interface, as a capture with no traffic yet) of that name in
 /// the example's directory, so the example checks a real file.
 fn capture_fixture(args: &mut [String], cwd: &Path) {
-    use vhost_rdma::capture::pcapng;
+    use wire::capture::pcapng;
     if args.first().map(String::as_str) != Some("check-capture") {
         return;
     }

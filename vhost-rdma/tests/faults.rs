@@ -598,7 +598,7 @@ struct Pcapng {
 /// length, a missing section header or a packet of an undescribed
 /// interface fails the test).
 fn read_pcapng(path: &Path) -> Pcapng {
-    use vhost_rdma::capture::read::CaptureReader;
+    use wire::capture::CaptureReader;
     let mut r = CaptureReader::new(std::fs::File::open(path).unwrap()).unwrap();
     let mut out = Pcapng::default();
     while let Some(p) = r.next_packet().unwrap() {

@@ -17,15 +17,19 @@
 //! - [`checksum`]: the Internet checksum, pseudo-headers, filling the IPv4
 //!   and TCP/UDP checksums of a frame.
 //! - [`tso`]: one TCP/UDP segmentation offload.
+//! - [`capture`]: reading pcapng and classic pcap captures back, one frame
+//!   at a time (`vhost-rdma check-capture`, the tests' golden captures).
 //!
-//! The crate does no I/O, allocates only where it builds frames, and
-//! depends on no other crate.
+//! The crate opens nothing itself (the capture reader reads from the
+//! caller's `Read`), allocates only where it builds frames or reads a
+//! capture, and depends only on `thiserror`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod arp;
 pub mod builder;
+pub mod capture;
 pub mod checksum;
 pub mod ethernet;
 pub mod ip;

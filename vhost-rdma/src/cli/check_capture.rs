@@ -16,7 +16,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use vhost_rdma::capture::read::{CaptureReader, ReadError};
+use wire::capture::{CaptureReader, ReadError};
 use wire_checker::net::TcpSegment;
 use wire_checker::{Addr, Checker, CheckerConfig, Finding, FlowsView};
 

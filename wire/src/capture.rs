@@ -1,7 +1,8 @@
-//! Reading captures back: the daemon's pcapng (any byte order, several
+//! Captures: the pcapng blocks the daemon writes ([`pcapng`]), and reading
+//! captures back ([`CaptureReader`]): the daemon's pcapng (any byte order, several
 //! sections, `if_tsresol`, `epb_flags`) and classic pcap (µs or ns, either
 //! byte order), one record at a time, for `vhost-rdma check-capture` and the
-//! tests. Malformed input is an error, never a panic.
+//! tests that replay golden captures. Malformed input is an error, never a panic.
 
 use std::io::{self, Read};
 
@@ -262,11 +263,7 @@ impl<R: Read> CaptureReader<R> {
         be: bool,
         head: Option<[u8; 4]>,
     ) -> Result<(u32, Vec<u8>), ReadError> {
-        if total < 12
-            || !total.is_multiple_of(4)
-            || total > MAX_BLOCK
-            || (head.is_some() && total < 28)
-        {
+        if total < 12 || total % 4 != 0 || total > MAX_BLOCK || (head.is_some() && total < 28) {
             return Err(ReadError::Malformed {
                 offset,
                 what: format!("block of type {kind:#x} with length {total}"),
@@ -463,10 +460,83 @@ impl<R: Read> CaptureReader<R> {
     }
 }
 
+/// Writing pcapng: the blocks the daemon's captures are made of (little
+/// endian), which [`CaptureReader`] reads back.
+pub mod pcapng {
+    /// Link type Ethernet.
+    pub const LINKTYPE_ETHERNET: u16 = 1;
+    /// `epb_flags` direction: inbound.
+    pub const FLAG_INBOUND: u32 = 1;
+    /// `epb_flags` direction: outbound.
+    pub const FLAG_OUTBOUND: u32 = 2;
+
+    fn pad4(v: &mut Vec<u8>) {
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+    }
+
+    fn option(v: &mut Vec<u8>, code: u16, val: &[u8]) {
+        v.extend_from_slice(&code.to_le_bytes());
+        v.extend_from_slice(&(val.len() as u16).to_le_bytes());
+        v.extend_from_slice(val);
+        pad4(v);
+    }
+
+    fn block(kind: u32, body: &[u8]) -> Vec<u8> {
+        let len = (12 + body.len()) as u32;
+        let mut v = Vec::with_capacity(len as usize);
+        v.extend_from_slice(&kind.to_le_bytes());
+        v.extend_from_slice(&len.to_le_bytes());
+        v.extend_from_slice(body);
+        v.extend_from_slice(&len.to_le_bytes());
+        v
+    }
+
+    /// Section Header Block (section length unknown).
+    pub fn shb(app: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&(-1i64).to_le_bytes());
+        option(&mut b, 4, app.as_bytes()); // shb_userappl
+        option(&mut b, 0, &[]);
+        block(0x0a0d_0d0a, &b)
+    }
+
+    /// Interface Description Block: Ethernet, `if_name`, nanosecond
+    /// timestamps (`if_tsresol` 9).
+    pub fn idb(name: &str, snaplen: u32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&snaplen.to_le_bytes());
+        option(&mut b, 2, name.as_bytes()); // if_name
+        option(&mut b, 9, &[9]); // if_tsresol: 10^-9
+        option(&mut b, 0, &[]);
+        block(1, &b)
+    }
+
+    /// Enhanced Packet Block with `epb_flags`.
+    pub fn epb(iface: u32, ts_ns: u64, data: &[u8], orig_len: u32, flags: u32) -> Vec<u8> {
+        let mut b = Vec::with_capacity(data.len() + 40);
+        b.extend_from_slice(&iface.to_le_bytes());
+        b.extend_from_slice(&((ts_ns >> 32) as u32).to_le_bytes());
+        b.extend_from_slice(&(ts_ns as u32).to_le_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        b.extend_from_slice(&orig_len.to_le_bytes());
+        b.extend_from_slice(data);
+        pad4(&mut b);
+        option(&mut b, 2, &flags.to_le_bytes()); // epb_flags
+        option(&mut b, 0, &[]);
+        block(6, &b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::pcapng;
 
     fn le_file() -> Vec<u8> {
         let mut f = pcapng::shb("test");
