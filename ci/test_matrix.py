@@ -3,6 +3,7 @@
 daemon): a fake `vhost-rdma ctl`, a fake QEMU human monitor on a unix
 socket, and real processes standing in for a spinning and an idle QEMU.
 Also --shard I/N and --combine (the cell plan and result records, no guest),
+the calls of scripts/guest-results (the verdicts themselves: guest-results/tests/),
 and the bring-your-own-kernel option (--kernel PATH, --append) of
 scripts/run-guests, ci/matrix.sh and scripts/demo.sh: the image checks and
 the options reaching QEMU's command line (run-guests --dry-run), no guest.
@@ -502,6 +503,35 @@ class CtlBrokerTest(unittest.TestCase):
         self.assertTrue(matrix.CtlBroker.allowed(["trace", "stop", "--port", "ar"]))
         self.assertFalse(matrix.CtlBroker.allowed(["trace", "--control=/tmp/other.sock"]))
         self.assertFalse(matrix.CtlBroker.allowed(["status", "--pid", "1"]))
+
+
+class VerdictGlueTest(unittest.TestCase):
+    """matrix.py's calls of scripts/guest-results (the verdicts are tested in guest-results/tests/)."""
+
+    def test_guest_rows_host_rows_and_junit(self):
+        with tempfile.TemporaryDirectory() as d:
+            for role, (name, _, _) in matrix.GUESTS.items():
+                os.makedirs(os.path.join(d, f"{name}.job"))
+                with open(os.path.join(d, f"{name}.job", "out.log"), "w") as f:
+                    f.write(f"CI-KERNEL 7.3.4\nCI-TEST test=ping role={role} status=PASS secs=2 reason=\"3/3\"\n")
+            g = matrix.guest_rows("rxe", d)
+            rows = {t["test"]: t for t in g["tests"]}
+            self.assertEqual(rows["ping"]["status"], "PASS", rows["ping"])
+            self.assertEqual(rows["tshark"]["detail"], "host-side test did not run")
+            self.assertEqual(rows["rping"]["status"], "FAIL")
+            self.assertEqual(g["guest_kernel"], {"a": "7.3.4", "b": "7.3.4"})
+            self.assertEqual(matrix.host_row("checker-clean", "--checker", "null")["status"], "FAIL")
+            self.assertEqual(matrix.host_row("tshark", "--pcap", os.path.join(d, "none.pcap"))["status"],
+                             "FAIL" if shutil.which("tshark") else "SKIP")
+            bad = matrix.host_row("loss-evidence", "--faults", "not json", "--counters", "{}")
+            self.assertIn("scripts/guest-results loss-evidence failed", bad["detail"])
+            self.assertIsNone(matrix.known_flake_failures({"tests": g["tests"]}, "rxe"))
+            res = os.path.join(d, "results.json")
+            with open(res, "w") as f:
+                matrix.json.dump({"meta": {}, "cells": [{"kernel": "7.3", "cell": "rxe", "tests": g["tests"]}]}, f)
+            matrix.write_junit(res, os.path.join(d, "j.xml"))
+            with open(os.path.join(d, "j.xml")) as f:
+                self.assertIn('<testsuite name="matrix.7.3/rxe"', f.read())
 
 
 class FaultCasesTest(unittest.TestCase):
