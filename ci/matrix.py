@@ -30,6 +30,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KERNELS = ["7.3", "6.12"]
+# the results side (verdicts, reports, JUnit): the guest-results crate, built on first use
+GUEST_RESULTS = os.path.join(ROOT, "scripts", "guest-results")
 
 # test name -> roles expected to report it
 VERBS_TESTS = ["ibv_rc_pingpong", "rping", "ib_send_bw", "ib_write_bw", "ib_read_bw", "ucmatose"] + [
@@ -460,7 +462,6 @@ GUESTS = {  # role -> (name, ip, mac)
     "server": ("a", "10.77.0.1", "52:54:00:77:01:0a"),
     "client": ("b", "10.77.0.2", "52:54:00:77:01:0b"),
 }
-TEST_RE = re.compile(r'^CI-TEST test=(\S+) role=(\S+) status=(\S+) secs=(\d+)(?: bw=(\S*))? reason="(.*)"\s*$')
 
 
 def say(msg):
@@ -865,90 +866,31 @@ def job_script(role, cell, kernel):
     )
 
 
-def parse_guest(out_log):
-    """CI-TEST lines, the CI-ABORT line, the kernel and the CI-DIAG counters of one guest."""
-    lines, aborted, kernel, diag = [], None, None, {}
-    section, hdr = None, None
+def guest_results(*args, input=None):
+    """Runs `scripts/guest-results ARGS` (guest-results/: the verdicts and reports), INPUT on its stdin,
+    and returns (its JSON output, ""), or (None, why) when it failed."""
     try:
-        with open(out_log, errors="replace") as f:
-            for raw in f:
-                line = raw.rstrip("\r\n")
-                if line.startswith("== CI-DIAG"):
-                    section = ("rdma" if "rdma statistic" in line else "tcp" if "tcp counters" in line
-                               else "link" if "ip -s link" in line else "other")
-                    continue
-                if section in ("rdma", "tcp") and re.match(r"^    \S+ \d+$", line):
-                    k, v = line.split()
-                    diag[k] = int(v)
-                    continue
-                if section == "link":
-                    m = re.match(r"^\s+(RX|TX):\s+(.*)$", line)
-                    if m:
-                        hdr = (m.group(1), m.group(2).split())
-                        continue
-                    if hdr and re.match(r"^\s+[\d\s]+$", line):
-                        for k, v in zip(hdr[1], line.split()):
-                            if k in ("packets", "errors", "dropped", "missed"):
-                                diag[f"eth0_{hdr[0].lower()}_{k}"] = int(v)
-                        hdr = None
-                        continue
-                if not line.startswith("    "):
-                    section = None if not line.startswith(" ") else section
-                m = TEST_RE.match(line)
-                if m:
-                    lines.append({
-                        "test": m.group(1), "role": m.group(2), "status": m.group(3),
-                        "secs": int(m.group(4)), "bw": m.group(5) or "", "reason": m.group(6),
-                    })
-                elif line.startswith("CI-ABORT"):
-                    aborted = line
-                elif line.startswith("CI-KERNEL "):
-                    kernel = line.split(" ", 1)[1].strip()
-    except OSError:
-        pass
-    return lines, aborted, kernel, diag
+        r = subprocess.run([GUEST_RESULTS, *args], input=input, capture_output=True, text=True)
+        if r.returncode == 0:
+            return json.loads(r.stdout), ""
+        return None, f"rc={r.returncode}: {r.stderr.strip()[-300:]}"
+    except (OSError, ValueError) as e:
+        return None, str(e)
 
 
-def combine(cell, per_role, aborted):
-    """per_role: role -> list of CI-TEST dicts. Returns the list of test rows."""
-    rows = []
-    names = [t for t, _ in CELLS[cell]["tests"]]
-    # extra tests the guests reported (e.g. evidence runs)
+def guest_rows(cell, d):
+    """The cell's test rows from both guests' out.log (`scripts/guest-results guests`): a test needs a
+    CI-TEST line from each role CELLS names for it, any FAIL fails it, all SKIP skips it; a host-side test
+    gets a FAIL row run_cell replaces. Returns {"tests", "counters", "guest_kernel"}."""
+    args = ["guests", "--tests", json.dumps(CELLS[cell]["tests"])]
     for role in BOTH:
-        for r in per_role[role]:
-            if r["test"] not in names:
-                names.append(r["test"])
-    roles_of = dict(CELLS[cell]["tests"])
-    for name in names:
-        want = roles_of.get(name, tuple(r for r in BOTH if any(x["test"] == name for x in per_role[r])))
-        if want == ("host",):
-            # judged on the host after the guests (tshark, loss-evidence); replaced by run_cell
-            rows.append({"test": name, "status": "FAIL", "secs": 0, "bw": "", "detail": "host-side test did not run"})
-            continue
-        got = {r: next((x for x in per_role[r] if x["test"] == name), None) for r in want}
-        missing = [r for r in want if got[r] is None]
-        present = [got[r] for r in want if got[r] is not None]
-        status, why = "PASS", []
-        if missing:
-            status = "FAIL"
-            ab = "; ".join(f"{r}: {aborted[r]}" for r in missing if aborted.get(r))
-            why.append(f"no result from {', '.join(missing)}" + (f" ({ab})" if ab else " (guest died or timed out)"))
-        if any(x["status"] == "FAIL" for x in present):
-            status = "FAIL"
-        elif not missing and present and all(x["status"] == "SKIP" for x in present):
-            status = "SKIP"
-        for x in present:
-            if x["status"] != "PASS" or status == "PASS":
-                why.append(f"{x['role']}: {x['status']} {x['reason']}")
-        bws = [x["bw"] for x in present if x["bw"]]
-        cl = got.get("client")
-        bw = (cl["bw"] if cl and cl["bw"] else (bws[0] if bws else ""))
-        rows.append({
-            "test": name, "status": status,
-            "secs": max([x["secs"] for x in present], default=0),
-            "bw": bw, "detail": " | ".join(why),
-        })
-    return rows
+        name = GUESTS[role][0]
+        args += ["--guest", f"{role}={name}={d}/{name}.job/out.log"]
+    v, why = guest_results(*args)
+    if v is None:
+        v = {"tests": [{"test": "guest-results", "status": "FAIL", "secs": 0, "bw": "",
+                        "detail": f"scripts/guest-results guests failed: {why}"}], "counters": {}, "guest_kernel": {}}
+    return v
 
 
 def daemon_counters(daemon_bin, d):
@@ -1109,97 +1051,16 @@ class FailoverDriver(threading.Thread):
         return row
 
 
-# Heuristic payload dissectors for ULPs that never run in these cells. The
-# RPC-over-RDMA heuristic claims small perftest/ucmatose SEND payloads (e.g.
-# the 4 bytes 00 00 10 00 of ib_send_bw -R's exchange) and then throws
-# "[Malformed Packet: RPCoRDMA]" on a well-formed iWARP/RoCE frame (seen in
-# the 7.3 siw cell, ci/README.md): a false report about a protocol that is
-# not there, so it is switched off; every dissector of the expected
-# protocols stays on.
-TSHARK_OFF = ["--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "rpcrdma_infiniband"]
+def host_row(test, *args):
+    """A host-side row judged by `scripts/guest-results TEST ARGS` (guest-results/): tshark (the capture
+    decodes as the cell's protocols, no malformed frame; SKIP without tshark), checker-clean (the protocol
+    checker saw no rule broken), loss-evidence (every fault rule acted and the guests counted
+    retransmissions)."""
+    v, why = guest_results(test, *args)
+    return v or {"test": test, "status": "FAIL", "secs": 0, "bw": "",
+                 "detail": f"scripts/guest-results {test} failed: {why}"}
 
 
-def tshark_test(pcap, protos):
-    """Host-side test row: the capture decodes as PROTOS, no malformed packets."""
-    row = {"test": "tshark", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    t0 = time.monotonic()
-    if not shutil.which("tshark"):
-        row.update(status="SKIP", detail="tshark is not installed (scripts/install-deps.sh installs it)")
-        return row
-    if not os.path.exists(pcap) or os.path.getsize(pcap) == 0:
-        row["detail"] = f"no capture file {pcap}"
-        return row
-    try:
-        phs = subprocess.run(["tshark", "-n", *TSHARK_OFF, "-r", pcap, "-q", "-z", "io,phs"], capture_output=True,
-                             text=True, timeout=900)
-        mal = subprocess.run(["tshark", "-n", *TSHARK_OFF, "-r", pcap, "-Y", "_ws.malformed", "-T", "fields",
-                              "-e", "frame.number", "-e", "_ws.col.Protocol", "-e", "_ws.col.Info"],
-                             capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        row["detail"] = "tshark took longer than 900 s"
-        return row
-    row["secs"] = round(time.monotonic() - t0)
-    if phs.returncode != 0 or mal.returncode != 0:
-        err = [ln for ln in (phs.stderr + mal.stderr).splitlines() if ln.strip() and "Running as user" not in ln]
-        row["detail"] = f"tshark failed (rc {phs.returncode}/{mal.returncode}): {' '.join(err)[:300]}"
-        return row
-    frames = {}
-    for m in re.finditer(r"^\s*(\S+)\s+frames:(\d+)", phs.stdout, re.M):
-        frames[m.group(1)] = frames.get(m.group(1), 0) + int(m.group(2))
-    bad = [ln for ln in mal.stdout.splitlines() if ln.strip()]
-    missing = [p for p in protos if not frames.get(p)]
-    seen = ", ".join(f"{p} {frames.get(p, 0)}" for p in protos)
-    total = frames.get("eth", 0)
-    if missing or bad:
-        row["detail"] = (f"{total} frames; decoded: {seen}; missing: {', '.join(missing) or '-'}; "
-                         f"{len(bad)} malformed" + (f", first: {bad[0][:200]}" if bad else ""))
-    else:
-        row.update(status="PASS", detail=f"{total} frames, decoded: {seen}; 0 malformed")
-    return row
-
-
-# rdma statistic counters that count retransmissions / their triggers (rxe),
-# and the TCP ones (siw)
-RETRANS_COUNTERS = ("duplicate_request", "out_of_seq_request", "rcvd_seq_err", "completer_retry_err",
-                    "retry_exceeded_err", "rnr_nak_retry_err", "TcpRetransSegs", "TcpExtTCPOFOQueue",
-                    # erdma functions (daemon status, erdma-device Counters)
-                    "rc_retries", "rc_timeouts", "rc_seq_naks_sent", "rc_duplicates")
-
-
-def checker_clean_test(ck):
-    """Host-side row of a clean erdma cell: the protocol checker saw no rule broken."""
-    row = {"test": "checker-clean", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    if ck is None:
-        row["detail"] = "no checker report from the daemon"
-    elif ck["findings"]:
-        row["detail"] = f"{ck['findings']} finding(s): {ck['rules']} (checker-findings.json)"
-    else:
-        row["status"] = "PASS"
-        row["detail"] = "no finding"
-    return row
-
-
-def loss_evidence_test(faults, counters):
-    """Host-side test row of a lossy cell: every fault rule acted, and the
-    guests counted retransmissions."""
-    row = {"test": "loss-evidence", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    faults = (faults or {}).get("faults", faults)  # `ctl --json faults list` wraps the status
-    rules = (faults or {}).get("rules") if isinstance(faults, dict) else faults
-    # the siw workaround is not a loss rule
-    rules = [r for r in rules or [] if (r.get("rule") or {}).get("action") != "mpa-settle"]
-    if not rules:
-        row["detail"] = "no fault list from the daemon"
-        return row
-    acted = [f"rule {r.get('id')} ({r.get('description', '?')}): matched {r.get('matched')} acted {r.get('acted')}"
-             for r in rules]
-    idle = [r for r in rules if not r.get("acted")]
-    rt = {g: {k: v for k, v in (c or {}).items() if k in RETRANS_COUNTERS and v} for g, c in (counters or {}).items()}
-    total_rt = sum(sum(v.values()) for v in rt.values())
-    row["detail"] = "; ".join(acted) + "; guest retransmission counters: " + (
-        ", ".join(f"{g}: " + " ".join(f"{k}={v}" for k, v in c.items()) for g, c in sorted(rt.items())) or "none")
-    if not idle and total_rt > 0:
-        row["status"] = "PASS"
-    return row
 class CtlBroker(threading.Thread):
     """Device-fault cells: runs `vhost-rdma ctl ARGS` against the cell's daemon for the guests.
 
@@ -1272,85 +1133,26 @@ class CtlBroker(threading.Thread):
         self.poll()
 
 
-def judge_fault_case(row, case):
-    """A fault case's row (the server guest's line, combined) judged against FAULT_CASES: the rule fired
-    (hits=N > 0), every expected evidence regex matches, and traffic recovered after the clear exactly
-    when the 7.3 driver is expected to recover. A case the driver does not recover from passes only
-    when it does not recover, and says so as a finding."""
-    out = dict(row)
-    det = row.get("detail", "")
-    why = []
-    if row.get("status") == "FAIL" and "no result from" in det:
-        return out
-    m = re.search(r"\bhits=(\d+)", det)
-    if case.get("no_hits"):
-        pass  # the device keeps no hit count for this kind: the evidence regexes must show it acted
-    elif not m or int(m.group(1)) == 0:
-        why.append("the fault rule never fired (hits=" + (m.group(1) if m else "?") + ")")
-    missing = [x for x in case["expect"] if not re.search(x, det)]
-    if missing:
-        why.append("expected evidence not seen: " + ", ".join(f"/{x}/" for x in missing))
-    rec = re.search(r"\brecovered=(yes|no)\b", det)
-    if not rec:
-        why.append("no recovered=yes|no in the result")
-    elif (rec.group(1) == "yes") != case["recovers"]:
-        why.append("traffic recovered after the clear, but the 7.3 driver was expected not to"
-                   if rec.group(1) == "yes" else "traffic did not recover after the fault was cleared")
-    if row.get("status") == "FAIL":
-        why.append("the guest reported the case as FAIL")
-    lead = f"kind {case['kind']}: " + (f"(hits not judged: {case['no_hits']}) " if case.get("no_hits") else "")
-    if not case["recovers"] and rec and rec.group(1) == "no":
-        lead += "finding: the 7.3 driver does not recover; "
-    if why:
-        out["status"] = "FAIL"
-        out["detail"] = lead + "; ".join(why) + " | " + det
-    else:
-        out["status"] = "PASS"
-        out["detail"] = lead + det
-    return out
+def fault_rows(kernel, cell, rows, dest):
+    """A fault cell's rows with each fault-CASE row judged against FAULT_CASES (`scripts/guest-results
+    faults`): the rule fired (hits=N > 0, unless the case says the device keeps no hit count), every
+    expected evidence regex matches, and traffic recovered after the clear exactly when the 7.3 driver is
+    expected to recover (a case it does not recover from passes only when it does not, as a finding).
+    The driver developer's table (docs/driver-bench.md) goes to DEST."""
+    v, why = guest_results("faults", "--cases", json.dumps(FAULT_CASES[cell]), "--kernel", kernel, "--cell", cell,
+                           "--command", f"ci/matrix.sh --cells {kernel}/{cell}", "--md", dest, input=json.dumps(rows))
+    if v is None:
+        return rows + [{"test": "fault-verdict", "status": "FAIL", "secs": 0, "bw": "",
+                        "detail": f"scripts/guest-results faults failed: {why}"}]
+    return v
 
 
-def trace_test(d, traces):
-    """Host row "device-trace": every trace file of the cell exists in the capture dir, has records, and
-    names the driver interactions expected in it."""
-    row = {"test": "device-trace", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-    bad, good = [], []
-    for fn, names in traces.items():
-        try:
-            with open(os.path.join(d, fn), errors="replace") as f:
-                text = f.read()
-        except OSError:
-            bad.append(f"{fn}: missing")
-            continue
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        lacking = [n for n in names if n not in text]
-        if not lines or lacking:
-            bad.append(f"{fn}: {len(lines)} records, lacks {', '.join(lacking) or '-'}")
-        else:
-            good.append(f"{fn}: {len(lines)} records, names {', '.join(names)}")
-    row["detail"] = "; ".join(bad + good)
-    if traces and not bad:
-        row["status"] = "PASS"
-    return row
-
-
-def fault_table_md(kernel, cell, rows, cases, cmd):
-    """The driver developer's table (docs/driver-bench.md) from one run: kind, case, driver path,
-    the evidence the guest showed, recovered or not, the row's verdict."""
-    by = {r["test"]: r for r in rows}
-    out = [f"## {kernel}/{cell}: what each fault does to the {kernel} driver", "",
-           f"Command: `{cmd}`", "",
-           "| kind | case | driver path (7.3) | guest evidence (this run) | recovered after clear | verdict |",
-           "|---|---|---|---|---|---|"]
-    for c in cases:
-        r = by.get(f"fault-{c['case']}", {"status": "FAIL", "detail": "no row"})
-        det = r.get("detail", "")
-        ev = re.search(r"evidence: (.*?)(?: \| |$)", det)
-        rec = re.search(r"\brecovered=(yes|no)\b", det)
-        recd = (rec.group(1) if rec else "?") + ("" if c["recovers"] else " (expected: no - a driver finding)")
-        cell_txt = (ev.group(1) if ev else det).replace("|", "/")
-        out.append(f"| `{c['kind']}` | {c['case']} | {c['driver']} | {cell_txt} | {recd} | {r['status']} |")
-    return "\n".join(out) + "\n"
+def trace_row(d, traces):
+    """Host row "device-trace" (`scripts/guest-results trace`): every trace file of the cell exists in the
+    capture dir, has records, and names the driver interactions expected in it."""
+    v, why = guest_results("trace", "--dir", d, "--traces", json.dumps(traces))
+    return v or {"test": "device-trace", "status": "FAIL", "secs": 0, "bw": "",
+                 "detail": f"scripts/guest-results trace failed: {why}"}
 
 
 def upstream_rows(a, kernel, cell, d, logsdir):
@@ -1361,7 +1163,7 @@ def upstream_rows(a, kernel, cell, d, logsdir):
     device_of = CELLS[cell].get("rdma") if suite == "rdma-core" else CELLS[cell].get("nic")
     cmd = f"ci/matrix.sh --cells {kernel}/{cell}"
     dest = os.path.join(os.path.dirname(logsdir), f"upstream-{kernel}-{cell}.md")
-    args = [os.path.join(ROOT, "scripts", "guest-results"), "upstream", "--suite", suite,
+    args = ["upstream", "--suite", suite,
             "--expect-dir", os.path.join(ROOT, "ci", "upstream"), "--title", f"{suite} tests on {kernel}/{cell}",
             "--command", cmd, "--md", dest]
     for role in BOTH:
@@ -1370,12 +1172,7 @@ def upstream_rows(a, kernel, cell, d, logsdir):
         if suite == "rdma-core":
             spec += f"={d}/{name}.job/{suite}-cases.{role}"
         args += ["--device", spec]
-    try:
-        r = subprocess.run(args, capture_output=True, text=True)
-        v = json.loads(r.stdout) if r.returncode == 0 else None
-        why = f"rc={r.returncode}: {r.stderr.strip()[-300:]}"
-    except (OSError, ValueError) as e:
-        v, why = None, str(e)
+    v, why = guest_results(*args)
     if v is None:
         return [{"test": f"{suite}-verdict", "status": "FAIL", "secs": 0, "bw": "",
                  "detail": f"scripts/guest-results upstream failed: {why}"}]
@@ -1568,18 +1365,11 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 res["daemon_errors"] = bad[-10:]
         except OSError:
             pass
-        per_role, aborted = {}, {}
-        for role in BOTH:
-            name = GUESTS[role][0]
-            lines, ab, gk, dg = parse_guest(f"{d}/{name}.job/out.log")
-            if dg:
-                res.setdefault("counters", {})[name] = dg
-            per_role[role] = [x for x in lines if x["role"] == role]
-            if ab:
-                aborted[role] = ab
-            if gk:
-                res["guest_kernel"][name] = gk
-        res["tests"] = combine(cell, per_role, aborted)
+        g = guest_rows(cell, d)
+        if g["counters"]:
+            res["counters"] = g["counters"]
+        res["guest_kernel"].update(g["guest_kernel"])
+        res["tests"] = g["tests"]
         host_rows = {}
         if spec.get("capture"):
             if not a.capture:
@@ -1589,7 +1379,8 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                 host_rows["tshark"] = {"test": "tshark", "status": "SKIP", "secs": 0, "bw": "",
                                        "detail": "--net stream: no daemon, no capture"}
             else:
-                host_rows["tshark"] = tshark_test(pcap, spec.get("capture_protos") or CAPTURE_PROTOS[cell.split("-")[0]])
+                protos = spec.get("capture_protos") or CAPTURE_PROTOS[cell.split("-")[0]]
+                host_rows["tshark"] = host_row("tshark", "--pcap", pcap, *[a for p in protos for a in ("--proto", p)])
                 if cap and cap.capped_at:
                     host_rows["tshark"]["detail"] += f" (capture stopped at {cap.capped_at} records)"
         if spec.get("failover"):
@@ -1597,27 +1388,23 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
                                               {"test": "failover-evidence", "status": "SKIP", "secs": 0, "bw": "",
                                                "detail": "--net stream: no daemon to take a link down"})
         if spec.get("checker_clean"):
-            host_rows["checker-clean"] = checker_clean_test(ck)
+            host_rows["checker-clean"] = host_row("checker-clean", "--checker", json.dumps(ck))
         if spec.get("faults"):
             # the erdma functions' RC engines run in the daemon: their recovery counters are its own
             cnt = dict(res.get("counters") or {})
             for port, c in (res.get("daemon_counters") or {}).items():
                 if any(k.startswith("rc_") for k in c):
                     cnt[f"daemon:{port}"] = c
-            host_rows["loss-evidence"] = loss_evidence_test(fault_list, cnt)
+            host_rows["loss-evidence"] = host_row("loss-evidence", "--faults", json.dumps(fault_list),
+                                                  "--counters", json.dumps(cnt))
         if cell in FAULT_TRACES:
-            host_rows["device-trace"] = (trace_test(d, FAULT_TRACES[cell]) if net == "vhost-user" else
+            host_rows["device-trace"] = (trace_row(d, FAULT_TRACES[cell]) if net == "vhost-user" else
                                          {"test": "device-trace", "status": "SKIP", "secs": 0, "bw": "",
                                           "detail": "--net stream: no daemon"})
         res["tests"] = [host_rows.get(t["test"], t) for t in res["tests"]]
         if cell in FAULT_CASES:
-            cases = {f"fault-{c['case']}": c for c in FAULT_CASES[cell]}
-            res["tests"] = [judge_fault_case(t, cases[t["test"]]) if t["test"] in cases else t
-                            for t in res["tests"]]
-            md = fault_table_md(kernel, cell, res["tests"], FAULT_CASES[cell], f"ci/matrix.sh --cells {kernel}/{cell}")
             dest = os.path.join(os.path.dirname(logsdir), f"faults-{kernel}-{cell}.md")
-            with open(dest, "w") as f:
-                f.write(md)
+            res["tests"] = fault_rows(kernel, cell, res["tests"], dest)
             res["fault_table"] = os.path.relpath(dest, os.path.dirname(logsdir))
             print(f"   fault table: {dest}" + (f"; traces: {', '.join(res.get('traces', []))}"
                                                 if res.get("traces") else ""), flush=True)
@@ -1678,26 +1465,12 @@ def run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
     return res
 
 
-# Failure reasons ci-lib.sh gives when its siw diagnosis recognises one of the
-# two connection-setup races in the guest kernel's siw (ci/README.md, "siw:
-# rdma_cm connection setup is flaky"). Only a cell whose every failure names
-# one of them is rerun; anything else fails at once.
-KNOWN_SIW_RACES = ("siw_accept lost-wakeup race", "siw rejected the MPA reply")
-
-
-# Not about the transport: perftest's clock calibration (TSC samples against
-# gettimeofday, r^2 >= 0.9) fails on a loaded TCG host; the tool then prints
-# no report and exits 1, and its peer fails with it.
-KNOWN_HOST_FLAKES = ("perftest could not calibrate its clock",)
-
-
-def known_flakes(cell):
-    return KNOWN_HOST_FLAKES + (KNOWN_SIW_RACES if cell.startswith("siw") else ())
-
-
-def failed_only_by_known_siw_race(res, cell="siw"):
-    fails = [t for t in res["tests"] if t["status"] == "FAIL"]
-    return bool(fails) and all(any(k in t["detail"] for k in known_flakes(cell)) for t in fails)
+def known_flake_failures(res, cell):
+    """"TEST: FLAKE; ..." when every failed test of the cell names a recognised flake (`scripts/guest-results
+    flakes`: the two diagnosed siw connection-setup races in the siw cells, ci/README.md; perftest's clock
+    calibration on a loaded host everywhere), else None: anything else fails at once."""
+    v, _ = guest_results("flakes", "--cell", cell, input=json.dumps(res["tests"]))
+    return v.get("why") if v else None
 
 
 def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir):
@@ -1707,8 +1480,10 @@ def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workro
     reruns = []
     while True:
         res = run_cell(a, kernel, cell, image, qemu, daemon_bin, vrbin, workroot, logsdir)
-        if (res["status"] != "FAIL" or len(reruns) >= a.siw_reruns
-                or not failed_only_by_known_siw_race(res, cell)):
+        if res["status"] != "FAIL" or len(reruns) >= a.siw_reruns:
+            break
+        why = known_flake_failures(res, cell)
+        if why is None:
             break
         if res.get("logs"):
             src = os.path.join(os.path.dirname(logsdir), res["logs"])
@@ -1716,8 +1491,6 @@ def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workro
             shutil.rmtree(dst, ignore_errors=True)
             os.rename(src, dst)
             res["logs"] = os.path.relpath(dst, os.path.dirname(logsdir))
-        why = "; ".join(f"{t['test']}: {next(k for k in known_flakes(cell) if k in t['detail'])}"
-                        for t in res["tests"] if t["status"] == "FAIL")
         reruns.append({"attempt": len(reruns) + 1, "failed": [t for t in res["tests"] if t["status"] == "FAIL"],
                        "race": why, "logs": res.get("logs"), "wall_s": res["wall_s"]})
         print(f"\n*** RERUN {kernel}/{cell}: attempt {len(reruns)} failed only by a known flake "
@@ -1726,130 +1499,33 @@ def run_cell_with_reruns(a, kernel, cell, image, qemu, daemon_bin, vrbin, workro
     return res
 
 
-def fmt_md(results, meta):
-    out = [f"# vhost-rdma guest RDMA / SMC-R matrix, {meta['date']}", ""]
-    out.append(f"Guest link: {', '.join(sorted({r.get('net', 'vhost-user') for r in results})) or '-'} "
-               "(vhost-user = through the vhost-rdma daemon; stream = QEMU -netdev stream, no daemon)")
-    out.append("")
-    out.append(f"Host: {meta['host']}; accel {meta['accel']}; QEMU {meta['qemu_version']}; "
-               f"commit {meta['commit']}; command `{meta['command']}`")
-    out.append("")
-    kv = sorted({gk for r in results for gk in r.get("guest_kernel", {}).values()})
-    out.append(f"Guest kernels (uname -r): {', '.join(kv) or '-'}")
-    out.append("")
-    out.append("## Cells")
-    out.append("")
-    out.append("| cell | status | wall s | boot s (a/b) | tests pass/fail/skip | throughput |")
-    out.append("|---|---|---|---|---|---|")
-    for r in results:
-        nt = {s: sum(1 for t in r["tests"] if t["status"] == s) for s in ("PASS", "FAIL", "SKIP")}
-        tp = ", ".join(f"{t['test']} {t['bw']} {'MiB/s'}"
-                       for t in r["tests"] if t["bw"])
-        boot = "/".join(str(r["boot_s"].get(g, "?")) for g in ("a", "b"))
-        st = r["status"] + (f" after {len(r['reruns'])} rerun(s), known flake" if r.get("reruns") else "")
-        out.append(f"| {r['kernel']}/{r['cell']} | **{st}** | {r['wall_s']} | {boot} | "
-                   f"{nt['PASS']}/{nt['FAIL']}/{nt['SKIP']} | {tp or '-'} |")
-    out.append("")
-    out.append("## Tests")
-    out.append("")
-    out.append("| cell | test | status | secs | BW | detail |")
-    out.append("|---|---|---|---|---|---|")
-    for r in results:
-        for t in r["tests"]:
-            unit = "MiB/s"
-            bw = f"{t['bw']} {unit}" if t["bw"] else ""
-            det = t["detail"].replace("|", "/")
-            out.append(f"| {r['kernel']}/{r['cell']} | {t['test']} | {t['status']} | {t['secs']} | {bw} | {det} |")
-    cnt = [r for r in results if r.get("counters")]
-    if cnt:
-        out += ["", "## Guest counters at the end of each cell", "",
-                "`rdma statistic show link` (non-zero; duplicate_request / out_of_seq_request / *retry* "
-                "point at retransmissions) and eth0 drops, A = server side, B = client side.", ""]
-        for r in cnt:
-            for g, c in sorted(r["counters"].items()):
-                kv = " ".join(f"{k}={v}" for k, v in c.items()
-                              if not k.startswith("eth0_") or k.endswith(("dropped", "errors", "missed")))
-                out.append(f"- {r['kernel']}/{r['cell']} {g}: {kv}")
-    dcs = [r for r in results if r.get("daemon_counters")]
-    if dcs:
-        out += ["", "## Daemon counters at the end of each cell", "",
-                "`vhost-rdma ctl status` per port (a = server guest, b = client guest).", ""]
-        for r in dcs:
-            for port, c in sorted(r["daemon_counters"].items()):
-                out.append(f"- {r['kernel']}/{r['cell']} port {port}: " + " ".join(f"{k}={v}" for k, v in c.items()))
-    ws = [r for r in results if r.get("siw_settle") or "mpa-settle" in r.get("what", "")]
-    if ws:
-        out += ["", "## Daemon workaround in the siw cells", "",
-                "The guest kernel's siw has two connection-setup races (ci/README.md); these cells ran with the "
-                "daemon's documented `mpa-settle` rule (docs/faults-and-captures.md, \"Linux siw workaround\"), which holds TCP data "
-                "behind an MPA Reply for a while. Without it (`--siw-settle-ms 0`) the races fail siw cells on "
-                "a loaded host.", ""]
-        for r in ws:
-            out.append(f"- {r['kernel']}/{r['cell']}: {r.get('siw_settle') or 'mpa-settle rule installed'}")
-    rr = [(r, x) for r in results for x in r.get("reruns", [])]
-    if rr:
-        out += ["", "## Reruns (known flakes)", "",
-                "A cell whose every failure is a recognised flake - one of the two diagnosed races in the guest "
-                "kernel's siw connection setup (siw cells, ci/README.md), or perftest failing to calibrate its "
-                "clock on a loaded host - is rerun, at most `--siw-reruns` times. Earlier attempts:", ""]
-        for r, x in rr:
-            out.append(f"- {r['kernel']}/{r['cell']} attempt {x['attempt']} ({x['wall_s']} s): {x['race']}"
-                       + (f"; logs `{x['logs']}/`" if x.get("logs") else ""))
-    probs = [(r, p) for r in results for p in r["problems"]]
-    if probs:
-        out += ["", "## Cell problems", ""]
-        out += [f"- {r['kernel']}/{r['cell']}: {p}" for r, p in probs]
-    logs = [r for r in results if r.get("logs")]
-    if logs:
-        out += ["", "## Logs kept", ""]
-        out += [f"- {r['kernel']}/{r['cell']} ({r['status']}): `{r['logs']}/`" for r in logs]
-    out += ["", meta["summary"], ""]
-    return "\n".join(out)
+def write_report(results_json, out):
+    """results.md of a run from its results.json (`scripts/guest-results report`, guest-results/)."""
+    r = subprocess.run([GUEST_RESULTS, "report", results_json, "--out", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        say(f"writing {out} failed (rc={r.returncode}): {r.stderr.strip()[-300:]}")
 
 
 def combine_runs(paths, out):
     """--combine: one table from several runs' results.json (a later run's cell
     replaces an earlier run's same kernel/cell), e.g. the shards (--shard I/N)
-    of one matrix run on several machines. The Cells and Tests tables are the
-    ones a single run of all those cells gives (same rows, same order); a
-    "Source runs" section names every run and the cells taken from it."""
-    cells, sources = {}, []
-    for i, p in enumerate(paths, 1):
-        with open(os.path.join(p, "results.json") if os.path.isdir(p) else p) as f:
-            d = json.load(f)
-        m = d["meta"]
-        sources.append((i, f"{m['date']}, commit {m['commit']}, `{m['command']}`: {m['summary']}"))
-        for r in d["cells"]:
-            r = dict(r, run=i)
-            cells[(r["kernel"], r["cell"])] = r
-    results = sorted(cells.values(), key=lambda r: cell_key((r["kernel"], r["cell"])))
-    sources = [f"{i}. {text}; cells: "
-               + (", ".join(f"{r['kernel']}/{r['cell']}" for r in results if r["run"] == i) or "none (all replaced)")
-               for i, text in sources]
-    n = {s_: sum(1 for r in results for t in r["tests"] if t["status"] == s_) for s_ in ("PASS", "FAIL", "SKIP")}
-    with open(os.path.join(paths[-1], "results.json") if os.path.isdir(paths[-1]) else paths[-1]) as f:
-        last = json.load(f)["meta"]
-    meta = dict(last, date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                command=" + ".join(f"run {i}" for i in range(1, len(paths) + 1)),
-                summary=f"{n['PASS']} passed, {n['FAIL']} failed, {n['SKIP']} skipped")
-    md = fmt_md(results, meta)
-    md = md.replace("\n## Cells\n", "\n## Source runs (each cell from the last run that ran it)\n\n"
-                    + "\n".join(sources) + "\n\n## Cells\n", 1)
-    with open(out, "w") as f:
-        f.write(md)
-    print(meta["summary"])
-    return 1 if n["FAIL"] else 0
+    of one matrix run on several machines; `scripts/guest-results report
+    --combine` (guest-results/) writes it and prints the summary line. The
+    Cells and Tests tables are the ones a single run of all those cells gives
+    (same rows, same order); a "Source runs" section names every run and the
+    cells taken from it. Returns 1 when a test failed."""
+    return subprocess.run([GUEST_RESULTS, "report", "--combine", "--out", out,
+                           "--kernel-order", ",".join(KERNELS), "--cell-order", ",".join(CELL_ORDER + EXTRA_CELLS),
+                           "--date", datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), *paths]).returncode
 
 
-def write_junit(results, path):
-    """--junit: one <testsuite> per cell (matrix.KERNEL/CELL), one <testcase> per test (scripts/junit.py)."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import junit
-    cases = [junit.Case(f"matrix.{r['kernel']}/{r['cell']}", t["test"], t["status"],
-                        t["detail"] + (f" ({t['bw']} MiB/s)" if t.get("bw") else ""), float(t["secs"] or 0))
-             for r in results for t in r["tests"]]
-    n = junit.write(cases, path, "ci/matrix.sh")
-    say(f"junit: {path}: {sum(n.values())} cases")
+def write_junit(results_json, path):
+    """--junit: one <testsuite> per cell (matrix.KERNEL/CELL), one <testcase> per test, from the run's
+    results.json (`scripts/guest-results junit --matrix`, guest-results/)."""
+    r = subprocess.run([GUEST_RESULTS, "junit", "--out", path,
+                        "--name", "ci/matrix.sh", "--matrix", results_json], capture_output=True, text=True)
+    say(r.stdout.strip() if r.returncode == 0 else
+        f"junit: writing {path} failed (rc={r.returncode}): {r.stderr.strip()[-300:]}")
 
 
 def cell_key(kc):
@@ -2255,10 +1931,9 @@ def main():
             "cells_failed": cells_failed}
     with open(os.path.join(resdir, "results.json"), "w") as f:
         json.dump({"meta": meta, "cells": results}, f, indent=1)
-    with open(os.path.join(resdir, "results.md"), "w") as f:
-        f.write(fmt_md(results, meta))
+    write_report(os.path.join(resdir, "results.json"), os.path.join(resdir, "results.md"))
     if a.junit:
-        write_junit(results, a.junit)
+        write_junit(os.path.join(resdir, "results.json"), a.junit)
     shutil.rmtree(work, ignore_errors=True)
 
     print("\n== matrix summary")

@@ -3,15 +3,16 @@
 # installs what it needs (apt, cargo), then runs, in order:
 #   1. cargo fmt --check, cargo clippy -D warnings, ci/test_matrix.py
 #      (the guest matrix's stuck-guest diagnosis, host only),
-#      scripts/test_junit.py (the JUnit writer), scripts/check-contrib.sh
-#      (systemd units: systemd-analyze verify; libvirt domains:
-#      virt-xml-validate)
+#      scripts/check-contrib.sh (systemd units: systemd-analyze verify;
+#      libvirt domains: virt-xml-validate)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests; among
 #      them vhost-rdma/tests/doc_examples.rs: every `vhost-rdma` command
 #      line in README.md and docs/*.md against a live daemon, no usage
 #      errors; vhost-rdma/tests/repo_layout.rs: no import cycle between a
-#      crate's modules, no path outside the checkout; guest-results/tests/: the upstream suites' log parsers and
-#      judge, the bench plots, the daemon-CPU bursts), then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
+#      crate's modules, no path outside the checkout; guest-results/tests/:
+#      the upstream suites' log parsers and judge, the matrix's verdicts and
+#      reports, the JUnit writer, the bench plots, the daemon-CPU bursts),
+#      then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
 #      a Linux vxlan netdev and bridge in network namespaces, and a guest
 #      through each)
 #   3. the guest end-to-end tier: scripts/e2e-fabric.sh (two Linux 7.3 guests
@@ -42,8 +43,8 @@
 #
 #   scripts/test.sh [--no-e2e] [--e2e-case NAME]... [--junit FILE]
 #
-# --junit FILE also writes the results as JUnit XML (scripts/junit.py): one
-# <testcase> per step, cargo test, script record and matrix test.
+# --junit FILE also writes the results as JUnit XML (scripts/guest-results
+# junit): one <testcase> per step, cargo test, script record and matrix test.
 #
 # Downloads and builds are cached under ${VHOST_RDMA_CACHE:-~/.cache/vhost-rdma}
 # (cargo's target dir too, unless CARGO_TARGET_DIR is set); a warm run
@@ -151,8 +152,6 @@ step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --all-features -- -D warnings
 # host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
 step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine, --kernel PATH)" python3 "$ROOT/ci/test_matrix.py"
-# the JUnit writer (--junit here and in ci/matrix.sh) on sample logs
-step "scripts/test_junit.py (JUnit XML)" python3 "$ROOT/scripts/test_junit.py"
 # contrib/: systemd units and libvirt domains through their validators
 counted "scripts/check-contrib.sh (contrib/ validators)" contrib "$ROOT/scripts/check-contrib.sh"
 
@@ -249,7 +248,7 @@ fi
 if [[ -n $junit ]]; then
     say "JUnit XML: $junit"
     touch "$jdir/test.sh.log"
-    python3 "$ROOT/scripts/junit.py" --out "$junit" --name scripts/test.sh --records "test.sh=$jdir/test.sh.log" "${junit_in[@]}" ||
+    "$ROOT/scripts/guest-results" junit --out "$junit" --name scripts/test.sh --records "test.sh=$jdir/test.sh.log" "${junit_in[@]}" ||
         { failed=$((failed + 1)); echo "--- FAIL writing $junit"; }
 fi
 

@@ -1,10 +1,26 @@
 //! `guest-results upstream`: one upstream matrix cell's verdict (ci/matrix.py's `upstream_rows()`).
+//! `guest-results junit`: JUnit XML from test logs (scripts/test.sh --junit, ci/matrix.sh --junit).
+//! `guest-results report`: a matrix run's results.md, or one report from several runs (--combine).
+//! `guest-results guests`: a matrix cell's test rows from its guests' out.log (ci/matrix.py's run_cell).
+//! `guest-results faults`, `trace`: a device-fault cell's case verdicts, table and trace row.
+//! `guest-results checker-clean`, `loss-evidence`: host rows from what the daemon reported.
+//! `guest-results tshark`: the host row "tshark" (a capture decodes as it should).
+//! `guest-results flakes`: whether a failed cell failed only by known flakes (a rerun).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
+use guest_results::faults::{self, FaultCase, Judge};
+use guest_results::flakes;
+use guest_results::guestlog::{self, TestLine};
+use guest_results::hostrows;
+use guest_results::junit::{self, Case, Status};
+use guest_results::pyjson::Json;
+use guest_results::report::{self, CellOrder};
+use guest_results::tshark;
 
 /// The results side of vhost-rdma's guest tests: judges what the guests logged.
 #[derive(Parser)]
@@ -44,6 +60,133 @@ enum Cmd {
         /// where to write the Markdown table
         #[arg(long)]
         md: Option<PathBuf>,
+    },
+    /// Write JUnit XML: one <testsuite> per input suite, one <testcase> per test. Prints
+    /// "junit: FILE: N cases (P passed, F failed, S skipped)".
+    Junit {
+        /// the JUnit file to write
+        #[arg(long)]
+        out: PathBuf,
+        /// the <testsuites> name
+        #[arg(long, default_value = "vhost-rdma")]
+        name: String,
+        /// SUITE=LOG: result records "PASS|FAIL|SKIPPED NAME: detail" at the start of a line (a
+        /// later record of a NAME replaces an earlier one)
+        #[arg(long, value_name = "SUITE=LOG")]
+        records: Vec<String>,
+        /// SUITE=LOG: `cargo test` output, classed by test binary
+        #[arg(long, value_name = "SUITE=LOG")]
+        libtest: Vec<String>,
+        /// a matrix run's results.json: one <testsuite> matrix.KERNEL/CELL per cell
+        #[arg(long, value_name = "RESULTS_JSON")]
+        matrix: Vec<PathBuf>,
+        /// the <testsuite>s of another JUnit file (one that cannot be read is a failed case)
+        #[arg(long, value_name = "JUNIT")]
+        merge: Vec<PathBuf>,
+    },
+    /// Judge a matrix cell's guests: their out.log's CI-TEST lines combined into the cell's test
+    /// rows. Prints JSON {"tests": [{test, status, secs, bw, detail}...], "counters": {GUEST:
+    /// {COUNTER: N}}, "guest_kernel": {GUEST: RELEASE}}.
+    Guests {
+        /// the cell's tests in order, JSON [[NAME, [ROLE...]]...] (a ROLE "host": a host-side row
+        /// the caller fills in)
+        #[arg(long)]
+        tests: String,
+        /// ROLE=NAME=LOG, once per guest (the rows take ROLE's CI-TEST lines from LOG; a missing
+        /// LOG counts as empty)
+        #[arg(long = "guest", required = true)]
+        guests: Vec<String>,
+    },
+    /// Judge a device-fault cell's rows (JSON array on stdin): each fault-CASE row against its case
+    /// (the rule fired, the evidence regexes match, recovered exactly when expected). Prints the
+    /// rows as JSON and writes the driver developer's table to --md.
+    Faults {
+        /// the cell's cases, JSON [{case, kind, driver, expect: [REGEX...], recovers[, no_hits]}...]
+        #[arg(long)]
+        cases: String,
+        /// the table's kernel
+        #[arg(long)]
+        kernel: String,
+        /// the table's cell
+        #[arg(long)]
+        cell: String,
+        /// the command the table says produced it
+        #[arg(long)]
+        command: String,
+        /// where to write the table
+        #[arg(long)]
+        md: Option<PathBuf>,
+    },
+    /// The host row "device-trace": every trace file exists in --dir, has records and names what it
+    /// must. Prints the row as JSON.
+    Trace {
+        /// the directory of the trace files
+        #[arg(long)]
+        dir: PathBuf,
+        /// JSON {FILE: [NAME...]...}
+        #[arg(long)]
+        traces: String,
+    },
+    /// The host row "checker-clean": the daemon's protocol checker saw no rule broken. Prints the
+    /// row as JSON.
+    CheckerClean {
+        /// JSON {"findings": N, "rules": {RULE: N}}, or null when the daemon gave no report
+        #[arg(long)]
+        checker: String,
+    },
+    /// The host row "loss-evidence" of a lossy cell: every fault rule acted and the guests counted
+    /// retransmissions. Prints the row as JSON.
+    LossEvidence {
+        /// `vhost-rdma ctl --json faults list` (JSON; null when the daemon gave none)
+        #[arg(long)]
+        faults: String,
+        /// JSON {GUEST: {COUNTER: N}}
+        #[arg(long)]
+        counters: String,
+    },
+    /// The host row "tshark": the capture decodes as every --proto and no frame is malformed (runs
+    /// tshark twice; SKIP without tshark). Prints the row as JSON.
+    Tshark {
+        /// the capture
+        #[arg(long)]
+        pcap: PathBuf,
+        /// a protocol the capture must carry (tshark's name: infiniband, iwarp_mpa, smc, ...)
+        #[arg(long = "proto")]
+        protos: Vec<String>,
+        /// seconds each tshark run may take
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+    },
+    /// Whether a failed cell failed only by known flakes (its test rows, a JSON array, on stdin).
+    /// Prints JSON {"why": "TEST: FLAKE; ..."} when every failed row names one (the cell may be
+    /// rerun), else {"why": null}.
+    Flakes {
+        /// the cell (the siw races count in the siw cells only)
+        #[arg(long)]
+        cell: String,
+    },
+    /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
+    /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
+    /// summary line and exits 1 when a test failed.
+    Report {
+        /// results.json files, or the run directories holding them
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// where to write the Markdown
+        #[arg(long)]
+        out: PathBuf,
+        /// combine the runs (ci/matrix.sh --combine)
+        #[arg(long)]
+        combine: bool,
+        /// --combine: the kernels in the order the report lists them, comma-separated
+        #[arg(long, value_delimiter = ',')]
+        kernel_order: Vec<String>,
+        /// --combine: the cells in the order the report lists them, comma-separated
+        #[arg(long, value_delimiter = ',')]
+        cell_order: Vec<String>,
+        /// --combine: the report's date
+        #[arg(long, default_value = "")]
+        date: String,
     },
     /// One fact the demo (scripts/demo.sh) reads from the daemon's `ctl --json` replies or from
     /// tshark's protocol hierarchy, printed as one line of words (a missing reply reads as empty).
@@ -156,6 +299,190 @@ enum DaemonCpuCmd {
     },
 }
 
+fn judge_guests(tests: &str, guests: &[String]) -> anyhow::Result<Json> {
+    let tests: Vec<(String, Vec<String>)> =
+        serde_json::from_str(tests).context("--tests: want JSON [[NAME, [ROLE...]]...]")?;
+    let mut per_role: Vec<(String, Vec<TestLine>)> = Vec::new();
+    let mut aborted = Vec::new();
+    let (mut counters, mut kernels) = (Vec::new(), Vec::new());
+    for spec in guests {
+        let p: Vec<&str> = spec.splitn(3, '=').collect();
+        let [role, name, log] = p[..] else {
+            bail!("--guest {spec:?}: want ROLE=NAME=LOG");
+        };
+        let text = std::fs::read(log)
+            .map(|b| junit::text_of(&b))
+            .unwrap_or_default();
+        let g = guestlog::parse_guest(&text);
+        if !g.diag.is_empty() {
+            counters.push((name.to_string(), guestlog::diag_json(&g.diag)));
+        }
+        let mine = g.lines.into_iter().filter(|x| x.role == role).collect();
+        per_role.push((role.to_string(), mine));
+        if let Some(a) = g.aborted {
+            aborted.push((role.to_string(), a));
+        }
+        if let Some(k) = g.kernel.filter(|k| !k.is_empty()) {
+            kernels.push((name.to_string(), Json::Str(k)));
+        }
+    }
+    let rows = guestlog::combine(&tests, &per_role, &aborted);
+    let rows = Json::Array(rows.iter().map(guestlog::row_json).collect());
+    Ok(Json::Object(vec![
+        ("tests".into(), rows),
+        ("counters".into(), Json::Object(counters)),
+        ("guest_kernel".into(), Json::Object(kernels)),
+    ]))
+}
+
+fn judge_faults(
+    cases: &str,
+    kernel: &str,
+    cell: &str,
+    command: &str,
+    md: Option<&std::path::Path>,
+) -> anyhow::Result<Json> {
+    let cases: Vec<FaultCase> = serde_json::from_str(cases).context("--cases")?;
+    let judges = cases
+        .iter()
+        .cloned()
+        .map(Judge::new)
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows: Json = serde_json::from_reader(std::io::stdin().lock())
+        .context("reading the rows (a JSON array) from stdin")?;
+    let judged = faults::judge_rows(rows.items(), &judges);
+    if let Some(md) = md {
+        std::fs::write(md, faults::table_md(kernel, cell, &judged, &cases, command))
+            .with_context(|| format!("writing {}", md.display()))?;
+    }
+    Ok(Json::Array(judged))
+}
+
+fn trace_row(dir: &std::path::Path, traces: &str) -> anyhow::Result<Json> {
+    let j: Json = serde_json::from_str(traces).context("--traces: want JSON {FILE: [NAME...]}")?;
+    let traces: Vec<(String, Vec<String>)> = j
+        .entries()
+        .iter()
+        .map(|(f, names)| {
+            let names = names.items().iter().map(|n| n.str().to_string()).collect();
+            (f.clone(), names)
+        })
+        .collect();
+    Ok(faults::trace_row(dir, &traces))
+}
+
+fn write_report(
+    runs: &[PathBuf],
+    out: &std::path::Path,
+    combine: bool,
+    order: CellOrder,
+    date: &str,
+) -> anyhow::Result<ExitCode> {
+    let loaded = runs
+        .iter()
+        .map(|p| report::load_run(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (md, code) = if combine {
+        let c = report::combine(&loaded, &order, date);
+        println!("{}", c.summary);
+        (c.markdown, if c.failed { 1 } else { 0 })
+    } else {
+        let [run] = &loaded[..] else {
+            bail!("{} runs given: one, or --combine", loaded.len());
+        };
+        (report::markdown(&run.cells, &run.meta), 0)
+    };
+    std::fs::write(out, md).with_context(|| format!("writing {}", out.display()))?;
+    Ok(ExitCode::from(code))
+}
+
+fn suite_path(arg: &str) -> anyhow::Result<(&str, &str)> {
+    arg.split_once('=')
+        .with_context(|| format!("{arg:?}: want SUITE=PATH"))
+}
+
+fn read_text(path: &str) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+    Ok(junit::text_of(&bytes))
+}
+
+fn write_junit(
+    out: &std::path::Path,
+    name: &str,
+    records: &[String],
+    libtest: &[String],
+    matrix: &[PathBuf],
+    merge: &[PathBuf],
+) -> anyhow::Result<()> {
+    let mut cases = Vec::new();
+    // records, then cargo, then matrix results, then merged files: the order
+    // test.sh and matrix.sh produce them in
+    for arg in records {
+        let (suite, path) = suite_path(arg)?;
+        let text = read_text(path)?;
+        let got = junit::parse_records(&text, suite);
+        let mut have = junit::Counts::default();
+        for c in &got {
+            match c.status {
+                Status::Pass => have.passed += 1,
+                Status::Fail => have.failed += 1,
+                Status::Skip => have.skipped += 1,
+                Status::Other => {}
+            }
+        }
+        if let Some(want) = junit::summary_counts(&text) {
+            if want != have {
+                eprintln!(
+                    "junit: {suite}: the summary says {}/{}/{} passed/failed/skipped but its \
+                     records are {}/{}/{}",
+                    want.passed, want.failed, want.skipped, have.passed, have.failed, have.skipped
+                );
+            }
+        }
+        cases.extend(got);
+    }
+    for arg in libtest {
+        let (suite, path) = suite_path(arg)?;
+        cases.extend(junit::parse_libtest(&read_text(path)?, suite));
+    }
+    for path in matrix {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let cells = v.get("cells").and_then(|c| c.as_array());
+        cases.extend(junit::matrix_cases(cells.map_or(&[][..], |c| c)));
+    }
+    let mut merged = Vec::new();
+    for path in merge {
+        let got = std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| String::from_utf8(b).map_err(|e| e.to_string()))
+            .and_then(|t| junit::testsuites_of(&t).map_err(|e| e.to_string()));
+        match got {
+            Ok(ts) => merged.extend(ts),
+            Err(e) => cases.push(Case::new(
+                "junit",
+                &format!("merge {}", path.display()),
+                Status::Fail,
+                &format!("cannot read {}: {e}", path.display()),
+            )),
+        }
+    }
+    let (root, n) = junit::document(&cases, name, merged);
+    std::fs::write(out, root.to_document())
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "junit: {}: {} cases ({} passed, {} failed, {} skipped)",
+        out.display(),
+        n.total(),
+        n.passed,
+        n.failed,
+        n.skipped
+    );
+    Ok(())
+}
+
 fn device(spec: &str) -> anyhow::Result<Device> {
     let p: Vec<&str> = spec.splitn(4, '=').collect();
     if p.len() < 3 || p[..3].iter().any(|s| s.is_empty()) {
@@ -169,7 +496,7 @@ fn device(spec: &str) -> anyhow::Result<Device> {
     })
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Upstream {
             suite,
@@ -193,6 +520,72 @@ fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("writing {}", md.display()))?;
             }
             println!("{}", serde_json::to_string(&v)?);
+        }
+        Cmd::Junit {
+            out,
+            name,
+            records,
+            libtest,
+            matrix,
+            merge,
+        } => write_junit(&out, &name, &records, &libtest, &matrix, &merge)?,
+        Cmd::Guests { tests, guests } => {
+            println!(
+                "{}",
+                serde_json::to_string(&judge_guests(&tests, &guests)?)?
+            );
+        }
+        Cmd::Faults {
+            cases,
+            kernel,
+            cell,
+            command,
+            md,
+        } => {
+            let rows = judge_faults(&cases, &kernel, &cell, &command, md.as_deref())?;
+            println!("{}", serde_json::to_string(&rows)?);
+        }
+        Cmd::Trace { dir, traces } => {
+            println!("{}", serde_json::to_string(&trace_row(&dir, &traces)?)?);
+        }
+        Cmd::CheckerClean { checker } => {
+            let ck: Json = serde_json::from_str(&checker).context("--checker")?;
+            println!("{}", serde_json::to_string(&hostrows::checker_clean(&ck))?);
+        }
+        Cmd::LossEvidence { faults, counters } => {
+            let faults: Json = serde_json::from_str(&faults).context("--faults")?;
+            let counters: Json = serde_json::from_str(&counters).context("--counters")?;
+            let row = hostrows::loss_evidence(&faults, &counters);
+            println!("{}", serde_json::to_string(&row)?);
+        }
+        Cmd::Tshark {
+            pcap,
+            protos,
+            timeout,
+        } => {
+            let row = tshark::tshark_row(&pcap, &protos, std::time::Duration::from_secs(timeout));
+            println!("{}", serde_json::to_string(&row)?);
+        }
+        Cmd::Flakes { cell } => {
+            let tests: Json = serde_json::from_reader(std::io::stdin().lock())
+                .context("reading the rows (a JSON array) from stdin")?;
+            let why = flakes::failed_only_by_known_flakes(tests.items(), &cell);
+            let out = Json::Object(vec![("why".into(), why.map_or(Json::Null, Json::Str))]);
+            println!("{}", serde_json::to_string(&out)?);
+        }
+        Cmd::Report {
+            runs,
+            out,
+            combine,
+            kernel_order,
+            cell_order,
+            date,
+        } => {
+            let order = CellOrder {
+                kernels: kernel_order,
+                cells: cell_order,
+            };
+            return write_report(&runs, &out, combine, order, &date);
         }
         Cmd::DemoView { view } => demo_view(view)?,
         Cmd::Plot {
@@ -235,7 +628,7 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(if ok { 0 } else { 1 });
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `guest-results plot`: prints what it drew ("plot: OUT (...)"), like ci/plot.py did.

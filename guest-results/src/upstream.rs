@@ -435,7 +435,7 @@ pub fn case_name(cid: &str) -> &str {
 pub struct Row {
     pub test: String,
     pub status: String,
-    pub secs: u32,
+    pub secs: u64,
     pub bw: String,
     pub detail: String,
 }
