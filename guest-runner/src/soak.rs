@@ -32,6 +32,8 @@ use serde::Serialize;
 
 use crate::boot::{check_signal, install_signal_handlers, kill_proc};
 use crate::daemon::Daemon;
+use guest_results::flakes::KNOWN_SIW_RACES;
+use guest_results::guestlog::{parse_guest, TestLine};
 
 /// The soak's options (`scripts/soak.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
@@ -146,22 +148,6 @@ fn pair_call(pair: u8) -> &'static str {
     }
 }
 
-/// Failures whose reason names a known Linux siw race (counted apart).
-const KNOWN_SIW_RACES: [&str; 2] = ["siw_accept lost-wakeup race", "siw rejected the MPA reply"];
-
-/// One `CI-TEST` line of a guest's out.log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TestLine {
-    /// The transfer's name.
-    pub test: String,
-    /// PASS, FAIL or SKIP.
-    pub status: String,
-    /// Bandwidth ("" for none).
-    pub bw: String,
-    /// Why.
-    pub reason: String,
-}
-
 /// What a soak guest's out.log says.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct SoakLog {
@@ -173,31 +159,24 @@ pub struct SoakLog {
     pub rounds: Option<u64>,
 }
 
-/// Parses a soak guest's out.log.
+/// Parses a soak guest's out.log: the matrix's reading of the `CI-TEST`
+/// and `CI-ABORT` lines (`guest_results::guestlog`), and soak-lib.sh's
+/// closing `SOAK-DONE rounds=N`.
 pub fn parse_log(text: &str) -> SoakLog {
-    let test = Regex::new(
-        r#"^CI-TEST test=(\S+) role=(\S+) status=(\S+) secs=(\d+)(?: bw=(\S*))? reason="(.*)"\s*$"#,
-    )
-    .expect("a constant regex");
-    let mut log = SoakLog::default();
-    for line in text.lines() {
-        if let Some(m) = test.captures(line.trim()) {
-            log.lines.push(TestLine {
-                test: m[1].into(),
-                status: m[3].into(),
-                bw: m.get(5).map_or("", |x| x.as_str()).into(),
-                reason: m[6].into(),
-            });
-        } else if line.starts_with("CI-ABORT") {
-            log.aborted = Some(line.trim().into());
-        } else if let Some(rest) = line.strip_prefix("SOAK-DONE") {
-            log.rounds = rest
-                .split_once("rounds=")
+    let g = parse_guest(text);
+    let rounds = text.lines().rev().find_map(|l| {
+        let rest = l.strip_prefix("SOAK-DONE")?;
+        Some(
+            rest.split_once("rounds=")
                 .and_then(|(_, n)| n.split_whitespace().next()?.parse().ok())
-                .or(Some(0));
-        }
+                .unwrap_or(0),
+        )
+    });
+    SoakLog {
+        lines: g.lines,
+        aborted: g.aborted,
+        rounds,
     }
-    log
 }
 
 /// One transfer of a pair, both sides combined.
@@ -1134,7 +1113,9 @@ mod tests {
     fn line(test: &str, status: &str, reason: &str) -> TestLine {
         TestLine {
             test: test.into(),
+            role: "server".into(),
             status: status.into(),
+            secs: 0,
             bw: String::new(),
             reason: reason.into(),
         }
