@@ -657,21 +657,7 @@ mod tests {
     use super::*;
 
     /// ci/bench_smc.py's table: pairs, a bold ratio row, a row of gaps.
-    const SMC: &str = "# SMC-R vs TCP
-
-text before the table
-
-| conns | proto | MiB/s | tool CPU s/GiB (client / server) | client usr/sys/softirq ticks s | secs | mode |
-|---|---|---|---|---|---|---|
-| 1 | smc | 212.40 | 1.20 / 0.90 | 1/2/3 | 0.6 | SMCR |
-| 1 | tcp | 98.10 | 2.20 / 1.90 | 1/2/3 | 1.3 | - |
-| 1 | **SMC/TCP** | 2.17 | 0.55 / 0.47 | | | |
-| 4 | tcp **FAIL** | ? | ? / ? | ?/?/? | ? | - |
-
-| second | table |
-|---|---|
-| x | 1 |
-";
+    const SMC: &str = include_str!("../tests/data/smc-bench.md");
 
     /// scripts/bench-fabric.sh's table: notes after numbers, FAILED and "-" gaps.
     const FABRIC: &str = "| streams | vhost-rdma daemon (pci, 1q) Mbit/s (retr) | QEMU -netdev stream Mbit/s (retr) | ratio daemon/stream |

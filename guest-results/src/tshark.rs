@@ -160,17 +160,19 @@ pub fn tshark_row(pcap: &Path, protos: &[String], limit: Duration) -> Json {
         c.arg("-n").args(TSHARK_OFF).arg("-r").arg(pcap).args(extra);
         c
     };
-    let phs = run(&mut tshark(&["-q", "-z", "io,phs"]), limit);
-    let phs = match phs {
-        Ok(Some(r)) => r,
-        Ok(None) => {
-            return row(
-                "FAIL",
-                0,
-                format!("tshark took longer than {} s", limit.as_secs()),
-            )
-        }
-        Err(e) => return row("FAIL", 0, format!("tshark did not run: {e}")),
+    // One tshark pass, or the row that says why it gave nothing.
+    let pass = |extra: &[&str]| match run(&mut tshark(extra), limit) {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(row(
+            "FAIL",
+            0,
+            format!("tshark took longer than {} s", limit.as_secs()),
+        )),
+        Err(e) => Err(row("FAIL", 0, format!("tshark did not run: {e}"))),
+    };
+    let phs = match pass(&["-q", "-z", "io,phs"]) {
+        Ok(r) => r,
+        Err(failed) => return failed,
     };
     let fields = [
         "-Y",
@@ -184,16 +186,9 @@ pub fn tshark_row(pcap: &Path, protos: &[String], limit: Duration) -> Json {
         "-e",
         "_ws.col.Info",
     ];
-    let mal = match run(&mut tshark(&fields), limit) {
-        Ok(Some(r)) => r,
-        Ok(None) => {
-            return row(
-                "FAIL",
-                0,
-                format!("tshark took longer than {} s", limit.as_secs()),
-            )
-        }
-        Err(e) => return row("FAIL", 0, format!("tshark did not run: {e}")),
+    let mal = match pass(&fields) {
+        Ok(r) => r,
+        Err(failed) => return failed,
     };
     // Python's round(): halves to even
     let secs = t0.elapsed().as_secs_f64().round_ties_even() as i128;

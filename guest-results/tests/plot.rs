@@ -6,19 +6,7 @@ use std::process::{Command, Output};
 
 /// ci/bench_smc.py's table (a pair column, a bold ratio row, a row of gaps)
 /// and a second table after it.
-const SMC: &str = "# SMC-R vs TCP
-
-| conns | proto | MiB/s | tool CPU s/GiB (client / server) | client usr/sys/softirq ticks s | secs | mode |
-|---|---|---|---|---|---|---|
-| 1 | smc | 212.40 | 1.20 / 0.90 | 1/2/3 | 0.6 | SMCR |
-| 1 | tcp | 98.10 | 2.20 / 1.90 | 1/2/3 | 1.3 | - |
-| 1 | **SMC/TCP** | 2.17 | 0.55 / 0.47 | | | |
-| 4 | tcp **FAIL** | ? | ? / ? | ?/?/? | ? | - |
-
-| second | table |
-|---|---|
-| x | 1 |
-";
+const SMC: &str = include_str!("data/smc-bench.md");
 
 fn plot(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_guest-results"))

@@ -72,27 +72,7 @@ pub struct GuestSpec {
 
 /// Python's `repr` of a string, as the messages always quoted specs.
 pub(crate) fn repr(s: &str) -> String {
-    let q = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::from(q);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == q => {
-                out.push('\\');
-                out.push(c);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(q);
-    out
+    guest_results::pyjson::py_repr_str(s)
 }
 
 /// Parses `--guest` option `spec`, the `idx`-th (0-based; it picks the
