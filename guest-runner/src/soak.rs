@@ -366,10 +366,9 @@ pub fn judge_rss(
 /// `smc-3` -> `smc`, `verbs-siw-3-write` -> `verbs-siw-write`: the kind of
 /// a transfer, for the table.
 fn kind_of(test: &str) -> String {
-    Regex::new(r"-\d+(-|$)")
-        .expect("a constant regex")
-        .replace_all(test, "$1")
-        .into_owned()
+    static ROUND: std::sync::LazyLock<Regex> =
+        std::sync::LazyLock::new(|| Regex::new(r"-\d+(-|$)").expect("a constant regex"));
+    ROUND.replace_all(test, "$1").into_owned()
 }
 
 #[derive(Default)]
@@ -477,14 +476,11 @@ fn last_line(cmd: &mut Command, log: &Path) -> Option<String> {
         .map(String::from)
 }
 
+/// `YYYY-MM-DD_HHMMSS` (local time) for the results directory's name.
 fn date_stamp() -> String {
-    Command::new("date")
-        .arg("+%Y-%m-%d_%H%M%S")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "now".into())
+    crate::paths::local_time()
+        .replace(' ', "_")
+        .replace(':', "")
 }
 
 /// Runs the soak: exit status 0 (pass), 1 (fail) or 2 (setup error).
