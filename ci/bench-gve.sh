@@ -114,6 +114,10 @@ EOF
     fi
     RG_B=(--net vhost-user --guest "b,ip=$B/24,sock=$d/v.sock,mac=$MACB,cmd=$d/b.sh")
     e2e_run_pair
+    # the daemon's CPU over the whole run (utime + stime ticks) and its
+    # port counters (gve: HW-GRO, TSO frames taken whole)
+    "$DAEMON" ctl --control "$d/ctl.sock" status >"$d/status.txt" 2>&1 || true
+    awk '{print $14 + $15}' "/proc/$DAEMON_PID/stat" >"$d/daemon-ticks" 2>/dev/null || true
     stop_daemon
 }
 
@@ -179,6 +183,23 @@ echo
     nic virtio "$virtio_cheap_mibps"
     nic gve "$gve_cheap_mibps"
 } | tee "$logdir/bench-guests.md"
+# The daemon's CPU per GiB over each whole run (every transfer of the run:
+# virtio 2, gve 4 of --bytes each; setup and boot included).
+echo
+{
+    echo "| NIC of guest A | daemon CPU s (whole run) | GiB received | daemon CPU s/GiB | TSO frames placed whole (gve) |"
+    echo "|---|---:|---:|---:|---:|"
+    for k in virtio gve; do
+        n=2; [[ $k == gve ]] && n=4
+        t="$(cat "$logdir/$k/daemon-ticks" 2>/dev/null)"
+        w="$(sed -n 's/.* \([0-9]*\) of them TSO frames taken whole.*/\1/p' "$logdir/$k/status.txt" 2>/dev/null | head -n 1)"
+        awk -v k="$k" -v t="${t:-x}" -v n="$n" -v hz="$(getconf CLK_TCK)" -v w="${w:--}" -v mib="$(($(numfmt --from=iec "$bytes") >> 20))" 'BEGIN {
+            gib = n * mib / 1024
+            if (t == "x" || gib == 0) { printf "| %s | ? | %.2f | ? | %s |\n", k, gib, w; exit }
+            printf "| %s | %.2f | %.2f | %.2f | %s |\n", k, t / hz, gib, t / hz / gib, w
+        }'
+    done
+} | tee "$logdir/bench-daemon.md"
 echo
 echo "bench-gve bytes=$bytes gve_mibps=${gve_mibps:-0} virtio_mibps=${virtio_mibps:-0} devmem_mibps=${devmem_mibps:-0} gve_ordinary_mibps=${gve_mibps:-0} gve_cheap_mibps=${gve_cheap_mibps:-0} virtio_cheap_mibps=${virtio_cheap_mibps:-0}"
 ((ok)) || { say "a transfer was not validated (logs kept in $logdir)"; exit 1; }

@@ -96,7 +96,8 @@ pub fn write_memory(mem: &VecMemory, u: &mut Unstructured<'_>, max: usize) -> Re
 }
 
 /// One frame, or a burst of up to `max_burst` the device may coalesce (and
-/// must have written out at its end); with `ask_queue`, the edge also asks
+/// must have written out at its end), each offered as it is or, a quarter
+/// of them, as a TSO frame (`receive_tso`); with `ask_queue`, the edge also asks
 /// each frame's RX queue (one parse, the same view to both).
 pub fn frames<D: PciDevice>(
     dev: &mut D,
@@ -121,7 +122,14 @@ pub fn frames<D: PciDevice>(
         if ask_queue {
             let _ = dev.rx_queue(f, &view);
         }
-        let _ = dev.receive(f, &view, io);
+        // Now and then as a TSO frame of an arbitrary MSS (what the daemon
+        // hands a gve port whole).
+        if u.ratio(1u8, 4)? {
+            let mss: u16 = u.arbitrary()?;
+            let _ = dev.receive_tso(f, &view, mss, io);
+        } else {
+            let _ = dev.receive(f, &view, io);
+        }
     }
     if burst {
         dev.end_rx_burst(io);

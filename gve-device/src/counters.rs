@@ -82,6 +82,10 @@ pub struct Counters {
     /// Segments in those frames.
     #[serde(default)]
     pub rx_rsc_segments: u64,
+    /// Of `rx_rsc_packets`: TSO frames from the fabric placed whole
+    /// (`PciDevice::receive_tso`), never cut into segments.
+    #[serde(default)]
+    pub rx_tso_whole: u64,
     /// Frames dropped on receive (no queue, oversize, runt, DMA error).
     pub rx_drops: u64,
     /// Of `rx_drops`: the target queue was not created.

@@ -609,6 +609,21 @@ impl GveDevice {
         }
     }
 
+    /// Counts a frame taken as [`GveDevice::steer`] sent it: by flow rule
+    /// `rule` (its hits), else by RSS `hash`.
+    fn count_steering(&mut self, rule: Option<u32>, hash: Option<u32>) {
+        match rule {
+            Some(loc) => {
+                if let Some(r) = self.rules.rules.get_mut(&loc) {
+                    r.hits = r.hits.saturating_add(1);
+                }
+                inc(&mut self.counters.flow_rule_hits);
+            }
+            None if hash.is_some() => inc(&mut self.counters.rss_steered),
+            None => {}
+        }
+    }
+
     /// Writes out open HW-GRO chain `slot` of RX queue `qid`, if there is one.
     fn flush_chain(&mut self, qid: usize, slot: usize, io: &mut DeviceIo<'_>) {
         let Some(mut chain) = self.chains.get_mut(qid).and_then(|f| f.take(slot)) else {
@@ -697,6 +712,67 @@ impl GveDevice {
                 self.flush_chain(qid, slot, io);
             }
         }
+    }
+
+    /// A TSO frame placed as the one HW-GRO packet its `mss`-byte segments
+    /// would have made (`rsc.rs`), when its queue coalesces and they would
+    /// all have joined one chain; `None`, having changed nothing,
+    /// otherwise: the edge offers the segments.
+    fn tso_whole(
+        &mut self,
+        frame: &[u8],
+        p: &ParsedFrame,
+        mss: u16,
+        io: &mut DeviceIo<'_>,
+    ) -> Option<Result<(), RxRefusal>> {
+        if self.resources.is_none() || self.device_status & regs::device_status::LINK == 0 {
+            return None;
+        }
+        let mss = usize::from(mss);
+        let (qid, rule, hash) = self.steer(frame, p);
+        let qi = qid as usize;
+        let q = self.rx.get(qi)?.as_ref()?;
+        // The IP length must cover the frame exactly (no BIG TCP length 0,
+        // no padding) for the parsed view to bound the payload.
+        if !q.rsc || mss == 0 || p.l3_end != frame.len() {
+            return None;
+        }
+        let mut meta = self.rx_meta(frame, p, hash);
+        // A TSO frame's TCP checksum is left partial; `Chain::finish`
+        // computes it and the IPv4 header checksum, as for any chain.
+        meta.csum_ip_err = false;
+        meta.csum_l4_err = false;
+        let seg = rsc::segment(frame, p, &meta)?;
+        let mtu_frame = usize::from(self.mtu.max(self.cfg.mtu)) + 18;
+        if seg.payload <= mss
+            || frame.len() > self.rsc_max_len(p)
+            || seg.header_end + mss > mtu_frame
+        {
+            return None;
+        }
+        let split = Self::split_for(q, frame, p);
+        let need = q.buffers_needed(frame.len(), split);
+        if need > MAX_BUFS_PER_FRAME || need >= q.buf_size as usize {
+            return None;
+        }
+        if self.chains[qi].held_buffers() + need > q.available() as usize {
+            return Some(Err(RxRefusal::NoBuffers));
+        }
+        self.count_steering(rule, hash);
+        if self.cfg.nic_timestamp {
+            meta.ts = Some(adminq::nic_clock_ns(io.device_time()) as u32);
+        }
+        // In order within the flow: what its chain holds goes first.
+        if let Some(i) = self.chains[qi].find(frame, &seg) {
+            self.flush_chain(qi, i, io);
+        }
+        let mut chain = self.chains[qi].vacant();
+        chain.start_tso(frame, seg, meta, split, mss);
+        chain.buffers = need;
+        self.write_chain(qi, &mut chain, io);
+        self.chains[qi].recycle(chain);
+        inc(&mut self.counters.rx_tso_whole);
+        Some(Ok(()))
     }
 
     /// Most bytes of a coalesced frame with these headers: the configured
@@ -847,16 +923,7 @@ impl PciDevice for GveDevice {
             return Err(RxRefusal::Dropped);
         }
         let (qid, rule, hash) = self.steer(frame, p);
-        match rule {
-            Some(loc) => {
-                if let Some(r) = self.rules.rules.get_mut(&loc) {
-                    r.hits = r.hits.saturating_add(1);
-                }
-                inc(&mut self.counters.flow_rule_hits);
-            }
-            None if hash.is_some() => inc(&mut self.counters.rss_steered),
-            None => {}
-        }
+        self.count_steering(rule, hash);
         let mut meta = self.rx_meta(frame, p, hash);
         if self.cfg.nic_timestamp {
             // The low 32 bits: the driver extends them from its last read
@@ -944,6 +1011,17 @@ impl PciDevice for GveDevice {
         let ntfy = q.ntfy;
         self.block_event(ntfy, io);
         Ok(())
+    }
+
+    fn receive_tso(
+        &mut self,
+        frame: &[u8],
+        p: &ParsedFrame,
+        mss: u16,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
+        self.tso_whole(frame, p, mss, io)
+            .unwrap_or(Err(RxRefusal::Unsegmented))
     }
 
     /// TX work the budget left in the rings wants a poll at once (not

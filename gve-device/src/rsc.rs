@@ -263,6 +263,25 @@ impl Chain {
         self.split = split;
     }
 
+    /// Opens a chain holding a whole TSO frame (a [`segment`] whose
+    /// payload is over `mss`), as if its `mss`-byte segments had joined
+    /// one by one: the segment count they make and the PSH/FIN of the
+    /// last. It is written out at once.
+    pub fn start_tso(
+        &mut self,
+        frame: &[u8],
+        seg: Segment,
+        meta: RxMeta,
+        split: Split,
+        mss: usize,
+    ) {
+        self.start(frame, seg, meta, split, frame.len(), None);
+        let mss = mss.max(1);
+        self.mss = mss;
+        self.segments = u32::try_from(seg.payload.div_ceil(mss)).unwrap_or(u32::MAX);
+        self.end_flags = seg.flags & (PSH | FIN);
+    }
+
     /// The id rule the chain has after `seg` joins it, if its IPv4 id
     /// allows it to (always for IPv6).
     fn id_rule_with(&self, f: &Segment, seg: &Segment) -> Option<IdRule> {

@@ -248,6 +248,11 @@ pub enum RxRefusal {
     /// by the model.
     #[error("dropped by the device")]
     Dropped,
+    /// A TCP segmentation frame ([`PciDevice::receive_tso`]) the device
+    /// does not take whole now: the edge cuts it into its segments and
+    /// offers each as a frame. Nothing was placed.
+    #[error("to be offered as segments")]
+    Unsegmented,
 }
 
 /// An emulated PCI device, sans IO.
@@ -277,6 +282,26 @@ pub trait PciDevice {
         view: &ParsedFrame,
         io: &mut DeviceIo<'_>,
     ) -> Result<(), RxRefusal>;
+    /// A TCP segmentation frame from the fabric: one TCP packet over IPv4
+    /// or IPv6 whose payload a receiver would get cut into `mss`-byte
+    /// segments (a virtio-net guest's TSO frame; its TCP checksum is left
+    /// partial, its IP lengths may not be trusted), with its parsed view.
+    /// A device with receive-side coalescing may place it as one coalesced
+    /// packet, as it would place its segments coalesced, and skip cutting
+    /// it up and joining it again. Only an edge that was told the device
+    /// takes such frames offers them. The default, and a device that
+    /// cannot take this one whole, answers [`RxRefusal::Unsegmented`]
+    /// having changed nothing: the edge then offers the segments.
+    fn receive_tso(
+        &mut self,
+        frame: &[u8],
+        view: &ParsedFrame,
+        mss: u16,
+        io: &mut DeviceIo<'_>,
+    ) -> Result<(), RxRefusal> {
+        let _ = (frame, view, mss, io);
+        Err(RxRefusal::Unsegmented)
+    }
     /// When `poll` wants to run again without a doorbell (timers), if
     /// ever; `now` (the edge's time) for work that is due at once.
     fn next_timeout(&self, now: Instant) -> Option<Instant> {

@@ -371,6 +371,8 @@ pub trait RxBurst {
     /// [`PciDevice::receive`] (without the poll: that runs once at the
     /// end), with the frame's parsed view.
     fn receive(&mut self, frame: &[u8], view: &ParsedFrame) -> Result<(), RxRefusal>;
+    /// [`PciDevice::receive_tso`], as [`RxBurst::receive`].
+    fn receive_tso(&mut self, frame: &[u8], view: &ParsedFrame, mss: u16) -> Result<(), RxRefusal>;
     /// [`PciDevice::rx_queue`]: where `frame` would go (`view`: the one
     /// [`RxBurst::receive`] gets).
     fn rx_queue(&self, frame: &[u8], view: &ParsedFrame) -> usize;
@@ -384,6 +386,9 @@ struct Burst<'a, 'io, D> {
 impl<D: PciDevice> RxBurst for Burst<'_, '_, D> {
     fn receive(&mut self, frame: &[u8], view: &ParsedFrame) -> Result<(), RxRefusal> {
         self.dev.receive(frame, view, self.io)
+    }
+    fn receive_tso(&mut self, frame: &[u8], view: &ParsedFrame, mss: u16) -> Result<(), RxRefusal> {
+        self.dev.receive_tso(frame, view, mss, self.io)
     }
     fn rx_queue(&self, frame: &[u8], view: &ParsedFrame) -> usize {
         self.dev.rx_queue(frame, view)

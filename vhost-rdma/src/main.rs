@@ -746,7 +746,7 @@ fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
         d.port, d.kind, g.driver_version, d.dma_regions, g.mtu, c.admin_ok, c.admin_failed
     );
     println!(
-        "  rx {} frames {} bytes (drops {}, no buffers {}, csum errors {}; {} coalesced of {} segments), tx {} frames {} bytes; rss {} rule {} steered",
+        "  rx {} frames {} bytes (drops {}, no buffers {}, csum errors {}; {} coalesced of {} segments, {} of them TSO frames taken whole), tx {} frames {} bytes; rss {} rule {} steered",
         c.rx_packets,
         c.rx_bytes,
         c.rx_drops,
@@ -754,6 +754,7 @@ fn print_device(d: &vhost_rdma::ports::device::DeviceStatus) {
         c.rx_csum_errors,
         c.rx_rsc_packets,
         c.rx_rsc_segments,
+        c.rx_tso_whole,
         c.tx_packets,
         c.tx_bytes,
         c.rss_steered,

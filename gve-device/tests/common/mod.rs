@@ -225,6 +225,16 @@ impl Guest {
         self.with_io(|d, io| d.receive(frame, &view, io))
     }
 
+    /// A TSO frame of `mss`-byte segments, offered whole as the pump does.
+    pub fn receive_tso(&mut self, frame: &[u8], mss: u16) -> Result<(), RxRefusal> {
+        let view = wire::parse(frame);
+        self.with_io(|d, io| {
+            let r = d.receive_tso(frame, &view, mss, io);
+            d.poll(io);
+            r
+        })
+    }
+
     /// The queue the device steers `frame` to now.
     pub fn rx_queue(&self, frame: &[u8]) -> usize {
         self.dev.rx_queue(frame, &wire::parse(frame))

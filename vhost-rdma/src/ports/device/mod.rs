@@ -409,6 +409,11 @@ impl DevicePort {
                 )
             }
             PortSpec::Gve(g) => {
+                // TSO frames reach the device whole, checksums unfinished:
+                // its HW-GRO places a TSO frame as the coalesced packet its
+                // segments would make, else the pump cuts it (`pump.rs`).
+                use crate::fabric::RxOffloads;
+                port.set_features(0, RxOffloads::CSUM | RxOffloads::TSO4 | RxOffloads::TSO6);
                 let dev = GveDevice::new(gve_config(port.cfg(), g));
                 let server =
                     VfioUserServer::from_listener_with_sink(listener, dev, sink, Limits::default())

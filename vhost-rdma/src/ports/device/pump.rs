@@ -30,7 +30,9 @@
 //! the frames it held dropped, and the pump goes on.
 
 use crate::fabric::{Frame, PortShared, STALL_MS};
+use crate::frame::FrameView;
 use crate::stats::QueueCounters;
+use crate::virtio_net::NetHdr;
 use pci_model::RxRefusal;
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
@@ -39,6 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use vfio_user_server::RxBurst;
+use virtio_bindings::bindings::virtio_net::VIRTIO_NET_HDR_GSO_NONE;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 
 /// How long the pump waits before offering held frames again to a device
@@ -210,8 +213,21 @@ impl RxHold {
         for (q, moved) in self.queues.iter_mut().zip(&mut self.moved) {
             while let Some(f) = q.front_mut() {
                 let view = f.view();
-                match dev.receive(&f.data, &view) {
+                match hand_over(dev, f, &view) {
                     Err(RxRefusal::NoBuffers) => break,
+                    Err(RxRefusal::Unsegmented) => {
+                        // Held whole, now wanted as segments: they take
+                        // its place, in order.
+                        let Some(f) = q.pop_front() else { break };
+                        self.held -= 1;
+                        match segments(f) {
+                            Some(segs) => {
+                                self.held += segs.len();
+                                segs.into_iter().rev().for_each(|s| q.push_front(s));
+                            }
+                            None => out.refused += 1,
+                        }
+                    }
                     r => {
                         if let Some(f) = q.pop_front() {
                             self.held -= 1;
@@ -233,9 +249,15 @@ impl RxHold {
     /// the frame on its way, else parsed here, once (and kept with the
     /// frame while it is held).
     ///
+    /// The fabric leaves a device port that takes them (gve) its frames'
+    /// offloads: a checksum left to finish is finished here; a TSO frame is
+    /// offered whole ([`RxBurst::receive_tso`]) and, if the device wants
+    /// it cut, its segments are offered in its place.
+    ///
     /// Back-pressure: a frame its queue has no room to hold, while that
-    /// queue's held frames moved less than [`STALL_MS`] ago, is handed back
-    /// (`Some`), not dropped: the caller keeps it, and the frames after it,
+    /// queue's held frames moved less than [`STALL_MS`] ago, is handed back,
+    /// not dropped: the caller keeps it (with what follows of a TSO frame's
+    /// segments: the returned frames, in order), and the frames after it,
     /// for later. Past that (or with a limit of 0) it is dropped, counted.
     pub fn offer(
         &mut self,
@@ -243,22 +265,45 @@ impl RxHold {
         mut f: Frame,
         now: Instant,
         out: &mut Outcome,
-    ) -> Option<Frame> {
+    ) -> Vec<Frame> {
+        if !is_tso(&f) && f.hdr.needs_csum() {
+            let (start, offset) = (f.hdr.csum_start, f.hdr.csum_offset);
+            if crate::offload::finish_csum(&mut f.data, start, offset).is_err() {
+                out.refused += 1;
+                crate::buffers::give(f.data);
+                return Vec::new();
+            }
+            f.hdr = NetHdr::default();
+        }
         let view = f.view();
         if self.held > 0 {
             let q = dev.rx_queue(&f.data, &view).min(MAX_HELD_QUEUES - 1);
             if self.queues.get(q).is_some_and(|h| !h.is_empty()) {
-                return self.hold(q, f, now, out);
+                return self.hold(q, f, now, out).into_iter().collect();
             }
         }
-        match dev.receive(&f.data, &view) {
+        match hand_over(dev, &f, &view) {
             Err(RxRefusal::NoBuffers) => {
                 let q = dev.rx_queue(&f.data, &view).min(MAX_HELD_QUEUES - 1);
-                self.hold(q, f, now, out)
+                self.hold(q, f, now, out).into_iter().collect()
+            }
+            Err(RxRefusal::Unsegmented) => {
+                let Some(segs) = segments(f) else {
+                    out.refused += 1;
+                    return Vec::new();
+                };
+                let mut segs = VecDeque::from(segs);
+                while let Some(s) = segs.pop_front() {
+                    let back = self.offer(dev, s, now, out);
+                    if !back.is_empty() {
+                        return back.into_iter().chain(segs).collect();
+                    }
+                }
+                Vec::new()
             }
             r => {
                 Self::done(r, f, out);
-                None
+                Vec::new()
             }
         }
     }
@@ -315,6 +360,33 @@ impl RxHold {
         self.held = 0;
         n
     }
+}
+
+/// Whether `f` is a TSO frame (its segments still to cut).
+fn is_tso(f: &Frame) -> bool {
+    f.hdr.gso_kind() != VIRTIO_NET_HDR_GSO_NONE as u8
+}
+
+/// Offers `f` (with its `view`) to the device: a TSO frame whole, as one.
+fn hand_over(dev: &mut dyn RxBurst, f: &Frame, view: &FrameView) -> Result<(), RxRefusal> {
+    if is_tso(f) {
+        dev.receive_tso(&f.data, view, f.hdr.gso_size)
+    } else {
+        dev.receive(&f.data, view)
+    }
+}
+
+/// The segments of TSO frame `f` (`None` if it is not a well-formed one:
+/// the sender's port validated it, so only a bug gets here).
+fn segments(f: Frame) -> Option<Vec<Frame>> {
+    let segs = crate::offload::segment_tcp(&f.data, &f.hdr).ok();
+    crate::buffers::give(f.data);
+    Some(
+        segs?
+            .into_iter()
+            .map(|data| Frame::new(NetHdr::default(), data))
+            .collect(),
+    )
 }
 
 /// Epoll ids.
@@ -487,9 +559,10 @@ impl<'a> Pump<'a> {
             dev.receive_burst(now, &mut |b| {
                 hold.retry(b, now, &mut out);
                 while let Some(f) = hand.pop_front() {
-                    if let Some(f) = hold.offer(b, f, now, &mut out) {
+                    let back = hold.offer(b, f, now, &mut out);
+                    if !back.is_empty() {
                         // back-pressure: it and the rest go back, in order
-                        hand.push_front(f);
+                        back.into_iter().rev().for_each(|f| hand.push_front(f));
                         backed_up = true;
                         break;
                     }
@@ -605,9 +678,155 @@ mod tests {
                 }
             }
         }
+        fn receive_tso(
+            &mut self,
+            _: &[u8],
+            _: &pci_model::ParsedFrame,
+            _: u16,
+        ) -> Result<(), RxRefusal> {
+            Err(RxRefusal::Unsegmented)
+        }
         fn rx_queue(&self, frame: &[u8], _view: &pci_model::ParsedFrame) -> usize {
             usize::from(frame[0])
         }
+    }
+
+    /// A one-queue device with `buffers` free buffers that takes TSO frames
+    /// whole when `whole`, and keeps every frame it took.
+    struct Tso {
+        buffers: usize,
+        whole: bool,
+        got: Vec<Vec<u8>>,
+    }
+
+    impl Tso {
+        fn take(&mut self, frame: &[u8]) -> Result<(), RxRefusal> {
+            if self.buffers == 0 {
+                return Err(RxRefusal::NoBuffers);
+            }
+            self.buffers -= 1;
+            self.got.push(frame.to_vec());
+            Ok(())
+        }
+    }
+
+    impl RxBurst for Tso {
+        fn receive(&mut self, frame: &[u8], _: &pci_model::ParsedFrame) -> Result<(), RxRefusal> {
+            self.take(frame)
+        }
+        fn receive_tso(
+            &mut self,
+            frame: &[u8],
+            _: &pci_model::ParsedFrame,
+            _: u16,
+        ) -> Result<(), RxRefusal> {
+            if !self.whole {
+                return Err(RxRefusal::Unsegmented);
+            }
+            self.take(frame)
+        }
+        fn rx_queue(&self, _: &[u8], _: &pci_model::ParsedFrame) -> usize {
+            0
+        }
+    }
+
+    /// Ethernet + IPv4 + TCP with `payload` bytes, as a virtio-net guest
+    /// hands over a TSO frame of `mss`-byte segments (checksum left to
+    /// finish).
+    fn tso_frame(payload: usize, mss: u16) -> Frame {
+        let mut d = vec![0u8; 14 + 20 + 20 + payload];
+        d[12] = 0x08;
+        d[14] = 0x45;
+        d[16..18].copy_from_slice(&((40 + payload) as u16).to_be_bytes());
+        d[22] = 64;
+        d[23] = 6;
+        d[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        d[38..42].copy_from_slice(&1000u32.to_be_bytes());
+        d[46] = 5 << 4;
+        d[47] = 0x10;
+        let hdr = NetHdr {
+            flags: virtio_bindings::bindings::virtio_net::VIRTIO_NET_HDR_F_NEEDS_CSUM as u8,
+            gso_type: virtio_bindings::bindings::virtio_net::VIRTIO_NET_HDR_GSO_TCPV4 as u8,
+            hdr_len: 54,
+            gso_size: mss,
+            csum_start: 34,
+            csum_offset: 16,
+            ..Default::default()
+        };
+        Frame::new(hdr, d)
+    }
+
+    /// The TCP sequence numbers of frames.
+    fn seqs(frames: &[Vec<u8>]) -> Vec<u32> {
+        frames
+            .iter()
+            .map(|f| u32::from_be_bytes([f[38], f[39], f[40], f[41]]))
+            .collect()
+    }
+
+    /// A TSO frame goes to the device whole when it takes it so; else its
+    /// segments go in its place, in order, each held or handed back like
+    /// any frame; a TSO frame held whole and then wanted cut is replaced
+    /// by its segments in the queue. A checksum left to finish is finished
+    /// before the device sees the frame.
+    #[test]
+    fn tso_frames_go_whole_or_as_their_segments_in_order() {
+        let t0 = Instant::now();
+        let mut out = Outcome::default();
+        let mut dev = Tso {
+            buffers: 10,
+            whole: true,
+            got: vec![],
+        };
+        let mut hold = RxHold::new(8);
+        assert!(hold
+            .offer(&mut dev, tso_frame(300, 100), t0, &mut out)
+            .is_empty());
+        assert_eq!(dev.got.len(), 1, "whole");
+        assert_eq!(dev.got[0].len(), 354);
+        // Cut: two segments fit, the third waits for a buffer.
+        let mut dev = Tso {
+            buffers: 2,
+            whole: false,
+            got: vec![],
+        };
+        assert!(hold
+            .offer(&mut dev, tso_frame(300, 100), t0, &mut out)
+            .is_empty());
+        assert_eq!(seqs(&dev.got), [1000, 1100]);
+        assert_eq!(hold.len(), 1);
+        dev.buffers = 5;
+        hold.retry(&mut dev, t0, &mut out);
+        assert_eq!(seqs(&dev.got), [1000, 1100, 1200]);
+        assert!(dev.got.iter().all(|s| s.len() == 154));
+        // Held whole (no buffers), then cut at the retry.
+        let mut dev = Tso {
+            buffers: 0,
+            whole: true,
+            got: vec![],
+        };
+        assert!(hold
+            .offer(&mut dev, tso_frame(250, 100), t0, &mut out)
+            .is_empty());
+        assert_eq!(hold.len(), 1);
+        (dev.buffers, dev.whole) = (1, false);
+        hold.retry(&mut dev, t0, &mut out);
+        assert_eq!(seqs(&dev.got), [1000]);
+        assert_eq!(hold.len(), 2, "the other two segments held in its place");
+        dev.buffers = 5;
+        hold.retry(&mut dev, t0, &mut out);
+        assert_eq!(seqs(&dev.got), [1000, 1100, 1200]);
+        assert_eq!(dev.got[2].len(), 104);
+        assert!(hold.is_empty());
+        // A frame with its checksum to finish (not TSO).
+        let mut plain = tso_frame(40, 100);
+        plain.hdr.gso_type = 0;
+        let mut want = plain.data.clone();
+        crate::offload::finish_csum(&mut want, 34, 16).unwrap();
+        assert_ne!(want, plain.data);
+        dev.got.clear();
+        assert!(hold.offer(&mut dev, plain, t0, &mut out).is_empty());
+        assert_eq!(dev.got, [want]);
     }
 
     fn f(q: u8, tag: u8) -> Frame {
@@ -631,7 +850,7 @@ mod tests {
         let mut h = RxHold::new(4);
         let mut out = Outcome::default();
         let t0 = Instant::now();
-        assert!(h.offer(&mut dev, f(0, 1), t0, &mut out).is_none());
+        assert!(h.offer(&mut dev, f(0, 1), t0, &mut out).is_empty());
         assert_eq!(h.len(), 1);
         assert!(h.queues[0][0].view.is_some());
     }
@@ -651,8 +870,8 @@ mod tests {
         let t0 = Instant::now();
         for t in 0..10 {
             let now = if t < 4 { t0 } else { stale(t0) };
-            assert!(hold.offer(&mut dev, f(0, t), now, &mut out).is_none());
-            assert!(hold.offer(&mut dev, f(1, t), now, &mut out).is_none());
+            assert!(hold.offer(&mut dev, f(0, t), now, &mut out).is_empty());
+            assert!(hold.offer(&mut dev, f(1, t), now, &mut out).is_empty());
             assert!(hold.len() <= 4, "held past the bound");
         }
         assert_eq!(dev.got, (0..10).map(|t| (0, t)).collect::<Vec<_>>());
@@ -674,15 +893,15 @@ mod tests {
         // queue 1 waits behind the fourth, one for queue 0 passes.
         dev.buffers[1] = 3;
         hold.retry(&mut dev, t0, &mut out);
-        assert!(hold.offer(&mut dev, f(1, 50), t0, &mut out).is_none());
-        assert!(hold.offer(&mut dev, f(0, 51), t0, &mut out).is_none());
+        assert!(hold.offer(&mut dev, f(1, 50), t0, &mut out).is_empty());
+        assert!(hold.offer(&mut dev, f(0, 51), t0, &mut out).is_empty());
         assert_eq!(dev.got, [(1, 0), (1, 1), (1, 2), (0, 51)]);
         assert_eq!(hold.len(), 2);
         // Enough buffers: the rest in order.
         dev.buffers[1] = 10;
         dev.got.clear();
         hold.retry(&mut dev, t0, &mut out);
-        assert!(hold.offer(&mut dev, f(1, 52), t0, &mut out).is_none());
+        assert!(hold.offer(&mut dev, f(1, 52), t0, &mut out).is_empty());
         assert_eq!(dev.got, [(1, 3), (1, 50), (1, 52)]);
         assert!(hold.is_empty());
         assert_eq!(hold.queues_holding(), 0);
@@ -700,11 +919,11 @@ mod tests {
         let mut hold = RxHold::new(8);
         let mut out = Outcome::default();
         let t0 = Instant::now();
-        assert!(hold.offer(&mut dev, f(0, 1), t0, &mut out).is_none());
+        assert!(hold.offer(&mut dev, f(0, 1), t0, &mut out).is_empty());
         dev.buffers[0] = 1; // room appears before the next frame
-        assert!(hold.offer(&mut dev, f(0, 2), t0, &mut out).is_none());
+        assert!(hold.offer(&mut dev, f(0, 2), t0, &mut out).is_empty());
         assert!(dev.got.is_empty(), "frame 2 overtook frame 1");
-        assert!(hold.offer(&mut dev, f(9, 3), t0, &mut out).is_none());
+        assert!(hold.offer(&mut dev, f(9, 3), t0, &mut out).is_empty());
         assert_eq!((out.refused, hold.len()), (1, 2));
         hold.retry(&mut dev, t0, &mut out);
         assert_eq!(dev.got, [(0, 1)]);
@@ -728,10 +947,11 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         for t in 0..2 {
-            assert!(hold.offer(&mut dev, f(0, t), t0, &mut out).is_none());
+            assert!(hold.offer(&mut dev, f(0, t), t0, &mut out).is_empty());
         }
         let back = hold.offer(&mut dev, f(0, 2), t0 + ms(STALL_MS - 1), &mut out);
-        assert_eq!(back.map(|f| f.data[1]), Some(2), "not handed back");
+        let back: Vec<u8> = back.iter().map(|f| f.data[1]).collect();
+        assert_eq!(back, [2], "not handed back");
         assert_eq!((out.held_drops, hold.len()), (0, 2));
         // The driver posts a buffer at t1: a held frame moves, and the
         // window starts again from there.
@@ -739,14 +959,16 @@ mod tests {
         let t1 = t0 + ms(400);
         hold.retry(&mut dev, t1, &mut out);
         assert_eq!(dev.got, [(0, 0)]);
-        assert!(hold.offer(&mut dev, f(0, 2), t1, &mut out).is_none());
+        assert!(hold.offer(&mut dev, f(0, 2), t1, &mut out).is_empty());
         assert_eq!(hold.len(), 2);
-        assert!(hold
+        assert!(!hold
             .offer(&mut dev, f(0, 3), t1 + ms(STALL_MS - 1), &mut out)
-            .is_some());
+            .is_empty());
         assert_eq!(out.held_drops, 0);
         // Stalled: dropped, counted.
-        assert!(hold.offer(&mut dev, f(0, 3), stale(t1), &mut out).is_none());
+        assert!(hold
+            .offer(&mut dev, f(0, 3), stale(t1), &mut out)
+            .is_empty());
         assert_eq!((out.held_drops, hold.len()), (1, 2));
         // Emptied, then held again: a fresh window.
         dev.buffers[0] = 2;
@@ -754,12 +976,12 @@ mod tests {
         assert!(hold.is_empty());
         let t2 = stale(stale(t1));
         for t in 4..6 {
-            assert!(hold.offer(&mut dev, f(0, t), t2, &mut out).is_none());
+            assert!(hold.offer(&mut dev, f(0, t), t2, &mut out).is_empty());
         }
-        assert!(hold.offer(&mut dev, f(0, 6), t2, &mut out).is_some());
+        assert!(!hold.offer(&mut dev, f(0, 6), t2, &mut out).is_empty());
         // A limit of 0: dropped at once.
         let mut none = RxHold::new(0);
-        assert!(none.offer(&mut dev, f(0, 9), t0, &mut out).is_none());
+        assert!(none.offer(&mut dev, f(0, 9), t0, &mut out).is_empty());
         assert_eq!(out.held_drops, 2);
         assert!(none.is_empty());
     }
