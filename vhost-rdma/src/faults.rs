@@ -1241,20 +1241,26 @@ impl Faults {
                     continue;
                 }
             }
-            // A rule's held frames, let go: each is no longer held and
-            // continues after that rule.
+            // A held frame, let go: it continues after the rule `after`, and
+            // no longer counts as held on its port where it was counted.
+            let release = |port: usize, dir, after, frame, counted: bool| {
+                if counted {
+                    self.held[port].fetch_sub(1, Relaxed);
+                }
+                deliver(
+                    Released {
+                        port,
+                        dir,
+                        after,
+                        frame,
+                    },
+                    now,
+                );
+            };
+            // A rule's held frames, let go: each was counted.
             let hand_on = |port: usize, after, frames: Vec<(Dir, Frame)>| {
                 for (dir, frame) in frames {
-                    self.held[port].fetch_sub(1, Relaxed);
-                    deliver(
-                        Released {
-                            port,
-                            dir,
-                            after,
-                            frame,
-                        },
-                        now,
-                    );
+                    release(port, dir, after, frame, true);
                 }
             };
             for job in due {
@@ -1265,20 +1271,7 @@ impl Faults {
                         after,
                         frame,
                         counted,
-                    } => {
-                        if counted {
-                            self.held[port].fetch_sub(1, Relaxed);
-                        }
-                        deliver(
-                            Released {
-                                port,
-                                dir,
-                                after,
-                                frame,
-                            },
-                            now,
-                        );
-                    }
+                    } => release(port, dir, after, frame, counted),
                     Job::Settle { rule, pair } => {
                         let Some(r) = self.rule(rule) else { continue };
                         // Deliver under the rule's lock: a segment of this
