@@ -1220,9 +1220,7 @@ impl Connection {
                 solicited,
                 invalidate,
             }) => {
-                let chunk = ((local.len - e.sent) as usize).min(maxp_u);
-                let last = e.sent as usize + chunk == local.len as usize;
-                let Some(payload) = local_chunk(&self.mem, &local, e.sent, chunk) else {
+                let Some((payload, last)) = local_chunk(&self.mem, &local, e.sent, maxp_u) else {
                     e.state = SqState::Done(WcStatus::LocalProtection);
                     self.fail_local_protection();
                     return None;
@@ -1237,7 +1235,7 @@ impl Connection {
                 Header::untagged(op, last, invalidate.unwrap_or(0), qn::SEND, msn, e.sent)
                     .encode(&mut self.hdr_scratch);
                 mpa::write_fpdu(out, &self.hdr_scratch, payload, crc);
-                e.sent += chunk as u32;
+                e.sent += payload.len() as u32;
                 if last {
                     self.tx_msn[qn::SEND as usize] = msn.wrapping_add(1);
                     e.state = SqState::Done(WcStatus::Success);
@@ -1250,9 +1248,7 @@ impl Connection {
                 remote_stag,
                 remote_addr,
             }) => {
-                let chunk = ((local.len - e.sent) as usize).min(maxp_t);
-                let last = e.sent as usize + chunk == local.len as usize;
-                let Some(payload) = local_chunk(&self.mem, &local, e.sent, chunk) else {
+                let Some((payload, last)) = local_chunk(&self.mem, &local, e.sent, maxp_t) else {
                     e.state = SqState::Done(WcStatus::LocalProtection);
                     self.fail_local_protection();
                     return None;
@@ -1265,7 +1261,7 @@ impl Connection {
                 )
                 .encode(&mut self.hdr_scratch);
                 mpa::write_fpdu(out, &self.hdr_scratch, payload, crc);
-                e.sent += chunk as u32;
+                e.sent += payload.len() as u32;
                 if last {
                     e.state = SqState::Done(WcStatus::Success);
                     self.sq_next += 1;
@@ -1354,12 +1350,21 @@ impl Connection {
     }
 }
 
-/// The next `chunk` bytes of a work request's local buffer from offset
-/// `sent`; `None` when the memory table refuses the read.
-fn local_chunk<'a>(mem: &'a MemTable, local: &Sge, sent: u32, chunk: usize) -> Option<&'a [u8]> {
+/// The next FPDU's payload of a work request's local buffer: at most
+/// `max_payload` bytes from offset `sent`, and whether it ends the message;
+/// `None` when the memory table refuses the read.
+fn local_chunk<'a>(
+    mem: &'a MemTable,
+    local: &Sge,
+    sent: u32,
+    max_payload: usize,
+) -> Option<(&'a [u8], bool)> {
+    let chunk = ((local.len - sent) as usize).min(max_payload);
+    let last = sent as usize + chunk == local.len as usize;
     if chunk == 0 {
-        return Some(&[]);
+        return Some((&[], last));
     }
     mem.read(local.stag, local.addr + sent as u64, chunk, Access::NONE)
         .ok()
+        .map(|payload| (payload, last))
 }

@@ -1241,20 +1241,26 @@ impl Faults {
                     continue;
                 }
             }
-            // A rule's held frames, let go: each is no longer held and
-            // continues after that rule.
+            // A held frame, let go: it continues after the rule `after`, and
+            // no longer counts as held on its port where it was counted.
+            let release = |port: usize, dir, after, frame, counted: bool| {
+                if counted {
+                    self.held[port].fetch_sub(1, Relaxed);
+                }
+                deliver(
+                    Released {
+                        port,
+                        dir,
+                        after,
+                        frame,
+                    },
+                    now,
+                );
+            };
+            // A rule's held frames, let go: each was counted.
             let hand_on = |port: usize, after, frames: Vec<(Dir, Frame)>| {
                 for (dir, frame) in frames {
-                    self.held[port].fetch_sub(1, Relaxed);
-                    deliver(
-                        Released {
-                            port,
-                            dir,
-                            after,
-                            frame,
-                        },
-                        now,
-                    );
+                    release(port, dir, after, frame, true);
                 }
             };
             for job in due {
@@ -1265,20 +1271,7 @@ impl Faults {
                         after,
                         frame,
                         counted,
-                    } => {
-                        if counted {
-                            self.held[port].fetch_sub(1, Relaxed);
-                        }
-                        deliver(
-                            Released {
-                                port,
-                                dir,
-                                after,
-                                frame,
-                            },
-                            now,
-                        );
-                    }
+                    } => release(port, dir, after, frame, counted),
                     Job::Settle { rule, pair } => {
                         let Some(r) = self.rule(rule) else { continue };
                         // Deliver under the rule's lock: a segment of this
@@ -1436,15 +1429,7 @@ mod tests {
             (Dir::Egress, FaultAction::Corrupt, Some(17))
         );
         assert_eq!(serde_json::to_string(&r).unwrap(), json);
-        let keys: Vec<String> =
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
-                .unwrap()
-                .keys()
-                .cloned()
-                .collect();
-        let mut fields = FAULT_FIELDS.to_vec();
-        fields.sort_unstable();
-        assert_eq!(keys, fields, "FAULT_FIELDS lists every key");
+        crate::match_spec::assert_fields_list_every_key(json, FAULT_FIELDS, "FAULT_FIELDS");
         let e = serde_json::from_str::<FaultSpec>(r#"{"port":"p0","action":"drop","queue":1}"#)
             .unwrap_err()
             .to_string();
@@ -1475,44 +1460,49 @@ mod tests {
             action,
             ..FaultSpec::default()
         };
-        assert_eq!(
-            e(f.add(FaultSpec {
-                port: "px".into(),
-                ..spec(FaultAction::Drop)
-            })),
-            "no port named \"px\""
-        );
-        assert_eq!(
-            e(f.add(FaultSpec {
-                copies: Some(2),
-                ..spec(FaultAction::Drop)
-            })),
-            "copies/window/delay/corrupt/rate options does not apply to action drop"
-        );
-        assert_eq!(
-            e(f.add(FaultSpec {
-                psn: Some("x".into()),
-                ..spec(FaultAction::Drop)
-            })),
-            "PSN \"x\": a number up to 16777215"
-        );
-        assert_eq!(
-            e(f.add(FaultSpec {
-                fields: MatchSpec {
-                    proto: Some("sctpx".into()),
-                    ..MatchSpec::default()
+        let drop = spec(FaultAction::Drop);
+        for (refused, message) in [
+            (
+                FaultSpec {
+                    port: "px".into(),
+                    ..drop.clone()
                 },
-                ..spec(FaultAction::Drop)
-            })),
-            "protocol \"sctpx\": use tcp, udp or a number"
-        );
-        assert_eq!(
-            e(f.add(FaultSpec {
-                id: Some(0),
-                ..spec(FaultAction::Drop)
-            })),
-            "rule id 0 is reserved"
-        );
+                "no port named \"px\"",
+            ),
+            (
+                FaultSpec {
+                    copies: Some(2),
+                    ..drop.clone()
+                },
+                "copies/window/delay/corrupt/rate options does not apply to action drop",
+            ),
+            (
+                FaultSpec {
+                    psn: Some("x".into()),
+                    ..drop.clone()
+                },
+                "PSN \"x\": a number up to 16777215",
+            ),
+            (
+                FaultSpec {
+                    fields: MatchSpec {
+                        proto: Some("sctpx".into()),
+                        ..MatchSpec::default()
+                    },
+                    ..drop.clone()
+                },
+                "protocol \"sctpx\": use tcp, udp or a number",
+            ),
+            (
+                FaultSpec {
+                    id: Some(0),
+                    ..drop.clone()
+                },
+                "rule id 0 is reserved",
+            ),
+        ] {
+            assert_eq!(e(f.add(refused)), message);
+        }
         assert_eq!(f.del(9).unwrap_err().to_string(), "no fault rule 9");
         assert_eq!(
             "nope".parse::<FaultAction>().unwrap_err().to_string(),

@@ -325,6 +325,23 @@ macro_rules! strict_rule_serde {
 }
 pub(crate) use strict_rule_serde;
 
+/// Test check of a rule type's field list (`$fields` of
+/// [`strict_rule_serde!`]): `json`, a spelling with every key, has exactly
+/// the keys of `fields`, which `name` names in the failure message. The
+/// list is kept by hand, so a new field must fail here until it is added.
+#[cfg(test)]
+pub(crate) fn assert_fields_list_every_key(json: &str, fields: &[&str], name: &str) {
+    let keys: Vec<String> =
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+    let mut fields = fields.to_vec();
+    fields.sort_unstable();
+    assert_eq!(keys, fields, "{name} lists every key");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,7 +62,7 @@ use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
 use std::collections::VecDeque;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 /// Size of `struct pingpong_dest` on x86-64.
@@ -666,8 +666,7 @@ impl PerftestCm {
                 CmEvent::ConnectRequest {
                     conn, peer, remote, ..
                 } => {
-                    let IpAddr::V4(peer) = peer else {
-                        ctx.rdma.cm_reject(conn, ib_cm::reject_reason::UNSUPPORTED);
+                    let Some(peer) = ctx.rdma.cm_ipv4_peer(conn, peer) else {
                         continue;
                     };
                     let data = match &self.session {

@@ -252,6 +252,19 @@ impl RdmaDevice {
         self.cm_owner.remove(&conn);
     }
 
+    /// The IPv4 address of a connection request's peer. The services speak
+    /// IPv4 only, so a request from any other address is rejected here and
+    /// gives `None`.
+    pub fn cm_ipv4_peer(&mut self, conn: ConnId, peer: IpAddr) -> Option<Ipv4Addr> {
+        match peer {
+            IpAddr::V4(peer) => Some(peer),
+            IpAddr::V6(_) => {
+                self.cm_reject(conn, ib_cm::reject_reason::UNSUPPORTED);
+                None
+            }
+        }
+    }
+
     /// Disconnects (DREQ) or abandons a connection in setup (REJ).
     pub fn cm_disconnect(&mut self, conn: ConnId, now: Instant) {
         let _ = self.cm.disconnect(conn, now);

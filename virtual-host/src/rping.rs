@@ -32,7 +32,7 @@ use roce_model::QpCaps;
 use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{Socket, State};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 pub use crate::spec::{
@@ -398,8 +398,7 @@ impl Rping {
                 CmEvent::ConnectRequest {
                     conn, peer, remote, ..
                 } => {
-                    let IpAddr::V4(peer) = peer else {
-                        ctx.rdma.cm_reject(conn, ib_cm::reject_reason::UNSUPPORTED);
+                    let Some(peer) = ctx.rdma.cm_ipv4_peer(conn, peer) else {
                         continue;
                     };
                     if self.role != Role::Server

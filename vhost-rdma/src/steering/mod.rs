@@ -879,15 +879,7 @@ mod tests {
         );
         assert_eq!(serde_json::to_string(&r).unwrap(), json);
         // The error names every field, as deny_unknown_fields did.
-        let keys: Vec<String> =
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
-                .unwrap()
-                .keys()
-                .cloned()
-                .collect();
-        let mut fields: Vec<&str> = FLOW_RULE_FIELDS.to_vec();
-        fields.sort_unstable();
-        assert_eq!(keys, fields, "FLOW_RULE_FIELDS lists every key");
+        crate::match_spec::assert_fields_list_every_key(json, FLOW_RULE_FIELDS, "FLOW_RULE_FIELDS");
         let e = serde_json::from_str::<FlowRuleSpec>(r#"{"dst-prot":80,"drop":true}"#)
             .unwrap_err()
             .to_string();
