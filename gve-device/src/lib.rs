@@ -737,11 +737,14 @@ impl GveDevice {
         if !q.rsc || mss == 0 || p.l3_end != frame.len() {
             return None;
         }
-        let mut meta = self.rx_meta(frame, p, hash);
-        // A TSO frame's TCP checksum is left partial; `Chain::finish`
-        // computes it and the IPv4 header checksum, as for any chain.
-        meta.csum_ip_err = false;
-        meta.csum_l4_err = false;
+        // A TSO frame's TCP checksum is left partial: nothing to verify;
+        // `Chain::finish` computes it and the IPv4 header checksum, as
+        // for any chain.
+        let unverified = offload::RxCsum {
+            processed: true,
+            ..Default::default()
+        };
+        let mut meta = self.rx_meta_with(p, hash, unverified);
         let seg = rsc::segment(frame, p, &meta)?;
         let mtu_frame = usize::from(self.mtu.max(self.cfg.mtu)) + 18;
         if seg.payload <= mss
@@ -806,6 +809,17 @@ impl GveDevice {
 
     /// Packet type, hash and checksum facts for the completion.
     fn rx_meta(&self, frame: &[u8], p: &wire::ParsedFrame, hash: Option<u32>) -> RxMeta {
+        self.rx_meta_with(p, hash, offload::verify_rx(frame, p))
+    }
+
+    /// [`GveDevice::rx_meta`] with the checksum verdict `cs` given (a TSO
+    /// frame's checksum is left to the device to write, not to verify).
+    fn rx_meta_with(
+        &self,
+        p: &wire::ParsedFrame,
+        hash: Option<u32>,
+        cs: offload::RxCsum,
+    ) -> RxMeta {
         use describe::{l3, l4};
         let (l3t, proto, ext) = match p.l3 {
             Some(L3::V4(ip)) => (l3::IPV4, Some(ip.protocol), false),
@@ -823,7 +837,6 @@ impl GveDevice {
             Some(132) => l4::SCTP,
             Some(_) => l4::OTHER,
         };
-        let cs = offload::verify_rx(frame, p);
         RxMeta {
             ptype: describe::ptype(l3t, l4t),
             hash: hash.unwrap_or(0),
