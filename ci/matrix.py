@@ -7,6 +7,10 @@ vhost-rdma daemon (two vhost-user ports), boots two guests A (server side,
 cell's tests inside them (guest side: ci/guest/ci-lib.sh). Cells run one after
 the other: never more than two guests at a time.
 
+The cells themselves (rows, devices, fault rules, environment, time limits,
+the fault cells' cases) are guest-runner/src/cells.rs, read through
+`scripts/guest-runner matrix-cells`; the verdicts are guest-results/.
+
 Python 3 standard library only.
 """
 
@@ -33,380 +37,46 @@ KERNELS = ["7.3", "6.12"]
 # the results side (verdicts, reports, JUnit): the guest-results crate, built on first use
 GUEST_RESULTS = os.path.join(ROOT, "scripts", "guest-results")
 
-# test name -> roles expected to report it
-VERBS_TESTS = ["ibv_rc_pingpong", "rping", "ib_send_bw", "ib_write_bw", "ib_read_bw", "ucmatose"] + [
-    # smc-guest-tests verbs (ibverbs crate), one run, one row per test
-    f"verbs-{t}" for t in ("send", "send_imm", "write", "write_imm", "read", "cas", "faa", "corrupt")]
 BOTH = ("server", "client")
-CELLS = {
-    "rxe": {
-        "what": "rdma_rxe (RoCEv2) on eth0 in both guests; ibv_rc_pingpong (-g RoCEv2 GID), "
-                "rping -V, ib_send/write/read_bw (-x GID index, TCP out-of-band), ucmatose; "
-                "smc-guest-tests verbs (ibverbs): SEND, SEND+imm, WRITE(+imm), READ, CAS, FAA, data verified",
-        "call": "cell_verbs rxe",
-        "tests": [("link-add-rxe", BOTH)] + [(t, BOTH) for t in VERBS_TESTS],
-        "timeout": 1500,
-    },
-    "siw": {
-        "what": "siw (iWARP) on eth0 in both guests; rping -V, ib_send/write/read_bw -R (rdma_cm; read with -o 16), "
-                "ucmatose; ibv_rc_pingpong SKIPPED (no rdma_cm mode, iWARP needs iw_cm); smc-guest-tests verbs "
-                "(ibverbs QP connected via rdma_cm): SEND, WRITE, READ verified; imm and atomics SKIPPED (iWARP has none)",
-        "call": "cell_verbs siw",
-        "tests": [("link-add-siw", BOTH)] + [(t, BOTH) for t in VERBS_TESTS],
-        "timeout": 1500,
-    },
-    "smcr": {
-        "what": "SMC-Rv2 over rxe: UEID on both, smc devices --require-smcr, "
-                "stream --proto smc: 1 B x 1 conn c2s; 256 KiB x 64 conns both ways, server closes first; 64 MiB x 4 "
-                "conns both ways; 256 MiB x 1 conn s2c, server closes first; every byte verified, no fallback "
-                "(smc_mode=smcr)",
-        "call": "cell_smcr",
-        "tests": [("link-add-rxe", BOTH), ("smc-ueid", BOTH), ("smc-devices", BOTH), ("smc-1byte", BOTH),
-                  ("smc-64conns", BOTH), ("smc-stream", BOTH), ("smc-big-s2c", BOTH)],
-        "timeout": 1800,
-    },
-    "smc-noueid": {
-        "what": "negative: stream --proto smc with a UEID on one side only must FAIL on both sides "
-                "naming the decline code: server-only UEID -> 0x03030008 NOUEID (client: PEERDECL + "
-                "peer diagnosis); client-only UEID -> 0x03030007 NOSMCD2DEV (or 0x03030008/0x03030000)",
-        "call": "cell_smc_noueid",
-        "tests": [("link-add-rxe", BOTH), ("smc-ueid", ("server",)), ("smc-devices", BOTH),
-                  ("smc-noueid-client", BOTH), ("smc-ueid-swap", BOTH), ("smc-noueid-server", BOTH)],
-        "timeout": 900,
-    },
-}
-# Captures (issue 6): the daemon records the whole fabric (pcapng, --capture-snaplen)
-# in these cells and a host-side `tshark` test checks the expected dissectors
-# decode it with no malformed-packet report.
-CAPTURE_PROTOS = {"rxe": ["infiniband"], "siw": ["iwarp_mpa", "iwarp_ddp_rdmap"], "smcr": ["smc", "infiniband"]}
-for _c in CAPTURE_PROTOS:
-    CELLS[_c]["capture"] = True
-    CELLS[_c]["tests"] = CELLS[_c]["tests"] + [("tshark", ("host",))]
-
-# Lossy cells (issue 6): the same guest tests with 2 % loss plus reordering
-# injected by the daemon on the RDMA path (RoCEv2 = UDP 4791; iWARP = TCP),
-# in both directions. Every test must still pass with its data verified; the
-# host-side `loss-evidence` test asserts the fault rules acted and the guests
-# counted retransmissions.
-def _lossy_faults(match, ports=("a", "b")):
-    rules = []
-    for i, port in enumerate(ports):
-        rules.append(dict(match, port=port, dir="ingress", action="drop", prob=0.02, seed=101 + i))
-        rules.append(dict(match, port=port, dir="ingress", action="reorder", prob=0.05, window=4,
-                          **{"hold-ms": 20}, seed=201 + i))
-    return rules
 
 
-LOSSY = {"rxe": {"proto": "udp", "dst-port": 4791}, "smcr": {"proto": "udp", "dst-port": 4791},
-         "siw": {"proto": "tcp"}}
-for _c, _m in LOSSY.items():
-    CELLS[f"{_c}-lossy"] = dict(
-        CELLS[_c], capture=False,
-        what=f"{_c} cell with 2 % drop + 5 % reorder (window 4) on the "
-             f"{'RoCEv2 (UDP 4791)' if _m['proto'] == 'udp' else 'TCP (iWARP)'} path, both directions",
-        faults=_lossy_faults(_m),
-        # no 64-connection round under loss: 64 parallel SMC-R connection
-        # setups each need an LLC exchange, and under 2 % loss on TCG one of
-        # them exceeded SMC's 2 s LLC wait: the server removed the link and
-        # every later link setup failed (rxe_modify_qp -EINVAL), see ci/README.md
-        tests=[t for t in CELLS[_c]["tests"] if t[0] not in ("tshark", "smc-64conns")] + [("loss-evidence", ("host",))],
-        timeout=CELLS[_c]["timeout"] + 900,
-        # smaller SMC-R streams: at 2 % loss rxe's go-back-N costs throughput
-        # smaller transfers and a longer tool timeout: under 2 % loss and
-        # reordering the go-back-N recovery of rxe (and TCP's for siw) costs
-        # throughput, most of all under TCG
-        env=dict({"CI_PERFTEST_ITERS": "100", "CI_TOOL_TIMEOUT": "420"},
-                 **({"CI_SMC_BYTES": "16M", "CI_SMC_BIG_BYTES": "32M", "CI_SMC_SKIP_MANY": "1",
-                     "CI_SMC_STREAM_CONNS": "1",
-                     "CI_STREAM_TIMEOUT": "900"} if _c == "smcr" else {})))
-LOSSY_CELLS = [f"{c}-lossy" for c in LOSSY]
-
-# SMC-R link failover (issue 6): two NICs per guest, the host takes the busy
-# link's daemon port down mid-stream and up again 20 s later.
-CELLS["smcr-failover"] = {
-    "what": "SMC-Rv2 link failover: two NICs per guest (rxe0/eth0, rxe1/eth1, four daemon ports), the link "
-            "group gets a second link; net.smc.smcr_testlink_time 5 s; mid-stream the host takes the busy link's "
-            "port down (`ctl link down`) for 30 s; the 192 MiB stream must complete verified as SMC-R, carried "
-            "by the other link while the first is down (flows view)",
-    "call": "cell_smcr_failover",
-    "nics": 2,
-    "failover": True,
-    "tests": [("link-add-rxe", BOTH), ("smc-ueid", BOTH), ("smc-devices", BOTH), ("smc-two-devices", BOTH),
-              ("smc-failover-stream", BOTH), ("failover-evidence", ("host",))],
-    "timeout": 1500,
-    # the fabric capture is the record of what each link carried around the
-    # switch (kept with the logs when the cell fails)
-    "capture": True,
-}
-LOSSY_CELLS.append("smcr-failover")  # 7.3 only by default, like the lossy cells
-
-# not run by default (diagnostics): --cells siw-conn
-CELLS["siw-conn"] = {
-    "what": "siw connection-setup stress (diagnostics): N rounds of ucmatose and ib_read_bw -R (default -o), "
-            "siw kprobe trace; --siw-conn-rounds N",
-    "call": "cell_siw_conn",
-    "tests": [("link-add-siw", BOTH)],
-    "timeout": 2400,
-}
-# The emulated erdma function (issue 15): the daemon runs the guest's RC
-# queue pairs. A cell's "rdma" names each role's RDMA device: "erdma" = a
-# kind=erdma port paired with the guest's virtio-net port (QEMU
-# vfio-user-pci; the driver binds it to eth0 at boot), "rxe" = the guest's
-# own rdma_rxe on eth0. Its test "erdma-up" replaces "link-add-rxe".
-ERDMA_BOTH = {"server": "erdma", "client": "erdma"}
-ERDMA_RXE = {"server": "erdma", "client": "rxe"}
+def _cell_table():
+    """The cells (guest-runner/src/cells.rs: each cell's rows and the roles that report them, its
+    devices, fault rules, guest environment and time limit; the fault cells' cases and traces), from
+    `scripts/guest-runner matrix-cells` (built on first use)."""
+    try:
+        r = subprocess.run([os.path.join(ROOT, "scripts", "guest-runner"), "matrix-cells"],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return json.loads(r.stdout)
+        why = f"exit {r.returncode}: {r.stderr.strip()[-500:]}"
+    except (OSError, ValueError) as e:
+        why = str(e)
+    sys.exit(f"ci/matrix.py: scripts/guest-runner matrix-cells failed ({why})")
 
 
-def _dev_tests(rdma):
-    """The device set-up test row(s) of a cell whose roles use the devices `rdma`."""
-    out = {}
-    for role, dev in rdma.items():
-        out.setdefault("erdma-up" if dev == "erdma" else f"link-add-{dev}", []).append(role)
-    return [(t, tuple(r)) for t, r in out.items()]
-
-
-def _with_devices(base, rdma, **kw):
-    """Cell `base` with the RDMA devices `rdma` (its link-add-rxe row replaced)."""
-    tests = _dev_tests(rdma) + [t for t in CELLS[base]["tests"]
-                                if not t[0].startswith("link-add-") and t[0] != "tshark"]
-    return dict(CELLS[base], rdma=rdma, tests=tests, capture=False, **kw)
-
-
-CELLS["erdma"] = _with_devices(
-    "rxe", ERDMA_BOTH,
-    what="erdma functions (RC QPs run by the daemon) in both guests: ibv_rc_pingpong, rping -V, "
-         "ib_send/write/read_bw, ucmatose; smc-guest-tests verbs: SEND, SEND+imm, WRITE(+imm), READ, CAS, FAA",
-    call="cell_verbs erdma")
-CELLS["erdma-rxe"] = _with_devices(
-    "rxe", ERDMA_RXE,
-    what="erdma function (server) against rdma_rxe (client): the same tools as the rxe cell",
-    call='cell_verbs "$CI_RDMA"')
-# clean runs: the protocol checker must report nothing (host row checker-clean)
-CELLS["erdma-smcr"] = _with_devices(
-    "smcr", ERDMA_BOTH, checker_clean=True,
-    what="SMC-Rv2 between two erdma functions: UEID on both; 1 B; 256 KiB x 64 conns; 64 MiB x 4 conns "
-         "both ways; 256 MiB s2c; every byte verified, smc_mode=smcr; no checker finding")
-CELLS["erdma-smcr"]["tests"] = CELLS["erdma-smcr"]["tests"] + [("checker-clean", ("host",))]
-CELLS["erdma-rxe-smcr"] = _with_devices(
-    "smcr", ERDMA_RXE, checker_clean=True,
-    what="SMC-Rv2 between an erdma function (server) and rdma_rxe (client), as erdma-smcr")
-CELLS["erdma-rxe-smcr"]["tests"] = CELLS["erdma-rxe-smcr"]["tests"] + [("checker-clean", ("host",))]
-for _mode in ("shared", "exclusive"):
-    CELLS[f"erdma-netns-{_mode}"] = {
-        "what": f"`rdma system set netns {_mode}`; the server guest moves eth0 into a namespace"
-                + (" and erdma_0 with it (rdma dev set ... netns)" if _mode == "exclusive" else "")
-                + "; erdma_0 visible " + ("in both namespaces" if _mode == "shared" else "only there")
-                + "; ibv_rc_pingpong, rping -V, ib_write_bw run inside it against the client",
-        "call": f"cell_netns {_mode}",
-        "rdma": ERDMA_BOTH,
-        "tests": [("rdma-netns-mode", ("server",)), ("erdma-up", BOTH), ("rdma-netns-visible", ("server",)),
-                  ("ibv_rc_pingpong", BOTH), ("rping", BOTH), ("ib_write_bw", BOTH)],
-        "timeout": 1200,
-    }
-# 2 % loss + reordering on the erdma ports (the daemon's own RC engine
-# retransmits); as the smcr-lossy cell.
-CELLS["erdma-smcr-lossy"] = dict(
-    CELLS["erdma-smcr"], checker_clean=False,
-    what="erdma-smcr with 2 % drop + 5 % reorder (window 4) on both erdma ports (RoCEv2, UDP 4791), "
-         "both directions: 1 B; 64 MiB x 4 conns both ways; 64 MiB s2c",
-    faults=None,  # set below, once the port names are known
-    tests=[t for t in CELLS["erdma-smcr"]["tests"] if t[0] not in ("checker-clean", "smc-64conns")]
-    + [("loss-evidence", ("host",))],
-    timeout=CELLS["erdma-smcr"]["timeout"] + 900,
-    # the loss-free cell's 64 MiB x 4 connections both ways (the daemon's RC
-    # engine recovers fast enough); no 64-connection round, as in smcr-lossy
-    env=dict(CELLS["smcr-lossy"]["env"], CI_SMC_BYTES="64M", CI_SMC_STREAM_CONNS="4", CI_SMC_BIG_BYTES="64M"))
-CELLS["erdma-lossy"] = dict(
-    CELLS["erdma"],
-    what="erdma cell with 2 % drop + 5 % reorder (window 4) on both erdma ports (RoCEv2, UDP 4791), "
-         "both directions",
-    faults=None,  # set below, once the port names are known
-    tests=CELLS["erdma"]["tests"] + [("loss-evidence", ("host",))],
-    timeout=CELLS["erdma"]["timeout"] + 900,
-    # ibv_rc_pingpong's exit races under loss on any RC device: the side
-    # whose last SEND's ACK is lost retransmits to a peer that already
-    # destroyed its QP and waits forever (seen here, ci/README.md)
-    env=dict(CELLS["rxe-lossy"]["env"],
-             CI_SKIP_PINGPONG="under loss its exit races: a lost last ACK leaves one side retransmitting to "
-                              "a QP the other side destroyed (ci/README.md, erdma cells)"))
-# Upstream suites on our devices (issue 28): rdma-core's own tests/ on the
-# server's erdma_0 and, as baseline, on the client's rxe0, each QP pair on one
-# device; one row per upstream case, judged by guest-results (scripts/guest-results upstream) against
-# ci/upstream/rdma-core-{erdma,rxe}.expect.
-CELLS["upstream-rdma"] = {
-    "what": "rdma-core's tests/ (pyverbs, unmodified, the guest's rdma-core) on erdma_0 (server guest) and on "
-            "rxe0 (client guest, baseline); one row per case, judged against ci/upstream/rdma-core-*.expect",
-    "call": "cell_upstream_rdma",
-    "rdma": ERDMA_RXE,
-    "tests": _dev_tests(ERDMA_RXE) + [("rdma-core-suite", BOTH), ("repro-query-qp-uninit", BOTH)],
-    "upstream": "rdma-core",
-    "timeout": 3000,
-}
-# The kernel's NIC driver selftests (issue 28): drivers/net and drivers/net/hw
-# in HW mode, the server guest's NETIF the daemon's emulated gVNIC, the
-# client guest's its virtio-net eth0 (baseline); each guest's eth1 (a second
-# virtio-net port) is the remote end, in a network namespace.
-NIC_GVE_VIRTIO = {"server": "gve", "client": "virtio"}
-CELLS["upstream-nic"] = {
-    "what": "the kernel's NIC selftests (drivers/net/*.py, drivers/net/hw/*.py of the guest kernel's source, "
-            "unmodified) with NETIF = the emulated gVNIC (server guest) and virtio-net (client guest, baseline), "
-            "remote = eth1 in a netns; one row per case, judged against ci/upstream/nic-*.expect",
-    "call": "cell_upstream_nic",
-    "nics": 2,
-    "nic": NIC_GVE_VIRTIO,
-    "env": {"CI_NIC_FILE_TIMEOUT": "300"},
-    "tests": [("nic-setup", BOTH), ("nic-suite", BOTH), ("repro-gve-qstats-oops", ("server",))],
-    "upstream": "nic",
-    "timeout": 5400,
-}
-# Device faults (issue 25, docs/driver-bench.md): the daemon's emulated gVNIC
-# and erdma function fail on demand (`vhost-rdma ctl device-fault`), and the
-# unmodified 7.3 drivers show what they do with it. The guests ask the host to
-# run `vhost-rdma ctl` (CtlBroker below: a request file in /job, the answer
-# next to it), so each case arms its fault exactly when its traffic is ready.
-# One row per case, from the server guest (whose device is faulted); the host
-# judges it against what the 7.3 source says the driver does (FAULT_CASES):
-# the evidence must be there, and traffic must recover after the fault is
-# cleared - or, where the driver does not recover, must NOT (a finding about
-# the driver, reported with its evidence, never a silent pass).
-#
-# Each case: kind, the driver code that runs (7.3 file:function), regexes the
-# server's result line must match (its evidence), and whether traffic comes
-# back once the rule is cleared. `case` names the row (fault-CASE).
-FAULT_CASES = {
-    "gve-faults": [
-        {"case": "link-down", "kind": "link-down",
-         "driver": "gve_main.c: gve_mgmnt_intr -> gve_service_task -> gve_handle_link_status (netif_carrier_off)",
-         "expect": [r"carrier_during=0", r"Device link is down"], "recovers": True},
-        {"case": "link-up", "kind": "link-up",
-         "driver": "gve_main.c: gve_service_task -> gve_handle_link_status (netif_carrier_on); the port was taken "
-                   "down first with `ctl link --port ag down`",
-         "expect": [r"carrier_ctl_down=0", r"carrier_during=1", r"Device link is up"], "recovers": True},
-        {"case": "reset-request", "kind": "reset-request",
-         "driver": "gve_main.c: gve_service_task -> gve_handle_status -> gve_handle_reset -> gve_reset(priv, false) "
-                   "(turndown, gve_adminq_release, gve_init_priv, gve_open)",
-         "expect": [r"Device requested reset", r"Performing reset", r"reset_cnt \+[1-9]"], "recovers": True},
-        {"case": "adminq-status", "kind": "adminq-status",
-         "driver": "gve_adminq.c: gve_adminq_kick_and_wait -> gve_adminq_parse_err (-ETIME) -> "
-                   "gve_adminq_configure_flow_rule -> gve_reset(priv, true)",
-         "expect": [r"AQ command failed with status -12", r"Timeout to configure the flow rule",
-                    r"Performing reset"], "recovers": True},
-        {"case": "rx-error", "kind": "rx-error",
-         "driver": "gve_rx_dqo.c: gve_rx_poll_dqo -> gve_rx_dqo (compl_desc->rx_error: buffer recycled, -EINVAL)",
-         "expect": [r"rx_desc_err_dropped_pkt \+[1-9]"], "recovers": True},
-        {"case": "rx-bad-csum", "kind": "rx-bad-csum",
-         "driver": "gve_rx_dqo.c: gve_rx_complete_skb -> gve_rx_skb_csum (csum_l4_err: CHECKSUM_NONE, the stack "
-                   "checks the checksum itself)",
-         "expect": [r"rx_desc_err_dropped_pkt \+0", r"rx_drops_invalid_checksum\[0\] \+[1-9]"], "recovers": True},
-        {"case": "rx-bad-buf-id", "kind": "rx-bad-buf-id",
-         "driver": "gve_rx_dqo.c: gve_rx_dqo (buffer_id >= num_buf_states or not allocated: -EINVAL)",
-         "expect": [r"RX buffer_id", r"rx_desc_err_dropped_pkt \+[1-9]"], "recovers": True},
-        {"case": "tx-miss-reinject", "kind": "tx-miss",
-         "driver": "gve_tx_dqo.c: gve_clean_tx_done_dqo -> gve_handle_miss_completion, then "
-                   "gve_handle_packet_completion(is_reinjection)",
-         "expect": [r"tx_dropped \+0"], "recovers": True},
-        {"case": "tx-miss-timeout", "kind": "tx-miss",
-         "driver": "gve_tx_dqo.c: gve_handle_miss_completion, then remove_miss_completions after "
-                   "GVE_REINJECT_COMPL_TIMEOUT (1 s): skb freed as dropped",
-         "expect": [r"No reinjection completion was received", r"tx_dropped \+[1-9]"], "recovers": True},
-        {"case": "tx-stall", "kind": "tx-stall",
-         "driver": "net/sched dev_watchdog -> gve_main.c: gve_tx_timeout (gve_tx_timeout_try_q_kick, else "
-                   "gve_schedule_reset)",
-         "expect": [r"Timeout on tx queue, 0", r"tx_timeouts \+[1-9]"], "recovers": True},
-        {"case": "adminq-timeout", "kind": "adminq-timeout",
-         "driver": "gve_adminq.c: gve_adminq_wait_for_cmd (100 x 20 ms) -> gve_adminq_kick_and_wait "
-                   "(-ENOTRECOVERABLE) -> gve_main.c: gve_destroy_rings -> gve_queues_stop -> "
-                   "gve_reset_and_teardown + gve_reset_recovery",
-         "expect": [r"AQ commands timed out, need to reset AQ"], "recovers": True},
-    ],
-    "erdma-faults": [
-        {"case": "cqe-status", "kind": "cqe-status",
-         "driver": "rdma-core providers/erdma (user CQ, polled in libibverbs: the kernel's erdma_poll_one_cqe "
-                   "serves kernel consumers only); ibv_rc_pingpong prints the ibv_wc_status",
-         "expect": [r"Failed status transport retry counter exceeded \(12\)"], "recovers": True},
-        {"case": "qp-stall", "kind": "qp-stall",
-         "driver": "none in the guest: the SQ doorbell is rung from user space (rdma-core providers/erdma); "
-                   "the stalled QP simply gets no completion until the rule is cleared",
-         "expect": [r"stalled=yes", r"completed_after_clear=yes"], "recovers": True},
-        {"case": "aeq-qp", "kind": "aeq",
-         "driver": "erdma_main.c: erdma_comm_irq_handler -> erdma_eq.c: erdma_aeq_event_handler (every type but "
-                   "CQ_ERR becomes IB_EVENT_QP_FATAL) -> uverbs async event of the QP's owner",
-         "expect": [r"IBV_EVENT_QP_FATAL"], "recovers": True},
-        {"case": "aeq-cq", "kind": "aeq",
-         "driver": "erdma_eq.c: erdma_aeq_event_handler (CQ_ERR: erdma_cq_get_by_cqn -> IB_EVENT_CQ_ERR) -> "
-                   "uverbs async event of the CQ's owner",
-         "expect": [r"IBV_EVENT_CQ_ERR"], "recovers": True},
-        {"case": "port-down", "kind": "port-down",
-         "driver": "none: erdma_verbs.c: erdma_port_event() is never called in 7.3; erdma_query_port reports "
-                   "ib_get_curr_port_state() of the paired netdev, which stays up; the RC QP retries until "
-                   "RETRY_EXC_ERR (rdma-core providers/erdma)",
-         "expect": [r"port_during=PORT_ACTIVE", r"Failed status transport retry counter exceeded \(12\)"],
-         "recovers": True},
-        {"case": "port-up", "kind": "port-up",
-         "driver": "none (as port-down): the device port was taken down by a port-down rule; port-up lets the "
-                   "QP's frames through again",
-         "expect": [r"after_port_up=pass"], "recovers": True},
-        {"case": "cmd-status", "kind": "cmd-status",
-         "driver": "erdma_cmdq.c: erdma_post_cmd_wait (comp_status != 0: -EIO) -> erdma_verbs.c: erdma_create_qp",
-         "expect": [r"Couldn't create QP"], "recovers": True},
-        {"case": "cmdq-timeout", "kind": "cmdq-timeout",
-         "driver": "erdma_cmdq.c: erdma_wait_cmd_completion (15 s, ERDMA_CMD_STATUS_TIMEOUT) -> "
-                   "erdma_post_cmd_wait sets ERDMA_CMDQ_STATE_TIMEOUT_BIT and clears OK: every later command "
-                   "returns -ENODEV",
-         "expect": [r"Couldn't create QP", r"failed to destroy CQ \d+: -19"], "recovers": False},
-    ],
-}
-GVE_SERVER_ONLY = {"server": "gve", "client": "virtio"}
-# The device traces a fault cell keeps (must-show 4): file -> names that must
-# appear in it (decoded as the driver names them). The gVNIC probe is traced
-# from the daemon's start (the host starts it before the guests boot; the
-# server guest stops it once the NIC is up); the erdma RC QP's life is
-# started and stopped by the server guest around one ibv_rc_pingpong.
-FAULT_TRACES = {
-    "gve-faults": {"trace-gve-probe.txt": ["DESCRIBE_DEVICE", "CONFIGURE_DEVICE_RESOURCES", "CREATE_TX_QUEUE",
-                                           "CREATE_RX_QUEUE"]},
-    "erdma-faults": {"trace-erdma-rc-qp.txt": ["CREATE_QP", "MODIFY_QP", "DESTROY_QP"]},
-}
-CELLS["gve-faults"] = {
-    "what": "device faults on the server's emulated gVNIC (one RX/TX queue, 10.78.0.1, peer 10.78.0.2 on the "
-            "client's virtio eth0): link-down/up, reset-request, adminq-status, adminq-timeout, tx-miss (reinjected "
-            "and timed out), tx-stall, rx-error, rx-bad-csum, rx-bad-buf-id; each: arm through `ctl device-fault`, "
-            "evidence in the guest (dmesg, ethtool -S, carrier), clear, verified TCP both ways; trace of the probe",
-    "call": "cell_gve_faults",
-    "nic": GVE_SERVER_ONLY,
-    "gve_queues": 1,
-    "ctl_broker": True,
-    "tests": [("gve-setup", BOTH), ("gve-baseline", BOTH)]
-    + [(f"fault-{c['case']}", ("server",)) for c in FAULT_CASES["gve-faults"]]
-    + [("gve-nic-stats", ("server",)), ("device-trace", ("host",))],
-    "timeout": 1800,
-}
-CELLS["erdma-faults"] = {
-    "what": "device faults on the server's erdma function (erdma_0): cqe-status, qp-stall, aeq (QP, CQ), port-down/up, "
-            "cmd-status, cmdq-timeout (last: the 7.3 driver never recovers from it); each: arm through `ctl "
-            "device-fault` when the QP exists, evidence in the guest (ibv_rc_pingpong's status, async events, "
-            "port state, dmesg), clear, rping -V; trace of one RC QP's life",
-    "call": "cell_erdma_faults",
-    "rdma": ERDMA_BOTH,
-    # a finite transport retry count: with the default 7 the daemon's RC engine retries for ever
-    # (7 = infinite, as rxe), so a QP on a downed port never completes RETRY_EXC_ERR (ci/README.md)
-    "erdma_opts": "retry-cnt=6",
-    "ctl_broker": True,
-    "tests": [("erdma-up", BOTH), ("erdma-baseline", BOTH)]
-    + [(f"fault-{c['case']}", ("server",)) for c in FAULT_CASES["erdma-faults"]]
-    + [("device-trace", ("host",))],
-    "timeout": 1800,
-}
-FAULT_CELLS = ["gve-faults", "erdma-faults"]
+_TABLE = _cell_table()
+CELLS = _TABLE["cells"]
+# Captures (issue 6): the daemon records the whole fabric (pcapng) in the capture cells and a host-side
+# `tshark` test checks these dissectors decode it (by the cell name's prefix).
+CAPTURE_PROTOS = _TABLE["capture_protos"]
+FAULT_CASES = _TABLE["fault_cases"]
+# The device traces a fault cell keeps: file -> names that must appear in it.
+FAULT_TRACES = _TABLE["fault_traces"]
+FAULT_CELLS = _TABLE["fault_cells"]
 # Cells whose guests spend most of their wall time idle, waiting for driver
 # timeouts (a command queue's 15 s, a watchdog's 5 s, a QP's retries): with
 # --jobs 2 they run beside the other cells, which then lose little CPU (two
 # TCG guests idle in HLT). Their verdicts are evidence (dmesg, counters,
 # completion statuses), not timings.
 WAITING_CELLS = FAULT_CELLS
-ERDMA_CELLS = ["erdma", "erdma-rxe", "erdma-smcr", "erdma-rxe-smcr", "erdma-netns-shared",
-               "erdma-netns-exclusive", "erdma-lossy", "erdma-smcr-lossy", "upstream-rdma", "upstream-nic"] + FAULT_CELLS
-CELL_ORDER = ["rxe", "siw", "smcr", "smc-noueid"] + LOSSY_CELLS + ERDMA_CELLS
+# 7.3 only unless named with a kernel or --kernel is given (issue 6 asks for 7.3)
+LOSSY_CELLS = _TABLE["lossy_cells"]
+# 7.3 only: erdma's RoCEv2 mode is newer than 6.12
+ERDMA_CELLS = _TABLE["erdma_cells"]
+CELL_ORDER = _TABLE["cell_order"]
+# not run by default (diagnostics): siw-conn, smcr-lossy-4conns (ci/README.md)
+EXTRA_CELLS = _TABLE["extra_cells"]
 
 
 SIW_SETTLE_MS = 300
@@ -431,18 +101,6 @@ def cell_faults(a, cell):
     if cell.split("-")[0] == "siw" and ms > 0:
         rules.insert(0, siw_settle_rule(ms))
     return rules
-# not run by default (diagnostics): --cells smcr-lossy-4conns, the smcr-lossy
-# cell with its stream on 4 parallel connections as in the loss-free cell. On
-# Linux 7.3 under TCG this stops the client guest (ci/README.md, "SMC-R under
-# loss"): it is kept to reproduce that, not as a gate.
-CELLS["smcr-lossy-4conns"] = dict(
-    CELLS["smcr-lossy"],
-    what="diagnostics: smcr-lossy with the stream on 4 parallel connections both ways (the client guest "
-         "stops under loss on 7.3, see ci/README.md)",
-    # a short stream timeout: the stuck-guest watch acts after (this + 600) s of silence
-    env=dict(CELLS["smcr-lossy"]["env"], CI_SMC_STREAM_CONNS="4", CI_STREAM_TIMEOUT="240"))
-LOSSY_CELLS.append("smcr-lossy-4conns")
-EXTRA_CELLS = ["siw-conn", "smcr-lossy-4conns"]
 # gve-faults: 101-184 s under TCG (2026-11-28); erdma-faults (210-253 s: the driver's 15 s command timeout,
 # a failed rping and a re-probe, RC retries on a downed port) stays in the full tier (ci/README.md)
 QUICK = [("7.3", "rxe"), ("7.3", "smcr"), ("7.3", "erdma-smcr"), ("7.3", "upstream-rdma"), ("7.3", "upstream-nic"),
@@ -502,10 +160,6 @@ def gve_port(role):
 def erdma_port(role):
     """Daemon port name of a role's erdma function (paired with its virtio-net port)."""
     return GUESTS[role][0] + "r"
-
-
-for _c in ("erdma-lossy", "erdma-smcr-lossy"):
-    CELLS[_c]["faults"] = _lossy_faults({"proto": "udp", "dst-port": 4791}, tuple(erdma_port(r) for r in BOTH))
 
 
 class Daemon:

@@ -541,7 +541,7 @@ class FaultCasesTest(unittest.TestCase):
         for cell, cases in matrix.FAULT_CASES.items():
             tests = dict(matrix.CELLS[cell]["tests"])
             for c in cases:
-                self.assertEqual(tests.get(f"fault-{c['case']}"), ("server",), c["case"])
+                self.assertEqual(tests.get(f"fault-{c['case']}"), ["server"], c["case"])
             with tempfile.TemporaryDirectory() as d:
                 dest = os.path.join(d, "faults.md")
                 rows = matrix.fault_rows("7.3", cell, [], dest)

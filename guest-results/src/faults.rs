@@ -14,8 +14,8 @@ use thiserror::Error;
 use crate::pyjson::Json;
 use crate::pytext::{splitlines, strip};
 
-/// One fault case of a cell (ci/matrix.py's FAULT_CASES entries).
-#[derive(Debug, Clone, Deserialize)]
+/// One fault case of a cell (the matrix's fault cells).
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 pub struct FaultCase {
     /// The case's name; its row is `fault-CASE`.
     pub case: String,
@@ -30,7 +30,7 @@ pub struct FaultCase {
     pub recovers: bool,
     /// Why the device keeps no hit count for this kind (then hits are not
     /// judged, only the evidence).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_hits: Option<String>,
 }
 

@@ -5,7 +5,8 @@
 //! sockets or to QEMU's own `-netdev stream` links, and returns the combined
 //! result; `guest-runner kernel-check PATH` checks a bring-your-own guest
 //! kernel image; `guest-runner soak` (scripts/soak.sh) runs the soak: one
-//! daemon, four guests, N minutes, the daemon's memory judged.
+//! daemon, four guests, N minutes, the daemon's memory judged;
+//! `guest-runner matrix-cells` prints the matrix's cell table.
 //!
 //! The guest protocol (scripts/guest/vr-init in the image):
 //!
@@ -19,9 +20,11 @@
 //! Modules: [`spec`] (`--guest` options), [`qemu`] (QEMU command lines),
 //! [`console`] (the markers), [`kernel`] (image checks), [`options`] (the
 //! command line), [`boot`] (the run), [`daemon`] (the vhost-rdma daemon as
-//! the tests run it), [`soak`] (the soak).
+//! the tests run it), [`soak`] (the soak), [`cells`] (the guest test
+//! matrix's cells).
 
 pub mod boot;
+pub mod cells;
 pub mod console;
 pub mod daemon;
 pub mod kernel;

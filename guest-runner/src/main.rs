@@ -31,6 +31,10 @@ enum Cmd {
     /// ci/results/soak-DATE/ unless --results. Exit 0 only if every transfer passed, the daemon
     /// stayed up and its own memory stayed within the tolerance.
     Soak(Box<soak::SoakOptions>),
+    /// Print the guest test matrix's cell table as JSON (guest-runner/src/cells.rs: every cell's
+    /// rows, devices, faults, environment and time limit; the fault cells' cases): what
+    /// ci/matrix.py runs.
+    MatrixCells,
 }
 
 const BOOT_HELP: &str = "\
@@ -55,6 +59,10 @@ fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().cmd {
         Cmd::Boot(o) => boot::run(*o),
         Cmd::Soak(o) => soak::run(*o),
+        Cmd::MatrixCells => {
+            println!("{}", guest_runner::cells::table_json());
+            0
+        }
         Cmd::KernelCheck { path } => match kernel::check_bzimage(&path) {
             Ok(v) => {
                 println!("{v}");

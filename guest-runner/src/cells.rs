@@ -1,0 +1,885 @@
+//! The guest test matrix's cells (ci/matrix.sh): what each cell runs, on
+//! which devices, with which faults and time limits, and which test rows
+//! each guest role must report.
+//!
+//! A cell pairs two guests, the server (guest `a`, 10.77.0.1) and the
+//! client (guest `b`, 10.77.0.2), on one vhost-rdma daemon; the guests run
+//! the cell's `call` from `ci/guest/ci-lib.sh`. Some rows are judged on the
+//! host (role [`Role::Host`]): the capture's dissection, the protocol
+//! checker's findings, the fault rules' evidence, device traces.
+//!
+//! The table is data: [`cells`] builds it, derived cells (lossy, erdma,
+//! fault cells) from their bases, as a newcomer would describe them ("the
+//! rxe cell with 2 % drop and 5 % reorder"), so that a change to a base
+//! reaches its variants.
+
+use guest_results::faults::FaultCase;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// Guest kernel series the matrix knows, in run order.
+pub const KERNELS: [&str; 2] = ["7.3", "6.12"];
+
+/// Who reports a test row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Guest `a`.
+    Server,
+    /// Guest `b`.
+    Client,
+    /// The matrix itself, after the guests.
+    Host,
+}
+
+/// Both guests.
+pub const BOTH: &[Role] = &[Role::Server, Role::Client];
+const SERVER: &[Role] = &[Role::Server];
+const HOST: &[Role] = &[Role::Host];
+
+/// An RDMA or NIC device of one role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// The daemon's emulated erdma function, paired with the guest's
+    /// virtio-net port.
+    Erdma,
+    /// The guest's own rdma_rxe on eth0.
+    Rxe,
+    /// The daemon's emulated gVNIC.
+    Gve,
+    /// The guest's virtio-net port.
+    Virtio,
+}
+
+/// A device per role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PerRole {
+    /// Guest `a`'s.
+    pub server: Device,
+    /// Guest `b`'s.
+    pub client: Device,
+}
+
+impl PerRole {
+    /// `role`'s device (the host has none: the server's).
+    pub fn of(&self, role: Role) -> Device {
+        match role {
+            Role::Client => self.client,
+            _ => self.server,
+        }
+    }
+}
+
+const ERDMA_BOTH: PerRole = PerRole {
+    server: Device::Erdma,
+    client: Device::Erdma,
+};
+const ERDMA_RXE: PerRole = PerRole {
+    server: Device::Erdma,
+    client: Device::Rxe,
+};
+const GVE_VIRTIO: PerRole = PerRole {
+    server: Device::Gve,
+    client: Device::Virtio,
+};
+
+/// One test row: its name and the roles that must report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TestRow(pub String, pub Vec<Role>);
+
+fn row(name: &str, roles: &[Role]) -> TestRow {
+    TestRow(name.to_string(), roles.to_vec())
+}
+
+/// Which upstream suite a cell runs, judged case by case against
+/// `ci/upstream/SUITE-DEVICE.expect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Upstream {
+    /// rdma-core's `tests/`.
+    #[serde(rename = "rdma-core")]
+    RdmaCore,
+    /// The kernel's NIC driver selftests.
+    #[serde(rename = "nic")]
+    Nic,
+}
+
+/// One cell of the matrix.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cell {
+    /// One line for the report and `--dry-run`.
+    pub what: String,
+    /// The guests' job: a `ci-lib.sh` function call.
+    pub call: String,
+    /// The rows, in report order.
+    pub tests: Vec<TestRow>,
+    /// Seconds per guest, boot to result.
+    pub timeout: u32,
+    /// The daemon records the fabric (a `tshark` host row judges it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub capture: bool,
+    /// The daemon's fault rules (`[[fault]]` tables), as JSON objects.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<Value>,
+    /// `CI_*` variables for the guests.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// RDMA devices per role (erdma cells).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<PerRole>,
+    /// NICs per role (gVNIC cells).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nic: Option<PerRole>,
+    /// Virtio-net NICs per guest (2: a second port on the same subnet).
+    #[serde(skip_serializing_if = "is_one")]
+    pub nics: u32,
+    /// The gVNIC's queues.
+    #[serde(skip_serializing_if = "is_four")]
+    pub gve_queues: u32,
+    /// Extra `kind=erdma` port options.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub erdma_opts: String,
+    /// The guests may ask the host to run `vhost-rdma ctl` (fault cells).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ctl_broker: bool,
+    /// The upstream suite the cell runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Upstream>,
+    /// The protocol checker must report nothing (host row `checker-clean`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub checker_clean: bool,
+    /// The host takes the busy link down mid-stream (`smcr-failover`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failover: bool,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn is_four(n: &u32) -> bool {
+    *n == 4
+}
+
+impl Cell {
+    fn new(what: &str, call: &str, tests: Vec<TestRow>, timeout: u32) -> Cell {
+        Cell {
+            what: what.to_string(),
+            call: call.to_string(),
+            tests,
+            timeout,
+            capture: false,
+            faults: Vec::new(),
+            env: BTreeMap::new(),
+            rdma: None,
+            nic: None,
+            nics: 1,
+            gve_queues: 4,
+            erdma_opts: String::new(),
+            ctl_broker: false,
+            upstream: None,
+            checker_clean: false,
+            failover: false,
+        }
+    }
+
+    /// The cell without the rows named in `names`.
+    fn without(mut self, names: &[&str]) -> Cell {
+        self.tests.retain(|t| !names.contains(&t.0.as_str()));
+        self
+    }
+
+    /// The cell with `rows` appended.
+    fn with(mut self, rows: &[(&str, &[Role])]) -> Cell {
+        self.tests.extend(rows.iter().map(|(n, r)| row(n, r)));
+        self
+    }
+
+    /// The cell with `vars` added to its guests' environment.
+    fn env(mut self, vars: &[(&str, &str)]) -> Cell {
+        for (k, v) in vars {
+            self.env.insert(k.to_string(), v.to_string());
+        }
+        self
+    }
+
+    /// The row names, in order.
+    pub fn test_names(&self) -> impl Iterator<Item = &str> {
+        self.tests.iter().map(|t| t.0.as_str())
+    }
+}
+
+/// The tools of the verbs cells (rxe, siw, erdma): the perftest and
+/// librdmacm tools, then smc-guest-tests' verbs, one row per verb.
+fn verbs_tests() -> Vec<&'static str> {
+    let mut t = vec![
+        "ibv_rc_pingpong",
+        "rping",
+        "ib_send_bw",
+        "ib_write_bw",
+        "ib_read_bw",
+        "ucmatose",
+    ];
+    t.extend([
+        "verbs-send",
+        "verbs-send_imm",
+        "verbs-write",
+        "verbs-write_imm",
+        "verbs-read",
+        "verbs-cas",
+        "verbs-faa",
+        "verbs-corrupt",
+    ]);
+    t
+}
+
+/// The protocols a capture cell's `tshark` row expects to decode.
+pub fn capture_protos(cell: &str) -> &'static [&'static str] {
+    match cell.split('-').next() {
+        Some("rxe") => &["infiniband"],
+        Some("siw") => &["iwarp_mpa", "iwarp_ddp_rdmap"],
+        Some("smcr") => &["smc", "infiniband"],
+        _ => &[],
+    }
+}
+
+/// The lossy cells' rules: on each of `ports`, 2 % drop and 5 % reorder
+/// (window 4, 20 ms) of the frames matching `matcher`, into the port.
+fn lossy_faults(matcher: &Value, ports: &[&str]) -> Vec<Value> {
+    let mut rules = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let mut drop = matcher.clone();
+        let mut reorder = matcher.clone();
+        let fields = [
+            (
+                &mut drop,
+                json!({"port": port, "dir": "ingress", "action": "drop", "prob": 0.02,
+                       "seed": 101 + i}),
+            ),
+            (
+                &mut reorder,
+                json!({"port": port, "dir": "ingress", "action": "reorder", "prob": 0.05,
+                       "window": 4, "hold-ms": 20, "seed": 201 + i}),
+            ),
+        ];
+        for (rule, add) in fields {
+            if let (Some(r), Some(a)) = (rule.as_object_mut(), add.as_object()) {
+                r.extend(a.clone());
+            }
+        }
+        rules.extend([drop, reorder]);
+    }
+    rules
+}
+
+/// The daemon port of a role's erdma function (`ar`, `br`).
+pub fn erdma_port(role: Role) -> &'static str {
+    match role {
+        Role::Client => "br",
+        _ => "ar",
+    }
+}
+
+/// The daemon port of a role's gVNIC (`ag`, `bg`).
+pub fn gve_port(role: Role) -> &'static str {
+    match role {
+        Role::Client => "bg",
+        _ => "ag",
+    }
+}
+
+/// The device set-up rows of a cell whose roles use `rdma`: `erdma-up`
+/// for erdma functions, `link-add-DEV` for the guest's own devices.
+fn device_rows(rdma: PerRole) -> Vec<TestRow> {
+    let mut out: Vec<TestRow> = Vec::new();
+    for role in [Role::Server, Role::Client] {
+        let name = match rdma.of(role) {
+            Device::Erdma => "erdma-up".to_string(),
+            d => format!("link-add-{}", device_name(d)),
+        };
+        match out.iter_mut().find(|t| t.0 == name) {
+            Some(t) => t.1.push(role),
+            None => out.push(TestRow(name, vec![role])),
+        }
+    }
+    out
+}
+
+fn device_name(d: Device) -> &'static str {
+    match d {
+        Device::Erdma => "erdma",
+        Device::Rxe => "rxe",
+        Device::Gve => "gve",
+        Device::Virtio => "virtio",
+    }
+}
+
+/// Cell `base` on the devices `rdma`: its `link-add-*` rows replaced by
+/// the devices' set-up rows, no capture.
+fn with_devices(base: &Cell, rdma: PerRole, what: &str) -> Cell {
+    let mut c = base.clone();
+    let mut tests = device_rows(rdma);
+    tests.extend(
+        base.tests
+            .iter()
+            .filter(|t| !t.0.starts_with("link-add-") && t.0 != "tshark")
+            .cloned(),
+    );
+    c.tests = tests;
+    c.rdma = Some(rdma);
+    c.capture = false;
+    c.what = what.to_string();
+    c
+}
+
+/// Seconds added to a cell's time limit under loss.
+const LOSSY_EXTRA_S: u32 = 900;
+
+/// The lossy variant of verbs or SMC-R cell `base`.
+fn lossy(base: &Cell, name: &str, matcher: Value, path: &str) -> Cell {
+    let mut c = base.clone().without(&["tshark", "smc-64conns"]);
+    c.capture = false;
+    c.what = format!(
+        "{name} cell with 2 % drop + 5 % reorder (window 4) on the {path} path, both directions"
+    );
+    c.faults = lossy_faults(&matcher, &["a", "b"]);
+    c.timeout += LOSSY_EXTRA_S;
+    c = c
+        .with(&[("loss-evidence", HOST)])
+        .env(&[("CI_PERFTEST_ITERS", "100"), ("CI_TOOL_TIMEOUT", "420")]);
+    if name == "smcr" {
+        c = c.env(&[
+            ("CI_SMC_BYTES", "16M"),
+            ("CI_SMC_BIG_BYTES", "32M"),
+            ("CI_SMC_SKIP_MANY", "1"),
+            ("CI_SMC_STREAM_CONNS", "1"),
+            ("CI_STREAM_TIMEOUT", "900"),
+        ]);
+    }
+    c
+}
+
+/// The matrix's cells by name.
+pub fn cells() -> BTreeMap<String, Cell> {
+    let mut m: BTreeMap<String, Cell> = BTreeMap::new();
+    let verbs = |dev: &str| -> Vec<TestRow> {
+        let mut t = vec![row(&format!("link-add-{dev}"), BOTH)];
+        t.extend(verbs_tests().into_iter().map(|n| row(n, BOTH)));
+        t
+    };
+    let mut rxe = Cell::new(
+        "rdma_rxe (RoCEv2) on eth0 in both guests; ibv_rc_pingpong (-g RoCEv2 GID), rping -V, \
+         ib_send/write/read_bw (-x GID index, TCP out-of-band), ucmatose; smc-guest-tests verbs \
+         (ibverbs): SEND, SEND+imm, WRITE(+imm), READ, CAS, FAA, data verified",
+        "cell_verbs rxe",
+        verbs("rxe"),
+        1500,
+    );
+    let mut siw = Cell::new(
+        "siw (iWARP) on eth0 in both guests; rping -V, ib_send/write/read_bw -R (rdma_cm; read \
+         with -o 16), ucmatose; ibv_rc_pingpong SKIPPED (no rdma_cm mode, iWARP needs iw_cm); \
+         smc-guest-tests verbs (ibverbs QP connected via rdma_cm): SEND, WRITE, READ verified; imm \
+         and atomics SKIPPED (iWARP has none)",
+        "cell_verbs siw",
+        verbs("siw"),
+        1500,
+    );
+    let mut smcr = Cell::new(
+        "SMC-Rv2 over rxe: UEID on both, smc devices --require-smcr, stream --proto smc: 1 B x 1 \
+         conn c2s; 256 KiB x 64 conns both ways, server closes first; 64 MiB x 4 conns both ways; \
+         256 MiB x 1 conn s2c, server closes first; every byte verified, no fallback \
+         (smc_mode=smcr)",
+        "cell_smcr",
+        [
+            "link-add-rxe",
+            "smc-ueid",
+            "smc-devices",
+            "smc-1byte",
+            "smc-64conns",
+            "smc-stream",
+            "smc-big-s2c",
+        ]
+        .into_iter()
+        .map(|n| row(n, BOTH))
+        .collect(),
+        1800,
+    );
+    // Captures (issue 6): the whole fabric, decoded by tshark on the host.
+    for c in [&mut rxe, &mut siw, &mut smcr] {
+        c.capture = true;
+        c.tests.push(row("tshark", HOST));
+    }
+    let noueid = Cell::new(
+        "negative: stream --proto smc with a UEID on one side only must FAIL on both sides naming \
+         the decline code: server-only UEID -> 0x03030008 NOUEID (client: PEERDECL + peer \
+         diagnosis); client-only UEID -> 0x03030007 NOSMCD2DEV (or 0x03030008/0x03030000)",
+        "cell_smc_noueid",
+        vec![
+            row("link-add-rxe", BOTH),
+            row("smc-ueid", SERVER),
+            row("smc-devices", BOTH),
+            row("smc-noueid-client", BOTH),
+            row("smc-ueid-swap", BOTH),
+            row("smc-noueid-server", BOTH),
+        ],
+        900,
+    );
+    let roce = json!({"proto": "udp", "dst-port": 4791});
+    let rxe_lossy = lossy(&rxe, "rxe", roce.clone(), "RoCEv2 (UDP 4791)");
+    let smcr_lossy = lossy(&smcr, "smcr", roce.clone(), "RoCEv2 (UDP 4791)");
+    let siw_lossy = lossy(&siw, "siw", json!({"proto": "tcp"}), "TCP (iWARP)");
+    let mut failover = Cell::new(
+        "SMC-Rv2 link failover: two NICs per guest (rxe0/eth0, rxe1/eth1, four daemon ports), the \
+         link group gets a second link; net.smc.smcr_testlink_time 5 s; mid-stream the host takes \
+         the busy link's port down (`ctl link down`) for 30 s; the 192 MiB stream must complete \
+         verified as SMC-R, carried by the other link while the first is down (flows view)",
+        "cell_smcr_failover",
+        vec![
+            row("link-add-rxe", BOTH),
+            row("smc-ueid", BOTH),
+            row("smc-devices", BOTH),
+            row("smc-two-devices", BOTH),
+            row("smc-failover-stream", BOTH),
+            row("failover-evidence", HOST),
+        ],
+        1500,
+    );
+    failover.nics = 2;
+    failover.failover = true;
+    failover.capture = true;
+    let siw_conn = Cell::new(
+        "siw connection-setup stress (diagnostics): N rounds of ucmatose and ib_read_bw -R \
+         (default -o), siw kprobe trace; --siw-conn-rounds N",
+        "cell_siw_conn",
+        vec![row("link-add-siw", BOTH)],
+        2400,
+    );
+    let mut erdma = with_devices(
+        &rxe,
+        ERDMA_BOTH,
+        "erdma functions (RC QPs run by the daemon) in both guests: ibv_rc_pingpong, rping -V, \
+         ib_send/write/read_bw, ucmatose; smc-guest-tests verbs: SEND, SEND+imm, WRITE(+imm), \
+         READ, CAS, FAA",
+    );
+    erdma.call = "cell_verbs erdma".into();
+    let mut erdma_rxe = with_devices(
+        &rxe,
+        ERDMA_RXE,
+        "erdma function (server) against rdma_rxe (client): the same tools as the rxe cell",
+    );
+    erdma_rxe.call = "cell_verbs \"$CI_RDMA\"".into();
+    // Clean runs: the protocol checker must report nothing.
+    let mut erdma_smcr = with_devices(
+        &smcr,
+        ERDMA_BOTH,
+        "SMC-Rv2 between two erdma functions: UEID on both; 1 B; 256 KiB x 64 conns; 64 MiB x 4 \
+         conns both ways; 256 MiB s2c; every byte verified, smc_mode=smcr; no checker finding",
+    )
+    .with(&[("checker-clean", HOST)]);
+    erdma_smcr.checker_clean = true;
+    let mut erdma_rxe_smcr = with_devices(
+        &smcr,
+        ERDMA_RXE,
+        "SMC-Rv2 between an erdma function (server) and rdma_rxe (client), as erdma-smcr",
+    )
+    .with(&[("checker-clean", HOST)]);
+    erdma_rxe_smcr.checker_clean = true;
+    let erdma_ports = [erdma_port(Role::Server), erdma_port(Role::Client)];
+    let mut erdma_smcr_lossy = erdma_smcr
+        .clone()
+        .without(&["checker-clean", "smc-64conns"])
+        .with(&[("loss-evidence", HOST)]);
+    erdma_smcr_lossy.checker_clean = false;
+    erdma_smcr_lossy.what = "erdma-smcr with 2 % drop + 5 % reorder (window 4) on both erdma \
+                             ports (RoCEv2, UDP 4791), both directions: 1 B; 64 MiB x 4 conns \
+                             both ways; 64 MiB s2c"
+        .into();
+    erdma_smcr_lossy.faults = lossy_faults(&roce, &erdma_ports);
+    erdma_smcr_lossy.timeout += LOSSY_EXTRA_S;
+    // The loss-free cell's streams (the daemon's RC engine recovers fast
+    // enough); no 64-connection round, as in smcr-lossy.
+    erdma_smcr_lossy.env = smcr_lossy.env.clone();
+    erdma_smcr_lossy = erdma_smcr_lossy.env(&[
+        ("CI_SMC_BYTES", "64M"),
+        ("CI_SMC_STREAM_CONNS", "4"),
+        ("CI_SMC_BIG_BYTES", "64M"),
+    ]);
+    let mut erdma_lossy = erdma.clone().with(&[("loss-evidence", HOST)]);
+    erdma_lossy.what = "erdma cell with 2 % drop + 5 % reorder (window 4) on both erdma ports \
+                        (RoCEv2, UDP 4791), both directions"
+        .into();
+    erdma_lossy.faults = lossy_faults(&roce, &erdma_ports);
+    erdma_lossy.timeout += LOSSY_EXTRA_S;
+    // ibv_rc_pingpong's exit races under loss on any RC device.
+    erdma_lossy.env = rxe_lossy.env.clone();
+    erdma_lossy = erdma_lossy.env(&[(
+        "CI_SKIP_PINGPONG",
+        "under loss its exit races: a lost last ACK leaves one side retransmitting to a QP the \
+         other side destroyed (ci/README.md, erdma cells)",
+    )]);
+    let mut upstream_rdma = Cell::new(
+        "rdma-core's tests/ (pyverbs, unmodified, the guest's rdma-core) on erdma_0 (server guest) \
+         and on rxe0 (client guest, baseline); one row per case, judged against \
+         ci/upstream/rdma-core-*.expect",
+        "cell_upstream_rdma",
+        device_rows(ERDMA_RXE),
+        3000,
+    )
+    .with(&[("rdma-core-suite", BOTH), ("repro-query-qp-uninit", BOTH)]);
+    upstream_rdma.rdma = Some(ERDMA_RXE);
+    upstream_rdma.upstream = Some(Upstream::RdmaCore);
+    let mut upstream_nic = Cell::new(
+        "the kernel's NIC selftests (drivers/net/*.py, drivers/net/hw/*.py of the guest kernel's \
+         source, unmodified) with NETIF = the emulated gVNIC (server guest) and virtio-net (client \
+         guest, baseline), remote = eth1 in a netns; one row per case, judged against \
+         ci/upstream/nic-*.expect",
+        "cell_upstream_nic",
+        vec![
+            row("nic-setup", BOTH),
+            row("nic-suite", BOTH),
+            row("repro-gve-qstats-oops", SERVER),
+        ],
+        5400,
+    )
+    .env(&[("CI_NIC_FILE_TIMEOUT", "300")]);
+    upstream_nic.nics = 2;
+    upstream_nic.nic = Some(GVE_VIRTIO);
+    upstream_nic.upstream = Some(Upstream::Nic);
+    let mut smcr_lossy_4 = smcr_lossy.clone().env(&[
+        ("CI_SMC_STREAM_CONNS", "4"),
+        // a short stream timeout: the stuck-guest watch acts after (this
+        // + 600) s of silence
+        ("CI_STREAM_TIMEOUT", "240"),
+    ]);
+    smcr_lossy_4.what = "diagnostics: smcr-lossy with the stream on 4 parallel connections both \
+                         ways (the client guest stops under loss on 7.3, see ci/README.md)"
+        .into();
+    for (name, c) in [
+        ("rxe", rxe),
+        ("siw", siw),
+        ("smcr", smcr),
+        ("smc-noueid", noueid),
+        ("rxe-lossy", rxe_lossy),
+        ("smcr-lossy", smcr_lossy),
+        ("siw-lossy", siw_lossy),
+        ("smcr-failover", failover),
+        ("siw-conn", siw_conn),
+        ("erdma", erdma),
+        ("erdma-rxe", erdma_rxe),
+        ("erdma-smcr", erdma_smcr),
+        ("erdma-rxe-smcr", erdma_rxe_smcr),
+        ("erdma-smcr-lossy", erdma_smcr_lossy),
+        ("erdma-lossy", erdma_lossy),
+        ("upstream-rdma", upstream_rdma),
+        ("upstream-nic", upstream_nic),
+        ("smcr-lossy-4conns", smcr_lossy_4),
+    ] {
+        m.insert(name.to_string(), c);
+    }
+    let mut gve_faults = fault_cell(
+        "device faults on the server's emulated gVNIC (one RX/TX queue, 10.78.0.1, peer 10.78.0.2 on \
+         the client's virtio eth0): link-down/up, reset-request, adminq-status, adminq-timeout, \
+         tx-miss (reinjected and timed out), tx-stall, rx-error, rx-bad-csum, rx-bad-buf-id; each: \
+         arm through `ctl device-fault`, evidence in the guest (dmesg, ethtool -S, carrier), clear, \
+         verified TCP both ways; trace of the probe",
+        "cell_gve_faults",
+        "gve-faults",
+        &[("gve-setup", BOTH), ("gve-baseline", BOTH)],
+        &[("gve-nic-stats", SERVER), ("device-trace", HOST)],
+    );
+    gve_faults.nic = Some(GVE_VIRTIO);
+    gve_faults.gve_queues = 1;
+    let mut erdma_faults = fault_cell(
+        "device faults on the server's erdma function (erdma_0): cqe-status, qp-stall, aeq (QP, \
+         CQ), port-down/up, cmd-status, cmdq-timeout (last: the 7.3 driver never recovers from \
+         it); each: arm through `ctl device-fault` when the QP exists, evidence in the guest \
+         (ibv_rc_pingpong's status, async events, port state, dmesg), clear, rping -V; trace of \
+         one RC QP's life",
+        "cell_erdma_faults",
+        "erdma-faults",
+        &[("erdma-up", BOTH), ("erdma-baseline", BOTH)],
+        &[("device-trace", HOST)],
+    );
+    erdma_faults.rdma = Some(ERDMA_BOTH);
+    // A finite transport retry count: with the default 7 the daemon's RC
+    // engine retries for ever (7 = infinite, as rxe), so a QP on a downed
+    // port would never complete RETRY_EXC_ERR.
+    erdma_faults.erdma_opts = "retry-cnt=6".into();
+    m.insert("gve-faults".into(), gve_faults);
+    m.insert("erdma-faults".into(), erdma_faults);
+    for mode in ["shared", "exclusive"] {
+        let exclusive = mode == "exclusive";
+        let what = format!(
+            "`rdma system set netns {mode}`; the server guest moves eth0 into a namespace{}; \
+             erdma_0 visible {}; ibv_rc_pingpong, rping -V, ib_write_bw run inside it against the \
+             client",
+            if exclusive {
+                " and erdma_0 with it (rdma dev set ... netns)"
+            } else {
+                ""
+            },
+            if exclusive {
+                "only there"
+            } else {
+                "in both namespaces"
+            }
+        );
+        let mut c = Cell::new(
+            &what,
+            &format!("cell_netns {mode}"),
+            vec![
+                row("rdma-netns-mode", SERVER),
+                row("erdma-up", BOTH),
+                row("rdma-netns-visible", SERVER),
+                row("ibv_rc_pingpong", BOTH),
+                row("rping", BOTH),
+                row("ib_write_bw", BOTH),
+            ],
+            1200,
+        );
+        c.rdma = Some(ERDMA_BOTH);
+        m.insert(format!("erdma-netns-{mode}"), c);
+    }
+    m
+}
+
+fn case(name: &str, kind: &str, driver: &str, expect: &[&str], recovers: bool) -> FaultCase {
+    FaultCase {
+        case: name.to_string(),
+        kind: kind.to_string(),
+        driver: driver.to_string(),
+        expect: expect.iter().map(|e| e.to_string()).collect(),
+        recovers,
+        no_hits: None,
+    }
+}
+
+/// The `gve-faults` cell's cases, in run order: the fault kind, the 7.3 driver code
+/// that runs, the evidence the server's row must show, and whether traffic
+/// comes back once the rule is cleared.
+pub fn gve_faults_cases() -> Vec<FaultCase> {
+    vec![
+        case("link-down", "link-down", "gve_main.c: gve_mgmnt_intr -> gve_service_task -> gve_handle_link_status (netif_carrier_off)", &["carrier_during=0", "Device link is down"], true),
+        case("link-up", "link-up", "gve_main.c: gve_service_task -> gve_handle_link_status (netif_carrier_on); the port was taken down first with `ctl link --port ag down`", &["carrier_ctl_down=0", "carrier_during=1", "Device link is up"], true),
+        case("reset-request", "reset-request", "gve_main.c: gve_service_task -> gve_handle_status -> gve_handle_reset -> gve_reset(priv, false) (turndown, gve_adminq_release, gve_init_priv, gve_open)", &["Device requested reset", "Performing reset", "reset_cnt \\+[1-9]"], true),
+        case("adminq-status", "adminq-status", "gve_adminq.c: gve_adminq_kick_and_wait -> gve_adminq_parse_err (-ETIME) -> gve_adminq_configure_flow_rule -> gve_reset(priv, true)", &["AQ command failed with status -12", "Timeout to configure the flow rule", "Performing reset"], true),
+        case("rx-error", "rx-error", "gve_rx_dqo.c: gve_rx_poll_dqo -> gve_rx_dqo (compl_desc->rx_error: buffer recycled, -EINVAL)", &["rx_desc_err_dropped_pkt \\+[1-9]"], true),
+        case("rx-bad-csum", "rx-bad-csum", "gve_rx_dqo.c: gve_rx_complete_skb -> gve_rx_skb_csum (csum_l4_err: CHECKSUM_NONE, the stack checks the checksum itself)", &["rx_desc_err_dropped_pkt \\+0", "rx_drops_invalid_checksum\\[0\\] \\+[1-9]"], true),
+        case("rx-bad-buf-id", "rx-bad-buf-id", "gve_rx_dqo.c: gve_rx_dqo (buffer_id >= num_buf_states or not allocated: -EINVAL)", &["RX buffer_id", "rx_desc_err_dropped_pkt \\+[1-9]"], true),
+        case("tx-miss-reinject", "tx-miss", "gve_tx_dqo.c: gve_clean_tx_done_dqo -> gve_handle_miss_completion, then gve_handle_packet_completion(is_reinjection)", &["tx_dropped \\+0"], true),
+        case("tx-miss-timeout", "tx-miss", "gve_tx_dqo.c: gve_handle_miss_completion, then remove_miss_completions after GVE_REINJECT_COMPL_TIMEOUT (1 s): skb freed as dropped", &["No reinjection completion was received", "tx_dropped \\+[1-9]"], true),
+        case("tx-stall", "tx-stall", "net/sched dev_watchdog -> gve_main.c: gve_tx_timeout (gve_tx_timeout_try_q_kick, else gve_schedule_reset)", &["Timeout on tx queue, 0", "tx_timeouts \\+[1-9]"], true),
+        case("adminq-timeout", "adminq-timeout", "gve_adminq.c: gve_adminq_wait_for_cmd (100 x 20 ms) -> gve_adminq_kick_and_wait (-ENOTRECOVERABLE) -> gve_main.c: gve_destroy_rings -> gve_queues_stop -> gve_reset_and_teardown + gve_reset_recovery", &["AQ commands timed out, need to reset AQ"], true),
+    ]
+}
+
+/// The `erdma-faults` cell's cases, in run order: the fault kind, the 7.3 driver code
+/// that runs, the evidence the server's row must show, and whether traffic
+/// comes back once the rule is cleared.
+pub fn erdma_faults_cases() -> Vec<FaultCase> {
+    vec![
+        case("cqe-status", "cqe-status", "rdma-core providers/erdma (user CQ, polled in libibverbs: the kernel's erdma_poll_one_cqe serves kernel consumers only); ibv_rc_pingpong prints the ibv_wc_status", &["Failed status transport retry counter exceeded \\(12\\)"], true),
+        case("qp-stall", "qp-stall", "none in the guest: the SQ doorbell is rung from user space (rdma-core providers/erdma); the stalled QP simply gets no completion until the rule is cleared", &["stalled=yes", "completed_after_clear=yes"], true),
+        case("aeq-qp", "aeq", "erdma_main.c: erdma_comm_irq_handler -> erdma_eq.c: erdma_aeq_event_handler (every type but CQ_ERR becomes IB_EVENT_QP_FATAL) -> uverbs async event of the QP's owner", &["IBV_EVENT_QP_FATAL"], true),
+        case("aeq-cq", "aeq", "erdma_eq.c: erdma_aeq_event_handler (CQ_ERR: erdma_cq_get_by_cqn -> IB_EVENT_CQ_ERR) -> uverbs async event of the CQ's owner", &["IBV_EVENT_CQ_ERR"], true),
+        case("port-down", "port-down", "none: erdma_verbs.c: erdma_port_event() is never called in 7.3; erdma_query_port reports ib_get_curr_port_state() of the paired netdev, which stays up; the RC QP retries until RETRY_EXC_ERR (rdma-core providers/erdma)", &["port_during=PORT_ACTIVE", "Failed status transport retry counter exceeded \\(12\\)"], true),
+        case("port-up", "port-up", "none (as port-down): the device port was taken down by a port-down rule; port-up lets the QP's frames through again", &["after_port_up=pass"], true),
+        case("cmd-status", "cmd-status", "erdma_cmdq.c: erdma_post_cmd_wait (comp_status != 0: -EIO) -> erdma_verbs.c: erdma_create_qp", &["Couldn't create QP"], true),
+        case("cmdq-timeout", "cmdq-timeout", "erdma_cmdq.c: erdma_wait_cmd_completion (15 s, ERDMA_CMD_STATUS_TIMEOUT) -> erdma_post_cmd_wait sets ERDMA_CMDQ_STATE_TIMEOUT_BIT and clears OK: every later command returns -ENODEV", &["Couldn't create QP", "failed to destroy CQ \\d+: -19"], false),
+    ]
+}
+/// The fault cases of fault cell `cell` (empty for other cells).
+pub fn fault_cases(cell: &str) -> Vec<FaultCase> {
+    match cell {
+        "gve-faults" => gve_faults_cases(),
+        "erdma-faults" => erdma_faults_cases(),
+        _ => Vec::new(),
+    }
+}
+
+/// The device traces a fault cell keeps: file -> names that must appear
+/// in it. The gVNIC's probe is traced from the daemon's start; the erdma
+/// RC QP's life around one ibv_rc_pingpong.
+pub fn fault_traces(cell: &str) -> &'static [(&'static str, &'static [&'static str])] {
+    match cell {
+        "gve-faults" => &[(
+            "trace-gve-probe.txt",
+            &[
+                "DESCRIBE_DEVICE",
+                "CONFIGURE_DEVICE_RESOURCES",
+                "CREATE_TX_QUEUE",
+                "CREATE_RX_QUEUE",
+            ],
+        )],
+        "erdma-faults" => &[(
+            "trace-erdma-rc-qp.txt",
+            &["CREATE_QP", "MODIFY_QP", "DESTROY_QP"],
+        )],
+        _ => &[],
+    }
+}
+
+/// A fault cell: `setup` rows, a `fault-CASE` row from the server per
+/// case, then `tail` rows.
+fn fault_cell(
+    what: &str,
+    call: &str,
+    cell: &str,
+    setup: &[(&str, &[Role])],
+    tail: &[(&str, &[Role])],
+) -> Cell {
+    let mut c = Cell::new(what, call, Vec::new(), 1800).with(setup);
+    for fc in fault_cases(cell) {
+        c.tests.push(row(&format!("fault-{}", fc.case), SERVER));
+    }
+    c = c.with(tail);
+    c.ctl_broker = true;
+    c
+}
+
+/// The lossy cells (and the failover cell): 7.3 only unless named with a
+/// kernel or `--kernel` is given.
+pub const LOSSY_CELLS: [&str; 5] = [
+    "rxe-lossy",
+    "smcr-lossy",
+    "siw-lossy",
+    "smcr-failover",
+    "smcr-lossy-4conns",
+];
+
+/// The erdma and upstream cells: 7.3 only (erdma's RoCEv2 mode is newer
+/// than 6.12).
+pub const ERDMA_CELLS: [&str; 12] = [
+    "erdma",
+    "erdma-rxe",
+    "erdma-smcr",
+    "erdma-rxe-smcr",
+    "erdma-netns-shared",
+    "erdma-netns-exclusive",
+    "erdma-lossy",
+    "erdma-smcr-lossy",
+    "upstream-rdma",
+    "upstream-nic",
+    "gve-faults",
+    "erdma-faults",
+];
+
+/// Cells run when none are named, in run order.
+pub const CELL_ORDER: [&str; 20] = [
+    "rxe",
+    "siw",
+    "smcr",
+    "smc-noueid",
+    "rxe-lossy",
+    "smcr-lossy",
+    "siw-lossy",
+    "smcr-failover",
+    "erdma",
+    "erdma-rxe",
+    "erdma-smcr",
+    "erdma-rxe-smcr",
+    "erdma-netns-shared",
+    "erdma-netns-exclusive",
+    "erdma-lossy",
+    "erdma-smcr-lossy",
+    "upstream-rdma",
+    "upstream-nic",
+    "gve-faults",
+    "erdma-faults",
+];
+
+/// Diagnostic cells, run only when named.
+pub const EXTRA_CELLS: [&str; 2] = ["siw-conn", "smcr-lossy-4conns"];
+
+/// The cell name prefixes whose capture rows have protocols.
+const CAPTURE_PREFIXES: [&str; 3] = ["rxe", "siw", "smcr"];
+
+/// The whole table as the matrix driver reads it
+/// (`guest-runner matrix-cells`): `cells`, the cell lists (`cell_order`,
+/// `extra_cells`, `lossy_cells`, `erdma_cells`, `fault_cells`),
+/// `fault_cases` and `fault_traces` by cell, `capture_protos` by cell name
+/// prefix.
+pub fn table_json() -> Value {
+    let fault_cells = ["gve-faults", "erdma-faults"];
+    let cases: BTreeMap<&str, Vec<FaultCase>> =
+        fault_cells.iter().map(|c| (*c, fault_cases(c))).collect();
+    let traces: BTreeMap<&str, BTreeMap<&str, &[&str]>> = fault_cells
+        .iter()
+        .map(|c| (*c, fault_traces(c).iter().copied().collect()))
+        .collect();
+    let protos: BTreeMap<&str, &[&str]> = CAPTURE_PREFIXES
+        .iter()
+        .map(|p| (*p, capture_protos(p)))
+        .collect();
+    json!({
+        "cells": cells(),
+        "cell_order": CELL_ORDER,
+        "extra_cells": EXTRA_CELLS,
+        "lossy_cells": LOSSY_CELLS,
+        "erdma_cells": ERDMA_CELLS,
+        "fault_cells": fault_cells,
+        "fault_cases": cases,
+        "fault_traces": traces,
+        "capture_protos": protos,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every cell of the run order exists, and every cell has rows.
+    #[test]
+    fn the_table_is_whole() {
+        let m = cells();
+        for c in CELL_ORDER.iter().chain(&EXTRA_CELLS) {
+            let cell = m.get(*c).unwrap_or_else(|| panic!("no cell {c}"));
+            assert!(!cell.tests.is_empty(), "{c}");
+        }
+    }
+
+    /// A derived cell follows its base: the lossy rxe cell is the rxe
+    /// cell's rows without the capture, plus the loss evidence.
+    #[test]
+    fn derived_cells_follow_their_bases() {
+        let m = cells();
+        let rxe: Vec<_> = m["rxe"].test_names().filter(|t| *t != "tshark").collect();
+        let lossy: Vec<_> = m["rxe-lossy"].test_names().collect();
+        assert_eq!(lossy[..lossy.len() - 1], rxe[..]);
+        assert_eq!(lossy.last(), Some(&"loss-evidence"));
+        assert_eq!(m["rxe-lossy"].faults.len(), 4);
+        assert_eq!(m["erdma-lossy"].faults[0]["port"], "ar");
+        assert_eq!(m["erdma"].tests[0], row("erdma-up", BOTH));
+        assert_eq!(
+            m["erdma-rxe"].tests[..2],
+            [
+                row("erdma-up", SERVER),
+                row("link-add-rxe", &[Role::Client])
+            ]
+        );
+    }
+
+    /// Each fault case is a server row of its cell, and its evidence
+    /// patterns compile.
+    #[test]
+    fn fault_cases_are_server_rows_with_valid_patterns() {
+        let m = cells();
+        for cell in ["gve-faults", "erdma-faults"] {
+            let cases = fault_cases(cell);
+            assert!(!cases.is_empty());
+            for c in cases {
+                let name = format!("fault-{}", c.case);
+                assert!(
+                    m[cell].tests.contains(&TestRow(name, SERVER.to_vec())),
+                    "{}",
+                    c.case
+                );
+                for e in &c.expect {
+                    assert!(regex::Regex::new(e).is_ok(), "{}: {e}", c.case);
+                }
+            }
+            assert!(!fault_traces(cell).is_empty());
+        }
+    }
+}
