@@ -15,7 +15,6 @@ Python 3 standard library only.
 """
 
 import argparse
-import bisect
 import datetime
 import json
 import os
@@ -23,7 +22,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -290,15 +288,12 @@ class ConsoleWatch(threading.Thread):
 
 
 class StuckGuestWatch(threading.Thread):
-    """When one guest gives up at a barrier (CI-ABORT: its peer never arrived), find out why the
-    peer did not come and stop the cell instead of waiting for its whole timeout.
-
-    After `grace` seconds (the peer may still finish on its own) it samples, over `window` s, the
-    peer QEMU's CPU use (/proc/PID/stat) and the daemon's counters of the peer's ports: a peer
-    whose QEMU burns a whole core while its RX ring is not refilled (rx_drops growing, the
-    guest's driver no longer takes frames) has stopped inside its kernel; one that idles is
-    waiting for something. The diagnosis goes into the cell's problems, the checker's flows
-    view is saved (stuck-flows.json), and `stop()` is called (it ends run-guests)."""
+    """When one guest gives up at a barrier (CI-ABORT: its peer never arrived), or neither prints a
+    line for `silence` s, find out why (`scripts/guest-runner stuck-diagnosis`, guest-runner/src/stuck.rs:
+    the suspect QEMUs' CPU use and the daemon's counters of their ports over `window` s, where their CPU
+    is, the flows view saved as stuck-flows.json) and stop the cell instead of waiting for its whole
+    timeout. After a barrier abort it first waits `grace` s (the peer may still finish on its own). The
+    diagnosis goes into the cell's problems and `stop_guests()` is called (it ends run-guests)."""
 
     def __init__(self, watch, d, daemon_bin, silence, grace=120, window=5):
         super().__init__(daemon=True)
@@ -307,130 +302,7 @@ class StuckGuestWatch(threading.Thread):
         self.done = threading.Event()
         self.diagnosis = None
         self.stop_guests = None  # set by run_cell: ends run-guests
-
-    def qemu_pids(self):
-        pids = {}
-        try:
-            with open(f"{self.d}/run-guests.log") as f:
-                for line in f:
-                    m = re.search(r"started (\w+) \(pid (\d+)\)", line)
-                    if m:
-                        pids[m.group(1)] = int(m.group(2))
-        except OSError:
-            pass
-        return pids
-
-    @staticmethod
-    def cpu_ticks(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return int(fields[11]) + int(fields[12])  # utime + stime
-        except (OSError, IndexError, ValueError):
-            return None
-
-    def rip_samples(self, g, n=20, gap=0.1):
-        """`info registers` n times through the guest's QEMU monitor (run-guests --monitor): the RIPs,
-        and the 256 words on the stack at the last sample's RSP (`x /256gx`), for a stack scan.
-
-        A softirq or interrupt runs on its own IRQ stack, and the code it interrupted is below the
-        stack pointer saved at that stack's top. So the scan also follows the last word that points
-        into another kernel stack (same address region as RSP, more than 16 KiB away) and reads 256
-        words there: `below` (empty if there is none)."""
-        rips, stack, below = [], [], []
-
-        def words(out):
-            got = []
-            for line in out.decode("ascii", "replace").splitlines():
-                if ":" in line:
-                    got += [int(v, 16) for v in re.findall(r"0x([0-9a-fA-F]{16})", line.split(":", 1)[1])]
-            return got
-
-        def ask(sk, cmd, buf):
-            sk.sendall(cmd)
-            while b"(qemu)" not in buf:
-                chunk = sk.recv(65536)
-                if not chunk:
-                    raise OSError("monitor closed")
-                buf += chunk
-            out, _, rest = buf.partition(b"(qemu)")
-            return out, rest
-
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sk:
-                sk.settimeout(5)
-                sk.connect(f"{self.d}/{g}.mon")
-                _, buf = ask(sk, b"", b"")  # the banner and first prompt
-                rsp = None
-                for _ in range(n):
-                    out, buf = ask(sk, b"info registers\n", buf)
-                    m = re.search(rb"RIP=([0-9a-fA-F]{16})", out)
-                    r = re.search(rb"RSP=([0-9a-fA-F]{16})", out)
-                    if m:
-                        rips.append(int(m.group(1), 16))
-                    if r:
-                        rsp = int(r.group(1), 16)
-                    time.sleep(gap)
-                if rsp is not None:
-                    # 2 KiB of stack: deep enough to reach the frame that let a softirq in
-                    out, buf = ask(sk, f"x /256gx {rsp:#x}\n".encode(), buf)
-                    stack = words(out)
-                    saved = [w for w in stack if w >> 40 == rsp >> 40 and abs(w - rsp) > 0x4000]
-                    if saved:
-                        out, buf = ask(sk, f"x /256gx {saved[-1]:#x}\n".encode(), buf)
-                        below = [saved[-1]] + words(out)
-        except OSError:
-            pass
-        return rips, stack, below
-
-    def load_syms(self, g):
-        """The guest's text symbols (/job/kallsyms, written by ci-lib.sh), sorted by address."""
-        syms = []
-        try:
-            with open(f"{self.d}/{g}.job/kallsyms") as f:
-                for line in f:  # "ADDR TYPE NAME [MODULE]" (/proc/kallsyms); text symbols only
-                    parts = line.split()
-                    if len(parts) < 3 or parts[1] not in ("t", "T"):
-                        continue
-                    try:
-                        syms.append((int(parts[0], 16), parts[2]))
-                    except ValueError:
-                        continue
-        except OSError:
-            pass
-        syms.sort()
-        return syms
-
-    @staticmethod
-    def lookup(syms, keys, addr):
-        """'function+0xoff' for a kernel text address, or None."""
-        i = bisect.bisect_right(keys, addr) - 1
-        if i < 0 or addr < 0xffff000000000000 or addr - syms[i][0] > 0x10000:
-            return None
-        return f"{syms[i][1]}+{addr - syms[i][0]:#x}"
-
-    def symbolize(self, g, rips, stack, below=()):
-        """'function (k/n), ...' for the RIP samples, then a stack scan: every word on the stack that
-        points into kernel text, innermost first (like the kernel's '?' frames: likely callers);
-        then the same for the stack below (`below[0]` is its address)."""
-        syms = self.load_syms(g)
-        keys = [a for a, _ in syms]
-        count = {}
-        for r in rips:
-            fn = (self.lookup(syms, keys, r) or f"{r:#x}").split("+")[0]
-            count[fn] = count.get(fn, 0) + 1
-        out = ", ".join(f"{fn} ({k}/{len(rips)})" for fn, k in sorted(count.items(), key=lambda x: -x[1])[:4])
-        frames = [f for f in (self.lookup(syms, keys, w) for w in stack) if f]
-        if frames:
-            out += "; stack scan: " + " < ".join(frames[:48])
-        lower = [f for f in (self.lookup(syms, keys, w) for w in below[1:]) if f]
-        if lower:
-            out += f"; below it (saved stack pointer {below[0]:#x}): " + " < ".join(lower[:48])
-        return out
-
-    def port_counters(self):
-        st = ctl_json(self.daemon_bin, self.d, "status") or {}
-        return {p["name"]: p for p in st.get("ports", [])}
+        self.proc = None
 
     def run(self):
         while not self.done.wait(2):
@@ -447,51 +319,21 @@ class StuckGuestWatch(threading.Thread):
         else:
             guests = ["a", "b"]
             why = f"neither guest printed a line for {self.silence} s (longer than any tool timeout)"
-        pids = self.qemu_pids()
-        t0, p0 = time.monotonic(), self.port_counters()
-        c0 = {g: self.cpu_ticks(pids[g]) if g in pids else None for g in guests}
-        if self.done.wait(self.window):
+        self.proc = subprocess.Popen([os.path.join(ROOT, "scripts", "guest-runner"), "stuck-diagnosis",
+                                      "--dir", self.d, "--daemon", self.daemon_bin, "--window", str(self.window),
+                                      "--why", why, *guests], stdout=subprocess.PIPE, text=True)
+        out = self.proc.communicate()[0].strip()
+        if self.done.is_set():
             return
-        t1, p1 = time.monotonic(), self.port_counters()
-        c1 = {g: self.cpu_ticks(pids[g]) if g in pids else None for g in guests}
-        hz = os.sysconf("SC_CLK_TCK")
-        states = []
-        for g in guests:
-            cpu = (100.0 * (c1[g] - c0[g]) / hz / (t1 - t0)) if c0[g] is not None and c1[g] is not None else None
-            ports, starved = [], False
-            for name in sorted(p1):
-                if name != g and not (name.startswith(g) and name[len(g):].isdigit()):
-                    continue
-                a0, a1 = p0.get(name, {}), p1[name]
-                drops = a1.get("rx_drops", 0) - a0.get("rx_drops", 0)
-                starved = starved or drops > 0
-                ports.append(f"port {name}: +{a1.get('rx_frames', 0) - a0.get('rx_frames', 0)} frames into the "
-                             f"guest, +{drops} dropped for want of RX buffers ({a1.get('rx_drops', 0)} in all), "
-                             f"+{a1.get('tx_frames', 0) - a0.get('tx_frames', 0)} out")
-            # a TCG guest that idles costs its QEMU a few % of a core; one spinning in its
-            # kernel takes a whole core, or what a loaded host leaves of it
-            if cpu is not None and cpu >= 50 and starved:
-                verdict = "stopped inside its kernel (QEMU busy, the guest no longer services its NIC)"
-            elif cpu is not None and cpu < 20:
-                verdict = "idle (waiting for something)"
-            else:
-                verdict = "not progressing"
-            cpu_s = f"{cpu:.0f} % CPU" if cpu is not None else "CPU unknown"
-            rips, stack, below = self.rip_samples(g)
-            where = (f"; its CPU was in {self.symbolize(g, rips, stack, below)} ({len(rips)} samples of RIP)" if rips
-                     else "; no RIP samples (no monitor socket)")
-            states.append(f"guest {g} {verdict}: QEMU {cpu_s} over {self.window} s; " + "; ".join(ports) + where)
-        fl = ctl_json(self.daemon_bin, self.d, "flows")
-        if fl is not None:
-            with open(f"{self.d}/stuck-flows.json", "w") as f:
-                json.dump(fl, f, indent=1)
-        self.diagnosis = f"{why}: " + " | ".join(states) + "; guests stopped (flows view in stuck-flows.json)"
+        self.diagnosis = out or f"{why}: the stuck-guest diagnosis failed (rc={self.proc.returncode})"
         print(f"    [host] {self.diagnosis}", flush=True)
         if self.stop_guests:
             self.stop_guests()
 
     def stop(self):
         self.done.set()
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
         self.join(10)
 
 

@@ -21,7 +21,7 @@
 //! [`console`] (the markers), [`kernel`] (image checks), [`options`] (the
 //! command line), [`boot`] (the run), [`daemon`] (the vhost-rdma daemon as
 //! the tests run it), [`soak`] (the soak), [`cells`] (the guest test
-//! matrix's cells).
+//! matrix's cells), [`stuck`] (why a matrix guest stopped).
 
 pub mod boot;
 pub mod cells;
@@ -33,6 +33,7 @@ pub mod paths;
 pub mod qemu;
 pub mod soak;
 pub mod spec;
+pub mod stuck;
 
 pub use boot::run;
 pub use options::BootOptions;

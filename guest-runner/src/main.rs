@@ -35,6 +35,11 @@ enum Cmd {
     /// rows, devices, faults, environment and time limit; the fault cells' cases): what
     /// ci/matrix.py runs.
     MatrixCells,
+    /// Why a matrix cell's guest stopped making progress: its QEMU's CPU use and the daemon's
+    /// counters of its ports over --window seconds, where its CPU is (RIP samples and a stack
+    /// scan through its QEMU monitor, symbolized with its kallsyms); saves the checker's flows
+    /// view as DIR/stuck-flows.json; prints one line.
+    StuckDiagnosis(guest_runner::stuck::StuckOptions),
 }
 
 const BOOT_HELP: &str = "\
@@ -59,6 +64,7 @@ fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().cmd {
         Cmd::Boot(o) => boot::run(*o),
         Cmd::Soak(o) => soak::run(*o),
+        Cmd::StuckDiagnosis(o) => guest_runner::stuck::run(&o),
         Cmd::MatrixCells => {
             println!("{}", guest_runner::cells::table_json());
             0
