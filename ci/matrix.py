@@ -557,76 +557,29 @@ def host_row(test, *args):
                  "detail": f"scripts/guest-results {test} failed: {why}"}
 
 
-class CtlBroker(threading.Thread):
-    """Device-fault cells: runs `vhost-rdma ctl ARGS` against the cell's daemon for the guests.
+class CtlBroker:
+    """Device-fault cells: `scripts/guest-runner ctl-broker` (guest-runner/src/ctl_broker.rs) runs
+    `vhost-rdma ctl` against the cell's daemon for the guests (a request in /job/ctl-req.N, one
+    argument per line; the answer in /job/ctl-rep.N; device-fault, link, trace and status only),
+    logged to ctl-broker.log in the cell dir, from start() until stop()."""
 
-    A guest (ci-lib.sh `ci_ctl`) writes its request, one argument per line, to
-    /job/ctl-req.N (written as .tmp and renamed, so it is whole when seen); the
-    answer goes to /job/ctl-rep.N: a first line `rc=RC`, then ctl's stdout and
-    stderr. Only the commands a fault case needs are run (ALLOWED, after an
-    optional leading --json; never another daemon's --control or --pid); anything else is answered rc=2
-    without running.
-    Every request and answer is logged to ctl-broker.log in the cell dir."""
+    def __init__(self, daemon_bin, d):
+        self.cmd = [os.path.join(ROOT, "scripts", "guest-runner"), "ctl-broker", "--dir", d, "--daemon", daemon_bin]
+        self.proc = None
 
-    ALLOWED = ("device-fault", "link", "trace", "status")
-
-    def __init__(self, daemon_bin, d, names=("a", "b"), period=0.3):
-        super().__init__(daemon=True)
-        self.daemon_bin, self.d, self.names, self.period = daemon_bin, d, names, period
-        self.done = threading.Event()
-        self.seen = set()
-        self.count = 0
-
-    @classmethod
-    def allowed(cls, args):
-        """Whether a guest's request may run: a known ctl command, nothing that names another control socket."""
-        rest = args[1:] if args[:1] == ["--json"] else args
-        return bool(rest) and rest[0] in cls.ALLOWED and not any(x.startswith(("--control", "--pid")) for x in args)
-
-    def execute(self, args):
-        if not self.allowed(args):
-            return 2, f"ci/matrix.py CtlBroker: refused (allowed: {', '.join(self.ALLOWED)}): {args}\n"
-        cmd = [self.daemon_bin, "ctl", "--control", f"{self.d}/ctl.sock"] + args
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-            return r.returncode, r.stdout + r.stderr
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return 3, f"ci/matrix.py CtlBroker: {e}\n"
-
-    def poll(self):
-        for name in self.names:
-            jd = f"{self.d}/{name}.job"
-            try:
-                files = os.listdir(jd)
-            except OSError:
-                continue
-            reqs = sorted((int(m.group(1)), fn) for fn in files for m in [re.fullmatch(r"ctl-req\.(\d+)", fn)] if m)
-            for n, fn in reqs:
-                if (name, n) in self.seen:
-                    continue
-                self.seen.add((name, n))
-                try:
-                    with open(f"{jd}/{fn}") as f:
-                        args = [ln.rstrip("\n") for ln in f if ln.strip()]
-                except OSError:
-                    continue
-                rc, out = self.execute(args)
-                self.count += 1
-                with open(f"{jd}/ctl-rep.{n}.tmp", "w") as f:
-                    f.write(f"rc={rc}\n{out}")
-                os.rename(f"{jd}/ctl-rep.{n}.tmp", f"{jd}/ctl-rep.{n}")
-                with open(f"{self.d}/ctl-broker.log", "a") as lf:
-                    lf.write(f"{time.strftime('%H:%M:%S')} {name}#{n}: ctl {' '.join(args)} -> rc={rc}\n"
-                             + "".join(f"    {ln}\n" for ln in out.splitlines()[:40]))
-
-    def run(self):
-        while not self.done.wait(self.period):
-            self.poll()
+    def start(self):
+        self.proc = subprocess.Popen(self.cmd)
 
     def stop(self):
-        self.done.set()
-        self.join(10)
-        self.poll()
+        """Ends the broker (it answers what is left once more)."""
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def fault_rows(kernel, cell, rows, dest):

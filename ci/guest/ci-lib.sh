@@ -1129,7 +1129,7 @@ repro_gve_qstats_oops() {
 # ---------------------------------------------------------------------------
 # Device-fault cells (issue 25, docs/driver-bench.md): gve-faults, erdma-faults.
 # The server guest's device is faulted through the daemon's control socket:
-# ci_ctl asks the host (ci/matrix.py CtlBroker) to run `vhost-rdma ctl ARGS`.
+# ci_ctl asks the host (guest-runner ctl-broker, started by ci/matrix.py) to run `vhost-rdma ctl ARGS`.
 # Every case prints one line from the server,
 #     CI-TEST test=fault-CASE role=server status=.. reason="hits=N recovered=yes|no ... evidence: ..."
 # (status FAIL only when the case could not be run: a ctl command failed);

@@ -21,11 +21,13 @@
 //! [`console`] (the markers), [`kernel`] (image checks), [`options`] (the
 //! command line), [`boot`] (the run), [`daemon`] (the vhost-rdma daemon as
 //! the tests run it), [`soak`] (the soak), [`cells`] (the guest test
-//! matrix's cells), [`stuck`] (why a matrix guest stopped).
+//! matrix's cells), [`stuck`] (why a matrix guest stopped), [`ctl_broker`]
+//! (the fault cells' `ctl` requests).
 
 pub mod boot;
 pub mod cells;
 pub mod console;
+pub mod ctl_broker;
 pub mod daemon;
 pub mod kernel;
 pub mod options;

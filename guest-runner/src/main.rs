@@ -40,6 +40,10 @@ enum Cmd {
     /// scan through its QEMU monitor, symbolized with its kallsyms); saves the checker's flows
     /// view as DIR/stuck-flows.json; prints one line.
     StuckDiagnosis(guest_runner::stuck::StuckOptions),
+    /// The device-fault cells' broker: answers the guests' `ctl` requests (DIR/NAME.job/ctl-req.N,
+    /// one argument per line) by running `vhost-rdma ctl` against DIR/ctl.sock (device-fault,
+    /// link, trace and status only), the answer in ctl-rep.N; until SIGTERM.
+    CtlBroker(guest_runner::ctl_broker::BrokerOptions),
 }
 
 const BOOT_HELP: &str = "\
@@ -65,6 +69,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Boot(o) => boot::run(*o),
         Cmd::Soak(o) => soak::run(*o),
         Cmd::StuckDiagnosis(o) => guest_runner::stuck::run(&o),
+        Cmd::CtlBroker(o) => guest_runner::ctl_broker::run(&o),
         Cmd::MatrixCells => {
             println!("{}", guest_runner::cells::table_json());
             0
