@@ -443,108 +443,39 @@ class CaptureLimit(threading.Thread):
         self.join(10)
 
 
-class FailoverDriver(threading.Thread):
-    """smcr-failover cell: once the SMC-R stream runs (>= 500 frames/s out of
-    the server guest for 3 s), take the daemon port of the busier server NIC
-    (a or a1) down with `ctl link down`, and up again after `up_after` s."""
+class FailoverDriver:
+    """smcr-failover cell: `scripts/guest-runner failover-driver` (guest-runner/src/failover.rs), from
+    start() until stop(): once the SMC-R stream runs (>= 500 frames/s out of the server guest for 3 s),
+    it takes the daemon port of the busier server NIC (a or a1) down with `ctl link down`, and up again
+    after `up_after` s (or when stopped); then it writes the failover-evidence row."""
 
     def __init__(self, daemon_bin, d, up_after=30):
-        super().__init__(daemon=True)
-        self.daemon_bin, self.d, self.up_after = daemon_bin, d, up_after
-        self.done = threading.Event()
-        self.log = []
-        self.down_port = self.other_port = None
-        self.at_down = self.at_up = None
-        self.links_down = self.links_up = None
-        self.drops_at_up = None
+        self.out = f"{d}/failover-evidence.json"
+        self.cmd = [os.path.join(ROOT, "scripts", "guest-runner"), "failover-driver", "--dir", d,
+                    "--daemon", daemon_bin, "--up-after", str(up_after), "--out", self.out]
+        self.proc = None
 
-    def smc_links(self):
-        """The checker's flows view (`ctl --json flows`) reduced to the RoCE QP connections that carry
-        SMC-R (LLC/CDC seen): connection -> {ports, cdc, llc, last_llc}."""
-        fl = ctl_json(self.daemon_bin, self.d, "flows") or {}
-        out = {}
-        for f in fl.get("roce", []):
-            halves = [h for h in f.get("halves", []) if h.get("smc")]
-            if not halves:
-                continue
-            out[f.get("connection", "?")] = {
-                "ports": sorted({h.get("port", "?") for h in f.get("halves", [])}),
-                "cdc": sum(h["smc"].get("cdc_messages", 0) for h in halves),
-                "llc": sum(h["smc"].get("llc_messages", 0) for h in halves),
-                "last_llc": sorted({h["smc"].get("last_llc") or "-" for h in halves}),
-            }
-        return out
-
-    def frames(self):
-        st = ctl_json(self.daemon_bin, self.d, "status")
-        if not st:
-            return None
-        return {p["name"]: p.get("tx_frames", 0) + p.get("rx_frames", 0) for p in st.get("ports", [])}
-
-    def run(self):
-        prev, busy = self.frames(), 0
-        while not self.done.wait(1):
-            cur = self.frames()
-            if not cur or not prev:
-                prev = cur
-                continue
-            delta = {p: cur.get(p, 0) - prev.get(p, 0) for p in ("a", "a1")}
-            prev = cur
-            busy = busy + 1 if sum(delta.values()) >= 500 else 0
-            if busy >= 3:
-                self.down_port = max(delta, key=delta.get)
-                self.other_port = "a1" if self.down_port == "a" else "a"
-                self.at_down = cur
-                self.links_down = self.smc_links()
-                ok = ctl_json(self.daemon_bin, self.d, "link", "down", "--port", self.down_port)
-                self.log.append(f"per-second frames {delta}: link down --port {self.down_port} "
-                                f"({'ok' if ok is not None else 'ctl failed'})")
-                break
-        if self.down_port is None:
-            return
-        if self.done.wait(self.up_after):
-            pass
-        self.at_up = self.frames()
-        self.links_up = self.smc_links()
-        # read while the daemon runs (evidence() is called after it stopped)
-        fl = ctl_json(self.daemon_bin, self.d, "faults", "list") or {}
-        fl = fl.get("faults") or fl
-        self.drops_at_up = next((x.get("drops", 0) for x in fl.get("links", []) if x.get("port") == self.down_port),
-                                None)
-        ok = ctl_json(self.daemon_bin, self.d, "link", "up", "--port", self.down_port)
-        self.log.append(f"link up --port {self.down_port} after {self.up_after} s ({'ok' if ok is not None else 'ctl failed'})")
+    def start(self):
+        self.proc = subprocess.Popen(self.cmd)
 
     def stop(self):
-        self.done.set()
-        self.join(30)
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     def evidence(self):
-        row = {"test": "failover-evidence", "status": "FAIL", "secs": 0, "bw": "", "detail": ""}
-        if self.down_port is None:
-            row["detail"] = "the SMC-R stream's traffic was never seen (>= 500 frames/s for 3 s): no link taken down"
-            return row
-        drops = self.drops_at_up or 0
-        moved = (self.at_up or {}).get(self.other_port, 0) - (self.at_down or {}).get(self.other_port, 0)
-        # The flows view: which SMC-R link (RoCE QP connection, by daemon port) carried CDC messages
-        # (the stream's cursor updates) before and while the busy link was down.
-        before, during = self.links_down or {}, self.links_up or {}
-        views = []
-        switched = False
-        for conn, v in sorted(during.items()):
-            b = before.get(conn, {"cdc": 0, "llc": 0})
-            dcdc, dllc = v["cdc"] - b["cdc"], v["llc"] - b["llc"]
-            views.append(f"{conn} ports {'/'.join(v['ports'])}: CDC +{dcdc} LLC +{dllc} "
-                         f"(last LLC {','.join(v['last_llc'])})")
-            if self.down_port not in v["ports"] and dcdc > 0:
-                switched = True
-        row["detail"] = ("; ".join(self.log) + f"; while down: {drops} frames dropped to/from {self.down_port}, "
-                         f"{moved} frames through {self.other_port}; flows view while down: "
-                         + ("; ".join(views) or "no SMC-R link seen"))
-        # the other link must have carried the stream while the busy one was down, and the checker's
-        # flows view must show the SMC-R traffic (CDC) on a link that avoids the downed port
-        if drops > 0 and moved >= 1000 and switched:
-            row["status"] = "PASS"
-        return row
+        """The failover-evidence row the driver wrote."""
+        try:
+            with open(self.out) as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            return {"test": "failover-evidence", "status": "FAIL", "secs": 0, "bw": "",
+                    "detail": f"scripts/guest-runner failover-driver wrote no row: {e}"}
 
 
 def host_row(test, *args):

@@ -22,13 +22,15 @@
 //! command line), [`boot`] (the run), [`daemon`] (the vhost-rdma daemon as
 //! the tests run it), [`soak`] (the soak), [`cells`] (the guest test
 //! matrix's cells), [`stuck`] (why a matrix guest stopped), [`ctl_broker`]
-//! (the fault cells' `ctl` requests).
+//! (the fault cells' `ctl` requests), [`failover`] (the failover cell's
+//! link changes and evidence).
 
 pub mod boot;
 pub mod cells;
 pub mod console;
 pub mod ctl_broker;
 pub mod daemon;
+pub mod failover;
 pub mod kernel;
 pub mod options;
 pub mod paths;

@@ -44,6 +44,10 @@ enum Cmd {
     /// one argument per line) by running `vhost-rdma ctl` against DIR/ctl.sock (device-fault,
     /// link, trace and status only), the answer in ctl-rep.N; until SIGTERM.
     CtlBroker(guest_runner::ctl_broker::BrokerOptions),
+    /// The smcr-failover cell's host side: once the SMC-R stream runs, take the busier server port
+    /// (a or a1) down, up again --up-after s later (or when stopped), and write the
+    /// failover-evidence row (JSON) to --out.
+    FailoverDriver(guest_runner::failover::FailoverOptions),
 }
 
 const BOOT_HELP: &str = "\
@@ -70,6 +74,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Soak(o) => soak::run(*o),
         Cmd::StuckDiagnosis(o) => guest_runner::stuck::run(&o),
         Cmd::CtlBroker(o) => guest_runner::ctl_broker::run(&o),
+        Cmd::FailoverDriver(o) => guest_runner::failover::run(&o),
         Cmd::MatrixCells => {
             println!("{}", guest_runner::cells::table_json());
             0
