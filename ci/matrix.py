@@ -459,14 +459,7 @@ class FailoverDriver:
         self.proc = subprocess.Popen(self.cmd)
 
     def stop(self):
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_process(self.proc, 60)
 
     def evidence(self):
         """The failover-evidence row the driver wrote."""
@@ -488,6 +481,18 @@ def host_row(test, *args):
                  "detail": f"scripts/guest-results {test} failed: {why}"}
 
 
+def end_process(proc, grace):
+    """SIGTERM to a helper process (if started), SIGKILL after `grace` s."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class CtlBroker:
     """Device-fault cells: `scripts/guest-runner ctl-broker` (guest-runner/src/ctl_broker.rs) runs
     `vhost-rdma ctl` against the cell's daemon for the guests (a request in /job/ctl-req.N, one
@@ -503,14 +508,7 @@ class CtlBroker:
 
     def stop(self):
         """Ends the broker (it answers what is left once more)."""
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_process(self.proc, 30)
 
 
 def fault_rows(kernel, cell, rows, dest):

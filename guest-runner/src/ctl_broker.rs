@@ -15,7 +15,6 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// The `ctl` commands a guest may have run.
@@ -86,18 +85,11 @@ impl Broker {
                 ),
             );
         }
-        let mut cmd = Command::new(&self.daemon);
-        cmd.arg("ctl")
-            .arg("--control")
-            .arg(self.dir.join("ctl.sock"))
-            .args(args);
-        match crate::qemu::run_with_timeout(&mut cmd, Duration::from_secs(60)) {
-            Some(o) => (o.code, o.stdout + &o.stderr),
-            None => (
-                3,
-                "guest-runner ctl-broker: ctl did not run or time out\n".into(),
-            ),
-        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let sock = self.dir.join("ctl.sock");
+        let o = crate::daemon::ctl(&self.daemon, &sock, &args, Duration::from_secs(60));
+        // -1: ctl did not run or answer in time (3, as before, for the guest)
+        (if o.code == -1 { 3 } else { o.code }, o.stdout + &o.stderr)
     }
 
     /// Answers every new request once, each guest's in request order.

@@ -89,20 +89,7 @@ impl Daemon {
     /// outlives [`CTL_TIMEOUT`] comes back with code -1 and the reason in
     /// `stderr`.
     pub fn ctl(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new(&self.binary);
-        cmd.arg("ctl")
-            .arg("--control")
-            .arg(&self.control)
-            .args(args);
-        run_with_timeout(&mut cmd, CTL_TIMEOUT).unwrap_or_else(|| Output {
-            code: -1,
-            stdout: String::new(),
-            stderr: format!(
-                "ctl {} did not answer within {} s",
-                args.join(" "),
-                CTL_TIMEOUT.as_secs()
-            ),
-        })
+        ctl(&self.binary, &self.control, args, CTL_TIMEOUT)
     }
 
     /// SIGTERM, then SIGKILL after `grace`: `None`, or what went wrong (a
@@ -145,4 +132,37 @@ impl Drop for Daemon {
             let _ = self.child.wait();
         }
     }
+}
+
+/// `BINARY ctl --control CONTROL ARGS` against a daemon the caller did not
+/// start (a matrix cell's); a request that cannot run or outlives `timeout`
+/// comes back with code -1 and the reason in `stderr`.
+pub fn ctl(binary: &Path, control: &Path, args: &[&str], timeout: Duration) -> Output {
+    let mut cmd = Command::new(binary);
+    cmd.arg("ctl").arg("--control").arg(control).args(args);
+    run_with_timeout(&mut cmd, timeout).unwrap_or_else(|| Output {
+        code: -1,
+        stdout: String::new(),
+        stderr: format!(
+            "ctl {} did not answer within {} s",
+            args.join(" "),
+            timeout.as_secs()
+        ),
+    })
+}
+
+/// [`ctl`] with `--json`: the reply, when the request succeeded.
+pub fn ctl_json(
+    binary: &Path,
+    control: &Path,
+    args: &[&str],
+    timeout: Duration,
+) -> Option<serde_json::Value> {
+    let args: Vec<&str> = std::iter::once("--json")
+        .chain(args.iter().copied())
+        .collect();
+    let out = ctl(binary, control, &args, timeout);
+    (out.code == 0)
+        .then(|| serde_json::from_str(&out.stdout).ok())
+        .flatten()
 }

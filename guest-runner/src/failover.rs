@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -70,16 +69,8 @@ struct Ctl<'a>(&'a FailoverOptions);
 
 impl Ctl<'_> {
     fn json(&self, args: &[&str]) -> Option<Value> {
-        let mut cmd = Command::new(&self.0.daemon);
-        cmd.arg("ctl")
-            .arg("--json")
-            .arg("--control")
-            .arg(self.0.dir.join("ctl.sock"))
-            .args(args);
-        let out = crate::qemu::run_with_timeout(&mut cmd, Duration::from_secs(20))?;
-        (out.code == 0)
-            .then(|| serde_json::from_str(&out.stdout).ok())
-            .flatten()
+        let sock = self.0.dir.join("ctl.sock");
+        crate::daemon::ctl_json(&self.0.daemon, &sock, args, Duration::from_secs(20))
     }
 
     /// Frames in and out per port.

@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use regex::bytes::Regex;
@@ -54,19 +53,11 @@ pub fn run(o: &StuckOptions) -> i32 {
 /// `vhost-rdma ctl --json ARGS` against the cell's daemon: its reply, or
 /// `None`.
 fn ctl_json(o: &StuckOptions, args: &[&str]) -> Option<Value> {
-    let sock = o.dir.join("ctl.sock");
-    let mut cmd = Command::new(&o.daemon);
-    cmd.arg("ctl")
-        .arg("--json")
-        .arg("--control")
-        .arg(&sock)
-        .args(args);
-    let out = crate::qemu::run_with_timeout(&mut cmd, Duration::from_secs(20))?;
-    if out.code != 0 {
-        return None;
-    }
-    serde_json::from_str(&out.stdout).ok()
+    crate::daemon::ctl_json(&o.daemon, &o.dir.join("ctl.sock"), args, CTL_WAIT)
 }
+
+/// How long a `ctl` request may take.
+const CTL_WAIT: Duration = Duration::from_secs(20);
 
 /// The daemon's ports by name (`ctl status`).
 fn port_counters(o: &StuckOptions) -> BTreeMap<String, Value> {

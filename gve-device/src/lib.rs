@@ -609,6 +609,14 @@ impl GveDevice {
         }
     }
 
+    /// Whether frames can be received: resources configured, an RX queue
+    /// created, the link up.
+    fn rx_ready(&self) -> bool {
+        self.resources.is_some()
+            && self.rx.iter().any(Option::is_some)
+            && self.device_status & regs::device_status::LINK != 0
+    }
+
     /// Counts a frame taken as [`GveDevice::steer`] sent it: by flow rule
     /// `rule` (its hits), else by RSS `hash`.
     fn count_steering(&mut self, rule: Option<u32>, hash: Option<u32>) {
@@ -725,7 +733,7 @@ impl GveDevice {
         mss: u16,
         io: &mut DeviceIo<'_>,
     ) -> Option<Result<(), RxRefusal>> {
-        if self.resources.is_none() || self.device_status & regs::device_status::LINK == 0 {
+        if !self.rx_ready() {
             return None;
         }
         let mss = usize::from(mss);
@@ -915,10 +923,7 @@ impl PciDevice for GveDevice {
         p: &ParsedFrame,
         io: &mut DeviceIo<'_>,
     ) -> Result<(), RxRefusal> {
-        if self.resources.is_none()
-            || self.rx.iter().all(Option::is_none)
-            || self.device_status & regs::device_status::LINK == 0
-        {
+        if !self.rx_ready() {
             return Err(RxRefusal::NotReady);
         }
         let max = usize::from(self.mtu.max(self.cfg.mtu)) + 18;
