@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (what .ci/run runs). On a fresh machine it
 # installs what it needs (apt, cargo), then runs, in order:
-#   1. cargo fmt --check, cargo clippy -D warnings, ci/test_matrix.py
-#      (the guest matrix's stuck-guest diagnosis, host only),
+#   1. cargo fmt --check, cargo clippy -D warnings,
 #      scripts/check-contrib.sh (systemd units: systemd-analyze verify;
 #      libvirt domains: virt-xml-validate)
 #   2. cargo test --workspace (unit, codec and no-VM vhost-user tests; among
@@ -11,7 +10,9 @@
 #      errors; vhost-rdma/tests/repo_layout.rs: no import cycle between a
 #      crate's modules, no path outside the checkout; guest-results/tests/:
 #      the upstream suites' log parsers and judge, the matrix's verdicts and
-#      reports, the JUnit writer, the bench plots, the daemon-CPU bursts),
+#      reports, the JUnit writer, the bench plots, the daemon-CPU bursts;
+#      guest-runner's: the matrix's selection, shards, side lane, stuck-guest
+#      watch and bring-your-own kernel, the scripts' shared options),
 #      then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
 #      a Linux vxlan netdev and bridge in network namespaces, and a guest
 #      through each)
@@ -150,8 +151,6 @@ fi
 # --- static checks -----------------------------------------------------------
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --all-features -- -D warnings
-# host-only self-test of the matrix's stuck-guest diagnosis (fake ctl and QEMU monitor)
-step "ci/test_matrix.py (stuck-guest diagnosis, --shard/--combine, --kernel PATH)" python3 "$ROOT/ci/test_matrix.py"
 # contrib/: systemd units and libvirt domains through their validators
 counted "scripts/check-contrib.sh (contrib/ validators)" contrib "$ROOT/scripts/check-contrib.sh"
 

@@ -281,3 +281,23 @@ pub fn trace_row(dir: &Path, traces: &[(String, Vec<String>)]) -> Json {
         ("detail".into(), s(&bad.join("; "))),
     ])
 }
+
+/// A fault cell's rows judged ([`judge_rows`]) against its `cases`, and the
+/// driver developer's table ([`table_md`]); an error when a case's regex
+/// does not compile.
+pub fn judge_cell(
+    cases: &[FaultCase],
+    rows: &[Json],
+    kernel: &str,
+    cell: &str,
+    command: &str,
+) -> Result<(Vec<Json>, String), PatternError> {
+    let judges = cases
+        .iter()
+        .cloned()
+        .map(Judge::new)
+        .collect::<Result<Vec<_>, _>>()?;
+    let judged = judge_rows(rows, &judges);
+    let table = table_md(kernel, cell, &judged, cases, command);
+    Ok((judged, table))
+}

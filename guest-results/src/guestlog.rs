@@ -4,6 +4,7 @@
 //! combined from both guests. It replaced ci/matrix.py's `parse_guest` and
 //! `combine` and gives the same rows.
 
+use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -278,5 +279,56 @@ pub fn row_json(r: &Row) -> Json {
         ("secs".into(), Json::Int(r.secs.into())),
         ("bw".into(), s(&r.bw)),
         ("detail".into(), s(&r.detail)),
+    ])
+}
+
+/// One guest's part of a cell for [`judge_guests`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestOut {
+    /// "server" or "client".
+    pub role: String,
+    /// The guest's name ("a", "b").
+    pub name: String,
+    /// Its out.log (a missing file counts as empty).
+    pub log: PathBuf,
+}
+
+/// A matrix cell's rows from its guests' out.log: `{"tests", "counters",
+/// "guest_kernel"}`. `tests` names each row and the roles that must report
+/// it (see [`combine`]); `counters` holds each guest's `CI-DIAG` counters,
+/// `guest_kernel` each guest's `CI-KERNEL`.
+pub fn judge_guests(tests: &[(String, Vec<String>)], guests: &[GuestOut]) -> Json {
+    let mut per_role: Vec<(String, Vec<TestLine>)> = Vec::new();
+    let mut aborted = Vec::new();
+    let (mut counters, mut kernels) = (Vec::new(), Vec::new());
+    for g in guests {
+        let text = std::fs::read(&g.log)
+            .map(|b| crate::junit::text_of(&b))
+            .unwrap_or_default();
+        let parsed = parse_guest(&text);
+        if !parsed.diag.is_empty() {
+            counters.push((g.name.clone(), diag_json(&parsed.diag)));
+        }
+        let mine = parsed
+            .lines
+            .into_iter()
+            .filter(|x| x.role == g.role)
+            .collect();
+        per_role.push((g.role.clone(), mine));
+        if let Some(a) = parsed.aborted {
+            aborted.push((g.role.clone(), a));
+        }
+        if let Some(k) = parsed.kernel.filter(|k| !k.is_empty()) {
+            kernels.push((g.name.clone(), Json::Str(k)));
+        }
+    }
+    let rows = combine(tests, &per_role, &aborted);
+    Json::Object(vec![
+        (
+            "tests".into(),
+            Json::Array(rows.iter().map(row_json).collect()),
+        ),
+        ("counters".into(), Json::Object(counters)),
+        ("guest_kernel".into(), Json::Object(kernels)),
     ])
 }

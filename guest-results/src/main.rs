@@ -13,9 +13,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
-use guest_results::faults::{self, FaultCase, Judge};
+use guest_results::faults::{self, FaultCase};
 use guest_results::flakes;
-use guest_results::guestlog::{self, TestLine};
+use guest_results::guestlog;
 use guest_results::hostrows;
 use guest_results::junit::{self, Case, Status};
 use guest_results::pyjson::Json;
@@ -302,37 +302,19 @@ enum DaemonCpuCmd {
 fn judge_guests(tests: &str, guests: &[String]) -> anyhow::Result<Json> {
     let tests: Vec<(String, Vec<String>)> =
         serde_json::from_str(tests).context("--tests: want JSON [[NAME, [ROLE...]]...]")?;
-    let mut per_role: Vec<(String, Vec<TestLine>)> = Vec::new();
-    let mut aborted = Vec::new();
-    let (mut counters, mut kernels) = (Vec::new(), Vec::new());
+    let mut logs = Vec::new();
     for spec in guests {
         let p: Vec<&str> = spec.splitn(3, '=').collect();
         let [role, name, log] = p[..] else {
             bail!("--guest {spec:?}: want ROLE=NAME=LOG");
         };
-        let text = std::fs::read(log)
-            .map(|b| junit::text_of(&b))
-            .unwrap_or_default();
-        let g = guestlog::parse_guest(&text);
-        if !g.diag.is_empty() {
-            counters.push((name.to_string(), guestlog::diag_json(&g.diag)));
-        }
-        let mine = g.lines.into_iter().filter(|x| x.role == role).collect();
-        per_role.push((role.to_string(), mine));
-        if let Some(a) = g.aborted {
-            aborted.push((role.to_string(), a));
-        }
-        if let Some(k) = g.kernel.filter(|k| !k.is_empty()) {
-            kernels.push((name.to_string(), Json::Str(k)));
-        }
+        logs.push(guestlog::GuestOut {
+            role: role.into(),
+            name: name.into(),
+            log: log.into(),
+        });
     }
-    let rows = guestlog::combine(&tests, &per_role, &aborted);
-    let rows = Json::Array(rows.iter().map(guestlog::row_json).collect());
-    Ok(Json::Object(vec![
-        ("tests".into(), rows),
-        ("counters".into(), Json::Object(counters)),
-        ("guest_kernel".into(), Json::Object(kernels)),
-    ]))
+    Ok(guestlog::judge_guests(&tests, &logs))
 }
 
 fn judge_faults(
@@ -343,17 +325,11 @@ fn judge_faults(
     md: Option<&std::path::Path>,
 ) -> anyhow::Result<Json> {
     let cases: Vec<FaultCase> = serde_json::from_str(cases).context("--cases")?;
-    let judges = cases
-        .iter()
-        .cloned()
-        .map(Judge::new)
-        .collect::<Result<Vec<_>, _>>()?;
     let rows: Json = serde_json::from_reader(std::io::stdin().lock())
         .context("reading the rows (a JSON array) from stdin")?;
-    let judged = faults::judge_rows(rows.items(), &judges);
+    let (judged, table) = faults::judge_cell(&cases, rows.items(), kernel, cell, command)?;
     if let Some(md) = md {
-        std::fs::write(md, faults::table_md(kernel, cell, &judged, &cases, command))
-            .with_context(|| format!("writing {}", md.display()))?;
+        std::fs::write(md, table).with_context(|| format!("writing {}", md.display()))?;
     }
     Ok(Json::Array(judged))
 }

@@ -163,7 +163,8 @@ fn is_four(n: &u32) -> bool {
 }
 
 impl Cell {
-    fn new(what: &str, call: &str, tests: Vec<TestRow>, timeout: u32) -> Cell {
+    /// A cell with no devices, faults, capture or host helpers.
+    pub fn new(what: &str, call: &str, tests: Vec<TestRow>, timeout: u32) -> Cell {
         Cell {
             what: what.to_string(),
             call: call.to_string(),
@@ -779,39 +780,6 @@ pub fn cell_order() -> Vec<&'static str> {
 
 /// Diagnostic cells, run only when named.
 pub const EXTRA_CELLS: [&str; 2] = ["siw-conn", "smcr-lossy-4conns"];
-
-/// The cell name prefixes whose capture rows have protocols.
-const CAPTURE_PREFIXES: [&str; 3] = ["rxe", "siw", "smcr"];
-
-/// The whole table as the matrix driver reads it
-/// (`guest-runner matrix-cells`): `cells`, the cell lists (`cell_order`,
-/// `extra_cells`, `lossy_cells`, `erdma_cells`, `fault_cells`),
-/// `fault_cases` and `fault_traces` by cell, `capture_protos` by cell name
-/// prefix.
-pub fn table_json() -> Value {
-    let fault_cells = ["gve-faults", "erdma-faults"];
-    let cases: BTreeMap<&str, Vec<FaultCase>> =
-        fault_cells.iter().map(|c| (*c, fault_cases(c))).collect();
-    let traces: BTreeMap<&str, BTreeMap<&str, &[&str]>> = fault_cells
-        .iter()
-        .map(|c| (*c, fault_traces(c).iter().copied().collect()))
-        .collect();
-    let protos: BTreeMap<&str, &[&str]> = CAPTURE_PREFIXES
-        .iter()
-        .map(|p| (*p, capture_protos(p)))
-        .collect();
-    json!({
-        "cells": cells(),
-        "cell_order": cell_order(),
-        "extra_cells": EXTRA_CELLS,
-        "lossy_cells": LOSSY_CELLS,
-        "erdma_cells": ERDMA_CELLS,
-        "fault_cells": fault_cells,
-        "fault_cases": cases,
-        "fault_traces": traces,
-        "capture_protos": protos,
-    })
-}
 
 #[cfg(test)]
 mod tests {

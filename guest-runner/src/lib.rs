@@ -6,7 +6,7 @@
 //! result; `guest-runner kernel-check PATH` checks a bring-your-own guest
 //! kernel image; `guest-runner soak` (scripts/soak.sh) runs the soak: one
 //! daemon, four guests, N minutes, the daemon's memory judged;
-//! `guest-runner matrix-cells` prints the matrix's cell table.
+//! `guest-runner matrix` (ci/matrix.sh) runs the guest test matrix.
 //!
 //! The guest protocol (scripts/guest/vr-init in the image):
 //!
@@ -20,11 +20,12 @@
 //! Modules: [`spec`] (`--guest` options), [`qemu`] (QEMU command lines),
 //! [`console`] (the markers), [`kernel`] (image checks), [`options`] (the
 //! command line), [`boot`] (the run), [`daemon`] (the vhost-rdma daemon as
-//! the tests run it), [`soak`] (the soak), [`cells`] (the guest test
-//! matrix's cells), [`stuck`] (why a matrix guest stopped), [`ctl_broker`]
+//! the tests run it), [`setup`] (binaries, QEMU, images), [`soak`] (the
+//! soak), [`cells`] (the guest test matrix's cells), [`matrix`] (its run), [`stuck`] (why a matrix guest stopped), [`ctl_broker`]
 //! (the fault cells' `ctl` requests), [`failover`] (the failover cell's
 //! link changes and evidence).
 
+pub mod bench_smc;
 pub mod boot;
 pub mod cells;
 pub mod console;
@@ -32,9 +33,11 @@ pub mod ctl_broker;
 pub mod daemon;
 pub mod failover;
 pub mod kernel;
+pub mod matrix;
 pub mod options;
 pub mod paths;
 pub mod qemu;
+pub mod setup;
 pub mod soak;
 pub mod spec;
 pub mod stuck;

@@ -1,4 +1,5 @@
-//! `guest-runner`: `boot` (scripts/run-guests), `kernel-check PATH` and `soak` (scripts/soak.sh).
+//! `guest-runner`: `boot` (scripts/run-guests), `kernel-check PATH`, `soak` (scripts/soak.sh),
+//! `matrix` (ci/matrix.sh) and the matrix's helpers.
 
 use clap::{Parser, Subcommand};
 use guest_runner::{boot, kernel, options, soak};
@@ -31,10 +32,17 @@ enum Cmd {
     /// ci/results/soak-DATE/ unless --results. Exit 0 only if every transfer passed, the daemon
     /// stayed up and its own memory stayed within the tolerance.
     Soak(Box<soak::SoakOptions>),
-    /// Print the guest test matrix's cell table as JSON (guest-runner/src/cells.rs: every cell's
-    /// rows, devices, faults, environment and time limit; the fault cells' cases): what
-    /// ci/matrix.py runs.
-    MatrixCells,
+    /// The guest test matrix (ci/matrix.sh): kernel x cells (guest-runner/src/cells.rs), two
+    /// guests per cell through the vhost-rdma daemon. Ends with "N passed, M failed, K skipped"
+    /// (tests); exit 1 if any failed. `--dry-run` lists the cells.
+    #[command(
+        after_help = "Results: ci/results/DATE/ (results.json, results.md, logs of failed cells)."
+    )]
+    Matrix(Box<guest_runner::matrix::MatrixOptions>),
+    /// SMC-R against TCP between two guests on the daemon (ci/bench-smc.sh): throughput, the
+    /// tool's and the whole guest's CPU per GiB, per connection count; table in
+    /// RESULTS/bench.md. Exit 0 when every stream passed.
+    BenchSmc(Box<guest_runner::bench_smc::BenchSmcOptions>),
     /// Why a matrix cell's guest stopped making progress: its QEMU's CPU use and the daemon's
     /// counters of its ports over --window seconds, where its CPU is (RIP samples and a stack
     /// scan through its QEMU monitor, symbolized with its kallsyms); saves the checker's flows
@@ -75,10 +83,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::StuckDiagnosis(o) => guest_runner::stuck::run(&o),
         Cmd::CtlBroker(o) => guest_runner::ctl_broker::run(&o),
         Cmd::FailoverDriver(o) => guest_runner::failover::run(&o),
-        Cmd::MatrixCells => {
-            println!("{}", guest_runner::cells::table_json());
-            0
-        }
+        Cmd::Matrix(o) => guest_runner::matrix::run(*o),
+        Cmd::BenchSmc(o) => guest_runner::bench_smc::run(*o),
         Cmd::KernelCheck { path } => match kernel::check_bzimage(&path) {
             Ok(v) => {
                 println!("{v}");

@@ -32,6 +32,7 @@ use serde::Serialize;
 
 use crate::boot::{check_signal, install_signal_handlers, kill_proc};
 use crate::daemon::Daemon;
+use crate::setup::{build_binaries, copy, date_stamp, last_line, repo_root, target_dir};
 use guest_results::flakes::KNOWN_SIW_RACES;
 use guest_results::guestlog::{parse_guest, TestLine};
 
@@ -452,37 +453,6 @@ fn say(msg: impl std::fmt::Display) {
     eprintln!("[soak] {msg}");
 }
 
-/// The checkout: `VHOST_RDMA_ROOT` (the scripts set it), else where this
-/// crate was built from.
-fn repo_root() -> PathBuf {
-    std::env::var_os("VHOST_RDMA_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-}
-
-/// The last non-empty line a setup script prints (a path), `None` when it
-/// fails; its stderr goes to `log`.
-fn last_line(cmd: &mut Command, log: &Path) -> Option<String> {
-    let err = std::fs::File::create(log).ok()?;
-    let out = cmd.stderr(err).stdin(Stdio::null()).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .map(String::from)
-}
-
-/// `YYYY-MM-DD_HHMMSS` (local time) for the results directory's name.
-fn date_stamp() -> String {
-    crate::paths::local_time()
-        .replace(' ', "_")
-        .replace(':', "")
-}
-
 /// Runs the soak: exit status 0 (pass), 1 (fail) or 2 (setup error).
 pub fn run(o: SoakOptions) -> i32 {
     match run_soak(&o) {
@@ -533,29 +503,10 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         resdir.display(),
         work.display()
     ));
-    let tdir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
-        .join("release");
+    let tdir = target_dir(&root, "release");
     if !o.no_build {
         say("cargo build --release -p vhost-rdma -p smc-guest-tests");
-        let log = std::fs::File::create(resdir.join("build.log")).map_err(|e| e.to_string())?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let ok = Command::new("cargo")
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "vhost-rdma",
-                "-p",
-                "smc-guest-tests",
-            ])
-            .current_dir(&root)
-            .stdout(log)
-            .stderr(log2)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
+        if !build_binaries(&root, "release", &resdir.join("build.log")) {
             return Err(format!(
                 "cargo build failed: {}",
                 resdir.join("build.log").display()
@@ -594,9 +545,6 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
 
     // What the guests see in /opt/vr.
     let vrbin = work.join("vrbin");
-    let copy = |from: &Path, to: &Path| {
-        std::fs::copy(from, to).map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))
-    };
     for d in ["bin", "ci"] {
         std::fs::create_dir_all(vrbin.join(d)).map_err(|e| e.to_string())?;
     }
