@@ -240,7 +240,7 @@ make_image() {
     stage="$tmp/stage"
     cp -a "$root" "$stage"
     # rdma-core's own test suite (tests/ of the same rdma-core as the
-    # guest's libraries; ci/matrix.py's upstream cell runs it) ships in
+    # guest's libraries; the matrix's upstream cell runs it) ships in
     # python3-pyverbs under /usr/share/doc, which the image drops, and Debian
     # compresses its larger files there: keep it, uncompressed, in
     # /opt/rdma-core-tests.

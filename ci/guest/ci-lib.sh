@@ -1,7 +1,7 @@
 # shellcheck shell=sh
 # ci-lib.sh: guest side of the RDMA / SMC-R test matrix (ci/matrix.sh).
 #
-# Sourced by the per-guest job script that ci/matrix.py writes (run by
+# Sourced by the per-guest job script that the matrix writes (run by
 # vr-init with /bin/sh = dash, in /job, PATH starting with /opt/vr/bin). The
 # job sets
 #     ROLE=server|client  SELF=<own IPv4>  PEER=<peer IPv4>  CELL=<cell name>
@@ -42,7 +42,7 @@ if [ "$CI_RDMA" = erdma ]; then CI_RDMA_DEV=${CI_RDMA_DEV:-erdma_0}; else CI_RDM
 ci_barrier_n=0
 
 # The kernel's text symbols, for the host: if this guest stops answering,
-# ci/matrix.py samples its CPU's RIP through QEMU's monitor and names the
+# the matrix (guest-runner stuck-diagnosis) samples its CPU's RIP through QEMU's monitor and names the
 # functions it spins in (StuckGuestWatch). Copied whole in the background
 # (the host keeps the text symbols; filtering here under TCG takes minutes);
 # a guest that cannot read them just leaves no file.
@@ -703,7 +703,7 @@ cell_smcr() {
 # smc_ib_determine_gid), rxe0 on eth0 and rxe1 on eth1. The link group adds
 # a second link over rxe1 (empty PNET IDs match, smc_pnet_match). The host
 # takes the daemon port of the busiest link down in the middle of the stream
-# (ci/matrix.py FailoverDriver); the stream must complete verified over the
+# (guest-runner failover-driver); the stream must complete verified over the
 # other link. arp_ignore=1 / arp_announce=2: both NICs share one L2 fabric,
 # each must answer ARP only for its own address, or RoCE frames for one
 # rxe device reach the other.
@@ -1129,11 +1129,11 @@ repro_gve_qstats_oops() {
 # ---------------------------------------------------------------------------
 # Device-fault cells (issue 25, docs/driver-bench.md): gve-faults, erdma-faults.
 # The server guest's device is faulted through the daemon's control socket:
-# ci_ctl asks the host (guest-runner ctl-broker, started by ci/matrix.py) to run `vhost-rdma ctl ARGS`.
+# ci_ctl asks the host (guest-runner ctl-broker, started by the matrix) to run `vhost-rdma ctl ARGS`.
 # Every case prints one line from the server,
 #     CI-TEST test=fault-CASE role=server status=.. reason="hits=N recovered=yes|no ... evidence: ..."
 # (status FAIL only when the case could not be run: a ctl command failed);
-# the host judges it against FAULT_CASES in ci/matrix.py.
+# the host judges it against the cell's fault cases (guest-runner/src/cells.rs).
 CI_FAULT_BYTES=${CI_FAULT_BYTES:-4M}
 
 # ci_ctl ARGS...: `vhost-rdma ctl ARGS` run by the host against this cell's

@@ -1,4 +1,4 @@
-//! The device-fault cells (`guest-results faults`, `guest-results trace`):
+//! The device-fault cells ([`judge_cell`], [`trace_row`]):
 //! each fault case's row judged against what the case expects, the driver
 //! developer's table, and the device-trace row. They replaced ci/matrix.py's
 //! `judge_fault_case`, `fault_table_md` and `trace_test` and give the same

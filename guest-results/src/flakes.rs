@@ -1,4 +1,4 @@
-//! Known flakes (`guest-results flakes`): whether a failed matrix cell
+//! Known flakes: whether a failed matrix cell
 //! failed only by a recognised flake, and may be rerun. It replaced
 //! ci/matrix.py's `known_flakes` and `failed_only_by_known_siw_race`.
 

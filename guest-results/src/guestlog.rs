@@ -1,4 +1,4 @@
-//! A matrix cell's guest results (`guest-results guests`): each guest's
+//! A matrix cell's guest results ([`judge_guests`]): each guest's
 //! out.log (the `CI-TEST` lines ci/ci-lib.sh prints, `CI-ABORT`,
 //! `CI-KERNEL`, the `== CI-DIAG` counter sections) and the cell's test rows
 //! combined from both guests. It replaced ci/matrix.py's `parse_guest` and

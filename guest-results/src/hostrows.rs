@@ -1,6 +1,6 @@
 //! Host-side rows of a matrix cell judged from what the daemon reported
-//! (`guest-results checker-clean`, `guest-results loss-evidence`). They
-//! replaced ci/matrix.py's `checker_clean_test` and `loss_evidence_test` and
+//! (checker-clean, loss-evidence), for `guest-runner matrix`. They
+//! replaced the Python matrix's `checker_clean_test` and `loss_evidence_test` and
 //! give the same rows.
 
 use crate::pyjson::Json;

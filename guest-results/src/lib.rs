@@ -5,16 +5,14 @@
 //!
 //! - [`upstream`]: the upstream suites (rdma-core's pyverbs `tests/`, the
 //!   kernel's NIC selftests) against `ci/upstream/*.expect`.
-//! - [`cell`]: one matrix cell's upstream verdict in one call (what
-//!   `ci/matrix.py`'s `upstream_rows()` asks `guest-results upstream` for).
+//! - [`cell`]: one matrix cell's upstream verdict in one call (the
+//!   matrix's upstream rows; by hand `guest-results upstream`).
 //! - [`faults`]: the device-fault cells' case verdicts, driver table and
-//!   trace row (`guest-results faults`, `guest-results trace`).
-//! - [`flakes`]: a failed cell that failed only by known flakes is rerun
-//!   (`guest-results flakes`).
-//! - [`guestlog`]: a matrix cell's rows from its guests' out.log
-//!   (`guest-results guests`).
-//! - [`hostrows`]: host rows from what the daemon reported
-//!   (`guest-results checker-clean`, `guest-results loss-evidence`).
+//!   trace row.
+//! - [`flakes`]: a failed cell that failed only by known flakes is rerun.
+//! - [`guestlog`]: a matrix cell's rows from its guests' out.log.
+//! - [`hostrows`]: host rows from what the daemon reported (checker-clean,
+//!   loss-evidence).
 //! - [`junit`]: JUnit XML from test logs and matrix results (`guest-results
 //!   junit`, scripts/test.sh --junit and ci/matrix.sh --junit), written
 //!   with [`xml`].

@@ -1,11 +1,8 @@
-//! `guest-results upstream`: one upstream matrix cell's verdict (ci/matrix.py's `upstream_rows()`).
-//! `guest-results junit`: JUnit XML from test logs (scripts/test.sh --junit, ci/matrix.sh --junit).
+//! `guest-results upstream`: one upstream matrix cell's verdict, by hand (the matrix calls the
+//! library).
+//! `guest-results junit`: JUnit XML from test logs (scripts/test.sh --junit).
 //! `guest-results report`: a matrix run's results.md, or one report from several runs (--combine).
-//! `guest-results guests`: a matrix cell's test rows from its guests' out.log (ci/matrix.py's run_cell).
-//! `guest-results faults`, `trace`: a device-fault cell's case verdicts, table and trace row.
-//! `guest-results checker-clean`, `loss-evidence`: host rows from what the daemon reported.
-//! `guest-results tshark`: the host row "tshark" (a capture decodes as it should).
-//! `guest-results flakes`: whether a failed cell failed only by known flakes (a rerun).
+//! `guest-results tshark`: the host row "tshark" (does a capture decode as it should?).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,12 +10,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use guest_results::cell::{judge_cell, Device, Suite};
-use guest_results::faults::{self, FaultCase};
-use guest_results::flakes;
-use guest_results::guestlog;
-use guest_results::hostrows;
 use guest_results::junit::{self, Case, Status};
-use guest_results::pyjson::Json;
 use guest_results::report::{self, CellOrder};
 use guest_results::tshark;
 
@@ -84,66 +76,6 @@ enum Cmd {
         #[arg(long, value_name = "JUNIT")]
         merge: Vec<PathBuf>,
     },
-    /// Judge a matrix cell's guests: their out.log's CI-TEST lines combined into the cell's test
-    /// rows. Prints JSON {"tests": [{test, status, secs, bw, detail}...], "counters": {GUEST:
-    /// {COUNTER: N}}, "guest_kernel": {GUEST: RELEASE}}.
-    Guests {
-        /// the cell's tests in order, JSON [[NAME, [ROLE...]]...] (a ROLE "host": a host-side row
-        /// the caller fills in)
-        #[arg(long)]
-        tests: String,
-        /// ROLE=NAME=LOG, once per guest (the rows take ROLE's CI-TEST lines from LOG; a missing
-        /// LOG counts as empty)
-        #[arg(long = "guest", required = true)]
-        guests: Vec<String>,
-    },
-    /// Judge a device-fault cell's rows (JSON array on stdin): each fault-CASE row against its case
-    /// (the rule fired, the evidence regexes match, recovered exactly when expected). Prints the
-    /// rows as JSON and writes the driver developer's table to --md.
-    Faults {
-        /// the cell's cases, JSON [{case, kind, driver, expect: [REGEX...], recovers[, no_hits]}...]
-        #[arg(long)]
-        cases: String,
-        /// the table's kernel
-        #[arg(long)]
-        kernel: String,
-        /// the table's cell
-        #[arg(long)]
-        cell: String,
-        /// the command the table says produced it
-        #[arg(long)]
-        command: String,
-        /// where to write the table
-        #[arg(long)]
-        md: Option<PathBuf>,
-    },
-    /// The host row "device-trace": every trace file exists in --dir, has records and names what it
-    /// must. Prints the row as JSON.
-    Trace {
-        /// the directory of the trace files
-        #[arg(long)]
-        dir: PathBuf,
-        /// JSON {FILE: [NAME...]...}
-        #[arg(long)]
-        traces: String,
-    },
-    /// The host row "checker-clean": the daemon's protocol checker saw no rule broken. Prints the
-    /// row as JSON.
-    CheckerClean {
-        /// JSON {"findings": N, "rules": {RULE: N}}, or null when the daemon gave no report
-        #[arg(long)]
-        checker: String,
-    },
-    /// The host row "loss-evidence" of a lossy cell: every fault rule acted and the guests counted
-    /// retransmissions. Prints the row as JSON.
-    LossEvidence {
-        /// `vhost-rdma ctl --json faults list` (JSON; null when the daemon gave none)
-        #[arg(long)]
-        faults: String,
-        /// JSON {GUEST: {COUNTER: N}}
-        #[arg(long)]
-        counters: String,
-    },
     /// The host row "tshark": the capture decodes as every --proto and no frame is malformed (runs
     /// tshark twice; SKIP without tshark). Prints the row as JSON.
     Tshark {
@@ -156,14 +88,6 @@ enum Cmd {
         /// seconds each tshark run may take
         #[arg(long, default_value_t = 900)]
         timeout: u64,
-    },
-    /// Whether a failed cell failed only by known flakes (its test rows, a JSON array, on stdin).
-    /// Prints JSON {"why": "TEST: FLAKE; ..."} when every failed row names one (the cell may be
-    /// rerun), else {"why": null}.
-    Flakes {
-        /// the cell (the siw races count in the siw cells only)
-        #[arg(long)]
-        cell: String,
     },
     /// Write a matrix run's Markdown report (results.md) from its results.json. With --combine,
     /// one report from several runs (a later run's cell replaces an earlier one's); it prints the
@@ -297,54 +221,6 @@ enum DaemonCpuCmd {
         #[arg(required = true)]
         payloads: Vec<u64>,
     },
-}
-
-fn judge_guests(tests: &str, guests: &[String]) -> anyhow::Result<Json> {
-    let tests: Vec<(String, Vec<String>)> =
-        serde_json::from_str(tests).context("--tests: want JSON [[NAME, [ROLE...]]...]")?;
-    let mut logs = Vec::new();
-    for spec in guests {
-        let p: Vec<&str> = spec.splitn(3, '=').collect();
-        let [role, name, log] = p[..] else {
-            bail!("--guest {spec:?}: want ROLE=NAME=LOG");
-        };
-        logs.push(guestlog::GuestOut {
-            role: role.into(),
-            name: name.into(),
-            log: log.into(),
-        });
-    }
-    Ok(guestlog::judge_guests(&tests, &logs))
-}
-
-fn judge_faults(
-    cases: &str,
-    kernel: &str,
-    cell: &str,
-    command: &str,
-    md: Option<&std::path::Path>,
-) -> anyhow::Result<Json> {
-    let cases: Vec<FaultCase> = serde_json::from_str(cases).context("--cases")?;
-    let rows: Json = serde_json::from_reader(std::io::stdin().lock())
-        .context("reading the rows (a JSON array) from stdin")?;
-    let (judged, table) = faults::judge_cell(&cases, rows.items(), kernel, cell, command)?;
-    if let Some(md) = md {
-        std::fs::write(md, table).with_context(|| format!("writing {}", md.display()))?;
-    }
-    Ok(Json::Array(judged))
-}
-
-fn trace_row(dir: &std::path::Path, traces: &str) -> anyhow::Result<Json> {
-    let j: Json = serde_json::from_str(traces).context("--traces: want JSON {FILE: [NAME...]}")?;
-    let traces: Vec<(String, Vec<String>)> = j
-        .entries()
-        .iter()
-        .map(|(f, names)| {
-            let names = names.items().iter().map(|n| n.str().to_string()).collect();
-            (f.clone(), names)
-        })
-        .collect();
-    Ok(faults::trace_row(dir, &traces))
 }
 
 fn write_report(
@@ -505,35 +381,6 @@ fn main() -> anyhow::Result<ExitCode> {
             matrix,
             merge,
         } => write_junit(&out, &name, &records, &libtest, &matrix, &merge)?,
-        Cmd::Guests { tests, guests } => {
-            println!(
-                "{}",
-                serde_json::to_string(&judge_guests(&tests, &guests)?)?
-            );
-        }
-        Cmd::Faults {
-            cases,
-            kernel,
-            cell,
-            command,
-            md,
-        } => {
-            let rows = judge_faults(&cases, &kernel, &cell, &command, md.as_deref())?;
-            println!("{}", serde_json::to_string(&rows)?);
-        }
-        Cmd::Trace { dir, traces } => {
-            println!("{}", serde_json::to_string(&trace_row(&dir, &traces)?)?);
-        }
-        Cmd::CheckerClean { checker } => {
-            let ck: Json = serde_json::from_str(&checker).context("--checker")?;
-            println!("{}", serde_json::to_string(&hostrows::checker_clean(&ck))?);
-        }
-        Cmd::LossEvidence { faults, counters } => {
-            let faults: Json = serde_json::from_str(&faults).context("--faults")?;
-            let counters: Json = serde_json::from_str(&counters).context("--counters")?;
-            let row = hostrows::loss_evidence(&faults, &counters);
-            println!("{}", serde_json::to_string(&row)?);
-        }
         Cmd::Tshark {
             pcap,
             protos,
@@ -541,13 +388,6 @@ fn main() -> anyhow::Result<ExitCode> {
         } => {
             let row = tshark::tshark_row(&pcap, &protos, std::time::Duration::from_secs(timeout));
             println!("{}", serde_json::to_string(&row)?);
-        }
-        Cmd::Flakes { cell } => {
-            let tests: Json = serde_json::from_reader(std::io::stdin().lock())
-                .context("reading the rows (a JSON array) from stdin")?;
-            let why = flakes::failed_only_by_known_flakes(tests.items(), &cell);
-            let out = Json::Object(vec![("why".into(), why.map_or(Json::Null, Json::Str))]);
-            println!("{}", serde_json::to_string(&out)?);
         }
         Cmd::Report {
             runs,

@@ -1,8 +1,5 @@
 //! Known flakes: a failed cell is rerun only when every failure names one.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use guest_results::flakes::{failed_only_by_known_flakes, known_flakes};
 use guest_results::pyjson::Json;
 
@@ -39,27 +36,4 @@ fn any_other_failure_or_none_at_all_is_no_flake() {
     let passed = r#"[{"test": "ping", "status": "PASS", "detail": "siw_accept lost-wakeup race"}]"#;
     assert_eq!(failed_only_by_known_flakes(&rows(passed), "siw"), None);
     assert_eq!(failed_only_by_known_flakes(&[], "siw"), None);
-}
-
-#[test]
-fn the_cli_answers_in_json() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_guest-results"))
-        .args(["flakes", "--cell", "siw"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(SIW_RACE.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("runs");
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(
-        v["why"],
-        "rping: siw_accept lost-wakeup race; ib_send_bw: perftest could not calibrate its clock"
-    );
 }

@@ -1,9 +1,7 @@
-//! A matrix cell's rows from its guests' out.log (`guest-results guests`,
+//! A matrix cell's rows from its guests' out.log (`guestlog::judge_guests`,
 //! which replaced ci/matrix.py's parse_guest and combine).
 
-use std::process::Command;
-
-use guest_results::guestlog::{combine, parse_guest, TestLine};
+use guest_results::guestlog::{combine, judge_guests, parse_guest, GuestOut, TestLine};
 
 const SERVER_LOG: &str = "CI-KERNEL 7.3.4-rdma  \r
 CI-TEST test=ping role=server status=PASS secs=3 reason=\"3/3\"
@@ -147,29 +145,29 @@ fn a_guest_without_results_fails_every_test_it_owes() {
 }
 
 #[test]
-fn the_cli_prints_rows_counters_and_kernels() {
+fn a_cells_rows_counters_and_kernels_from_its_guests_logs() {
     let dir = std::env::temp_dir().join(format!("guest-results-guests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     std::fs::write(dir.join("a.log"), SERVER_LOG).expect("write");
-    std::fs::write(dir.join("b.log"), CLIENT_LOG).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_guest-results"))
-        .args([
-            "guests",
-            "--tests",
-            r#"[["ping", ["server", "client"]]]"#,
-            "--guest",
-        ])
-        .arg(format!("server=a={}", dir.join("a.log").display()))
-        .arg("--guest")
-        .arg(format!("client=b={}", dir.join("missing.log").display()))
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let tests = vec![(
+        "ping".to_string(),
+        vec!["server".to_string(), "client".to_string()],
+    )];
+    let guests = [
+        GuestOut {
+            role: "server".into(),
+            name: "a".into(),
+            log: dir.join("a.log"),
+        },
+        GuestOut {
+            role: "client".into(),
+            name: "b".into(),
+            log: dir.join("missing.log"),
+        },
+    ];
+    let v = judge_guests(&tests, &guests);
+    let text = serde_json::to_string(&v).expect("JSON");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     assert_eq!(v["tests"][0]["status"], "FAIL");
     assert_eq!(
         v["tests"][0]["detail"], "no result from client (guest died or timed out)",
@@ -178,8 +176,7 @@ fn the_cli_prints_rows_counters_and_kernels() {
     assert_eq!(v["counters"]["a"]["eth0_rx_dropped"], 3);
     assert!(v["counters"].get("b").is_none(), "no counters, no entry");
     assert_eq!(v["guest_kernel"]["a"], "7.3.4-rdma");
-    // the rows keep ci/matrix.py's key order
-    let text = String::from_utf8_lossy(&out.stdout);
+    // the rows keep results.json's key order
     assert!(text.contains(r#"{"test":"ping","status":"FAIL","secs":3,"bw":"","detail":"#));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,8 +2,6 @@
 //! loss-evidence (ci/matrix.py's checker_clean_test and loss_evidence_test
 //! before).
 
-use std::process::Command;
-
 use guest_results::hostrows::{checker_clean, loss_evidence};
 use guest_results::pyjson::Json;
 
@@ -87,38 +85,4 @@ fn loss_evidence_without_a_fault_list_fails() {
     ));
     assert_eq!(st, "PASS", "{det}");
     assert!(det.starts_with("rule 7 (?): matched 1 acted 1"), "{det}");
-}
-
-#[test]
-fn the_cli_prints_the_rows() {
-    let bin = env!("CARGO_BIN_EXE_guest-results");
-    let out = Command::new(bin)
-        .args([
-            "loss-evidence",
-            "--faults",
-            FAULTS,
-            "--counters",
-            r#"{"a": {"rc_retries": 3}}"#,
-        ])
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["test"], "loss-evidence");
-    assert_eq!(v["status"], "PASS");
-    let out = Command::new(bin)
-        .args(["checker-clean", "--checker", "null"])
-        .output()
-        .expect("runs");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["status"], "FAIL");
-    let out = Command::new(bin)
-        .args(["checker-clean", "--checker", "not json"])
-        .output()
-        .expect("runs");
-    assert!(!out.status.success(), "bad input is an error, not a row");
 }
