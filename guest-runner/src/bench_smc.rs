@@ -18,7 +18,7 @@ use guest_results::pyjson::Json;
 
 use crate::cells::{self, Cell, TestRow, KERNELS};
 use crate::matrix::{self, cell, MatrixOptions, Run};
-use crate::setup;
+use crate::setup::{self, GuestSetup};
 
 /// The bench's options (`ci/bench-smc.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
@@ -26,18 +26,9 @@ pub struct BenchSmcOptions {
     /// guest kernel series
     #[arg(long, default_value = "7.3", value_parser = KERNELS)]
     pub kernel: String,
-    /// guest image dir (default: scripts/build-guest-image.sh --kernel K)
-    #[arg(long)]
-    pub image: Option<String>,
-    /// QEMU 11.1 (default: scripts/setup-qemu.sh)
-    #[arg(long)]
-    pub qemu: Option<String>,
-    /// accelerator
-    #[arg(long, default_value = "auto", value_parser = ["auto", "kvm", "tcg"])]
-    pub accel: String,
-    /// do not run cargo build
-    #[arg(long)]
-    pub no_build: bool,
+    /// image, QEMU, accelerator, build
+    #[command(flatten)]
+    pub setup: GuestSetup,
     /// cargo profile
     #[arg(long, default_value = "release")]
     pub profile: String,
@@ -213,7 +204,7 @@ pub fn run(b: BenchSmcOptions) -> i32 {
     let mut args = vec![
         "bench-smc".to_string(),
         "--accel".into(),
-        b.accel.clone(),
+        b.setup.accel.clone(),
         "--keep-logs".into(),
     ];
     args.extend([
@@ -222,13 +213,13 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         "--profile".into(),
         b.profile.clone(),
     ]);
-    if b.no_build {
+    if b.setup.no_build {
         args.push("--no-build".into());
     }
     if b.verbose {
         args.push("--verbose".into());
     }
-    if let Some(q) = &b.qemu {
+    if let Some(q) = &b.setup.qemu {
         args.extend(["--qemu".into(), q.clone()]);
     }
     let o = AsMatrix::parse_from(args).o;
@@ -279,7 +270,7 @@ pub fn run(b: BenchSmcOptions) -> i32 {
     ) {
         return fail(&e);
     }
-    let image = b.image.clone().or_else(|| {
+    let image = b.setup.image.clone().or_else(|| {
         setup::last_line(
             std::process::Command::new(root.join("scripts/build-guest-image.sh"))
                 .args(["--kernel", &b.kernel]),
@@ -315,7 +306,7 @@ pub fn run(b: BenchSmcOptions) -> i32 {
     let accel = res
         .get("accel")
         .filter(|a| a.truthy())
-        .map_or(b.accel.clone(), |a| a.to_string());
+        .map_or(b.setup.accel.clone(), |a| a.to_string());
     let argv: Vec<String> = std::env::args().skip(2).collect();
     let mut md = vec![
         format!("# SMC-R vs TCP, {date}"),

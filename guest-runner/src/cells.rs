@@ -297,7 +297,7 @@ fn device_rows(rdma: PerRole) -> Vec<TestRow> {
     for role in [Role::Server, Role::Client] {
         let name = match rdma.of(role) {
             Device::Erdma => "erdma-up".to_string(),
-            d => format!("link-add-{}", device_name(d)),
+            d => format!("link-add-{}", d.name()),
         };
         match out.iter_mut().find(|t| t.0 == name) {
             Some(t) => t.1.push(role),
@@ -307,12 +307,16 @@ fn device_rows(rdma: PerRole) -> Vec<TestRow> {
     out
 }
 
-fn device_name(d: Device) -> &'static str {
-    match d {
-        Device::Erdma => "erdma",
-        Device::Rxe => "rxe",
-        Device::Gve => "gve",
-        Device::Virtio => "virtio",
+impl Device {
+    /// The name the guests' `CI_RDMA` / `CI_NIC` and the expectations
+    /// files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Erdma => "erdma",
+            Device::Rxe => "rxe",
+            Device::Gve => "gve",
+            Device::Virtio => "virtio",
+        }
     }
 }
 

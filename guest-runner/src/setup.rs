@@ -7,6 +7,24 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// Where a run's guests come from, as the soak and the SMC bench take it
+/// on their command lines.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GuestSetup {
+    /// guest image dir (default: scripts/build-guest-image.sh for the run's kernel)
+    #[arg(long)]
+    pub image: Option<String>,
+    /// QEMU 11.1 (default: scripts/setup-qemu.sh)
+    #[arg(long)]
+    pub qemu: Option<String>,
+    /// accelerator
+    #[arg(long, default_value = "auto", value_parser = ["auto", "kvm", "tcg"])]
+    pub accel: String,
+    /// use the binaries as they are (no cargo build)
+    #[arg(long)]
+    pub no_build: bool,
+}
+
 /// The checkout: `VHOST_RDMA_ROOT` (the scripts' shim sets it), else where
 /// this crate was built from.
 pub fn repo_root() -> PathBuf {

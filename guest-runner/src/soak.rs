@@ -68,15 +68,9 @@ pub struct SoakOptions {
     /// SMC-R bytes per connection and direction per round
     #[arg(long, default_value = "4M")]
     pub smc_bytes: String,
-    /// 7.3 guest image dir (default: scripts/build-guest-image.sh --kernel 7.3)
-    #[arg(long)]
-    pub image: Option<String>,
-    /// QEMU (default: scripts/setup-qemu.sh)
-    #[arg(long)]
-    pub qemu: Option<String>,
-    /// auto, kvm or tcg
-    #[arg(long, default_value = "auto", value_parser = ["auto", "kvm", "tcg"])]
-    pub accel: String,
+    /// image (7.3), QEMU, accelerator, build
+    #[command(flatten)]
+    pub setup: crate::setup::GuestSetup,
     /// pairs to run: 1 (SMC-R), 2 (siw + rxe) or 1,2
     #[arg(long, default_value = "1,2")]
     pub pairs: String,
@@ -86,9 +80,6 @@ pub struct SoakOptions {
     /// seconds the guests may take to finish after the stop before they are killed
     #[arg(long, default_value_t = 900.0)]
     pub stop_grace: f64,
-    /// use the binaries as they are (no cargo build)
-    #[arg(long)]
-    pub no_build: bool,
     /// results dir (default ci/results/soak-<date>, gitignored)
     #[arg(long)]
     pub results: Option<PathBuf>,
@@ -504,7 +495,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         work.display()
     ));
     let tdir = target_dir(&root, "release");
-    if !o.no_build {
+    if !o.setup.no_build {
         say("cargo build --release -p vhost-rdma -p smc-guest-tests");
         if !build_binaries(&root, "release", &resdir.join("build.log")) {
             return Err(format!(
@@ -515,13 +506,13 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
     }
     let daemon_bin = tdir.join("vhost-rdma");
     let sgt = tdir.join("smc-guest-tests");
-    let qemu = o.qemu.clone().or_else(|| {
+    let qemu = o.setup.qemu.clone().or_else(|| {
         last_line(
             &mut Command::new(root.join("scripts/setup-qemu.sh")),
             &work.join("qemu.log"),
         )
     });
-    let image = o.image.clone().or_else(|| {
+    let image = o.setup.image.clone().or_else(|| {
         last_line(
             Command::new(root.join("scripts/build-guest-image.sh")).args(["--kernel", "7.3"]),
             &work.join("image.log"),
@@ -684,7 +675,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         "--image",
         &image,
         "--accel",
-        &o.accel,
+        &o.setup.accel,
         "--timeout",
         &((soak_s + 1800.0) as u64).to_string(),
         "--guest-bin",

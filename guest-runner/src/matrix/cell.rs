@@ -128,10 +128,10 @@ pub fn job_script(
     vars.push(("CI_NOUEID_CODE".into(), noueid_phase1_code(kernel).into()));
     vars.extend(cell.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     if let Some(r) = cell.rdma {
-        vars.push(("CI_RDMA".into(), device_name(r.of(role)).into()));
+        vars.push(("CI_RDMA".into(), r.of(role).name().into()));
     }
     if let Some(n) = cell.nic {
-        vars.push(("CI_NIC".into(), device_name(n.of(role)).into()));
+        vars.push(("CI_NIC".into(), n.of(role).name().into()));
     }
     let mut extra = String::new();
     for (var, val) in vars.iter().filter(|(_, v)| !v.is_empty()) {
@@ -149,15 +149,6 @@ pub fn job_script(
         guest(peer).1,
         cell.call
     )
-}
-
-fn device_name(d: Device) -> &'static str {
-    match d {
-        Device::Erdma => "erdma",
-        Device::Rxe => "rxe",
-        Device::Gve => "gve",
-        Device::Virtio => "virtio",
-    }
 }
 
 /// The daemon's arguments for a cell (after `serve`) and the sockets it
@@ -1226,7 +1217,7 @@ fn upstream_rows(
         .iter()
         .map(|&role| {
             let g = guest(role).0;
-            let dev = devices.map_or("?", |x| device_name(x.of(role)));
+            let dev = devices.map_or("?", |x| x.of(role).name());
             UpstreamDevice {
                 guest: g.into(),
                 dev: dev.into(),
