@@ -1,8 +1,15 @@
 //! The `smcr-failover` cell's host side (`guest-runner failover-driver`):
 //! once the SMC-R stream runs (at least 500 frames a second through the
 //! server guest's two ports, `a` and `a1`, for 3 s), it takes the busier
-//! port down (`ctl link down`) and, `--up-after` seconds later (or when
-//! stopped), up again; then it writes the cell's `failover-evidence` row.
+//! port down and, `--up-after` seconds later (or when stopped), up again;
+//! then it writes the cell's `failover-evidence` row. A port goes down as a
+//! pulled cable does: the daemon drops every frame to and from it (`ctl
+//! link down`) and the guest's NIC loses its carrier (QEMU's `set_link`
+//! through the guest's monitor), so the guest's RDMA device reports its
+//! port down and SMC-R moves the link group's connections at once, as it
+//! would on hardware; without the carrier change only SMC-R's TEST_LINK
+//! timeout notices, and the 7.3 guests then lose their cursors (ci/README.md,
+//! "smcr-failover").
 //!
 //! The row passes when, while the port was down, frames to or from it were
 //! dropped, at least 1000 frames went through the other port, and the
@@ -203,10 +210,11 @@ fn drive(o: &FailoverOptions) -> Seen {
             seen.links_down = ctl.smc_links();
             let ok = ctl.json(&["link", "down", "--port", &down]).is_some();
             seen.log.push(format!(
-                "per-second frames {{'a': {}, 'a1': {}}}: link down --port {down} ({})",
+                "per-second frames {{'a': {}, 'a1': {}}}: link down --port {down} ({}); {}",
                 delta[0],
                 delta[1],
-                if ok { "ok" } else { "ctl failed" }
+                if ok { "ok" } else { "ctl failed" },
+                set_carrier(&o.dir, &down, false)
             ));
             seen.down_port = Some((down, other));
             break;
@@ -233,11 +241,32 @@ fn drive(o: &FailoverOptions) -> Seen {
         .map(|x| x["drops"].as_i64().unwrap_or(0));
     let ok = ctl.json(&["link", "up", "--port", &down]).is_some();
     seen.log.push(format!(
-        "link up --port {down} after {} s ({})",
+        "link up --port {down} after {} s ({}); {}",
         o.up_after,
-        if ok { "ok" } else { "ctl failed" }
+        if ok { "ok" } else { "ctl failed" },
+        set_carrier(&o.dir, &down, true)
     ));
     seen
+}
+
+/// The guest NIC behind daemon port `port` (`a` is guest a's first NIC,
+/// QEMU netdev `n0`; `a1` its second, `n1`): its monitor socket and netdev.
+pub fn guest_nic(dir: &std::path::Path, port: &str) -> (PathBuf, String) {
+    let guest: String = port.chars().take_while(char::is_ascii_alphabetic).collect();
+    let nic = port[guest.len()..].parse::<u32>().unwrap_or(0);
+    (dir.join(format!("{guest}.mon")), format!("n{nic}"))
+}
+
+/// Sets the carrier of the guest NIC behind `port` through its QEMU
+/// monitor; what happened, for the evidence row.
+fn set_carrier(dir: &std::path::Path, port: &str, up: bool) -> String {
+    let (mon, netdev) = guest_nic(dir, port);
+    let state = if up { "on" } else { "off" };
+    match crate::stuck::hmp(&mon, &format!("set_link {netdev} {state}")) {
+        Ok(out) if out.is_empty() => format!("guest carrier {netdev} {state} (ok)"),
+        Ok(out) => format!("guest carrier {netdev} {state}: {out}"),
+        Err(e) => format!("guest carrier {netdev} {state} failed: {e}"),
+    }
 }
 
 /// The `failover-evidence` row of what was seen.
@@ -341,5 +370,14 @@ mod tests {
                 last_llc: vec!["-".into(), "ADD_LINK".into()],
             }
         );
+    }
+
+    /// A daemon port names its guest and the guest's QEMU netdev.
+    #[test]
+    fn a_port_names_its_guest_nic() {
+        let d = std::path::Path::new("/w");
+        assert_eq!(guest_nic(d, "a"), (PathBuf::from("/w/a.mon"), "n0".into()));
+        assert_eq!(guest_nic(d, "a1"), (PathBuf::from("/w/a.mon"), "n1".into()));
+        assert_eq!(guest_nic(d, "b1"), (PathBuf::from("/w/b.mon"), "n1".into()));
     }
 }

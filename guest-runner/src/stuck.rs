@@ -216,6 +216,29 @@ impl Monitor {
     }
 }
 
+/// Runs one HMP command through a guest's monitor socket (`run-guests
+/// --monitor`, `DIR/NAME.mon`) and returns its answer.
+pub fn hmp(path: &Path, cmd: &str) -> std::io::Result<String> {
+    let sock = UnixStream::connect(path)?;
+    sock.set_read_timeout(Some(Duration::from_secs(5)))?;
+    sock.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut m = Monitor {
+        sock,
+        buf: Vec::new(),
+    };
+    m.ask(b"")?; // the banner and first prompt
+    let out = m.ask(format!("{cmd}\n").as_bytes())?;
+    let out = String::from_utf8_lossy(&out);
+    // the monitor echoes the command line first
+    Ok(out
+        .lines()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string())
+}
+
 /// The 64-bit words of an `x /Ngx` reply (after each line's address).
 fn words(out: &[u8]) -> Vec<u64> {
     let re = regex::Regex::new(r"0x([0-9a-fA-F]{16})").expect("constant regex");
