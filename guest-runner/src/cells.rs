@@ -437,7 +437,7 @@ pub fn cells() -> BTreeMap<String, Cell> {
     let mut failover = Cell::new(
         "SMC-Rv2 link failover: two NICs per guest (rxe0/eth0, rxe1/eth1, four daemon ports), the \
          link group gets a second link; net.smc.smcr_testlink_time 5 s; mid-stream the host takes \
-         the busy link's port down (`ctl link down`) for 30 s; the 192 MiB stream must complete \
+         the busy link's port down (`ctl link down`, and its guest NIC's carrier) for 30 s; the 512 MiB stream must complete \
          verified as SMC-R, carried by the other link while the first is down (flows view)",
         "cell_smcr_failover",
         vec![
