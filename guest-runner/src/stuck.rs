@@ -196,6 +196,19 @@ struct Monitor {
 }
 
 impl Monitor {
+    /// Connects to a monitor socket and reads past its banner.
+    fn connect(path: &Path) -> std::io::Result<Monitor> {
+        let sock = UnixStream::connect(path)?;
+        sock.set_read_timeout(Some(Duration::from_secs(5)))?;
+        sock.set_write_timeout(Some(Duration::from_secs(5)))?;
+        let mut m = Monitor {
+            sock,
+            buf: Vec::new(),
+        };
+        m.ask(b"")?; // the banner and first prompt
+        Ok(m)
+    }
+
     /// Sends `cmd` and returns what came before the next `(qemu)` prompt.
     fn ask(&mut self, cmd: &[u8]) -> std::io::Result<Vec<u8>> {
         self.sock.write_all(cmd)?;
@@ -219,14 +232,7 @@ impl Monitor {
 /// Runs one HMP command through a guest's monitor socket (`run-guests
 /// --monitor`, `DIR/NAME.mon`) and returns its answer.
 pub fn hmp(path: &Path, cmd: &str) -> std::io::Result<String> {
-    let sock = UnixStream::connect(path)?;
-    sock.set_read_timeout(Some(Duration::from_secs(5)))?;
-    sock.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut m = Monitor {
-        sock,
-        buf: Vec::new(),
-    };
-    m.ask(b"")?; // the banner and first prompt
+    let mut m = Monitor::connect(path)?;
     let out = m.ask(format!("{cmd}\n").as_bytes())?;
     let out = String::from_utf8_lossy(&out);
     // the monitor echoes the command line first
@@ -265,14 +271,7 @@ pub fn rip_samples(path: &Path) -> Samples {
 }
 
 fn sample_into(path: &Path, s: &mut Samples) -> std::io::Result<()> {
-    let sock = UnixStream::connect(path)?;
-    sock.set_read_timeout(Some(Duration::from_secs(5)))?;
-    sock.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut m = Monitor {
-        sock,
-        buf: Vec::new(),
-    };
-    m.ask(b"")?; // the banner and first prompt
+    let mut m = Monitor::connect(path)?;
     let rip = Regex::new(r"RIP=([0-9a-fA-F]{16})").expect("constant regex");
     let rsp_re = Regex::new(r"RSP=([0-9a-fA-F]{16})").expect("constant regex");
     let hex = |c: Option<regex::bytes::Captures<'_>>| {
@@ -423,5 +422,183 @@ mod tests {
         assert!(guest_port("b1", "b"));
         assert!(!guest_port("bb", "b"));
         assert!(!guest_port("b1x", "b"));
+    }
+
+    /// `vhost-rdma ctl` as the diagnosis calls it: port b's drops grow by
+    /// 7 a call, another guest's port `bb` by 999.
+    const FAKE_CTL: &str = r#"#!/bin/sh
+d=$(dirname "$0"); n=$(cat "$d/calls" 2>/dev/null || echo 0); echo $((n + 1)) >"$d/calls"
+case " $* " in
+*" status"*) printf '{"ports": [{"name": "a", "rx_frames": 10, "rx_drops": 0, "tx_frames": 5}, {"name": "b", "rx_frames": 3, "rx_drops": %d, "tx_frames": 1}, {"name": "b1", "rx_frames": 3, "rx_drops": 0, "tx_frames": 1}, {"name": "bb", "rx_frames": 0, "rx_drops": %d, "tx_frames": 0}]}\n' $((7 * n)) $((999 * n)) ;;
+*" flows"*) echo '{"roce": [], "iwarp": [], "smc": []}' ;;
+*) exit 1 ;;
+esac
+"#;
+
+    /// A QEMU human monitor stand-in: a RIP inside
+    /// queued_spin_lock_slowpath, an IRQ stack with return addresses and
+    /// the saved task stack pointer, and the task stack below it.
+    fn fake_monitor(path: &Path) -> std::thread::JoinHandle<()> {
+        let srv = std::os::unix::net::UnixListener::bind(path).unwrap();
+        std::thread::spawn(move || {
+            let Ok((mut conn, _)) = srv.accept() else {
+                return;
+            };
+            let _ = conn
+                .write_all(b"QEMU 11.1.3 monitor - type 'help' for more information\r\n(qemu) ");
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = conn.read(&mut chunk) {
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=i).collect();
+                    let out: &[u8] = if line.starts_with(b"info registers") {
+                        b"info registers\r\nRAX=0000000000000000 RBX=0000000000000001\r\n\
+                          RSI=0 RDI=0 RBP=0 RSP=ffffc90000001000\r\nR8 =0\r\n\
+                          RIP=ffffffff81000123 RFL=00000002\r\n"
+                    } else if line.starts_with(b"x /256gx 0xffffc90000001000") {
+                        b"x /256gx 0xffffc90000001000\r\n\
+                          ffffc90000001000: 0xffffffff8100022d 0x0000000000000007\r\n\
+                          ffffc90000001010: 0xffffffff81000349 0xffff888003c1a000\r\n\
+                          ffffc90000001020: 0xffffffff810004be 0xffffffff8100069b\r\n\
+                          ffffc90000001030: 0xffffc90000001100 0xffffc90000208e40\r\n"
+                    } else if line.starts_with(b"x /256gx 0xffffc90000208e40") {
+                        b"x /256gx 0xffffc90000208e40\r\n\
+                          ffffc90000208e40: 0xffffffff81000710 0x0000000000000000\r\n\
+                          ffffc90000208e50: 0xffffffff81000421 0xffffffff81000105\r\n"
+                    } else {
+                        b"unknown command\r\n"
+                    };
+                    let _ = conn.write_all(out);
+                    let _ = conn.write_all(b"(qemu) ");
+                }
+            }
+        })
+    }
+
+    /// A stand-in QEMU: spinning or idle; killed on drop.
+    struct StandIn(std::process::Child);
+
+    impl StandIn {
+        fn new(busy: bool) -> StandIn {
+            let script = if busy {
+                "while :; do :; done"
+            } else {
+                "sleep 60"
+            };
+            StandIn(
+                std::process::Command::new("sh")
+                    .args(["-c", script])
+                    .spawn()
+                    .unwrap(),
+            )
+        }
+    }
+
+    impl Drop for StandIn {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("stuck-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("b.job")).unwrap();
+        std::fs::write(
+            d.join("b.job/kallsyms"),
+            "ffffffff81000000 T _text\nffffffff81000100 T queued_spin_lock_slowpath\n\
+             ffffffff81000200 t _raw_spin_lock_irqsave\nffffffff81000300 t check_type_state.constprop.0\n\
+             ffffffff81000400 T rxe_rcv\nffffffff81000500 d some_data\n\
+             ffffffff81000600 T udp_queue_rcv_one_skb\nffffffff81000700 T __local_bh_enable_ip\n",
+        )
+        .unwrap();
+        let ctl = d.join("fakectl");
+        std::fs::write(&ctl, FAKE_CTL).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&ctl, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    }
+
+    /// A guest whose QEMU spins while its RX ring is not refilled has
+    /// stopped inside its kernel: the diagnosis names where (RIP samples,
+    /// the stack scan, the stack below the IRQ stack), its ports' drops
+    /// (not another guest's) and saves the flows view.
+    #[test]
+    fn a_spinning_guest_is_named_with_its_stack() {
+        let d = scratch("spin");
+        let busy = StandIn::new(true);
+        std::fs::write(
+            d.join("run-guests.log"),
+            format!(
+                "run-guests: started a (pid {}), console: x\nrun-guests: started b (pid {}), console: y\n",
+                std::process::id(),
+                busy.0.id()
+            ),
+        )
+        .unwrap();
+        let mon = fake_monitor(&d.join("b.mon"));
+        let o = StuckOptions {
+            dir: d.clone(),
+            daemon: d.join("fakectl"),
+            window: "2".into(),
+            why: "guest b never reached barrier 'smc-stream done' (a gave up)".into(),
+            guests: vec!["b".into()],
+        };
+        let diag = diagnose(&o);
+        let _ = mon.join();
+        for want in [
+            "guest b never reached barrier 'smc-stream done' (a gave up)",
+            "stopped inside its kernel",
+            "queued_spin_lock_slowpath (20/20)",
+            "stack scan: _raw_spin_lock_irqsave+0x2d < check_type_state.constprop.0+0x49 < \
+             rxe_rcv+0xbe < udp_queue_rcv_one_skb+0x9b;",
+            // 0xffffc90000001100 is on the same stack (< 16 KiB away): not followed
+            "below it (saved stack pointer 0xffffc90000208e40): __local_bh_enable_ip+0x10 < \
+             rxe_rcv+0x21 < queued_spin_lock_slowpath+0x5",
+            "port b: +0 frames into the guest, +7 dropped",
+            "port b1:",
+        ] {
+            assert!(diag.contains(want), "{want:?} not in {diag}");
+        }
+        assert!(!diag.contains("port bb"), "{diag}");
+        assert!(d.join("stuck-flows.json").exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Two idle QEMUs without monitors: both guests are waiting, not
+    /// spinning.
+    #[test]
+    fn idle_guests_are_waiting() {
+        let d = scratch("idle");
+        let (a, b) = (StandIn::new(false), StandIn::new(false));
+        std::fs::write(
+            d.join("run-guests.log"),
+            format!(
+                "run-guests: started a (pid {})\nrun-guests: started b (pid {})\n",
+                a.0.id(),
+                b.0.id()
+            ),
+        )
+        .unwrap();
+        let o = StuckOptions {
+            dir: d.clone(),
+            daemon: d.join("fakectl"),
+            window: "1".into(),
+            why: "neither guest printed a line for 1 s".into(),
+            guests: vec!["a".into(), "b".into()],
+        };
+        let diag = diagnose(&o);
+        for want in [
+            "neither guest printed a line for 1 s",
+            "guest a idle (waiting for something)",
+            "guest b idle",
+            "no RIP samples (no monitor socket)",
+        ] {
+            assert!(diag.contains(want), "{want:?} not in {diag}");
+        }
+        assert!(!diag.contains("stopped inside its kernel"), "{diag}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
