@@ -706,11 +706,20 @@ cell_smcr() {
 # (guest-runner failover-driver); the stream must complete verified over the
 # other link. arp_ignore=1 / arp_announce=2: both NICs share one L2 fabric,
 # each must answer ARP only for its own address, or RoCE frames for one
-# rxe device reach the other.
+# rxe device reach the other. A guest may ask for its peer's address before
+# the peer has set these (its job starts later): then both of the peer's
+# NICs answer, and if the wrong answer comes first the RoCE frames for rxe0
+# go to the peer's eth1, where rxe1 drops them and SMC-R's first contact
+# never confirms its link (seen in 3 of 4 runs, ci/README.md). So once both
+# have set them (a barrier), both forget what they learnt before.
 cell_smcr_failover() {
     sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 2>/dev/null ||
         { echo 1 >/proc/sys/net/ipv4/conf/all/arp_ignore; echo 2 >/proc/sys/net/ipv4/conf/all/arp_announce; }
     smc_setup yes
+    barrier "arp rules set"
+    ip neigh flush dev eth0
+    ip neigh flush dev eth1
+    ip neigh show | sed 's/^/    neighbour after flush: /'
     # rxe treats the retry count SMC gives its link QPs (7) as infinite, so a
     # dead link never fails its QP; SMC-R then finds it by TEST_LINK (no
     # answer within 2 s), sent after smcr_testlink_time without traffic on the
