@@ -46,7 +46,7 @@ pub struct Device {
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
     /// One row per case (after a FAIL row per unusable expectations file or
-    /// guest without results), as ci/matrix.py appends them.
+    /// guest without results), as the matrix appends them.
     pub rows: Vec<Row>,
     /// Python process deaths and what became of the case.
     pub notes: Vec<String>,

@@ -48,7 +48,7 @@ pub struct GuestLog {
 }
 
 // Python's \s also matches U+001C..U+001F (str.isspace); these classes keep
-// the patterns ci/matrix.py used matching the same lines.
+// the patterns the Python matrix used matching the same lines.
 const S: &str = r"[\s\x1c-\x1f]";
 const NS: &str = r"[^\s\x1c-\x1f]";
 
@@ -269,7 +269,7 @@ pub fn diag_json(diag: &[(String, i128)]) -> Json {
     )
 }
 
-/// A row as the JSON object ci/matrix.py keeps (keys in its order: test,
+/// A row as results.json keeps it (keys in this order: test,
 /// status, secs, bw, detail).
 pub fn row_json(r: &Row) -> Json {
     let s = |v: &str| Json::Str(v.into());

@@ -1,4 +1,4 @@
-//! JSON as ci/matrix.py's results.json holds it, read the way Python reads
+//! JSON as the matrix's results.json holds it, read the way Python reads
 //! it: objects keep their keys in file order (the reports list counters in
 //! the order the guests printed them; serde_json's own map sorts them) and
 //! values print as Python's `str()` prints them, so the Markdown is the

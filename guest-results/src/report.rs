@@ -39,7 +39,7 @@ pub enum ReportError {
 }
 
 /// One run's results.json: its "meta" and its "cells" (one result record
-/// per cell, as ci/matrix.py's run_cell makes them).
+/// per cell, as the matrix runner writes them).
 #[derive(Debug, Clone)]
 pub struct Run {
     /// date, host, accel, qemu_version, commit, command, summary, ...

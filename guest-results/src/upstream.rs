@@ -1,6 +1,6 @@
 //! Upstream test suites run on our devices (issues 26, 28): results and expectations.
 //!
-//! ci/matrix.py's `upstream-rdma` cell runs rdma-core's own `tests/` (pyverbs,
+//! The matrix's `upstream-rdma` cell runs rdma-core's own `tests/` (pyverbs,
 //! unmodified) on the emulated erdma function in one guest and on rdma_rxe in
 //! the other (the baseline); `upstream-nic` runs the kernel's NIC selftests
 //! (KTAP) on the gVNIC and on virtio-net. This module turns each guest's log
@@ -430,7 +430,7 @@ pub fn case_name(cid: &str) -> &str {
     cid.strip_prefix("tests.").unwrap_or(cid)
 }
 
-/// One row of the matrix's results (the dict ci/matrix.py appends).
+/// One row of the matrix's results.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Row {
     pub test: String,
