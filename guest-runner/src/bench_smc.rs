@@ -259,6 +259,7 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         qemu: String::new(),
         image: String::new(),
         kernel_image: None,
+        kernel_version: None,
     };
     let sel = [(b.kernel.clone(), "smc-bench".to_string())];
     if let Err(e) = matrix::prepare(&mut run, &sel, &work) {

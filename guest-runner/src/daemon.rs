@@ -151,13 +151,15 @@ pub fn ctl(binary: &Path, control: &Path, args: &[&str], timeout: Duration) -> O
     })
 }
 
-/// [`ctl`] with `--json`: the reply, when the request succeeded.
-pub fn ctl_json(
+/// [`ctl`] with `--json`: the reply, when the request succeeded, as any
+/// JSON type (`serde_json::Value`, or guest-results' `Json`, which keeps
+/// the daemon's key order).
+pub fn ctl_json<T: serde::de::DeserializeOwned>(
     binary: &Path,
     control: &Path,
     args: &[&str],
     timeout: Duration,
-) -> Option<serde_json::Value> {
+) -> Option<T> {
     let args: Vec<&str> = std::iter::once("--json")
         .chain(args.iter().copied())
         .collect();

@@ -47,17 +47,21 @@ pub fn capture(cmd: &mut Command, timeout: Duration) -> Option<(String, String)>
     run_with_timeout(cmd, timeout).map(|o| (o.stdout, o.stderr))
 }
 
+/// Starts `cmd` with stdin closed and stdout and stderr piped to us.
+pub fn spawn_piped(cmd: &mut Command) -> Option<std::process::Child> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()
+}
+
 /// Runs `cmd` (stdin closed), returning what it printed and its exit code,
 /// or `None` when it cannot be started or outlives `timeout` (then it is
 /// killed).
 pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Option<Output> {
     use std::os::unix::process::ExitStatusExt;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
+    let mut child = spawn_piped(cmd)?;
     let read = |r: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {
             let mut s = Vec::new();

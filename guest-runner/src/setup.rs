@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Where a run's guests come from, as the soak and the SMC bench take it
 /// on their command lines.
@@ -74,12 +74,7 @@ pub fn build_binaries(root: &Path, profile: &str, log: &Path) -> bool {
 /// failed.
 pub fn last_line(cmd: &mut Command, log: &Path) -> Option<String> {
     let mut logf = std::fs::File::create(log).ok()?;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
+    let mut child = crate::qemu::spawn_piped(cmd)?;
     let stderr = child.stderr.take()?;
     let echo = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {

@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use guest_results::cell::{judge_cell, Device as UpstreamDevice, Suite};
-use guest_results::guestlog::{judge_guests, GuestOut};
+use guest_results::guestlog::{judge_guests, row_json, GuestOut};
 use guest_results::pyjson::Json;
+use guest_results::upstream::Row;
 use guest_results::{faults, flakes, hostrows, tshark};
 
 use crate::boot::check_signal;
@@ -76,13 +77,13 @@ fn noueid_phase1_code(kernel: &str) -> &'static str {
 
 /// A test row.
 pub fn row(test: &str, status: &str, detail: &str) -> Json {
-    obj(vec![
-        ("test", s(test)),
-        ("status", s(status)),
-        ("secs", Json::Int(0)),
-        ("bw", s("")),
-        ("detail", s(detail)),
-    ])
+    row_json(&Row {
+        test: test.into(),
+        status: status.into(),
+        secs: 0,
+        bw: String::new(),
+        detail: detail.into(),
+    })
 }
 
 /// A FAIL row per row of `cell`, all for `why`.
@@ -229,12 +230,7 @@ fn fault_toml(rules: &[serde_json::Value]) -> String {
 /// `vhost-rdma ctl --json ARGS` against the cell's daemon, the reply with
 /// its keys in the daemon's order, or `None`.
 fn ctl_json(bin: &Path, d: &Path, args: &[&str]) -> Option<Json> {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = daemon::ctl(bin, &d.join("ctl.sock"), &all, CTL_TIMEOUT);
-    (out.code == 0)
-        .then(|| serde_json::from_str(&out.stdout).ok())
-        .flatten()
+    daemon::ctl_json(bin, &d.join("ctl.sock"), args, CTL_TIMEOUT)
 }
 
 fn write_json(path: &Path, v: &Json) {
@@ -1254,11 +1250,7 @@ fn upstream_rows(
         passed.join(", "),
         dest.display()
     );
-    v.rows
-        .iter()
-        .filter_map(|row| serde_json::to_string(row).ok())
-        .filter_map(|t| serde_json::from_str(&t).ok())
-        .collect()
+    v.rows.iter().map(row_json).collect()
 }
 
 /// Keeps a cell's logs in the results dir (failed cells, or `--keep-logs`):

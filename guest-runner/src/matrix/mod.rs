@@ -191,6 +191,8 @@ pub struct Run {
     pub image: String,
     /// A bring-your-own kernel (`--kernel PATH`).
     pub kernel_image: Option<String>,
+    /// Its version string.
+    pub kernel_version: Option<String>,
 }
 
 /// `[matrix] MSG` on stderr.
@@ -382,6 +384,7 @@ pub fn run(mut o: MatrixOptions) -> i32 {
         qemu: String::new(),
         image: String::new(),
         kernel_image: byo.as_ref().map(|(p, _, _)| p.clone()),
+        kernel_version: byo.as_ref().map(|(_, v, _)| v.clone()),
     };
     let mut results: Vec<Json> = Vec::new();
     match prepare(&mut run, &sel, &work) {
@@ -666,14 +669,7 @@ impl SideLane {
 /// Writes results.json, results.md and the JUnit file, prints the summary;
 /// the exit status.
 fn finish(run: &Run, date: &str, results: Vec<Json>, work: &Path) -> i32 {
-    let count = |st: &str| {
-        results
-            .iter()
-            .flat_map(|r| r.at("tests").items())
-            .filter(|t| t.at("status").str() == st)
-            .count()
-    };
-    let (pass, fail, skip) = (count("PASS"), count("FAIL"), count("SKIP"));
+    let (pass, fail, skip) = report::count_tests(&results);
     let mut summary = format!("{pass} passed, {fail} failed, {skip} skipped");
     let reruns: usize = results.iter().map(|r| r.at("reruns").items().len()).sum();
     if reruns > 0 {
@@ -713,10 +709,6 @@ fn finish(run: &Run, date: &str, results: Vec<Json>, work: &Path) -> i32 {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let argv: Vec<String> = std::env::args().skip(2).collect();
     let opt = |v: &Option<String>| v.as_deref().map_or(Json::Null, s);
-    let version = run
-        .kernel_image
-        .as_ref()
-        .and_then(|k| crate::kernel::check_bzimage(k).ok());
     let meta = obj(vec![
         ("date", s(date)),
         ("host", s(host.trim())),
@@ -732,7 +724,7 @@ fn finish(run: &Run, date: &str, results: Vec<Json>, work: &Path) -> i32 {
         ),
         ("summary", s(&summary)),
         ("kernel_image", opt(&run.kernel_image)),
-        ("kernel_version", opt(&version)),
+        ("kernel_version", opt(&run.kernel_version)),
         (
             "cells_failed",
             Json::Array(cells_failed.iter().map(|c| s(c)).collect()),
@@ -759,16 +751,12 @@ fn finish(run: &Run, date: &str, results: Vec<Json>, work: &Path) -> i32 {
     let _ = std::fs::remove_dir_all(work);
     println!("\n== matrix summary");
     for r in &results {
-        let tests = r.at("tests").items();
-        let n = |st: &str| tests.iter().filter(|t| t.at("status").str() == st).count();
+        let (pass, fail, skip) = report::count_tests(std::slice::from_ref(r));
         println!(
-            "{} {}/{}: {}/{}/{} pass/fail/skip, wall {}s",
+            "{} {}/{}: {pass}/{fail}/{skip} pass/fail/skip, wall {}s",
             r.at("status").str(),
             r.at("kernel").str(),
             r.at("cell").str(),
-            n("PASS"),
-            n("FAIL"),
-            n("SKIP"),
             r.at("wall_s")
         );
     }

@@ -96,7 +96,7 @@ pub fn select_cells(s: &Selection, known: &[&str]) -> Result<Vec<KernelCell>, St
             }
         }
     }
-    sel.sort_by_key(cell_key);
+    sel.sort_by_cached_key(cell_key);
     sel.dedup();
     if let Some(series) = s.byo_kernel {
         let other: Vec<String> = sel
@@ -138,7 +138,7 @@ pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
 /// whatever machine computes them.
 pub fn shard_cells(sel: &[KernelCell], i: usize, n: usize) -> Vec<KernelCell> {
     let mut sorted = sel.to_vec();
-    sorted.sort_by_key(cell_key);
+    sorted.sort_by_cached_key(cell_key);
     sorted
         .into_iter()
         .enumerate()
