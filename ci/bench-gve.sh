@@ -27,8 +27,8 @@
 #   bench-gve bytes=N gve_mibps=X virtio_mibps=Y devmem_mibps=Z gve_ordinary_mibps=W
 #     (one line) gve_cheap_mibps=C virtio_cheap_mibps=D
 # Guests run under TCG here: the guests' CPU is the limit, not the daemon.
-# (ncdevmem, which logs every frag, is not measured here: scripts/e2e-gve.sh
-# runs it as the upstream tool's check.)
+# (ncdevmem, which logs every frag, is not measured here: the matrix's gve
+# cell runs it as the upstream tool's check.)
 set -uo pipefail
 ROOT="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
 CASES=(gve virtio devmem)

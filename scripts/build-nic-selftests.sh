@@ -15,7 +15,7 @@ PARTS=(tools/testing/selftests/drivers/net tools/testing/selftests/net/lib
 # The suites' helper programs, built with the selftests' own Makefiles (DIR:
 # targets): C tools (ynl-based ones link the in-tree ynl library) and the
 # XDP programs (clang -target bpf, libbpf headers from tools/lib/bpf).
-# ncdevmem is scripts/build-ncdevmem.sh's (built once, shared with e2e-gve).
+# ncdevmem is scripts/build-ncdevmem.sh's (built once, shared with the gve cell).
 HELPERS=("drivers/net/hw:toeplitz nk_forward.bpf.o nk_primary_rx_redirect.bpf.o"
     "drivers/net:napi_id_helper so_txtime psp_responder"
     "net/lib:gro csum xdp_helper xdp_dummy.bpf.o xdp_native.bpf.o xdp_metadata.bpf.o")

@@ -1,13 +1,12 @@
 # shellcheck shell=bash
-# Shared by the host side of the guest tiers (e2e-fabric.sh, e2e-rss.sh,
-# e2e-vhost.sh, e2e-vhost-iwarp.sh, e2e-gve.sh, e2e-erdma.sh): logs, result
+# Shared by the host side of the guest scripts not yet in the matrix
+# (e2e-uplink.sh, e2e-vxlan-guests.sh, the benches, the demo): logs, result
 # bookkeeping, daemon lifetime, the build, the two-guest runner
 # (e2e_run_pair), and the guest image / QEMU preparation. The caller sets
 # E2E_NAME and the defaults of build, profile, image, qemu, accel, timeout,
-# logdir and keep_logs (and kernel_image, kernel_append with
-# E2E_KERNEL_OPT=1), sources this file, parses its options with e2e_opt's
-# help, sets CASES and calls e2e_begin; DAEMON_PID is the daemon to stop at
-# exit.
+# logdir and keep_logs (kernel_image, kernel_append: a bring-your-own
+# kernel), sources this file, parses its options with e2e_opt's help, sets
+# CASES and calls e2e_begin; DAEMON_PID is the daemon to stop at exit.
 #
 # One result format for every tier: a line per case, "PASS CASE: text",
 # "FAIL CASE: text" or "SKIPPED CASE: reason", then a summary ending in
@@ -18,15 +17,13 @@ say() { printf '[%s] %s\n' "$E2E_NAME" "$*" >&2; }
 # e2e_opt ARGS...: the options every guest tier takes, for the caller's
 # option loop (`*) e2e_opt "$@" || unknown; shift "$E2E_SHIFT" ;;`):
 # --no-build, --profile P, --image DIR, --qemu PATH, --accel A, --timeout
-# SECS, --logdir DIR, --keep-logs, and with E2E_KERNEL_OPT=1 --kernel PATH
-# and --append ARGS (a bring-your-own kernel). Sets the variable, puts the
+# SECS, --logdir DIR, --keep-logs. Sets the variable, puts the
 # words it took in E2E_SHIFT; returns 1 for any other option.
 e2e_opt() {
     E2E_SHIFT=1
     case "$1" in
         --no-build) build=0; return 0 ;;
         --keep-logs) keep_logs=1; return 0 ;;
-        --kernel | --append) ((${E2E_KERNEL_OPT:-0})) || return 1 ;;
         --profile | --image | --qemu | --accel | --timeout | --logdir) ;;
         *) return 1 ;;
     esac
@@ -39,20 +36,7 @@ e2e_opt() {
         --accel) accel=$2 ;;
         --timeout) timeout=$2 ;;
         --logdir) logdir=$2 ;;
-        --kernel) kernel_image=$2 ;;
-        --append) kernel_append=$2 ;;
     esac
-}
-
-# e2e_opts_only ARGS...: the whole option loop of a tier that has no
-# options of its own (E2E_NAME set; -h prints the caller's `usage`).
-e2e_opts_only() {
-    while (($#)); do
-        case "$1" in
-            -h | --help) usage; exit 0 ;;
-            *) e2e_opt "$@" || { echo "$E2E_NAME: unknown argument $1" >&2; usage >&2; exit 2; }; shift "$E2E_SHIFT" ;;
-        esac
-    done
 }
 
 # e2e_opts_usage: the usage lines of e2e_opt's options.
@@ -66,10 +50,6 @@ e2e_opts_usage() {
         "  --timeout SECS     per guest, boot to result (default $timeout)" \
         "  --logdir DIR       where logs go (default: a new dir under \${TMPDIR:-/tmp})" \
         "  --keep-logs        keep the logs when the test passes"
-    ((${E2E_KERNEL_OPT:-0})) || return 0
-    printf '%s\n' \
-        "  --kernel PATH      boot this bzImage (with the image's root disk) instead" \
-        "  --append ARGS      add ARGS to the guest kernel command line"
 }
 
 # e2e_begin: after the options: the log dir (given or new), announced.
@@ -235,26 +215,6 @@ e2e_prepare() {
     say "image: $image, qemu: $qemu"
 }
 
-# e2e_run_guest: boot the one guest (job $d/g.sh) on port socket $d/g.sock,
-# then save the daemon's view of the hosts and stop the daemon; sets rg
-# (run-guests exit) and wall (seconds).
-e2e_run_guest() {
-    local t0=$SECONDS
-    e2e_kernel_args
-    "$ROOT/scripts/run-guests" --qemu "$qemu" --image "$image" "${KERNEL_ARGS[@]}" --accel "$accel" --timeout "$timeout" \
-        --net vhost-user --logdir "$d" \
-        --guest "g,ip=$GUEST_IP/24,sock=$d/g.sock,${GUEST_EXTRA:-}mac=$GMAC,cmd=$d/g.sh" 2>&1 | tee "$d/run-guests.log"
-    rg=${PIPESTATUS[0]}
-    wall=$((SECONDS - t0))
-    say "guest finished (run-guests exit $rg, ${wall}s)"
-    "$DAEMON" ctl --control "$d/ctl.sock" hosts | tee "$d/hosts.txt"
-    "$DAEMON" ctl --control "$d/ctl.sock" --json hosts >"$d/hosts.json" 2>&1
-    stop_daemon
-    if grep -Eq 'panicked' "$d/daemon.log"; then
-        grep -E 'panicked' "$d/daemon.log" | tail -5
-    fi
-}
-
 # verdict CASE PASS_TEXT: PASS with PASS_TEXT when the caller's array
 # `why` (its reasons to fail) is empty, else FAIL with the reasons.
 verdict() {
@@ -265,46 +225,6 @@ verdict() {
         printf -v j '%s; ' "${why[@]}"
         record FAIL "$1" "${j%; } (logs: $d)"
     fi
-}
-
-# Judging the one guest of e2e_run_guest (its job output $out, the hosts'
-# status $d/hosts.json). guest_rc CASE: the rc of the job's
-# "VH-RESULT case=CASE rc=N" line ("skip" for a case the guest skipped).
-guest_rc() { sed -n "s/^VH-RESULT case=$1 rc=\([0-9a-z]*\).*/\1/p" "$out" 2>/dev/null | tail -n 1; }
-# case_out CASE: the guest's output of one case ("== CASE NAME" to the next)
-case_out() { awk -v c="== CASE $1" '$0 == c { on = 1; next } /^== CASE / { on = 0 } on' "$out" 2>/dev/null; }
-# host_stats HOST KIND PORT: "sessions_ok sessions_failed last_iterations
-# last_verified last_error" of the first virtual-host service KIND on HOST
-# and PORT ("-": any)
-host_stats() {
-    python3 - "$d/hosts.json" "$@" <<'PY' 2>/dev/null
-import json, sys
-path, host, kind, port = sys.argv[1:5]
-for h in json.load(open(path)):
-    if host not in ("-", h.get("name")):
-        continue
-    for s in h["services"]:
-        if s["kind"] == kind and port in ("-", str(s["port"])):
-            print(s["sessions_ok"], s["sessions_failed"], s["last_iterations"], s["last_verified"], s.get("last_error") or "")
-            sys.exit(0)
-PY
-}
-# check_bw_cm CASE HOST KIND PORT SIZE: a perftest -R case passes when the
-# tool exits 0 and prints its BW row (SIZE, $bw_iters iterations, BW peak,
-# BW average, message rate) and the host's service has a finished session,
-# no failed one, and at least $bw_iters operations counted.
-check_bw_cm() {
-    local c=$1 host=$2 kind=$3 port=$4 size=$5 rc row ok bad it err why=()
-    rc="$(guest_rc "$c")"
-    row="$(case_out "$c" |
-        grep -E "^[[:space:]]*$size[[:space:]]+$bw_iters[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+" |
-        tail -n 1 | tr -s ' \t' ' ')"
-    read -r ok bad it _ err <<<"$(host_stats "$host" "$kind" "$port")"
-    [[ $rc == 0 ]] || why+=("tool rc=${rc:-none}")
-    [[ -n $row ]] || why+=("no BW row with $bw_iters iterations")
-    [[ ${ok:-0} -ge 1 && ${bad:-1} == 0 ]] || why+=("host $host $kind:$port: ${ok:-0} finished, ${bad:-?} failed sessions (${err:-no status})")
-    [[ ${it:-0} -ge $bw_iters ]] || why+=("host $host $kind:$port: ${it:-0} operations, want >= $bw_iters")
-    verdict "$c" "row '$row'; host $host $kind:$port counted $it"
 }
 
 # e2e_run_pair: boots guest A (run-guests arguments in the array RG_A, logs

@@ -1,11 +1,14 @@
 # shellcheck shell=sh
-# ci-lib.sh: guest side of the RDMA / SMC-R test matrix (ci/matrix.sh).
+# ci-lib.sh: guest side of the guest test matrix (ci/matrix.sh): the
+# switch, RSS, the gVNIC, virtual hosts, RDMA, SMC-R, the upstream suites,
+# device faults.
 #
 # Sourced by the per-guest job script that the matrix writes (run by
 # vr-init with /bin/sh = dash, in /job, PATH starting with /opt/vr/bin). The
 # job sets
 #     ROLE=server|client  SELF=<own IPv4>  PEER=<peer IPv4>  CELL=<cell name>
-# and calls one of the cell_* functions at the end of this file.
+# and calls one of the cell_* functions of this file (a one-guest cell's
+# PEER is the daemon's virtual host vh).
 #
 # Every test prints exactly one line per guest:
 #     CI-TEST test=NAME role=ROLE status=PASS|FAIL|SKIP secs=N [bw=MiB/s] reason="..."
@@ -564,9 +567,28 @@ cell_verbs() {
         "ucmatose -p 18620" \
         "ucmatose -s $PEER -p 18620" check_ucmatose
     verbs_test "$vdev"
+    # two QPs of the server's erdma function, both ends in this guest: the
+    # function loops them back itself (the fabric never hands a port its
+    # own frames)
+    if [ "$vtype" = erdma ] && [ "$ROLE" = server ]; then
+        loopback loopback-pingpong check_pingpong 18630 ibv_rc_pingpong -d "$vdev" -g "$gidx" -p 18630 -n 200
+        loopback loopback-write-bw check_perftest_row 18631 ib_write_bw -d "$vdev" -x "$gidx" -p 18631 -n 200
+    fi
     diag "$vdev"
     [ "$vtype" = siw ] && siw_trace_dump
     say "cell done"
+}
+
+# loopback NAME CHECK PORT CMD...: CMD as server in the background, then
+# (host_test) as client towards this guest's own address
+loopback() {
+    _lname=$1 _lcheck=$2 _lport=$3
+    shift 3
+    timeout -k 5 "$CI_TOOL_TIMEOUT" "$@" >"$CI_LOGDIR/$_lname.loop-server.log" 2>&1 &
+    _lpid=$!
+    wait_listen tcp "$_lport"
+    host_test "$_lname" "$_lcheck" "$@" "$SELF"
+    wait "$_lpid"
 }
 
 # cell_siw_conn: connection-setup stress on siw (diagnostics for the siw cell's
@@ -633,11 +655,14 @@ smc_setup() {
 # smc_stream NAME EXPECT BYTES CONNS DIRECTION PORT [CLOSE_ORDER]
 #   CLOSE_ORDER: client-first (default) | server-first
 #   EXPECT=smcr: rc 0, verified, smc_mode=smcr
+#   EXPECT=tcp: plain TCP (--proto tcp), rc 0, verified
 #   EXPECT=decline:CODE: the tool must FAIL and name CODE (e.g. 0x03030008)
 smc_stream() {
     _name=$1 _exp=$2 _bytes=$3 _conns=$4 _dir=$5 _port=$6 _close=${7:-client-first}
     _log=$CI_LOGDIR/$_name.$ROLE.log
-    _common="--proto smc --port $_port --bytes $_bytes --conns $_conns --direction $_dir --close-order $_close --seed 3 --io-timeout 120"
+    _proto=smc
+    [ "$_exp" = tcp ] && _proto=tcp
+    _common="--proto $_proto --port $_port --bytes $_bytes --conns $_conns --direction $_dir --close-order $_close --seed 3 --io-timeout 120"
     [ "$_exp" = smcr ] && _common="$_common --expect-mode smcr"
     barrier "$_name start"
     _t0=$(now)
@@ -656,9 +681,9 @@ smc_stream() {
     _res=$(grep '^STREAM-RESULT' "$_log" | tail -n 1)
     _mib=$(echo "$_res" | sed -n 's/.* mibps=\([0-9.]*\).*/\1/p')
     case "$_exp" in
-        smcr)
+        smcr | tcp)
             if [ "$_rc" = 0 ] && echo "$_res" | grep -q 'verified=1' && echo "$_res" | grep -q 'status=pass' &&
-                echo "$_res" | grep -q 'smc_mode=smcr'; then
+                { [ "$_exp" = tcp ] || echo "$_res" | grep -q 'smc_mode=smcr'; }; then
                 result "$_name" PASS "$_secs" "$_mib" "$(grep '^summary' "$_log" | tail -n 1)"
             else
                 result "$_name" FAIL "$_secs" "$_mib" "rc=$_rc ${_res:-no STREAM-RESULT}; $(grep -E 'error|fallback' "$_log" | head -n 2 | tr '\n' ' ')"
@@ -780,6 +805,185 @@ cell_smc_noueid() {
         result smc-ueid-swap FAIL $(($(now) - _t0)) "" "$(cat "$_log")"
     fi
     smc_stream smc-noueid-server 'decline:0x0303000[078]' 1M 1 both 7783
+    say "cell done"
+}
+
+# cell_fabric: plain TCP through the switch between the guests' virtio-net
+# ports in the cell's QEMU, device form and CI_QUEUES queue pairs:
+# CI_FABRIC_CONNS connections of CI_FABRIC_BYTES each, every byte verified
+cell_fabric() {
+    if [ "${CI_QUEUES:-1}" -gt 1 ]; then
+        _t0=$(now)
+        ethtool -L eth0 combined "$CI_QUEUES" >"$CI_LOGDIR/channels.log" 2>&1
+        _rc=$?
+        _cur=$(ethtool -l eth0 | awk '/Current/ { c = 1 } c && /^Combined:/ { print $2; exit }')
+        if [ $_rc = 0 ] && [ "$_cur" = "$CI_QUEUES" ]; then
+            result channels PASS $(($(now) - _t0)) "" "ethtool -L eth0 combined $CI_QUEUES: $_cur queue pairs"
+        else
+            result channels FAIL $(($(now) - _t0)) "" "ethtool -L eth0 combined $CI_QUEUES: rc=$_rc, current $_cur: $(cat "$CI_LOGDIR/channels.log")"
+        fi
+    fi
+    net_up
+    smc_stream tcp-stream tcp "$CI_FABRIC_BYTES" "${CI_FABRIC_CONNS:-1}" c2s 5201
+    # which queue pairs carried the stream (flow hashing decides)
+    ethtool -S eth0 2>/dev/null | grep -E '(rx|tx)_queue_[0-9]+_packets' | sed 's/^ */QSTAT /'
+    say "cell done"
+}
+
+# cell_rss: multiqueue steering, RSS and hash report (4 queue pairs, the
+# test-device form). The server walks through steps; at each the host
+# (guest-runner rss-host) compares what the guest sees with the daemon's
+# view (`ctl rss`, flow table) and acks through /job/STEP.ack:
+#   default  `ethtool -x`: the RETA and key the daemon has
+#   equal2   `ethtool -X equal 2`;  hkey  `ethtool -X equal 4 hkey K`
+#   flows    TCP and UDP flows from the client's iperf3 (-R --cport P): each
+#            peaks on the queue the daemon's model predicts (per-queue RX
+#            packet deltas); then the host adds a steer and a drop rule
+#   rules    a fresh flow lands on the rule's queue; the drop rule eats the
+#            client's RSTs, so a connect times out instead of being refused
+# The host judges (row rss-host); the server's row says it walked every step.
+cell_rss() {
+    if [ "$ROLE" = client ]; then
+        ethtool -L eth0 combined 4
+        iperf3 -s -p 5201 >"$CI_LOGDIR/iperf3.log" 2>&1 &
+        _srv=$!
+        _i=0
+        while [ ! -f /job/stop ] && [ $_i -lt 3000 ]; do _i=$((_i + 1)); sleep 1; done
+        kill $_srv 2>/dev/null
+        result iperf3-server PASS $_i "" "served until the host's checks ended"
+        return
+    fi
+    _t0=$(now)
+    ethtool -L eth0 combined 4 || rss_fail "ethtool -L eth0 combined 4"
+    smc-guest-tests qstats --dev eth0
+    [ -n "$(rss_qstats)" ] || rss_fail "no per-queue RX packet counters (netdev qstats / ethtool -S)"
+    net_up
+    _i=0
+    until iperf3 -c "$PEER" -p 5201 -t 1 >/dev/null 2>&1; do
+        _i=$((_i + 1)); [ $_i -ge 60 ] && rss_fail "no iperf3 server on $PEER"; sleep 2
+    done
+    ethtool -k eth0 | grep -E 'receive-hashing|ntuple'
+    ethtool -x eth0 | tee /job/x-default.txt
+    rss_step default
+    ethtool -X eth0 equal 2 || rss_fail "ethtool -X eth0 equal 2"
+    ethtool -x eth0 | tee /job/x-equal2.txt
+    rss_step equal2
+    ethtool -X eth0 equal 4 hkey "$CI_RSS_KEY" || rss_fail "ethtool -X eth0 equal 4 hkey"
+    ethtool -x eth0 | tee /job/x-hkey.txt
+    rss_step hkey
+    for _p in $CI_RSS_TCP_PORTS; do
+        rss_flow "$PEER:5201-$SELF:$_p/tcp" iperf3 -c "$PEER" -p 5201 --cport "$_p" -R -t 2
+    done
+    for _p in $CI_RSS_UDP_PORTS; do
+        rss_flow "$PEER:5201-$SELF:$_p/udp" iperf3 -c "$PEER" -p 5201 --cport "$_p" -R -u -b 4M -l 1000 -t 2
+    done
+    rss_step flows
+    say "rule target queue: $(cat /job/flows.ack)"
+    rss_flow "$PEER:5201-$SELF:$CI_RSS_MOVE_PORT/tcp" iperf3 -c "$PEER" -p 5201 --cport "$CI_RSS_MOVE_PORT" -R -t 2
+    # nothing listens on the client's 5202: its RSTs are dropped by the rule
+    rss_flow drop busybox nc -w 4 "$PEER" 5202 </dev/null
+    rss_step rules
+    smc-guest-tests qstats --dev eth0
+    result rss-steps PASS $(($(now) - _t0)) "" "every step acked by the host"
+}
+rss_fail() {
+    result rss-steps FAIL $(($(now) - _t0)) "" "$*"
+    touch /job/abort
+    exit 0
+}
+# rss_step STEP: ask the host to check STEP, wait for its ack
+rss_step() {
+    echo "== step $1"
+    touch "/job/$1.req"
+    _i=0
+    while [ ! -f "/job/$1.ack" ]; do
+        _i=$((_i + 1)); [ $_i -ge 3600 ] && rss_fail "host did not ack step $1"
+        [ -f /job/abort ] && rss_fail "host aborted at step $1"
+        sleep 0.5
+    done
+}
+# per-queue RX packets: netdev netlink qstats (7.x virtio_net reports them
+# only there), else ethtool -S rx_queue_N_packets (older kernels)
+rss_qstats() {
+    { smc-guest-tests qstats --dev eth0 2>/dev/null | sed -n 's/^rx [0-9]* packets \([0-9]*\).*/\1/p'
+      ethtool -S eth0 | sed -n 's/^ *rx_queue_[0-9]*_packets: *\([0-9]*\).*/\1/p'; } | tr '\n' ' '
+}
+# rss_flow NAME CMD...: one flow, with the per-queue counters around it
+rss_flow() {
+    _fname=$1
+    shift
+    _b=$(rss_qstats)
+    "$@" >/tmp/flow.log 2>&1
+    _rc=$?
+    sleep 0.5
+    echo "FLOW $_fname rc=$_rc before=[$_b] after=[$(rss_qstats)]"
+    [ $_rc = 0 ] || tail -n 3 /tmp/flow.log
+}
+
+# One guest (ROLE=server) against the daemon's virtual hosts (cells
+# vhost-rxe, vhost-erdma, vhost-siw): PEER is host vh, CI_VHOST2 host vh2.
+# The cell declares the hosts' services (guest-runner's virtual_hosts.rs):
+# servers on the ports below, clients that retry until the guest's tool
+# listens. The host judges its half of every row (its session's counts).
+# host_test NAME CHECK CMD...: one tool run, judged by CHECK (as tool_test)
+host_test() {
+    _name=$1 _check=$2
+    shift 2
+    _log=$CI_LOGDIR/$_name.$ROLE.log
+    say "$_name: $*"
+    echo "+ $*" >"$_log"
+    _t0=$(now)
+    timeout -k 5 "$CI_TOOL_TIMEOUT" "$@" >>"$_log" 2>&1
+    _rc=$?
+    echo "rc=$_rc" >>"$_log"
+    _verdict=$("$_check" "$_log" "$_rc")
+    _st=${_verdict%% *} _why=$(echo "$_verdict" | head -n 1 | cut -d' ' -f2-)
+    [ "$_rc" = 124 ] && _why="timed out after ${CI_TOOL_TIMEOUT}s; $_why"
+    result "$_name" "$_st" $(($(now) - _t0)) "$(echo "$_verdict" | sed -n 's/^BW=//p')" "$_why"
+    [ "$_st" = PASS ] || show_log "$_log"
+}
+# check_perftest_row LOG RC: check_perftest, the result row required
+check_perftest_row() { ROLE=client check_perftest "$@"; }
+
+cell_vhost() {
+    vtype=$1 vdev=${1}0
+    [ "$vtype" = erdma ] && vdev=erdma_0
+    net_up
+    rdma_dev_up "$vtype" "$vdev" || { echo "CI-ABORT reason=link-add"; exit 0; }
+    if [ "$vtype" = siw ]; then
+        for _crc in "" -crc; do
+            _p=7174 _o=0
+            [ -n "$_crc" ] && _p=7175 _o=10
+            RPING_COUNT=10 host_test "rping-guest-client$_crc" check_rping rping -c -a "$PEER" -p $_p -C 10 -S 64 -v -V
+            RPING_COUNT=10 host_test "rping-guest-server$_crc" check_rping rping -s -a "$SELF" -p $_p -S 64 -v -V
+            for _v in write send read; do
+                _o=$((_o + 1))
+                host_test "$_v-bw-R-guest-client$_crc" check_perftest_row "ib_${_v}_bw" -R -d siw0 -p $((18520 + _o)) -n 200 -s 65536 "$PEER"
+                host_test "$_v-bw-R-guest-server$_crc" check_perftest_row "ib_${_v}_bw" -R -d siw0 -p $((18540 + _o)) -n 200 -s 65536
+            done
+        done
+    else
+        gidx=$(roce_gid_index "$vdev" "$SELF") || { say "no RoCE v2 GID for $SELF on $vdev"; gidx=1; }
+        host_test pingpong-guest-server check_pingpong ibv_rc_pingpong -d "$vdev" -g "$gidx" -p 18516 -n 1000
+        host_test pingpong-guest-client check_pingpong ibv_rc_pingpong -d "$vdev" -g "$gidx" -p 18515 -n 1000 "$PEER"
+        _o=0
+        for _v in write send read atomic; do
+            _sz="-s 65536"
+            [ $_v = atomic ] && _sz=
+            host_test "$_v-bw-guest-client" check_perftest_row "ib_${_v}_bw" -d "$vdev" -x "$gidx" -p $((18517 + _o)) -n 200 "$PEER"
+            host_test "$_v-bw-guest-server" check_perftest "ib_${_v}_bw" -d "$vdev" -x "$gidx" -p $((18521 + _o)) -n 200
+            # shellcheck disable=SC2086 # _sz: no size for atomics
+            host_test "$_v-bw-R-guest-client" check_perftest_row "ib_${_v}_bw" -R -d "$vdev" -p $((18531 + _o)) -n 200 $_sz "$CI_VHOST2"
+            # shellcheck disable=SC2086
+            host_test "$_v-bw-R-guest-server" check_perftest_row "ib_${_v}_bw" -R -d "$vdev" -p $((18541 + _o)) -n 200 $_sz
+            _o=$((_o + 1))
+        done
+        RPING_COUNT=10 host_test rping-guest-client check_rping rping -c -a "$PEER" -p 7174 -C 10 -v -V
+        RPING_COUNT=10 host_test rping-guest-server check_rping rping -s -a "$SELF" -p 7174 -v -V
+    fi
+    host_test ucmatose-guest-client check_ucmatose ucmatose -s "$PEER" -p 7471 -C 10
+    host_test ucmatose-guest-server check_ucmatose ucmatose -b "$SELF" -p 7471 -C 10
+    diag "$vdev"
     say "cell done"
 }
 
@@ -1252,6 +1456,128 @@ fault_result() {
     [ "$_st" = PASS ] || show_log "$_flog" 30
 }
 
+# ---- gve: the emulated gVNIC as a new user starts it (the README's port
+# line, its defaults: no queues=) on the server, against the client's
+# virtio-net. The host checks the device's side of header-split, rss, ntuple
+# and devmem-rx in the status snapshots the server takes through ci_ctl
+# (/job/status-live.json, /job/status-devmem.json).
+
+# gve_stream NAME BYTES DIRECTION PORT: a verified TCP stream over the
+# gVNIC's subnet (the server listens on 10.78.0.1; c2s is gve RX)
+gve_stream() {
+    _gs=$SELF _gp=$PEER
+    SELF=$GVE_SRV PEER=$GVE_SRV
+    smc_stream "$1" tcp "$2" 1 "$3" "$4"
+    SELF=$_gs PEER=$_gp
+}
+# gstat_eth NAME: one `ethtool -S` counter of the gVNIC
+gstat_eth() { ethtool -S "$GVE_IF" | sed -n "s/^ *$1: //p" | head -n 1; }
+
+cell_gve() {
+    gve_up
+    _t0=$(now)
+    if [ "$ROLE" = server ]; then
+        _drv=$(ethtool -i "$GVE_IF" 2>/dev/null | sed -n 's/^driver: //p')
+        if dmesg | grep -q 'DQO RDA queue format' && [ "$_drv" = gve ]; then
+            result probe PASS 0 "" "driver $_drv, DQO RDA queue format"
+        else
+            result probe FAIL 0 "" "driver '$_drv': $(dmesg | grep -i gve | tail -n 3 | tr '\n' ' ')"
+        fi
+        _ch() { ethtool -l "$GVE_IF" | awk -v s="$1" '$0 ~ s { p = 1 } p && /^RX:/ { print $2; exit }'; }
+        _max=$(_ch Pre-set) _boot=$(_ch Current)
+        ethtool -L "$GVE_IF" rx 2 tx 2
+        _rc=$? _cur=$(_ch Current)
+        if [ $_rc = 0 ] && [ "$_max" = 2 ] && [ "$_boot" = 2 ] && [ "$_cur" = 2 ]; then
+            result channels PASS 0 "" "max rx 2, rx 2 at boot and after ethtool -L rx 2 tx 2"
+        else
+            result channels FAIL 0 "" "ethtool -L rc=$_rc; max rx '$_max', at boot '$_boot', now '$_cur' (want 2, 2, 2)"
+        fi
+        ethtool -G "$GVE_IF" tcp-data-split on
+        _hsrc=$? _hs0=$(gstat_eth rx_hsplit_pkt)
+    fi
+    gve_stream tcp-gve-tx "$CI_GVE_BYTES" s2c 5201
+    gve_stream tcp-gve-rx "$CI_GVE_BYTES" c2s 5202
+    if [ "$ROLE" = server ]; then
+        _hs=$(($(gstat_eth rx_hsplit_pkt) - ${_hs0:-0}))
+        if [ $_hsrc = 0 ] && [ $_hs -gt 1000 ]; then
+            result header-split PASS 0 "" "ethtool -G tcp-data-split on; $_hs packets split (rx_hsplit_pkt)"
+        else
+            result header-split FAIL 0 "" "ethtool -G rc=$_hsrc; $_hs packets split (rx_hsplit_pkt), want > 1000"
+        fi
+        ethtool -x "$GVE_IF" | sed 's/^/    /'
+        _n=$(ethtool -x "$GVE_IF" | grep -cE '^ *[0-9]+: ')
+        _kl=$(ethtool -x "$GVE_IF" | sed -n '/RSS hash key/{n;p}' | tr ':' '\n' | grep -c .)
+        ethtool -X "$GVE_IF" weight 2 1
+        _rc=$?
+        if [ $_rc = 0 ] && [ "$_n" -ge 16 ]; then
+            result rss PASS 0 "" "ethtool -x: $_n table rows, a $_kl-byte key; ethtool -X weight 2 1"
+        else
+            result rss FAIL 0 "" "ethtool -X weight 2 1 rc=$_rc; ethtool -x: $_n table rows (want >= 16), $_kl-byte key"
+        fi
+        ethtool -N "$GVE_IF" flow-type tcp4 dst-port 5203 action 1
+        _nrc=$? _q1=$(gstat_eth 'rx_bytes\[1\]')
+    fi
+    gve_stream ntuple-flow 16M c2s 5203
+    if [ "$ROLE" = server ]; then
+        _d1=$(($(gstat_eth 'rx_bytes\[1\]') - ${_q1:-0}))
+        ci_ctl --json status >/job/status-live.json
+        if [ $_nrc = 0 ] && [ $_d1 -ge 16000000 ]; then
+            result ntuple PASS 0 "" "ethtool -N flow-type tcp4 dst-port 5203 action 1: queue 1 took $_d1 bytes"
+        else
+            result ntuple FAIL 0 "" "ethtool -N rc=$_nrc; queue 1 took $_d1 bytes of the 16 MiB flow"
+        fi
+        ethtool -N "$GVE_IF" delete 63 2>/dev/null
+        # without -s/-c ncdevmem checks the devmem API: an empty queue list
+        # refused, a bind with header split off refused, with it on done,
+        # shrinking channels under a bound queue refused
+        ncdevmem -f "$GVE_IF" >"$CI_LOGDIR/devmem-selfcheck.log" 2>&1
+        _rc=$?
+        if [ $_rc = 0 ]; then
+            result devmem-selfcheck PASS 0 "" "ncdevmem -f $GVE_IF: $(grep -c 'got dmabuf id' "$CI_LOGDIR/devmem-selfcheck.log") bind(s)"
+        else
+            result devmem-selfcheck FAIL 0 "" "ncdevmem -f $GVE_IF rc=$_rc: $(tail -n 3 "$CI_LOGDIR/devmem-selfcheck.log" | tr '\n' ' ')"
+        fi
+    fi
+    # devmem-rx: 64 MiB from the client into a udmabuf bound to the last
+    # queue, every byte validated (-v 7); ncdevmem -c matches the client's
+    # source port too, so the sender binds it
+    barrier "devmem-rx start"
+    _t1=$(now)
+    if [ "$ROLE" = server ]; then
+        ncdevmem -l -f "$GVE_IF" -s "$GVE_SRV" -c 10.78.0.2 -p 5204 -v 7 >/tmp/rx.out 2>"$CI_LOGDIR/devmem-rx.log"
+        _rc=$?
+        _tot=$(sed -n 's/^total_received=//p' "$CI_LOGDIR/devmem-rx.log" | tail -n 1)
+        _bad=$(grep -c 'Failed validation' "$CI_LOGDIR/devmem-rx.log")
+        ci_ctl --json status >/job/status-devmem.json
+        if [ $_rc = 0 ] && [ "$_tot" = 67108864 ] && [ "$_bad" = 0 ]; then
+            result devmem-rx PASS $(($(now) - _t1)) "" "total_received=$_tot validated frags $(grep -c 'Validated buffer' /tmp/rx.out), 0 failed; $(grep -m1 'using queues' "$CI_LOGDIR/devmem-rx.log")"
+        else
+            result devmem-rx FAIL $(($(now) - _t1)) "" "ncdevmem rc=$_rc total_received=$_tot failed validations $_bad: $(grep -vE '^(recvmsg ret|received frag|total_received)' "$CI_LOGDIR/devmem-rx.log" | tail -n 3 | tr '\n' ' ')"
+        fi
+    else
+        smc-guest-tests devmem-send --to "$GVE_SRV:5204" --bind 10.78.0.2:5204 --bytes 64M --pattern-mod 7 \
+            --connect-timeout 300 >"$CI_LOGDIR/devmem-rx.log" 2>&1
+        _rc=$?
+        [ $_rc = 0 ] && _st=PASS || _st=FAIL
+        result devmem-rx $_st $(($(now) - _t1)) "" "devmem-send rc=$_rc: $(tail -n 1 "$CI_LOGDIR/devmem-rx.log")"
+    fi
+    barrier "devmem-rx done"
+    # the queue takes ordinary pages again
+    gve_stream devmem-after 16M c2s 5206
+    if [ "$ROLE" = server ]; then
+        ethtool -G "$GVE_IF" tcp-data-split off
+        ncdevmem -l -n -f "$GVE_IF" -s "$GVE_SRV" -p 5205 -t 1 -q 1 >"$CI_LOGDIR/devmem-hds-off.log" 2>&1
+        _rc=$?
+        if [ $_rc != 0 ] && grep -q "tcp-data-split is disabled" "$CI_LOGDIR/devmem-hds-off.log"; then
+            result devmem-hds-off PASS 0 "" "refused: $(grep -o 'Kernel error: .*' "$CI_LOGDIR/devmem-hds-off.log" | head -n 1)"
+        else
+            result devmem-hds-off FAIL 0 "" "with header split off ncdevmem rc=$_rc: $(tail -n 3 "$CI_LOGDIR/devmem-hds-off.log" | tr '\n' ' ')"
+        fi
+        ethtool -S "$GVE_IF" | grep -E '^ *(rx_packets|rx_hsplit_pkt|tx_packets|rx_bytes\[|rx_hsplit_bytes\[)' | sed 's/^/    /'
+    fi
+    say "cell done"
+}
+
 # ---- gve-faults: the server's gVNIC (GVE_IF, 10.78.0.1/24, one queue pair)
 # against the client's virtio eth0 (10.78.0.2/24 added); both guests answer
 # ARP only on the interface that holds the address (else the server's eth0
@@ -1515,7 +1841,11 @@ gve_undo_adminq_timeout() {
     _ev="$_ev; ip link set up: carrier $(carrier)"
 }
 
-cell_gve_faults() {
+# gve_up [trace]: the server's gVNIC (GVE_IF) up on 10.78.0.1/24, the
+# client's eth0 with 10.78.0.2/24 added, ARP answered only where the address
+# is; row gve-setup. FPORT: the gVNIC's daemon port; with `trace`, the probe
+# trace the host started on it ends here.
+gve_up() {
     _t0=$(now)
     net_up
     sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 2>/dev/null ||
@@ -1535,9 +1865,13 @@ cell_gve_faults() {
         ip link set "$GVE_IF" up
         ethtool -K "$GVE_IF" ntuple on 2>/dev/null
         wait_carrier 1 30
-        # the probe is over and the NIC up: end the probe trace the host started before boot
-        _tr=$(ci_ctl trace stop --port "$FPORT" 2>&1)
-        _trc=$?
+        # the probe is over and the NIC up: end the probe trace the host
+        # started before boot (gve_up trace)
+        _tr= _trc=0
+        if [ "${1:-}" = trace ]; then
+            _tr=$(ci_ctl trace stop --port "$FPORT" 2>&1)
+            _trc=$?
+        fi
         _who="$GVE_IF ($(ethtool -i "$GVE_IF" | sed -n 's/^driver: //p'), carrier $(carrier), $(ethtool -l "$GVE_IF" | awk '/Current/{p=1} p && /^(RX|TX):/{printf "%s%s ", $1, $2}'))"
         dmesg | grep -iE 'gve' | sed 's/^/    /' | tail -n 12
     else
@@ -1557,6 +1891,10 @@ cell_gve_faults() {
     else
         result gve-setup PASS $(($(now) - _t0)) "" "$_who; ping over 10.78.0.0/24"
     fi
+}
+
+cell_gve_faults() {
+    gve_up
     barrier "gve up"
     _ft0=$(now)
     ftcp gve-baseline both 16M 5300

@@ -22,7 +22,7 @@
 //! - [`daemon_cpu`]: the daemon's CPU per GiB in the guest benches
 //!   (`guest-results daemon-cpu sample|bursts`).
 //! - [`plot`]: SVG charts of the bench and soak tables (`guest-results plot`).
-//! - [`rss_host`]: the host side of scripts/e2e-rss.sh (`guest-results rss-host`).
+//! - [`rss_host`]: the host side of the matrix's rss cell (`guest-runner rss-host`).
 //! - [`demo_view`]: the facts scripts/demo.sh reads from the daemon's replies
 //!   (`guest-results demo-view`).
 

@@ -147,24 +147,6 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DaemonCpuCmd,
     },
-    /// The host side of scripts/e2e-rss.sh: follows guest A's steps through files in its job
-    /// dir, compares its view with `DAEMON ctl rss|flow-rule --json` and prints CHECK-OK /
-    /// CHECK-FAIL lines. Exit status 0 only if every check passed and every step was seen.
-    RssHost {
-        /// the vhost-rdma binary
-        daemon: PathBuf,
-        /// the daemon's control socket
-        ctl_sock: PathBuf,
-        /// guest A's job dir
-        job_a: PathBuf,
-        /// guest B's job dir
-        job_b: PathBuf,
-        /// the test flows: {"key": K, "flows": [[PROTO, PORT]...], "move_sport": PORT}
-        flows_json: PathBuf,
-        /// seconds to wait for each step [default: $E2E_RSS_STEP_TIMEOUT, else 900]
-        #[arg(long)]
-        step_timeout: Option<f64>,
-    },
 }
 
 #[derive(Subcommand)]
@@ -414,35 +396,6 @@ fn main() -> anyhow::Result<ExitCode> {
             y,
         } => plot(&input, &out, title, table, csv.then_some((x, y)))?,
         Cmd::DaemonCpu { cmd } => daemon_cpu(cmd)?,
-        Cmd::RssHost {
-            daemon,
-            ctl_sock,
-            job_a,
-            job_b,
-            flows_json,
-            step_timeout,
-        } => {
-            let secs = match step_timeout {
-                Some(s) => s,
-                None => match std::env::var("E2E_RSS_STEP_TIMEOUT") {
-                    Ok(v) => v
-                        .parse()
-                        .with_context(|| format!("E2E_RSS_STEP_TIMEOUT={v:?}: not seconds"))?,
-                    Err(_) => 900.0,
-                },
-            };
-            let step_timeout = std::time::Duration::try_from_secs_f64(secs)
-                .with_context(|| format!("step timeout {secs}: not seconds"))?;
-            let ok = guest_results::rss_host::run(guest_results::rss_host::Setup {
-                daemon,
-                ctl: ctl_sock,
-                job_a,
-                job_b,
-                flows: flows_json,
-                step_timeout,
-            });
-            std::process::exit(if ok { 0 } else { 1 });
-        }
     }
     Ok(ExitCode::SUCCESS)
 }

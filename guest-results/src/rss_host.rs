@@ -1,5 +1,5 @@
-//! `guest-results rss-host`: the host side of scripts/e2e-rss.sh
-//! (scripts/e2e-rss-host.py before issue 26).
+//! The host side of the matrix's rss cell (`guest-runner rss-host`;
+//! `cell_rss` in ci/guest/ci-lib.sh is the guest side).
 //!
 //! Guest A walks through [`STEPS`]; at each it writes `STEP.req` into its 9p
 //! job dir and waits for `STEP.ack`. Here each step's guest view (`ethtool
@@ -211,7 +211,7 @@ struct Host {
 
 impl Host {
     fn log(&self, msg: &str) {
-        println!("[e2e-rss-host] {msg}");
+        println!("[rss-host] {msg}");
     }
 
     /// Prints one CHECK line and remembers a failure; returns `ok`.

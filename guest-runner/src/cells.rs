@@ -18,6 +18,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
+use crate::virtual_hosts::{self, VirtualHosts};
+
 /// Guest kernel series the matrix knows, in run order.
 pub const KERNELS: [&str; 2] = ["7.3", "6.12"];
 
@@ -152,10 +154,45 @@ pub struct Cell {
     /// The host takes the busy link down mid-stream (`smcr-failover`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub failover: bool,
+    /// The host checks the server's RSS steps (`guest-runner rss-host`,
+    /// host row `rss-host`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rss_host: bool,
+    /// The server's gVNIC is the README's `--port g=...,kind=gve` line as
+    /// written (a new user's defaults), and the guests get `ncdevmem`; the
+    /// host checks the device's side of the rows (`gve_device_rows`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub readme_gve: bool,
+    /// vCPUs of the server guest.
+    #[serde(skip_serializing_if = "is_one")]
+    pub server_smp: u32,
+    /// Only the server guest boots; its peer is a virtual host.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub one_guest: bool,
+    /// The virtio-net ports' QEMU form: `pci` (virtio-net-pci with
+    /// `-netdev vhost-user`) or `testdev` (vhost-user-test-device-pci: the
+    /// daemon owns the device, config space and control queue).
+    #[serde(skip_serializing_if = "is_pci")]
+    pub form: &'static str,
+    /// Queue pairs per virtio-net port.
+    #[serde(skip_serializing_if = "is_one")]
+    pub queues: u32,
+    /// The guests run under the host's own QEMU (`scripts/setup-qemu.sh
+    /// --system`, Debian bookworm's 7.2), not QEMU 11.1.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stock_qemu: bool,
+    /// The daemon's virtual hosts, their services and what each session
+    /// must show (the `vhost-*` cells).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub virtual_hosts: Option<VirtualHosts>,
 }
 
 fn is_one(n: &u32) -> bool {
     *n == 1
+}
+
+fn is_pci(form: &&str) -> bool {
+    *form == "pci"
 }
 
 fn is_four(n: &u32) -> bool {
@@ -182,6 +219,23 @@ impl Cell {
             upstream: None,
             checker_clean: false,
             failover: false,
+            rss_host: false,
+            readme_gve: false,
+            server_smp: 1,
+            one_guest: false,
+            form: "pci",
+            queues: 1,
+            stock_qemu: false,
+            virtual_hosts: None,
+        }
+    }
+
+    /// The guests that boot.
+    pub fn roles(&self) -> &'static [Role] {
+        if self.one_guest {
+            SERVER
+        } else {
+            BOTH
         }
     }
 
@@ -338,6 +392,30 @@ fn with_devices(base: &Cell, rdma: PerRole, what: &str) -> Cell {
     c
 }
 
+/// The rss cell's Toeplitz key (`ethtool -X hkey`).
+const RSS_KEY: &str = "5a:7f:10:35:ce:e3:84:59:72:17:28:cd:e6:bb:5c:71:0a:2f:c0:e5:be:53:74:09:\
+                       22:c7:98:bd:56:6b:0c:21:fa:9f:b0:55:6e:03:24:f9";
+
+/// The rss cell's `flows.json` for `guest-runner rss-host`, from the
+/// cell's environment: {"key", "flows": [[PROTO, PORT]...], "move_sport"}.
+pub fn rss_flows(cell: &Cell) -> Value {
+    let var = |k: &str| cell.env.get(k).map_or("", String::as_str);
+    let ports = |proto: &str, k: &str| -> Vec<Value> {
+        var(k)
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u16>().ok())
+            .map(|p| json!([proto, p]))
+            .collect()
+    };
+    let mut flows = ports("tcp", "CI_RSS_TCP_PORTS");
+    flows.extend(ports("udp", "CI_RSS_UDP_PORTS"));
+    json!({
+        "key": var("CI_RSS_KEY"),
+        "flows": flows,
+        "move_sport": var("CI_RSS_MOVE_PORT").parse::<u16>().unwrap_or(0),
+    })
+}
+
 /// Seconds added to a cell's time limit under loss.
 const LOSSY_EXTRA_S: u32 = 900;
 
@@ -468,12 +546,17 @@ pub fn cells() -> BTreeMap<String, Cell> {
          READ, CAS, FAA",
     );
     erdma.call = "cell_verbs erdma".into();
+    // two QPs of the server's function through its own loopback
+    let loopback: &[(&str, &[Role])] =
+        &[("loopback-pingpong", SERVER), ("loopback-write-bw", SERVER)];
+    erdma = erdma.with(loopback);
     let mut erdma_rxe = with_devices(
         &rxe,
         ERDMA_RXE,
         "erdma function (server) against rdma_rxe (client): the same tools as the rxe cell",
     );
     erdma_rxe.call = "cell_verbs \"$CI_RDMA\"".into();
+    erdma_rxe = erdma_rxe.with(loopback);
     // Clean runs: the protocol checker must report nothing.
     let mut erdma_smcr = with_devices(
         &smcr,
@@ -613,6 +696,107 @@ pub fn cells() -> BTreeMap<String, Cell> {
     erdma_faults.erdma_opts = "retry-cnt=6".into();
     m.insert("gve-faults".into(), gve_faults);
     m.insert("erdma-faults".into(), erdma_faults);
+    for (name, form, queues, conns, stock_qemu) in [
+        ("fabric-pci-1q", "pci", 1, 1, false),
+        ("fabric-pci-2q", "pci", 2, 4, false),
+        ("fabric-testdev-1q", "testdev", 1, 1, false),
+        ("fabric-qemu7", "pci", 1, 1, true),
+    ] {
+        let qemu = if stock_qemu {
+            "the host's QEMU 7.2 (Debian bookworm)"
+        } else {
+            "QEMU 11.1"
+        };
+        let dev = if form == "pci" {
+            "virtio-net-pci + -netdev vhost-user"
+        } else {
+            "vhost-user-test-device-pci (the daemon owns the virtio-net device)"
+        };
+        let mut rows = vec![row("tcp-stream", BOTH)];
+        if queues > 1 {
+            rows.insert(0, row("channels", BOTH));
+        }
+        let mut c = Cell::new(
+            &format!(
+                "the switch: {qemu}, {dev}, {queues} queue pair(s); ping, then 256 MiB of TCP \
+                 on each of {conns} connection(s), every byte verified"
+            ),
+            "cell_fabric",
+            rows,
+            900,
+        )
+        .env(&[
+            ("CI_QUEUES", &queues.to_string()),
+            ("CI_FABRIC_CONNS", &conns.to_string()),
+            ("CI_FABRIC_BYTES", "256M"),
+        ]);
+        c.form = form;
+        c.queues = queues;
+        c.stock_qemu = stock_qemu;
+        m.insert(name.into(), c);
+    }
+    let mut rss = Cell::new(
+        "multiqueue steering, RSS and hash report: 4 queue pairs, the test-device form; the \
+         server's `ethtool -x/-X` (default, equal 2, equal 4 with a key) and per-queue counters \
+         of 6 TCP and 6 UDP flows against the daemon's table, key, model predictions, hash \
+         values and hash reports; then a steer rule moves a flow, a drop rule eats RSTs",
+        "cell_rss",
+        vec![
+            row("rss-steps", SERVER),
+            row("iperf3-server", &[Role::Client]),
+            row("rss-host", HOST),
+        ],
+        1500,
+    )
+    .env(&[
+        ("CI_RSS_KEY", RSS_KEY),
+        // picked so that with the key and `equal 4` the model sends them to all 4 queues
+        ("CI_RSS_TCP_PORTS", "41001 41004 41016 41020 41002 41017"),
+        ("CI_RSS_UDP_PORTS", "42001 42004 42008 42012 42002 42009"),
+        ("CI_RSS_MOVE_PORT", "41100"),
+    ]);
+    rss.form = "testdev";
+    rss.queues = 4;
+    rss.rss_host = true;
+    m.insert("rss".into(), rss);
+    let mut gve = Cell::new(
+        "the emulated gVNIC as a new user starts it (the README's `kind=gve` port line, its \
+         defaults) on the server (2 vCPUs), against the client's virtio-net: probe (DQO RDA), \
+         channels, 256 MiB verified TCP each way, header split, RSS, an ntuple rule steering a \
+         flow to queue 1, devmem TCP with the kernel's ncdevmem (self-check, 64 MiB validated \
+         into a udmabuf, plain TCP after it, refused with header split off); the device's own \
+         counters and tables checked too",
+        "cell_gve",
+        vec![
+            row("readme-port", HOST),
+            row("gve-setup", BOTH),
+            row("probe", SERVER),
+            row("channels", SERVER),
+            row("tcp-gve-tx", BOTH),
+            row("tcp-gve-rx", BOTH),
+            row("header-split", SERVER),
+            row("rss", SERVER),
+            row("ntuple-flow", BOTH),
+            row("ntuple", SERVER),
+            row("devmem-selfcheck", SERVER),
+            row("devmem-rx", BOTH),
+            row("devmem-after", BOTH),
+            row("devmem-hds-off", SERVER),
+        ],
+        1500,
+    )
+    .env(&[("CI_GVE_BYTES", "256M")]);
+    gve.nic = Some(GVE_VIRTIO);
+    gve.readme_gve = true;
+    gve.server_smp = 2;
+    gve.ctl_broker = true;
+    m.insert("gve".into(), gve);
+    m.insert("vhost-rxe".into(), virtual_hosts::roce_cell(Device::Rxe));
+    m.insert(
+        "vhost-erdma".into(),
+        virtual_hosts::roce_cell(Device::Erdma),
+    );
+    m.insert("vhost-siw".into(), virtual_hosts::iwarp_cell());
     for mode in ["shared", "exclusive"] {
         let exclusive = mode == "exclusive";
         let what = format!(
@@ -755,8 +939,10 @@ pub const LOSSY_CELLS: [&str; 5] = [
 
 /// The erdma and upstream cells: 7.3 only (erdma's RoCEv2 mode is newer
 /// than 6.12).
-pub const ERDMA_CELLS: [&str; 12] = [
+pub const ERDMA_CELLS: [&str; 14] = [
+    "gve",
     "erdma",
+    "vhost-erdma",
     "erdma-rxe",
     "erdma-smcr",
     "erdma-rxe-smcr",
@@ -774,12 +960,24 @@ pub const ERDMA_CELLS: [&str; 12] = [
 /// lossy ones (not the diagnostic one), the erdma and upstream cells.
 pub fn cell_order() -> Vec<&'static str> {
     let lossy = LOSSY_CELLS.iter().filter(|c| !EXTRA_CELLS.contains(c));
-    ["rxe", "siw", "smcr", "smc-noueid"]
-        .iter()
-        .chain(lossy)
-        .chain(&ERDMA_CELLS)
-        .copied()
-        .collect()
+    [
+        "fabric-pci-1q",
+        "fabric-pci-2q",
+        "fabric-testdev-1q",
+        "fabric-qemu7",
+        "rss",
+        "rxe",
+        "siw",
+        "smcr",
+        "smc-noueid",
+        "vhost-rxe",
+        "vhost-siw",
+    ]
+    .iter()
+    .chain(lossy)
+    .chain(&ERDMA_CELLS)
+    .copied()
+    .collect()
 }
 
 /// Diagnostic cells, run only when named.

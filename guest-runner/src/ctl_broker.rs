@@ -1,6 +1,8 @@
-//! The device-fault cells' broker (`guest-runner ctl-broker`): runs
-//! `vhost-rdma ctl ARGS` against the cell's daemon for its guests, so that
-//! each fault case arms its fault exactly when its traffic is ready.
+//! The broker of the cells whose guests ask for `ctl` (`guest-runner
+//! ctl-broker`): runs `vhost-rdma ctl ARGS` against the cell's daemon for
+//! its guests, so that each fault case arms its fault exactly when its
+//! traffic is ready, and the gve cell's status snapshots show the device
+//! at the moment its rows describe.
 //!
 //! A guest (`ci-lib.sh` `ci_ctl`) writes its request, one argument per
 //! line, to `/job/ctl-req.N` (written as `.tmp` and renamed, so it is whole

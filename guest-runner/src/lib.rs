@@ -41,6 +41,7 @@ pub mod setup;
 pub mod soak;
 pub mod spec;
 pub mod stuck;
+pub mod virtual_hosts;
 
 pub use boot::run;
 pub use options::BootOptions;

@@ -48,7 +48,7 @@ enum Cmd {
     /// scan through its QEMU monitor, symbolized with its kallsyms); saves the checker's flows
     /// view as DIR/stuck-flows.json; prints one line.
     StuckDiagnosis(guest_runner::stuck::StuckOptions),
-    /// The device-fault cells' broker: answers the guests' `ctl` requests (DIR/NAME.job/ctl-req.N,
+    /// The broker of the fault cells and the gve cell: answers the guests' `ctl` requests (DIR/NAME.job/ctl-req.N,
     /// one argument per line) by running `vhost-rdma ctl` against DIR/ctl.sock (device-fault,
     /// link, trace and status only), the answer in ctl-rep.N; until SIGTERM.
     CtlBroker(guest_runner::ctl_broker::BrokerOptions),
@@ -56,6 +56,24 @@ enum Cmd {
     /// (a or a1) down, up again --up-after s later (or when stopped), and write the
     /// failover-evidence row (JSON) to --out.
     FailoverDriver(guest_runner::failover::FailoverOptions),
+    /// The rss cell's host side: follows guest a's steps through files in its job dir, compares
+    /// its view with `DAEMON ctl rss|flow-rule --json` and prints CHECK-OK / CHECK-FAIL lines.
+    /// Exit status 0 only if every check passed and every step was seen.
+    RssHost {
+        /// the vhost-rdma binary
+        daemon: std::path::PathBuf,
+        /// the daemon's control socket
+        ctl_sock: std::path::PathBuf,
+        /// guest a's job dir
+        job_a: std::path::PathBuf,
+        /// guest b's job dir
+        job_b: std::path::PathBuf,
+        /// the test flows: {"key": K, "flows": [[PROTO, PORT]...], "move_sport": PORT}
+        flows_json: std::path::PathBuf,
+        /// seconds to wait for each step
+        #[arg(long, default_value_t = 900)]
+        step_timeout: u64,
+    },
 }
 
 const BOOT_HELP: &str = "\
@@ -85,6 +103,24 @@ fn main() -> anyhow::Result<()> {
         Cmd::FailoverDriver(o) => guest_runner::failover::run(&o),
         Cmd::Matrix(o) => guest_runner::matrix::run(*o),
         Cmd::BenchSmc(o) => guest_runner::bench_smc::run(*o),
+        Cmd::RssHost {
+            daemon,
+            ctl_sock,
+            job_a,
+            job_b,
+            flows_json,
+            step_timeout,
+        } => {
+            let ok = guest_results::rss_host::run(guest_results::rss_host::Setup {
+                daemon,
+                ctl: ctl_sock,
+                job_a,
+                job_b,
+                flows: flows_json,
+                step_timeout: std::time::Duration::from_secs(step_timeout),
+            });
+            i32::from(!ok)
+        }
         Cmd::KernelCheck { path } => match kernel::check_bzimage(&path) {
             Ok(v) => {
                 println!("{v}");

@@ -1,6 +1,5 @@
 # shellcheck shell=sh
-# Guest-side helpers of the two-guest e2e scripts (e2e-erdma.sh,
-# e2e-vxlan-guests.sh): copied into the guest as /opt/vr/common.sh (with
+# Guest-side helpers of the two-guest e2e script e2e-vxlan-guests.sh: copied into the guest as /opt/vr/common.sh (with
 # the script's own additions, after scripts/guest/rdma-lib.sh) and sourced
 # by its job scripts (dash).
 

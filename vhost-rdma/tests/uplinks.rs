@@ -155,6 +155,14 @@ fn frames_cross_a_vxlan_uplink_both_ways_with_the_vni() {
     let (n, _) = d.vtep.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], &vxlan(VNI, &f2)[..]);
 
+    // The uplink thread counts a datagram after sending it: the test may
+    // have read it before the counter moved.
+    let counted = |u: &UplinkStatus| {
+        u.vxlan
+            .as_ref()
+            .is_some_and(|v| (v.counters.tx_datagrams, v.counters.rx_datagrams) == (2, 1))
+    };
+    wait_until(Duration::from_secs(5), || counted(&uplink(&d.ctl, "up")));
     let u = uplink(&d.ctl, "up");
     let v = u.vxlan.as_ref().unwrap();
     assert_eq!(

@@ -1,7 +1,7 @@
 //! perftest `-R` (rdma_cm over iWARP) services back to back: our client
 //! against our server for `ib_write_bw`, `ib_send_bw` and `ib_read_bw`, CRC
 //! off and on, over a lossy link, and a client started before its server.
-//! The guest end to end (`scripts/e2e-vhost-iwarp.sh`) runs them against
+//! The guest end to end (the guest matrix's `vhost-siw` cell) runs them against
 //! the real tools.
 
 mod common;

@@ -1,6 +1,6 @@
 //! The perftest servers' TCP exchange, driven by a scripted client on a
 //! plain smoltcp interface (the RDMA phase is covered by the guest test,
-//! `scripts/e2e-vhost.sh`).
+//! the guest matrix's `vhost-rxe` cell).
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! it) between two virtual hosts: our client against our server for
 //! `ib_write_bw`, `ib_send_bw`, `ib_read_bw` and `ib_atomic_bw`, over a lossy link, a
 //! client started before its server, and a second client refused while a
-//! session runs. The guest end to end (`scripts/e2e-vhost.sh`) runs them
+//! session runs. The guest end to end (the guest matrix's `vhost-rxe` cell) runs them
 //! against the real tools.
 
 mod common;

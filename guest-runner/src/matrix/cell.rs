@@ -22,6 +22,8 @@ use guest_results::{faults, flakes, hostrows, tshark};
 use crate::boot::check_signal;
 use crate::cells::{self, erdma_port, gve_port, Cell, Device, Role, Upstream, BOTH};
 use crate::daemon::{self, Daemon};
+use crate::setup;
+use crate::virtual_hosts::VirtualHosts;
 
 use super::{obj, s, Run};
 
@@ -147,14 +149,23 @@ pub fn job_script(
          {}\n\
          exit 0\n",
         role_name(role),
-        guest(peer).1,
+        if cell.one_guest {
+            crate::virtual_hosts::VH
+        } else {
+            guest(peer).1
+        },
         cell.call
     )
 }
 
 /// The daemon's arguments for a cell (after `serve`) and the sockets it
 /// must create.
-fn daemon_args(d: &Path, cell: &Cell, faults: bool) -> (Vec<String>, Vec<PathBuf>) {
+fn daemon_args(
+    d: &Path,
+    cell: &Cell,
+    faults: bool,
+    readme_gve: Option<&str>,
+) -> (Vec<String>, Vec<PathBuf>) {
     let mut args = Vec::new();
     if faults {
         args.extend([
@@ -164,7 +175,7 @@ fn daemon_args(d: &Path, cell: &Cell, faults: bool) -> (Vec<String>, Vec<PathBuf
     }
     let mut sockets = Vec::new();
     let sock = |n: &str| d.join(format!("{n}.sock"));
-    for &role in BOTH {
+    for &role in cell.roles() {
         let mut nics = vec![guest(role)];
         if cell.nics > 1 {
             nics.push(guest_nic1(role));
@@ -172,8 +183,10 @@ fn daemon_args(d: &Path, cell: &Cell, faults: bool) -> (Vec<String>, Vec<PathBuf
         for (name, _, mac) in nics {
             args.push("--port".into());
             args.push(format!(
-                "{name}={},mac={mac},queues=1,form=pci",
-                sock(name).display()
+                "{name}={},mac={mac},queues={},form={}",
+                sock(name).display(),
+                cell.queues,
+                cell.form
             ));
         }
         sockets.push(sock(guest(role).0));
@@ -195,12 +208,15 @@ fn daemon_args(d: &Path, cell: &Cell, faults: bool) -> (Vec<String>, Vec<PathBuf
         if cell.nic.is_some_and(|n| n.of(role) == Device::Gve) {
             let p = gve_port(role);
             args.push("--port".into());
-            args.push(format!(
-                "{p}={},kind=gve,queues={},mtu=9000,gro-hold-us=10000,nic-timestamp=on,mac={}",
-                sock(p).display(),
-                cell.gve_queues,
-                gve_mac(role)
-            ));
+            args.push(match readme_gve {
+                Some(opts) => format!("{p}={}{opts}", sock(p).display()),
+                None => format!(
+                    "{p}={},kind=gve,queues={},mtu=9000,gro-hold-us=10000,nic-timestamp=on,mac={}",
+                    sock(p).display(),
+                    cell.gve_queues,
+                    gve_mac(role)
+                ),
+            });
             sockets.push(sock(p));
         }
     }
@@ -211,6 +227,15 @@ fn daemon_args(d: &Path, cell: &Cell, faults: bool) -> (Vec<String>, Vec<PathBuf
         d.display().to_string(),
     ]);
     (args, sockets)
+}
+
+/// Seconds per guest, boot to result: `--timeout` or the cell's.
+fn cell_timeout(r: &Run, cell: &Cell) -> u32 {
+    if r.o.timeout > 0 {
+        r.o.timeout
+    } else {
+        cell.timeout
+    }
 }
 
 /// The `[[fault]]` tables of the daemon's config file
@@ -353,6 +378,155 @@ fn spawn_helper(args: &[String]) -> Option<Child> {
         .ok()
 }
 
+/// The options of the README's gVNIC port line (`--port
+/// g=/run/vhost-rdma/g.sock,kind=gve...`): what follows its socket.
+fn readme_gve(root: &Path) -> Result<String, String> {
+    const LINE: &str = "--port g=/run/vhost-rdma/g.sock";
+    let text =
+        std::fs::read_to_string(root.join("README.md")).map_err(|e| format!("README.md: {e}"))?;
+    let at = text
+        .find(&format!("{LINE},kind=gve"))
+        .ok_or_else(|| format!("README.md shows no '{LINE},kind=gve...' line"))?;
+    let word = text[at + LINE.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default();
+    Ok(word.to_string())
+}
+
+/// The gve cell's rows with the device's half: its split packets, its RSS
+/// table and key, its flow rule's hits and queue 1's packets (the
+/// server's status snapshots, `/job/status-*.json`), and `readme-port`.
+fn gve_device_rows(tests: Vec<Json>, d: &Path, readme: Option<&str>) -> Vec<Json> {
+    let snap = |f: &str| -> serde_json::Value {
+        std::fs::read_to_string(d.join("a.job").join(f))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .map(|v| v["devices"][0]["gve"].clone())
+            .unwrap_or_default()
+    };
+    let (live, devmem) = (snap("status-live.json"), snap("status-devmem.json"));
+    let int = |v: &serde_json::Value| v.as_i64().unwrap_or(-1);
+    let split: i64 = live["counters"]["rx_queues"]
+        .as_array()
+        .map_or(-1, |q| q.iter().map(|x| int(&x["hsplit_packets"])).sum());
+    let table = live["rss"]["indirection_table"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let key = live["rss"]["key"].as_array().map_or(0, Vec::len);
+    let configured = live["rss"]["table_configured"] == serde_json::json!(true);
+    let hits: i64 = live["flow_rules"]
+        .as_array()
+        .map_or(-1, |r| r.iter().map(|x| int(&x["hits"])).sum());
+    let q1 = int(&live["counters"]["rx_queues"][1]["packets"]);
+    let dq1 = int(&devmem["counters"]["rx_queues"][1]["hsplit_packets"]);
+    let checks: [(&str, bool, String); 4] = [
+        ("header-split", split > 1000, format!("device: {split} split packets")),
+        (
+            "rss",
+            (table, configured, key) == (128, true, 40),
+            format!("device: {table}-entry table, configured {configured}, {key}-byte key (want 128, true, 40)"),
+        ),
+        ("ntuple", hits > 0 && q1 > 0, format!("device: rule hits {hits}, queue 1 packets {q1}")),
+        // 64 MiB / MSS 1448 = 46 347 segments, each split
+        ("devmem-rx", dq1 >= 46000, format!("device: queue 1 split {dq1} packets (want >= 46000)")),
+    ];
+    tests
+        .into_iter()
+        .map(|t| {
+            let test = t.at("test").str().to_string();
+            if test == "readme-port" {
+                return match readme {
+                    None => row(
+                        &test,
+                        "FAIL",
+                        "README.md has no gve port line (see problems)",
+                    ),
+                    Some(o) if o.contains("queues=") => row(
+                        &test,
+                        "FAIL",
+                        &format!(
+                            "the README's gve line sets queues= ({o}): no longer the defaults"
+                        ),
+                    ),
+                    Some(o) => row(
+                        &test,
+                        "PASS",
+                        &format!(
+                            "--port ag=SOCKET{o}: the README's line, its socket in the cell's dir"
+                        ),
+                    ),
+                };
+            }
+            let Some((_, ok, seen)) = checks.iter().find(|(n, _, _)| *n == test) else {
+                return t;
+            };
+            let status = if *ok { t.at("status").str() } else { "FAIL" }.to_string();
+            let detail = format!("{}; {seen}", t.at("detail").str());
+            with_key(with_key(t, "status", s(&status)), "detail", s(&detail))
+        })
+        .collect()
+}
+
+/// `guest-runner rss-host` for the rss cell, its lines in `d/rss-host.log`.
+fn spawn_rss_host(bin: &Path, d: &Path, cell: &Cell) -> Option<Child> {
+    let flows = d.join("flows.json");
+    std::fs::write(&flows, cells::rss_flows(cell).to_string()).ok()?;
+    let log = std::fs::File::create(d.join("rss-host.log")).ok()?;
+    let me = std::env::current_exe().ok()?;
+    Command::new(me)
+        .arg("rss-host")
+        .args([
+            bin,
+            &d.join("ctl.sock"),
+            &d.join("a.job"),
+            &d.join("b.job"),
+            &flows,
+        ])
+        .stdin(Stdio::null())
+        .stderr(log.try_clone().ok()?)
+        .stdout(log)
+        .spawn()
+        .ok()
+}
+
+/// The rss cell's host row: `guest-runner rss-host`'s exit and its checks.
+fn rss_host_row(child: Option<Child>, d: &Path) -> Json {
+    let Some(mut child) = child else {
+        return row("rss-host", "FAIL", "guest-runner rss-host did not start");
+    };
+    // it ends once the server's last step is acked; a guest that never got there leaves it waiting
+    let t0 = Instant::now();
+    let code = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st.code(),
+            _ if t0.elapsed() > Duration::from_secs(10) => {
+                crate::boot::kill_proc(&mut child, 2.0);
+                break None;
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    let log = std::fs::read_to_string(d.join("rss-host.log")).unwrap_or_default();
+    let ok = log.lines().filter(|l| l.starts_with("CHECK-OK")).count();
+    let bad: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("CHECK-FAIL"))
+        .collect();
+    match code {
+        Some(0) => row("rss-host", "PASS", &format!("{ok} checks passed")),
+        c => row(
+            "rss-host",
+            "FAIL",
+            &format!(
+                "rss-host exit {c:?}: {ok} checks passed, {} failed: {}",
+                bad.len(),
+                bad.join("; ")
+            ),
+        ),
+    }
+}
+
 /// SIGTERM to a helper process, SIGKILL after `grace` seconds.
 fn end_process(child: Option<Child>, grace: f64) {
     if let Some(mut c) = child {
@@ -404,11 +578,25 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
     }
     let mut dm = None;
     let mut start_err = None;
+    let readme = cell.readme_gve.then(|| readme_gve(&r.root));
+    if let Some(Err(e)) = &readme {
+        problems.push(e.clone());
+    }
+    let readme_opts = readme.as_ref().and_then(|x| x.as_deref().ok());
     if vhost {
-        if !faults.is_empty() {
-            let _ = std::fs::write(d.join("daemon.toml"), fault_toml(&faults));
+        let mut config = fault_toml(&faults);
+        if let Some(vh) = &cell.virtual_hosts {
+            config += &vh.config_toml(cell_timeout(r, cell));
         }
-        let (args, sockets) = daemon_args(&d, cell, !faults.is_empty());
+        if !config.is_empty() {
+            let _ = std::fs::write(d.join("daemon.toml"), config);
+        }
+        let (args, sockets) = daemon_args(
+            &d,
+            cell,
+            !faults.is_empty() || cell.virtual_hosts.is_some(),
+            readme_opts,
+        );
         match Daemon::start(
             &r.daemon_bin,
             &args,
@@ -497,16 +685,28 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 problems.push("ctl trace start --port ag failed".into());
             }
         }
-        let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("guest-runner"));
-        let timeout = if r.o.timeout > 0 {
-            r.o.timeout
+        let qemu = if cell.stock_qemu {
+            let q = setup::last_line(
+                Command::new(r.root.join("scripts/setup-qemu.sh")).arg("--system"),
+                &d.join("qemu-system.log"),
+            )
+            .filter(|q| crate::paths::which(q).is_some())
+            .unwrap_or_else(|| {
+                problems.push("scripts/setup-qemu.sh --system found no QEMU".into());
+                r.qemu.clone()
+            });
+            let version = setup::qemu_version(&q).unwrap_or_else(|| "?".into());
+            extra.push(("qemu_version", s(&version)));
+            q
         } else {
-            cell.timeout
+            r.qemu.clone()
         };
+        let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("guest-runner"));
+        let timeout = cell_timeout(r, cell);
         let mut rg = Command::new(&me);
         rg.arg("boot").args([
             "--qemu",
-            &r.qemu,
+            &qemu,
             "--image",
             &r.image,
             "--accel",
@@ -518,9 +718,9 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
             "--net",
             net,
             "--form",
-            "pci",
+            cell.form,
             "--queues",
-            "1",
+            &cell.queues.to_string(),
             "--logdir",
             &d.display().to_string(),
             "--monitor",
@@ -528,10 +728,15 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
         if let Some(k) = &r.kernel_image {
             rg.args(["--kernel", k]);
         }
+        if cell.form == "testdev" {
+            // virtio-net's config space: mac, status, max queue pairs, mtu,
+            // speed, duplex, rss (24 bytes, as the daemon serves it)
+            rg.args(["--config-size", "24"]);
+        }
         if !r.o.append.is_empty() {
             rg.args(["--append", &r.o.append]);
         }
-        for &role in BOTH {
+        for &role in cell.roles() {
             let (gname, ip, mac) = guest(role);
             let script = d.join(format!("{gname}.sh"));
             let _ = std::fs::write(&script, job_script(role, name, cell, kernel, &r.job_env));
@@ -562,8 +767,13 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                     d.join(format!("{}.sock", gve_port(role))).display()
                 );
             }
+            let smp = if role == Role::Server && cell.server_smp > 1 {
+                format!("smp={},", cell.server_smp)
+            } else {
+                String::new()
+            };
             rg.arg("--guest").arg(format!(
-                "{gname},ip={ip}/24,{sock}{nic1}{vfio}mac={mac},cmd={}",
+                "{gname},ip={ip}/24,{sock}{nic1}{vfio}{smp}mac={mac},cmd={}",
                 script.display()
             ));
         }
@@ -593,6 +803,7 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
         } else {
             None
         };
+        let rss = (cell.rss_host && vhost).then(|| spawn_rss_host(bin, &d, cell));
         let rg_log = d.join("run-guests.log");
         let child = std::fs::File::create(&rg_log)
             .and_then(|f| Ok((f.try_clone()?, f)))
@@ -622,6 +833,7 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                         }
                         end_process(broker, 5.0);
                         end_process(fo, 5.0);
+                        end_process(rss.flatten(), 1.0);
                         if let Some(mut c) = cap {
                             c.stop();
                         }
@@ -661,6 +873,15 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 extra.push(("daemon_counters", dc));
             }
         }
+        let hosts = if vhost && cell.virtual_hosts.is_some() {
+            let h = ctl_json(bin, &d, &["hosts"]);
+            if let Some(h) = &h {
+                write_json(&d.join("hosts.json"), h);
+            }
+            h
+        } else {
+            None
+        };
         end_process(fo, 60.0);
         if broker.is_some() {
             // it answers what is left once more
@@ -778,6 +999,18 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                     .map_or(t, |(_, h)| h.clone())
             })
             .collect();
+        if let Some(vh) = &cell.virtual_hosts {
+            tests = virtual_host_rows(vh, tests, hosts.as_ref());
+        }
+        if cell.readme_gve {
+            tests = gve_device_rows(tests, &d, readme_opts);
+        }
+        if let Some(child) = rss {
+            let t = rss_host_row(child, &d);
+            if let Some(x) = tests.iter_mut().find(|x| x.at("test").str() == "rss-host") {
+                *x = t;
+            }
+        }
         let cases = cells::fault_cases(name);
         if !cases.is_empty() {
             let dest = r.resdir.join(format!("faults-{kernel}-{name}.md"));
@@ -1079,7 +1312,8 @@ fn guest_rows(cell: &Cell, d: &Path) -> Json {
             )
         })
         .collect();
-    let guests: Vec<GuestOut> = BOTH
+    let guests: Vec<GuestOut> = cell
+        .roles()
         .iter()
         .map(|&role| {
             let name = guest(role).0;
@@ -1091,6 +1325,38 @@ fn guest_rows(cell: &Cell, d: &Path) -> Json {
         })
         .collect();
     judge_guests(&tests, &guests)
+}
+
+/// A virtual-host cell's rows with the hosts' halves: a guest row whose
+/// service's session falls short fails, naming why; `mpa-crc-negotiated`
+/// counts the hosts' CRC connections. `hosts` is `ctl --json hosts` (none:
+/// every such row fails).
+fn virtual_host_rows(vh: &VirtualHosts, tests: Vec<Json>, hosts: Option<&Json>) -> Vec<Json> {
+    let none = Json::Array(Vec::new());
+    let hosts = hosts.unwrap_or(&none);
+    tests
+        .into_iter()
+        .map(|t| {
+            let (test, status) = (t.at("test").str(), t.at("status").str());
+            if test == "mpa-crc-negotiated" {
+                let (ok, detail) = vh.crc_row(hosts);
+                return row(test, if ok { "PASS" } else { "FAIL" }, &detail);
+            }
+            let Some((why, seen)) = vh.judge(test, hosts) else {
+                return t;
+            };
+            if status == "SKIP" {
+                return t;
+            }
+            let (status, note) = if why.is_empty() {
+                (status.to_string(), seen)
+            } else {
+                ("FAIL".to_string(), why.join("; "))
+            };
+            let detail = format!("{}; {note}", t.at("detail").str());
+            with_key(with_key(t, "status", s(&status)), "detail", s(&detail))
+        })
+        .collect()
 }
 
 /// The host-judged rows of a cell, by test name: tshark (the capture
@@ -1386,7 +1652,7 @@ mod tests {
     #[test]
     fn a_cells_daemon_has_the_cells_ports() {
         let m = cells::cells();
-        let (args, socks) = daemon_args(Path::new("/w"), &m["erdma-rxe"], false);
+        let (args, socks) = daemon_args(Path::new("/w"), &m["erdma-rxe"], false, None);
         let ports: Vec<&String> = args.iter().skip(1).step_by(2).take(3).collect();
         assert_eq!(
             ports[0],
@@ -1405,7 +1671,7 @@ mod tests {
                 "/w/b.sock".into()
             ]
         );
-        let (args, _) = daemon_args(Path::new("/w"), &m["gve-faults"], false);
+        let (args, _) = daemon_args(Path::new("/w"), &m["gve-faults"], false, None);
         assert!(
             args.iter()
                 .any(|a| a.starts_with("ag=/w/ag.sock,kind=gve,queues=")),

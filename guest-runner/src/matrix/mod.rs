@@ -451,21 +451,40 @@ pub fn prepare(run: &mut Run, sel: &[KernelCell], work: &Path) -> Result<(), Str
         &vr.join("ci/rdma-lib.sh"),
     )?;
     setup::copy_tree(&run.root.join("ci/guest/repro"), &vr.join("ci/repro"))?;
-    if sel
-        .iter()
-        .any(|(_, c)| run.cells[c].upstream == Some(cells::Upstream::Nic))
-    {
-        // the kernel's NIC selftests, from the guest kernel's own source
-        let nst = setup::last_line(
-            &mut Command::new(run.root.join("scripts/build-nic-selftests.sh")),
-            &work.join("nic-selftests.log"),
-        );
-        match nst {
-            Some(dir) => setup::copy_tree(&Path::new(&dir).join("src"), &vr.join("nic-selftests"))?,
-            None => say("scripts/build-nic-selftests.sh failed: the upstream-nic cells will report no results"),
+    // tools built from the guest kernel's own source: its devmem TCP tool
+    // and its NIC selftests
+    let wanted = |f: &dyn Fn(&Cell) -> bool| sel.iter().any(|(_, c)| f(&run.cells[c]));
+    if wanted(&|c| c.readme_gve) {
+        if let Some(dir) = provision(
+            run,
+            work,
+            "build-ncdevmem.sh",
+            "the gve cell's devmem rows will fail",
+        ) {
+            setup::copy(&dir.join("ncdevmem"), &vr.join("bin/ncdevmem"))?;
+        }
+    }
+    if wanted(&|c| c.upstream == Some(cells::Upstream::Nic)) {
+        let why = "the upstream-nic cells will report no results";
+        if let Some(dir) = provision(run, work, "build-nic-selftests.sh", why) {
+            setup::copy_tree(&dir.join("src"), &vr.join("nic-selftests"))?;
         }
     }
     Ok(())
+}
+
+/// Runs `scripts/SCRIPT` (its log in the work dir): the directory it
+/// prints last, or `None` after saying that it failed and what that means.
+fn provision(run: &Run, work: &Path, script: &str, consequence: &str) -> Option<PathBuf> {
+    let log = work.join(script.replace(".sh", ".log"));
+    let dir = setup::last_line(
+        &mut Command::new(run.root.join("scripts").join(script)),
+        &log,
+    );
+    if dir.is_none() {
+        say(format!("scripts/{script} failed: {consequence}"));
+    }
+    dir.map(PathBuf::from)
 }
 
 /// Runs the selected cells kernel by kernel (the side lane beside them with
@@ -690,17 +709,7 @@ fn finish(run: &Run, date: &str, results: Vec<Json>, work: &Path) -> i32 {
     let qv = if run.qemu.is_empty() {
         String::new()
     } else {
-        Command::new(&run.qemu)
-            .arg("--version")
-            .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .unwrap_or_default()
+        setup::qemu_version(&run.qemu).unwrap_or_default()
     };
     let accel = results
         .iter()

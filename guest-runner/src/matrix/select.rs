@@ -6,9 +6,19 @@ use crate::cells::{cell_order, ERDMA_CELLS, EXTRA_CELLS, KERNELS, LOSSY_CELLS};
 
 /// The CI tier: gve-faults and erdma-faults mostly wait for driver
 /// timeouts and run beside the others with `--jobs 2`.
-pub const QUICK: [(&str, &str); 7] = [
+pub const QUICK: [(&str, &str); 17] = [
+    ("7.3", "fabric-pci-1q"),
+    ("7.3", "fabric-pci-2q"),
+    ("7.3", "fabric-testdev-1q"),
+    ("7.3", "fabric-qemu7"),
+    ("7.3", "rss"),
     ("7.3", "rxe"),
     ("7.3", "smcr"),
+    ("7.3", "vhost-rxe"),
+    ("7.3", "vhost-siw"),
+    ("7.3", "vhost-erdma"),
+    ("7.3", "gve"),
+    ("7.3", "erdma-rxe"),
     ("7.3", "erdma-smcr"),
     ("7.3", "upstream-rdma"),
     ("7.3", "upstream-nic"),

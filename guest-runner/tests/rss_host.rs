@@ -1,6 +1,6 @@
-//! `guest-results rss-host` against a fake daemon and a scripted guest A:
+//! `guest-runner rss-host` against a fake daemon and a scripted guest A:
 //! the step handshake, the checks, and the failure paths (no QEMU needed;
-//! scripts/e2e-rss.sh runs it against the real daemon and guests).
+//! the matrix's rss cell runs it against the real daemon and guests).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -78,7 +78,7 @@ impl Rig {
     }
 
     fn spawn(&self, fail: bool) -> Child {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_guest-results"));
+        let mut c = Command::new(env!("CARGO_BIN_EXE_guest-runner"));
         c.arg("rss-host")
             .arg(self.dir.join("vhost-rdma"))
             .arg(self.dir.join("ctl.sock"))
@@ -228,7 +228,7 @@ fn every_check_passes_on_a_consistent_run() {
         "{out}"
     );
     assert!(
-        out.contains("[e2e-rss-host] hash types 0x1ff IPv4 TCPv4"),
+        out.contains("[rss-host] hash types 0x1ff IPv4 TCPv4"),
         "{out}"
     );
     assert!(out.contains(&format!("CHECK-OK   {}: daemon steered to queue 1 with hash {:#010x} report 2 == model (1, {:#010x}, TCPv4)",
