@@ -15,12 +15,26 @@ pub const KNOWN_SIW_RACES: [&str; 2] =
 /// then prints no report and exits 1, and its peer fails with it.
 pub const KNOWN_HOST_FLAKES: [&str; 1] = ["perftest could not calibrate its clock"];
 
+/// Not about the transport either: when SMC-R registers a new buffer its
+/// LLC waits 2 s (`SMC_LLC_WAIT_TIME`) for the peer's CONFIRM_RKEY answer;
+/// with 64 connections opening at once on a loaded TCG host the answer can
+/// come later, and that one connection falls back to TCP with
+/// `SMC_CLC_DECL_ERR_REGBUF` (the guest's dmesg then shows the late answer
+/// as "dropped unexpected LLC msg"; seen once, 2026-11-29, with no frame
+/// dropped and no checker finding).
+pub const KNOWN_SMC_FLAKES: [&str; 1] = ["SMC_CLC_DECL_ERR_REGBUF"];
+
 /// The flakes recognised in a cell: the host ones everywhere, the siw races
-/// in the siw cells.
+/// in the siw cells, the SMC-R LLC timeout in the loss-free SMC-R cells
+/// (under loss the same decline comes with the rxe deadlock, which must
+/// not be rerun away).
 pub fn known_flakes(cell: &str) -> Vec<&'static str> {
     let mut k = KNOWN_HOST_FLAKES.to_vec();
     if cell.starts_with("siw") {
         k.extend(KNOWN_SIW_RACES);
+    }
+    if cell.contains("smcr") && !cell.contains("lossy") {
+        k.extend(KNOWN_SMC_FLAKES);
     }
     k
 }

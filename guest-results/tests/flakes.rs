@@ -27,6 +27,26 @@ fn the_siw_races_count_in_siw_cells_only() {
     assert_eq!(failed_only_by_known_flakes(&rows(SIW_RACE), "rxe"), None);
 }
 
+/// An LLC answer that came too late under load: rerun in the loss-free
+/// SMC-R cells only.
+#[test]
+fn the_smc_llc_timeout_counts_in_loss_free_smcr_cells() {
+    let late = r#"[{"test": "smc-64conns", "status": "FAIL", "detail": "client: FAIL rc=1 STREAM-RESULT smc_mode=mixed fallback_name=SMC_CLC_DECL_ERR_REGBUF errors=1"}]"#;
+    for cell in ["smcr", "erdma-smcr", "erdma-rxe-smcr"] {
+        assert!(
+            failed_only_by_known_flakes(&rows(late), cell).is_some(),
+            "{cell}"
+        );
+    }
+    for cell in ["smcr-lossy", "smcr-lossy-4conns", "rxe"] {
+        assert_eq!(
+            failed_only_by_known_flakes(&rows(late), cell),
+            None,
+            "{cell}"
+        );
+    }
+}
+
 #[test]
 fn any_other_failure_or_none_at_all_is_no_flake() {
     let other = SIW_RACE

@@ -392,6 +392,76 @@ fn with_devices(base: &Cell, rdma: PerRole, what: &str) -> Cell {
     c
 }
 
+/// A cell of one guest (the server role) against the daemon's virtual
+/// hosts: a row per service (its host half judged from `ctl hosts`),
+/// `first_row` (the device's set-up) and the host rows `extra`.
+fn one_guest(what: &str, call: &str, first_row: &str, hosts: VirtualHosts, extra: &[&str]) -> Cell {
+    let names = std::iter::once(first_row)
+        .chain(hosts.services.iter().map(|s| s.row.as_str()))
+        .chain(extra.iter().copied());
+    let mut rows: Vec<TestRow> = Vec::new();
+    for n in names {
+        if !rows.iter().any(|r| r.0 == n) {
+            let role = if extra.contains(&n) {
+                Role::Host
+            } else {
+                Role::Server
+            };
+            rows.push(TestRow(n.to_string(), vec![role]));
+        }
+    }
+    let mut c = Cell::new(what, call, rows, 1800).env(&[
+        ("CI_TOOL_TIMEOUT", "600"),
+        ("CI_VHOST2", virtual_hosts::VH2),
+    ]);
+    c.one_guest = true;
+    c.virtual_hosts = Some(hosts);
+    c
+}
+
+/// RoCEv2 (rxe or the erdma function) against virtual hosts.
+fn vhost_roce(dev: Device) -> Cell {
+    use virtual_hosts::{BW_ITERS, COUNT, PINGPONG_ITERS};
+    let (name, first) = match dev {
+        Device::Erdma => (
+            "one guest's erdma function (erdma_0: both RC ends run by the daemon)",
+            "erdma-up",
+        ),
+        _ => ("one guest's rdma_rxe on eth0", "link-add-rxe"),
+    };
+    let mut c = one_guest(
+        &format!(
+            "{name} against virtual hosts: ibv_rc_pingpong ({PINGPONG_ITERS}), \
+             ib_write/send/read/atomic_bw ({BW_ITERS}, TCP exchange and -R over the IB CM), \
+             rping -V and ucmatose over the IB CM ({COUNT}); each tool as client and as server; \
+             each row also needs the host's session finished with every iteration verified"
+        ),
+        &format!("cell_vhost {}", dev.name()),
+        first,
+        virtual_hosts::roce_hosts(),
+        &[],
+    );
+    c.rdma = Some(PerRole {
+        server: dev,
+        client: dev,
+    });
+    c
+}
+
+/// siw (iWARP) against virtual hosts.
+fn vhost_iwarp() -> Cell {
+    one_guest(
+        "one guest's siw (iWARP) against virtual hosts (smoltcp TCP, the siw crate's engine): \
+         rping -V, ucmatose, ib_write/send/read_bw -R; each tool as client and as server, with MPA \
+         CRC off and asked for by the host; each row also needs the host's session finished with \
+         every iteration verified",
+        "cell_vhost siw",
+        "link-add-siw",
+        virtual_hosts::iwarp_hosts(),
+        &["mpa-crc-negotiated"],
+    )
+}
+
 /// The rss cell's Toeplitz key (`ethtool -X hkey`).
 const RSS_KEY: &str = "5a:7f:10:35:ce:e3:84:59:72:17:28:cd:e6:bb:5c:71:0a:2f:c0:e5:be:53:74:09:\
                        22:c7:98:bd:56:6b:0c:21:fa:9f:b0:55:6e:03:24:f9";
@@ -791,12 +861,9 @@ pub fn cells() -> BTreeMap<String, Cell> {
     gve.server_smp = 2;
     gve.ctl_broker = true;
     m.insert("gve".into(), gve);
-    m.insert("vhost-rxe".into(), virtual_hosts::roce_cell(Device::Rxe));
-    m.insert(
-        "vhost-erdma".into(),
-        virtual_hosts::roce_cell(Device::Erdma),
-    );
-    m.insert("vhost-siw".into(), virtual_hosts::iwarp_cell());
+    m.insert("vhost-rxe".into(), vhost_roce(Device::Rxe));
+    m.insert("vhost-erdma".into(), vhost_roce(Device::Erdma));
+    m.insert("vhost-siw".into(), vhost_iwarp());
     for mode in ["shared", "exclusive"] {
         let exclusive = mode == "exclusive";
         let what = format!(

@@ -1,5 +1,5 @@
-//! The matrix's virtual-host cells (`vhost-rxe`, `vhost-erdma`,
-//! `vhost-siw`): one guest against the daemon's virtual hosts
+//! The virtual hosts of the matrix's one-guest cells (`vhost-rxe`,
+//! `vhost-erdma`, `vhost-siw`, built in `cells.rs`): the daemon's hosts
 //! (virtual-host crate, docs/virtual-hosts.md), every tool in both roles.
 //!
 //! A cell declares its hosts' services once ([`Service`]); from that table
@@ -15,8 +15,6 @@ use guest_results::pyjson::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::cells::{Cell, Device, PerRole, Role, TestRow};
-
 /// The guest of a virtual-host cell (the matrix's server guest `a`).
 const GUEST: &str = "10.77.0.1";
 /// Host `vh`, the guest's peer (`PEER`).
@@ -24,11 +22,11 @@ pub const VH: &str = "10.77.0.10";
 /// Host `vh2` (`CI_VHOST2`): a host runs at most 16 services.
 pub const VH2: &str = "10.77.0.20";
 /// pingpong iterations.
-const PINGPONG_ITERS: u64 = 1000;
+pub const PINGPONG_ITERS: u64 = 1000;
 /// perftest iterations.
-const BW_ITERS: u64 = 200;
+pub const BW_ITERS: u64 = 200;
 /// rping and ucmatose iterations.
-const COUNT: u64 = 10;
+pub const COUNT: u64 = 10;
 
 /// One service of a virtual host and what its last session must show.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -190,34 +188,10 @@ fn both(
     [one(0, "server", "client"), one(1, "client", "server")]
 }
 
-/// A cell of one guest (the server role) against [`VirtualHosts`].
-fn cell(what: &str, call: &str, first_row: &str, hosts: VirtualHosts, extra: &[&str]) -> Cell {
-    let names = std::iter::once(first_row)
-        .chain(hosts.services.iter().map(|s| s.row.as_str()))
-        .chain(extra.iter().copied());
-    let mut rows: Vec<TestRow> = Vec::new();
-    for n in names {
-        if !rows.iter().any(|r| r.0 == n) {
-            let role = if extra.contains(&n) {
-                Role::Host
-            } else {
-                Role::Server
-            };
-            rows.push(TestRow(n.to_string(), vec![role]));
-        }
-    }
-    let mut c = Cell::new(what, call, rows, 1800);
-    c.one_guest = true;
-    c.virtual_hosts = Some(hosts);
-    c.env.insert("CI_TOOL_TIMEOUT".into(), "600".into());
-    c.env.insert("CI_VHOST2".into(), VH2.into());
-    c
-}
-
-/// RoCEv2 (rxe or the erdma function) against the hosts: pingpong,
+/// The hosts of a RoCEv2 guest (rxe or the erdma function): pingpong,
 /// perftest over TCP and over rdma_cm (`-R`), rping and ucmatose over the
 /// IB CM, each tool as client and as server.
-pub fn roce_cell(dev: Device) -> Cell {
+pub fn roce_hosts() -> VirtualHosts {
     let it = ("iters", json!(BW_ITERS));
     let mut s = Vec::new();
     s.extend(both(
@@ -268,35 +242,12 @@ pub fn roce_cell(dev: Device) -> Cell {
             [Some(COUNT); 2],
         ));
     }
-    let (name, first) = match dev {
-        Device::Erdma => (
-            "one guest's erdma function (erdma_0: both RC ends run by the daemon)",
-            "erdma-up",
-        ),
-        _ => ("one guest's rdma_rxe on eth0", "link-add-rxe"),
-    };
-    let mut c = cell(
-        &format!(
-            "{name} against virtual hosts: ibv_rc_pingpong ({PINGPONG_ITERS}), \
-             ib_write/send/read/atomic_bw ({BW_ITERS}, TCP exchange and -R over the IB CM), \
-             rping -V and ucmatose over the IB CM ({COUNT}); each tool as client and as server; \
-             each row also needs the host's session finished with every iteration verified"
-        ),
-        &format!("cell_vhost {}", dev.name()),
-        first,
-        VirtualHosts { services: s },
-        &[],
-    );
-    c.rdma = Some(PerRole {
-        server: dev,
-        client: dev,
-    });
-    c
+    VirtualHosts { services: s }
 }
 
-/// siw (iWARP) against the hosts: rping -V and ucmatose, perftest -R, each
-/// as client and as server, with MPA CRC off and asked for by the host.
-pub fn iwarp_cell() -> Cell {
+/// The hosts of an iWARP (siw) guest: rping -V and ucmatose, perftest -R,
+/// each as client and as server, with MPA CRC off and asked for by the host.
+pub fn iwarp_hosts() -> VirtualHosts {
     let mut s = Vec::new();
     for (crc, sfx, rping_port) in [(false, "", 7174), (true, "-crc", 7175)] {
         let c = ("mpa-crc", json!(crc));
@@ -338,18 +289,7 @@ pub fn iwarp_cell() -> Cell {
         COUNT,
         [Some(COUNT); 2],
     ));
-    let mut c = cell(
-        "one guest's siw (iWARP) against virtual hosts (smoltcp TCP, the siw crate's engine): \
-         rping -V, ucmatose, ib_write/send/read_bw -R; each tool as client and as server, with MPA \
-         CRC off and asked for by the host; each row also needs the host's session finished with \
-         every iteration verified",
-        "cell_vhost siw",
-        "link-add-siw",
-        VirtualHosts { services: s },
-        &["mpa-crc-negotiated"],
-    );
-    c.capture = false;
-    c
+    VirtualHosts { services: s }
 }
 
 #[cfg(test)]
@@ -363,12 +303,7 @@ mod tests {
     fn the_tables_fit_the_hosts() {
         // clients: pingpong, 8 perftest and the IB CM's rping and ucmatose;
         // over iWARP 6 perftest, 2 rping and ucmatose
-        for (c, clients) in [
-            (roce_cell(Device::Rxe), 11),
-            (roce_cell(Device::Erdma), 11),
-            (iwarp_cell(), 9),
-        ] {
-            let vh = c.virtual_hosts.as_ref().expect("hosts");
+        for (vh, clients) in [(roce_hosts(), 11), (iwarp_hosts(), 9)] {
             let mut rows: Vec<_> = vh.services.iter().map(|s| &s.row).collect();
             rows.sort();
             rows.dedup();
@@ -386,8 +321,7 @@ mod tests {
     /// the counts; a missing service fails too.
     #[test]
     fn the_host_judges_its_session() {
-        let c = roce_cell(Device::Rxe);
-        let vh = c.virtual_hosts.as_ref().expect("hosts");
+        let vh = roce_hosts();
         let hosts = serde_json::from_str::<Json>(
             r#"[{"name": "vh", "services": [{"kind": "pingpong-server", "port": 18515,
                 "sessions_ok": 1, "sessions_failed": 0, "last_iterations": 1000,
@@ -412,8 +346,7 @@ mod tests {
     /// per rping session.
     #[test]
     fn crc_connections_are_counted_per_service() {
-        let c = iwarp_cell();
-        let vh = c.virtual_hosts.as_ref().expect("hosts");
+        let vh = iwarp_hosts();
         let hosts =
             serde_json::from_str::<Json>(r#"[{"name": "vh", "iwarp": {"connected-crc": 14}}]"#)
                 .expect("json");
