@@ -240,11 +240,7 @@ tool_test() {
     fi
     _secs=$(($(now) - _t0))
     echo "rc=$_rc" >>"$_log"
-    _verdict=$("$_check" "$_log" "$_rc")
-    _st=$(echo "$_verdict" | head -n 1 | cut -d' ' -f1)
-    _why=$(echo "$_verdict" | head -n 1 | cut -d' ' -f2-)
-    _bw=$(echo "$_verdict" | sed -n 's/^BW=//p')
-    [ "$_rc" = 124 ] && _why="timed out after ${CI_TOOL_TIMEOUT}s; $_why"
+    tool_verdict "$_check" "$_log" "$_rc"
     # server hung with unread bytes on its (siw) connection while the QP is RTS:
     # the siw_accept() lost-wakeup race (ci/README.md, "siw: rdma_cm connection setup")
     # (siw cells only: elsewhere unread bytes are just a stuck out-of-band exchange)
@@ -263,6 +259,16 @@ tool_test() {
     [ -n "${CI_QUIET_RESULT:-}" ] || result "$_name" "$_st" "$_secs" "$_bw" "$_why"
     [ "$_st" = PASS ] || show_log "$_log"
     barrier "$_name done"
+}
+
+# tool_verdict CHECK LOG RC: CHECK's verdict on a tool's LOG and exit status
+# RC in _st (PASS|FAIL), _why and _bw (MiB/s or empty)
+tool_verdict() {
+    _verdict=$("$1" "$2" "$3")
+    _st=$(echo "$_verdict" | head -n 1 | cut -d' ' -f1)
+    _why=$(echo "$_verdict" | head -n 1 | cut -d' ' -f2-)
+    _bw=$(echo "$_verdict" | sed -n 's/^BW=//p')
+    [ "$3" = 124 ] && _why="timed out after ${CI_TOOL_TIMEOUT}s; $_why"
 }
 
 # verbs_run NAME PORT SERVER_ADDR [CLIENT ARGS]: one server/client run of the
@@ -936,10 +942,8 @@ host_test() {
     timeout -k 5 "$CI_TOOL_TIMEOUT" "$@" >>"$_log" 2>&1
     _rc=$?
     echo "rc=$_rc" >>"$_log"
-    _verdict=$("$_check" "$_log" "$_rc")
-    _st=${_verdict%% *} _why=$(echo "$_verdict" | head -n 1 | cut -d' ' -f2-)
-    [ "$_rc" = 124 ] && _why="timed out after ${CI_TOOL_TIMEOUT}s; $_why"
-    result "$_name" "$_st" $(($(now) - _t0)) "$(echo "$_verdict" | sed -n 's/^BW=//p')" "$_why"
+    tool_verdict "$_check" "$_log" "$_rc"
+    result "$_name" "$_st" $(($(now) - _t0)) "$_bw" "$_why"
     [ "$_st" = PASS ] || show_log "$_log"
 }
 # check_perftest_row LOG RC: check_perftest, the result row required

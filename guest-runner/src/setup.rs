@@ -96,15 +96,6 @@ pub fn last_line(cmd: &mut Command, log: &Path) -> Option<String> {
     last.filter(|_| ok)
 }
 
-/// The first line of `QEMU --version` ("QEMU emulator version 11.1.3 (...)").
-pub fn qemu_version(qemu: &str) -> Option<String> {
-    let out = Command::new(qemu).arg("--version").output().ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .map(str::to_string)
-}
-
 /// Copies `from` to `to`; the error names both.
 pub fn copy(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::copy(from, to)

@@ -367,15 +367,18 @@ fn wait_stop(stop: &AtomicBool, secs: f64) -> bool {
     stop.load(Ordering::SeqCst)
 }
 
-/// A helper subcommand of this binary (ctl broker, failover driver), run
-/// from the cell's start until its verdicts.
-fn spawn_helper(args: &[String]) -> Option<Child> {
+/// A helper subcommand of this binary (ctl broker, failover driver, rss
+/// host), run from the cell's start until its verdicts; its output in `log`
+/// if given, else on the matrix's own.
+fn spawn_helper<S: AsRef<std::ffi::OsStr>>(args: &[S], log: Option<&Path>) -> Option<Child> {
     let me = std::env::current_exe().ok()?;
-    Command::new(me)
-        .args(args)
-        .stdin(Stdio::null())
-        .spawn()
-        .ok()
+    let mut cmd = Command::new(me);
+    cmd.args(args).stdin(Stdio::null());
+    if let Some(log) = log {
+        let f = std::fs::File::create(log).ok()?;
+        cmd.stderr(f.try_clone().ok()?).stdout(f);
+    }
+    cmd.spawn().ok()
 }
 
 /// The options of the README's gVNIC port line (`--port
@@ -461,9 +464,7 @@ fn gve_device_rows(tests: Vec<Json>, d: &Path, readme: Option<&str>) -> Vec<Json
             let Some((_, ok, seen)) = checks.iter().find(|(n, _, _)| *n == test) else {
                 return t;
             };
-            let status = if *ok { t.at("status").str() } else { "FAIL" }.to_string();
-            let detail = format!("{}; {seen}", t.at("detail").str());
-            with_key(with_key(t, "status", s(&status)), "detail", s(&detail))
+            with_host_half(t, *ok, seen)
         })
         .collect()
 }
@@ -472,22 +473,15 @@ fn gve_device_rows(tests: Vec<Json>, d: &Path, readme: Option<&str>) -> Vec<Json
 fn spawn_rss_host(bin: &Path, d: &Path, cell: &Cell) -> Option<Child> {
     let flows = d.join("flows.json");
     std::fs::write(&flows, cells::rss_flows(cell).to_string()).ok()?;
-    let log = std::fs::File::create(d.join("rss-host.log")).ok()?;
-    let me = std::env::current_exe().ok()?;
-    Command::new(me)
-        .arg("rss-host")
-        .args([
-            bin,
-            &d.join("ctl.sock"),
-            &d.join("a.job"),
-            &d.join("b.job"),
-            &flows,
-        ])
-        .stdin(Stdio::null())
-        .stderr(log.try_clone().ok()?)
-        .stdout(log)
-        .spawn()
-        .ok()
+    let args = [
+        Path::new("rss-host"),
+        bin,
+        &d.join("ctl.sock"),
+        &d.join("a.job"),
+        &d.join("b.job"),
+        &flows,
+    ];
+    spawn_helper(&args, Some(&d.join("rss-host.log")))
 }
 
 /// The rss cell's host row: `guest-runner rss-host`'s exit and its checks.
@@ -657,13 +651,16 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
         }
         let mut broker = None;
         if cell.ctl_broker && vhost {
-            broker = spawn_helper(&[
-                "ctl-broker".into(),
-                "--dir".into(),
-                d.display().to_string(),
-                "--daemon".into(),
-                bin.display().to_string(),
-            ]);
+            broker = spawn_helper(
+                &[
+                    "ctl-broker".into(),
+                    "--dir".into(),
+                    d.display().to_string(),
+                    "--daemon".into(),
+                    bin.display().to_string(),
+                ],
+                None,
+            );
             // the gVNIC's probe happens at boot: its trace starts before the guests do
             if cells::fault_traces(name)
                 .iter()
@@ -695,7 +692,8 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 problems.push("scripts/setup-qemu.sh --system found no QEMU".into());
                 r.qemu.clone()
             });
-            let version = setup::qemu_version(&q).unwrap_or_else(|| "?".into());
+            let version =
+                crate::qemu::qemu_version(&q).map_or_else(|e| e.to_string(), |(_, line)| line);
             extra.push(("qemu_version", s(&version)));
             q
         } else {
@@ -789,17 +787,20 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
         };
         let fo_out = d.join("failover-evidence.json");
         let fo = if cell.failover && vhost {
-            spawn_helper(&[
-                "failover-driver".into(),
-                "--dir".into(),
-                d.display().to_string(),
-                "--daemon".into(),
-                bin.display().to_string(),
-                "--up-after".into(),
-                "30".into(),
-                "--out".into(),
-                fo_out.display().to_string(),
-            ])
+            spawn_helper(
+                &[
+                    "failover-driver".into(),
+                    "--dir".into(),
+                    d.display().to_string(),
+                    "--daemon".into(),
+                    bin.display().to_string(),
+                    "--up-after".into(),
+                    "30".into(),
+                    "--out".into(),
+                    fo_out.display().to_string(),
+                ],
+                None,
+            )
         } else {
             None
         };
@@ -1337,7 +1338,7 @@ fn virtual_host_rows(vh: &VirtualHosts, tests: Vec<Json>, hosts: Option<&Json>) 
     tests
         .into_iter()
         .map(|t| {
-            let (test, status) = (t.at("test").str(), t.at("status").str());
+            let test = t.at("test").str();
             if test == "mpa-crc-negotiated" {
                 let (ok, detail) = vh.crc_row(hosts);
                 return row(test, if ok { "PASS" } else { "FAIL" }, &detail);
@@ -1345,18 +1346,21 @@ fn virtual_host_rows(vh: &VirtualHosts, tests: Vec<Json>, hosts: Option<&Json>) 
             let Some((why, seen)) = vh.judge(test, hosts) else {
                 return t;
             };
-            if status == "SKIP" {
+            if t.at("status").str() == "SKIP" {
                 return t;
             }
-            let (status, note) = if why.is_empty() {
-                (status.to_string(), seen)
-            } else {
-                ("FAIL".to_string(), why.join("; "))
-            };
-            let detail = format!("{}; {note}", t.at("detail").str());
-            with_key(with_key(t, "status", s(&status)), "detail", s(&detail))
+            let note = if why.is_empty() { seen } else { why.join("; ") };
+            with_host_half(t, why.is_empty(), &note)
         })
         .collect()
+}
+
+/// Row `t` with the host's half of its verdict: FAIL unless the host's
+/// check passed (`ok`), its `note` after the guests' detail.
+fn with_host_half(t: Json, ok: bool, note: &str) -> Json {
+    let status = if ok { t.at("status").str() } else { "FAIL" }.to_string();
+    let detail = format!("{}; {note}", t.at("detail").str());
+    with_key(with_key(t, "status", s(&status)), "detail", s(&detail))
 }
 
 /// The host-judged rows of a cell, by test name: tshark (the capture

@@ -709,7 +709,9 @@ fn finish(run: &Run, date: &str, results: Vec<Json>, work: &Path) -> i32 {
     let qv = if run.qemu.is_empty() {
         String::new()
     } else {
-        setup::qemu_version(&run.qemu).unwrap_or_default()
+        crate::qemu::qemu_version(&run.qemu)
+            .map(|(_, line)| line)
+            .unwrap_or_default()
     };
     let accel = results
         .iter()
