@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(python3 e2fsprogs iproute2 util-linux xz-utils zstd cpio ca-certificates curl gnupg debian-archive-keyring qemu-system-x86 qemu-utils
       tshark   # tshark: vhost-rdma/tests/faults.rs decodes captures with it (skips loudly without)
-      iputils-ping ethtool   # scripts/e2e-uplink.sh pings from host network namespaces
+      iputils-ping ethtool   # the matrix's uplinks cell pings from host network namespaces
       # smc-guest-tests `verbs` (ibverbs crate): ibverbs-sys runs cmake on its vendored
       # rdma-core (needs libnl) and bindgen (libclang) to make its bindings; the binary
       # links the system libibverbs and librdmacm (-dev for the .so link names)

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Shared by the host side of the guest scripts not yet in the matrix
-# (e2e-uplink.sh, e2e-vxlan-guests.sh, the benches, the demo): logs, result
+# Shared by the host side of the guest scripts not yet in the matrix (the
+# benches, the demo): logs, result
 # bookkeeping, daemon lifetime, the build, the two-guest runner
 # (e2e_run_pair), and the guest image / QEMU preparation. The caller sets
 # E2E_NAME and the defaults of build, profile, image, qemu, accel, timeout,

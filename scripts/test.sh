@@ -13,15 +13,8 @@
 #      reports, the JUnit writer, the bench plots, the daemon-CPU bursts;
 #      guest-runner's: the matrix's selection, shards, side lane, stuck-guest
 #      watch and bring-your-own kernel, the scripts' shared options),
-#      then scripts/e2e-uplink.sh (the VXLAN and TAP uplinks against
-#      a Linux vxlan netdev and bridge in network namespaces, and a guest
-#      through each)
-#   3. the guest end-to-end tier: scripts/e2e-vxlan-guests.sh --case ping,tcp,rping-siw,uplink-mtu (two
-#      daemons joined by default VXLAN uplinks, one guest each at its
-#      default MTU 1500: ping, 64 MiB verified TCP, siw rping -V, 50 pings;
-#      as root over a 1500-MTU underlay namespace, so outer packets are
-#      really fragmented),
-#      and the quick tier of the guest matrix: ci/matrix.sh --quick
+#   3. the guest end-to-end tier, the quick tier of the guest matrix:
+#      ci/matrix.sh --quick
 #      (7.3: the switch between two guests, 256 MiB verified TCP with 1 and
 #      2 queue pairs, both QEMU forms, QEMU 11.1 and the stock 7.2; RSS,
 #      hash report and flow rules with 4 queue pairs; the emulated gVNIC as
@@ -33,7 +26,11 @@
 #      erdma function against rxe, and two QPs through its loopback;
 #      the upstream suites: rdma-core's tests/ on erdma vs rxe and the
 #      kernel's NIC selftests on the gVNIC vs virtio-net, one row per case
-#      judged against ci/upstream/*.expect; docs/upstream-suites.md)
+#      judged against ci/upstream/*.expect; docs/upstream-suites.md;
+#      the uplinks: a VXLAN and a TAP uplink against a Linux vxlan netdev
+#      and bridge in network namespaces, and a guest through each; two
+#      daemons joined only by default VXLAN uplinks, one guest each at MTU
+#      1500, over a 1500-MTU underlay namespace when root)
 # and ends with one line "N passed, M failed, K skipped" counting every
 # step, test and case. A step that cannot run here prints SKIPPED and why.
 #
@@ -164,41 +161,19 @@ fi
 [[ $ti -gt 0 ]] && echo "SKIPPED: $ti ignored cargo tests (see above)"
 
 # --- guest end-to-end tier -----------------------------------------------------------
-# guest_script NAME CMD...: run a guest script and add its closing
-# "N passed, M failed, K skipped" line to the totals.
-guest_script() { counted "guest end-to-end: $1" "$@"; }
-
-# The VXLAN and TAP uplinks against a Linux vxlan netdev and a Linux bridge
-# in network namespaces, then a guest reaching each namespace through them;
-# --no-e2e keeps the host-only cases. SKIPPED (with why) without root.
 if [[ $e2e -eq 1 ]]; then
     say "guest image, QEMU, ncdevmem, NIC selftests (the background build; waiting for it)"
     if wait "$assets_pid"; then
         passed=$((passed + 1)); echo "--- PASS guest assets"; note PASS "guest assets" "ok"
     else
         tail -n 30 "$jdir/guest-assets.log"
-        failed=$((failed + 1)); echo "--- FAIL guest assets (the guest scripts below try again)"
+        failed=$((failed + 1)); echo "--- FAIL guest assets (the matrix below tries again)"
         note FAIL "guest assets" "the background build failed: $(tail -n 1 "$jdir/guest-assets.log")"
     fi
     assets_pid=""
-    guest_script scripts/e2e-uplink.sh "$ROOT/scripts/e2e-uplink.sh" --profile debug
-else
-    guest_script "scripts/e2e-uplink.sh --no-guest" "$ROOT/scripts/e2e-uplink.sh" --profile debug --no-guest
-fi
-
-if [[ $e2e -eq 1 ]]; then
-    # Two daemons joined only by default kind=vxlan uplinks, guests at their
-    # default MTU 1500 (issue 27): as root, the daemons' underlay is a
-    # namespace loopback of MTU 1500, so full-size frames cross as IP
-    # fragments; without root, host loopback (the uplinks still must not drop).
-    vx_args=(--no-build --profile release --bytes 64M --case ping,tcp,rping-siw,uplink-mtu)
-    [[ $(id -u) -eq 0 ]] && vx_args+=(--underlay-mtu 1500)
-    guest_script "scripts/e2e-vxlan-guests.sh ${vx_args[*]}" "$ROOT/scripts/e2e-vxlan-guests.sh" "${vx_args[@]}"
-    # RDMA and SMC-R: the quick tier of the guest matrix (7.3/rxe: the
-    # rdma-core tools and the verbs tests; 7.3/smcr: SMC-R streams, every
-    # byte verified; tshark over both cells' captures; 7.3/vhost-*: one
-    # guest's rxe, siw or erdma against virtual hosts; 7.3/erdma-rxe; the
-    # upstream suites and the device-fault cells). The
+    # The quick tier of the guest matrix (the switch, RSS, the gVNIC, rxe
+    # and SMC-R, virtual hosts, erdma, the upstream suites, the
+    # device-fault cells, the uplinks and two daemons over VXLAN). The
     # whole matrix (6.12, siw, loss, failover, negative SMC cell) is the
     # second tier: ci/matrix.sh (ci/README.md, results in ci/RESULTS.md).
     # (its JUnit file is merged: its console repeats cell lines as records)
@@ -209,11 +184,9 @@ if [[ $e2e -eq 1 ]]; then
         "$ROOT/ci/matrix.sh" --quick --jobs 2 --junit "$jm"
     junit_in=("${junit_in[@]:0:${#junit_in[@]}-2}" --merge "$jm")
 else
-    skipped=$((skipped + 2))
-    echo "SKIPPED guest end-to-end tier (e2e-vxlan-guests, ci/matrix.sh --quick): --no-e2e given"
-    for t in e2e-vxlan-guests "ci/matrix.sh --quick"; do
-        note SKIPPED "$t" "--no-e2e given"
-    done
+    skipped=$((skipped + 1))
+    echo "SKIPPED guest end-to-end tier (ci/matrix.sh --quick): --no-e2e given"
+    note SKIPPED "ci/matrix.sh --quick" "--no-e2e given"
 fi
 
 if [[ -n $junit ]]; then

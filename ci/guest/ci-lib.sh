@@ -991,6 +991,97 @@ cell_vhost() {
     say "cell done"
 }
 
+# cell_vxlan basic|rdma: the guests on two daemons joined only by VXLAN
+# uplinks (guest-runner's matrix/vxlan.rs: daemon A serves the server's port,
+# daemon B the client's, each with a default `kind=vxlan` uplink `up`). Both
+# keep MTU 1500: full-size frames leave as 1550-byte outer packets (df
+# unset), fragmented where the underlay needs it. The host judges
+# uplink-mtu from both daemons' uplink counters.
+#   basic  ping; CI_VXLAN_BYTES of verified TCP; siw rping -V of 50 4 KiB
+#          pings (rping before the stream: after it the 7.3 siw once
+#          stalled at its first RDMA READ)
+#   rdma   over rxe: ibv_rc_pingpong -c; SMC-Rv2 (UEID) one verified stream
+#          each way; then daemon A's uplink drops 2 % and reorders 5 % of
+#          RoCEv2 (rules asked for through ci_ctl) and ibv_rc_pingpong -c
+#          must still complete
+cell_vxlan() {
+    net_up
+    if [ "$1" = basic ]; then
+        if [ "$ROLE" = client ]; then
+            _t0=$(now)
+            ping -c 5 -W 5 "$PEER" >"$CI_LOGDIR/ping.log" 2>&1
+            _rc=$?
+            _st=PASS
+            [ $_rc = 0 ] || _st=FAIL
+            result ping $_st $(($(now) - _t0)) "" "$(rc_str $_rc); $(grep -E 'transmitted|rtt' "$CI_LOGDIR/ping.log" | tr '\n' ' ')"
+        fi
+        rdma_dev_up siw siw0 || { echo "CI-ABORT reason=link-add"; exit 0; }
+        RPING_COUNT=50 tool_test rping-siw cm 7174 \
+            "rping -s -a $SELF -p 7174 -S 4096 -C 50 -v -V" \
+            "rping -c -a $PEER -p 7174 -S 4096 -C 50 -v -V" check_rping
+        rdma link delete siw0
+        smc_stream tcp-stream tcp "$CI_VXLAN_BYTES" 1 c2s 5201
+    else
+        smc_setup yes
+        gidx=$(roce_gid_index rxe0 "$SELF") || gidx=1
+        tool_test ibv_rc_pingpong tcp 18515 "ibv_rc_pingpong -d rxe0 -g $gidx -p 18515 -n 500 -c" \
+            "ibv_rc_pingpong -d rxe0 -g $gidx -p 18515 -n 500 -c $PEER" check_pingpong
+        smc_stream smc-c2s smcr 64M 1 c2s 7781
+        smc_stream smc-s2c smcr 64M 1 s2c 7782
+        if [ "$ROLE" = server ]; then
+            ci_ctl faults add --port up --dir both --proto udp --dst-port 4791 --action drop --prob 0.02 --seed 17
+            ci_ctl faults add --port up --dir both --proto udp --dst-port 4791 --action reorder --prob 0.05 \
+                --window 4 --hold-ms 20 --seed 18
+        fi
+        CI_TOOL_TIMEOUT=420 tool_test faults-rc tcp 18516 "ibv_rc_pingpong -d rxe0 -g $gidx -p 18516 -n 200 -c" \
+            "ibv_rc_pingpong -d rxe0 -g $gidx -p 18516 -n 200 -c $PEER" check_pingpong
+        [ "$ROLE" = server ] && ci_ctl faults list
+        diag rxe0
+    fi
+    say "cell done"
+}
+
+# cell_uplink: one guest (MTU 1450: the VXLAN path leaves 50 bytes of the
+# underlay's 1500 to the tunnel) behind the daemon's uplinks (guest-runner's
+# matrix/uplinks.rs): client A (CI_UPLINK_A) behind its VXLAN uplink, B
+# (CI_UPLINK_B) behind its TAP. Per client: ping it (guest-NAME-ping), then
+# CI_UPLINK_BYTES of TCP to its server while it streams as many to ours
+# (guest-NAME-tcp, both verified here). The host adds the clients' halves.
+cell_uplink() {
+    ip link set eth0 mtu 1450
+    net_up
+    for _path in "vxlan $CI_UPLINK_A 5311 5321" "tap $CI_UPLINK_B 5312 5322"; do
+        # shellcheck disable=SC2086 # four words
+        set -- $_path
+        _pn=$1 _peer=$2 _t0=$(now)
+        smc-guest-tests stream server --proto tcp --addr "$SELF" --port "$4" --bytes "$CI_UPLINK_BYTES" \
+            --seed 17 --once --accept-timeout 600 --io-timeout 300 >"$CI_LOGDIR/$_pn-in.log" 2>&1 &
+        _srv=$!
+        _i=0
+        until ping -c 1 -W 2 "$_peer" >/dev/null 2>&1; do _i=$((_i + 1)); [ $_i -ge 90 ] && break; sleep 1; done
+        ping -c 5 -i 0.5 -W 5 "$_peer" >"$CI_LOGDIR/$_pn-ping.log" 2>&1
+        _rc=$?
+        _st=PASS
+        [ $_rc = 0 ] || _st=FAIL
+        result "guest-$_pn-ping" $_st $(($(now) - _t0)) "" "$(rc_str $_rc); $(grep -E 'transmitted|rtt' "$CI_LOGDIR/$_pn-ping.log" | tr '\n' ' ')"
+        _t0=$(now)
+        smc-guest-tests stream client --proto tcp --addr "$_peer" --port "$3" --bytes "$CI_UPLINK_BYTES" \
+            --seed 17 --connect-timeout 300 --io-timeout 300 >"$CI_LOGDIR/$_pn-out.log" 2>&1
+        _rc=$?
+        wait $_srv
+        _rc_in=$?
+        _out=$(grep STREAM-RESULT "$CI_LOGDIR/$_pn-out.log" | tail -n 1)
+        _in=$(grep STREAM-RESULT "$CI_LOGDIR/$_pn-in.log" | tail -n 1)
+        _st=FAIL
+        case "$_rc $_rc_in $_out $_in" in
+            "0 0 "*verified=1*status=pass*verified=1*status=pass*) _st=PASS ;;
+        esac
+        result "guest-$_pn-tcp" $_st $(($(now) - _t0)) "" "to the client: $(rc_str $_rc) ${_out:-no STREAM-RESULT}; from it: $(rc_str $_rc_in) ${_in:-no STREAM-RESULT}"
+    done
+    ip -s link show eth0
+    say "cell done"
+}
+
 # RDMA devices in network namespaces (Documentation/infiniband/core_devices:
 # "rdma system set netns shared|exclusive"). cell_netns MODE, both roles on
 # their erdma function (CI_RDMA=erdma). The server sets the mode (only

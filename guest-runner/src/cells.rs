@@ -37,7 +37,8 @@ pub enum Role {
 
 /// Both guests.
 pub const BOTH: &[Role] = &[Role::Server, Role::Client];
-const SERVER: &[Role] = &[Role::Server];
+/// The server guest only.
+pub const SERVER: &[Role] = &[Role::Server];
 const HOST: &[Role] = &[Role::Host];
 
 /// An RDMA or NIC device of one role.
@@ -185,6 +186,14 @@ pub struct Cell {
     /// must show (the `vhost-*` cells).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub virtual_hosts: Option<VirtualHosts>,
+    /// The guests are on two daemons joined only by VXLAN uplinks
+    /// (`matrix::vxlan`; host row `uplink-mtu`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub vxlan_pair: bool,
+    /// The daemon runs in a lab of network namespaces with a VXLAN and a
+    /// TAP uplink to Linux clients (`matrix::uplinks`; needs root).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub uplinks: bool,
 }
 
 fn is_one(n: &u32) -> bool {
@@ -227,6 +236,8 @@ impl Cell {
             queues: 1,
             stock_qemu: false,
             virtual_hosts: None,
+            vxlan_pair: false,
+            uplinks: false,
         }
     }
 
@@ -295,8 +306,75 @@ pub fn capture_protos(cell: &str) -> &'static [&'static str] {
         Some("rxe") => &["infiniband"],
         Some("siw") => &["iwarp_mpa", "iwarp_ddp_rdmap"],
         Some("smcr") => &["smc", "infiniband"],
+        Some("vxlan") => &["infiniband"],
         _ => &[],
     }
+}
+
+/// The `uplinks` cell's client A, behind Linux VXLAN (`matrix::uplinks`).
+pub const UPLINK_PEER_A: &str = "10.77.0.21";
+/// The `uplinks` cell's client B, behind the TAP uplink.
+pub const UPLINK_PEER_B: &str = "10.77.0.22";
+/// The bytes of each of the `uplinks` cell's streams, host and guest.
+pub const UPLINK_STREAM_BYTES: u64 = 64 << 20;
+
+/// The cells whose guests are on two daemons joined only by VXLAN uplinks
+/// (`matrix::vxlan`): `vxlan` (ping, siw rping, verified TCP) or, with
+/// `rdma`, `vxlan-rdma` (rxe pingpong, SMC-Rv2 both ways, pingpong under
+/// loss and reordering on the uplink, the capture).
+fn vxlan(rdma: bool) -> Cell {
+    const BASE: &str = "two daemons joined only by their default `kind=vxlan` uplinks (VNI 77, \
+                        loopback underlay; as root a namespace whose loopback MTU is 1500, so \
+                        full-size frames cross as IP fragments), one guest on each at MTU 1500";
+    let mut c = if rdma {
+        let mut c = Cell::new(
+            &format!(
+                "{BASE}: rxe ibv_rc_pingpong -c; SMC-Rv2 64 MiB each way, verified, smc_mode=smcr; \
+                 ibv_rc_pingpong -c while daemon A's uplink drops 2 % and reorders 5 % of RoCEv2; \
+                 the capture decodes as RoCE"
+            ),
+            "cell_vxlan rdma",
+            vec![
+                row("link-add-rxe", BOTH),
+                row("smc-ueid", BOTH),
+                row("smc-devices", BOTH),
+                row("ibv_rc_pingpong", BOTH),
+                row("smc-c2s", BOTH),
+                row("smc-s2c", BOTH),
+                row("faults-rc", BOTH),
+                row("loss-evidence", HOST),
+                row("tshark", HOST),
+            ],
+            1500,
+        );
+        c.capture = true;
+        c.ctl_broker = true;
+        c
+    } else {
+        let mut c = Cell::new(
+            &format!(
+                "{BASE}: ping; siw rping -V, 50 pings of 4 KiB; 64 MiB of TCP, every byte verified"
+            ),
+            "cell_vxlan basic",
+            vec![
+                row("ping", &[Role::Client]),
+                row("link-add-siw", BOTH),
+                row("rping-siw", BOTH),
+                row("tcp-stream", BOTH),
+            ],
+            1200,
+        )
+        .env(&[("CI_VXLAN_BYTES", "64M")]);
+        // the siw cells' workaround: without it the 7.3 siw_accept() race
+        // left the server's QP deaf to the first FPDU
+        c.faults = vec![json!({"port": "a", "dir": "both", "proto": "tcp",
+                               "action": "mpa-settle", "delay-ms": 300})];
+        // the TCP stream's full-size frames: RoCE's (rxe MTU 1024) all fit
+        c.tests.push(row("uplink-mtu", HOST));
+        c
+    };
+    c.vxlan_pair = true;
+    c
 }
 
 /// The lossy cells' rules: on each of `ports`, 2 % drop and 5 % reorder
@@ -861,6 +939,39 @@ pub fn cells() -> BTreeMap<String, Cell> {
     gve.server_smp = 2;
     gve.ctl_broker = true;
     m.insert("gve".into(), gve);
+    let mut uplinks = Cell::new(
+        "the uplinks in a lab of network namespaces (root): the daemon's VXLAN uplink to a Linux \
+         vxlan netdev bridged to client A, its TAP uplink on a Linux bridge with client B; A and B \
+         ping vh and stream 64 MiB to each other, verified; 1500-byte DF pings cross as \
+         fragmented outer packets; the underlay decodes as VXLAN; one guest (MTU 1450) pings A \
+         and B, is pinged by them, and streams 64 MiB each way with each, verified at both ends",
+        "cell_uplink",
+        vec![
+            row("vxlan-ping", HOST),
+            row("tap-ping", HOST),
+            row("tcp", HOST),
+            row("mtu", HOST),
+            row("capture", HOST),
+            row("guest-vxlan-ping", SERVER),
+            row("guest-vxlan-tcp", SERVER),
+            row("guest-tap-ping", SERVER),
+            row("guest-tap-tcp", SERVER),
+        ],
+        1200,
+    )
+    .env(&[
+        ("CI_UPLINK_A", UPLINK_PEER_A),
+        ("CI_UPLINK_B", UPLINK_PEER_B),
+        (
+            "CI_UPLINK_BYTES",
+            &format!("{}M", UPLINK_STREAM_BYTES >> 20),
+        ),
+    ]);
+    uplinks.one_guest = true;
+    uplinks.uplinks = true;
+    m.insert("uplinks".into(), uplinks);
+    m.insert("vxlan".into(), vxlan(false));
+    m.insert("vxlan-rdma".into(), vxlan(true));
     m.insert("vhost-rxe".into(), vhost_roce(Device::Rxe));
     m.insert("vhost-erdma".into(), vhost_roce(Device::Erdma));
     m.insert("vhost-siw".into(), vhost_iwarp());
@@ -1039,6 +1150,9 @@ pub fn cell_order() -> Vec<&'static str> {
         "smc-noueid",
         "vhost-rxe",
         "vhost-siw",
+        "uplinks",
+        "vxlan",
+        "vxlan-rdma",
     ]
     .iter()
     .chain(lossy)

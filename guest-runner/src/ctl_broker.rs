@@ -1,14 +1,15 @@
 //! The broker of the cells whose guests ask for `ctl` (`guest-runner
 //! ctl-broker`): runs `vhost-rdma ctl ARGS` against the cell's daemon for
 //! its guests, so that each fault case arms its fault exactly when its
-//! traffic is ready, and the gve cell's status snapshots show the device
-//! at the moment its rows describe.
+//! traffic is ready, the gve cell's status snapshots show the device at
+//! the moment its rows describe, and `vxlan-rdma` adds its loss rules once
+//! its loss-free rows are done.
 //!
 //! A guest (`ci-lib.sh` `ci_ctl`) writes its request, one argument per
 //! line, to `/job/ctl-req.N` (written as `.tmp` and renamed, so it is whole
 //! when seen); the answer goes to `/job/ctl-rep.N` the same way: a first
-//! line `rc=RC`, then ctl's stdout and stderr. Only the commands a fault
-//! case needs run ([`ALLOWED`], after an optional leading `--json`; never
+//! line `rc=RC`, then ctl's stdout and stderr. Only the commands these
+//! cells need run ([`ALLOWED`]: none that writes a file the guest names, after an optional leading `--json`; never
 //! with another daemon's `--control` or a `--pid`): anything else is
 //! answered `rc=2` without running. Every request and answer is logged to
 //! `ctl-broker.log` in the cell's dir. The broker runs until SIGTERM, then
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The `ctl` commands a guest may have run.
-pub const ALLOWED: [&str; 4] = ["device-fault", "link", "trace", "status"];
+pub const ALLOWED: [&str; 5] = ["device-fault", "faults", "link", "trace", "status"];
 
 /// Where and for whom to broker.
 #[derive(Debug, Clone, clap::Args)]
@@ -259,7 +260,8 @@ mod tests {
             &["shutdown"],
             &["--control", "/x", "status"],
             &[],
-            &["faults", "add"],
+            // a capture writes a file the guest names
+            &["capture", "start", "--file", "/etc/x"],
         ];
         for (n, args) in reqs.iter().enumerate() {
             c.request("a", n as u32 + 1, args);
@@ -271,6 +273,7 @@ mod tests {
         assert!(!c.dir.join("argv").exists());
         let a = |v: &[&str]| allowed(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert!(a(&["link", "--port", "ag", "down"]));
+        assert!(a(&["faults", "add", "--port", "up", "--action", "drop"]));
         assert!(a(&["trace", "stop", "--port", "ar"]));
         assert!(!a(&["trace", "--control=/tmp/other.sock"]));
         assert!(!a(&["status", "--pid", "1"]));

@@ -34,11 +34,33 @@ impl Daemon {
         sockets: &[PathBuf],
         log: &Path,
     ) -> Result<Self, String> {
+        Self::start_in(None, binary, args, control, sockets, log)
+    }
+
+    /// [`Daemon::start`] inside network namespace `netns` (`ip netns
+    /// exec`): its sockets are files, so QEMU and `ctl` reach it from the
+    /// host's namespace.
+    pub fn start_in(
+        netns: Option<&str>,
+        binary: &Path,
+        args: &[String],
+        control: &Path,
+        sockets: &[PathBuf],
+        log: &Path,
+    ) -> Result<Self, String> {
         let out = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out
             .try_clone()
             .map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(binary)
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        let child = cmd
             .arg("serve")
             .args(args)
             .env("NO_COLOR", "1")

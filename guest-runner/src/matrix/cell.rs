@@ -25,7 +25,8 @@ use crate::daemon::{self, Daemon};
 use crate::setup;
 use crate::virtual_hosts::VirtualHosts;
 
-use super::{obj, s, Run};
+use super::uplinks::Uplinks;
+use super::{obj, s, say, vxlan, Run};
 
 /// How long one `ctl` request of the matrix may take.
 const CTL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -163,6 +164,7 @@ pub fn job_script(
 fn daemon_args(
     d: &Path,
     cell: &Cell,
+    roles: &[Role],
     faults: bool,
     readme_gve: Option<&str>,
 ) -> (Vec<String>, Vec<PathBuf>) {
@@ -175,7 +177,7 @@ fn daemon_args(
     }
     let mut sockets = Vec::new();
     let sock = |n: &str| d.join(format!("{n}.sock"));
-    for &role in cell.roles() {
+    for &role in roles {
         let mut nics = vec![guest(role)];
         if cell.nics > 1 {
             nics.push(guest_nic1(role));
@@ -530,7 +532,7 @@ fn end_process(child: Option<Child>, grace: f64) {
 }
 
 /// SIGTERM to `pid` (the guests' runner: it stops its QEMUs).
-fn sigterm(pid: u32) {
+pub(super) fn sigterm(pid: u32) {
     // SAFETY: a plain kill(2) of our own child's pid.
     unsafe {
         libc::kill(pid as libc::pid_t, libc::SIGTERM);
@@ -572,6 +574,9 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
     }
     let mut dm = None;
     let mut start_err = None;
+    let mut underlay: Option<vxlan::Underlay> = None;
+    let mut lab: Option<Uplinks> = None;
+    let mut skip_why = None;
     let readme = cell.readme_gve.then(|| readme_gve(&r.root));
     if let Some(Err(e)) = &readme {
         problems.push(e.clone());
@@ -585,27 +590,89 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
         if !config.is_empty() {
             let _ = std::fs::write(d.join("daemon.toml"), config);
         }
-        let (args, sockets) = daemon_args(
+        // a vxlan pair: daemon A serves the server, B (started below) the client
+        let roles = if cell.vxlan_pair {
+            cells::SERVER
+        } else {
+            cell.roles()
+        };
+        let (mut args, sockets) = daemon_args(
             &d,
             cell,
+            roles,
             !faults.is_empty() || cell.virtual_hosts.is_some(),
             readme_opts,
         );
-        match Daemon::start(
-            &r.daemon_bin,
-            &args,
-            &d.join("ctl.sock"),
-            &sockets,
-            &d.join("daemon.log"),
-        ) {
-            Ok(x) => dm = Some(x),
-            Err(e) => start_err = Some(e),
+        if cell.vxlan_pair {
+            match vxlan::Underlay::new(&d) {
+                Ok(u) => {
+                    println!("   underlay: {}", u.describe());
+                    extra.push(("underlay", s(&u.describe())));
+                    args.extend(["--port".into(), u.uplink_arg(true)]);
+                    underlay = Some(u);
+                }
+                Err(e) => start_err = Some(format!("the VXLAN underlay: {e}")),
+            }
         }
+        if cell.uplinks && start_err.is_none() {
+            if !vxlan::is_root() {
+                skip_why = Some("needs root (network namespaces, TAP devices)".to_string());
+            } else {
+                match Uplinks::new(&d, &r.vrbin.join("bin/smc-guest-tests")) {
+                    Ok(u) => {
+                        args.extend(u.daemon_args());
+                        lab = Some(u);
+                    }
+                    Err(e) => start_err = Some(format!("the uplinks' namespaces: {e}")),
+                }
+            }
+        }
+        let netns = underlay
+            .as_ref()
+            .and_then(|u| u.netns())
+            .or(lab.as_ref().map(|u| u.daemon_netns()));
+        if start_err.is_none() && skip_why.is_none() {
+            match Daemon::start_in(
+                netns,
+                &r.daemon_bin,
+                &args,
+                &d.join("ctl.sock"),
+                &sockets,
+                &d.join("daemon.log"),
+            ) {
+                Ok(x) => dm = Some(x),
+                Err(e) => start_err = Some(e),
+            }
+        }
+        if let (Some(u), Some(_)) = (lab.as_ref(), &dm) {
+            if let Err(e) = u.attach_tap() {
+                start_err = Some(format!("the TAP uplink: {e}"));
+            }
+        }
+        if let (Some(u), None) = (underlay.as_mut(), &start_err) {
+            let (b_args, b_sockets) = daemon_args(&d, cell, &[Role::Client], false, None);
+            let port_b = b_args.get(1).cloned().unwrap_or_default();
+            let sock_b = b_sockets.first().cloned().unwrap_or_default();
+            if let Err(e) = u.start_b(&r.daemon_bin, &d, &port_b, sock_b) {
+                start_err = Some(format!("daemon B: {e}"));
+            }
+        }
+    } else if cell.vxlan_pair {
+        problems.push("two daemons joined by VXLAN need the daemon (--net vhost-user)".into());
     }
-    if let Some(err) = start_err {
+    if let Some(why) = skip_why {
+        tests = cell.tests.iter().map(|t| row(&t.0, "SKIP", &why)).collect();
+    } else if let Some(err) = start_err {
         problems.push(err.clone());
         tests = fail_rows(cell, &err);
     } else {
+        // the uplinks' host rows, then the clients wait for the guest
+        let mut lab_rows = Vec::new();
+        if let Some(u) = lab.as_mut() {
+            say("the uplinks' host rows (namespaces A and B, no guest yet)");
+            lab_rows = u.host_rows(&r.daemon_bin, &d);
+            u.start_peers(&r.daemon_bin, &d, cell_timeout(r, cell));
+        }
         let bin = &r.daemon_bin;
         let pcap = d.join("fabric.pcapng");
         let capped = Arc::new(Mutex::new(None::<i128>));
@@ -874,6 +941,10 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 extra.push(("daemon_counters", dc));
             }
         }
+        let uplink_mtu = underlay.as_mut().map(|u| u.finish(bin, &d, &mut problems));
+        if let Some(u) = lab.as_mut() {
+            u.finish_peers(bin, &d);
+        }
         let hosts = if vhost && cell.virtual_hosts.is_some() {
             let h = ctl_json(bin, &d, &["hosts"]);
             if let Some(h) = &h {
@@ -910,7 +981,9 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 extra.push(("traces", Json::Array(traces)));
             }
         }
-        let fault_list = if faults.is_empty() || !vhost {
+        // a cell may also add its loss rules at run time (vxlan-rdma, through the broker)
+        let loss_rows = cell.test_names().any(|t| t == "loss-evidence");
+        let fault_list = if (faults.is_empty() && !loss_rows) || !vhost {
             None
         } else {
             ctl_json(bin, &d, &["faults", "list"])
@@ -1005,6 +1078,22 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
         }
         if cell.readme_gve {
             tests = gve_device_rows(tests, &d, readme_opts);
+        }
+        if let Some(u) = &lab {
+            tests = u.guest_rows(tests);
+            for t in lab_rows {
+                if let Some(x) = tests.iter_mut().find(|x| x.at("test") == t.at("test")) {
+                    *x = t;
+                }
+            }
+        }
+        if let Some(t) = uplink_mtu {
+            if let Some(x) = tests
+                .iter_mut()
+                .find(|x| x.at("test").str() == "uplink-mtu")
+            {
+                *x = t;
+            }
         }
         if let Some(child) = rss {
             let t = rss_host_row(child, &d);
@@ -1357,7 +1446,7 @@ fn virtual_host_rows(vh: &VirtualHosts, tests: Vec<Json>, hosts: Option<&Json>) 
 
 /// Row `t` with the host's half of its verdict: FAIL unless the host's
 /// check passed (`ok`), its `note` after the guests' detail.
-fn with_host_half(t: Json, ok: bool, note: &str) -> Json {
+pub(super) fn with_host_half(t: Json, ok: bool, note: &str) -> Json {
     let status = if ok { t.at("status").str() } else { "FAIL" }.to_string();
     let detail = format!("{}; {note}", t.at("detail").str());
     with_key(with_key(t, "status", s(&status)), "detail", s(&detail))
@@ -1429,7 +1518,7 @@ fn host_rows(
             hostrows::checker_clean(checker.unwrap_or(&Json::Null)),
         ));
     }
-    if !cell.faults.is_empty() {
+    if !cell.faults.is_empty() || cell.test_names().any(|t| t == "loss-evidence") {
         // the erdma functions' RC engines run in the daemon: their recovery counters are its own
         let mut cnt: Vec<(String, Json)> = extra
             .iter()
@@ -1656,7 +1745,7 @@ mod tests {
     #[test]
     fn a_cells_daemon_has_the_cells_ports() {
         let m = cells::cells();
-        let (args, socks) = daemon_args(Path::new("/w"), &m["erdma-rxe"], false, None);
+        let (args, socks) = daemon_args(Path::new("/w"), &m["erdma-rxe"], BOTH, false, None);
         let ports: Vec<&String> = args.iter().skip(1).step_by(2).take(3).collect();
         assert_eq!(
             ports[0],
@@ -1675,7 +1764,7 @@ mod tests {
                 "/w/b.sock".into()
             ]
         );
-        let (args, _) = daemon_args(Path::new("/w"), &m["gve-faults"], false, None);
+        let (args, _) = daemon_args(Path::new("/w"), &m["gve-faults"], BOTH, false, None);
         assert!(
             args.iter()
                 .any(|a| a.starts_with("ag=/w/ag.sock,kind=gve,queues=")),

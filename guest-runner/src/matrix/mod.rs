@@ -15,6 +15,8 @@
 
 pub mod cell;
 pub mod select;
+pub mod uplinks;
+pub mod vxlan;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -6,7 +6,7 @@ use crate::cells::{cell_order, ERDMA_CELLS, EXTRA_CELLS, KERNELS, LOSSY_CELLS};
 
 /// The CI tier: gve-faults and erdma-faults mostly wait for driver
 /// timeouts and run beside the others with `--jobs 2`.
-pub const QUICK: [(&str, &str); 17] = [
+pub const QUICK: [(&str, &str); 19] = [
     ("7.3", "fabric-pci-1q"),
     ("7.3", "fabric-pci-2q"),
     ("7.3", "fabric-testdev-1q"),
@@ -17,6 +17,8 @@ pub const QUICK: [(&str, &str); 17] = [
     ("7.3", "vhost-rxe"),
     ("7.3", "vhost-siw"),
     ("7.3", "vhost-erdma"),
+    ("7.3", "uplinks"),
+    ("7.3", "vxlan"),
     ("7.3", "gve"),
     ("7.3", "erdma-rxe"),
     ("7.3", "erdma-smcr"),
