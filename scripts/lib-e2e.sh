@@ -1,7 +1,6 @@
 # shellcheck shell=bash
-# Shared by the host side of the guest scripts not yet in the matrix (the
-# benches, the demo): logs, result
-# bookkeeping, daemon lifetime, the build, the two-guest runner
+# Shared by the host side of the guest benches not yet in the runner: logs,
+# result bookkeeping, daemon lifetime, the build, the two-guest runner
 # (e2e_run_pair), and the guest image / QEMU preparation. The caller sets
 # E2E_NAME and the defaults of build, profile, image, qemu, accel, timeout,
 # logdir and keep_logs (kernel_image, kernel_append: a bring-your-own
@@ -215,22 +214,10 @@ e2e_prepare() {
     say "image: $image, qemu: $qemu"
 }
 
-# verdict CASE PASS_TEXT: PASS with PASS_TEXT when the caller's array
-# `why` (its reasons to fail) is empty, else FAIL with the reasons.
-verdict() {
-    if ((${#why[@]} == 0)); then
-        record PASS "$1" "$2"
-    else
-        local j
-        printf -v j '%s; ' "${why[@]}"
-        record FAIL "$1" "${j%; } (logs: $d)"
-    fi
-}
-
 # e2e_run_pair: boots guest A (run-guests arguments in the array RG_A, logs
 # in $d/ga) and guest B (RG_B, $d/gb) at once, both with the --guest-bin
-# $vrbin; calls e2e_tick (if the script defines it) every second while they
-# run, reports A's progress ("CASE" lines) every 15 s; sets ra and rb (the
+# $vrbin; while they run, reports A's progress ("CASE" lines) every 15 s;
+# sets ra and rb (the
 # run-guests exits), then saves the daemon's status in $d/ctl-status.{txt,json}.
 e2e_run_pair() {
     local t0=$SECONDS last=$SECONDS pa pb
@@ -242,7 +229,6 @@ e2e_run_pair() {
     pb=$!
     while kill -0 "$pa" 2>/dev/null || kill -0 "$pb" 2>/dev/null; do
         sleep 1
-        if declare -F e2e_tick >/dev/null; then e2e_tick; fi
         if ((SECONDS - last >= 15)); then
             last=$SECONDS
             say "guests running ($((SECONDS - t0)) s): A $(grep -c '^CASE' "$d/ga/a.job/out.log" 2>/dev/null) cases done"

@@ -1,7 +1,6 @@
-//! `guest-results demo-view`: the few facts `scripts/demo.sh` reads out of
-//! the daemon's `ctl --json` replies and out of tshark's protocol hierarchy,
-//! one line of plain words each, so that the demo's shell only compares
-//! numbers.
+//! The few facts the demo (`guest-runner demo`, scripts/demo.sh) reads out
+//! of the daemon's `ctl --json` replies and out of tshark's protocol
+//! hierarchy, one line of plain words each: what it prints and compares.
 //!
 //! A reply that is missing or not JSON reads as empty: the demo asks while
 //! the daemon may be starting or gone, and an empty answer ("0 ...") is the

@@ -23,8 +23,8 @@
 //!   (`guest-results daemon-cpu sample|bursts`).
 //! - [`plot`]: SVG charts of the bench and soak tables (`guest-results plot`).
 //! - [`rss_host`]: the host side of the matrix's rss cell (`guest-runner rss-host`).
-//! - [`demo_view`]: the facts scripts/demo.sh reads from the daemon's replies
-//!   (`guest-results demo-view`).
+//! - [`demo_view`]: the facts the demo (`guest-runner demo`) reads from the
+//!   daemon's replies.
 
 pub mod cell;
 pub mod daemon_cpu;

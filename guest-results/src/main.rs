@@ -112,12 +112,6 @@ enum Cmd {
         #[arg(long, default_value = "")]
         date: String,
     },
-    /// One fact the demo (scripts/demo.sh) reads from the daemon's `ctl --json` replies or from
-    /// tshark's protocol hierarchy, printed as one line of words (a missing reply reads as empty).
-    DemoView {
-        #[command(subcommand)]
-        view: DemoView,
-    },
     /// SVG charts next to the bench and soak tables: one horizontal bar chart per numeric column
     /// of a Markdown table (guest_results::plot documents the table rules), or with --csv a line
     /// chart of --y over --x (the soak's rss.csv).
@@ -147,32 +141,6 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DaemonCpuCmd,
     },
-}
-
-#[derive(Subcommand)]
-enum DemoView {
-    /// "OK FAILED ITERATIONS VERIFIED ERROR" of the virtual host's service KIND on PORT
-    Svc {
-        hosts: PathBuf,
-        kind: String,
-        port: String,
-    },
-    /// the virtual hosts' events not shown yet ("HOST: EVENT"); SEEN remembers what was shown
-    Events { hosts: PathBuf, seen: PathBuf },
-    /// the bytes each port moved since BASE (`ctl --json status` replies)
-    Rates { status: PathBuf, base: PathBuf },
-    /// "N TEXT": SMC-R v2 sessions the checker saw confirmed
-    Smc { flows: PathBuf },
-    /// "RC_CONNS SMC_LINK_CONNS IWARP SMC_V2_CONFIRMED"
-    Flows { flows: PathBuf },
-    /// the checker's findings total
-    Findings { findings: PathBuf },
-    /// the erdma functions' counters, a few lines
-    Erdma { status: PathBuf },
-    /// "SPLIT_PACKETS HEADER_BYTES PAYLOAD_BYTES RX_PACKETS" of the gVNIC
-    Gve { status: PathBuf },
-    /// "ROCE SMC_R CLC IWARP MALFORMED" frames in tshark's `-z io,phs` output
-    Phs { file: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -385,7 +353,6 @@ fn main() -> anyhow::Result<ExitCode> {
             };
             return write_report(&runs, &out, combine, order, &date);
         }
-        Cmd::DemoView { view } => demo_view(view)?,
         Cmd::Plot {
             input,
             out,
@@ -457,26 +424,6 @@ fn daemon_cpu(cmd: DaemonCpuCmd) -> anyhow::Result<()> {
                 println!("{line}");
             }
         }
-    }
-    Ok(())
-}
-
-/// `guest-results demo-view`: one line (nothing for an empty view).
-fn demo_view(view: DemoView) -> anyhow::Result<()> {
-    use guest_results::demo_view as dv;
-    let line = match view {
-        DemoView::Svc { hosts, kind, port } => dv::service(&hosts, &kind, &port),
-        DemoView::Events { hosts, seen } => dv::events(&hosts, &seen)?,
-        DemoView::Rates { status, base } => dv::rates(&status, &base),
-        DemoView::Smc { flows } => dv::smc(&flows),
-        DemoView::Flows { flows } => dv::flows(&flows),
-        DemoView::Findings { findings } => dv::findings(&findings),
-        DemoView::Erdma { status } => dv::erdma(&status),
-        DemoView::Gve { status } => dv::gve(&status),
-        DemoView::Phs { file } => dv::phs(&std::fs::read_to_string(&file).unwrap_or_default()),
-    };
-    if !line.is_empty() {
-        println!("{line}");
     }
     Ok(())
 }

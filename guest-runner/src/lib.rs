@@ -6,7 +6,8 @@
 //! result; `guest-runner kernel-check PATH` checks a bring-your-own guest
 //! kernel image; `guest-runner soak` (scripts/soak.sh) runs the soak: one
 //! daemon, four guests, N minutes, the daemon's memory judged;
-//! `guest-runner matrix` (ci/matrix.sh) runs the guest test matrix.
+//! `guest-runner matrix` (ci/matrix.sh) runs the guest test matrix;
+//! `guest-runner demo` (scripts/demo.sh) runs the demo.
 //!
 //! The guest protocol (scripts/guest/vr-init in the image):
 //!
@@ -23,7 +24,7 @@
 //! the tests run it), [`setup`] (binaries, QEMU, images), [`soak`] (the
 //! soak), [`cells`] (the guest test matrix's cells), [`matrix`] (its run), [`stuck`] (why a matrix guest stopped), [`ctl_broker`]
 //! (the fault cells' `ctl` requests), [`failover`] (the failover cell's
-//! link changes and evidence).
+//! link changes and evidence), [`demo`] (the demo's steps and verdicts).
 
 pub mod bench_smc;
 pub mod boot;
@@ -31,6 +32,7 @@ pub mod cells;
 pub mod console;
 pub mod ctl_broker;
 pub mod daemon;
+pub mod demo;
 pub mod failover;
 pub mod kernel;
 pub mod matrix;

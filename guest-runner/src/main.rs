@@ -1,5 +1,5 @@
 //! `guest-runner`: `boot` (scripts/run-guests), `kernel-check PATH`, `soak` (scripts/soak.sh),
-//! `matrix` (ci/matrix.sh) and the matrix's helpers.
+//! `matrix` (ci/matrix.sh) and the matrix's helpers, `demo` (scripts/demo.sh).
 
 use clap::{Parser, Subcommand};
 use guest_runner::{boot, kernel, options, soak};
@@ -39,6 +39,12 @@ enum Cmd {
         after_help = "Results: ci/results/DATE/ (results.json, results.md, logs of failed cells)."
     )]
     Matrix(Box<guest_runner::matrix::MatrixOptions>),
+    /// The demo (scripts/demo.sh): builds what it needs, starts the daemon (erdma, gVNIC, a
+    /// virtual host) and two Linux 7.3 guests, and runs eight steps (iWARP and RoCE rping, SMC-R
+    /// v2, ibv_rc_pingpong, TCP through the gVNIC with header split, the daemon's view, the
+    /// capture through tshark), each judged from verified output, then a table of their times.
+    /// Exit 0 when no step failed.
+    Demo(Box<guest_runner::demo::DemoOptions>),
     /// SMC-R against TCP between two guests on the daemon (ci/bench-smc.sh): throughput, the
     /// tool's and the whole guest's CPU per GiB, per connection count; table in
     /// RESULTS/bench.md. Exit 0 when every stream passed.
@@ -103,6 +109,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::FailoverDriver(o) => guest_runner::failover::run(&o),
         Cmd::Matrix(o) => guest_runner::matrix::run(*o),
         Cmd::BenchSmc(o) => guest_runner::bench_smc::run(*o),
+        Cmd::Demo(o) => guest_runner::demo::run(*o),
         Cmd::RssHost {
             daemon,
             ctl_sock,

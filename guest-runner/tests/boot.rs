@@ -442,20 +442,21 @@ fn the_demo_takes_the_same_kernel_options() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let text = f.p("notes.txt");
     std::fs::write(&text, "not a kernel\n".repeat(100)).unwrap();
-    let path = format!("{root}/scripts/demo.sh");
-    let out = Command::new("bash")
-        .args([&path, "--help"])
+    let runner = env!("CARGO_BIN_EXE_guest-runner");
+    let out = Command::new(runner)
+        .args(["demo", "--help"])
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
     assert!(
-        help.contains("--kernel PATH") && help.contains("--append ARGS"),
+        help.contains("--kernel <KERNEL>") && help.contains("--append <APPEND>"),
         "{help}"
     );
     let logdir = f.p("log-demo");
-    let out = Command::new("bash")
-        .args([&path, "--no-build", "--kernel", &text, "--logdir", &logdir])
+    let out = Command::new(runner)
+        .env("VHOST_RDMA_ROOT", root)
+        .args(["demo", "--no-build", "--kernel", &text, "--logdir", &logdir])
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
