@@ -1041,6 +1041,37 @@ cell_vxlan() {
     say "cell done"
 }
 
+# cell_iperf: iperf3 between the guests (guest-runner bench-fabric, on the
+# daemon's path and on QEMU's own): for -P 1 and -P 4 the server serves one
+# test, the client runs -t CI_IPERF_SECS and keeps iperf3's JSON in
+# /job/iperf-PN.json (the host reads the receiver's rate from it).
+cell_iperf() {
+    net_up
+    for _p in 1 4; do
+        _t0=$(now)
+        if [ "$ROLE" = server ]; then
+            iperf3 -s -1 -p 5201 >"$CI_LOGDIR/iperf-server-P$_p.log" 2>&1 &
+            srv_pid=$!
+            wait_listen tcp 5201
+            barrier "iperf3 -P $_p listening"
+            wait "$srv_pid"
+            _rc=$?
+            srv_pid=
+        else
+            barrier "iperf3 -P $_p listening"
+            # bounded: a stalled data path must not hang the whole benchmark
+            timeout $((CI_IPERF_SECS + 60)) iperf3 -c "$PEER" -p 5201 -t "$CI_IPERF_SECS" -P $_p -J \
+                >"$CI_LOGDIR/iperf-P$_p.json" 2>"$CI_LOGDIR/iperf-P$_p.err"
+            _rc=$?
+        fi
+        _st=PASS
+        [ $_rc = 0 ] || _st=FAIL
+        result "iperf3-P$_p" $_st $(($(now) - _t0)) "" "$(rc_str $_rc)"
+        barrier "iperf3 -P $_p done"
+    done
+    say "cell done"
+}
+
 # cell_uplink: one guest (MTU 1450: the VXLAN path leaves 50 bytes of the
 # underlay's 1500 to the tunnel) behind the daemon's uplinks (guest-runner's
 # matrix/uplinks.rs): client A (CI_UPLINK_A) behind its VXLAN uplink, B

@@ -11,13 +11,13 @@
 //! bench.json, a chart to bench.svg.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use clap::Parser;
 use guest_results::pyjson::Json;
 
+use crate::bench::{self, BenchSetup};
 use crate::cells::{self, Cell, TestRow, KERNELS};
-use crate::matrix::{self, cell, MatrixOptions, Run};
+use crate::matrix::{self, cell};
 use crate::setup::{self, GuestSetup};
 
 /// The bench's options (`ci/bench-smc.sh --help`).
@@ -50,14 +50,6 @@ pub struct BenchSmcOptions {
     /// echo all guest output
     #[arg(long, short = 'v')]
     pub verbose: bool,
-}
-
-/// The matrix's options with the bench's settings, as if given on its
-/// command line.
-#[derive(Parser)]
-struct AsMatrix {
-    #[command(flatten)]
-    o: MatrixOptions,
 }
 
 /// One guest's `CI-BENCH` lines as key/value maps.
@@ -190,39 +182,6 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         return fail("--total must divide by every --conns value");
     }
     let protos: Vec<&str> = b.protos.split(',').filter(|p| !p.is_empty()).collect();
-    let root = setup::repo_root();
-    let date = setup::date_stamp();
-    let resdir = b
-        .results
-        .clone()
-        .map(|p| PathBuf::from(crate::paths::abspath(&p.display().to_string())))
-        .unwrap_or_else(|| root.join("ci/results").join(format!("bench-smc-{date}")));
-    let _ = std::fs::create_dir_all(&resdir);
-    let Ok(work) = crate::paths::mkdtemp("vr-bench-smc.").map(PathBuf::from) else {
-        return fail("cannot make a work dir");
-    };
-    let mut args = vec![
-        "bench-smc".to_string(),
-        "--accel".into(),
-        b.setup.accel.clone(),
-        "--keep-logs".into(),
-    ];
-    args.extend([
-        "--timeout".into(),
-        b.timeout.to_string(),
-        "--profile".into(),
-        b.profile.clone(),
-    ]);
-    if b.setup.no_build {
-        args.push("--no-build".into());
-    }
-    if b.verbose {
-        args.push("--verbose".into());
-    }
-    if let Some(q) = &b.setup.qemu {
-        args.extend(["--qemu".into(), q.clone()]);
-    }
-    let o = AsMatrix::parse_from(args).o;
     let names: Vec<String> = conns
         .iter()
         .flat_map(|c| protos.iter().map(move |p| format!("bench-{p}-{c}")))
@@ -244,44 +203,32 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         b.timeout,
     );
     let conns_env: Vec<String> = conns.iter().map(u32::to_string).collect();
-    let mut run = Run {
-        o,
-        root: root.clone(),
-        resdir: resdir.clone(),
-        cells: BTreeMap::from([("smc-bench".to_string(), bench_cell)]),
-        job_env: vec![
-            ("CI_BENCH_CONNS".into(), conns_env.join(" ")),
-            ("CI_BENCH_TOTAL_MIB".into(), b.total.to_string()),
-            ("CI_BENCH_PROTOS".into(), protos.join(" ")),
-        ],
-        daemon_bin: setup::target_dir(&root, &b.profile).join("vhost-rdma"),
-        vrbin: work.join("vrbin"),
-        qemu: String::new(),
-        image: String::new(),
-        kernel_image: None,
-        kernel_version: None,
+    let bs = BenchSetup {
+        tool: "bench-smc",
+        kernel: &b.kernel,
+        setup: &b.setup,
+        profile: &b.profile,
+        timeout: b.timeout,
+        verbose: b.verbose,
+        results: b.results.as_deref(),
     };
-    let sel = [(b.kernel.clone(), "smc-bench".to_string())];
-    if let Err(e) = matrix::prepare(&mut run, &sel, &work) {
-        return fail(&e);
-    }
+    let env = vec![
+        ("CI_BENCH_CONNS".into(), conns_env.join(" ")),
+        ("CI_BENCH_TOTAL_MIB".into(), b.total.to_string()),
+        ("CI_BENCH_PROTOS".into(), protos.join(" ")),
+    ];
+    let cells = BTreeMap::from([("smc-bench".to_string(), bench_cell)]);
+    let (run, work) = match bench::prepare(&bs, cells, env) {
+        Ok(x) => x,
+        Err(e) => return fail(&e),
+    };
+    let (root, resdir, date) = (run.root.clone(), run.resdir.clone(), setup::date_stamp());
     if let Err(e) = setup::copy(
         &root.join("ci/guest/bench-smc.sh"),
         &run.vrbin.join("ci/bench-smc.sh"),
     ) {
         return fail(&e);
     }
-    let image = b.setup.image.clone().or_else(|| {
-        setup::last_line(
-            std::process::Command::new(root.join("scripts/build-guest-image.sh"))
-                .args(["--kernel", &b.kernel]),
-            &work.join("image.log"),
-        )
-    });
-    let Some(image) = image.filter(|i| Path::new(i).join("bzImage").is_file()) else {
-        return fail(&format!("no guest image for kernel {}", b.kernel));
-    };
-    run.image = image;
     let res = match cell::run_cell(&run, &b.kernel, "smc-bench", &work) {
         Ok(r) => r,
         Err(cell::Interrupted) => return fail("interrupted"),

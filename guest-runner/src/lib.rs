@@ -26,6 +26,8 @@
 //! (the fault cells' `ctl` requests), [`failover`] (the failover cell's
 //! link changes and evidence), [`demo`] (the demo's steps and verdicts).
 
+pub mod bench;
+pub mod bench_fabric;
 pub mod bench_smc;
 pub mod boot;
 pub mod cells;

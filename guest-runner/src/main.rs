@@ -45,6 +45,10 @@ enum Cmd {
     /// capture through tshark), each judged from verified output, then a table of their times.
     /// Exit 0 when no step failed.
     Demo(Box<guest_runner::demo::DemoOptions>),
+    /// Guest-to-guest TCP (iperf3, 1 and 4 streams) through the daemon and through QEMU's own
+    /// `-netdev stream` link, as one table with the ratio; then the in-process fabric benchmark
+    /// (scripts/bench-fabric.sh). Exit 0 when every path and the cargo bench passed.
+    BenchFabric(Box<guest_runner::bench_fabric::BenchFabricOptions>),
     /// SMC-R against TCP between two guests on the daemon (ci/bench-smc.sh): throughput, the
     /// tool's and the whole guest's CPU per GiB, per connection count; table in
     /// RESULTS/bench.md. Exit 0 when every stream passed.
@@ -110,6 +114,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Matrix(o) => guest_runner::matrix::run(*o),
         Cmd::BenchSmc(o) => guest_runner::bench_smc::run(*o),
         Cmd::Demo(o) => guest_runner::demo::run(*o),
+        Cmd::BenchFabric(o) => guest_runner::bench_fabric::run(*o),
         Cmd::RssHost {
             daemon,
             ctl_sock,
