@@ -5,7 +5,7 @@
 //! (client), rxe0 and the same UEID in both; then for each connection
 //! count `smc-guest-tests stream --proto smc` and `--proto tcp` (client ->
 //! server, the same total bytes), barriers between the phases (guest side:
-//! ci/guest/bench-smc.sh on ci/guest/ci-lib.sh). Each guest prints a
+//! ci/guest/bench.sh on ci/guest/ci-lib.sh). Each guest prints a
 //! `CI-BENCH key=value ...` line per stream; the Markdown table goes to
 //! RESULTS/bench.md (and stdout), the raw rows and the cell's record to
 //! bench.json, a chart to bench.svg.
@@ -198,7 +198,7 @@ pub fn run(b: BenchSmcOptions) -> i32 {
     );
     let bench_cell = Cell::new(
         &what,
-        ". /opt/vr/ci/bench-smc.sh; cell_smc_bench",
+        ". /opt/vr/ci/bench.sh; cell_smc_bench",
         tests,
         b.timeout,
     );
@@ -223,12 +223,6 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         Err(e) => return fail(&e),
     };
     let (root, resdir, date) = (run.root.clone(), run.resdir.clone(), setup::date_stamp());
-    if let Err(e) = setup::copy(
-        &root.join("ci/guest/bench-smc.sh"),
-        &run.vrbin.join("ci/bench-smc.sh"),
-    ) {
-        return fail(&e);
-    }
     let res = match cell::run_cell(&run, &b.kernel, "smc-bench", &work) {
         Ok(r) => r,
         Err(cell::Interrupted) => return fail("interrupted"),

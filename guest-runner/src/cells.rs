@@ -194,6 +194,10 @@ pub struct Cell {
     /// TAP uplink to Linux clients (`matrix::uplinks`; needs root).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub uplinks: bool,
+    /// The host samples the daemon's CPU and sent bytes every 0.5 s into
+    /// `daemon-cpu.log` (guest-results' `daemon_cpu`; the benches).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub daemon_cpu: bool,
 }
 
 fn is_one(n: &u32) -> bool {
@@ -238,6 +242,7 @@ impl Cell {
             virtual_hosts: None,
             vxlan_pair: false,
             uplinks: false,
+            daemon_cpu: false,
         }
     }
 

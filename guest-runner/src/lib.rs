@@ -27,6 +27,7 @@
 //! link changes and evidence), [`demo`] (the demo's steps and verdicts).
 
 pub mod bench;
+pub mod bench_erdma;
 pub mod bench_fabric;
 pub mod bench_smc;
 pub mod boot;

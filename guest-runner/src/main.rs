@@ -49,6 +49,10 @@ enum Cmd {
     /// `-netdev stream` link, as one table with the ratio; then the in-process fabric benchmark
     /// (scripts/bench-fabric.sh). Exit 0 when every path and the cargo bench passed.
     BenchFabric(Box<guest_runner::bench_fabric::BenchFabricOptions>),
+    /// ib_write_bw, then an SMC-Rv2 stream, between two guests over emulated erdma functions
+    /// versus over their own rxe, with guest and daemon CPU per GiB (ci/bench-erdma.sh). Exit 0
+    /// when every transfer passed.
+    BenchErdma(Box<guest_runner::bench_erdma::BenchErdmaOptions>),
     /// SMC-R against TCP between two guests on the daemon (ci/bench-smc.sh): throughput, the
     /// tool's and the whole guest's CPU per GiB, per connection count; table in
     /// RESULTS/bench.md. Exit 0 when every stream passed.
@@ -115,6 +119,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::BenchSmc(o) => guest_runner::bench_smc::run(*o),
         Cmd::Demo(o) => guest_runner::demo::run(*o),
         Cmd::BenchFabric(o) => guest_runner::bench_fabric::run(*o),
+        Cmd::BenchErdma(o) => guest_runner::bench_erdma::run(*o),
         Cmd::RssHost {
             daemon,
             ctl_sock,

@@ -716,6 +716,21 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 }));
             }
         }
+        // until the daemon exits
+        let cpu_sampler = match (&dm, cell.daemon_cpu) {
+            (Some(dm), true) => {
+                let (pid, bin, ctl, out) = (
+                    dm.pid(),
+                    bin.clone(),
+                    d.join("ctl.sock"),
+                    d.join("daemon-cpu.log"),
+                );
+                Some(std::thread::spawn(move || {
+                    guest_results::daemon_cpu::sample(pid, &bin, &ctl, &out)
+                }))
+            }
+            _ => None,
+        };
         let mut broker = None;
         if cell.ctl_broker && vhost {
             broker = spawn_helper(
@@ -1029,6 +1044,9 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
             } else if let Some(p) = dm.stop(Duration::from_secs(10)) {
                 problems.push(p);
             }
+        }
+        if let Some(Ok(Err(e))) = cpu_sampler.map(std::thread::JoinHandle::join) {
+            problems.push(format!("the daemon's CPU sampler: {e}"));
         }
         if let Ok(log) = std::fs::read(d.join("daemon.log")) {
             let log = String::from_utf8_lossy(&log);
@@ -1638,6 +1656,8 @@ fn keep_logs(r: &Run, kernel: &str, name: &str, d: &Path, failed: bool) -> Strin
         "checker-flows.json",
         "ctl-broker.log",
         "device-faults.json",
+        "daemon-cpu.log",
+        "daemon-b.log",
     ];
     if failed {
         // the wire of a failed cell (malformed frames, a broken stream)

@@ -444,10 +444,9 @@ pub fn prepare(run: &mut Run, sel: &[KernelCell], work: &Path) -> Result<(), Str
         std::fs::create_dir_all(vr.join(d)).map_err(|e| e.to_string())?;
     }
     setup::copy(&sgt, &vr.join("bin/smc-guest-tests"))?;
-    setup::copy(
-        &run.root.join("ci/guest/ci-lib.sh"),
-        &vr.join("ci/ci-lib.sh"),
-    )?;
+    for f in ["ci-lib.sh", "bench.sh"] {
+        setup::copy(&run.root.join("ci/guest").join(f), &vr.join("ci").join(f))?;
+    }
     setup::copy(
         &run.root.join("scripts/guest/rdma-lib.sh"),
         &vr.join("ci/rdma-lib.sh"),

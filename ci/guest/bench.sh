@@ -1,15 +1,17 @@
 # shellcheck shell=sh
-# bench-smc.sh: guest side of ci/bench-smc.sh (sourced after ci-lib.sh).
+# bench.sh: the guest side of the runner's benches (guest-runner bench-smc,
+# bench-erdma; sourced after ci-lib.sh).
 #
-# SMC-R vs TCP between the same two guests, same bytes: for each CONNS in
-# $CI_BENCH_CONNS, one `smc-guest-tests stream --proto P --direction c2s`
-# round per proto, BENCH_BYTES_TOTAL split over the connections. Around every
-# stream run each guest samples the `cpu` line of /proc/stat (whole guest:
-# user, nice, system, irq, softirq, steal; SMC-R's kernel work runs largely in
-# softirq / kworkers, which getrusage of the tool does not see) and prints
-#   CI-BENCH proto=P conns=C role=R rc=N bytes=B secs=S mibps=X cpu_s=Y (tool) \
+# bench_one PROTO CONNS PORT: one `smc-guest-tests stream --proto PROTO
+# --direction c2s` run, CI_BENCH_TOTAL_MIB split over CONNS connections,
+# every byte verified (--proto smc: --expect-mode smcr, no TCP fallback).
+# bench_write: ib_write_bw -s CI_BENCH_SIZE -n CI_BENCH_ITERS on this
+# guest's RDMA device. Around each run both guests sample the `cpu` line of
+# /proc/stat and /proc/uptime (whole guest: SMC-R's and rxe's kernel work
+# runs largely in softirq / kworkers, which getrusage of the tool does not
+# see) and print
+#   CI-BENCH proto=P conns=C role=R rc=N ... mibps=X cpu_s=Y (tool) \
 #            guest_user_s= guest_sys_s= guest_irq_s= guest_softirq_s= guest_busy_s= guest_wall_s= smc_mode=M
-# The stream tool verifies every byte; --proto smc uses --expect-mode smcr (no TCP fallback).
 
 CI_BENCH_CONNS=${CI_BENCH_CONNS:-1 4}
 CI_BENCH_TOTAL_MIB=${CI_BENCH_TOTAL_MIB:-128}
@@ -24,6 +26,18 @@ CI_BENCH_PROTOS=${CI_BENCH_PROTOS:-smc tcp}
 bench_stat() {
     awk '$1 == "cpu" { printf "%s %s %s %s %s %s %s %s ", $2, $3, $4, $5, $6, $7, $8, $9; exit }' /proc/stat
     cat /proc/uptime
+}
+
+# bench_busy BEFORE AFTER: the guest's CPU between two bench_stat samples
+bench_busy() {
+    # fields: $1-$8 ticks before, $9 $10 uptime/idle before, $11-$18 ticks after, $19 $20 uptime/idle after
+    echo "$1 $2" | awk '{
+        hz = 100
+        us = ($11 + $12 - $1 - $2) / hz; sy = ($13 - $3) / hz; ir = ($16 - $6) / hz
+        si = ($17 - $7) / hz; st = ($18 - $8) / hz; io = ($15 - $5) / hz
+        wall = $19 - $9; idle = $20 - $10
+        printf "guest_user_s=%.2f guest_sys_s=%.2f guest_irq_s=%.2f guest_softirq_s=%.2f guest_ticks_busy_s=%.2f guest_busy_s=%.2f guest_wall_s=%.2f",
+            us, sy, ir, si, us + sy + ir + si + st, wall - idle - io, wall }'
 }
 
 bench_one() {
@@ -50,14 +64,7 @@ bench_one() {
     _s1=$(bench_stat)
     echo "rc=$_rc" >>"$_log"
     _res=$(grep '^STREAM-RESULT' "$_log" | tail -n 1)
-    # fields: $1-$8 ticks before, $9 $10 uptime/idle before, $11-$18 ticks after, $19 $20 uptime/idle after
-    _g=$(echo "$_s0 $_s1" | awk '{
-        hz = 100
-        us = ($11 + $12 - $1 - $2) / hz; sy = ($13 - $3) / hz; ir = ($16 - $6) / hz
-        si = ($17 - $7) / hz; st = ($18 - $8) / hz; io = ($15 - $5) / hz
-        wall = $19 - $9; idle = $20 - $10
-        printf "guest_user_s=%.2f guest_sys_s=%.2f guest_irq_s=%.2f guest_softirq_s=%.2f guest_ticks_busy_s=%.2f guest_busy_s=%.2f guest_wall_s=%.2f",
-            us, sy, ir, si, us + sy + ir + si + st, wall - idle - io, wall }')
+    _g=$(bench_busy "$_s0" "$_s1")
     _f() { echo "$_res" | sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
     echo "CI-BENCH proto=$_proto conns=$_conns role=$ROLE rc=$_rc status=$(_f status) verified=$(_f verified) bytes=$(_f total_bytes) secs=$(_f secs) mibps=$(_f mibps) cpu_s=$(_f cpu_s) cpu_s_per_gib=$(_f cpu_s_per_gib) smc_mode=$(_f smc_mode) $_g"
     if [ "$_rc" = 0 ] && echo "$_res" | grep -q 'verified=1' && echo "$_res" | grep -q 'status=pass'; then
@@ -81,5 +88,27 @@ cell_smc_bench() {
         done
     done
     diag rxe0
+    say "cell done"
+}
+
+# bench_write: ib_write_bw between the guests on CI_RDMA_DEV (rxe0 or the
+# erdma function), one row per role with the guest's CPU around it
+bench_write() {
+    _gx=$(roce_gid_index "$CI_RDMA_DEV" "$SELF") || _gx=1
+    _pt="ib_write_bw -d $CI_RDMA_DEV -x $_gx -s $CI_BENCH_SIZE -n $CI_BENCH_ITERS -p 18601"
+    _s0=$(bench_stat)
+    tool_test write-bw tcp 18601 "$_pt" "$_pt $PEER" check_perftest
+    _s1=$(bench_stat)
+    echo "CI-BENCH proto=write conns=1 role=$ROLE status=$_st mibps=$(perftest_bw "$CI_LOGDIR/write-bw.$ROLE.log") bytes=$((CI_BENCH_SIZE * CI_BENCH_ITERS)) $(bench_busy "$_s0" "$_s1")"
+}
+
+# cell_erdma_bench: ib_write_bw, then one SMC-Rv2 stream, on this cell's
+# RDMA device (the erdma functions, or rxe on both)
+cell_erdma_bench() {
+    smc_setup yes
+    barrier "devices up"
+    bench_write
+    bench_one smc 1 7790
+    diag "$CI_RDMA_DEV"
     say "cell done"
 }
