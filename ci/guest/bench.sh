@@ -93,9 +93,11 @@ cell_smc_bench() {
 
 # bench_write: ib_write_bw between the guests on CI_RDMA_DEV (rxe0 or the
 # erdma function), one row per role with the guest's CPU around it
+# (CI_BENCH_QP_TIMEOUT: its -u; a TCG guest can stall longer than the
+# default 67 ms, and rxe then fails the run with RETRY_EXC_ERR)
 bench_write() {
     _gx=$(roce_gid_index "$CI_RDMA_DEV" "$SELF") || _gx=1
-    _pt="ib_write_bw -d $CI_RDMA_DEV -x $_gx -s $CI_BENCH_SIZE -n $CI_BENCH_ITERS -p 18601"
+    _pt="ib_write_bw -d $CI_RDMA_DEV -x $_gx ${CI_BENCH_QP_TIMEOUT:+-u $CI_BENCH_QP_TIMEOUT} -s $CI_BENCH_SIZE -n $CI_BENCH_ITERS -p 18601"
     _s0=$(bench_stat)
     tool_test write-bw tcp 18601 "$_pt" "$_pt $PEER" check_perftest
     _s1=$(bench_stat)
@@ -110,5 +112,22 @@ cell_erdma_bench() {
     bench_write
     bench_one smc 1 7790
     diag "$CI_RDMA_DEV"
+    say "cell done"
+}
+
+# cell_vhost_bench: ib_write_bw from the client over rxe, first to the
+# server guest, then to the virtual host vh (CI_VHOST, its write-bw-server
+# on port 18600), each with the guest's CPU around it
+cell_vhost_bench() {
+    net_up
+    rdma_dev_up rxe rxe0 || { echo "CI-ABORT reason=link-add"; exit 0; }
+    barrier "devices up"
+    bench_write
+    [ "$ROLE" = client ] || return 0
+    _s0=$(bench_stat)
+    host_test write-bw-vhost check_perftest_row ib_write_bw -d rxe0 -x "$_gx" \
+        ${CI_BENCH_QP_TIMEOUT:+-u $CI_BENCH_QP_TIMEOUT} -p 18600 -s "$CI_BENCH_SIZE" -n "$CI_BENCH_ITERS" "$CI_VHOST"
+    _s1=$(bench_stat)
+    echo "CI-BENCH proto=vhost conns=1 role=client status=$_st mibps=$(perftest_bw "$CI_LOGDIR/write-bw-vhost.client.log") $(bench_busy "$_s0" "$_s1")"
     say "cell done"
 }

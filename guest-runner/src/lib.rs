@@ -30,6 +30,7 @@ pub mod bench;
 pub mod bench_erdma;
 pub mod bench_fabric;
 pub mod bench_smc;
+pub mod bench_vhost;
 pub mod boot;
 pub mod cells;
 pub mod console;

@@ -53,6 +53,10 @@ enum Cmd {
     /// versus over their own rxe, with guest and daemon CPU per GiB (ci/bench-erdma.sh). Exit 0
     /// when every transfer passed.
     BenchErdma(Box<guest_runner::bench_erdma::BenchErdmaOptions>),
+    /// ib_write_bw from a guest over rxe to the other guest and to a virtual host, with the
+    /// guests' CPU per GiB, after the in-process RC engine benchmark (ci/bench-vhost.sh). Exit 0
+    /// when both runs and the host's session passed.
+    BenchVhost(Box<guest_runner::bench_vhost::BenchVhostOptions>),
     /// SMC-R against TCP between two guests on the daemon (ci/bench-smc.sh): throughput, the
     /// tool's and the whole guest's CPU per GiB, per connection count; table in
     /// RESULTS/bench.md. Exit 0 when every stream passed.
@@ -120,6 +124,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Demo(o) => guest_runner::demo::run(*o),
         Cmd::BenchFabric(o) => guest_runner::bench_fabric::run(*o),
         Cmd::BenchErdma(o) => guest_runner::bench_erdma::run(*o),
+        Cmd::BenchVhost(o) => guest_runner::bench_vhost::run(*o),
         Cmd::RssHost {
             daemon,
             ctl_sock,
