@@ -3,8 +3,8 @@
 # libvirt domains with `virt-xml-validate` (Debian: systemd, libvirt-clients +
 # libxml2-utils; scripts/install-deps.sh installs them). One line per file:
 #   PASS|FAIL|SKIPPED FILE: detail
-# then "N passed, M failed, K skipped" (the record format of scripts/lib-e2e.sh,
-# which scripts/test.sh counts). A missing validator is a loud SKIPPED line,
+# then "N passed, M failed, K skipped" (the record format scripts/test.sh
+# counts and `guest-results junit --records` reads). A missing validator is a loud SKIPPED line,
 # never a silent pass. Each validator is also fed a broken copy first, which it
 # must reject: a validator that accepts anything would pass everything.
 #

@@ -69,8 +69,8 @@ step_end() {
     step_name=""
 }
 say() { step_end; step_name="$*" step_t0=$SECONDS; printf '\n=== %s\n' "$*"; }
-# Logs kept for --junit: test.sh's own records (one line per step, in the
-# record format of scripts/lib-e2e.sh) and each script's and cargo's output.
+# Logs kept for --junit: test.sh's own records (one line per step:
+# PASS|FAIL|SKIPPED NAME: detail) and each script's and cargo's output.
 jdir="$(mktemp -d "${TMPDIR:-/tmp}/test.sh.XXXXXX")"
 trap 'rm -rf "$jdir"' EXIT
 junit_in=()

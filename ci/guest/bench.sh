@@ -1,6 +1,6 @@
 # shellcheck shell=sh
-# bench.sh: the guest side of the runner's benches (guest-runner bench-smc,
-# bench-erdma; sourced after ci-lib.sh).
+# bench.sh: the guest side of the runner's benches (guest-runner
+# bench-smc, bench-erdma, bench-vhost, bench-gve; sourced after ci-lib.sh).
 #
 # bench_one PROTO CONNS PORT: one `smc-guest-tests stream --proto PROTO
 # --direction c2s` run, CI_BENCH_TOTAL_MIB split over CONNS connections,
@@ -129,5 +129,84 @@ cell_vhost_bench() {
         ${CI_BENCH_QP_TIMEOUT:+-u $CI_BENCH_QP_TIMEOUT} -p 18600 -s "$CI_BENCH_SIZE" -n "$CI_BENCH_ITERS" "$CI_VHOST"
     _s1=$(bench_stat)
     echo "CI-BENCH proto=vhost conns=1 role=client status=$_st mibps=$(perftest_bw "$CI_LOGDIR/write-bw-vhost.client.log") $(bench_busy "$_s0" "$_s1")"
+    say "cell done"
+}
+
+# gcpu: busy ticks (USER_HZ; user nice system irq softirq steal, all
+# vCPUs), interrupts and TCP segments retransmitted so far
+gcpu() {
+    awk '/^cpu /{b=$2+$3+$4+$7+$8+$9} /^intr /{i=$2}
+         /^Tcp:/{if(!c){for(k=1;k<=NF;k++)if($k=="RetransSegs")c=k}else r=$c}
+         END{print b, i, r}' /proc/stat /proc/net/snmp
+}
+
+# gve_xfer NAME PORT 'RECEIVER' 'SENDER': one transfer of smc-guest-tests'
+# RECEIVER (server, listening on PORT) and SENDER (client) between
+# barriers, after a 3 s gap (the daemon's CPU sampler tells the transfers
+# apart by it); prints both guests' CPU around it and the tool's result:
+#   CI-BENCH proto=NAME role=R rc=N busy_ticks= intr= retrans= RESULT-FIELDS...
+gve_xfer() {
+    _n=$1 _port=$2
+    _log=$CI_LOGDIR/$_n.$ROLE.log
+    barrier "$_n start"
+    sleep 3
+    _c0=$(gcpu)
+    if [ "$ROLE" = server ]; then
+        # shellcheck disable=SC2086 # the tool's arguments
+        smc-guest-tests $3 >"$_log" 2>&1 &
+        srv_pid=$!
+        wait_listen tcp "$_port"
+        barrier "$_n listening"
+        wait "$srv_pid"
+        _rc=$?
+        srv_pid=
+    else
+        barrier "$_n listening"
+        # shellcheck disable=SC2086
+        smc-guest-tests $4 >"$_log" 2>&1
+        _rc=$?
+    fi
+    _c1=$(gcpu)
+    _res=$(grep -E '^(STREAM|DEVMEM)-RESULT' "$_log" | tail -n 1)
+    echo "CI-BENCH $(echo "$_c0 $_c1" | awk '{ printf "busy_ticks=%d intr=%d retrans=%d", $4 - $1, $5 - $2, $6 - $3 }') ${_res#*-RESULT } proto=$_n role=$ROLE rc=$_rc"
+    if [ $_rc = 0 ]; then
+        result "$_n" PASS 0 "$(echo "$_res" | sed -n 's/.* mibps=\([0-9.]*\).*/\1/p')" "$_res"
+    else
+        result "$_n" FAIL 0 "" "rc=$_rc $(tail -n 2 "$_log" | tr '\n' ' ')"
+    fi
+    barrier "$_n done"
+}
+
+# cell_gve_bench: TCP into the server through its virtio-net eth0 and
+# through its gVNIC, from the same client, CI_BENCH_BYTES each: the cheap
+# sender (devmem-send into devmem-recv --ordinary) and the stream tool on
+# each NIC, then devmem TCP into a udmabuf and its control (the same
+# receiver and sender on a flow RSS keeps on an ordinary queue)
+cell_gve_bench() {
+    gve_up
+    _va=$SELF _b=$CI_BENCH_BYTES
+    [ "$ROLE" = client ] && _va=$PEER
+    _rx="--bytes $_b --pattern-mod 7 --accept-timeout 300"
+    _tx="--bytes $_b --pattern-mod 7 --connect-timeout 300"
+    _st="--proto tcp --bytes $_b --seed 81"
+    gve_xfer cheap-virtio 5304 "devmem-recv --ordinary --listen $_va:5304 $_rx" "devmem-send --to $_va:5304 $_tx"
+    gve_xfer cheap-gve 5305 "devmem-recv --ordinary --listen $GVE_SRV:5305 $_rx" "devmem-send --to $GVE_SRV:5305 $_tx"
+    gve_xfer stream-virtio 5301 "stream server --addr $_va --port 5301 $_st --once --accept-timeout 300" \
+        "stream client --addr $_va --port 5301 $_st --connect-timeout 300"
+    gve_xfer stream-gve 5306 "stream server --addr $GVE_SRV --port 5306 $_st --once --accept-timeout 300" \
+        "stream client --addr $GVE_SRV --port 5306 $_st --connect-timeout 300"
+    # devmem's NIC setup, what ncdevmem -l does before it binds (devmem.rst,
+    # "NIC Setup"): header split on, RSS only onto queue 0, the flow (the
+    # sender binds port 5302 too) onto queue 1, which gets the dmabuf
+    if [ "$ROLE" = server ]; then
+        ethtool -G "$GVE_IF" tcp-data-split on && ethtool -K "$GVE_IF" ntuple on &&
+            ethtool -X "$GVE_IF" equal 1 &&
+            ethtool -N "$GVE_IF" flow-type tcp4 src-ip 10.78.0.2 dst-ip "$GVE_SRV" src-port 5302 dst-port 5302 action 1 ||
+            say "devmem NIC setup failed"
+    fi
+    gve_xfer devmem 5302 "devmem-recv --dev ${GVE_IF:-} --queue 1 --listen $GVE_SRV:5302 $_rx" \
+        "devmem-send --to $GVE_SRV:5302 --bind 10.78.0.2:5302 $_tx"
+    gve_xfer control 5303 "devmem-recv --dev ${GVE_IF:-} --queue 1 --listen $GVE_SRV:5303 $_rx --allow-ordinary" \
+        "devmem-send --to $GVE_SRV:5303 --bind 10.78.0.2:5303 $_tx"
     say "cell done"
 }

@@ -3,7 +3,7 @@
 //! scripts/junit.py and writes the same bytes for the same inputs).
 //!
 //! Inputs: result records (`PASS NAME: detail` / `FAIL ...` / `SKIPPED ...`
-//! lines, as scripts/lib-e2e.sh and the check scripts print them), `cargo
+//! lines, as scripts/test.sh and the check scripts print them), `cargo
 //! test` output, a matrix run's results.json, and other JUnit files whose
 //! `<testsuite>`s are copied in.
 
@@ -134,7 +134,7 @@ pub fn text_of(bytes: &[u8]) -> String {
 }
 
 /// Cases from PASS/FAIL/SKIPPED record lines; the last record of a name wins
-/// (lib-e2e.sh repeats every record in its closing summary) and keeps the
+/// (a script may repeat every record in its closing summary) and keeps the
 /// place of the first.
 pub fn parse_records(text: &str, suite: &str) -> Vec<Case> {
     let mut cases: Vec<Case> = Vec::new();

@@ -143,6 +143,10 @@ pub struct Cell {
     /// Extra `kind=erdma` port options.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub erdma_opts: String,
+    /// The gVNICs' port options instead of the matrix's (`kind=gve,...`
+    /// without the socket and MAC; the bench's defaults).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub gve_opts: String,
     /// The guests may ask the host to run `vhost-rdma ctl` (fault cells).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub ctl_broker: bool,
@@ -228,6 +232,7 @@ impl Cell {
             nics: 1,
             gve_queues: 4,
             erdma_opts: String::new(),
+            gve_opts: String::new(),
             ctl_broker: false,
             upstream: None,
             checker_clean: false,

@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod bench_erdma;
 pub mod bench_fabric;
+pub mod bench_gve;
 pub mod bench_smc;
 pub mod bench_vhost;
 pub mod boot;

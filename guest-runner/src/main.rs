@@ -57,6 +57,10 @@ enum Cmd {
     /// guests' CPU per GiB, after the in-process RC engine benchmark (ci/bench-vhost.sh). Exit 0
     /// when both runs and the host's session passed.
     BenchVhost(Box<guest_runner::bench_vhost::BenchVhostOptions>),
+    /// TCP receive through the emulated gVNIC versus through virtio-net in the same guests, and
+    /// devmem TCP versus ordinary receive, with the guests' and the daemon's CPU (ci/bench-gve.sh).
+    /// Exit 0 when every transfer was validated.
+    BenchGve(Box<guest_runner::bench_gve::BenchGveOptions>),
     /// SMC-R against TCP between two guests on the daemon (ci/bench-smc.sh): throughput, the
     /// tool's and the whole guest's CPU per GiB, per connection count; table in
     /// RESULTS/bench.md. Exit 0 when every stream passed.
@@ -125,6 +129,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::BenchFabric(o) => guest_runner::bench_fabric::run(*o),
         Cmd::BenchErdma(o) => guest_runner::bench_erdma::run(*o),
         Cmd::BenchVhost(o) => guest_runner::bench_vhost::run(*o),
+        Cmd::BenchGve(o) => guest_runner::bench_gve::run(*o),
         Cmd::RssHost {
             daemon,
             ctl_sock,

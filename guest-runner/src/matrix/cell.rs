@@ -212,6 +212,12 @@ fn daemon_args(
             args.push("--port".into());
             args.push(match readme_gve {
                 Some(opts) => format!("{p}={}{opts}", sock(p).display()),
+                None if !cell.gve_opts.is_empty() => format!(
+                    "{p}={},{},mac={}",
+                    sock(p).display(),
+                    cell.gve_opts,
+                    gve_mac(role)
+                ),
                 None => format!(
                     "{p}={},kind=gve,queues={},mtu=9000,gro-hold-us=10000,nic-timestamp=on,mac={}",
                     sock(p).display(),
