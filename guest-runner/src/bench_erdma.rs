@@ -12,28 +12,19 @@
 //! the two `bench-erdma` summary lines.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use guest_results::daemon_cpu;
 
-use crate::bench::{self, BenchSetup};
-use crate::bench_smc::parse_bench;
-use crate::cells::{Cell, Device, PerRole, TestRow, BOTH, KERNELS};
+use crate::bench::{self, BenchArgs};
+use crate::cells::{Cell, Device, PerRole, TestRow, BOTH};
 use crate::matrix::cell;
-use crate::setup::GuestSetup;
 
 /// The bench's options (`ci/bench-erdma.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchErdmaOptions {
-    /// guest kernel series
-    #[arg(long, default_value = "7.3", value_parser = KERNELS)]
-    pub kernel: String,
-    /// image, QEMU, accelerator, build
+    /// kernel, image, QEMU, build, results dir
     #[command(flatten)]
-    pub setup: GuestSetup,
-    /// cargo profile
-    #[arg(long, default_value = "release")]
-    pub profile: String,
+    pub common: BenchArgs,
     /// ib_write_bw -s
     #[arg(long, default_value_t = 65536)]
     pub size: u64,
@@ -43,18 +34,9 @@ pub struct BenchErdmaOptions {
     /// MiB of the SMC-R stream
     #[arg(long, default_value_t = 256)]
     pub smc_mib: u64,
-    /// per guest seconds, boot to result
-    #[arg(long, default_value_t = 1800)]
-    pub timeout: u32,
-    /// results dir (default ci/results/bench-erdma-DATE)
-    #[arg(long)]
-    pub results: Option<PathBuf>,
-    /// echo all guest output
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
 }
 
-type Row = BTreeMap<String, String>;
+type Row = bench::BenchRow;
 
 /// One transfer of one device: the client's rate, both guests' busy
 /// seconds, whether both sides passed.
@@ -103,6 +85,7 @@ fn f2(v: Option<f64>) -> String {
 /// a usage or setup error.
 pub fn run(b: BenchErdmaOptions) -> i32 {
     crate::boot::install_signal_handlers();
+    let timeout = b.common.timeout.unwrap_or(1800);
     let devices = [("erdma", Device::Erdma), ("rxe", Device::Rxe)];
     let mut cells = BTreeMap::new();
     for (name, dev) in devices {
@@ -127,7 +110,7 @@ pub fn run(b: BenchErdmaOptions) -> i32 {
             .iter()
                 .map(|t| TestRow(t.to_string(), BOTH.to_vec()))
                 .collect(),
-            b.timeout,
+            timeout,
         );
         c.rdma = Some(PerRole {
             server: dev,
@@ -136,44 +119,33 @@ pub fn run(b: BenchErdmaOptions) -> i32 {
         c.daemon_cpu = true;
         cells.insert(format!("bench-{name}"), c);
     }
-    let bs = BenchSetup {
-        tool: "bench-erdma",
-        kernel: &b.kernel,
-        setup: &b.setup,
-        profile: &b.profile,
-        timeout: b.timeout,
-        verbose: b.verbose,
-        results: b.results.as_deref(),
-    };
     let env = vec![
         ("CI_BENCH_SIZE".to_string(), b.size.to_string()),
         ("CI_BENCH_ITERS".into(), b.iters.to_string()),
         ("CI_BENCH_TOTAL_MIB".into(), b.smc_mib.to_string()),
     ];
-    let (run, work) = match bench::prepare(&bs, cells, env) {
+    let (run, work) = match bench::prepare("bench-erdma", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return fail(&e),
+        Err(e) => return bench::fail("ci/bench-erdma.sh", &e),
     };
     let (write_bytes, smc_bytes) = (b.size * b.iters, b.smc_mib << 20);
     let mut out: BTreeMap<&str, [(Transfer, Option<f64>); 2]> = BTreeMap::new();
-    let mut accel = b.setup.accel.clone();
+    let mut accel = b.common.setup.accel.clone();
     for (name, _) in devices {
         let cell_name = format!("bench-{name}");
         println!("[bench-erdma] {name} run");
-        match cell::run_cell(&run, &b.kernel, &cell_name, &work) {
+        match cell::run_cell(&run, &b.common.kernel, &cell_name, &work) {
             Ok(res) => {
                 if let Some(a) = res.get("accel").filter(|a| a.truthy()) {
                     accel = a.str().to_string();
                 }
             }
-            Err(cell::Interrupted) => return fail("interrupted"),
+            Err(cell::Interrupted) => return bench::fail("ci/bench-erdma.sh", "interrupted"),
         }
-        let logs = run.resdir.join(format!("logs/{}-{cell_name}", b.kernel));
-        let mut rows = Vec::new();
-        for g in ["a", "b"] {
-            let text = std::fs::read(logs.join(format!("{g}.job/out.log"))).unwrap_or_default();
-            rows.extend(parse_bench(&String::from_utf8_lossy(&text)));
-        }
+        let logs = run
+            .resdir
+            .join(format!("logs/{}-{cell_name}", b.common.kernel));
+        let rows = bench::guest_rows(&logs);
         // the two largest bursts of the daemon's traffic, in order: the write, the stream
         let dcpu = daemon_cpu::bursts_file(
             &logs.join("daemon-cpu.log"),
@@ -198,54 +170,43 @@ pub fn run(b: BenchErdmaOptions) -> i32 {
     let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
     let per_gib = |t: &Transfer, bytes: u64| t.busy_s.map(|s| s / gib(bytes));
     let (e, r) = (&out["erdma"], &out["rxe"]);
+    // one table per transfer: its header, payload, index and row labels
+    let part = |head: String, bytes: u64, i: usize, labels: [&str; 2]| {
+        let mut t = vec![
+            format!(
+                "| {head}, {accel} | MiB/s | guest CPU s/GiB (both guests) | daemon CPU s/GiB |"
+            ),
+            "|---|---:|---:|---:|".to_string(),
+        ];
+        for (label, x) in labels.iter().zip([&e[i], &r[i]]) {
+            t.push(format!(
+                "| {label} | {} | {} | {} |",
+                f2(x.0.mibps),
+                f2(per_gib(&x.0, bytes)),
+                f2(x.1)
+            ));
+        }
+        t.join("\n")
+    };
     let table = [
-        format!(
-            "| ib_write_bw, {} B x {}, {} | MiB/s | guest CPU s/GiB (both guests) | daemon CPU s/GiB |",
-            b.size, b.iters, accel
+        part(
+            format!("ib_write_bw, {} B x {}", b.size, b.iters),
+            write_bytes,
+            0,
+            [
+                "erdma <-> erdma (QPs in the daemon)",
+                "rxe <-> rxe (QPs in the guests)",
+            ],
         ),
-        "|---|---:|---:|---:|".into(),
-        format!(
-            "| erdma <-> erdma (QPs in the daemon) | {} | {} | {} |",
-            f2(e[0].0.mibps),
-            f2(per_gib(&e[0].0, write_bytes)),
-            f2(e[0].1)
-        ),
-        format!(
-            "| rxe <-> rxe (QPs in the guests) | {} | {} | {} |",
-            f2(r[0].0.mibps),
-            f2(per_gib(&r[0].0, write_bytes)),
-            f2(r[0].1)
-        ),
-        String::new(),
-        format!(
-            "| SMC-Rv2 stream, {} MiB, 1 conn, {} | MiB/s | guest CPU s/GiB (both guests) | daemon CPU s/GiB |",
-            b.smc_mib, accel
-        ),
-        "|---|---:|---:|---:|".into(),
-        format!(
-            "| erdma <-> erdma | {} | {} | {} |",
-            f2(e[1].0.mibps),
-            f2(per_gib(&e[1].0, smc_bytes)),
-            f2(e[1].1)
-        ),
-        format!(
-            "| rxe <-> rxe | {} | {} | {} |",
-            f2(r[1].0.mibps),
-            f2(per_gib(&r[1].0, smc_bytes)),
-            f2(r[1].1)
+        part(
+            format!("SMC-Rv2 stream, {} MiB, 1 conn", b.smc_mib),
+            smc_bytes,
+            1,
+            ["erdma <-> erdma", "rxe <-> rxe"],
         ),
     ]
-    .join("\n");
-    let bench_md = run.resdir.join("bench.md");
-    let _ = std::fs::write(&bench_md, format!("{table}\n"));
-    println!("\n{table}\n");
-    // a chart next to the table; a failed plot never fails the bench
-    let _ = std::process::Command::new(run.root.join("scripts/guest-results"))
-        .arg("plot")
-        .arg(&bench_md)
-        .arg(run.resdir.join("bench.svg"))
-        .args(["--title", "erdma vs rxe, ib_write_bw"])
-        .status();
+    .join("\n\n");
+    bench::publish(&run, &table, "erdma vs rxe, ib_write_bw");
     println!(
         "bench-erdma size={} iters={} erdma_mbps={} rxe_mbps={} erdma_cpu_s_per_gib={} rxe_cpu_s_per_gib={} \
          erdma_daemon_cpu_s_per_gib={} rxe_daemon_cpu_s_per_gib={}",
@@ -280,18 +241,13 @@ pub fn run(b: BenchErdmaOptions) -> i32 {
     i32::from(!ok)
 }
 
-fn fail(why: &str) -> i32 {
-    eprintln!("ci/bench-erdma.sh: error: {why}");
-    2
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_transfer_adds_both_guests_and_needs_both_passed() {
-        let rows = parse_bench(
+        let rows = bench::parse_bench(
             "CI-BENCH proto=write conns=1 role=server status=PASS mibps=0 guest_busy_s=2.5\n\
              CI-BENCH proto=write conns=1 role=client status=PASS mibps=512.5 guest_busy_s=1.5\n\
              CI-BENCH proto=smc conns=1 role=client rc=0 status=pass mibps=80 guest_busy_s=3\n\

@@ -13,23 +13,16 @@ use std::process::Command;
 
 use guest_results::pyjson::Json;
 
-use crate::bench::{self, BenchSetup};
-use crate::cells::{Cell, TestRow, BOTH, KERNELS};
+use crate::bench::{self, BenchArgs};
+use crate::cells::{Cell, TestRow, BOTH};
 use crate::matrix::cell;
-use crate::setup::GuestSetup;
 
 /// The bench's options (`scripts/bench-fabric.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchFabricOptions {
-    /// guest kernel series
-    #[arg(long, default_value = "7.3", value_parser = KERNELS)]
-    pub kernel: String,
-    /// image, QEMU, accelerator, build
+    /// kernel, image, QEMU, build, results dir
     #[command(flatten)]
-    pub setup: GuestSetup,
-    /// cargo profile
-    #[arg(long, default_value = "release")]
-    pub profile: String,
+    pub common: BenchArgs,
     /// iperf3 -t
     #[arg(long, default_value_t = 10)]
     pub time: u32,
@@ -45,12 +38,6 @@ pub struct BenchFabricOptions {
     /// skip the in-process fabric benchmark
     #[arg(long)]
     pub no_cargo_bench: bool,
-    /// results dir (default ci/results/bench-fabric-DATE)
-    #[arg(long)]
-    pub results: Option<PathBuf>,
-    /// echo all guest output
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
 }
 
 /// iperf3's JSON (`-J`) of a client: the receiver's Mbit/s and the
@@ -123,9 +110,13 @@ fn table(runs: &[PathRun], rate: Rate) -> String {
 /// one did not, 2 on a usage or setup error.
 pub fn run(b: BenchFabricOptions) -> i32 {
     crate::boot::install_signal_handlers();
+    let timeout = b.common.timeout.unwrap_or(b.time * 2 + 400);
     let paths: Vec<&str> = b.paths.split(',').filter(|p| !p.is_empty()).collect();
     if paths.is_empty() || paths.iter().any(|p| !["daemon", "stream"].contains(p)) {
-        return fail("--paths: a comma list of daemon, stream");
+        return bench::fail(
+            "scripts/bench-fabric.sh",
+            "--paths: a comma list of daemon, stream",
+        );
     }
     let mut cells = BTreeMap::new();
     for p in &paths {
@@ -136,7 +127,7 @@ pub fn run(b: BenchFabricOptions) -> i32 {
                 .iter()
                 .map(|t| TestRow(t.to_string(), BOTH.to_vec()))
                 .collect(),
-            b.time * 2 + 400,
+            timeout,
         );
         if *p == "daemon" {
             c.form = if b.form == "testdev" {
@@ -148,19 +139,10 @@ pub fn run(b: BenchFabricOptions) -> i32 {
         }
         cells.insert(format!("fabric-{p}"), c);
     }
-    let bs = BenchSetup {
-        tool: "bench-fabric",
-        kernel: &b.kernel,
-        setup: &b.setup,
-        profile: &b.profile,
-        timeout: b.time * 2 + 400,
-        verbose: b.verbose,
-        results: b.results.as_deref(),
-    };
     let env = vec![("CI_IPERF_SECS".to_string(), b.time.to_string())];
-    let (mut run, work) = match bench::prepare(&bs, cells, env) {
+    let (mut run, work) = match bench::prepare("bench-fabric", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return fail(&e),
+        Err(e) => return bench::fail("scripts/bench-fabric.sh", &e),
     };
     let mut runs = Vec::new();
     for p in &paths {
@@ -171,9 +153,9 @@ pub fn run(b: BenchFabricOptions) -> i32 {
             "stream"
         }
         .into();
-        let res = match cell::run_cell(&run, &b.kernel, &name, &work) {
+        let res = match cell::run_cell(&run, &b.common.kernel, &name, &work) {
             Ok(r) => r,
-            Err(cell::Interrupted) => return fail("interrupted"),
+            Err(cell::Interrupted) => return bench::fail("scripts/bench-fabric.sh", "interrupted"),
         };
         let label = if *p == "daemon" {
             format!("vhost-rdma daemon ({}, {}q)", b.form, b.queues)
@@ -183,7 +165,7 @@ pub fn run(b: BenchFabricOptions) -> i32 {
         runs.push(PathRun {
             name: p.to_string(),
             label,
-            logs: run.resdir.join(format!("logs/{}-{name}", b.kernel)),
+            logs: run.resdir.join(format!("logs/{}-{name}", b.common.kernel)),
             res,
         });
     }
@@ -242,16 +224,7 @@ pub fn run(b: BenchFabricOptions) -> i32 {
         }
     }
     let text = md.join("\n");
-    let bench_md = run.resdir.join("bench.md");
-    let _ = std::fs::write(&bench_md, format!("{text}\n"));
-    println!("{text}");
-    // a chart next to the table; a failed plot never fails the bench
-    let _ = Command::new(run.root.join("scripts/guest-results"))
-        .arg("plot")
-        .arg(&bench_md)
-        .arg(run.resdir.join("bench.svg"))
-        .args(["--title", "guest-to-guest TCP (iperf3)"])
-        .status();
+    bench::publish(&run, &text, "guest-to-guest TCP (iperf3)");
     let mut failed = runs.iter().any(|r| r.res.at("status").str() != "PASS");
     if !b.no_cargo_bench {
         println!("## In-process fabric (cargo bench -p vhost-rdma --bench fabric)\n\n```");
@@ -265,11 +238,6 @@ pub fn run(b: BenchFabricOptions) -> i32 {
     }
     println!("results: {}", run.resdir.display());
     i32::from(failed)
-}
-
-fn fail(why: &str) -> i32 {
-    eprintln!("scripts/bench-fabric.sh: error: {why}");
-    2
 }
 
 #[cfg(test)]

@@ -18,40 +18,22 @@
 //! per GiB of each transfer. Tables in RESULTS/bench.md (and stdout).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use guest_results::daemon_cpu;
 
-use crate::bench::{self, BenchSetup};
-use crate::bench_smc::parse_bench;
-use crate::cells::{Cell, Device, PerRole, TestRow, BOTH, KERNELS};
+use crate::bench::{self, BenchArgs};
+use crate::cells::{Cell, Device, PerRole, TestRow, BOTH};
 use crate::matrix::cell;
-use crate::setup::GuestSetup;
 
 /// The bench's options (`ci/bench-gve.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchGveOptions {
-    /// guest kernel series
-    #[arg(long, default_value = "7.3", value_parser = KERNELS)]
-    pub kernel: String,
-    /// image, QEMU, accelerator, build
+    /// kernel, image, QEMU, build, results dir
     #[command(flatten)]
-    pub setup: GuestSetup,
-    /// cargo profile
-    #[arg(long, default_value = "release")]
-    pub profile: String,
+    pub common: BenchArgs,
     /// bytes of each transfer (K, M, G suffixes)
     #[arg(long, default_value = "128M", value_parser = parse_size)]
     pub bytes: u64,
-    /// per guest seconds, boot to result
-    #[arg(long, default_value_t = 1800)]
-    pub timeout: u32,
-    /// results dir (default ci/results/bench-gve-DATE)
-    #[arg(long)]
-    pub results: Option<PathBuf>,
-    /// echo all guest output
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
 }
 
 /// `128M` as bytes.
@@ -104,7 +86,7 @@ const TRANSFERS: [(&str, &str, &str); 6] = [
     ),
 ];
 
-type Row = BTreeMap<String, String>;
+type Row = bench::BenchRow;
 
 fn row<'a>(rows: &'a [Row], proto: &str, role: &str) -> Option<&'a Row> {
     rows.iter().find(|r| {
@@ -196,6 +178,7 @@ pub fn tables(rows: &[Row], bytes: u64, accel: &str, daemon: &[Option<f64>]) -> 
 /// not, 2 on a usage or setup error.
 pub fn run(b: BenchGveOptions) -> i32 {
     crate::boot::install_signal_handlers();
+    let timeout = b.common.timeout.unwrap_or(1800);
     let mut tests = vec![TestRow("gve-setup".into(), BOTH.to_vec())];
     tests.extend(
         TRANSFERS
@@ -210,7 +193,7 @@ pub fn run(b: BenchGveOptions) -> i32 {
         ),
         ". /opt/vr/ci/bench.sh; cell_gve_bench",
         tests,
-        b.timeout,
+        timeout,
     );
     c.nic = Some(PerRole {
         server: Device::Gve,
@@ -219,34 +202,21 @@ pub fn run(b: BenchGveOptions) -> i32 {
     c.gve_opts = "kind=gve,queues=2".into();
     c.server_smp = 2;
     c.daemon_cpu = true;
-    let bs = BenchSetup {
-        tool: "bench-gve",
-        kernel: &b.kernel,
-        setup: &b.setup,
-        profile: &b.profile,
-        timeout: b.timeout,
-        verbose: b.verbose,
-        results: b.results.as_deref(),
-    };
     let env = vec![("CI_BENCH_BYTES".to_string(), b.bytes.to_string())];
     let cells = BTreeMap::from([("gve-bench".to_string(), c)]);
-    let (run, work) = match bench::prepare(&bs, cells, env) {
+    let (run, work) = match bench::prepare("bench-gve", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return fail(&e),
+        Err(e) => return bench::fail("ci/bench-gve.sh", &e),
     };
-    let res = match cell::run_cell(&run, &b.kernel, "gve-bench", &work) {
+    let res = match cell::run_cell(&run, &b.common.kernel, "gve-bench", &work) {
         Ok(r) => r,
-        Err(cell::Interrupted) => return fail("interrupted"),
+        Err(cell::Interrupted) => return bench::fail("ci/bench-gve.sh", "interrupted"),
     };
     let _ = std::fs::remove_dir_all(&work);
-    let logs = run.resdir.join(format!("logs/{}-gve-bench", b.kernel));
-    let rows: Vec<Row> = ["a", "b"]
-        .iter()
-        .flat_map(|g| {
-            let text = std::fs::read(logs.join(format!("{g}.job/out.log"))).unwrap_or_default();
-            parse_bench(&String::from_utf8_lossy(&text))
-        })
-        .collect();
+    let logs = run
+        .resdir
+        .join(format!("logs/{}-gve-bench", b.common.kernel));
+    let rows = bench::guest_rows(&logs);
     let daemon: Vec<Option<f64>> = daemon_cpu::bursts_file(
         &logs.join("daemon-cpu.log"),
         &[b.bytes; TRANSFERS.len()],
@@ -259,18 +229,9 @@ pub fn run(b: BenchGveOptions) -> i32 {
     let accel = res
         .get("accel")
         .filter(|a| a.truthy())
-        .map_or(b.setup.accel.clone(), |a| a.str().to_string());
+        .map_or(b.common.setup.accel.clone(), |a| a.str().to_string());
     let text = tables(&rows, b.bytes, &accel, &daemon);
-    let bench_md = run.resdir.join("bench.md");
-    let _ = std::fs::write(&bench_md, format!("{text}\n"));
-    println!("\n{text}\n");
-    // a chart next to the table; a failed plot never fails the bench
-    let _ = std::process::Command::new(run.root.join("scripts/guest-results"))
-        .arg("plot")
-        .arg(&bench_md)
-        .arg(run.resdir.join("bench.svg"))
-        .args(["--title", "TCP receive: gve vs virtio-net"])
-        .status();
+    bench::publish(&run, &text, "TCP receive: gve vs virtio-net");
     let m = |n: &str| f(num(row(&rows, n, "server"), "mibps"), 2);
     println!(
         "bench-gve bytes={} gve_mibps={} virtio_mibps={} devmem_mibps={} gve_ordinary_mibps={} \
@@ -296,11 +257,6 @@ pub fn run(b: BenchGveOptions) -> i32 {
     i32::from(!ok)
 }
 
-fn fail(why: &str) -> i32 {
-    eprintln!("ci/bench-gve.sh: error: {why}");
-    2
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,7 +270,7 @@ mod tests {
 
     #[test]
     fn a_row_is_validated_by_its_own_field() {
-        let rows = parse_bench(
+        let rows = bench::parse_bench(
             "CI-BENCH busy_ticks=300 intr=5000 retrans=0 listen=10.78.0.1:5302 frags=10 ordinary_bytes=0 \
              mode=devmem verified=1 mibps=20.5 cpu_s_per_gib=3 proto=devmem role=server rc=0\n\
              CI-BENCH busy_ticks=300 listen=10.78.0.1:5303 frags=4 ordinary_bytes=9 verified=1 \

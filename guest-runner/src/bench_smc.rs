@@ -11,27 +11,20 @@
 //! bench.json, a chart to bench.svg.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use guest_results::pyjson::Json;
 
-use crate::bench::{self, BenchSetup};
-use crate::cells::{self, Cell, TestRow, KERNELS};
+use crate::bench::{self, BenchArgs};
+use crate::cells::{self, Cell, TestRow};
 use crate::matrix::{self, cell};
-use crate::setup::{self, GuestSetup};
+use crate::setup;
 
 /// The bench's options (`ci/bench-smc.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchSmcOptions {
-    /// guest kernel series
-    #[arg(long, default_value = "7.3", value_parser = KERNELS)]
-    pub kernel: String,
-    /// image, QEMU, accelerator, build
+    /// kernel, image, QEMU, build, results dir
     #[command(flatten)]
-    pub setup: GuestSetup,
-    /// cargo profile
-    #[arg(long, default_value = "release")]
-    pub profile: String,
+    pub common: BenchArgs,
     /// MiB per run, split over the connections
     #[arg(long, default_value_t = 128)]
     pub total: u32,
@@ -41,31 +34,9 @@ pub struct BenchSmcOptions {
     /// protocols
     #[arg(long, default_value = "smc,tcp")]
     pub protos: String,
-    /// per guest seconds, boot to result
-    #[arg(long, default_value_t = 2400)]
-    pub timeout: u32,
-    /// results dir (default ci/results/bench-smc-DATE)
-    #[arg(long)]
-    pub results: Option<PathBuf>,
-    /// echo all guest output
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
 }
 
-/// One guest's `CI-BENCH` lines as key/value maps.
-pub fn parse_bench(text: &str) -> Vec<BTreeMap<String, String>> {
-    text.lines()
-        .filter_map(|l| l.trim().strip_prefix("CI-BENCH "))
-        .map(|rest| {
-            rest.split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        })
-        .collect()
-}
-
-type Row = BTreeMap<String, String>;
+type Row = bench::BenchRow;
 
 /// The table: one line per (connections, protocol), and an SMC/TCP ratio
 /// line per connection count that has both.
@@ -168,6 +139,7 @@ pub fn table(rows: &[Row], total_mib: u32) -> String {
 /// usage or setup error.
 pub fn run(b: BenchSmcOptions) -> i32 {
     crate::boot::install_signal_handlers();
+    let timeout = b.common.timeout.unwrap_or(2400);
     let conns: Vec<u32> = match b
         .conns
         .split(',')
@@ -176,10 +148,13 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         .collect()
     {
         Ok(c) => c,
-        Err(_) => return fail("--conns: a comma list of numbers"),
+        Err(_) => return bench::fail("ci/bench-smc.sh", "--conns: a comma list of numbers"),
     };
     if conns.is_empty() || conns.iter().any(|c| *c < 1 || !b.total.is_multiple_of(*c)) {
-        return fail("--total must divide by every --conns value");
+        return bench::fail(
+            "ci/bench-smc.sh",
+            "--total must divide by every --conns value",
+        );
     }
     let protos: Vec<&str> = b.protos.split(',').filter(|p| !p.is_empty()).collect();
     let names: Vec<String> = conns
@@ -200,40 +175,27 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         &what,
         ". /opt/vr/ci/bench.sh; cell_smc_bench",
         tests,
-        b.timeout,
+        timeout,
     );
     let conns_env: Vec<String> = conns.iter().map(u32::to_string).collect();
-    let bs = BenchSetup {
-        tool: "bench-smc",
-        kernel: &b.kernel,
-        setup: &b.setup,
-        profile: &b.profile,
-        timeout: b.timeout,
-        verbose: b.verbose,
-        results: b.results.as_deref(),
-    };
     let env = vec![
         ("CI_BENCH_CONNS".into(), conns_env.join(" ")),
         ("CI_BENCH_TOTAL_MIB".into(), b.total.to_string()),
         ("CI_BENCH_PROTOS".into(), protos.join(" ")),
     ];
     let cells = BTreeMap::from([("smc-bench".to_string(), bench_cell)]);
-    let (run, work) = match bench::prepare(&bs, cells, env) {
+    let (run, work) = match bench::prepare("bench-smc", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return fail(&e),
+        Err(e) => return bench::fail("ci/bench-smc.sh", &e),
     };
-    let (root, resdir, date) = (run.root.clone(), run.resdir.clone(), setup::date_stamp());
-    let res = match cell::run_cell(&run, &b.kernel, "smc-bench", &work) {
+    let (resdir, date) = (run.resdir.clone(), setup::date_stamp());
+    let res = match cell::run_cell(&run, &b.common.kernel, "smc-bench", &work) {
         Ok(r) => r,
-        Err(cell::Interrupted) => return fail("interrupted"),
+        Err(cell::Interrupted) => return bench::fail("ci/bench-smc.sh", "interrupted"),
     };
     let _ = std::fs::remove_dir_all(&work);
-    let logs = resdir.join(format!("logs/{}-smc-bench", b.kernel));
-    let mut rows = Vec::new();
-    for g in ["a", "b"] {
-        let text = std::fs::read(logs.join(format!("{g}.job/out.log"))).unwrap_or_default();
-        rows.extend(parse_bench(&String::from_utf8_lossy(&text)));
-    }
+    let logs = resdir.join(format!("logs/{}-smc-bench", b.common.kernel));
+    let rows = bench::guest_rows(&logs);
     let kernels: std::collections::BTreeSet<String> = res
         .at("guest_kernel")
         .entries()
@@ -241,14 +203,14 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         .map(|(_, v)| v.str().to_string())
         .collect();
     let kernels = if kernels.is_empty() {
-        b.kernel.clone()
+        b.common.kernel.clone()
     } else {
         kernels.into_iter().collect::<Vec<_>>().join(", ")
     };
     let accel = res
         .get("accel")
         .filter(|a| a.truthy())
-        .map_or(b.setup.accel.clone(), |a| a.to_string());
+        .map_or(b.common.setup.accel.clone(), |a| a.to_string());
     let argv: Vec<String> = std::env::args().skip(2).collect();
     let mut md = vec![
         format!("# SMC-R vs TCP, {date}"),
@@ -287,7 +249,6 @@ pub fn run(b: BenchSmcOptions) -> i32 {
         md.push(format!("- {} {}: {detail}", t.at("status"), t.at("test")));
     }
     let text = md.join("\n");
-    let _ = std::fs::write(resdir.join("bench.md"), format!("{text}\n"));
     let rows_json = Json::Array(
         rows.iter()
             .map(|r| {
@@ -303,20 +264,8 @@ pub fn run(b: BenchSmcOptions) -> i32 {
     if let Ok(t) = serde_json::to_string_pretty(&doc) {
         let _ = std::fs::write(resdir.join("bench.json"), t);
     }
-    // a chart next to the table; a failed plot never fails the bench
-    let _ = std::process::Command::new(root.join("scripts/guest-results"))
-        .arg("plot")
-        .arg(resdir.join("bench.md"))
-        .arg(resdir.join("bench.svg"))
-        .args(["--title", "SMC-R vs TCP"])
-        .status();
-    println!("\n{text}");
+    bench::publish(&run, &text, "SMC-R vs TCP");
     i32::from(res.at("status").str() != "PASS")
-}
-
-fn fail(why: &str) -> i32 {
-    eprintln!("ci/bench-smc.sh: error: {why}");
-    2
 }
 
 #[cfg(test)]
@@ -333,7 +282,10 @@ mod tests {
         let b = "CI-BENCH proto=smc conns=1 role=client rc=0 status=pass bytes=1073741824 mibps=200 \
                  cpu_s_per_gib=1 secs=5.0 smc_mode=SMCR\n\
                  CI-BENCH proto=tcp conns=1 role=client rc=1 status=fail bytes=1073741824 mibps=100 cpu_s_per_gib=2\n";
-        let rows: Vec<Row> = parse_bench(a).into_iter().chain(parse_bench(b)).collect();
+        let rows: Vec<Row> = bench::parse_bench(a)
+            .into_iter()
+            .chain(bench::parse_bench(b))
+            .collect();
         assert_eq!(rows.len(), 4);
         let t = table(&rows, 128);
         let lines: Vec<&str> = t.lines().collect();

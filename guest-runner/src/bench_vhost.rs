@@ -16,30 +16,22 @@
 //! engine`, and prints its table beside the guests' (`--no-engine` skips it).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
 
-use crate::bench::{self, BenchSetup};
-use crate::bench_smc::parse_bench;
-use crate::cells::{Cell, Device, PerRole, TestRow, BOTH, KERNELS};
+use crate::bench::{self, BenchArgs};
+use crate::cells::{Cell, Device, PerRole, TestRow, BOTH};
 use crate::matrix::cell;
-use crate::setup::GuestSetup;
 use crate::virtual_hosts::{Service, VirtualHosts, VH};
 
 /// The bench's options (`ci/bench-vhost.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchVhostOptions {
-    /// guest kernel series
-    #[arg(long, default_value = "7.3", value_parser = KERNELS)]
-    pub kernel: String,
-    /// image, QEMU, accelerator, build
+    /// kernel, image, QEMU, build, results dir
     #[command(flatten)]
-    pub setup: GuestSetup,
-    /// cargo profile
-    #[arg(long, default_value = "release")]
-    pub profile: String,
+    pub common: BenchArgs,
     /// ib_write_bw -s
     #[arg(long, default_value_t = 65536)]
     pub size: u64,
@@ -53,15 +45,6 @@ pub struct BenchVhostOptions {
     /// skip the in-process engine benchmark
     #[arg(long)]
     pub no_engine: bool,
-    /// per guest seconds, boot to result
-    #[arg(long, default_value_t = 1800)]
-    pub timeout: u32,
-    /// results dir (default ci/results/bench-vhost-DATE)
-    #[arg(long)]
-    pub results: Option<PathBuf>,
-    /// echo all guest output
-    #[arg(long, short = 'v')]
-    pub verbose: bool,
 }
 
 /// The perftest result row of a tool log for `size` and `iters`: peak and
@@ -85,6 +68,7 @@ fn f(v: Option<f64>, p: usize) -> String {
 /// one did not, 2 on a usage or setup error.
 pub fn run(b: BenchVhostOptions) -> i32 {
     crate::boot::install_signal_handlers();
+    let timeout = b.common.timeout.unwrap_or(1800);
     let hosts = VirtualHosts {
         services: vec![Service {
             host: "vh",
@@ -110,22 +94,13 @@ pub fn run(b: BenchVhostOptions) -> i32 {
             TestRow("write-bw".into(), BOTH.to_vec()),
             TestRow("write-bw-vhost".into(), vec![crate::cells::Role::Client]),
         ],
-        b.timeout,
+        timeout,
     );
     c.rdma = Some(PerRole {
         server: Device::Rxe,
         client: Device::Rxe,
     });
     c.virtual_hosts = Some(hosts);
-    let bs = BenchSetup {
-        tool: "bench-vhost",
-        kernel: &b.kernel,
-        setup: &b.setup,
-        profile: &b.profile,
-        timeout: b.timeout,
-        verbose: b.verbose,
-        results: b.results.as_deref(),
-    };
     let env = vec![
         ("CI_BENCH_SIZE".to_string(), b.size.to_string()),
         ("CI_BENCH_ITERS".into(), b.iters.to_string()),
@@ -133,9 +108,9 @@ pub fn run(b: BenchVhostOptions) -> i32 {
         ("CI_VHOST".into(), VH.into()),
     ];
     let cells = BTreeMap::from([("vhost-bench".to_string(), c)]);
-    let (run, work) = match bench::prepare(&bs, cells, env) {
+    let (run, work) = match bench::prepare("bench-vhost", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return fail(&e),
+        Err(e) => return bench::fail("ci/bench-vhost.sh", &e),
     };
     let mut engine = String::new();
     if !b.no_engine {
@@ -151,18 +126,17 @@ pub fn run(b: BenchVhostOptions) -> i32 {
             _ => eprintln!("[bench-vhost] the engine benchmark failed"),
         }
     }
-    let res = match cell::run_cell(&run, &b.kernel, "vhost-bench", &work) {
+    let res = match cell::run_cell(&run, &b.common.kernel, "vhost-bench", &work) {
         Ok(r) => r,
-        Err(cell::Interrupted) => return fail("interrupted"),
+        Err(cell::Interrupted) => return bench::fail("ci/bench-vhost.sh", "interrupted"),
     };
     let _ = std::fs::remove_dir_all(&work);
-    let logs = run.resdir.join(format!("logs/{}-vhost-bench", b.kernel));
+    let logs = run
+        .resdir
+        .join(format!("logs/{}-vhost-bench", b.common.kernel));
     let read =
         |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
-    let rows: Vec<_> = ["a", "b"]
-        .iter()
-        .flat_map(|g| parse_bench(&read(&logs.join(format!("{g}.job/out.log")))))
-        .collect();
+    let rows = bench::guest_rows(&logs);
     let busy = |proto: &str, role: &str| {
         rows.iter()
             .find(|r| {
@@ -190,7 +164,7 @@ pub fn run(b: BenchVhostOptions) -> i32 {
     let accel = res
         .get("accel")
         .filter(|a| a.truthy())
-        .map_or(b.setup.accel.clone(), |a| a.str().to_string());
+        .map_or(b.common.setup.accel.clone(), |a| a.str().to_string());
     let mut md = vec![
         format!(
             "ib_write_bw -s {} -n {} -u {} (RC, rxe, RoCE v2), guest B -> target; accel {accel}; 1 vCPU guests.",
@@ -241,8 +215,6 @@ pub fn run(b: BenchVhostOptions) -> i32 {
         md.push(format!("\nvirtual host / guest throughput: {:.2}", v / g));
     }
     let table = md.join("\n");
-    let bench_md = run.resdir.join("bench.md");
-    let _ = std::fs::write(&bench_md, format!("{table}\n"));
     if !engine.is_empty() {
         println!("## In-process RC engine, engine to engine (cargo bench -p roce-model --bench engine, same run)\n\n```");
         for l in engine.lines().filter(|l| {
@@ -254,21 +226,9 @@ pub fn run(b: BenchVhostOptions) -> i32 {
         }
         println!("```\n\n## ib_write_bw from guest B: to guest A vs to the virtual host\n");
     }
-    println!("{table}");
-    // a chart next to the table; a failed plot never fails the bench
-    let _ = Command::new(run.root.join("scripts/guest-results"))
-        .arg("plot")
-        .arg(&bench_md)
-        .arg(run.resdir.join("bench.svg"))
-        .args(["--title", "ib_write_bw from guest B"])
-        .status();
+    bench::publish(&run, &table, "ib_write_bw from guest B");
     println!("results: {}", run.resdir.display());
     i32::from(res.at("status").str() != "PASS")
-}
-
-fn fail(why: &str) -> i32 {
-    eprintln!("ci/bench-vhost.sh: error: {why}");
-    2
 }
 
 #[cfg(test)]

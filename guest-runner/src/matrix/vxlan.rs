@@ -305,47 +305,22 @@ mod tests {
         let frags = |k: &str| if k == "FragCreates" { 20 } else { 10 };
         let none = |_: &str| 0;
         let pass = |r: Json| r.at("status").str() == "PASS";
-        assert!(pass(judge_uplink_mtu(
-            &status(5, 0),
-            &status(3, 0),
-            true,
-            &frags,
-            "ns"
-        )));
-        assert!(!pass(judge_uplink_mtu(
-            &status(5, 0),
-            &status(0, 0),
-            true,
-            &frags,
-            "ns"
-        )));
-        assert!(!pass(judge_uplink_mtu(
-            &status(5, 1),
-            &status(3, 0),
-            true,
-            &frags,
-            "ns"
-        )));
-        assert!(!pass(judge_uplink_mtu(
-            &status(5, 0),
-            &status(3, 0),
-            true,
-            &none,
-            "ns"
-        )));
-        assert!(pass(judge_uplink_mtu(
-            &status(5, 0),
-            &status(3, 0),
-            false,
-            &none,
-            "lo"
-        )));
-        assert!(!pass(judge_uplink_mtu(
-            &Json::Null,
-            &status(3, 0),
-            false,
-            &none,
-            "lo"
-        )));
+        let (a, b0, b3, bad) = (status(5, 0), status(0, 0), status(3, 0), status(5, 1));
+        type Delta<'a> = &'a dyn Fn(&str) -> i64;
+        let cases: [(&Json, &Json, bool, Delta, bool); 6] = [
+            (&a, &b3, true, &frags, true),
+            (&a, &b0, true, &frags, false),
+            (&bad, &b3, true, &frags, false),
+            (&a, &b3, true, &none, false),
+            (&a, &b3, false, &none, true),
+            (&Json::Null, &b3, false, &none, false),
+        ];
+        for (i, (x, y, fragmented, delta, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                pass(judge_uplink_mtu(x, y, fragmented, delta, "u")),
+                want,
+                "case {i}"
+            );
+        }
     }
 }
