@@ -5,6 +5,4 @@
 #   ci/bench-erdma.sh [--size 65536] [--iters 2000] [--smc-mib 256] [--no-build] [--results DIR]
 # The runner is `guest-runner bench-erdma` (guest-runner/src/bench_erdma.rs,
 # one matrix cell per device); the guest side is ci/guest/bench.sh.
-# the release build shared with scripts/test.sh's guest tiers
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 exec "$(dirname "$(readlink -f "$0")")/../scripts/guest-runner" bench-erdma "$@"

@@ -6,5 +6,4 @@
 #   ci/bench-gve.sh [--bytes 128M] [--no-build] [--results DIR]
 # The runner is `guest-runner bench-gve` (guest-runner/src/bench_gve.rs,
 # one matrix cell); the guest side is ci/guest/bench.sh.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 exec "$(dirname "$(readlink -f "$0")")/../scripts/guest-runner" bench-gve "$@"

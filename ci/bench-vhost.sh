@@ -5,5 +5,4 @@
 #   ci/bench-vhost.sh --no-build --size 4096 --iters 5000
 # The runner is `guest-runner bench-vhost` (guest-runner/src/bench_vhost.rs,
 # one matrix cell); the guest side is ci/guest/bench.sh.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${VHOST_RDMA_CACHE:-$HOME/.cache/vhost-rdma}/target}"
 exec "$(dirname "$(readlink -f "$0")")/../scripts/guest-runner" bench-vhost "$@"

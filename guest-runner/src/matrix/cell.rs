@@ -663,8 +663,8 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 start_err = Some(format!("daemon B: {e}"));
             }
         }
-    } else if cell.vxlan_pair {
-        problems.push("two daemons joined by VXLAN need the daemon (--net vhost-user)".into());
+    } else if cell.vxlan_pair || cell.uplinks {
+        problems.push("the cell's uplinks need the daemon (--net vhost-user)".into());
     }
     if let Some(why) = skip_why {
         tests = cell.tests.iter().map(|t| row(&t.0, "SKIP", &why)).collect();
