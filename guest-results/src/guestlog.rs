@@ -13,6 +13,17 @@ use crate::pyjson::Json;
 use crate::pytext::{is_space, strip};
 use crate::upstream::Row;
 
+/// The last `STREAM-RESULT` line of smc-guest-tests' stream output.
+pub fn stream_result(text: &str) -> Option<&str> {
+    text.lines().rfind(|l| l.starts_with("STREAM-RESULT"))
+}
+
+/// Whether a `STREAM-RESULT` line says every byte was verified and the
+/// stream passed.
+pub fn stream_passed(line: &str) -> bool {
+    line.contains(" verified=1") && line.contains(" status=pass")
+}
+
 /// The roles of a cell's two guests, in the order rows are built.
 pub const ROLES: [&str; 2] = ["server", "client"];
 

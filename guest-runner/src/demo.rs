@@ -37,10 +37,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use guest_results::demo_view as view;
+use guest_results::guestlog::{stream_passed, stream_result};
 
 use crate::boot::{check_signal, install_signal_handlers};
 use crate::daemon::{self, Daemon};
 use crate::setup::{self, GuestSetup};
+use crate::virtual_hosts::VH;
 
 /// The demo's options (`scripts/demo.sh --help`).
 #[derive(clap::Args, Debug, Clone)]
@@ -87,17 +89,13 @@ pub struct DemoOptions {
 const NSTEPS: usize = 9;
 const A: &str = "10.77.0.1";
 const B: &str = "10.77.0.2";
-const VH: &str = "10.77.0.10";
 const MAC_A: &str = "52:54:00:77:00:01";
 const MAC_B: &str = "52:54:00:77:00:02";
 const MAC_G: &str = "52:54:00:77:00:11";
 
-/// What the virtual host serves: two pingpong servers (a's and b's), rping
-/// over RoCE and over iWARP.
-const HOST_TOML: &str = r#"[[host]]
-name = "vh"
-address = "10.77.0.10/24"
-[[host.service]]
+/// What the virtual host vh ([`VH`]) serves: two pingpong servers (a's and
+/// b's), rping over RoCE and over iWARP.
+const HOST_SERVICES: &str = r#"[[host.service]]
 kind = "pingpong-server"   # guest a (erdma_0)
 port = 18515
 iters = 1000
@@ -153,21 +151,13 @@ fn endrc(job: &Path, n: usize) -> String {
 
 /// The last `STREAM-RESULT` line of a tool log.
 fn result_of(log: &Path) -> String {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .rfind(|l| l.starts_with("STREAM-RESULT"))
-        .unwrap_or("")
-        .to_string()
+    stream_result(&read(log)).unwrap_or("").to_string()
 }
 
-/// rc 0, `status=pass`, `verified=1` (and `smc_mode=smcr` with `smcr`).
+/// rc 0, every byte verified and passed (and `smc_mode=smcr` with `smcr`).
 fn stream_ok(log: &Path, rc: &str, smcr: bool) -> bool {
     let r = result_of(log);
-    rc == "0"
-        && r.contains("status=pass")
-        && r.contains("verified=1")
-        && (!smcr || r.contains("smc_mode=smcr"))
+    rc == "0" && stream_passed(&r) && (!smcr || r.contains("smc_mode=smcr"))
 }
 
 /// `KEY=VALUE` of a result line: the value.
@@ -787,12 +777,10 @@ fn last_line_of(path: &Path) -> Option<String> {
 pub fn run(o: DemoOptions) -> i32 {
     let root = setup::repo_root();
     let d = o.logdir.clone().unwrap_or_else(|| {
-        let tmp = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-        tmp.join(format!(
-            "vhost-rdma-demo.{}.{}",
-            setup::date_stamp(),
-            std::process::id()
-        ))
+        crate::paths::mkdtemp("vhost-rdma-demo.").map_or_else(
+            |_| std::env::temp_dir().join("vhost-rdma-demo"),
+            PathBuf::from,
+        )
     });
     let _ = std::fs::create_dir_all(&d);
     let titles = [
@@ -897,16 +885,8 @@ fn prepare(
         me.say(&format!(
             "building vhost-rdma and smc-guest-tests ({profile})"
         ));
-        let ok = Command::new("cargo")
-            .args([
-                "build",
-                "--profile",
-                if profile == "debug" { "dev" } else { &profile },
-            ])
-            .args(["-p", "vhost-rdma", "-p", "smc-guest-tests"])
-            .current_dir(root)
-            .status()
-            .is_ok_and(|s| s.success());
+        // cargo's output is the user's progress: on the terminal
+        let ok = setup::build_binaries(root, &profile, None);
         if !ok || check_signal().is_err() {
             return Err(SetupFailed("cargo build failed".into()));
         }
@@ -1010,7 +990,8 @@ fn run_steps(
     }
     // the daemon: ports a, b (virtio-net), r (erdma on a), g (gVNIC) and the
     // virtual host with its services
-    let _ = std::fs::write(d.join("demo.toml"), HOST_TOML);
+    let host = format!("[[host]]\nname = \"vh\"\naddress = \"{VH}/24\"\n{HOST_SERVICES}");
+    let _ = std::fs::write(d.join("demo.toml"), host);
     let sock = |n: &str| d.join(format!("{n}.sock")).display().to_string();
     let (q, form) = (me.o.queues, me.o.form.clone());
     let mut args: Vec<String> = vec![

@@ -126,6 +126,12 @@ pub fn local_time() -> String {
     }
 }
 
+/// Whether this process runs as root (may make network namespaces).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

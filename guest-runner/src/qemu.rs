@@ -94,6 +94,24 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Option<Output> 
     })
 }
 
+/// Runs `cmd` (within `timeout`): its stdout when it exits 0, else an
+/// error naming it with its stderr.
+pub fn checked(cmd: &mut Command, timeout: Duration) -> Result<String, String> {
+    let name = format!(
+        "{:?} {:?}",
+        cmd.get_program(),
+        cmd.get_args().collect::<Vec<_>>()
+    );
+    match run_with_timeout(cmd, timeout) {
+        Some(o) if o.code == 0 => Ok(o.stdout),
+        Some(o) => Err(format!("{name}: exit {}: {}", o.code, o.stderr.trim())),
+        None => Err(format!(
+            "{name}: did not run or outlived {} s",
+            timeout.as_secs()
+        )),
+    }
+}
+
 /// The version of `qemu` and the first line of its `--version`.
 pub fn qemu_version(qemu: &str) -> Result<(Version, String), Error> {
     let (out, _) = capture(Command::new(qemu).arg("--version"), Duration::from_secs(30))

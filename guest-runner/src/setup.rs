@@ -50,22 +50,24 @@ pub fn date_stamp() -> String {
 }
 
 /// `cargo build --profile PROFILE -p vhost-rdma -p smc-guest-tests` in
-/// `root`, its output to `log`; whether it succeeded.
-pub fn build_binaries(root: &Path, profile: &str, log: &Path) -> bool {
-    let Ok(out) = std::fs::File::create(log) else {
-        return false;
-    };
-    let Ok(err) = out.try_clone() else {
-        return false;
-    };
-    Command::new("cargo")
-        .args(["build", "--profile", profile])
+/// `root` (`debug` is cargo's `dev` profile, built into target/debug), its
+/// output to `log` (`None`: to ours); whether it succeeded.
+pub fn build_binaries(root: &Path, profile: &str, log: Option<&Path>) -> bool {
+    let mut cmd = Command::new("cargo");
+    let cargo_profile = if profile == "debug" { "dev" } else { profile };
+    cmd.args(["build", "--profile", cargo_profile])
         .args(["-p", "vhost-rdma", "-p", "smc-guest-tests"])
-        .current_dir(root)
-        .stdout(out)
-        .stderr(err)
-        .status()
-        .is_ok_and(|s| s.success())
+        .current_dir(root);
+    if let Some(log) = log {
+        let Ok(out) = std::fs::File::create(log) else {
+            return false;
+        };
+        let Ok(err) = out.try_clone() else {
+            return false;
+        };
+        cmd.stdout(out).stderr(err);
+    }
+    cmd.status().is_ok_and(|s| s.success())
 }
 
 /// Runs a provisioning script: its stderr goes to `log` and, indented, to

@@ -497,7 +497,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
     let tdir = target_dir(&root, "release");
     if !o.setup.no_build {
         say("cargo build --release -p vhost-rdma -p smc-guest-tests");
-        if !build_binaries(&root, "release", &resdir.join("build.log")) {
+        if !build_binaries(&root, "release", Some(&resdir.join("build.log"))) {
             return Err(format!(
                 "cargo build failed: {}",
                 resdir.join("build.log").display()

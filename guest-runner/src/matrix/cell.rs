@@ -621,7 +621,7 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
             }
         }
         if cell.uplinks && start_err.is_none() {
-            if !vxlan::is_root() {
+            if !crate::paths::is_root() {
                 skip_why = Some("needs root (network namespaces, TAP devices)".to_string());
             } else {
                 match Uplinks::new(&d, &r.vrbin.join("bin/smc-guest-tests")) {

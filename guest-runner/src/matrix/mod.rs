@@ -416,7 +416,7 @@ pub fn prepare(run: &mut Run, sel: &[KernelCell], work: &Path) -> Result<(), Str
             o.profile
         ));
         let log = work.join("build.log");
-        if !setup::build_binaries(&run.root, &o.profile, &log) {
+        if !setup::build_binaries(&run.root, &o.profile, Some(&log)) {
             let _ = std::fs::copy(&log, run.resdir.join("logs/build.log"));
             return Err("cargo build failed (logs/build.log)".into());
         }

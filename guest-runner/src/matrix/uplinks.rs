@@ -24,12 +24,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use guest_results::guestlog::{stream_passed, stream_result};
 use guest_results::pyjson::Json;
 
 use crate::daemon;
 
 use super::cell::row;
-use super::vxlan::{ip_counters, run};
+use super::vxlan::{delta, ip_counters, run};
 
 use crate::cells::{
     UPLINK_PEER_A as PEER_A, UPLINK_PEER_B as PEER_B, UPLINK_STREAM_BYTES as STREAM_BYTES,
@@ -41,7 +42,7 @@ const VH: &str = "10.77.0.10";
 /// One path of the guest's: its name, the client's namespace and address,
 /// the port of the client's server (guest -> client) and of the guest's
 /// (client -> guest).
-struct Path_ {
+struct PeerPath {
     name: &'static str,
     ns: String,
     peer: &'static str,
@@ -128,12 +129,8 @@ fn ping(ns: &str, target: &str, extra: &[&str]) -> (bool, String) {
 /// The last `STREAM-RESULT` line of smc-guest-tests' output, and whether
 /// it says every byte passed verification.
 fn stream_verdict(out: &str) -> (bool, String) {
-    let line = out
-        .lines()
-        .rfind(|l| l.starts_with("STREAM-RESULT"))
-        .unwrap_or("no STREAM-RESULT");
-    let ok = line.contains(" verified=1") && line.contains(" status=pass");
-    (ok, line.to_string())
+    let line = stream_result(out).unwrap_or("no STREAM-RESULT");
+    (stream_passed(line), line.to_string())
 }
 
 fn wait_output(child: std::io::Result<Child>) -> String {
@@ -350,10 +347,6 @@ impl Uplinks {
             counter("tx_oversized") - big0,
         );
         let (d1, v1) = (self.snmp(&self.ns_d), self.snmp(&self.ns_v));
-        let delta = |a: &[(String, i64)], b: &[(String, i64)], k: &str| {
-            let get = |v: &[(String, i64)]| v.iter().find(|(n, _)| n == k).map_or(0, |x| x.1);
-            get(b) - get(a)
-        };
         let (dfrag, dreasm) = (delta(&d0, &d1, "FragOKs"), delta(&d0, &d1, "ReasmOKs"));
         let (vfrag, vreasm) = (delta(&v0, &v1, "FragOKs"), delta(&v0, &v1, "ReasmOKs"));
         let pass =
@@ -464,16 +457,16 @@ impl Uplinks {
         }
     }
 
-    fn paths(&self) -> [Path_; 2] {
+    fn paths(&self) -> [PeerPath; 2] {
         [
-            Path_ {
+            PeerPath {
                 name: "vxlan",
                 ns: self.ns_a.clone(),
                 peer: PEER_A,
                 out_port: 5311,
                 in_port: 5321,
             },
-            Path_ {
+            PeerPath {
                 name: "tap",
                 ns: self.ns_b.clone(),
                 peer: PEER_B,

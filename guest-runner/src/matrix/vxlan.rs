@@ -45,21 +45,17 @@ fn free_udp_port(addr: &str) -> Result<u16, String> {
         .map_err(|e| format!("no free UDP port on {addr}: {e}"))
 }
 
-/// `cmd`'s stdout, or an error naming it and its stderr.
+/// `cmd`'s stdout, or an error naming it and its stderr (`ip` and the
+/// like: a minute is plenty).
 pub(super) fn run(cmd: &mut Command) -> Result<String, String> {
-    let o = cmd
-        .output()
-        .map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
-    if o.status.success() {
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{:?} {:?}: {}",
-            cmd.get_program(),
-            cmd.get_args().collect::<Vec<_>>(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
+    crate::qemu::checked(cmd, Duration::from_secs(60))
+}
+
+/// Counter `k` of `after` less that of `before` (IPv4 counters by name; a
+/// missing one counts 0).
+pub(super) fn delta(before: &[(String, i64)], after: &[(String, i64)], k: &str) -> i64 {
+    let get = |v: &[(String, i64)]| v.iter().find(|(n, _)| n == k).map_or(0, |x| x.1);
+    get(after) - get(before)
 }
 
 /// The IPv4 counters of `/proc/net/snmp` (`Ip:` lines), by name.
@@ -82,7 +78,7 @@ pub fn ip_counters(snmp: &str) -> Vec<(String, i64)> {
 impl Underlay {
     /// Ports for both uplinks and, as root, the namespace.
     pub fn new(cell_dir: &Path) -> Result<Underlay, String> {
-        let netns = if is_root() {
+        let netns = if crate::paths::is_root() {
             let ns = format!("vrx-{}-{}", std::process::id(), short_hash(cell_dir));
             run(Command::new("ip").args(["netns", "add", &ns]))?;
             let mtu = UNDERLAY_MTU.to_string();
@@ -191,10 +187,7 @@ impl Underlay {
             }
         }
         let after = self.snmp();
-        let delta = |k: &str| {
-            let get = |v: &[(String, i64)]| v.iter().find(|(n, _)| n == k).map_or(0, |x| x.1);
-            get(&after) - get(&self.snmp_before)
-        };
+        let delta = |k: &str| delta(&self.snmp_before, &after, k);
         let (Some(a), Some(b)) = (a, b) else {
             return row("uplink-mtu", "FAIL", "no status from one of the daemons");
         };
@@ -259,12 +252,6 @@ pub fn judge_uplink_mtu(
         && bad == 0
         && (!fragmented || (frag > 0 && reasm > 0));
     row("uplink-mtu", if ok { "PASS" } else { "FAIL" }, &detail)
-}
-
-/// Whether the runner is root (may make network namespaces).
-pub(super) fn is_root() -> bool {
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn short_hash(p: &Path) -> u32 {
