@@ -207,29 +207,31 @@ pub fn run(b: BenchErdmaOptions) -> i32 {
     ]
     .join("\n\n");
     bench::publish(&run, &table, "erdma vs rxe, ib_write_bw");
-    println!(
-        "bench-erdma size={} iters={} erdma_mbps={} rxe_mbps={} erdma_cpu_s_per_gib={} rxe_cpu_s_per_gib={} \
-         erdma_daemon_cpu_s_per_gib={} rxe_daemon_cpu_s_per_gib={}",
-        b.size,
-        b.iters,
-        f2(e[0].0.mibps),
-        f2(r[0].0.mibps),
-        f2(per_gib(&e[0].0, write_bytes)),
-        f2(per_gib(&r[0].0, write_bytes)),
-        f2(e[0].1),
-        f2(r[0].1)
-    );
-    println!(
-        "bench-erdma-smc mib={} erdma_mibps={} rxe_mibps={} erdma_cpu_s_per_gib={} rxe_cpu_s_per_gib={} \
-         erdma_daemon_cpu_s_per_gib={} rxe_daemon_cpu_s_per_gib={}",
-        b.smc_mib,
-        f2(e[1].0.mibps),
-        f2(r[1].0.mibps),
-        f2(per_gib(&e[1].0, smc_bytes)),
-        f2(per_gib(&r[1].0, smc_bytes)),
-        f2(e[1].1),
-        f2(r[1].1)
-    );
+    // the summary lines, one per transfer
+    let heads = [
+        (
+            format!("bench-erdma size={} iters={}", b.size, b.iters),
+            "mbps",
+            write_bytes,
+        ),
+        (
+            format!("bench-erdma-smc mib={}", b.smc_mib),
+            "mibps",
+            smc_bytes,
+        ),
+    ];
+    for (i, (head, rate, bytes)) in heads.into_iter().enumerate() {
+        println!(
+            "{head} erdma_{rate}={} rxe_{rate}={} erdma_cpu_s_per_gib={} rxe_cpu_s_per_gib={} \
+             erdma_daemon_cpu_s_per_gib={} rxe_daemon_cpu_s_per_gib={}",
+            f2(e[i].0.mibps),
+            f2(r[i].0.mibps),
+            f2(per_gib(&e[i].0, bytes)),
+            f2(per_gib(&r[i].0, bytes)),
+            f2(e[i].1),
+            f2(r[i].1)
+        );
+    }
     println!("results: {}", run.resdir.display());
     let ok = out.values().all(|t| t.iter().all(|(x, _)| x.ok));
     if !ok {

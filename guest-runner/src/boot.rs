@@ -357,6 +357,28 @@ fn read_console(out: std::process::ChildStdout, path: &str, con: &Mutex<Console>
     }
 }
 
+/// Waits for `child` (a `guest-runner boot` of a cell or the demo), calling
+/// `tick` every `period`: its exit code, or `None` when SIGINT, SIGTERM or
+/// SIGHUP came first (the child is then stopped: it stops its QEMUs).
+pub(crate) fn wait_guests(
+    child: &mut Child,
+    period: Duration,
+    mut tick: impl FnMut(),
+) -> Option<i32> {
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st.code().unwrap_or(-1));
+        }
+        if check_signal().is_err() {
+            kill_proc(child, 20.0);
+            let _ = child.wait();
+            return None;
+        }
+        tick();
+        std::thread::sleep(period);
+    }
+}
+
 /// Stops a QEMU and its session: SIGTERM, after `grace` seconds SIGKILL.
 pub(crate) fn kill_proc(c: &mut Child, grace: f64) {
     if !matches!(c.try_wait(), Ok(None)) {

@@ -1149,18 +1149,10 @@ fn run_steps(
         cur: 1,
         ..Default::default()
     };
-    let rc = loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            break st.code().unwrap_or(-1);
-        }
-        if check_signal().is_err() {
-            crate::boot::kill_proc(&mut child, 20.0);
-            let _ = child.wait();
-            me.setup_error = Some("interrupted".into());
-            return me.finish();
-        }
-        w.tick(me);
-        std::thread::sleep(Duration::from_secs(1));
+    let Some(rc) = crate::boot::wait_guests(&mut child, Duration::from_secs(1), || w.tick(me))
+    else {
+        me.setup_error = Some("interrupted".into());
+        return me.finish();
     };
     w.tick(me);
     // steps the guests never finished

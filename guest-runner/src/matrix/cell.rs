@@ -908,29 +908,7 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                     vhost.then(|| stuck_watch(bin, &d, silence, 120.0, state.clone(), child.id()));
                 let mut tail = r.o.verbose.then(|| Tail::new(&rg_log));
                 let mut last_poll = Instant::now();
-                let rc = loop {
-                    if let Ok(Some(st)) = child.try_wait() {
-                        break st.code().unwrap_or(-1);
-                    }
-                    if check_signal().is_err() {
-                        // interrupted: stop the guests (run-guests stops its QEMUs on SIGTERM)
-                        // and the daemon
-                        crate::boot::kill_proc(&mut child, 20.0);
-                        let _ = child.wait();
-                        if let Some(mut s) = stuck {
-                            s.0.stop();
-                        }
-                        end_process(broker, 5.0);
-                        end_process(fo, 5.0);
-                        end_process(rss.flatten(), 1.0);
-                        if let Some(mut c) = cap {
-                            c.stop();
-                        }
-                        if let Some(mut dm) = dm {
-                            dm.stop(Duration::from_secs(10));
-                        }
-                        return Err(Interrupted);
-                    }
+                let rc = crate::boot::wait_guests(&mut child, Duration::from_millis(100), || {
                     if last_poll.elapsed() >= Duration::from_secs(2) {
                         watch.poll();
                         last_poll = Instant::now();
@@ -938,7 +916,22 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                     if let Some(t) = tail.as_mut() {
                         t.echo();
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                });
+                let Some(rc) = rc else {
+                    // interrupted: the guests are stopped; the helpers and the daemon too
+                    if let Some(mut s) = stuck {
+                        s.0.stop();
+                    }
+                    end_process(broker, 5.0);
+                    end_process(fo, 5.0);
+                    end_process(rss.flatten(), 1.0);
+                    if let Some(mut c) = cap {
+                        c.stop();
+                    }
+                    if let Some(mut dm) = dm {
+                        dm.stop(Duration::from_secs(10));
+                    }
+                    return Err(Interrupted);
                 };
                 watch.poll();
                 if let Some(t) = tail.as_mut() {
