@@ -273,28 +273,43 @@ impl ErdmaDevice {
         Ok((hdr, buf))
     }
 
+    /// Entries posted on `qpn`'s SQ (or, with `rq`, its RQ) and not yet
+    /// taken. `None` when the QP is gone, the ring is empty, or its
+    /// producer index is beyond the ring: a bad doorbell (stale or
+    /// hostile), counted and refused by emptying the ring, or the device
+    /// would replay old ring contents (and, with a PI it can never land
+    /// on, never stop).
+    fn ring_posted(&mut self, qpn: u32, rq: bool) -> Option<u16> {
+        let qp = self.qps.get_mut(&qpn)?;
+        let (pi, ci, depth) = if rq {
+            (&mut qp.rq_pi, qp.rq_ci, qp.rq_depth)
+        } else {
+            (&mut qp.sq_pi, qp.sq_ci, qp.sq_depth)
+        };
+        match crate::regs::ring_outstanding(*pi, ci, depth) {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => {
+                self.counters.bad_doorbells += 1;
+                *pi = ci;
+                None
+            }
+        }
+    }
+
     /// Consumes SQEs of `qpn`; false when the budget ran out.
     fn process_sq(&mut self, qpn: u32, io: &mut DeviceIo<'_>) -> bool {
         for _ in 0..self.cfg.poll_budget {
-            let Some(qp) = self.qps.get(&qpn) else {
+            let Some(outstanding) = self.ring_posted(qpn, false) else {
                 return true;
             };
-            if qp.sq_ci == qp.sq_pi {
-                return true;
-            }
             if self.qp_stalled(qpn) {
                 // Work held: the rule counts it once; the SQ is kicked
                 // again when the rule is cleared.
                 self.qp_stall_hit(qpn, io);
                 return true;
             }
-            let Some(outstanding) = crate::regs::ring_outstanding(qp.sq_pi, qp.sq_ci, qp.sq_depth)
-            else {
-                // The producer index is beyond the ring: refuse it.
-                self.counters.bad_doorbells += 1;
-                if let Some(qp) = self.qps.get_mut(&qpn) {
-                    qp.sq_pi = qp.sq_ci;
-                }
+            let Some(qp) = self.qps.get(&qpn) else {
                 return true;
             };
             let state = qp.state;
@@ -860,19 +875,12 @@ impl ErdmaDevice {
     /// Moves RQEs of `qpn` into the engine (RC), or flushes them (ERROR).
     fn process_rq(&mut self, qpn: u32, io: &mut DeviceIo<'_>) -> bool {
         for _ in 0..self.cfg.poll_budget {
+            if self.ring_posted(qpn, true).is_none() {
+                return true;
+            }
             let Some(qp) = self.qps.get(&qpn) else {
                 return true;
             };
-            if qp.rq_ci == qp.rq_pi {
-                return true;
-            }
-            if u32::from(qp.rq_pi.wrapping_sub(qp.rq_ci)) > qp.rq_depth {
-                self.counters.bad_doorbells += 1;
-                if let Some(qp) = self.qps.get_mut(&qpn) {
-                    qp.rq_pi = qp.rq_ci;
-                }
-                return true;
-            }
             let (state, ud, rcqn, idx) = (qp.state, qp.is_ud(), qp.rcqn, qp.rq_ci);
             if state != qps::ERROR
                 && !ud

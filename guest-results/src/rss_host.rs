@@ -511,32 +511,24 @@ impl Host {
         let target = (rss_queue + 1) % 4;
         let move_port = spec.move_sport.to_string();
         let target_s = target.to_string();
-        let rule_id = |r: Value| {
+        // `flow-rule add --port a --proto tcp MATCH...`: the new rule's id.
+        let add_rule = |rest: &[&str]| {
+            let mut args = vec!["flow-rule", "add", "--port", "a", "--proto", "tcp"];
+            args.extend_from_slice(rest);
+            let r = self.ctl(&args)?;
             r["rule_id"]
                 .as_u64()
                 .ok_or_else(|| RssHostError::Missing(format!("flow-rule add: no rule_id in {r}")))
         };
-        let move_id = rule_id(self.ctl(&[
-            "flow-rule",
-            "add",
-            "--port",
-            "a",
-            "--proto",
-            "tcp",
+        let move_id = add_rule(&[
             "--dst-ip",
             A_IP,
             "--dst-port",
             &move_port,
             "--queue",
             &target_s,
-        ])?)?;
-        let drop_id = rule_id(self.ctl(&[
-            "flow-rule",
-            "add",
-            "--port",
-            "a",
-            "--proto",
-            "tcp",
+        ])?;
+        let drop_id = add_rule(&[
             "--src-ip",
             B_IP,
             "--src-port",
@@ -544,7 +536,7 @@ impl Host {
             "--drop",
             "--priority",
             "1",
-        ])?)?;
+        ])?;
         println!(
             "{}",
             self.ctl_human(&["flow-rule", "list", "--port", "a"].map(String::from))?

@@ -53,7 +53,7 @@ pub fn prepare(
     timeout: u32,
     cells: BTreeMap<String, Cell>,
     job_env: Vec<(String, String)>,
-) -> Result<(Run, PathBuf), String> {
+) -> anyhow::Result<(Run, PathBuf)> {
     let root = setup::repo_root();
     let resdir = a
         .results
@@ -66,7 +66,7 @@ pub fn prepare(
     let _ = std::fs::create_dir_all(&resdir);
     let work = crate::paths::mkdtemp(&format!("vr-{tool}."))
         .map(PathBuf::from)
-        .map_err(|_| "cannot make a work dir".to_string())?;
+        .map_err(|e| anyhow::anyhow!("cannot make a work dir: {e}"))?;
     let timeout = a.timeout.unwrap_or(timeout);
     let mut args = vec![tool.to_string(), "--keep-logs".into()];
     args.extend(["--accel".into(), a.setup.accel.clone()]);
@@ -108,7 +108,7 @@ pub fn prepare(
     });
     run.image = image
         .filter(|i| Path::new(i).join("bzImage").is_file())
-        .ok_or_else(|| format!("no guest image for kernel {}", a.kernel))?;
+        .ok_or_else(|| anyhow::anyhow!("no guest image for kernel {}", a.kernel))?;
     Ok((run, work))
 }
 
@@ -155,7 +155,7 @@ pub fn publish(run: &Run, text: &str, title: &str) {
 }
 
 /// A bench's setup error (exit 2).
-pub fn fail(script: &str, why: &str) -> i32 {
+pub fn fail(script: &str, why: impl std::fmt::Display) -> i32 {
     eprintln!("{script}: error: {why}");
     2
 }

@@ -126,7 +126,7 @@ pub fn run(b: BenchErdmaOptions) -> i32 {
     ];
     let (run, work) = match bench::prepare("bench-erdma", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return bench::fail("ci/bench-erdma.sh", &e),
+        Err(e) => return bench::fail("ci/bench-erdma.sh", e),
     };
     let (write_bytes, smc_bytes) = (b.size * b.iters, b.smc_mib << 20);
     let mut out: BTreeMap<&str, [(Transfer, Option<f64>); 2]> = BTreeMap::new();

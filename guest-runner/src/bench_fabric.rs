@@ -142,7 +142,7 @@ pub fn run(b: BenchFabricOptions) -> i32 {
     let env = vec![("CI_IPERF_SECS".to_string(), b.time.to_string())];
     let (mut run, work) = match bench::prepare("bench-fabric", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return bench::fail("scripts/bench-fabric.sh", &e),
+        Err(e) => return bench::fail("scripts/bench-fabric.sh", e),
     };
     let mut runs = Vec::new();
     for p in &paths {

@@ -206,7 +206,7 @@ pub fn run(b: BenchGveOptions) -> i32 {
     let cells = BTreeMap::from([("gve-bench".to_string(), c)]);
     let (run, work) = match bench::prepare("bench-gve", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return bench::fail("ci/bench-gve.sh", &e),
+        Err(e) => return bench::fail("ci/bench-gve.sh", e),
     };
     let res = match cell::run_cell(&run, &b.common.kernel, "gve-bench", &work) {
         Ok(r) => r,

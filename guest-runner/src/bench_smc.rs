@@ -186,7 +186,7 @@ pub fn run(b: BenchSmcOptions) -> i32 {
     let cells = BTreeMap::from([("smc-bench".to_string(), bench_cell)]);
     let (run, work) = match bench::prepare("bench-smc", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return bench::fail("ci/bench-smc.sh", &e),
+        Err(e) => return bench::fail("ci/bench-smc.sh", e),
     };
     let (resdir, date) = (run.resdir.clone(), setup::date_stamp());
     let res = match cell::run_cell(&run, &b.common.kernel, "smc-bench", &work) {

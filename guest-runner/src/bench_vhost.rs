@@ -110,7 +110,7 @@ pub fn run(b: BenchVhostOptions) -> i32 {
     let cells = BTreeMap::from([("vhost-bench".to_string(), c)]);
     let (run, work) = match bench::prepare("bench-vhost", &b.common, timeout, cells, env) {
         Ok(x) => x,
-        Err(e) => return bench::fail("ci/bench-vhost.sh", &e),
+        Err(e) => return bench::fail("ci/bench-vhost.sh", e),
     };
     let mut engine = String::new();
     if !b.no_engine {

@@ -27,31 +27,22 @@ impl Daemon {
     /// Starts `BINARY serve ARGS` (output to `log`, `NO_COLOR=1`) and waits
     /// until every path in `sockets` exists; an error says why it did not
     /// come up (the daemon is then stopped).
+    ///
+    /// With `netns`, inside that network namespace (`ip netns exec`): its
+    /// sockets are files, so QEMU and `ctl` reach it from the host's
+    /// namespace.
     pub fn start(
-        binary: &Path,
-        args: &[String],
-        control: &Path,
-        sockets: &[PathBuf],
-        log: &Path,
-    ) -> Result<Self, String> {
-        Self::start_in(None, binary, args, control, sockets, log)
-    }
-
-    /// [`Daemon::start`] inside network namespace `netns` (`ip netns
-    /// exec`): its sockets are files, so QEMU and `ctl` reach it from the
-    /// host's namespace.
-    pub fn start_in(
         netns: Option<&str>,
         binary: &Path,
         args: &[String],
         control: &Path,
         sockets: &[PathBuf],
         log: &Path,
-    ) -> Result<Self, String> {
-        let out = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    ) -> anyhow::Result<Self> {
+        let out = File::create(log).map_err(|e| anyhow::anyhow!("{}: {e}", log.display()))?;
         let err = out
             .try_clone()
-            .map_err(|e| format!("{}: {e}", log.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", log.display()))?;
         let mut cmd = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -68,7 +59,7 @@ impl Daemon {
             .stdout(out)
             .stderr(err)
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+            .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", binary.display()))?;
         let mut d = Daemon {
             child,
             binary: binary.into(),
@@ -86,7 +77,7 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(100));
         }
         d.stop(Duration::from_secs(10));
-        Err(format!(
+        Err(anyhow::anyhow!(
             "the daemon did not create its sockets (see {})",
             log.display()
         ))

@@ -1034,6 +1034,7 @@ fn run_steps(
     ));
     let sockets = [d.join("ctl.sock"), d.join("a.sock"), d.join("b.sock")];
     match Daemon::start(
+        None,
         &me.bin,
         &args,
         &d.join("ctl.sock"),
@@ -1041,7 +1042,7 @@ fn run_steps(
         &d.join("daemon.log"),
     ) {
         Ok(dm) => me.daemon = Some(dm),
-        Err(e) => return me.fail_all(&e),
+        Err(e) => return me.fail_all(&e.to_string()),
     }
     let _ = std::fs::remove_file(&me.cap);
     let cap = me.cap.display().to_string();
@@ -1075,7 +1076,7 @@ fn run_steps(
     ];
     for (from, to) in &copies {
         if let Err(e) = setup::copy(from, to) {
-            return me.fail_all(&e);
+            return me.fail_all(&e.to_string());
         }
     }
     for g in ["a", "b"] {

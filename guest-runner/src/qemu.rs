@@ -96,7 +96,7 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Option<Output> 
 
 /// Runs `cmd` (within `timeout`): its stdout when it exits 0, else an
 /// error naming it with its stderr.
-pub fn checked(cmd: &mut Command, timeout: Duration) -> Result<String, String> {
+pub fn checked(cmd: &mut Command, timeout: Duration) -> anyhow::Result<String> {
     let name = format!(
         "{:?} {:?}",
         cmd.get_program(),
@@ -104,8 +104,12 @@ pub fn checked(cmd: &mut Command, timeout: Duration) -> Result<String, String> {
     );
     match run_with_timeout(cmd, timeout) {
         Some(o) if o.code == 0 => Ok(o.stdout),
-        Some(o) => Err(format!("{name}: exit {}: {}", o.code, o.stderr.trim())),
-        None => Err(format!(
+        Some(o) => Err(anyhow::anyhow!(
+            "{name}: exit {}: {}",
+            o.code,
+            o.stderr.trim()
+        )),
+        None => Err(anyhow::anyhow!(
             "{name}: did not run or outlived {} s",
             timeout.as_secs()
         )),

@@ -99,27 +99,29 @@ pub fn last_line(cmd: &mut Command, log: &Path) -> Option<String> {
 }
 
 /// Copies `from` to `to`; the error names both.
-pub fn copy(from: &Path, to: &Path) -> Result<(), String> {
+pub fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::copy(from, to)
         .map(drop)
-        .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))
+        .map_err(|e| anyhow::anyhow!("{} -> {}: {e}", from.display(), to.display()))
 }
 
 /// Copies the tree `from` into `to` (created), symlinks as symlinks.
-pub fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
-    let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+pub fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).map_err(|e| anyhow::anyhow!("{}: {e}", to.display()))?;
+    let entries =
+        std::fs::read_dir(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
     for e in entries {
-        let e = e.map_err(|e| format!("{}: {e}", from.display()))?;
+        let e = e.map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))?;
         let (src, dst) = (e.path(), to.join(e.file_name()));
         let ft = e
             .file_type()
-            .map_err(|e| format!("{}: {e}", src.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", src.display()))?;
         if ft.is_symlink() {
-            let target = std::fs::read_link(&src).map_err(|e| format!("{}: {e}", src.display()))?;
+            let target =
+                std::fs::read_link(&src).map_err(|e| anyhow::anyhow!("{}: {e}", src.display()))?;
             let _ = std::fs::remove_file(&dst);
             std::os::unix::fs::symlink(target, &dst)
-                .map_err(|e| format!("{}: {e}", dst.display()))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", dst.display()))?;
         } else if ft.is_dir() {
             copy_tree(&src, &dst)?;
         } else {

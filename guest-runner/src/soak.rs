@@ -471,13 +471,13 @@ fn parse_pairs(s: &str) -> Result<Vec<u8>, String> {
     Ok(pairs)
 }
 
-fn run_soak(o: &SoakOptions) -> Result<bool, String> {
-    let pairs = parse_pairs(&o.pairs)?;
+fn run_soak(o: &SoakOptions) -> anyhow::Result<bool> {
+    let pairs = parse_pairs(&o.pairs).map_err(anyhow::Error::msg)?;
     let guests: Vec<&Guest> = GUESTS.iter().filter(|g| pairs.contains(&g.pair)).collect();
     let soak_s = o.minutes * 60.0;
     let warmup = o.warmup.unwrap_or((soak_s / 3.0).min(120.0));
     if warmup + 60.0 > soak_s {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "--warmup {warmup:.0}s leaves less than 60 s of soak after the baseline"
         ));
     }
@@ -487,8 +487,8 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         .results
         .clone()
         .unwrap_or_else(|| root.join("ci/results").join(format!("soak-{date}")));
-    std::fs::create_dir_all(&resdir).map_err(|e| format!("{}: {e}", resdir.display()))?;
-    let work = PathBuf::from(crate::paths::mkdtemp("vr-soak.").map_err(|e| e.to_string())?);
+    std::fs::create_dir_all(&resdir).map_err(|e| anyhow::anyhow!("{}: {e}", resdir.display()))?;
+    let work = PathBuf::from(crate::paths::mkdtemp("vr-soak.")?);
     say(format!(
         "results: {}; work dir: {}",
         resdir.display(),
@@ -498,7 +498,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
     if !o.setup.no_build {
         say("cargo build --release -p vhost-rdma -p smc-guest-tests");
         if !build_binaries(&root, "release", Some(&resdir.join("build.log"))) {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "cargo build failed: {}",
                 resdir.join("build.log").display()
             ));
@@ -524,20 +524,20 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         ("qemu", qemu.clone()),
     ] {
         if p.as_deref().and_then(crate::paths::which).is_none() {
-            return Err(format!("missing {what}: {p:?}"));
+            return Err(anyhow::anyhow!("missing {what}: {p:?}"));
         }
     }
     let (Some(qemu), Some(image)) = (
         qemu,
         image.filter(|i| Path::new(i).join("bzImage").is_file()),
     ) else {
-        return Err("no QEMU or no 7.3 guest image (bzImage)".into());
+        anyhow::bail!("no QEMU or no 7.3 guest image (bzImage)");
     };
 
     // What the guests see in /opt/vr.
     let vrbin = work.join("vrbin");
     for d in ["bin", "ci"] {
-        std::fs::create_dir_all(vrbin.join(d)).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(vrbin.join(d))?;
     }
     copy(&sgt, &vrbin.join("bin/smc-guest-tests"))?;
     for lib in ["ci-lib.sh", "soak-lib.sh"] {
@@ -573,6 +573,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
     sockets.push(control.clone());
     install_signal_handlers();
     let mut daemon = Daemon::start(
+        None,
         &daemon_bin,
         &args,
         &control,
@@ -667,7 +668,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         ("SOAK_SMC_BYTES", o.smc_bytes.as_str()),
         ("SOAK_PERFTEST_ITERS", "100"),
     ];
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let me = std::env::current_exe()?;
     let mut rg = Command::new(me);
     rg.arg("boot").args([
         "--qemu",
@@ -692,7 +693,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
     ]);
     for g in &guests {
         let Some(peer) = guests.iter().find(|p| p.pair == g.pair && p.name != g.name) else {
-            return Err(format!("guest {} has no peer", g.name));
+            return Err(anyhow::anyhow!("guest {} has no peer", g.name));
         };
         let mut job = format!(
             "ROLE={} SELF={} PEER={} CELL=7.3/soak-pair{}\n",
@@ -711,7 +712,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
             pair_call(g.pair)
         );
         let script = work.join(format!("{}.sh", g.name));
-        std::fs::write(&script, job).map_err(|e| e.to_string())?;
+        std::fs::write(&script, job)?;
         let mut spec = format!(
             "{},ip={}/24,sock={},mac={},cmd={}",
             g.name,
@@ -729,15 +730,15 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         }
         rg.arg("--guest").arg(spec);
     }
-    let rg_log = std::fs::File::create(resdir.join("run-guests.log")).map_err(|e| e.to_string())?;
-    let rg_log2 = rg_log.try_clone().map_err(|e| e.to_string())?;
+    let rg_log = std::fs::File::create(resdir.join("run-guests.log"))?;
+    let rg_log2 = rg_log.try_clone()?;
     let t_start = Instant::now();
     let mut rgp: Child = rg
         .stdout(rg_log)
         .stderr(rg_log2)
         .stdin(Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start the guests: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot start the guests: {e}"))?;
 
     // The run: sample, start the clock when both pairs run, stop them in
     // time.
@@ -866,7 +867,7 @@ fn run_soak(o: &SoakOptions) -> Result<bool, String> {
         problems.push("daemon panicked (daemon.log)".into());
     }
     if interrupted {
-        return Err("interrupted: guests and daemon stopped".into());
+        anyhow::bail!("interrupted: guests and daemon stopped");
     }
     if rg_code != 0 {
         problems.push(format!(

@@ -178,6 +178,19 @@ pub enum CmEvent {
     },
 }
 
+impl CmEvent {
+    /// The connection the event is about.
+    pub fn conn(&self) -> ConnId {
+        match self {
+            CmEvent::ConnectRequest { conn, .. }
+            | CmEvent::Established { conn, .. }
+            | CmEvent::Rejected { conn, .. }
+            | CmEvent::Disconnected { conn }
+            | CmEvent::Failed { conn, .. } => *conn,
+        }
+    }
+}
+
 /// A MAD to send to `peer`'s GSI QP (QP1, Q_Key 0x80010000).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingMad {

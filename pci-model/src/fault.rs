@@ -253,14 +253,17 @@ impl FaultRng {
     }
 }
 
-/// A rule's state and counters, as `ctl status` shows them.
-#[derive(Debug, Clone, PartialEq)]
+/// A rule's state and counters, as `ctl status` shows them (with the
+/// `serde` feature, in the edge's control protocol as is).
+#[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FaultStatus {
     /// The rule's id (chosen by the edge).
     pub id: u32,
     /// Its kind.
     pub kind: String,
     /// Its parameters, `key=value ...`.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub params: String,
     /// Fires at most this many times.
     pub count: u64,
@@ -273,6 +276,7 @@ pub struct FaultStatus {
     /// Times it fired.
     pub hits: u64,
     /// Its count is spent (it stays listed until cleared).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub spent: bool,
 }
 

@@ -154,13 +154,13 @@ fn main() {
         alone.0 += victim(&mut a, &mut b, ma, mb, slice, &mut tag);
         alone.1 += s.elapsed().as_secs_f64();
 
-        let e0 = fab.stats(0).tx_errors;
+        let e0 = fab.stats(0).totals.tx_errors;
         run.store(true, Relaxed);
         std::thread::sleep(Duration::from_millis(50));
         let s = Instant::now();
         attacked.0 += victim(&mut a, &mut b, ma, mb, slice, &mut tag);
         attacked.1 += s.elapsed().as_secs_f64();
-        refused += fab.stats(0).tx_errors - e0;
+        refused += fab.stats(0).totals.tx_errors - e0;
     }
     stop.store(true, Relaxed);
     let _ = t.join();
@@ -180,7 +180,7 @@ fn main() {
     );
     println!("| ratio (under attack / alone) | | | {ratio:.3} |");
     let s = fab.stats(0);
-    assert!(s.tx_errors > 0, "the attack refused nothing: {s:?}");
+    assert!(s.totals.tx_errors > 0, "the attack refused nothing: {s:?}");
     if ratio < REQUIRED {
         eprintln!("FAIL: ratio {ratio:.3} < {REQUIRED}");
         std::process::exit(1);

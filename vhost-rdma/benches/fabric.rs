@@ -95,7 +95,7 @@ fn in_process(len: usize, min_time: Duration) -> (u64, f64) {
     }
     let secs = start.elapsed().as_secs_f64();
     let s = fab.stats(1);
-    assert_eq!(s.rx_drops, 0, "drops during the benchmark");
+    assert_eq!(s.totals.rx_drops, 0, "drops during the benchmark");
     (n, secs)
 }
 

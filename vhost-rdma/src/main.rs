@@ -635,12 +635,12 @@ fn ctl(control: &Path, json: bool, cmd: CtlCmd) -> anyhow::Result<()> {
                     p.mac,
                     p.active_queue_pairs,
                     p.queue_pairs,
-                    p.tx_frames,
-                    p.tx_bytes,
-                    p.rx_frames,
-                    p.rx_bytes,
-                    p.rx_drops,
-                    p.tx_errors + p.rx_errors + p.ctrl_errors
+                    p.totals.tx_frames,
+                    p.totals.tx_bytes,
+                    p.totals.rx_frames,
+                    p.totals.rx_bytes,
+                    p.totals.rx_drops,
+                    p.totals.tx_errors + p.totals.rx_errors + p.ctrl_errors
                 );
             }
             for text in stuck {

@@ -41,7 +41,8 @@ impl QueueCounters {
     }
 }
 
-/// Counters of one queue pair. `tx` is guest-to-fabric, `rx` fabric-to-guest.
+/// Counters of one queue pair (or a port's sums of them). `tx` is
+/// guest-to-fabric, `rx` fabric-to-guest.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct QueueStats {
     pub tx_frames: u64,
@@ -54,6 +55,19 @@ pub struct QueueStats {
     pub rx_drops: u64,
     /// Malformed RX chains the guest posted.
     pub rx_errors: u64,
+}
+
+impl QueueStats {
+    /// Adds `q`'s counters to these.
+    pub fn add(&mut self, q: &QueueStats) {
+        self.tx_frames += q.tx_frames;
+        self.tx_bytes += q.tx_bytes;
+        self.tx_errors += q.tx_errors;
+        self.rx_frames += q.rx_frames;
+        self.rx_bytes += q.rx_bytes;
+        self.rx_drops += q.rx_drops;
+        self.rx_errors += q.rx_errors;
+    }
 }
 
 /// Counters of one port.
@@ -70,13 +84,10 @@ pub struct PortStats {
     pub features: u64,
     pub queue_pairs: u16,
     pub active_queue_pairs: u16,
-    pub tx_frames: u64,
-    pub tx_bytes: u64,
-    pub tx_errors: u64,
-    pub rx_frames: u64,
-    pub rx_bytes: u64,
-    pub rx_drops: u64,
-    pub rx_errors: u64,
+    /// The sums of `queues` ([`PortStats::sum_queues`]), at the top level
+    /// of the JSON form.
+    #[serde(flatten)]
+    pub totals: QueueStats,
     /// Control-queue commands refused (test-device form).
     pub ctrl_errors: u64,
     /// Times the port's TX paused because its receiver was full (back-pressure).
@@ -109,14 +120,10 @@ pub struct StuckReport {
 impl PortStats {
     /// Fills the port totals from the per-queue counters.
     pub fn sum_queues(&mut self) {
-        let q = &self.queues;
-        self.tx_frames = q.iter().map(|q| q.tx_frames).sum();
-        self.tx_bytes = q.iter().map(|q| q.tx_bytes).sum();
-        self.tx_errors = q.iter().map(|q| q.tx_errors).sum();
-        self.rx_frames = q.iter().map(|q| q.rx_frames).sum();
-        self.rx_bytes = q.iter().map(|q| q.rx_bytes).sum();
-        self.rx_drops = q.iter().map(|q| q.rx_drops).sum();
-        self.rx_errors = q.iter().map(|q| q.rx_errors).sum();
+        self.totals = QueueStats::default();
+        for q in &self.queues {
+            self.totals.add(q);
+        }
     }
 }
 

@@ -203,7 +203,13 @@ fn random_chains_on_random_queue_sizes_are_refused_and_other_ports_keep_working(
             }
         }
         pair.exchange(2);
-        wait_counter(&fab, 0, "tx_errors", |s| s.tx_errors, before.tx_errors);
+        wait_counter(
+            &fab,
+            0,
+            "tx_errors",
+            |s| s.totals.tx_errors,
+            before.totals.tx_errors,
+        );
         for q in [TestGuest::tx_index(0), TestGuest::rx_index(0)] {
             for (id, len) in evil.chaos_used(q) {
                 assert!(
@@ -219,7 +225,7 @@ fn random_chains_on_random_queue_sizes_are_refused_and_other_ports_keep_working(
     }
     let s = fab.stats(0);
     println!("attacker port: {s:?}");
-    assert!(s.tx_errors > 0 && s.rx_errors > 0, "{s:?}");
+    assert!(s.totals.tx_errors > 0 && s.totals.rx_errors > 0, "{s:?}");
     // The attacker's port serves a well-behaved guest again.
     drop(pair);
     let mut again = Pair::connect(&fab, 0, 1);
@@ -237,12 +243,24 @@ fn head_outside_the_ring_is_refused() {
     let size = evil.queue_size(1);
     let before = fab.stats(0);
     evil.chaos_publish(TestGuest::tx_index(0), &[], &[7176, size, u16::MAX]);
-    wait_counter(&fab, 0, "tx_errors", |s| s.tx_errors, before.tx_errors + 2);
+    wait_counter(
+        &fab,
+        0,
+        "tx_errors",
+        |s| s.totals.tx_errors,
+        before.totals.tx_errors + 2,
+    );
     evil.chaos_publish(TestGuest::rx_index(0), &[], &[7176, size]);
     pair.tag += 1;
     let f = tagged_frame(BROADCAST, pair.macs.0, pair.tag, 200);
     pair.a.send(0, &f, &TxOpts::default());
-    wait_counter(&fab, 0, "rx_errors", |s| s.rx_errors, before.rx_errors + 1);
+    wait_counter(
+        &fab,
+        0,
+        "rx_errors",
+        |s| s.totals.rx_errors,
+        before.totals.rx_errors + 1,
+    );
     pair.exchange(2);
     for q in [TestGuest::tx_index(0), TestGuest::rx_index(0)] {
         let used = evil.chaos_used(q);
@@ -300,7 +318,7 @@ fn descriptors_just_outside_guest_memory_are_refused() {
         (hi + GUARD as u64, 60),   // beyond
     ];
     for (i, &(addr, len)) in tx_cases.iter().enumerate() {
-        let before = fab.stats(0).tx_errors;
+        let before = fab.stats(0).totals.tx_errors;
         evil.send_raw(
             0,
             &[
@@ -322,7 +340,7 @@ fn descriptors_just_outside_guest_memory_are_refused() {
             &fab,
             0,
             &format!("tx_errors (case {i}: {addr:#x}+{len})"),
-            |s| s.tx_errors,
+            |s| s.totals.tx_errors,
             before,
         );
         assert!(
@@ -347,12 +365,12 @@ fn descriptors_just_outside_guest_memory_are_refused() {
             &fab,
             0,
             &format!("rx_errors (RX case {i})"),
-            |s| s.rx_errors,
-            before.rx_errors,
+            |s| s.totals.rx_errors,
+            before.totals.rx_errors,
         );
         assert_eq!(
-            fab.stats(0).rx_frames,
-            before.rx_frames,
+            fab.stats(0).totals.rx_frames,
+            before.totals.rx_frames,
             "RX case {i}: a frame went outside guest memory"
         );
         pair.exchange(1);
@@ -376,8 +394,8 @@ fn descriptors_just_outside_guest_memory_are_refused() {
         &fab,
         0,
         "rx_errors (zero length)",
-        |s| s.rx_errors,
-        before.rx_errors,
+        |s| s.totals.rx_errors,
+        before.totals.rx_errors,
     );
     pair.exchange(2);
 }
@@ -421,8 +439,8 @@ fn memory_table_replaced_mid_traffic() {
         &fab,
         0,
         "tx_errors (rings outside the table)",
-        |s| s.tx_errors,
-        before.tx_errors,
+        |s| s.totals.tx_errors,
+        before.totals.tx_errors,
     );
     assert!(
         p.b.drain_all(QUIET).is_empty(),

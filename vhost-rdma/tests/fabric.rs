@@ -72,11 +72,11 @@ fn frames_cross_intact_with_every_descriptor_layout() {
     }
     let (sa, sb) = (fab.stats(0), fab.stats(1));
     let n = (layouts.len() * 4) as u64;
-    assert_eq!(sa.tx_frames, n, "A tx_frames: {sa:?}");
-    assert_eq!(sb.rx_frames, n, "B rx_frames: {sb:?}");
-    assert_eq!(sb.tx_frames, n, "B tx_frames: {sb:?}");
-    assert_eq!(sa.tx_errors + sb.tx_errors, 0);
-    assert_eq!(sa.rx_drops + sb.rx_drops, 0);
+    assert_eq!(sa.totals.tx_frames, n, "A tx_frames: {sa:?}");
+    assert_eq!(sb.totals.rx_frames, n, "B rx_frames: {sb:?}");
+    assert_eq!(sb.totals.tx_frames, n, "B tx_frames: {sb:?}");
+    assert_eq!(sa.totals.tx_errors + sb.totals.tx_errors, 0);
+    assert_eq!(sa.totals.rx_drops + sb.totals.rx_drops, 0);
     a.check_idle().unwrap();
     b.check_idle().unwrap();
 }
@@ -433,7 +433,7 @@ fn tso_case(b_features: u64, v6: bool, ecn: bool, name: &str) {
         "{name}: extra frames after segments"
     );
     let sb = fab.stats(1);
-    assert_eq!(sb.rx_frames, n as u64, "{name}: B rx_frames {sb:?}");
+    assert_eq!(sb.totals.rx_frames, n as u64, "{name}: B rx_frames {sb:?}");
 }
 
 #[test]
@@ -539,9 +539,9 @@ fn full_rx_ring_counts_drops_and_keeps_delivered_frames_intact() {
     // timer) may have staged unseen, at most the 16-frame limit each, meant
     // for senders that found room at the same moment.
     const HELD: u64 = 8 + 16 + 3 * 16;
-    let (s, _) = fab.wait_stats(1, ARRIVE, |s| s.rx_drops >= FRAMES - HELD);
+    let (s, _) = fab.wait_stats(1, ARRIVE, |s| s.totals.rx_drops >= FRAMES - HELD);
     assert!(
-        s.rx_drops >= FRAMES - HELD,
+        s.totals.rx_drops >= FRAMES - HELD,
         "with 8 RX buffers, a 16-frame pending queue and a headroom of 48 \
          at least {} drops expected: {s:?}",
         FRAMES - HELD
@@ -551,13 +551,17 @@ fn full_rx_ring_counts_drops_and_keeps_delivered_frames_intact() {
     got.extend(b.drain_all(Duration::from_secs(1)));
     let s = fab.stats(1);
     assert_eq!(
-        got.len() as u64 + s.rx_drops,
+        got.len() as u64 + s.totals.rx_drops,
         FRAMES,
         "every frame is either delivered or counted as a drop ({} delivered): {s:?}",
         got.len()
     );
-    assert_eq!(s.rx_frames, got.len() as u64, "rx_frames counter: {s:?}");
-    assert_eq!(fab.stats(0).tx_frames, FRAMES);
+    assert_eq!(
+        s.totals.rx_frames,
+        got.len() as u64,
+        "rx_frames counter: {s:?}"
+    );
+    assert_eq!(fab.stats(0).totals.tx_frames, FRAMES);
     let mut last = None;
     for r in &got {
         let t = frame_tag(&r.data).expect("delivered frame is not one we sent");
@@ -638,7 +642,7 @@ fn slow_receiver_gets_back_pressure_not_drops() {
     }
     let (sb, sa) = (fab.stats(1), fab.stats(0));
     assert_eq!(
-        sb.rx_drops, 0,
+        sb.totals.rx_drops, 0,
         "a slow but live receiver must not lose frames: {sb:?}"
     );
     assert!(sa.tx_pauses > 0, "the sender never paused: {sa:?}");
@@ -659,9 +663,9 @@ fn slow_receiver_gets_back_pressure_not_drops() {
         .recv(0, ARRIVE)
         .expect("A->B blocked by a receiver that stopped reading");
     assert!(r.data == f);
-    let (sc, _) = fab.wait_stats(2, ARRIVE, |s| s.rx_drops > 0);
+    let (sc, _) = fab.wait_stats(2, ARRIVE, |s| s.totals.rx_drops > 0);
     assert!(
-        sc.rx_drops > 0,
+        sc.totals.rx_drops > 0,
         "frames to the stalled receiver must be dropped and counted: {sc:?}"
     );
 }
@@ -710,9 +714,9 @@ fn malformed_chains_are_refused_and_other_ports_keep_working() {
         }),
     ];
     for (i, (what, send)) in bad.iter().enumerate() {
-        let before = fab.stats(0).tx_errors;
+        let before = fab.stats(0).totals.tx_errors;
         send(&mut a, &bcast);
-        let (s, ok) = fab.wait_stats(0, ARRIVE, |s| s.tx_errors > before);
+        let (s, ok) = fab.wait_stats(0, ARRIVE, |s| s.totals.tx_errors > before);
         assert!(ok, "{what}: tx_errors did not grow: {s:?}");
         b_c_traffic(&fab, &mut b, &mut c, 100 * (i as u64 + 1));
     }
@@ -727,11 +731,14 @@ fn malformed_chains_are_refused_and_other_ports_keep_working() {
         leaked.iter().map(|r| r.data.len()).collect::<Vec<_>>()
     );
     let s = fab.stats(0);
-    assert_eq!(s.tx_frames, 0, "no malformed frame counts as sent: {s:?}");
-    assert!(s.tx_errors >= bad.len() as u64, "{s:?}");
+    assert_eq!(
+        s.totals.tx_frames, 0,
+        "no malformed frame counts as sent: {s:?}"
+    );
+    assert!(s.totals.tx_errors >= bad.len() as u64, "{s:?}");
     for i in [1, 2] {
         let s = fab.stats(i);
-        assert_eq!(s.tx_errors, 0, "port {i}: {s:?}");
+        assert_eq!(s.totals.tx_errors, 0, "port {i}: {s:?}");
     }
 }
 
@@ -785,14 +792,14 @@ fn bad_headers_are_refused_returned_and_the_port_keeps_working() {
     ];
     let (udp6, _) = udp_frame(&Flow::v6(ma, mb, 1, 2), &pattern(3000, 1), L4Csum::Partial);
     for (i, (what, hdr)) in garbage.iter().enumerate() {
-        let before = fab.stats(0).tx_errors;
+        let before = fab.stats(0).totals.tx_errors;
         let f = if i == 4 { &udp6 } else { &tcp };
         a.send(0, f, &TxOpts::hdr(*hdr));
         assert!(
             a.wait_tx(0, ARRIVE),
             "{what}: chain not returned to the guest"
         );
-        let (s, ok) = fab.wait_stats(0, ARRIVE, |s| s.tx_errors > before);
+        let (s, ok) = fab.wait_stats(0, ARRIVE, |s| s.totals.tx_errors > before);
         assert!(ok, "{what}: tx_errors did not grow: {s:?}");
         let stray = b.drain_all(QUIET);
         assert!(
@@ -1034,7 +1041,7 @@ fn learning_switch_floods_unknown_and_forwards_learned_unicast() {
         g[1].drain_all(QUIET).is_empty(),
         "B still gets frames for a MAC that moved to C"
     );
-    assert!(wait_until(ARRIVE, || fab.stats(2).rx_frames >= 4));
+    assert!(wait_until(ARRIVE, || fab.stats(2).totals.rx_frames >= 4));
 }
 
 #[test]
@@ -1047,7 +1054,7 @@ fn oversized_frame_for_small_buffers_is_dropped_not_truncated() {
     let big = tagged_frame(fab.mac(1), fab.mac(0), 1, 4000);
     a.send(0, &big, &TxOpts::default());
     assert!(a.wait_tx(0, ARRIVE));
-    let (s, ok) = fab.wait_stats(1, ARRIVE, |s| s.rx_drops >= 1);
+    let (s, ok) = fab.wait_stats(1, ARRIVE, |s| s.totals.rx_drops >= 1);
     assert!(ok, "oversized frame not counted as a drop: {s:?}");
     let got = b.drain_all(QUIET);
     assert!(
@@ -1065,7 +1072,7 @@ fn oversized_frame_for_small_buffers_is_dropped_not_truncated() {
         &TxOpts::default(),
         "normal frame after the drop",
     );
-    assert_eq!(fab.stats(1).rx_frames, 1);
+    assert_eq!(fab.stats(1).totals.rx_frames, 1);
 }
 
 #[test]
@@ -1078,7 +1085,7 @@ fn offloads_the_sender_did_not_negotiate_are_refused() {
     let (f, hdr) = tso_frame(&flow, 0, TCP_ACK, &pattern(5000, 0), 1000);
     a.send(0, &f, &TxOpts::hdr(hdr));
     assert!(a.wait_tx(0, ARRIVE));
-    let (s, ok) = fab.wait_stats(0, ARRIVE, |s| s.tx_errors >= 1);
+    let (s, ok) = fab.wait_stats(0, ARRIVE, |s| s.totals.tx_errors >= 1);
     assert!(ok, "GSO from a guest without HOST_TSO4 accepted: {s:?}");
     assert!(
         b.drain_all(QUIET).is_empty(),
@@ -1170,11 +1177,11 @@ fn concurrent_senders_stress() {
     let gs: Vec<TestGuest> = senders.into_iter().map(|t| t.join().unwrap()).collect();
     let s = fab.stats(1);
     assert_eq!(
-        got.len() as u64 + s.rx_drops,
+        got.len() as u64 + s.totals.rx_drops,
         2 * N,
         "delivered {} + dropped {} != sent: {s:?}",
         got.len(),
-        s.rx_drops
+        s.totals.rx_drops
     );
     let mut last = [None::<u64>; 3];
     for r in &got {
@@ -1228,7 +1235,7 @@ fn mergeable_rx_waits_for_enough_buffers() {
         1 => {
             assert!(got[0].data == small, "unexpected frame");
             assert_eq!(
-                s.rx_drops, 1,
+                s.totals.rx_drops, 1,
                 "big frame neither delivered nor counted: {s:?}"
             );
         }

@@ -70,7 +70,7 @@ fn drop_every_second_frame() {
     assert_eq!(got, (0..20).step_by(2).collect::<Vec<_>>());
     assert_eq!(rule_counters(&f, id), (20, 10));
     // The guest's own frames are not egress of p1.
-    assert_eq!(fab.stats(1).rx_frames, 10);
+    assert_eq!(fab.stats(1).totals.rx_frames, 10);
 }
 
 fn prob_run(seed: u64) -> Vec<u64> {

@@ -144,7 +144,7 @@ fn guest_gets_arp_ping_and_tcp_answers_from_a_virtual_host() {
         .unwrap();
     let p = st.ports.iter().find(|p| p.name == "vh").expect("host port");
     assert_eq!(p.form, "host");
-    assert!(p.rx_frames >= 3 && p.tx_frames >= 3, "{p:?}");
+    assert!(p.totals.rx_frames >= 3 && p.totals.tx_frames >= 3, "{p:?}");
     assert_eq!(st.hosts.len(), 1);
     let h = &st.hosts[0];
     assert_eq!(h.address, "10.77.0.10/24");

@@ -304,7 +304,11 @@ fn stuck_guest_is_named_then_cleared() {
     assert!(ok, "stuck guest not reported with its drops: {p:?}");
     let s = p.stuck.clone().unwrap();
     assert!(s.guest.for_ms >= 300, "{s:?}");
-    assert_eq!(s.guest.dropped, p.rx_drops, "{s:?} vs {} drops", p.rx_drops);
+    assert_eq!(
+        s.guest.dropped, p.totals.rx_drops,
+        "{s:?} vs {} drops",
+        p.totals.rx_drops
+    );
     assert!(
         s.text
             .starts_with("guest on port p1 has taken no frames for ")

@@ -183,7 +183,7 @@ fn frames_cross_a_vxlan_uplink_both_ways_with_the_vni() {
         .unwrap();
     let p = st.ports.iter().find(|p| p.name == "up").unwrap();
     assert_eq!(p.form, "vxlan");
-    assert_eq!((p.rx_frames, p.tx_frames), (2, 1), "{p:?}");
+    assert_eq!((p.totals.rx_frames, p.totals.tx_frames), (2, 1), "{p:?}");
 }
 
 /// Short, garbage, wrong-VNI, oversized and stranger datagrams never reach
@@ -244,8 +244,8 @@ fn hostile_datagrams_and_oversized_frames_are_counted_and_dropped() {
         .into_status()
         .unwrap();
     let p = st.ports.iter().find(|p| p.name == "up").unwrap();
-    assert_eq!(p.rx_drops, 1, "the oversized frame: {p:?}");
-    assert_eq!(p.tx_errors, 8, "the refused datagrams: {p:?}");
+    assert_eq!(p.totals.rx_drops, 1, "the oversized frame: {p:?}");
+    assert_eq!(p.totals.tx_errors, 8, "the refused datagrams: {p:?}");
 }
 
 /// The uplink is a port for faults and captures too: a drop rule on it

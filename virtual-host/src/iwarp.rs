@@ -48,8 +48,14 @@ pub fn engine_config(crc: bool, ird: u16, ord: u16) -> siw::Config {
     }
 }
 
-/// iWARP error counters (summed over a service's connections).
+/// iWARP error counters (summed over a service's connections). With the
+/// `serde` feature they serialize with kebab-case names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
 pub struct IwarpCounters {
     /// Connections that reached RTS.
     pub connected: u64,

@@ -25,7 +25,8 @@
 
 use crate::pingpong::gid_of;
 use crate::spec::{
-    abort_sockets, client_target, session_started, tcp_connect, ServiceSpec, SessionTally,
+    abort_sockets, client_target, session_started, tcp_connect, tcp_listen, ServiceSpec,
+    SessionTally,
 };
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
@@ -57,9 +58,14 @@ pub(crate) fn opening_item(step: usize) -> Vec<u8> {
     }
 }
 
+/// A peer whose perftest is older than 5.70 (its version text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("perftest version {0:?} (need >= 5.70)")]
+pub struct OldPeerVersion(pub String);
+
 /// Checks the peer's item 0, its version: one older than 5.70 is refused
 /// with its text.
-pub(crate) fn check_peer_version(msg: &[u8]) -> Result<(), String> {
+pub(crate) fn check_peer_version(msg: &[u8]) -> Result<(), OldPeerVersion> {
     let v: String = msg
         .iter()
         .take_while(|&&b| b != 0)
@@ -67,7 +73,7 @@ pub(crate) fn check_peer_version(msg: &[u8]) -> Result<(), String> {
         .collect();
     let ver: f64 = v.trim().parse().unwrap_or(0.0);
     if ver < 5.70 {
-        return Err(v);
+        return Err(OldPeerVersion(v));
     }
     Ok(())
 }
@@ -308,10 +314,7 @@ impl PerftestServer {
         ctx: &mut ServiceCtx<'_>,
     ) -> Result<Self, HostError> {
         let sock = ctx.new_tcp_socket()?;
-        ctx.sockets
-            .get_mut::<Socket>(sock)
-            .listen(spec.port)
-            .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", spec.port)))?;
+        tcp_listen(ctx, sock, spec.port)?;
         Ok(PerftestServer {
             id,
             verb,
@@ -913,9 +916,7 @@ impl PerftestClient {
     /// The server's part of item `step`.
     fn their_item(&mut self, ctx: &mut ServiceCtx<'_>, msg: &[u8]) -> Result<(), HostError> {
         match self.step {
-            0 => check_peer_version(msg).map_err(|v| {
-                HostError::Invalid(format!("server perftest version {v:?} (need >= 5.70)"))
-            })?,
+            0 => check_peer_version(msg).map_err(|v| HostError::Invalid(format!("server {v}")))?,
             3 => {
                 self.mtu = negotiated_mtu(msg);
             }

@@ -49,14 +49,15 @@
 
 use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
-use crate::perftest::{check_peer_version, opening_item, Verb, CYCLE_BUFFER};
+use crate::perftest::{check_peer_version, opening_item, OldPeerVersion, Verb, CYCLE_BUFFER};
 use crate::pingpong::gid_of;
+use crate::rdma::{CmRequest, CmService};
 use crate::spec::{
     abort_sockets, accepted_peer, client_target, drain_and_close, roce_connect, session_started,
-    tcp_connect, ServiceSpec, SessionTally,
+    tcp_connect, tcp_listen, ServiceSpec, SessionTally,
 };
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
-use ib_cm::CmEvent;
+use ib_cm::{CmEvent, ConnId};
 use roce_model::QpCaps;
 use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
@@ -275,8 +276,8 @@ pub(crate) enum PerftestCmError {
         want: usize,
     },
     /// The peer's perftest is older than the exchange we speak.
-    #[error("perftest version {0:?} (need >= 5.70)")]
-    Version(String),
+    #[error(transparent)]
+    Version(#[from] OldPeerVersion),
     /// The peer's keys do not decode.
     #[error("bad keys")]
     BadKeys,
@@ -419,11 +420,7 @@ impl PerftestCm {
         let sock = ctx.new_bulk_tcp_socket(TCP_BUFFER)?;
         let mut p = PerftestCm::new(id, verb, role, transport, spec, Some(sock), ctx.now);
         let r = match role {
-            Role::Server => ctx
-                .sockets
-                .get_mut::<Socket>(sock)
-                .listen(p.spec.port)
-                .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", p.spec.port))),
+            Role::Server => tcp_listen(ctx, sock, p.spec.port),
             Role::Client => p.connect(ctx),
         };
         if let Err(e) = r {
@@ -659,74 +656,7 @@ impl PerftestCm {
     /// a new session's control connection or the running session's data
     /// connection, refuses others.
     fn dispatch_cm(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
-        let mut moved = false;
-        while let Some(e) = ctx.rdma.cm_poll_event(self.id) {
-            moved = true;
-            match e {
-                CmEvent::ConnectRequest {
-                    conn, peer, remote, ..
-                } => {
-                    let Some(peer) = ctx.rdma.cm_ipv4_peer(conn, peer) else {
-                        continue;
-                    };
-                    let data = match &self.session {
-                        None => false,
-                        Some(s) => {
-                            if s.data.is_none() && s.peer == peer && s.step >= 4 {
-                                true
-                            } else {
-                                ctx.rdma
-                                    .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
-                                continue;
-                            }
-                        }
-                    };
-                    if self.role != Role::Server {
-                        ctx.rdma
-                            .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
-                        continue;
-                    }
-                    let psn = ctx.rng.next_u64() as u32;
-                    let ep = match RoceEndpoint::accept(
-                        ctx.rdma,
-                        conn,
-                        peer,
-                        &remote,
-                        self.qp_caps(data),
-                        READ_DEPTH as u8,
-                        psn,
-                        crate::endpoint::RDMA_CM_ACK_TIMEOUT,
-                        ctx.now,
-                    ) {
-                        Ok(ep) => Endpoint::Roce(ep),
-                        Err(e) => {
-                            self.tally.last_error = Some(e.to_string());
-                            continue;
-                        }
-                    };
-                    self.adopt(ctx, peer, ep, data);
-                }
-                other => {
-                    let conn = match &other {
-                        CmEvent::Established { conn, .. }
-                        | CmEvent::Rejected { conn, .. }
-                        | CmEvent::Disconnected { conn }
-                        | CmEvent::Failed { conn, .. }
-                        | CmEvent::ConnectRequest { conn, .. } => *conn,
-                    };
-                    if let Some(s) = self.session.as_mut() {
-                        let rdma = &mut *ctx.rdma;
-                        for c in std::iter::once(&mut s.ctl).chain(s.data.as_mut()) {
-                            if let Some(r) = c.ep.roce().filter(|r| r.conn() == conn) {
-                                r.on_cm(rdma, other);
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        moved
+        crate::rdma::dispatch_cm(self, self.id, ctx)
     }
 
     /// Removes closed sockets of ended sessions.
@@ -1761,6 +1691,60 @@ fn on_ctl_completion(
     }
 }
 
+impl CmService for PerftestCm {
+    fn cm_request(&mut self, ctx: &mut ServiceCtx<'_>, request: CmRequest) {
+        let CmRequest { conn, peer, remote } = request;
+        let data = match &self.session {
+            None => false,
+            Some(s) => {
+                if s.data.is_none() && s.peer == peer && s.step >= 4 {
+                    true
+                } else {
+                    ctx.rdma
+                        .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
+                    return;
+                }
+            }
+        };
+        if self.role != Role::Server {
+            ctx.rdma
+                .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
+            return;
+        }
+        let psn = ctx.rng.next_u64() as u32;
+        let ep = match RoceEndpoint::accept(
+            ctx.rdma,
+            conn,
+            peer,
+            &remote,
+            self.qp_caps(data),
+            READ_DEPTH as u8,
+            psn,
+            crate::endpoint::RDMA_CM_ACK_TIMEOUT,
+            ctx.now,
+        ) {
+            Ok(ep) => Endpoint::Roce(ep),
+            Err(e) => {
+                self.tally.last_error = Some(e.to_string());
+                return;
+            }
+        };
+        self.adopt(ctx, peer, ep, data);
+    }
+
+    fn cm_event(&mut self, ctx: &mut ServiceCtx<'_>, conn: ConnId, other: CmEvent) {
+        if let Some(s) = self.session.as_mut() {
+            let rdma = &mut *ctx.rdma;
+            for c in std::iter::once(&mut s.ctl).chain(s.data.as_mut()) {
+                if let Some(r) = c.ep.roce().filter(|r| r.conn() == conn) {
+                    r.on_cm(rdma, other);
+                    break;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1799,7 +1783,7 @@ mod tests {
             "item 4: 3 bytes, expected 56"
         );
         assert_eq!(
-            e(PerftestCmError::Version("5.60".into())),
+            e(PerftestCmError::Version(OldPeerVersion("5.60".into()))),
             "perftest version \"5.60\" (need >= 5.70)"
         );
         assert_eq!(

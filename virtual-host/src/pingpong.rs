@@ -18,8 +18,8 @@
 //! tool's initial fill) echoes our previous one.
 
 use crate::spec::{
-    abort_sockets, client_connected, client_target, session_started, tcp_connect, ServiceSpec,
-    SessionTally,
+    abort_sockets, client_connected, client_target, session_started, tcp_connect, tcp_listen,
+    ServiceSpec, SessionTally,
 };
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
 use roce_model::{Access, Mtu, QpAttr, QpCaps, RecvWr, SendOp, SendWr, Sge, WcStatus};
@@ -206,10 +206,7 @@ impl Pingpong {
         };
         match role {
             Role::Server => {
-                ctx.sockets
-                    .get_mut::<Socket>(sock)
-                    .listen(p.spec.port)
-                    .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", p.spec.port)))?;
+                tcp_listen(ctx, sock, p.spec.port)?;
             }
             Role::Client => {
                 if let Err(e) = p.connect(ctx) {

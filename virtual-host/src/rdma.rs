@@ -1,8 +1,8 @@
 //! The host's RDMA device: RC queue pairs (roce-model) behind RoCEv2 over
 //! IPv4, memory regions, and the small IPv4 → MAC cache RoCE frames need.
 
-use crate::{HostCounters, HostError, HostLimits};
-use ib_cm::{CmConfig, CmCounters, CmEvent, CmManager, ConnId, ConnectParams, LocalQp};
+use crate::{HostCounters, HostError, HostLimits, ServiceCtx};
+use ib_cm::{CmConfig, CmCounters, CmEvent, CmManager, ConnId, ConnectParams, LocalQp, RemoteQp};
 use roce_model::wire::{EthernetHeader, Ipv4Header, UdpHeader};
 use roce_model::{
     Access, Completion, IcrcScope, Memory, NetLayer, ProtectionDomain, QpAttr, QpCaps, QpState,
@@ -98,6 +98,52 @@ impl Neighbors {
         self.asked.push((ip, now));
         true
     }
+}
+
+/// A service that takes CM events ([`dispatch_cm`]).
+pub(crate) trait CmService {
+    /// A connection request: accept or reject it.
+    fn cm_request(&mut self, ctx: &mut ServiceCtx<'_>, request: CmRequest);
+    /// An event of one of the service's connections.
+    fn cm_event(&mut self, ctx: &mut ServiceCtx<'_>, conn: ConnId, event: CmEvent);
+}
+
+/// Hands service `id`'s CM events to it; whether there were any.
+pub(crate) fn dispatch_cm(service: &mut impl CmService, id: u32, ctx: &mut ServiceCtx<'_>) -> bool {
+    let mut moved = false;
+    while let Some(e) = ctx.rdma.cm_next_event(id) {
+        moved = true;
+        match e {
+            ServiceCmEvent::Refused => {}
+            ServiceCmEvent::Request(r) => service.cm_request(ctx, r),
+            ServiceCmEvent::Conn(conn, event) => service.cm_event(ctx, conn, event),
+        }
+    }
+    moved
+}
+
+/// A connection request from an IPv4 peer.
+#[derive(Debug)]
+pub struct CmRequest {
+    /// The new connection.
+    pub conn: ConnId,
+    /// Where it came from.
+    pub peer: Ipv4Addr,
+    /// The peer's QP and private data.
+    pub remote: RemoteQp,
+}
+
+/// A CM event as a service's dispatcher takes it
+/// ([`RdmaDevice::cm_next_event`]).
+#[derive(Debug)]
+pub enum ServiceCmEvent {
+    /// A connection request from an IPv4 peer: accept or reject it.
+    Request(CmRequest),
+    /// A request from an address the services do not speak, already
+    /// rejected.
+    Refused,
+    /// An event of a connection the service has.
+    Conn(ConnId, CmEvent),
 }
 
 /// The RDMA side of a virtual host.
@@ -252,29 +298,31 @@ impl RdmaDevice {
         self.cm_owner.remove(&conn);
     }
 
-    /// The IPv4 address of a connection request's peer. The services speak
-    /// IPv4 only, so a request from any other address is rejected here and
-    /// gives `None`.
-    pub fn cm_ipv4_peer(&mut self, conn: ConnId, peer: IpAddr) -> Option<Ipv4Addr> {
-        match peer {
-            IpAddr::V4(peer) => Some(peer),
-            IpAddr::V6(_) => {
-                self.cm_reject(conn, ib_cm::reject_reason::UNSUPPORTED);
-                None
-            }
-        }
-    }
-
     /// Disconnects (DREQ) or abandons a connection in setup (REJ).
     pub fn cm_disconnect(&mut self, conn: ConnId, now: Instant) {
         let _ = self.cm.disconnect(conn, now);
         self.route_cm_events();
     }
 
-    /// The next CM event for service `owner`.
-    pub fn cm_poll_event(&mut self, owner: u32) -> Option<CmEvent> {
+    /// The next CM event for service `owner`, sorted for its dispatcher.
+    /// The services speak IPv4 only, so a request from any other address
+    /// is rejected here and comes back as [`ServiceCmEvent::Refused`].
+    pub fn cm_next_event(&mut self, owner: u32) -> Option<ServiceCmEvent> {
         let i = self.cm_events.iter().position(|e| e.0 == owner)?;
-        self.cm_events.remove(i).map(|e| e.1)
+        let e = self.cm_events.remove(i)?.1;
+        Some(match e {
+            CmEvent::ConnectRequest {
+                conn,
+                peer: IpAddr::V4(peer),
+                remote,
+                ..
+            } => ServiceCmEvent::Request(CmRequest { conn, peer, remote }),
+            CmEvent::ConnectRequest { conn, .. } => {
+                self.cm_reject(conn, ib_cm::reject_reason::UNSUPPORTED);
+                ServiceCmEvent::Refused
+            }
+            other => ServiceCmEvent::Conn(other.conn(), other),
+        })
     }
 
     /// Moves the CM's events to their services' queues.

@@ -22,12 +22,13 @@
 
 use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
+use crate::rdma::{CmRequest, CmService};
 use crate::spec::{
     abort_sockets, accepted_peer, client_target, drain_and_close, roce_connect, session_started,
-    tcp_connect, ServiceSpec, SessionTally,
+    tcp_connect, tcp_listen, ServiceSpec, SessionTally,
 };
 use crate::{HostError, RdmaDevice, ServiceCtx, ServiceStatus};
-use ib_cm::CmEvent;
+use ib_cm::{CmEvent, ConnId};
 use roce_model::QpCaps;
 use siw::{Access, Completion, Sge, WcOpcode, WcStatus, WorkRequest};
 use smoltcp::iface::{SocketHandle, SocketSet};
@@ -258,10 +259,7 @@ impl Rping {
         };
         match (role, sock) {
             (Role::Server, Some(sock)) => {
-                ctx.sockets
-                    .get_mut::<Socket>(sock)
-                    .listen(r.spec.port)
-                    .map_err(|e| HostError::Tcp(format!("listen on {}: {e}", r.spec.port)))?;
+                tcp_listen(ctx, sock, r.spec.port)?;
             }
             (Role::Server, None) => {
                 ctx.rdma
@@ -391,59 +389,7 @@ impl Rping {
 
     /// RoCE: hands the CM's events to the session or accepts a new one.
     fn dispatch_cm(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
-        let mut moved = false;
-        while let Some(e) = ctx.rdma.cm_poll_event(self.id) {
-            moved = true;
-            match e {
-                CmEvent::ConnectRequest {
-                    conn, peer, remote, ..
-                } => {
-                    let Some(peer) = ctx.rdma.cm_ipv4_peer(conn, peer) else {
-                        continue;
-                    };
-                    if self.role != Role::Server
-                        || self.phase != Phase::Listening
-                        || self.session.is_some()
-                    {
-                        // One client at a time, as the tools serve.
-                        ctx.rdma
-                            .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
-                        continue;
-                    }
-                    let psn = ctx.rng.next_u64() as u32;
-                    match RoceEndpoint::accept(
-                        ctx.rdma,
-                        conn,
-                        peer,
-                        &remote,
-                        self.qp_caps(),
-                        RD_ATOMIC,
-                        psn,
-                        crate::endpoint::DEFAULT_ACK_TIMEOUT,
-                        ctx.now,
-                    ) {
-                        Ok(ep) => self.begin(ctx, Endpoint::Roce(ep), peer),
-                        Err(e) => self.record_failure(ctx, Some(peer), e.to_string()),
-                    }
-                }
-                other => {
-                    let conn = match &other {
-                        CmEvent::Established { conn, .. }
-                        | CmEvent::Rejected { conn, .. }
-                        | CmEvent::Disconnected { conn }
-                        | CmEvent::Failed { conn, .. } => *conn,
-                        CmEvent::ConnectRequest { conn, .. } => *conn,
-                    };
-                    if let Some(s) = self.session.as_mut() {
-                        let rdma = &mut *ctx.rdma;
-                        if let Some(r) = s.ep.roce().filter(|r| r.conn() == conn) {
-                            r.on_cm(rdma, other);
-                        }
-                    }
-                }
-            }
-        }
-        moved
+        crate::rdma::dispatch_cm(self, self.id, ctx)
     }
 
     fn progress_mark(&self) -> (u32, u32) {
@@ -1065,6 +1011,42 @@ fn post_recv(ep: &mut Endpoint, dev: &mut RdmaDevice, stag: u32) -> Result<(), E
             len: INFO_LEN as u32,
         },
     )
+}
+
+impl CmService for Rping {
+    fn cm_request(&mut self, ctx: &mut ServiceCtx<'_>, request: CmRequest) {
+        let CmRequest { conn, peer, remote } = request;
+        if self.role != Role::Server || self.phase != Phase::Listening || self.session.is_some() {
+            // One client at a time, as the tools serve.
+            ctx.rdma
+                .cm_reject(conn, ib_cm::reject_reason::CONSUMER_DEFINED);
+            return;
+        }
+        let psn = ctx.rng.next_u64() as u32;
+        match RoceEndpoint::accept(
+            ctx.rdma,
+            conn,
+            peer,
+            &remote,
+            self.qp_caps(),
+            RD_ATOMIC,
+            psn,
+            crate::endpoint::DEFAULT_ACK_TIMEOUT,
+            ctx.now,
+        ) {
+            Ok(ep) => self.begin(ctx, Endpoint::Roce(ep), peer),
+            Err(e) => self.record_failure(ctx, Some(peer), e.to_string()),
+        }
+    }
+
+    fn cm_event(&mut self, ctx: &mut ServiceCtx<'_>, conn: ConnId, other: CmEvent) {
+        if let Some(s) = self.session.as_mut() {
+            let rdma = &mut *ctx.rdma;
+            if let Some(r) = s.ep.roce().filter(|r| r.conn() == conn) {
+                r.on_cm(rdma, other);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -520,6 +520,18 @@ pub(crate) fn abort_sockets(
     }
 }
 
+/// Puts `sock` in LISTEN on `port`.
+pub(crate) fn tcp_listen(
+    ctx: &mut ServiceCtx<'_>,
+    sock: SocketHandle,
+    port: u16,
+) -> Result<(), HostError> {
+    ctx.sockets
+        .get_mut::<Socket>(sock)
+        .listen(port)
+        .map_err(|e| HostError::Tcp(format!("listen on {port}: {e}")))
+}
+
 pub(crate) fn tcp_connect(
     ctx: &mut ServiceCtx<'_>,
     sock: SocketHandle,

@@ -391,13 +391,13 @@ fn spawn_helper<S: AsRef<std::ffi::OsStr>>(args: &[S], log: Option<&Path>) -> Op
 
 /// The options of the README's gVNIC port line (`--port
 /// g=/run/vhost-rdma/g.sock,kind=gve...`): what follows its socket.
-fn readme_gve(root: &Path) -> Result<String, String> {
+fn readme_gve(root: &Path) -> anyhow::Result<String> {
     const LINE: &str = "--port g=/run/vhost-rdma/g.sock";
-    let text =
-        std::fs::read_to_string(root.join("README.md")).map_err(|e| format!("README.md: {e}"))?;
+    let text = std::fs::read_to_string(root.join("README.md"))
+        .map_err(|e| anyhow::anyhow!("README.md: {e}"))?;
     let at = text
         .find(&format!("{LINE},kind=gve"))
-        .ok_or_else(|| format!("README.md shows no '{LINE},kind=gve...' line"))?;
+        .ok_or_else(|| anyhow::anyhow!("README.md shows no '{LINE},kind=gve...' line"))?;
     let word = text[at + LINE.len()..]
         .split_whitespace()
         .next()
@@ -585,7 +585,7 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
     let mut skip_why = None;
     let readme = cell.readme_gve.then(|| readme_gve(&r.root));
     if let Some(Err(e)) = &readme {
-        problems.push(e.clone());
+        problems.push(e.to_string());
     }
     let readme_opts = readme.as_ref().and_then(|x| x.as_deref().ok());
     if vhost {
@@ -638,7 +638,7 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
             .and_then(|u| u.netns())
             .or(lab.as_ref().map(|u| u.daemon_netns()));
         if start_err.is_none() && skip_why.is_none() {
-            match Daemon::start_in(
+            match Daemon::start(
                 netns,
                 &r.daemon_bin,
                 &args,
@@ -647,7 +647,7 @@ pub fn run_cell(r: &Run, kernel: &str, name: &str, work: &Path) -> Result<Json, 
                 &d.join("daemon.log"),
             ) {
                 Ok(x) => dm = Some(x),
-                Err(e) => start_err = Some(e),
+                Err(e) => start_err = Some(e.to_string()),
             }
         }
         if let (Some(u), Some(_)) = (lab.as_ref(), &dm) {

@@ -325,7 +325,7 @@ pub fn run(mut o: MatrixOptions) -> i32 {
     let table = cell_table(o.siw_conn_rounds);
     let byo = match resolve_kernel(&o.kernel) {
         Ok(b) => b,
-        Err(e) => return usage(&e),
+        Err(e) => return usage(&e.to_string()),
     };
     if let Some((_, _, series)) = &byo {
         o.kernel = series.clone();
@@ -392,7 +392,7 @@ pub fn run(mut o: MatrixOptions) -> i32 {
     match prepare(&mut run, &sel, &work) {
         Err(why) => {
             for (k, c) in &sel {
-                results.push(failed_record(k, c, &run.cells[c], &why));
+                results.push(failed_record(k, c, &run.cells[c], &why.to_string()));
             }
         }
         Ok(()) => results = run_kernels(&mut run, &sel, &work),
@@ -407,7 +407,7 @@ fn usage(e: &str) -> i32 {
 
 /// Builds the binaries, finds QEMU and fills the guests' /opt/vr; why it
 /// could not.
-pub fn prepare(run: &mut Run, sel: &[KernelCell], work: &Path) -> Result<(), String> {
+pub fn prepare(run: &mut Run, sel: &[KernelCell], work: &Path) -> anyhow::Result<()> {
     let o = &run.o;
     let tdir = setup::target_dir(&run.root, &o.profile);
     if !o.no_build {
@@ -418,13 +418,13 @@ pub fn prepare(run: &mut Run, sel: &[KernelCell], work: &Path) -> Result<(), Str
         let log = work.join("build.log");
         if !setup::build_binaries(&run.root, &o.profile, Some(&log)) {
             let _ = std::fs::copy(&log, run.resdir.join("logs/build.log"));
-            return Err("cargo build failed (logs/build.log)".into());
+            anyhow::bail!("cargo build failed (logs/build.log)");
         }
     }
     let sgt = tdir.join("smc-guest-tests");
     for b in [&run.daemon_bin, &sgt] {
         if crate::paths::which(&b.display().to_string()).is_none() {
-            return Err(format!("missing binary {}", b.display()));
+            return Err(anyhow::anyhow!("missing binary {}", b.display()));
         }
     }
     run.qemu = match &o.qemu {
@@ -436,12 +436,12 @@ pub fn prepare(run: &mut Run, sel: &[KernelCell], work: &Path) -> Result<(), Str
                 &work.join("qemu.log"),
             )
             .filter(|q| crate::paths::which(q).is_some())
-            .ok_or("scripts/setup-qemu.sh failed")?
+            .ok_or_else(|| anyhow::anyhow!("scripts/setup-qemu.sh failed"))?
         }
     };
     let vr = &run.vrbin;
     for d in ["bin", "ci"] {
-        std::fs::create_dir_all(vr.join(d)).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(vr.join(d))?;
     }
     setup::copy(&sgt, &vr.join("bin/smc-guest-tests"))?;
     for f in ["ci-lib.sh", "bench.sh"] {

@@ -97,7 +97,7 @@ fn wait_or_stop(child: std::io::Result<Child>, stop: &AtomicBool) -> String {
     wait_output(Ok(child))
 }
 
-fn ip(args: &[&str]) -> Result<String, String> {
+fn ip(args: &[&str]) -> anyhow::Result<String> {
     run(Command::new("ip").args(args))
 }
 
@@ -188,7 +188,7 @@ fn stream(sgt: &Path, from: &str, to: &str, addr: &str, port: u16) -> (bool, Str
 impl Uplinks {
     /// The namespaces and links; an error says why they cannot be made
     /// (the cell's rows then fail, or skip without root).
-    pub fn new(cell_dir: &Path, sgt: &Path) -> Result<Uplinks, String> {
+    pub fn new(cell_dir: &Path, sgt: &Path) -> anyhow::Result<Uplinks> {
         let tag = format!("{}", std::process::id() % 100_000);
         let ns = |x: &str| format!("vru-{x}-{tag}");
         let u = Uplinks {
@@ -205,12 +205,12 @@ impl Uplinks {
             bytes_after: Vec::new(),
         };
         u.setup().inspect_err(|e| {
-            let _ = std::fs::write(cell_dir.join("uplinks-setup.log"), e);
+            let _ = std::fs::write(cell_dir.join("uplinks-setup.log"), e.to_string());
         })?;
         Ok(u)
     }
 
-    fn setup(&self) -> Result<(), String> {
+    fn setup(&self) -> anyhow::Result<()> {
         let (d, v, a, b) = (&self.ns_d, &self.ns_v, &self.ns_a, &self.ns_b);
         for n in [d, v, a, b] {
             ip(&["netns", "add", n])?;
@@ -293,7 +293,7 @@ impl Uplinks {
     }
 
     /// Once the daemon runs: its TAP joins bridge brT.
-    pub fn attach_tap(&self) -> Result<(), String> {
+    pub fn attach_tap(&self) -> anyhow::Result<()> {
         ip(&["-n", &self.ns_d, "link", "set", &self.tap, "master", "brT"])?;
         ip(&["-n", &self.ns_d, "link", "set", &self.tap, "up"]).map(|_| ())
     }

@@ -38,16 +38,16 @@ pub struct Underlay {
 }
 
 /// A UDP port free on `addr` now (the daemon binds it a moment later).
-fn free_udp_port(addr: &str) -> Result<u16, String> {
+fn free_udp_port(addr: &str) -> anyhow::Result<u16> {
     UdpSocket::bind((addr, 0))
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
-        .map_err(|e| format!("no free UDP port on {addr}: {e}"))
+        .map_err(|e| anyhow::anyhow!("no free UDP port on {addr}: {e}"))
 }
 
 /// `cmd`'s stdout, or an error naming it and its stderr (`ip` and the
 /// like: a minute is plenty).
-pub(super) fn run(cmd: &mut Command) -> Result<String, String> {
+pub(super) fn run(cmd: &mut Command) -> anyhow::Result<String> {
     crate::qemu::checked(cmd, Duration::from_secs(60))
 }
 
@@ -77,7 +77,7 @@ pub fn ip_counters(snmp: &str) -> Vec<(String, i64)> {
 
 impl Underlay {
     /// Ports for both uplinks and, as root, the namespace.
-    pub fn new(cell_dir: &Path) -> Result<Underlay, String> {
+    pub fn new(cell_dir: &Path) -> anyhow::Result<Underlay> {
         let netns = if crate::paths::is_root() {
             let ns = format!("vrx-{}-{}", std::process::id(), short_hash(cell_dir));
             run(Command::new("ip").args(["netns", "add", &ns]))?;
@@ -151,7 +151,7 @@ impl Underlay {
         d: &Path,
         port_b: &str,
         sock: PathBuf,
-    ) -> Result<(), String> {
+    ) -> anyhow::Result<()> {
         let args = vec![
             "--port".to_string(),
             port_b.to_string(),
@@ -160,7 +160,7 @@ impl Underlay {
             "--control".into(),
             d.join("ctl-b.sock").display().to_string(),
         ];
-        self.daemon_b = Some(Daemon::start_in(
+        self.daemon_b = Some(Daemon::start(
             self.netns(),
             bin,
             &args,

@@ -786,6 +786,23 @@ impl QueuePair {
         ));
     }
 
+    /// Completes, successfully, the posted receive a message consumed, as
+    /// `op`: `len` bytes (`None`: the bytes placed in it). False when no
+    /// receive was taken.
+    fn complete_recv(
+        &mut self,
+        len: Option<u32>,
+        imm: Option<u32>,
+        op: (WcOpcode, Option<u32>),
+    ) -> bool {
+        let Some(r) = self.resp.recv.take() else {
+            return false;
+        };
+        let len = len.unwrap_or(r.offset);
+        self.push_recv_completion(&r.wr, r.slot, WcStatus::Success, len, imm, Some(op));
+        true
+    }
+
     fn push_recv_completion(
         &mut self,
         wr: &RecvWr,

@@ -268,17 +268,10 @@ impl QueuePair {
                         }
                         invalidated = Some(ieth.rkey);
                     }
-                    let Some(r) = self.resp.recv.take() else {
+                    let imm = pkt.ext.imm_dt.map(|i| i.imm);
+                    if !self.complete_recv(None, imm, (WcOpcode::Recv, invalidated)) {
                         return inv(self);
-                    };
-                    self.push_recv_completion(
-                        &r.wr,
-                        r.slot,
-                        WcStatus::Success,
-                        r.offset,
-                        pkt.ext.imm_dt.map(|i| i.imm),
-                        Some((WcOpcode::Recv, invalidated)),
-                    );
+                    }
                     self.bump_msn();
                     self.resp.in_msg = InMsg::None;
                 } else {
@@ -310,17 +303,10 @@ impl QueuePair {
                 self.resp.psn = psn.next();
                 if pos.ends() {
                     if let Some(imm) = pkt.ext.imm_dt {
-                        let Some(r) = self.resp.recv.take() else {
+                        let op = (WcOpcode::RecvRdmaWithImm, None);
+                        if !self.complete_recv(Some(total), Some(imm.imm), op) {
                             return inv(self);
-                        };
-                        self.push_recv_completion(
-                            &r.wr,
-                            r.slot,
-                            WcStatus::Success,
-                            total,
-                            Some(imm.imm),
-                            Some((WcOpcode::RecvRdmaWithImm, None)),
-                        );
+                        }
                     }
                     self.bump_msn();
                     self.resp.in_msg = InMsg::None;

@@ -95,19 +95,9 @@ pub struct CmStats {
     pub timeouts: u64,
 }
 
-/// iWARP counters of a host (summed over its running services).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct IwarpStats {
-    pub connected: u64,
-    pub connected_crc: u64,
-    pub mpa_errors: u64,
-    pub crc_errors: u64,
-    pub terminates_sent: u64,
-    pub terminates_received: u64,
-    pub setup_timeouts: u64,
-    pub streams_lost: u64,
-}
+/// iWARP counters of a host (summed over its running services): the
+/// virtual host's own, carried as is.
+pub use virtual_host::iwarp::IwarpCounters as IwarpStats;
 
 enum Command {
     Status(mpsc::Sender<HostStats>),
@@ -408,19 +398,7 @@ fn stats(host: &VirtualHost, history: &VecDeque<String>) -> HostStats {
             })
             .collect(),
         events: history.iter().cloned().collect(),
-        iwarp: {
-            let i = host.iwarp_counters();
-            IwarpStats {
-                connected: i.connected,
-                connected_crc: i.connected_crc,
-                mpa_errors: i.mpa_errors,
-                crc_errors: i.crc_errors,
-                terminates_sent: i.terminates_sent,
-                terminates_received: i.terminates_received,
-                setup_timeouts: i.setup_timeouts,
-                streams_lost: i.streams_lost,
-            }
-        },
+        iwarp: host.iwarp_counters(),
         cm: {
             let (g, c) = host.cm_counters();
             CmStats {

@@ -11,46 +11,8 @@ pub use crate::config::{
 };
 
 /// A device fault rule with its counters (`ctl device-fault list`, `ctl
-/// status`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DeviceFaultRule {
-    /// The rule's id on its port.
-    pub id: u32,
-    /// Its kind.
-    pub kind: String,
-    /// Its parameters, `key=value ...`.
-    #[serde(default)]
-    pub params: String,
-    /// Fires at most this many times.
-    pub count: u64,
-    /// Probability per match.
-    pub prob: f64,
-    /// PRNG seed.
-    pub seed: u64,
-    /// Times its condition was met.
-    pub matched: u64,
-    /// Times it fired.
-    pub hits: u64,
-    /// Its count is spent (it stays listed until cleared).
-    #[serde(default)]
-    pub spent: bool,
-}
-
-impl From<pci_model::FaultStatus> for DeviceFaultRule {
-    fn from(s: pci_model::FaultStatus) -> Self {
-        DeviceFaultRule {
-            id: s.id,
-            kind: s.kind,
-            params: s.params,
-            count: s.count,
-            prob: s.prob,
-            seed: s.seed,
-            matched: s.matched,
-            hits: s.hits,
-            spent: s.spent,
-        }
-    }
-}
+/// status`): the model's own status, carried as is.
+pub use pci_model::FaultStatus as DeviceFaultRule;
 
 /// One device port's fault rules.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

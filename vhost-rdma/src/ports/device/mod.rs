@@ -199,7 +199,7 @@ impl DeviceEntry {
     }
 
     fn rules(&self) -> Vec<DeviceFaultRule> {
-        self.handle.faults().into_iter().map(Into::into).collect()
+        self.handle.faults()
     }
 
     /// The fault kinds the device offers.
