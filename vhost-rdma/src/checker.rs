@@ -44,14 +44,25 @@ impl Default for CheckerSettings {
 /// control reply bounded.
 pub const MAX_LIMIT: usize = 65536;
 
+/// A checker limit out of its range ([`CheckerSettings::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckerLimitError {
+    /// `max-flows` is 0 or above [`MAX_LIMIT`].
+    #[error("checker max-flows must be between 1 and {MAX_LIMIT}")]
+    MaxFlows,
+    /// `max-findings` is above [`MAX_LIMIT`].
+    #[error("checker max-findings must be at most {MAX_LIMIT}")]
+    MaxFindings,
+}
+
 impl CheckerSettings {
     /// Checks the limits.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), CheckerLimitError> {
         if self.max_flows == 0 || self.max_flows > MAX_LIMIT {
-            anyhow::bail!("checker max-flows must be between 1 and {MAX_LIMIT}");
+            return Err(CheckerLimitError::MaxFlows);
         }
         if self.max_findings > MAX_LIMIT {
-            anyhow::bail!("checker max-findings must be at most {MAX_LIMIT}");
+            return Err(CheckerLimitError::MaxFindings);
         }
         Ok(())
     }

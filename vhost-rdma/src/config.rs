@@ -695,9 +695,7 @@ impl DaemonConfig {
             cpu_affinity: f.cpu_affinity,
         };
         cfg.limits.check()?;
-        cfg.checker
-            .check()
-            .map_err(|e| ConfigError::Invalid(format!("{e:#}")))?;
+        cfg.checker.check()?;
         for fh in f.hosts {
             let (ip, len) = parse_cidr(&fh.address).map_err(|e| ConfigError::Host {
                 host: fh.name.clone(),
@@ -826,9 +824,7 @@ impl DaemonConfig {
 
     /// Checks the configuration as a whole (names, sockets, MACs, limits).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.checker
-            .check()
-            .map_err(|e| ConfigError::Invalid(format!("{e:#}")))?;
+        self.checker.check()?;
         if self.ports.is_empty() {
             invalid!("no ports configured: give at least one --port NAME=SOCKET_PATH");
         }
@@ -1229,6 +1225,19 @@ mod tests {
                 "{bad}"
             );
         }
+        // The limits are refused with their own typed error.
+        let e = DaemonConfig::from_toml("[checker]\nmax-flows = 0\n").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::Checker(crate::checker::CheckerLimitError::MaxFlows)
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "checker max-flows must be between 1 and 65536"
+        );
     }
 
     #[test]

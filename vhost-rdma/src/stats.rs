@@ -203,3 +203,32 @@ impl StuckGuest {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ctl status --json` keeps a port's totals at the port's top level
+    /// (scripts read `rx_drops` there), and reads back the same.
+    #[test]
+    fn port_totals_are_top_level_json() {
+        let q = |n| QueueStats {
+            tx_frames: n,
+            rx_drops: 2 * n,
+            ..QueueStats::default()
+        };
+        let mut p = PortStats {
+            name: "a".into(),
+            queues: vec![q(1), q(3)],
+            ..PortStats::default()
+        };
+        p.sum_queues();
+        assert_eq!((p.totals.tx_frames, p.totals.rx_drops), (4, 8));
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["tx_frames"], 4);
+        assert_eq!(v["rx_drops"], 8);
+        assert!(v.get("totals").is_none(), "{v}");
+        let back: PortStats = serde_json::from_value(v).unwrap();
+        assert_eq!(back, p);
+    }
+}

@@ -62,6 +62,9 @@ pub enum ConfigError {
     /// A `kind=vxlan` port's VXLAN settings.
     #[error(transparent)]
     Vxlan(#[from] crate::vxlan::ConfigError),
+    /// The live checker's limits.
+    #[error(transparent)]
+    Checker(#[from] crate::checker::CheckerLimitError),
     /// What the serde model refused (a missing field, a type mismatch).
     #[error("{0}")]
     Serde(String),
