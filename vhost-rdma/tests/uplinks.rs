@@ -18,7 +18,7 @@ use vhost_rdma::config::{DaemonConfig, HostSpec, PortConfig};
 use vhost_rdma::control::{request, Request};
 use vhost_rdma::ports::host::ServiceRequest;
 use vhost_rdma::ports::uplink::UplinkStatus;
-use vhost_rdma::vxlan::DontFragment;
+use vhost_rdma::vxlan::{DontFragment, VxlanStats};
 use vhost_rdma::Server;
 
 const VNI: u32 = 4242;
@@ -60,6 +60,16 @@ fn uplink(ctl: &std::path::Path, name: &str) -> UplinkStatus {
         .into_iter()
         .find(|u| u.port == name)
         .expect("uplink in status")
+}
+
+/// Uplink `up`'s VXLAN counters once `done` holds of them (or after 5 s,
+/// for the caller's assertion to say what they are): the uplink thread
+/// counts a datagram after its send returns, so the far end can have it
+/// before the count moves.
+fn vxlan_counters_once(ctl: &std::path::Path, done: impl Fn(&VxlanStats) -> bool) -> VxlanStats {
+    let now = || uplink(ctl, "up").vxlan.expect("a vxlan uplink").counters;
+    wait_until(Duration::from_secs(5), || done(&now()));
+    now()
 }
 
 fn vxlan(vni: u32, inner: &[u8]) -> Vec<u8> {
@@ -155,14 +165,7 @@ fn frames_cross_a_vxlan_uplink_both_ways_with_the_vni() {
     let (n, _) = d.vtep.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], &vxlan(VNI, &f2)[..]);
 
-    // The uplink thread counts a datagram after sending it: the test may
-    // have read it before the counter moved.
-    let counted = |u: &UplinkStatus| {
-        u.vxlan
-            .as_ref()
-            .is_some_and(|v| (v.counters.tx_datagrams, v.counters.rx_datagrams) == (2, 1))
-    };
-    wait_until(Duration::from_secs(5), || counted(&uplink(&d.ctl, "up")));
+    vxlan_counters_once(&d.ctl, |c| (c.tx_datagrams, c.rx_datagrams) == (2, 1));
     let u = uplink(&d.ctl, "up");
     let v = u.vxlan.as_ref().unwrap();
     assert_eq!(
@@ -237,7 +240,7 @@ fn hostile_datagrams_and_oversized_frames_are_counted_and_dropped() {
     let mut buf = [0u8; 2048];
     let (n, _) = d.vtep.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], &vxlan(VNI, &ok)[..]);
-    let c = uplink(&d.ctl, "up").vxlan.unwrap().counters;
+    let c = vxlan_counters_once(&d.ctl, |c| c.tx_datagrams == 1);
     assert_eq!((c.tx_oversized, c.tx_datagrams), (1, 1), "{c:?}");
     let st = request(&d.ctl, &Request::Status)
         .unwrap()
@@ -486,7 +489,7 @@ fn two_daemons_pass_full_size_and_jumbo_frames_by_default() {
     for (len, tag) in [(1514, 1), (9014, 2)] {
         assert!(p.a_to_b(len, tag).is_some(), "the {len}-byte frame is lost");
     }
-    let ca = uplink(&p.ctl_a, "up").vxlan.unwrap().counters;
+    let ca = vxlan_counters_once(&p.ctl_a, |c| c.tx_datagrams == 2);
     let cb = uplink(&p.ctl_b, "up").vxlan.unwrap().counters;
     assert_eq!(
         (ca.tx_datagrams, ca.tx_over_mtu, ca.tx_oversized),
@@ -504,7 +507,7 @@ fn two_daemons_pass_full_size_and_jumbo_frames_by_default() {
         );
     }
     assert!(strict.a_to_b(1464, 3).is_some(), "1464 bytes fit df=set");
-    let ca = uplink(&strict.ctl_a, "up").vxlan.unwrap().counters;
+    let ca = vxlan_counters_once(&strict.ctl_a, |c| c.tx_datagrams == 1);
     assert_eq!(
         (ca.tx_datagrams, ca.tx_over_mtu, ca.tx_oversized),
         (1, 0, 2),
@@ -614,7 +617,7 @@ fn full_size_frames_cross_a_1500_byte_underlay_fragmented() {
             "DF set: the kernel must not fragment"
         );
         assert!(strict.a_to_b(1464, 4).is_some(), "1464 bytes fit");
-        let ca = uplink(&strict.ctl_a, "up").vxlan.unwrap().counters;
+        let ca = vxlan_counters_once(&strict.ctl_a, |c| c.tx_datagrams == 1);
         assert_eq!(
             (ca.tx_send_errors, ca.tx_datagrams, ca.tx_oversized),
             (1, 1, 0),

@@ -45,8 +45,9 @@ pub struct MatrixOptions {
     /// comma list of cells or KERNEL/CELL (default: all cells; `--dry-run` lists them)
     #[arg(long, default_value = "")]
     pub cells: String,
-    /// CI tier: 7.3/rxe, 7.3/smcr, 7.3/erdma-smcr, 7.3/upstream-rdma, 7.3/upstream-nic,
-    /// 7.3/gve-faults and 7.3/erdma-faults only
+    /// CI tier (the README's test command runs it): 19 cells of 7.3, from
+    /// the fabric forms to the upstream suites and the fault cells;
+    /// `--quick --dry-run` lists them
     #[arg(long)]
     pub quick: bool,
     /// guest image dir for 7.3 (default: scripts/build-guest-image.sh)
