@@ -281,17 +281,16 @@ impl ErdmaDevice {
     /// on, never stop).
     fn ring_posted(&mut self, qpn: u32, rq: bool) -> Option<u16> {
         let qp = self.qps.get_mut(&qpn)?;
-        let (pi, ci, depth) = if rq {
-            (&mut qp.rq_pi, qp.rq_ci, qp.rq_depth)
-        } else {
-            (&mut qp.sq_pi, qp.sq_ci, qp.sq_depth)
-        };
-        match crate::regs::ring_outstanding(*pi, ci, depth) {
+        match qp.posted(rq) {
             Some(0) => None,
             Some(n) => Some(n),
             None => {
                 self.counters.bad_doorbells += 1;
-                *pi = ci;
+                if rq {
+                    qp.rq_pi = qp.rq_ci;
+                } else {
+                    qp.sq_pi = qp.sq_ci;
+                }
                 None
             }
         }
@@ -1211,7 +1210,7 @@ impl ErdmaDevice {
         if deth.qkey != qp.qkey {
             return Err(RxRefusal::Dropped);
         }
-        if qp.rq_ci == qp.rq_pi || u32::from(qp.rq_pi.wrapping_sub(qp.rq_ci)) > qp.rq_depth {
+        if qp.posted(true).is_none_or(|n| n == 0) {
             return Err(RxRefusal::NoBuffers);
         }
         let (pd, rcqn, idx) = (qp.pd, qp.rcqn, qp.rq_ci);

@@ -200,6 +200,17 @@ impl std::fmt::Debug for Qp {
 }
 
 impl Qp {
+    /// Entries posted on the SQ (WQEBBs) or, with `rq`, the RQ (RQEs) and
+    /// not yet taken; `None` when the producer index of the last doorbell
+    /// is beyond the ring (a bad doorbell: stale or hostile).
+    pub fn posted(&self, rq: bool) -> Option<u16> {
+        if rq {
+            crate::regs::ring_outstanding(self.rq_pi, self.rq_ci, self.rq_depth)
+        } else {
+            crate::regs::ring_outstanding(self.sq_pi, self.sq_ci, self.sq_depth)
+        }
+    }
+
     /// A new QP in RESET.
     #[allow(clippy::too_many_arguments)]
     pub fn new(

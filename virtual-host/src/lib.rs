@@ -34,7 +34,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-pub use rdma::{CmRequest, RdmaDevice, ServiceCmEvent};
+pub use rdma::RdmaDevice;
 pub use service::{ServiceKind, ServiceSpec, ServiceStatus};
 
 /// Frames waiting to leave a host; more are dropped (counted).

@@ -51,7 +51,7 @@ use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportK
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
 use crate::perftest::{check_peer_version, opening_item, OldPeerVersion, Verb, CYCLE_BUFFER};
 use crate::pingpong::gid_of;
-use crate::rdma::{CmRequest, CmService};
+use crate::rdma::{dispatch_cm, CmRequest, CmService};
 use crate::spec::{
     abort_sockets, accepted_peer, client_target, drain_and_close, roce_connect, session_started,
     tcp_connect, tcp_listen, ServiceSpec, SessionTally,
@@ -624,7 +624,7 @@ impl PerftestCm {
     pub(crate) fn step(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
         let mut moved = self.reap(ctx);
         if self.transport == TransportKind::Roce {
-            moved |= self.dispatch_cm(ctx);
+            moved |= dispatch_cm(self, self.id, ctx);
         }
         moved |= match self.role {
             Role::Server => self.step_listener(ctx),
@@ -650,13 +650,6 @@ impl PerftestCm {
             }
         }
         moved
-    }
-
-    /// RoCE: hands the CM's events to the session's connections, accepts
-    /// a new session's control connection or the running session's data
-    /// connection, refuses others.
-    fn dispatch_cm(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
-        crate::rdma::dispatch_cm(self, self.id, ctx)
     }
 
     /// Removes closed sockets of ended sessions.
@@ -1691,6 +1684,9 @@ fn on_ctl_completion(
     }
 }
 
+/// RoCE, through [`dispatch_cm`]: the CM's events go to the session's
+/// connections; a request is a new session's control connection or the
+/// running session's data connection, any other is refused.
 impl CmService for PerftestCm {
     fn cm_request(&mut self, ctx: &mut ServiceCtx<'_>, request: CmRequest) {
         let CmRequest { conn, peer, remote } = request;

@@ -124,19 +124,19 @@ pub(crate) fn dispatch_cm(service: &mut impl CmService, id: u32, ctx: &mut Servi
 
 /// A connection request from an IPv4 peer.
 #[derive(Debug)]
-pub struct CmRequest {
+pub(crate) struct CmRequest {
     /// The new connection.
-    pub conn: ConnId,
+    pub(crate) conn: ConnId,
     /// Where it came from.
-    pub peer: Ipv4Addr,
+    pub(crate) peer: Ipv4Addr,
     /// The peer's QP and private data.
-    pub remote: RemoteQp,
+    pub(crate) remote: RemoteQp,
 }
 
 /// A CM event as a service's dispatcher takes it
 /// ([`RdmaDevice::cm_next_event`]).
 #[derive(Debug)]
-pub enum ServiceCmEvent {
+pub(crate) enum ServiceCmEvent {
     /// A connection request from an IPv4 peer: accept or reject it.
     Request(CmRequest),
     /// A request from an address the services do not speak, already
@@ -307,7 +307,7 @@ impl RdmaDevice {
     /// The next CM event for service `owner`, sorted for its dispatcher.
     /// The services speak IPv4 only, so a request from any other address
     /// is rejected here and comes back as [`ServiceCmEvent::Refused`].
-    pub fn cm_next_event(&mut self, owner: u32) -> Option<ServiceCmEvent> {
+    pub(crate) fn cm_next_event(&mut self, owner: u32) -> Option<ServiceCmEvent> {
         let i = self.cm_events.iter().position(|e| e.0 == owner)?;
         let e = self.cm_events.remove(i)?.1;
         Some(match e {

@@ -22,7 +22,7 @@
 
 use crate::endpoint::{Endpoint, EndpointError, EpEvent, RoceEndpoint, TransportKind};
 use crate::iwarp::{engine_config, IwarpCounters, IwarpEndpoint};
-use crate::rdma::{CmRequest, CmService};
+use crate::rdma::{dispatch_cm, CmRequest, CmService};
 use crate::spec::{
     abort_sockets, accepted_peer, client_target, drain_and_close, roce_connect, session_started,
     tcp_connect, tcp_listen, ServiceSpec, SessionTally,
@@ -352,7 +352,7 @@ impl Rping {
         let before = (self.phase, self.progress_mark());
         let mut moved = false;
         if self.transport == TransportKind::Roce {
-            moved |= self.dispatch_cm(ctx);
+            moved |= dispatch_cm(self, self.id, ctx);
         }
         match self.phase {
             Phase::Listening => self.step_listen(ctx),
@@ -385,11 +385,6 @@ impl Rping {
             max_sge: 1,
             ..QpCaps::default()
         }
-    }
-
-    /// RoCE: hands the CM's events to the session or accepts a new one.
-    fn dispatch_cm(&mut self, ctx: &mut ServiceCtx<'_>) -> bool {
-        crate::rdma::dispatch_cm(self, self.id, ctx)
     }
 
     fn progress_mark(&self) -> (u32, u32) {
@@ -1013,6 +1008,8 @@ fn post_recv(ep: &mut Endpoint, dev: &mut RdmaDevice, stag: u32) -> Result<(), E
     )
 }
 
+/// RoCE, through [`dispatch_cm`]: the CM's events go to the session, or
+/// accept a new one.
 impl CmService for Rping {
     fn cm_request(&mut self, ctx: &mut ServiceCtx<'_>, request: CmRequest) {
         let CmRequest { conn, peer, remote } = request;
