@@ -177,11 +177,22 @@ gve_xfer() {
     barrier "$_n done"
 }
 
+# cheap_xfer NIC SUFFIX: the cheap sender (devmem-send into devmem-recv
+# --ordinary) into the server's virtio-net eth0 (NIC virtio) or gVNIC (gve)
+cheap_xfer() {
+    if [ "$1" = virtio ]; then
+        gve_xfer "cheap-virtio$2" 5304 "devmem-recv --ordinary --listen $_va:5304 $_rx" "devmem-send --to $_va:5304 $_tx"
+    else
+        gve_xfer "cheap-gve$2" 5305 "devmem-recv --ordinary --listen $GVE_SRV:5305 $_rx" "devmem-send --to $GVE_SRV:5305 $_tx"
+    fi
+}
+
 # cell_gve_bench: TCP into the server through its virtio-net eth0 and
 # through its gVNIC, from the same client, CI_BENCH_BYTES each: the cheap
-# sender (devmem-send into devmem-recv --ordinary) and the stream tool on
-# each NIC, then devmem TCP into a udmabuf and its control (the same
-# receiver and sender on a flow RSS keeps on an ordinary queue)
+# sender on each NIC, CI_BENCH_ROUNDS times (rounds after the first swap
+# which NIC goes first, and are named cheap-virtio-K, cheap-gve-K), the
+# stream tool on each NIC, then devmem TCP into a udmabuf and its control
+# (the same receiver and sender on a flow RSS keeps on an ordinary queue)
 cell_gve_bench() {
     gve_up
     _va=$SELF _b=$CI_BENCH_BYTES
@@ -189,8 +200,19 @@ cell_gve_bench() {
     _rx="--bytes $_b --pattern-mod 7 --accept-timeout 300"
     _tx="--bytes $_b --pattern-mod 7 --connect-timeout 300"
     _st="--proto tcp --bytes $_b --seed 81"
-    gve_xfer cheap-virtio 5304 "devmem-recv --ordinary --listen $_va:5304 $_rx" "devmem-send --to $_va:5304 $_tx"
-    gve_xfer cheap-gve 5305 "devmem-recv --ordinary --listen $GVE_SRV:5305 $_rx" "devmem-send --to $GVE_SRV:5305 $_tx"
+    cheap_xfer virtio ""
+    cheap_xfer gve ""
+    _k=2
+    while [ "$_k" -le "${CI_BENCH_ROUNDS:-1}" ]; do
+        if [ $((_k % 2)) = 0 ]; then
+            cheap_xfer gve "-$_k"
+            cheap_xfer virtio "-$_k"
+        else
+            cheap_xfer virtio "-$_k"
+            cheap_xfer gve "-$_k"
+        fi
+        _k=$((_k + 1))
+    done
     gve_xfer stream-virtio 5301 "stream server --addr $_va --port 5301 $_st --once --accept-timeout 300" \
         "stream client --addr $_va --port 5301 $_st --connect-timeout 300"
     gve_xfer stream-gve 5306 "stream server --addr $GVE_SRV --port 5306 $_st --once --accept-timeout 300" \

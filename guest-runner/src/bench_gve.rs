@@ -10,7 +10,10 @@
 //! plain TCP); the rates are the receiver's own, accept to last byte. The
 //! first two rows are the NIC comparison with the cheap sender
 //! (`devmem-send`; the stream rows' `stream client` computes a keyed
-//! pattern and is bound by the 1-vCPU sender); the control row runs
+//! pattern and is bound by the 1-vCPU sender), run `--rounds` times each
+//! with the order swapped every round and judged by medians, since one
+//! transfer of each moves by a third with the host's other work; the
+//! control row runs
 //! devmem's receiver and sender on a flow RSS keeps on an ordinary queue.
 //! Besides: each cheap row's guests (busy vCPU seconds per GiB, their share
 //! of the vCPUs at the row's rate, the receiver's interrupts per MiB, the
@@ -34,6 +37,11 @@ pub struct BenchGveOptions {
     /// bytes of each transfer (K, M, G suffixes)
     #[arg(long, default_value = "128M", value_parser = parse_size)]
     pub bytes: u64,
+    /// how many times the cheap sender runs on each NIC (1..=20): rounds
+    /// after the first swap which NIC goes first, so that the comparison
+    /// is of medians over paired rounds, not of one transfer each
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
 }
 
 /// `128M` as bytes.
@@ -51,19 +59,19 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s}: want a size such as 128M"))
 }
 
-/// The transfers, in the order the guests run them: name, what the row
-/// says, and what the receiver must report besides `verified=1`.
-const TRANSFERS: [(&str, &str, &str); 6] = [
+/// The cheap sender's two rows: NIC (the transfer's name is `cheap-NIC`,
+/// `cheap-NIC-K` in round K > 1) and what the row says.
+const CHEAP: [(&str, &str); 2] = [
     (
-        "cheap-virtio",
+        "virtio",
         "virtio-net (vhost-user), ordinary TCP (cheap sender)",
-        "mode=ordinary",
     ),
-    (
-        "cheap-gve",
-        "gve (vfio-user), ordinary TCP (cheap sender)",
-        "mode=ordinary",
-    ),
+    ("gve", "gve (vfio-user), ordinary TCP (cheap sender)"),
+];
+
+/// The transfers after the cheap rounds: name, what the row says, and what
+/// the receiver must report besides `verified=1`.
+const LATER: [(&str, &str, &str); 4] = [
     (
         "stream-virtio",
         "virtio-net, ordinary TCP (stream client: sender-bound)",
@@ -85,6 +93,83 @@ const TRANSFERS: [(&str, &str, &str); 6] = [
         "frags=0",
     ),
 ];
+
+/// The cheap sender's transfer on `nic` in round `k` (from 1).
+fn cheap_name(nic: &str, k: u32) -> String {
+    if k == 1 {
+        format!("cheap-{nic}")
+    } else {
+        format!("cheap-{nic}-{k}")
+    }
+}
+
+/// Every transfer's name and what its receiver must report, in the order
+/// the guests run them (ci/guest/bench.sh `cell_gve_bench`): round 1
+/// virtio-net first, then each round swaps the order.
+fn transfers(rounds: u32) -> Vec<(String, &'static str)> {
+    let mut v = Vec::new();
+    for k in 1..=rounds {
+        let order = if k % 2 == 0 {
+            ["gve", "virtio"]
+        } else {
+            ["virtio", "gve"]
+        };
+        v.extend(
+            order
+                .iter()
+                .map(|nic| (cheap_name(nic, k), "mode=ordinary")),
+        );
+    }
+    v.extend(LATER.iter().map(|(n, _, want)| (n.to_string(), *want)));
+    v
+}
+
+/// Median of `v` (None when empty).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The cheap rows' rates per round: (virtio, gve) MiB/s, for each round
+/// whose two receivers both reported one.
+fn cheap_rounds(rows: &[Row], rounds: u32) -> Vec<(u32, f64, f64)> {
+    (1..=rounds)
+        .filter_map(|k| {
+            let rate = |nic| num(row(rows, &cheap_name(nic, k), "server"), "mibps");
+            Some((k, rate("virtio")?, rate("gve")?))
+        })
+        .collect()
+}
+
+/// The NIC comparison over the rounds: the medians, the median and
+/// geometric mean of the paired ratios, and how many rounds gve was at
+/// least as fast.
+pub struct Comparison {
+    pub virtio_median: f64,
+    pub gve_median: f64,
+    pub ratio_median: f64,
+    pub ratio_geomean: f64,
+    pub gve_ahead: usize,
+    pub rounds: usize,
+}
+
+/// [`Comparison`] of `cheap_rounds`' rows; None without a complete round.
+fn compare(r: &[(u32, f64, f64)]) -> Option<Comparison> {
+    let ratios: Vec<f64> = r.iter().map(|(_, v, g)| g / v).collect();
+    Some(Comparison {
+        virtio_median: median(r.iter().map(|x| x.1).collect())?,
+        gve_median: median(r.iter().map(|x| x.2).collect())?,
+        ratio_geomean: (ratios.iter().map(|x| x.ln()).sum::<f64>() / ratios.len() as f64).exp(),
+        ratio_median: median(ratios)?,
+        gve_ahead: r.iter().filter(|(_, v, g)| g >= v).count(),
+        rounds: r.len(),
+    })
+}
 
 type Row = bench::BenchRow;
 
@@ -113,39 +198,91 @@ fn f(v: Option<f64>, p: usize) -> String {
     v.map_or("?".into(), |v| format!("{v:.p$}"))
 }
 
-/// The three tables from both guests' `CI-BENCH` rows and the daemon's CPU
-/// per transfer.
-pub fn tables(rows: &[Row], bytes: u64, accel: &str, daemon: &[Option<f64>]) -> String {
+/// The tables from both guests' `CI-BENCH` rows and the daemon's CPU per
+/// transfer (in [`transfers`]' order).
+pub fn tables(
+    rows: &[Row],
+    bytes: u64,
+    rounds: u32,
+    accel: &str,
+    daemon: &[Option<f64>],
+) -> String {
     let gib = bytes as f64 / f64::from(1u32 << 30);
     let mib = (bytes >> 20) as f64;
+    let all = transfers(rounds);
+    let want = |name: &str| all.iter().find(|t| t.0 == name).map_or("", |t| t.1);
+    let ok = |name: &str| {
+        if validated(rows, name, want(name)) {
+            "yes"
+        } else {
+            "NO"
+        }
+    };
+    let by_round = cheap_rounds(rows, rounds);
+    let cmp = compare(&by_round);
     let mut t = vec![
         format!(
             "| receive path (guest A, 2 vCPUs, {accel}) | MiB/s | receiver CPU s/GiB | validated |"
         ),
         "|---|---:|---:|---|".into(),
     ];
-    for (name, what, want) in TRANSFERS {
-        let r = row(rows, name, "server");
-        let ok = if validated(rows, name, want) {
-            "yes"
-        } else {
-            "NO"
-        };
+    for (i, (nic, what)) in CHEAP.iter().enumerate() {
+        // The cheap rows: the median over the rounds (round 1's CPU).
+        let r = row(rows, &cheap_name(nic, 1), "server");
+        let rate = cmp
+            .as_ref()
+            .map(|c| [c.virtio_median, c.gve_median][i])
+            .or(num(r, "mibps"));
+        let all_ok = (1..=rounds).all(|k| ok(&cheap_name(nic, k)) == "yes");
         t.push(format!(
-            "| {what} | {} | {} | {ok} |",
+            "| {what}, median of {rounds} | {} | {} | {} |",
+            f(rate, 2),
+            f(num(r, "cpu_s_per_gib"), 2),
+            if all_ok { "yes" } else { "NO" }
+        ));
+    }
+    for (name, what, _) in LATER {
+        let r = row(rows, name, "server");
+        t.push(format!(
+            "| {what} | {} | {} | {} |",
             f(num(r, "mibps"), 2),
-            f(num(r, "cpu_s_per_gib"), 2)
+            f(num(r, "cpu_s_per_gib"), 2),
+            ok(name)
         ));
     }
     t.push(String::new());
     t.push(
-        "| cheap sender: NIC of guest A | MiB/s | A busy vCPU s/GiB | A busy (of 2 vCPUs) | A interrupts / MiB \
+        "| cheap sender, round | first | virtio-net MiB/s | gve MiB/s | gve / virtio-net |".into(),
+    );
+    t.push("|---|---|---:|---:|---:|".into());
+    for (k, v, g) in &by_round {
+        t.push(format!(
+            "| {k} | {} | {v:.2} | {g:.2} | {:.0} % |",
+            if k % 2 == 0 { "gve" } else { "virtio-net" },
+            100.0 * g / v
+        ));
+    }
+    if let Some(c) = &cmp {
+        t.push(format!(
+            "| median | | {:.2} | {:.2} | {:.0} % (geometric mean {:.0} %; gve at least as fast in {} of {}) |",
+            c.virtio_median,
+            c.gve_median,
+            100.0 * c.ratio_median,
+            100.0 * c.ratio_geomean,
+            c.gve_ahead,
+            c.rounds
+        ));
+    }
+    t.push(String::new());
+    t.push(
+        "| cheap sender, round 1: NIC of guest A | MiB/s | A busy vCPU s/GiB | A busy (of 2 vCPUs) | A interrupts / MiB \
          | B (sender) busy vCPU s/GiB | B busy (of 1 vCPU) | B retransmitted segments |"
             .into(),
     );
     t.push("|---|---:|---:|---:|---:|---:|---:|---:|".into());
-    for (name, nic) in [("cheap-virtio", "virtio"), ("cheap-gve", "gve")] {
-        let (a, b) = (row(rows, name, "server"), row(rows, name, "client"));
+    for (nic, _) in CHEAP {
+        let name = cheap_name(nic, 1);
+        let (a, b) = (row(rows, &name, "server"), row(rows, &name, "client"));
         let rate = num(a, "mibps");
         let sa = num(a, "busy_ticks").map(|x| x / 100.0 / gib);
         let sb = num(b, "busy_ticks").map(|x| x / 100.0 / gib);
@@ -165,7 +302,7 @@ pub fn tables(rows: &[Row], bytes: u64, accel: &str, daemon: &[Option<f64>]) -> 
     t.push(String::new());
     t.push("| transfer | daemon CPU s/GiB |".into());
     t.push("|---|---:|".into());
-    for (i, (name, _, _)) in TRANSFERS.iter().enumerate() {
+    for (i, (name, _)) in all.iter().enumerate() {
         t.push(format!(
             "| {name} | {} |",
             f(daemon.get(i).copied().flatten(), 2)
@@ -179,17 +316,15 @@ pub fn tables(rows: &[Row], bytes: u64, accel: &str, daemon: &[Option<f64>]) -> 
 pub fn run(b: BenchGveOptions) -> i32 {
     crate::boot::install_signal_handlers();
     let timeout = b.common.timeout.unwrap_or(1800);
+    let all = transfers(b.rounds);
     let mut tests = vec![TestRow("gve-setup".into(), BOTH.to_vec())];
-    tests.extend(
-        TRANSFERS
-            .iter()
-            .map(|(n, _, _)| TestRow(n.to_string(), BOTH.to_vec())),
-    );
+    tests.extend(all.iter().map(|(n, _)| TestRow(n.clone(), BOTH.to_vec())));
     let mut c = Cell::new(
         &format!(
             "TCP into guest A through its virtio-net port and through its gVNIC, {} MiB each, \
-             the cheap sender and the stream tool; devmem TCP and its control",
-            b.bytes >> 20
+             the cheap sender ({} rounds) and the stream tool; devmem TCP and its control",
+            b.bytes >> 20,
+            b.rounds
         ),
         ". /opt/vr/ci/bench.sh; cell_gve_bench",
         tests,
@@ -202,7 +337,10 @@ pub fn run(b: BenchGveOptions) -> i32 {
     c.gve_opts = "kind=gve,queues=2".into();
     c.server_smp = 2;
     c.daemon_cpu = true;
-    let env = vec![("CI_BENCH_BYTES".to_string(), b.bytes.to_string())];
+    let env = vec![
+        ("CI_BENCH_BYTES".to_string(), b.bytes.to_string()),
+        ("CI_BENCH_ROUNDS".to_string(), b.rounds.to_string()),
+    ];
     let cells = BTreeMap::from([("gve-bench".to_string(), c)]);
     let (run, work) = match bench::prepare("bench-gve", &b.common, timeout, cells, env) {
         Ok(x) => x,
@@ -219,7 +357,7 @@ pub fn run(b: BenchGveOptions) -> i32 {
     let rows = bench::guest_rows(&logs);
     let daemon: Vec<Option<f64>> = daemon_cpu::bursts_file(
         &logs.join("daemon-cpu.log"),
-        &[b.bytes; TRANSFERS.len()],
+        &vec![b.bytes; all.len()],
         daemon_cpu::clock_ticks(),
     )
     .unwrap_or_default()
@@ -230,24 +368,27 @@ pub fn run(b: BenchGveOptions) -> i32 {
         .get("accel")
         .filter(|a| a.truthy())
         .map_or(b.common.setup.accel.clone(), |a| a.str().to_string());
-    let text = tables(&rows, b.bytes, &accel, &daemon);
+    let text = tables(&rows, b.bytes, b.rounds, &accel, &daemon);
     bench::publish(&run, &text, "TCP receive: gve vs virtio-net");
     let m = |n: &str| f(num(row(&rows, n, "server"), "mibps"), 2);
+    let cmp = compare(&cheap_rounds(&rows, b.rounds));
+    let c = |pick: fn(&Comparison) -> f64, p| f(cmp.as_ref().map(pick), p);
     println!(
-        "bench-gve bytes={} gve_mibps={} virtio_mibps={} devmem_mibps={} gve_ordinary_mibps={} \
-         gve_cheap_mibps={} virtio_cheap_mibps={}",
+        "bench-gve bytes={} rounds={} gve_mibps={} virtio_mibps={} devmem_mibps={} gve_ordinary_mibps={} \
+         gve_cheap_mibps={} virtio_cheap_mibps={} gve_over_virtio={} gve_ahead={}",
         b.bytes,
+        b.rounds,
         m("stream-gve"),
         m("stream-virtio"),
         m("devmem"),
         m("control"),
-        m("cheap-gve"),
-        m("cheap-virtio")
+        c(|c| c.gve_median, 2),
+        c(|c| c.virtio_median, 2),
+        c(|c| c.ratio_median, 3),
+        cmp.as_ref().map_or("?".into(), |c| format!("{}/{}", c.gve_ahead, c.rounds)),
     );
     println!("results: {}", run.resdir.display());
-    let ok = TRANSFERS
-        .iter()
-        .all(|(n, _, want)| validated(&rows, n, want));
+    let ok = all.iter().all(|(n, want)| validated(&rows, n, want));
     if !ok {
         eprintln!(
             "[bench-gve] a transfer was not validated (logs in {})",
@@ -282,6 +423,7 @@ mod tests {
         let t = tables(
             &rows,
             128 << 20,
+            1,
             "tcg",
             &[None, None, None, None, Some(1.5)],
         );
@@ -290,5 +432,55 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("| devmem | 1.50 |"), "{t}");
+    }
+
+    #[test]
+    fn rounds_alternate_and_are_compared_by_medians() {
+        let names: Vec<String> = transfers(3).into_iter().map(|t| t.0).collect();
+        assert_eq!(
+            names[..6],
+            [
+                "cheap-virtio",
+                "cheap-gve",
+                "cheap-gve-2",
+                "cheap-virtio-2",
+                "cheap-virtio-3",
+                "cheap-gve-3"
+            ]
+        );
+        assert_eq!(
+            names[6..],
+            ["stream-virtio", "stream-gve", "devmem", "control"]
+        );
+        let line = |name: &str, mibps: f64| {
+            format!(
+                "CI-BENCH mode=ordinary verified=1 mibps={mibps} proto={name} role=server rc=0\n"
+            )
+        };
+        let text: String = [
+            ("cheap-virtio", 100.0),
+            ("cheap-gve", 90.0),
+            ("cheap-gve-2", 120.0),
+            ("cheap-virtio-2", 100.0),
+            ("cheap-virtio-3", 200.0),
+            ("cheap-gve-3", 210.0),
+        ]
+        .iter()
+        .map(|(n, m)| line(n, *m))
+        .collect();
+        let rows = bench::parse_bench(&text);
+        let c = compare(&cheap_rounds(&rows, 3)).expect("three rounds");
+        assert_eq!((c.virtio_median, c.gve_median), (100.0, 120.0));
+        assert!((c.ratio_median - 1.05).abs() < 1e-9, "{}", c.ratio_median);
+        assert_eq!((c.gve_ahead, c.rounds), (2, 3));
+        let t = tables(&rows, 128 << 20, 3, "tcg", &[]);
+        assert!(t.contains("| 2 | gve | 100.00 | 120.00 | 120 % |"), "{t}");
+        assert!(
+            t.contains("| gve (vfio-user), ordinary TCP (cheap sender), median of 3 | 120.00 |"),
+            "{t}"
+        );
+        // A round whose receiver reported no rate is left out, not zero.
+        let rows = bench::parse_bench(&text.replace("mibps=210", "rc=0"));
+        assert_eq!(compare(&cheap_rounds(&rows, 3)).map(|c| c.rounds), Some(2));
     }
 }

@@ -397,6 +397,41 @@ fn rc_send_between_two_served_devices() {
     server_alive(&sb);
 }
 
+/// QEMU sends BAR writes as posted writes (`VFIO_USER_F_NO_REPLY`): the
+/// server runs them and answers nothing, and a later read is answered
+/// after them, so the client's own request/reply pairs stay matched.
+#[test]
+fn posted_doorbells_run_the_sq_and_send_no_reply() {
+    let sa = start(MAC_A);
+    let (mut a, mut qa) = rc_side(&sa, IP_A, 2, (Av::to(MAC_B, IP_B), 3));
+    a.post_doorbells(&sa.path);
+    let page = a.alloc(4096, 4096);
+    const VA: u64 = 0x7000_0000;
+    const STAG: u32 = 0x100;
+    assert_eq!(a.reg_mr(STAG, VA, 4096, &[page], None), status::OK);
+    for _ in 0..8 {
+        a.post_send(&mut qa, send_sqe(100, VA, STAG));
+    }
+    // A command (its doorbell posted too, then a register read): answered
+    // after the eight posted SQ doorbells; its reply is the only one.
+    assert_eq!(a.query_qp(2).0, status::OK);
+    assert_eq!(counters(&sa).wqes_executed, 8);
+    assert_eq!(
+        sa.frames.lock().unwrap().len(),
+        8,
+        "eight SENDs on the wire"
+    );
+    let mut posted = a.posted.as_ref().unwrap();
+    posted.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut posted, &mut b).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "no reply to a posted write"
+    );
+    server_alive(&sa);
+}
+
 #[test]
 fn hostile_doorbells_and_commands_get_errors_and_counters() {
     let s = start(MAC_A);

@@ -4,6 +4,10 @@
 //! project's test driver (`vfio-user-server/tests/common/erdma.rs`: the
 //! Linux driver's layouts, guest RAM a memfd the driver maps and
 //! `DMA_MAP`s). Every register access and doorbell is a vfio-user message;
+//! doorbells are posted writes (`VFIO_USER_F_NO_REPLY`), as QEMU sends BAR
+//! writes, so the driver does not wait for the daemon to run the SQ
+//! (`ERDMA_BENCH_ACKED_DOORBELLS=1`: acknowledged writes, each a round
+//! trip, as `vfio_user::Client` sends them);
 //! frames go function → fabric → function on the daemon's own threads;
 //! completions come back as CQEs with a CEQ interrupt on an eventfd, which
 //! the driver waits for as the kernel does (no busy polling: on 2 cores a
@@ -85,6 +89,9 @@ fn side(sock: &Path, ip: [u8; 4], mtu: u32, qpn: u32, peer: (Av, u32)) -> Side {
         "REG_MR"
     );
     d.qp_to_rts(qpn, &peer.0, peer.1);
+    if std::env::var_os("ERDMA_BENCH_ACKED_DOORBELLS").is_none() {
+        d.post_doorbells(sock);
+    }
     d.arm_cq(1);
     Side { d, qp, buf }
 }

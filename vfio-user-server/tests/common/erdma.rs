@@ -151,6 +151,9 @@ pub struct Driver {
     pub cqs: BTreeMap<u32, Ring>,
     /// From QUERY_DEVICE.
     pub local_dma_key: u32,
+    /// Doorbells go as posted writes on this socket (as QEMU sends BAR
+    /// writes) rather than as `vfio_user::Client`'s acknowledged ones.
+    pub posted: Option<std::os::unix::net::UnixStream>,
 }
 
 impl Driver {
@@ -185,6 +188,7 @@ impl Driver {
             ceqs: Vec::new(),
             cqs: BTreeMap::new(),
             local_dma_key: 0,
+            posted: None,
         };
         d.set_vectors();
         d
@@ -250,7 +254,16 @@ impl Driver {
     /// driver does; the model does not read records).
     pub fn doorbell(&mut self, o: u64, v: u64, dbrec: u64) {
         self.write(dbrec, &v.to_le_bytes());
-        self.w64(o, v);
+        match &mut self.posted {
+            Some(s) => super::posted_write(s, BAR0, o, &v.to_le_bytes()),
+            None => self.w64(o, v),
+        }
+    }
+
+    /// From now on, doorbells are posted writes (QEMU's BAR writes)
+    /// on the socket this driver's client opened to `path`.
+    pub fn post_doorbells(&mut self, path: &std::path::Path) {
+        self.posted = Some(super::client_socket(path));
     }
 
     pub fn mac(&mut self) -> [u8; 6] {
@@ -443,9 +456,14 @@ impl Driver {
     }
 
     /// `erdma_post_cmd_wait`. The region write of the doorbell returns once
-    /// the device has run the command, so the completion is there at once.
+    /// the device has run the command, so the completion is there at once;
+    /// after a posted doorbell, a register read (answered only after it)
+    /// stands in for the driver's wait.
     pub fn cmd(&mut self, sub: u8, opcode: u8, req: &[u8]) -> Cmd {
         let first = self.post_cmd(sub, opcode, req);
+        if self.posted.is_some() {
+            self.r32(off::DEV_ST);
+        }
         let (irqs, c) = if self.event_mode {
             let irqs = self.irqs(0);
             assert!(irqs >= 1, "vector 0 must fire for a completion");

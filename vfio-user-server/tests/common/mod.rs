@@ -234,6 +234,58 @@ pub fn set_vector(c: &mut vfio_user::Client, v: u32, fd: &File) {
     .unwrap();
 }
 
+/// `VFIO_USER_F_NO_REPLY`: the server sends nothing back.
+pub const FLAG_NO_REPLY: u32 = 1 << 4;
+
+/// A second handle on the socket a `vfio_user::Client` opened to `path`:
+/// the one descriptor of this process whose peer is `path`. Used to send
+/// what that client cannot, posted writes ([`posted_write`]).
+pub fn client_socket(path: &std::path::Path) -> UnixStream {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<RawFd>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: a descriptor listed as open; it is only borrowed to be
+        // duplicated (a stale listing entry fails the duplication).
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let Ok(owned) = fd.try_clone_to_owned() else {
+            continue;
+        };
+        let s = UnixStream::from(owned);
+        if s.peer_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(|p| p == path))
+            == Some(true)
+        {
+            found.push(s);
+        }
+    }
+    assert_eq!(found.len(), 1, "one client socket to {}", path.display());
+    found.pop().unwrap()
+}
+
+/// A posted region write, as QEMU sends BAR writes (`VFIO_USER_F_NO_REPLY`:
+/// the client goes on without waiting; a later read is answered only after
+/// it, as PCIe orders a read behind posted writes).
+pub fn posted_write(s: &mut UnixStream, region: u32, offset: u64, data: &[u8]) {
+    let mut msg = Vec::with_capacity(32 + data.len());
+    msg.extend_from_slice(&0u16.to_le_bytes());
+    msg.extend_from_slice(&VFIO_USER_REGION_WRITE.to_le_bytes());
+    msg.extend_from_slice(&(32 + data.len() as u32).to_le_bytes());
+    msg.extend_from_slice(&FLAG_NO_REPLY.to_le_bytes());
+    msg.extend_from_slice(&0u32.to_le_bytes());
+    msg.extend_from_slice(&offset.to_le_bytes());
+    msg.extend_from_slice(&region.to_le_bytes());
+    msg.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    msg.extend_from_slice(data);
+    s.write_all(&msg).unwrap();
+}
+
 /// A vfio-user client speaking raw messages, for what `vfio_user::Client`
 /// cannot send (or cannot survive the reply of).
 pub struct RawClient {
