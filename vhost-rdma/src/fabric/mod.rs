@@ -427,10 +427,14 @@ impl Fabric {
                 if self.ports.len() > 2 {
                     let _ = v.get(&frame.data);
                 }
-                // A copy for every other port but the last, which gets the frame.
+                // A copy for every other port but the last, which gets the
+                // frame; none for a port with no guest, which would only
+                // drop it (`deliver_now` checks again, for one that goes
+                // meanwhile).
                 let mut n = 0;
                 let mut last = None;
-                for p in (0..self.ports.len()).filter(|&p| p != src) {
+                let takes = |p: usize| p != src && self.ports[p].is_connected();
+                for p in (0..self.ports.len()).filter(|&p| takes(p)) {
                     if let Some(prev) = last.replace(p) {
                         n += self.deliver(prev, frame.clone(), v, None, wakes);
                     }
@@ -583,6 +587,42 @@ mod tests {
     use super::*;
     use crate::config::PortConfig;
     use testing::*;
+
+    /// A flood copies a frame only for ports with a guest: the one
+    /// connected receiver among ports without one gets the sender's own
+    /// buffer, not a copy (the copies for the others were made and
+    /// dropped unused).
+    #[test]
+    fn a_flood_copies_only_for_connected_ports() {
+        let port = |i: usize, connected: bool| {
+            let p = PortShared::new(
+                i,
+                PortConfig::new(&format!("p{i}"), ""),
+                PortProfile::default(),
+            )
+            .unwrap();
+            p.connected.store(connected, Relaxed);
+            p.rx_queues()[0].enabled.store(true, Relaxed);
+            Arc::new(p)
+        };
+        let fab = Fabric::new(vec![
+            port(0, true),
+            port(1, false),
+            port(2, true),
+            port(3, false),
+        ]);
+        let f = arp(MAC_A, [10, 0, 0, 1]);
+        let sent = f.data.as_ptr();
+        assert_eq!(fab.forward(0, f, Instant::now()), 1, "one receiver");
+        let got = fab.ports[2].rx_queues()[0]
+            .pop()
+            .expect("the broadcast at port 2");
+        assert_eq!(got.data.as_ptr(), sent, "the sender's buffer, not a copy");
+        assert!(
+            fab.ports[0].rx_queues()[0].pop().is_none(),
+            "not back to its sender"
+        );
+    }
 
     /// The switch acts on a port's profile alone, whatever its kind: an
     /// RDMA function is not learned from, RoCEv2 to its netdev port's MAC
