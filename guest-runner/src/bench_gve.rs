@@ -149,13 +149,13 @@ fn cheap_rounds(rows: &[Row], rounds: u32) -> Vec<(u32, f64, f64)> {
 /// The NIC comparison over the rounds: the medians, the median and
 /// geometric mean of the paired ratios, and how many rounds gve was at
 /// least as fast.
-pub struct Comparison {
-    pub virtio_median: f64,
-    pub gve_median: f64,
-    pub ratio_median: f64,
-    pub ratio_geomean: f64,
-    pub gve_ahead: usize,
-    pub rounds: usize,
+struct Comparison {
+    virtio_median: f64,
+    gve_median: f64,
+    ratio_median: f64,
+    ratio_geomean: f64,
+    gve_ahead: usize,
+    rounds: usize,
 }
 
 /// [`Comparison`] of `cheap_rounds`' rows; None without a complete round.
@@ -211,13 +211,8 @@ pub fn tables(
     let mib = (bytes >> 20) as f64;
     let all = transfers(rounds);
     let want = |name: &str| all.iter().find(|t| t.0 == name).map_or("", |t| t.1);
-    let ok = |name: &str| {
-        if validated(rows, name, want(name)) {
-            "yes"
-        } else {
-            "NO"
-        }
-    };
+    let valid = |name: &str| validated(rows, name, want(name));
+    let yes = |ok: bool| if ok { "yes" } else { "NO" };
     let by_round = cheap_rounds(rows, rounds);
     let cmp = compare(&by_round);
     let mut t = vec![
@@ -233,12 +228,11 @@ pub fn tables(
             .as_ref()
             .map(|c| [c.virtio_median, c.gve_median][i])
             .or(num(r, "mibps"));
-        let all_ok = (1..=rounds).all(|k| ok(&cheap_name(nic, k)) == "yes");
         t.push(format!(
             "| {what}, median of {rounds} | {} | {} | {} |",
             f(rate, 2),
             f(num(r, "cpu_s_per_gib"), 2),
-            if all_ok { "yes" } else { "NO" }
+            yes((1..=rounds).all(|k| valid(&cheap_name(nic, k))))
         ));
     }
     for (name, what, _) in LATER {
@@ -247,7 +241,7 @@ pub fn tables(
             "| {what} | {} | {} | {} |",
             f(num(r, "mibps"), 2),
             f(num(r, "cpu_s_per_gib"), 2),
-            ok(name)
+            yes(valid(name))
         ));
     }
     t.push(String::new());

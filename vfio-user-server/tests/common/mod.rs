@@ -273,17 +273,39 @@ pub fn client_socket(path: &std::path::Path) -> UnixStream {
 /// the client goes on without waiting; a later read is answered only after
 /// it, as PCIe orders a read behind posted writes).
 pub fn posted_write(s: &mut UnixStream, region: u32, offset: u64, data: &[u8]) {
-    let mut msg = Vec::with_capacity(32 + data.len());
-    msg.extend_from_slice(&0u16.to_le_bytes());
-    msg.extend_from_slice(&VFIO_USER_REGION_WRITE.to_le_bytes());
-    msg.extend_from_slice(&(32 + data.len() as u32).to_le_bytes());
-    msg.extend_from_slice(&FLAG_NO_REPLY.to_le_bytes());
-    msg.extend_from_slice(&0u32.to_le_bytes());
-    msg.extend_from_slice(&offset.to_le_bytes());
-    msg.extend_from_slice(&region.to_le_bytes());
-    msg.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    msg.extend_from_slice(data);
+    let p = region_access(region, offset, data.len() as u32, data);
+    let msg = message(
+        0,
+        VFIO_USER_REGION_WRITE,
+        FLAG_NO_REPLY,
+        16 + p.len() as u32,
+        &p,
+    );
     s.write_all(&msg).unwrap();
+}
+
+/// A message: the 16-byte header (`id`, `cmd`, `size`, `flags`, error 0)
+/// and `payload`.
+fn message(id: u16, cmd: u16, flags: u32, size: u32, payload: &[u8]) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(16 + payload.len());
+    msg.extend_from_slice(&id.to_le_bytes());
+    msg.extend_from_slice(&cmd.to_le_bytes());
+    msg.extend_from_slice(&size.to_le_bytes());
+    msg.extend_from_slice(&flags.to_le_bytes());
+    msg.extend_from_slice(&0u32.to_le_bytes());
+    msg.extend_from_slice(payload);
+    msg
+}
+
+/// A region access's payload: offset, region, count, then `data` (empty
+/// for a read).
+fn region_access(region: u32, offset: u64, count: u32, data: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(16 + data.len());
+    p.extend_from_slice(&offset.to_le_bytes());
+    p.extend_from_slice(&region.to_le_bytes());
+    p.extend_from_slice(&count.to_le_bytes());
+    p.extend_from_slice(data);
+    p
 }
 
 /// A vfio-user client speaking raw messages, for what `vfio_user::Client`
@@ -307,13 +329,7 @@ impl Reply {
 
 impl RawClient {
     pub fn send(&mut self, cmd: u16, size: u32, payload: &[u8], fds: &[RawFd]) {
-        let mut msg = Vec::new();
-        msg.extend_from_slice(&self.id.to_le_bytes());
-        msg.extend_from_slice(&cmd.to_le_bytes());
-        msg.extend_from_slice(&size.to_le_bytes());
-        msg.extend_from_slice(&0u32.to_le_bytes());
-        msg.extend_from_slice(&0u32.to_le_bytes());
-        msg.extend_from_slice(payload);
+        let msg = message(self.id, cmd, 0, size, payload);
         self.id = self.id.wrapping_add(1);
         if fds.is_empty() {
             self.stream.write_all(&msg).unwrap();
@@ -370,19 +386,12 @@ impl RawClient {
     }
 
     pub fn region_read(&mut self, region: u32, offset: u64, count: u32) -> Reply {
-        let mut p = Vec::new();
-        p.extend_from_slice(&offset.to_le_bytes());
-        p.extend_from_slice(&region.to_le_bytes());
-        p.extend_from_slice(&count.to_le_bytes());
+        let p = region_access(region, offset, count, &[]);
         self.call(VFIO_USER_REGION_READ, &p, &[])
     }
 
     pub fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Reply {
-        let mut p = Vec::new();
-        p.extend_from_slice(&offset.to_le_bytes());
-        p.extend_from_slice(&region.to_le_bytes());
-        p.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        p.extend_from_slice(data);
+        let p = region_access(region, offset, data.len() as u32, data);
         self.call(VFIO_USER_REGION_WRITE, &p, &[])
     }
 }

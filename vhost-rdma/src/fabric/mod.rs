@@ -433,8 +433,8 @@ impl Fabric {
                 // meanwhile).
                 let mut n = 0;
                 let mut last = None;
-                let takes = |p: usize| p != src && self.ports[p].is_connected();
-                for p in (0..self.ports.len()).filter(|&p| takes(p)) {
+                for p in (0..self.ports.len()).filter(|&p| p != src && self.ports[p].is_connected())
+                {
                     if let Some(prev) = last.replace(p) {
                         n += self.deliver(prev, frame.clone(), v, None, wakes);
                     }
