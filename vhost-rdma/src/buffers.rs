@@ -2,13 +2,21 @@
 //! chain and gives it back once the frame is written into an RX chain, so
 //! switching a frame allocates nothing in the steady state.
 //!
+//! Two sizes are kept: [`BUF_CAP`] for frames up to a 1500-byte MTU's, and
+//! [`BIG_CAP`] for the largest frame a TX chain may carry (a 64 KiB TSO
+//! frame). Without the second, each TSO frame grew a fresh allocation
+//! through several reallocations, zeroed it and faulted its pages in, then
+//! freed it: an eighth of a virtio-net port's CPU on a TCP stream.
+//!
 //! Frames are read on one thread (a TX worker) and freed on another (an RX
-//! worker), so each thread keeps a small local stack and trades with one
-//! shared stack a batch at a time: one lock per [`BATCH`] frames, not per
-//! frame. Memory stays bounded: at most [`SHARED_MAX`] buffers are shared and
-//! [`LOCAL_MAX`] per thread; buffers of other sizes (TSO frames, segments)
-//! are simply freed.
+//! worker or a device pump), so each thread keeps a small local stack per
+//! size and trades with one shared stack a batch at a time: one lock per
+//! batch of frames, not per frame. Memory stays bounded: at most
+//! [`SHARED_MAX`] small and [`BIG_SHARED_MAX`] big buffers are shared, and
+//! twice a batch of each per thread; buffers of other sizes (segments,
+//! copies) are simply freed.
 
+use crate::virtio_net::MAX_FRAME_LEN;
 use std::cell::RefCell;
 use std::sync::Mutex;
 
@@ -21,11 +29,75 @@ pub const BATCH: usize = 64;
 pub const LOCAL_MAX: usize = 2 * BATCH;
 /// Most buffers kept in the shared stack (8 MiB).
 pub const SHARED_MAX: usize = 4096;
+/// Capacity of a big pooled buffer: the largest frame a TX chain may carry.
+pub const BIG_CAP: usize = MAX_FRAME_LEN;
+/// Big buffers moved between a thread's stack and the shared one at a time.
+pub const BIG_BATCH: usize = 4;
+/// Most big buffers kept in the shared stack (4 MiB).
+pub const BIG_SHARED_MAX: usize = 64;
 
-static SHARED: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+/// One size of pooled buffer.
+struct Class {
+    cap: usize,
+    batch: usize,
+    shared_max: usize,
+    shared: Mutex<Vec<Vec<u8>>>,
+}
+
+static SMALL: Class = Class {
+    cap: BUF_CAP,
+    batch: BATCH,
+    shared_max: SHARED_MAX,
+    shared: Mutex::new(Vec::new()),
+};
+
+static BIG: Class = Class {
+    cap: BIG_CAP,
+    batch: BIG_BATCH,
+    shared_max: BIG_SHARED_MAX,
+    shared: Mutex::new(Vec::new()),
+};
 
 thread_local! {
-    static LOCAL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// This thread's stacks: small buffers, big buffers.
+    static LOCAL: RefCell<[Vec<Vec<u8>>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
+}
+
+impl Class {
+    fn slot(&self) -> usize {
+        usize::from(self.cap == BIG_CAP)
+    }
+
+    fn take(&'static self) -> Vec<u8> {
+        LOCAL
+            .try_with(|l| {
+                let l = &mut l.borrow_mut()[self.slot()];
+                if l.is_empty() {
+                    let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = s.len().min(self.batch);
+                    let at = s.len() - n;
+                    l.extend(s.drain(at..));
+                }
+                l.pop()
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Vec::with_capacity(self.cap))
+    }
+
+    fn give(&'static self, b: Vec<u8>) {
+        let _ = LOCAL.try_with(|l| {
+            let l = &mut l.borrow_mut()[self.slot()];
+            l.push(b);
+            if l.len() > 2 * self.batch {
+                let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                let room = self.shared_max.saturating_sub(s.len()).min(self.batch);
+                let at = l.len() - self.batch;
+                s.extend(l.drain(at..).take(room));
+                // Whatever did not fit was dropped by `drain`: freed.
+            }
+        });
+    }
 }
 
 /// A buffer of capacity [`BUF_CAP`], recycled when one is free. Its length
@@ -33,39 +105,23 @@ thread_local! {
 /// process, never shown to anyone): the caller overwrites and truncates, so
 /// that a reused buffer is not zeroed again for every frame.
 pub fn take() -> Vec<u8> {
-    LOCAL
-        .try_with(|l| {
-            let mut l = l.borrow_mut();
-            if l.is_empty() {
-                let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-                let n = s.len().min(BATCH);
-                let at = s.len() - n;
-                l.extend(s.drain(at..));
-            }
-            l.pop()
-        })
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| Vec::with_capacity(BUF_CAP))
+    SMALL.take()
+}
+
+/// A buffer of capacity [`BIG_CAP`], recycled when one is free; its length
+/// and contents are stale as [`take`]'s are.
+pub fn take_big() -> Vec<u8> {
+    BIG.take()
 }
 
 /// Gives a frame's buffer back for reuse (buffers of another capacity are
 /// freed).
 pub fn give(b: Vec<u8>) {
-    if b.capacity() != BUF_CAP {
-        return;
+    match b.capacity() {
+        BUF_CAP => SMALL.give(b),
+        BIG_CAP => BIG.give(b),
+        _ => {}
     }
-    let _ = LOCAL.try_with(|l| {
-        let mut l = l.borrow_mut();
-        l.push(b);
-        if l.len() > LOCAL_MAX {
-            let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-            let room = SHARED_MAX.saturating_sub(s.len()).min(BATCH);
-            let at = l.len() - BATCH;
-            s.extend(l.drain(at..).take(room));
-            // Whatever did not fit was dropped by `drain`: freed.
-        }
-    });
 }
 
 #[cfg(test)]
@@ -92,7 +148,26 @@ mod tests {
             .unwrap();
         // (Other tests take from the shared stack concurrently: only the
         // bound is certain.)
-        let shared = SHARED.lock().unwrap().len();
+        let shared = SMALL.shared.lock().unwrap().len();
         assert!(shared <= SHARED_MAX, "{shared}");
+    }
+
+    #[test]
+    fn big_buffers_come_back_and_stay_bounded() {
+        let mut v = take_big();
+        assert_eq!(v.capacity(), BIG_CAP);
+        v.resize(BIG_CAP, 7);
+        let p = v.as_ptr();
+        give(v);
+        let w = take_big();
+        assert_eq!(w.as_ptr(), p, "the same buffer is reused");
+        assert_eq!(w.len(), BIG_CAP, "its length is kept: no zeroing again");
+        give(w);
+        let bufs: Vec<Vec<u8>> = (0..8 * BIG_BATCH).map(|_| take_big()).collect();
+        std::thread::spawn(move || bufs.into_iter().for_each(give))
+            .join()
+            .unwrap();
+        let shared = BIG.shared.lock().unwrap().len();
+        assert!(shared <= BIG_SHARED_MAX, "{shared}");
     }
 }
