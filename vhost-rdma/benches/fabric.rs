@@ -2,7 +2,10 @@
 //!
 //! 1. In-process: two `TestGuest`s (the test harness's strict driver) on two
 //!    ports of a `Server` running in this process; A sends bursts, B receives
-//!    and re-posts buffers, one burst at a time.
+//!    and re-posts buffers, one burst at a time: at 64 B and 1500 B, and
+//!    64 KiB TSO frames to a receiver that takes them whole (GUEST_TSO4,
+//!    mergeable 4 KiB buffers), its line `fabric-bench-tso frame_bytes=N
+//!    fps=N`.
 //! 2. Switch against switch, each a separate process: the real
 //!    `vhost-rdma serve` daemon, and `dpdk-testpmd` (Debian's DPDK) with two
 //!    `net_vhost` ports in io forwarding mode. Both are driven by the same
@@ -53,8 +56,9 @@ mod common;
 mod switches;
 
 use common::fast_guest::{self, drive, prime, FastGuest};
-use common::packet::tagged_frame;
-use common::{feat, TempDir, TestFabric, TxOpts, ARRIVE};
+use common::guest::GSO_TCPV4;
+use common::packet::{pattern, tagged_frame, tso_frame, Flow, TCP_ACK};
+use common::{feat, Layout, TempDir, TestFabric, TxOpts, ARRIVE};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use switches::Switch;
@@ -96,6 +100,57 @@ fn in_process(len: usize, min_time: Duration) -> (u64, f64) {
     let secs = start.elapsed().as_secs_f64();
     let s = fab.stats(1);
     assert_eq!(s.totals.rx_drops, 0, "drops during the benchmark");
+    (n, secs)
+}
+
+/// TSO frames in flight in part 1's TSO row: 17 receive buffers of 4 KiB
+/// each, within the harness's 256-entry ring.
+const TSO_BURST: usize = 8;
+/// The TSO row's TCP payload per frame: the most a 64 KiB IPv4 frame takes.
+const TSO_PAYLOAD: usize = 65535 - 20 - 20;
+
+/// Part 1's TSO row: 64 KiB TSO frames (as a Linux guest's virtio-net hands
+/// them over, chained in 17 descriptors) to a receiver that negotiated
+/// GUEST_TSO4 and mergeable buffers, so the fabric forwards them whole;
+/// the receiver checks every payload.
+fn in_process_tso(min_time: Duration) -> (u64, f64) {
+    let fab = TestFabric::start(2, 1);
+    let mut a = fab.connect(0, feat::ALL & !feat::MQ);
+    let mut b = fab.connect(1, feat::ALL & !feat::MQ);
+    assert!(
+        b.has(feat::GUEST_TSO4 | feat::MRG_RXBUF),
+        "receiver takes TSO frames"
+    );
+    let per_frame = (12 + 14 + 65535usize).div_ceil(4096);
+    b.post_rx(0, TSO_BURST * per_frame, 4096);
+    let flow = Flow::v4(fab.mac(0), fab.mac(1), 40000, 5001);
+    let payload = pattern(TSO_PAYLOAD, 5);
+    let (frame, hdr) = tso_frame(&flow, 1, TCP_ACK, &payload, 1448);
+    let frames = vec![frame; TSO_BURST];
+    let opts = TxOpts {
+        hdr,
+        layout: Layout::Chained(17),
+    };
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < min_time {
+        a.send_burst(0, &frames, &opts);
+        let got = b.recv_n(0, TSO_BURST, ARRIVE);
+        assert_eq!(got.len(), TSO_BURST, "frames lost in the benchmark");
+        for r in &got {
+            assert_eq!(r.hdr.gso_type, GSO_TCPV4, "forwarded whole");
+            assert_eq!(r.data.len(), frames[0].len(), "frame length");
+        }
+        n += got.len() as u64;
+        b.post_rx(0, TSO_BURST * per_frame, 4096);
+        a.wait_tx(0, ARRIVE);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(
+        fab.stats(1).totals.rx_drops,
+        0,
+        "drops during the benchmark"
+    );
     (n, secs)
 }
 
@@ -434,6 +489,14 @@ fn main() {
             fps * len as f64 * 8.0 / 1e9
         );
     }
+    let (n, secs) = in_process_tso(cfg.secs);
+    let fps = n as f64 / secs;
+    let len = TSO_PAYLOAD + 54;
+    println!(
+        "| {len} B TSO, {TSO_BURST} in flight | {n} | {secs:.2} | {fps:.0} | {:.2} |",
+        fps * len as f64 * 8.0 / 1e9
+    );
+    println!("fabric-bench-tso frame_bytes={len} fps={fps:.0}");
     println!();
 
     // ---- part 2 ----
