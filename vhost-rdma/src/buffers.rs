@@ -128,46 +128,39 @@ pub fn give(b: Vec<u8>) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn buffers_come_back_and_stay_bounded() {
+    /// `take` gives buffers of `cap`, the same one again after `give` with
+    /// its length kept, and buffers freed on another thread go to `shared`
+    /// within its bound.
+    fn pool_works(take: fn() -> Vec<u8>, cap: usize, shared: &Mutex<Vec<Vec<u8>>>, max: usize) {
         let mut v = take();
-        assert_eq!(v.capacity(), BUF_CAP);
-        v.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(v.capacity(), cap);
+        v.resize(cap, 7);
         let p = v.as_ptr();
         give(v);
         let w = take();
         assert_eq!(w.as_ptr(), p, "the same buffer is reused");
-        assert_eq!(w.capacity(), BUF_CAP);
+        assert_eq!(w.len(), cap, "its length is kept: no zeroing again");
         give(w);
-        // Odd sizes are not kept.
-        give(Vec::with_capacity(65536));
         // Freed on one thread, taken on another: through the shared stack.
-        let bufs: Vec<Vec<u8>> = (0..4 * LOCAL_MAX).map(|_| take()).collect();
+        let bufs: Vec<Vec<u8>> = (0..4 * max.min(LOCAL_MAX)).map(|_| take()).collect();
         std::thread::spawn(move || bufs.into_iter().for_each(give))
             .join()
             .unwrap();
         // (Other tests take from the shared stack concurrently: only the
         // bound is certain.)
-        let shared = SMALL.shared.lock().unwrap().len();
-        assert!(shared <= SHARED_MAX, "{shared}");
+        let n = shared.lock().unwrap().len();
+        assert!(n <= max, "{n}");
+    }
+
+    #[test]
+    fn buffers_come_back_and_stay_bounded() {
+        pool_works(take, BUF_CAP, &SMALL.shared, SHARED_MAX);
+        // Odd sizes are not kept.
+        give(Vec::with_capacity(65536));
     }
 
     #[test]
     fn big_buffers_come_back_and_stay_bounded() {
-        let mut v = take_big();
-        assert_eq!(v.capacity(), BIG_CAP);
-        v.resize(BIG_CAP, 7);
-        let p = v.as_ptr();
-        give(v);
-        let w = take_big();
-        assert_eq!(w.as_ptr(), p, "the same buffer is reused");
-        assert_eq!(w.len(), BIG_CAP, "its length is kept: no zeroing again");
-        give(w);
-        let bufs: Vec<Vec<u8>> = (0..8 * BIG_BATCH).map(|_| take_big()).collect();
-        std::thread::spawn(move || bufs.into_iter().for_each(give))
-            .join()
-            .unwrap();
-        let shared = BIG.shared.lock().unwrap().len();
-        assert!(shared <= BIG_SHARED_MAX, "{shared}");
+        pool_works(take_big, BIG_CAP, &BIG.shared, BIG_SHARED_MAX);
     }
 }
