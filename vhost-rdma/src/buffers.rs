@@ -6,7 +6,7 @@
 //! [`BIG_CAP`] for the largest frame a TX chain may carry (a 64 KiB TSO
 //! frame). Without the second, each TSO frame grew a fresh allocation
 //! through several reallocations, zeroed it and faulted its pages in, then
-//! freed it: an eighth of a virtio-net port's CPU on a TCP stream.
+//! freed it: an eighth of the daemon's CPU under a guest's TCP stream.
 //!
 //! Frames are read on one thread (a TX worker) and freed on another (an RX
 //! worker or a device pump), so each thread keeps a small local stack per
@@ -38,6 +38,8 @@ pub const BIG_SHARED_MAX: usize = 64;
 
 /// One size of pooled buffer.
 struct Class {
+    /// Which of a thread's stacks holds it.
+    slot: usize,
     cap: usize,
     batch: usize,
     shared_max: usize,
@@ -45,6 +47,7 @@ struct Class {
 }
 
 static SMALL: Class = Class {
+    slot: 0,
     cap: BUF_CAP,
     batch: BATCH,
     shared_max: SHARED_MAX,
@@ -52,6 +55,7 @@ static SMALL: Class = Class {
 };
 
 static BIG: Class = Class {
+    slot: 1,
     cap: BIG_CAP,
     batch: BIG_BATCH,
     shared_max: BIG_SHARED_MAX,
@@ -64,14 +68,10 @@ thread_local! {
 }
 
 impl Class {
-    fn slot(&self) -> usize {
-        usize::from(self.cap == BIG_CAP)
-    }
-
     fn take(&'static self) -> Vec<u8> {
         LOCAL
             .try_with(|l| {
-                let l = &mut l.borrow_mut()[self.slot()];
+                let l = &mut l.borrow_mut()[self.slot];
                 if l.is_empty() {
                     let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
                     let n = s.len().min(self.batch);
@@ -87,7 +87,7 @@ impl Class {
 
     fn give(&'static self, b: Vec<u8>) {
         let _ = LOCAL.try_with(|l| {
-            let l = &mut l.borrow_mut()[self.slot()];
+            let l = &mut l.borrow_mut()[self.slot];
             l.push(b);
             if l.len() > 2 * self.batch {
                 let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
