@@ -46,21 +46,8 @@ struct Class {
     shared: Mutex<Vec<Vec<u8>>>,
 }
 
-static SMALL: Class = Class {
-    slot: 0,
-    cap: BUF_CAP,
-    batch: BATCH,
-    shared_max: SHARED_MAX,
-    shared: Mutex::new(Vec::new()),
-};
-
-static BIG: Class = Class {
-    slot: 1,
-    cap: BIG_CAP,
-    batch: BIG_BATCH,
-    shared_max: BIG_SHARED_MAX,
-    shared: Mutex::new(Vec::new()),
-};
+static SMALL: Class = Class::new(0, BUF_CAP, BATCH, SHARED_MAX);
+static BIG: Class = Class::new(1, BIG_CAP, BIG_BATCH, BIG_SHARED_MAX);
 
 thread_local! {
     /// This thread's stacks: small buffers, big buffers.
@@ -68,6 +55,16 @@ thread_local! {
 }
 
 impl Class {
+    const fn new(slot: usize, cap: usize, batch: usize, shared_max: usize) -> Class {
+        Class {
+            slot,
+            cap,
+            batch,
+            shared_max,
+            shared: Mutex::new(Vec::new()),
+        }
+    }
+
     fn take(&'static self) -> Vec<u8> {
         LOCAL
             .try_with(|l| {
