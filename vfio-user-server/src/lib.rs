@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use dma::{DmaTable, MapError, DEFAULT_MAX_DMA_REGIONS};
 pub use pci_model::{TraceKind, TraceRecord};
 pub use server::{serve, DeviceHandle, RxBurst, VfioUserServer};
+pub use stop::process_sockets;
 
 use pci_model::Frame;
 

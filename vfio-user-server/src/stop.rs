@@ -30,33 +30,7 @@ impl Stopper {
 /// listener's). `vfio_user::Server::run` owns the accepted stream and blocks
 /// in `recvmsg` on it; this is the only way to make it return.
 fn shutdown_accepted(path: &Path) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<RawFd>().ok())
-        else {
-            continue;
-        };
-        let is_socket = std::fs::read_link(entry.path())
-            .map(|t| t.to_string_lossy().starts_with("socket:"))
-            .unwrap_or(false);
-        if !is_socket {
-            continue;
-        }
-        // SAFETY: F_DUPFD_CLOEXEC only creates a new descriptor; if `fd`
-        // was closed (or reused) since the listing, we get EBADF or a
-        // descriptor for another file, which the address check below
-        // rejects. No memory is involved.
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            continue;
-        }
-        // SAFETY: `dup` is a descriptor we just created and own alone.
-        let sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(dup) });
+    for sock in process_sockets() {
         let ours = sock
             .local_addr()
             .ok()
@@ -66,4 +40,32 @@ fn shutdown_accepted(path: &Path) {
             let _ = sock.shutdown(std::net::Shutdown::Both);
         }
     }
+}
+
+/// A duplicate of every socket this process has open (from
+/// `/proc/self/fd`), as a `UnixStream` to ask its addresses: how the
+/// server finds the connection the `vfio_user` crate keeps to itself, and
+/// how a test driver finds the socket a `vfio_user::Client` opened. A
+/// descriptor closed or reused since the listing yields nothing or
+/// another socket, which the caller's address check rejects.
+pub fn process_sockets() -> impl Iterator<Item = UnixStream> {
+    let entries = std::fs::read_dir("/proc/self/fd").into_iter().flatten();
+    entries.flatten().filter_map(|entry| {
+        let fd = entry.file_name().to_str()?.parse::<RawFd>().ok()?;
+        let is_socket = std::fs::read_link(entry.path())
+            .map(|t| t.to_string_lossy().starts_with("socket:"))
+            .unwrap_or(false);
+        if !is_socket {
+            return None;
+        }
+        // SAFETY: F_DUPFD_CLOEXEC only creates a new descriptor; if `fd`
+        // was closed (or reused) since the listing, we get EBADF or a
+        // descriptor for another file. No memory is involved.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return None;
+        }
+        // SAFETY: `dup` is a descriptor we just created and own alone.
+        Some(UnixStream::from(unsafe { OwnedFd::from_raw_fd(dup) }))
+    })
 }

@@ -241,30 +241,14 @@ pub const FLAG_NO_REPLY: u32 = 1 << 4;
 /// the one descriptor of this process whose peer is `path`. Used to send
 /// what that client cannot, posted writes ([`posted_write`]).
 pub fn client_socket(path: &std::path::Path) -> UnixStream {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<RawFd>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: a descriptor listed as open; it is only borrowed to be
-        // duplicated (a stale listing entry fails the duplication).
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        let Ok(owned) = fd.try_clone_to_owned() else {
-            continue;
-        };
-        let s = UnixStream::from(owned);
-        if s.peer_addr()
-            .ok()
-            .and_then(|a| a.as_pathname().map(|p| p == path))
-            == Some(true)
-        {
-            found.push(s);
-        }
-    }
+    let mut found: Vec<UnixStream> = vfio_user_server::process_sockets()
+        .filter(|s| {
+            s.peer_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p == path))
+                == Some(true)
+        })
+        .collect();
     assert_eq!(found.len(), 1, "one client socket to {}", path.display());
     found.pop().unwrap()
 }
